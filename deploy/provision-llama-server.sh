@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Provisions a private llama-server for a Debian machine that has no
+# llama.cpp package (bookworm): downloads llama.cpp-tools and the runtime
+# libraries it needs from Debian's unstable suite, unpacks them into the
+# cache directory without touching the system, and writes a wrapper that
+# starts llama-server through that directory's own dynamic loader.
+#
+#   deploy/provision-llama-server.sh           provision if not done yet
+#   deploy/provision-llama-server.sh --force   provision again (newest sid)
+#
+# Result: $CACHE/llama.cpp/bin/llama-server, with the package versions in
+# $CACHE/llama.cpp/VERSIONS. CACHE is $SLUICE_CACHE_DIR, else
+# ${XDG_CACHE_HOME:-$HOME/.cache}/sluice. The mirror comes from the system's
+# own apt configuration.
+set -euo pipefail
+
+say() { printf 'provision: %s\n' "$*"; }
+die() { printf 'provision: error: %s\n' "$*" >&2; exit 1; }
+
+cache="${SLUICE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice}"
+dest="$cache/llama.cpp"
+wrapper="$dest/bin/llama-server"
+
+if [ "${1:-}" != "--force" ] && [ -x "$wrapper" ] &&
+	"$wrapper" --version >/dev/null 2>&1; then
+	say "already provisioned: $wrapper"
+	exit 0
+fi
+
+command -v apt-get >/dev/null && command -v dpkg >/dev/null ||
+	die "needs apt-get and dpkg (Debian or a derivative)"
+
+case "$(dpkg --print-architecture)" in
+amd64) triplet=x86_64-linux-gnu loader=ld-linux-x86-64.so.2 ;;
+arm64) triplet=aarch64-linux-gnu loader=ld-linux-aarch64.so.1 ;;
+*) die "no recipe for the $(dpkg --print-architecture) architecture" ;;
+esac
+
+# The system's Debian mirror: the first URI whose suites include this
+# release's codename, from deb822 .sources files or the classic list.
+codename=$( . /etc/os-release && echo "${VERSION_CODENAME:-}")
+[ -n "$codename" ] || die "cannot tell the Debian release from /etc/os-release"
+mirror=$(
+	for f in /etc/apt/sources.list.d/*.sources; do
+		[ -f "$f" ] || continue
+		awk -v want="$codename" '
+			/^[[:space:]]*$/ { if (uri && ok) { print uri; exit } uri=""; ok=0; next }
+			tolower($1) == "uris:" { uri=$2 }
+			tolower($1) == "suites:" { for (i = 2; i <= NF; i++) if ($i == want) ok=1 }
+			END { if (uri && ok) print uri }' "$f"
+	done
+	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+		[ -f "$f" ] || continue
+		awk -v want="$codename" '
+			$1 == "deb" { u=2; if ($2 ~ /^\[/) { while ($u !~ /\]$/) u++; u++ }
+			              if ($(u+1) == want) print $u }' "$f"
+	done
+)
+mirror=$(printf '%s\n' "$mirror" | grep -v -- '-security' | head -n 1)
+[ -n "$mirror" ] || die "found no Debian mirror for '$codename' in /etc/apt"
+
+packages=(llama.cpp-tools libllama0 libggml0 libc6 libstdc++6 libgcc-s1
+	libgomp1 libssl3t64 libzstd1 zlib1g openssl-provider-legacy
+	libc-gconv-modules-extra)
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$work/debs"
+echo "deb $mirror sid main" >"$work/sources.list"
+apt_opts=(
+	-o "Dir::Etc::SourceList=$work/sources.list"
+	-o "Dir::Etc::SourceParts=/dev/null"
+	-o "Dir::State::Lists=$work/lists"
+	-o "Dir::Cache=$work/cache"
+	-o "APT::Architecture=$(dpkg --print-architecture)"
+	-o "Debug::NoLocking=1"
+)
+# As root, apt drops to the _apt user, who cannot write our directories.
+[ "$(id -u)" -ne 0 ] || apt_opts+=(-o "APT::Sandbox::User=root")
+
+say "fetching the package list of Debian sid from $mirror"
+apt-get -q "${apt_opts[@]}" update >"$work/update.log" 2>&1 ||
+	die "apt-get update of sid failed: $(tail -n 3 "$work/update.log")"
+say "downloading ${packages[*]}"
+(cd "$work/debs" && apt-get -q "${apt_opts[@]}" download "${packages[@]}") \
+	>"$work/download.log" 2>&1 ||
+	die "download failed: $(tail -n 3 "$work/download.log")"
+
+prefix="$dest/prefix.new"
+rm -rf "$prefix"
+mkdir -p "$prefix"
+for deb in "$work"/debs/*.deb; do
+	dpkg -x "$deb" "$prefix"
+done
+libdir="$prefix/usr/lib/$triplet"
+# ggml picks the best CPU backend for this machine from beside the loader.
+for so in "$libdir"/ggml/backends0/libggml-cpu-*.so; do
+	[ -e "$so" ] && ln -sf "ggml/backends0/$(basename "$so")" "$libdir/"
+done
+
+# The sid dependency list moves: say exactly which library is missing.
+libpath="$libdir:$libdir/llama"
+for bin in "$prefix/usr/bin/llama-server" "$libdir"/llama/libllama-server-impl.so; do
+	[ -e "$bin" ] || continue
+	missing=$("$libdir/$loader" --library-path "$libpath" --list "$bin" |
+		awk '/not found/ { print $1 }' | sort -u | tr '\n' ' ')
+	if [ -n "$missing" ]; then
+		die "$(basename "$bin") needs libraries that none of the packages provide: $missing(look them up with: apt-cache ${apt_opts[*]} search LIBNAME)"
+	fi
+done
+
+# Swap the new prefix in and write the wrapper.
+rm -rf "$dest/prefix"
+mv "$prefix" "$dest/prefix"
+prefix="$dest/prefix"
+mkdir -p "$dest/bin"
+cat >"$wrapper.new" <<EOF
+#!/bin/sh
+# Written by sluice's deploy/provision-llama-server.sh: runs Debian sid's
+# llama-server with its own C library and loader, leaving the system alone.
+p='$prefix/usr/lib/$triplet'
+exec "\$p/$loader" --library-path "\$p:\$p/llama" '$prefix/usr/bin/llama-server' "\$@"
+EOF
+chmod +x "$wrapper.new"
+mv "$wrapper.new" "$wrapper"
+
+for deb in "$work"/debs/*.deb; do
+	dpkg-deb -f "$deb" Package Version | paste -sd' '
+done >"$dest/VERSIONS"
+
+version=$("$wrapper" --version 2>&1 | head -n 1) ||
+	die "the provisioned llama-server does not start: $version"
+say "llama-server $version is at $wrapper (package versions in $dest/VERSIONS)"

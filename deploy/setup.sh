@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# sluice's one set-up step: installs the Debian packages it needs, makes sure
+# a llama-server is available, and builds into build/. Safe to run again:
+# with nothing to do it only rebuilds what changed.
+#
+# Environment:
+#   SLUICE_LLAMA_SERVER    llama-server to use (else: on PATH, else one is
+#                          provisioned into the cache directory)
+#   SLUICE_MESON_OPTIONS   extra options for meson (e.g. --werror)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf 'setup: %s\n' "$*"; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+	command -v sudo >/dev/null || die "not root and no sudo: install the packages listed in README.md by hand"
+	sudo="sudo"
+fi
+
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+
+# ---- Debian packages ----
+packages=(gcc libc6-dev pkgconf meson ninja-build python3
+	libuv1-dev libcurl4-openssl-dev libjansson-dev)
+missing=()
+if command -v dpkg-query >/dev/null; then
+	for p in "${packages[@]}"; do
+		installed "$p" || missing+=("$p")
+	done
+	# llhttp: trixie and later ship a library; bookworm only the generated
+	# sources in node-llhttp, which subprojects/llhttp builds.
+	if ! installed libllhttp-dev && ! installed node-llhttp; then
+		missing+=(llhttp)
+	fi
+elif ! pkg-config --exists libuv libcurl jansson; then
+	die "not a Debian system: install a C compiler, meson, ninja, pkg-config, libuv, libcurl, jansson and llhttp, then run this again"
+fi
+
+if [ ${#missing[@]} -gt 0 ]; then
+	say "installing: ${missing[*]}"
+	$sudo apt-get -q update >/dev/null
+	for i in "${!missing[@]}"; do
+		if [ "${missing[$i]}" = llhttp ]; then
+			if apt-cache show libllhttp-dev >/dev/null 2>&1; then
+				missing[$i]=libllhttp-dev
+			else
+				missing[$i]=node-llhttp
+			fi
+		fi
+	done
+	$sudo env DEBIAN_FRONTEND=noninteractive apt-get -q install -y \
+		--no-install-recommends "${missing[@]}" >/dev/null
+else
+	say "packages: all present"
+fi
+
+# ---- llama-server ----
+cache="${SLUICE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice}"
+if [ -n "${SLUICE_LLAMA_SERVER:-}" ]; then
+	[ -x "$SLUICE_LLAMA_SERVER" ] || die "SLUICE_LLAMA_SERVER=$SLUICE_LLAMA_SERVER is not an executable file"
+	llama="$SLUICE_LLAMA_SERVER"
+elif command -v llama-server >/dev/null; then
+	llama=$(command -v llama-server)
+else
+	llama="$cache/llama.cpp/bin/llama-server"
+	if ! { [ -x "$llama" ] && "$llama" --version >/dev/null 2>&1; }; then
+		if ! command -v apt-get >/dev/null; then
+			cat >&2 <<'EOF'
+setup: error: no llama-server found, and this is not a Debian system where
+setup can provision one. Get llama-server from your package manager (e.g.
+Homebrew's llama.cpp), a llama.cpp release, or the official container image,
+then put it on PATH or set SLUICE_LLAMA_SERVER=/path/to/llama-server.
+EOF
+			exit 1
+		fi
+		./deploy/provision-llama-server.sh
+	fi
+fi
+say "llama-server: $llama ($("$llama" --version 2>&1 | head -n 1))"
+
+# ---- build ----
+# shellcheck disable=SC2206 # word splitting of the options is intended
+opts=(${SLUICE_MESON_OPTIONS:-} "-Dllama_server=$llama")
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+if [ ! -f build/build.ninja ]; then
+	meson setup build "${opts[@]}" >"$log" 2>&1 ||
+		{ cat "$log" >&2; die "meson setup failed"; }
+	printf '%s\n' "${opts[@]}" >build/.setup-options
+elif [ "$(printf '%s\n' "${opts[@]}")" != "$(cat build/.setup-options 2>/dev/null)" ]; then
+	# Reconfigure only when the options changed: keeps a re-run quick.
+	meson configure build "${opts[@]}" >"$log" 2>&1 ||
+		{ cat "$log" >&2; die "meson configure failed"; }
+	printf '%s\n' "${opts[@]}" >build/.setup-options
+fi
+ninja -C build >"$log" 2>&1 || { cat "$log" >&2; die "build failed"; }
+say "built build/sluice; run it with ./build/sluice, test with: meson test -C build --print-errorlogs"

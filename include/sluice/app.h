@@ -1,0 +1,51 @@
+/*
+ * app.h: one running sluice: the loop, the HTTP front end, the upstreams,
+ * and the order in which they start and stop.
+ *
+ * Start: the listener opens first (so a port clash fails fast), then each
+ * upstream starts. Stop (SIGINT, SIGTERM, or a fatal start-up error): the
+ * listener and connections close, every managed llama-server gets SIGTERM
+ * and then SIGKILL after --stop-timeout, and once every handle has closed
+ * the loop ends. A second signal while stopping kills llama-server at once.
+ */
+#ifndef SLUICE_APP_H
+#define SLUICE_APP_H
+
+#include "sluice/config.h"
+#include "sluice/curl_loop.h"
+#include "sluice/http.h"
+#include "sluice/upstream.h"
+
+#include <stdbool.h>
+#include <uv.h>
+
+/* Upstreams sluice can hold: one managed plus the --upstream list. */
+#define SL_MAX_UPSTREAMS 64
+
+struct sl_app {
+	uv_loop_t loop;
+	const struct sl_config *cfg;
+	struct sl_curl curl;
+	struct sl_http_server http;
+	uv_signal_t sigint, sigterm;
+
+	struct sl_upstream *upstreams[SL_MAX_UPSTREAMS];
+	unsigned n_upstreams; /* not yet stopped */
+	bool demo;            /* serving the demo model */
+	bool announced;       /* "ready" has been logged */
+	bool stopping;
+	int exit_code;
+	uint64_t start_ms;
+	char listen_url[96];
+};
+
+/* Runs sluice until it stops; returns the process exit status. */
+int sl_app_run(const struct sl_config *cfg);
+
+/* Starts the shutdown described above, with the given exit status. */
+void sl_app_stop(struct sl_app *app, int exit_code);
+
+/* The /health document: a new JSON object. */
+json_t *sl_app_health_json(const struct sl_app *app, bool *any_ready);
+
+#endif

@@ -1,0 +1,70 @@
+/*
+ * common.h: what every sluice module shares.
+ *
+ * Return convention: functions return int, 0 on success and a negative code
+ * on failure. Codes from libuv (UV_E*) pass through unchanged (they are
+ * negated errno values); sluice's own codes sit below -4096, away from them,
+ * and come from the SL_ERRNO_MAP table so that each has one name and one
+ * message. sl_strerror() turns any of them into text.
+ */
+#ifndef SLUICE_COMMON_H
+#define SLUICE_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The struct that holds `member` at address `ptr`. */
+#define sl_container_of(ptr, type, member) \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+
+#define SL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+#define SL_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define SL_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#if defined(__GNUC__)
+#define SL_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#define SL_NORETURN __attribute__((noreturn))
+#else
+#define SL_PRINTF(fmt, args)
+#define SL_NORETURN
+#endif
+
+/* sluice's own error codes: X(NAME, value, message). */
+#define SL_ERRNO_MAP(X)                                                    \
+	X(AGAIN, -5001, "try again later")                                  \
+	X(INVAL, -5002, "invalid value")                                    \
+	X(TOOBIG, -5003, "too large")                                       \
+	X(PROTO, -5004, "protocol error")                                   \
+	X(UPSTREAM, -5005, "upstream failed")                               \
+	X(NOTREADY, -5006, "upstream not ready")                            \
+	X(TIMEOUT, -5007, "timed out")                                      \
+	X(CANCELLED, -5008, "cancelled")                                    \
+	X(FULL, -5009, "queue full")                                        \
+	X(CURL, -5010, "libcurl failed")
+
+enum {
+#define SL_ERRNO_ENUM(name, value, msg) SL_E##name = value,
+	SL_ERRNO_MAP(SL_ERRNO_ENUM)
+#undef SL_ERRNO_ENUM
+};
+
+/* Text for a libuv or sluice error code; never NULL, never to be freed. */
+const char *sl_strerror(int err);
+
+/* Monotonic clock in milliseconds and nanoseconds (CLOCK_MONOTONIC). */
+uint64_t sl_now_ms(void);
+uint64_t sl_now_ns(void);
+
+/*
+ * Allocation that cannot fail: aborts with a message when memory is gone.
+ * sluice bounds every buffer and queue, so running out means the host is in
+ * trouble, and pretending to carry on would only corrupt state.
+ */
+void *sl_xmalloc(size_t size);
+void *sl_xcalloc(size_t n, size_t size);
+void *sl_xrealloc(void *ptr, size_t size);
+char *sl_xstrdup(const char *s);
+char *sl_xasprintf(const char *fmt, ...) SL_PRINTF(1, 2);
+
+#endif

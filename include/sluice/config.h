@@ -1,0 +1,85 @@
+/*
+ * config.h: sluice's options, from the command line and the environment.
+ *
+ * Every option is a long flag with an environment-variable twin
+ * (--listen / SLUICE_LISTEN); when both are given the flag wins. Defaults
+ * live in one table in config.c and are parsed by the same code as user
+ * input, so `--help` always shows what sluice really uses.
+ *
+ * Glossary:
+ *   list option  an option that may be repeated (--upstream, --llama-arg);
+ *                its environment twin holds several values, and any flag
+ *                replaces the whole environment list.
+ *   duration     a number of seconds ("2", "0.5") or of milliseconds with an
+ *                "ms" suffix ("50ms"); stored in milliseconds.
+ */
+#ifndef SLUICE_CONFIG_H
+#define SLUICE_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* A growable list of owned strings. */
+struct sl_strlist {
+	char **items;
+	unsigned count;
+};
+
+void sl_strlist_push(struct sl_strlist *l, const char *s);
+void sl_strlist_clear(struct sl_strlist *l);
+
+struct sl_config {
+	/* Front end */
+	char *listen;           /* "host:port" as given */
+	char *listen_host;      /* parsed from listen */
+	unsigned listen_port;   /* parsed from listen; 0 = any free port */
+
+	/* Upstreams */
+	struct sl_strlist upstreams; /* base URLs of unmanaged llama-servers */
+	char *model;                 /* GGUF for a managed llama-server, or "" */
+	char *llama_server;          /* executable, or "" to search */
+	struct sl_strlist llama_args;/* extra arguments, verbatim */
+	unsigned slots;              /* managed llama-server's -np */
+	unsigned ctx_size;           /* context per slot; -c = slots * this */
+	uint64_t startup_timeout_ms;
+	uint64_t stop_timeout_ms;    /* SIGTERM to SIGKILL grace period */
+	uint64_t health_interval_ms;
+
+	/* Files */
+	char *cache_dir;        /* "" = $XDG_CACHE_HOME/sluice */
+	int demo_model_size;    /* enum sl_demo_size */
+	char *write_demo_model; /* write the demo model here and exit */
+
+	/* Logging */
+	int log_level;  /* enum sl_log_level */
+	int log_format; /* enum sl_log_format */
+
+	bool help;
+	bool version;
+};
+
+/* Exit status for a bad command line or environment. */
+#define SL_EXIT_USAGE 2
+
+/*
+ * Fills `cfg` from the defaults, then `envp` (a NULL-terminated array of
+ * "NAME=value", as in environ), then argv. On a bad value, writes one line
+ * naming the option into `err` and returns SL_EINVAL; `cfg` must still be
+ * freed with sl_config_free(). Returns 0 on success.
+ */
+int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
+		    char *const envp[], char *err, size_t err_size);
+
+void sl_config_free(struct sl_config *cfg);
+
+/* Writes the --help text. */
+void sl_config_usage(FILE *out);
+
+/*
+ * Parses a duration ("2", "0.5", "50ms") into milliseconds; returns 0 or
+ * SL_EINVAL. Exposed for the tests.
+ */
+int sl_parse_duration_ms(const char *s, uint64_t *out);
+
+#endif

@@ -1,0 +1,93 @@
+/*
+ * curl_loop.h: libcurl's multi interface driven by sluice's libuv loop.
+ *
+ * One struct sl_curl per loop. libcurl tells us which sockets to watch
+ * (CURLMOPT_SOCKETFUNCTION) and when to time out (CURLMOPT_TIMERFUNCTION);
+ * we watch them with uv_poll_t handles and one uv_timer_t, and hand events
+ * back with curl_multi_socket_action(). Finished transfers are reported
+ * through each transfer's on_done callback.
+ *
+ * Re-entrancy rules relied on here and by callers:
+ *   - on_done runs outside every libcurl callback, so it may start, abort
+ *     and clean up transfers, its own included;
+ *   - inside a libcurl callback (write, header, ...) never call
+ *     sl_curl_start() or sl_curl_abort(); return an error code from the
+ *     callback instead, and the transfer ends through on_done.
+ *
+ * Glossary:
+ *   transfer  one HTTP exchange with an upstream: a CURL easy handle plus
+ *             the owner's completion callback.
+ *   sl_get    a small GET whose body is collected in memory (health checks,
+ *             /props), bounded by SL_GET_BODY_MAX.
+ */
+#ifndef SLUICE_CURL_LOOP_H
+#define SLUICE_CURL_LOOP_H
+
+#include <curl/curl.h>
+#include <stdbool.h>
+#include <uv.h>
+
+struct sl_curl {
+	CURLM *multi;
+	uv_loop_t *loop;
+	uv_timer_t timer;
+	unsigned open_handles; /* the timer and every socket's poll handle */
+	void (*on_closed)(struct sl_curl *);
+};
+
+struct sl_transfer;
+typedef void (*sl_transfer_done_cb)(struct sl_transfer *t, CURLcode result);
+
+struct sl_transfer {
+	CURL *easy;
+	sl_transfer_done_cb on_done;
+	void *data; /* the owner's */
+	bool active; /* added to the multi handle and not yet done */
+};
+
+int sl_curl_init(struct sl_curl *c, uv_loop_t *loop);
+
+/*
+ * Closes the multi handle and the loop handles; every transfer must have
+ * finished or been aborted. on_closed runs once the last handle has closed.
+ */
+void sl_curl_close(struct sl_curl *c, void (*on_closed)(struct sl_curl *));
+
+/* Starts t->easy (configured by the caller). Returns 0 or SL_ECURL. */
+int sl_curl_start(struct sl_curl *c, struct sl_transfer *t);
+
+/*
+ * Stops an active transfer at once, without calling on_done. libcurl closes
+ * its connection, which is how llama-server learns to stop generating.
+ */
+void sl_curl_abort(struct sl_curl *c, struct sl_transfer *t);
+
+/* Largest body an sl_get keeps; more fails the GET. */
+#define SL_GET_BODY_MAX (1u << 20)
+
+struct sl_get;
+/* status: the HTTP status, or 0 when no response came (err says why). */
+typedef void (*sl_get_cb)(struct sl_get *g, long status, const char *err);
+
+struct sl_get {
+	struct sl_transfer transfer;
+	struct curl_slist *headers;
+	char *body; /* NUL-terminated, owned by the sl_get */
+	size_t body_len;
+	sl_get_cb cb;
+	char error[CURL_ERROR_SIZE];
+};
+
+/*
+ * GETs `url`, with "Authorization: Bearer <api_key>" when api_key is not
+ * NULL, giving up after timeout_ms. The sl_get must be idle (not
+ * sl_get_busy). cb runs once, from the loop; g->body is valid until the next
+ * start or sl_get_reset.
+ */
+int sl_get_start(struct sl_curl *c, struct sl_get *g, const char *url,
+		 const char *api_key, long timeout_ms, sl_get_cb cb);
+bool sl_get_busy(const struct sl_get *g);
+/* Aborts a running GET (no callback) and frees its memory. */
+void sl_get_reset(struct sl_curl *c, struct sl_get *g);
+
+#endif

@@ -1,0 +1,195 @@
+/*
+ * http.h: sluice's HTTP/1.1 server on libuv and llhttp.
+ *
+ * The server owns the listening socket and every client connection. It
+ * parses requests with llhttp, enforces the limits below, and hands each
+ * complete request to one handler function. The handler answers through the
+ * sl_http_respond*() and sl_http_stream_*() calls, at once or later from any
+ * loop callback. Pipelined requests are answered in order: the next one is
+ * parsed only when the current response is complete.
+ *
+ * Glossary:
+ *   request   one parsed HTTP request; lives inside its connection from
+ *             dispatch until its response is complete (or the client has
+ *             gone, which the handler learns from on_abort).
+ *   backlog   response bytes handed to libuv but not yet written to the
+ *             socket; the handler reads it to apply back-pressure.
+ *   linger    after an error response that closes the connection, sluice
+ *             stops sending (FIN), then reads and discards what the client
+ *             still sends for a moment, so that the client reads the error
+ *             instead of a connection reset.
+ */
+#ifndef SLUICE_HTTP_H
+#define SLUICE_HTTP_H
+
+#include "sluice/common.h"
+
+#include <llhttp.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+/*
+ * Defaults for the limits, each overridable by an option. 16 KiB of request
+ * line and headers and 100 headers are far above what API clients send and
+ * close to what nginx and h2o allow; 1 MiB of body holds any sane prompt.
+ */
+#define SL_HTTP_MAX_HEADER_BYTES (16u * 1024)
+#define SL_HTTP_MAX_HEADERS 100u
+#define SL_HTTP_MAX_BODY (1024u * 1024)
+#define SL_HTTP_HEADER_TIMEOUT_MS 10000u
+#define SL_HTTP_BODY_TIMEOUT_MS 30000u
+#define SL_HTTP_IDLE_TIMEOUT_MS 60000u
+#define SL_HTTP_MAX_CONNECTIONS 10000u
+/* Client-sent request ids longer than this are replaced by our own. */
+#define SL_HTTP_REQUEST_ID_MAX 128u
+/* Bytes read ahead while a request is being answered (pipelining). */
+#define SL_HTTP_PENDING_MAX (64u * 1024)
+/* How long a lingering close waits for the client to finish sending. */
+#define SL_HTTP_LINGER_MS 2000u
+/* The one read buffer all connections share; reads are handled at once. */
+#define SL_HTTP_READ_BUF (64u * 1024)
+/*
+ * Back-pressure marks for a response being streamed: above HIGH the handler
+ * should stop producing; on_drain tells it when the backlog is down to LOW.
+ */
+#define SL_HTTP_BACKLOG_HIGH (64u * 1024)
+#define SL_HTTP_BACKLOG_LOW (16u * 1024)
+
+struct sl_http_limits {
+	size_t max_header_bytes;
+	unsigned max_headers;
+	size_t max_body;
+	uint64_t header_timeout_ms;
+	uint64_t body_timeout_ms;
+	uint64_t idle_timeout_ms;
+	unsigned max_connections;
+};
+
+struct sl_http_header {
+	const char *name; /* NUL-terminated, as the client spelled it */
+	const char *value;
+	size_t value_len;
+};
+
+struct sl_http_conn;
+struct sl_http_request;
+
+typedef void (*sl_http_abort_cb)(struct sl_http_request *req);
+typedef void (*sl_http_drain_cb)(struct sl_http_request *req);
+
+struct sl_http_request {
+	struct sl_http_conn *conn;
+	llhttp_method_t method;
+	const char *target; /* request target as sent, NUL-terminated */
+	const char *path;   /* target up to '?', NUL-terminated */
+	const char *query;  /* after '?', or "" */
+	struct sl_http_header headers[SL_HTTP_MAX_HEADERS];
+	unsigned n_headers;
+	char *body; /* NUL-terminated; body_len bytes */
+	size_t body_len;
+	char id[SL_HTTP_REQUEST_ID_MAX + 1]; /* X-Request-Id */
+	uint64_t start_ns;                   /* first byte of the request */
+
+	/* Set by the handler when it answers later. */
+	sl_http_abort_cb on_abort; /* the client went away first */
+	sl_http_drain_cb on_drain; /* backlog fell below the low-water mark */
+	void *handler_data;
+};
+
+typedef void (*sl_http_handler)(struct sl_http_request *req, void *data);
+
+struct sl_http_server {
+	uv_loop_t *loop;
+	uv_tcp_t listener;
+	struct sl_http_limits limits;
+	sl_http_handler handler;
+	void *handler_data;
+	struct sl_http_conn *conns; /* all open connections, a list */
+	unsigned n_conns;
+	unsigned n_busy; /* requests dispatched and not yet answered */
+	bool listening;
+	bool draining; /* answering what is in flight, then closing */
+	bool closing;
+	void (*on_closed)(struct sl_http_server *);
+	unsigned open_handles; /* the listener, until it closes */
+	char *read_buf;        /* SL_HTTP_READ_BUF bytes */
+	uint64_t request_counter;
+	uint64_t id_seed;
+	char date[40]; /* cached Date header value */
+	uint64_t date_sec;
+};
+
+void sl_http_limits_default(struct sl_http_limits *l);
+
+/*
+ * Listens on host:port (port 0: any free one; sl_http_server_port() tells
+ * which). Returns 0 or a negative libuv code (e.g. UV_EADDRINUSE).
+ */
+int sl_http_server_listen(struct sl_http_server *s, uv_loop_t *loop,
+			  const char *host, unsigned port,
+			  const struct sl_http_limits *limits,
+			  sl_http_handler handler, void *data);
+
+unsigned sl_http_server_port(const struct sl_http_server *s);
+
+/* Stops accepting new connections; open ones carry on. */
+void sl_http_server_stop_accepting(struct sl_http_server *s);
+
+/* Number of requests dispatched and not yet answered. */
+unsigned sl_http_server_busy(const struct sl_http_server *s);
+
+/*
+ * Graceful shutdown, first step: stops accepting, closes idle connections
+ * and closes the others after their current response.
+ */
+void sl_http_server_drain(struct sl_http_server *s);
+
+/*
+ * Closes the listener and every connection (requests in flight are aborted
+ * through their on_abort). on_closed runs when all handles are closed.
+ */
+void sl_http_server_close(struct sl_http_server *s,
+			  void (*on_closed)(struct sl_http_server *));
+
+/* The value of header `name` (case-insensitive), or NULL. */
+const char *sl_http_header(const struct sl_http_request *req,
+			   const char *name);
+
+/*
+ * A complete response. `extra_headers` is NULL or preformatted lines, each
+ * ending in "\r\n". The body is copied when needed; the caller keeps it.
+ * After this call `req` belongs to the server again: do not touch it.
+ */
+void sl_http_respond(struct sl_http_request *req, int status,
+		     const char *content_type, const char *extra_headers,
+		     const void *body, size_t len);
+
+/*
+ * An error in OpenAI's shape: {"error":{"message","type","code"}}, where
+ * code is the status. `type` is e.g. "invalid_request_error".
+ */
+void sl_http_respond_error(struct sl_http_request *req, int status,
+			   const char *type, const char *extra_headers,
+			   const char *fmt, ...) SL_PRINTF(5, 6);
+
+/*
+ * A chunked response, sent as it is produced: start it, write chunks, end
+ * it. Writes return 0, or a negative code when the client is gone (the
+ * handler then also gets on_abort). After sl_http_stream_end() `req`
+ * belongs to the server again.
+ */
+int sl_http_stream_start(struct sl_http_request *req, int status,
+			 const char *content_type, const char *extra_headers);
+int sl_http_stream_write(struct sl_http_request *req, const void *data,
+			 size_t len);
+void sl_http_stream_end(struct sl_http_request *req);
+
+/* Response bytes queued in sluice for this request's client. */
+size_t sl_http_backlog(const struct sl_http_request *req);
+
+/* Standard reason phrase ("Not Found"); "Unknown" for odd codes. */
+const char *sl_http_reason(int status);
+
+#endif

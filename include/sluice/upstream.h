@@ -1,0 +1,129 @@
+/*
+ * upstream.h: one llama-server that sluice sends requests to, and what sluice
+ * knows of its health.
+ *
+ * A managed upstream is a llama-server that sluice spawned and supervises: on
+ * loopback, on a free port, with an API key only sluice knows. It is
+ * restarted with capped exponential backoff when it exits unexpectedly. A
+ * remote upstream is one given by --upstream; sluice only checks on it.
+ *
+ * States:
+ *   starting    first launch (managed) or first check (remote) under way
+ *   ready       /health answered 200 and /props gave the slot count
+ *   restarting  managed: exited after having been ready; relaunch pending
+ *               or under way
+ *   down        not answering (remote, or managed but wedged)
+ *   stopped     shut down by sluice
+ *
+ * Lifetime: created by sl_upstream_new(); sl_upstream_stop() begins the end
+ * and hooks->on_stopped reports it, after which the upstream frees itself.
+ */
+#ifndef SLUICE_UPSTREAM_H
+#define SLUICE_UPSTREAM_H
+
+#include "sluice/child.h"
+#include "sluice/config.h"
+#include "sluice/curl_loop.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <uv.h>
+
+/* How often a starting llama-server's /health is polled. */
+#define SL_STARTUP_POLL_MS 100
+/* A health or /props request that takes longer has failed. */
+#define SL_PROBE_TIMEOUT_MS 2000
+/* Consecutive failed health checks before a ready upstream counts as down. */
+#define SL_PROBE_FAILURES_DOWN 3
+/* Restart backoff: first delay, doubling per quick failure, up to the cap. */
+#define SL_RESTART_DELAY_MIN_MS 500
+#define SL_RESTART_DELAY_MAX_MS 30000
+/* Ready this long before exiting: the next restart starts the backoff anew. */
+#define SL_RESTART_STABLE_MS 60000
+
+enum sl_upstream_state {
+	SL_UPSTREAM_STARTING,
+	SL_UPSTREAM_READY,
+	SL_UPSTREAM_RESTARTING,
+	SL_UPSTREAM_DOWN,
+	SL_UPSTREAM_STOPPED,
+};
+
+const char *sl_upstream_state_name(enum sl_upstream_state s);
+
+struct sl_upstream;
+
+struct sl_upstream_hooks {
+	/* The state changed; u->state is the new one. */
+	void (*on_change)(struct sl_upstream *u, enum sl_upstream_state old);
+	/* A managed llama-server failed its first start; `why` says how. */
+	void (*on_fatal)(struct sl_upstream *u, const char *why);
+	/* Stopped and closed; `u` is freed when this returns. */
+	void (*on_stopped)(struct sl_upstream *u);
+};
+
+/* What a managed upstream runs. */
+struct sl_managed_spec {
+	const char *exe;   /* llama-server executable */
+	const char *model; /* GGUF file, or NULL when llama_args choose one */
+};
+
+struct sl_upstream {
+	uv_loop_t *loop;
+	struct sl_curl *curl;
+	const struct sl_config *cfg;
+	const struct sl_upstream_hooks *hooks;
+	void *data; /* the owner's */
+
+	char *url;     /* base URL without a trailing '/' */
+	char *api_key; /* sent as a bearer token; NULL for none */
+	enum sl_upstream_state state;
+	unsigned total_slots; /* from /props; 0 until known */
+	unsigned restarts;    /* relaunches after unexpected exits */
+	unsigned index;       /* position among sluice's upstreams */
+
+	/* Managed only. */
+	bool managed;
+	char *exe;
+	char *model;
+	struct sl_child *child; /* the running llama-server, or NULL */
+	bool ever_ready;        /* became ready at least once */
+	uint64_t ready_since_ms;
+	unsigned quick_failures; /* exits since the last stable run */
+
+	struct sl_get probe;
+	uv_timer_t probe_timer;    /* next health check; restart backoff */
+	uv_timer_t deadline_timer; /* startup timeout */
+	unsigned failed_probes;
+	char last_probe[160];      /* what the last failed probe said */
+	bool stopping;
+	unsigned open_handles;
+};
+
+/*
+ * A new upstream: managed when `spec` is not NULL (url is then chosen at
+ * each launch), else remote at `url`. Call sl_upstream_start() next.
+ */
+struct sl_upstream *sl_upstream_new(uv_loop_t *loop, struct sl_curl *curl,
+				    const struct sl_config *cfg,
+				    const struct sl_managed_spec *spec,
+				    const char *url,
+				    const struct sl_upstream_hooks *hooks,
+				    void *data);
+
+/* Launches (managed) or starts checking (remote). Returns 0 or an error. */
+int sl_upstream_start(struct sl_upstream *u);
+
+/*
+ * Stops: a managed llama-server gets SIGTERM, then SIGKILL after
+ * --stop-timeout; `force` sends SIGKILL at once. Calling it again with
+ * force=true hurries a stop already under way.
+ */
+void sl_upstream_stop(struct sl_upstream *u, bool force);
+
+bool sl_upstream_is_ready(const struct sl_upstream *u);
+
+/* A new JSON object describing the upstream for /health. */
+json_t *sl_upstream_json(const struct sl_upstream *u);
+
+#endif

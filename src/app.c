@@ -1,0 +1,264 @@
+/* app.c: start-up, shutdown, and the glue between the modules. */
+#include "sluice/app.h"
+
+#include "sluice/common.h"
+#include "sluice/log.h"
+#include "sluice/routes.h"
+#include "sluice/startup.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sl_build_config.h"
+
+static void app_maybe_done(struct sl_app *app);
+
+/* ---- upstream events ---- */
+
+static void announce_ready(struct sl_app *app)
+{
+	if (app->announced)
+		return;
+	app->announced = true;
+	sl_info("sluice %s is ready on %s", SL_VERSION, app->listen_url);
+	if (app->demo)
+		sl_warn("serving the DEMO model: it generates random text. To "
+			"serve a real model, pass --model FILE.gguf, or let "
+			"llama-server download one with --llama-arg=--hf-repo "
+			"--llama-arg=REPO");
+}
+
+static void on_upstream_change(struct sl_upstream *u,
+			       enum sl_upstream_state old)
+{
+	struct sl_app *app = u->data;
+	sl_debug("upstream %s: %s -> %s", u->url, sl_upstream_state_name(old),
+		 sl_upstream_state_name(u->state));
+	if (u->state == SL_UPSTREAM_READY)
+		announce_ready(app);
+}
+
+static void on_upstream_fatal(struct sl_upstream *u, const char *why)
+{
+	struct sl_app *app = u->data;
+	sl_error("%s", why);
+	sl_app_stop(app, EXIT_FAILURE);
+}
+
+static void on_upstream_stopped(struct sl_upstream *u)
+{
+	struct sl_app *app = u->data;
+	app->upstreams[u->index] = NULL;
+	app->n_upstreams--;
+	app_maybe_done(app);
+}
+
+static const struct sl_upstream_hooks upstream_hooks = {
+	.on_change = on_upstream_change,
+	.on_fatal = on_upstream_fatal,
+	.on_stopped = on_upstream_stopped,
+};
+
+/* ---- shutdown ---- */
+
+static void on_http_closed(struct sl_http_server *s)
+{
+	struct sl_app *app = sl_container_of(s, struct sl_app, http);
+	app->http.loop = NULL; /* marks it closed */
+	app_maybe_done(app);
+}
+
+static void on_curl_closed(struct sl_curl *c)
+{
+	(void)c; /* nothing else is open: uv_run returns */
+}
+
+static void app_maybe_done(struct sl_app *app)
+{
+	if (!app->stopping || app->n_upstreams > 0 || app->http.loop)
+		return;
+	if (app->curl.multi)
+		sl_curl_close(&app->curl, on_curl_closed);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+	struct sl_app *app = h->data;
+	if (!app->stopping) {
+		sl_info("received %s; shutting down", strsignal(signum));
+		sl_app_stop(app, EXIT_SUCCESS);
+		return;
+	}
+	sl_warn("received %s again; killing llama-server now",
+		strsignal(signum));
+	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++)
+		if (app->upstreams[i])
+			sl_upstream_stop(app->upstreams[i], true);
+}
+
+void sl_app_stop(struct sl_app *app, int exit_code)
+{
+	if (app->stopping)
+		return;
+	app->stopping = true;
+	app->exit_code = exit_code;
+	/* Signals stay watched (unref'd) so a second one can hurry us. */
+	uv_unref((uv_handle_t *)&app->sigint);
+	uv_unref((uv_handle_t *)&app->sigterm);
+	if (app->http.loop)
+		sl_http_server_close(&app->http, on_http_closed);
+	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++)
+		if (app->upstreams[i])
+			sl_upstream_stop(app->upstreams[i], false);
+	app_maybe_done(app);
+}
+
+/* ---- /health ---- */
+
+json_t *sl_app_health_json(const struct sl_app *app, bool *any_ready)
+{
+	json_t *ups = json_array();
+	*any_ready = false;
+	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
+		const struct sl_upstream *u = app->upstreams[i];
+		if (!u)
+			continue;
+		*any_ready |= sl_upstream_is_ready(u);
+		json_array_append_new(ups, sl_upstream_json(u));
+	}
+	double uptime = (double)(uv_now((uv_loop_t *)&app->loop) -
+				 app->start_ms) / 1000.0;
+	return json_pack("{s:s, s:s, s:s, s:f, s:b, s:o}", "status",
+			 *any_ready ? "ok" : "unavailable", "state",
+			 app->stopping ? "stopping" : "running", "version",
+			 SL_VERSION, "uptime_s", uptime, "demo_model",
+			 app->demo, "upstreams", ups);
+}
+
+/* ---- start-up ---- */
+
+/* Decides what to run and checks it, before the loop starts. */
+static int plan_managed(struct sl_app *app, struct sl_managed_spec *spec,
+			char **exe, char **model)
+{
+	const struct sl_config *cfg = app->cfg;
+	char err[512];
+	char *cache = sl_cache_dir(cfg, err, sizeof(err));
+	if (!cache)
+		goto fail;
+	*exe = sl_find_llama_server(cfg, cache, err, sizeof(err));
+	if (!*exe)
+		goto fail_cache;
+	if (cfg->model[0]) {
+		if (sl_check_model_file(cfg->model, err, sizeof(err)) != 0)
+			goto fail_cache;
+		*model = sl_xstrdup(cfg->model);
+	} else if (!sl_llama_args_choose_model(cfg)) {
+		*model = sl_demo_model_path(cfg, cache, err, sizeof(err));
+		if (!*model)
+			goto fail_cache;
+		app->demo = true;
+	}
+	free(cache);
+	spec->exe = *exe;
+	spec->model = *model;
+	return 0;
+
+fail_cache:
+	free(cache);
+fail:
+	sl_error("%s", err);
+	return SL_EINVAL;
+}
+
+static int add_upstream(struct sl_app *app, const struct sl_managed_spec *spec,
+			const char *url)
+{
+	if (app->n_upstreams >= SL_MAX_UPSTREAMS) {
+		sl_error("too many upstreams: at most %d", SL_MAX_UPSTREAMS);
+		return SL_EINVAL;
+	}
+	struct sl_upstream *u = sl_upstream_new(&app->loop, &app->curl, app->cfg,
+						spec, url, &upstream_hooks, app);
+	u->index = app->n_upstreams;
+	app->upstreams[app->n_upstreams++] = u;
+	int rc = sl_upstream_start(u);
+	if (rc != 0)
+		sl_error("cannot start %s: %s", spec ? spec->exe : url,
+			 sl_strerror(rc));
+	return rc;
+}
+
+static int open_listener(struct sl_app *app)
+{
+	const struct sl_config *cfg = app->cfg;
+	struct sl_http_limits limits;
+	sl_http_limits_default(&limits);
+	int rc = sl_http_server_listen(&app->http, &app->loop, cfg->listen_host,
+				       cfg->listen_port, &limits,
+				       sl_routes_dispatch, app);
+	if (rc != 0) {
+		sl_error("--listen %s: %s", cfg->listen, uv_strerror(rc));
+		return rc;
+	}
+	unsigned port = sl_http_server_port(&app->http);
+	bool v6 = strchr(cfg->listen_host, ':') != NULL;
+	snprintf(app->listen_url, sizeof(app->listen_url), "http://%s%s%s:%u",
+		 v6 ? "[" : "", cfg->listen_host, v6 ? "]" : "", port);
+	sl_info("listening on %s", app->listen_url);
+	return 0;
+}
+
+static void run_loop_to_end(struct sl_app *app)
+{
+	uv_run(&app->loop, UV_RUN_DEFAULT);
+	/* The signal handles were unref'd, not closed: close them now. */
+	uv_close((uv_handle_t *)&app->sigint, NULL);
+	uv_close((uv_handle_t *)&app->sigterm, NULL);
+	uv_run(&app->loop, UV_RUN_DEFAULT);
+	if (uv_loop_close(&app->loop) != 0)
+		sl_warn("a libuv handle was left open at exit");
+}
+
+int sl_app_run(const struct sl_config *cfg)
+{
+	struct sl_app *app = sl_xcalloc(1, sizeof(*app));
+	app->cfg = cfg;
+	struct sl_managed_spec spec = {0};
+	char *exe = NULL, *model = NULL;
+	bool managed = cfg->model[0] || cfg->upstreams.count == 0;
+	int rc;
+
+	if (managed && plan_managed(app, &spec, &exe, &model) != 0) {
+		free(app);
+		return EXIT_FAILURE;
+	}
+
+	uv_loop_init(&app->loop);
+	app->start_ms = uv_now(&app->loop);
+	uv_signal_init(&app->loop, &app->sigint);
+	uv_signal_init(&app->loop, &app->sigterm);
+	app->sigint.data = app;
+	app->sigterm.data = app;
+	uv_signal_start(&app->sigint, on_signal, SIGINT);
+	uv_signal_start(&app->sigterm, on_signal, SIGTERM);
+
+	rc = sl_curl_init(&app->curl, &app->loop);
+	if (rc == 0)
+		rc = open_listener(app);
+	if (rc == 0 && managed)
+		rc = add_upstream(app, &spec, NULL);
+	for (unsigned i = 0; rc == 0 && i < cfg->upstreams.count; i++)
+		rc = add_upstream(app, NULL, cfg->upstreams.items[i]);
+	free(exe);
+	free(model);
+	if (rc != 0)
+		sl_app_stop(app, EXIT_FAILURE);
+
+	run_loop_to_end(app);
+	int code = app->exit_code;
+	free(app);
+	return code;
+}

@@ -1,0 +1,85 @@
+/* common.c: error texts, clocks and allocation that cannot fail. */
+#include "sluice/common.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <uv.h>
+
+const char *sl_strerror(int err)
+{
+	switch (err) {
+#define SL_ERRNO_CASE(name, value, msg) \
+	case SL_E##name:                \
+		return msg;
+		SL_ERRNO_MAP(SL_ERRNO_CASE)
+#undef SL_ERRNO_CASE
+	default:
+		return uv_strerror(err);
+	}
+}
+
+uint64_t sl_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t sl_now_ms(void)
+{
+	return sl_now_ns() / 1000000u;
+}
+
+SL_NORETURN static void out_of_memory(size_t size)
+{
+	fprintf(stderr, "sluice: out of memory allocating %zu bytes\n", size);
+	abort();
+}
+
+void *sl_xmalloc(size_t size)
+{
+	void *p = malloc(size ? size : 1);
+	if (!p)
+		out_of_memory(size);
+	return p;
+}
+
+void *sl_xcalloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size ? size : 1);
+	if (!p)
+		out_of_memory(n * size);
+	return p;
+}
+
+void *sl_xrealloc(void *ptr, size_t size)
+{
+	void *p = realloc(ptr, size ? size : 1);
+	if (!p)
+		out_of_memory(size);
+	return p;
+}
+
+char *sl_xstrdup(const char *s)
+{
+	size_t n = strlen(s) + 1;
+	return memcpy(sl_xmalloc(n), s, n);
+}
+
+char *sl_xasprintf(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		out_of_memory(0);
+	char *s = sl_xmalloc((size_t)n + 1);
+	va_start(ap, fmt);
+	vsnprintf(s, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	return s;
+}

@@ -1,0 +1,569 @@
+/*
+ * config.c: the option table, and parsing of defaults, environment and argv
+ * through one code path.
+ */
+#include "sluice/config.h"
+
+#include "sluice/common.h"
+#include "sluice/demo_model.h"
+#include "sluice/log.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+enum opt_type {
+	OPT_STRING,   /* any text */
+	OPT_ADDR,     /* IP:PORT to listen on */
+	OPT_UINT,     /* whole number in [min, max] */
+	OPT_DURATION, /* milliseconds in [min, max] */
+	OPT_CHOICE,   /* one of choices[], stored as its index */
+	OPT_URL_LIST, /* repeatable http(s) base URL */
+	OPT_ARG_LIST, /* repeatable verbatim argument */
+};
+
+struct option_def {
+	const char *name;    /* the flag, without "--" */
+	const char *env;     /* environment twin */
+	const char *metavar; /* placeholder in --help */
+	enum opt_type type;
+	size_t offset;       /* of the field in struct sl_config */
+	const char *def;     /* default, written as a user would */
+	uint64_t min, max;   /* OPT_UINT, OPT_DURATION (in ms) */
+	const char *const *choices;
+	const char *help;
+	const char *def_help; /* describes an empty default */
+};
+
+static const char *const log_levels[] = {"debug", "info", "warn", "error",
+					 NULL};
+static const char *const log_formats[] = {"text", "json", NULL};
+static const char *const demo_sizes[] = {"tiny", "slow", NULL};
+
+#define FIELD(f) offsetof(struct sl_config, f)
+#define SEC 1000u
+
+/*
+ * Limits, and why: 256 slots is far beyond what one llama-server serves
+ * well; a 64-token context cannot hold a chat prompt; a startup timeout
+ * above an hour would hide a wedged model load.
+ */
+static const struct option_def options[] = {
+	{"listen", "SLUICE_LISTEN", "ADDR", OPT_ADDR, FIELD(listen),
+	 "127.0.0.1:8080", 0, 0, NULL,
+	 "address to accept clients on: IP:PORT, [IPv6]:PORT or :PORT (all "
+	 "interfaces); port 0 picks a free one",
+	 NULL},
+	{"upstream", "SLUICE_UPSTREAM", "URL", OPT_URL_LIST, FIELD(upstreams),
+	 NULL, 0, 0, NULL,
+	 "base URL of a llama-server that sluice does not manage; repeatable "
+	 "(environment: comma-separated; LLAMA_SERVER_URL adds one); no "
+	 "llama-server is spawned unless --model is also given",
+	 "none"},
+	{"model", "SLUICE_MODEL", "FILE", OPT_STRING, FIELD(model), "", 0, 0,
+	 NULL, "GGUF model for the llama-server that sluice spawns",
+	 "the demo model, written into the cache directory"},
+	{"llama-server", "SLUICE_LLAMA_SERVER", "PATH", OPT_STRING,
+	 FIELD(llama_server), "", 0, 0, NULL, "llama-server executable to run",
+	 "llama-server on PATH, else the one deploy/setup.sh provisioned "
+	 "in the cache directory"},
+	{"llama-arg", "SLUICE_LLAMA_ARGS", "ARG", OPT_ARG_LIST,
+	 FIELD(llama_args), NULL, 0, 0, NULL,
+	 "extra argument for the spawned llama-server, passed verbatim; "
+	 "repeatable (environment: whitespace-separated), e.g. "
+	 "--llama-arg=--hf-repo --llama-arg=REPO",
+	 "none"},
+	{"slots", "SLUICE_SLOTS", "N", OPT_UINT, FIELD(slots), "4", 1, 256,
+	 NULL, "parallel slots of the spawned llama-server (its -np)", NULL},
+	{"ctx-size", "SLUICE_CTX_SIZE", "TOKENS", OPT_UINT, FIELD(ctx_size),
+	 "4096", 64, 1u << 24, NULL,
+	 "context per slot; the spawned llama-server gets -c slots*TOKENS",
+	 NULL},
+	{"startup-timeout", "SLUICE_STARTUP_TIMEOUT", "DURATION", OPT_DURATION,
+	 FIELD(startup_timeout_ms), "120", 100, 3600 * SEC, NULL,
+	 "how long the spawned llama-server may take to become healthy", NULL},
+	{"stop-timeout", "SLUICE_STOP_TIMEOUT", "DURATION", OPT_DURATION,
+	 FIELD(stop_timeout_ms), "10", 0, 600 * SEC, NULL,
+	 "on shutdown, grace period between SIGTERM and SIGKILL for "
+	 "llama-server",
+	 NULL},
+	{"health-interval", "SLUICE_HEALTH_INTERVAL", "DURATION", OPT_DURATION,
+	 FIELD(health_interval_ms), "2", 100, 3600 * SEC, NULL,
+	 "how often each ready upstream's /health is checked", NULL},
+	{"cache-dir", "SLUICE_CACHE_DIR", "DIR", OPT_STRING, FIELD(cache_dir),
+	 "", 0, 0, NULL, "where the demo model and a provisioned llama-server live",
+	 "$XDG_CACHE_HOME/sluice, or ~/.cache/sluice"},
+	{"demo-model-size", "SLUICE_DEMO_MODEL_SIZE", "tiny|slow", OPT_CHOICE,
+	 FIELD(demo_model_size), "tiny", 0, 0, demo_sizes,
+	 "demo model variant: tiny (fast) or slow (tens of MB, a few hundred "
+	 "tokens/s)",
+	 NULL},
+	{"log-level", "SLUICE_LOG_LEVEL", "LEVEL", OPT_CHOICE,
+	 FIELD(log_level), "info", 0, 0, log_levels,
+	 "least severe level logged: debug, info, warn or error", NULL},
+	{"log-format", "SLUICE_LOG_FORMAT", "FORMAT", OPT_CHOICE,
+	 FIELD(log_format), "text", 0, 0, log_formats,
+	 "log as text lines or as JSON lines", NULL},
+};
+
+/* Actions: flags that make sluice do one thing and exit; no environment. */
+struct action_def {
+	const char *name;
+	const char *metavar; /* NULL: takes no value */
+	const char *help;
+};
+
+static const struct action_def actions[] = {
+	{"help", NULL, "print this help and exit"},
+	{"version", NULL, "print the version and exit"},
+	{"write-demo-model", "PATH",
+	 "write the demo model (see --demo-model-size) to PATH and exit"},
+};
+
+void sl_strlist_push(struct sl_strlist *l, const char *s)
+{
+	l->items = sl_xrealloc(l->items, (l->count + 1) * sizeof(*l->items));
+	l->items[l->count++] = sl_xstrdup(s);
+}
+
+void sl_strlist_clear(struct sl_strlist *l)
+{
+	for (unsigned i = 0; i < l->count; i++)
+		free(l->items[i]);
+	free(l->items);
+	l->items = NULL;
+	l->count = 0;
+}
+
+/* One line into err: "NAME: message". Always returns SL_EINVAL. */
+SL_PRINTF(4, 5)
+static int fail(char *err, size_t size, const char *where, const char *fmt,
+		...)
+{
+	int n = snprintf(err, size, "%s: ", where);
+	if (n < 0 || (size_t)n >= size)
+		return SL_EINVAL;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err + n, size - (size_t)n, fmt, ap);
+	va_end(ap);
+	return SL_EINVAL;
+}
+
+int sl_parse_duration_ms(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (end == s || errno != 0 || !isfinite(v) || v < 0 || *s == '-' ||
+	    *s == '+' || *s == ' ')
+		return SL_EINVAL;
+	if (strcmp(end, "ms") == 0)
+		;
+	else if (*end == '\0' || strcmp(end, "s") == 0)
+		v *= 1000.0;
+	else
+		return SL_EINVAL;
+	if (v > 1e15)
+		return SL_EINVAL;
+	*out = (uint64_t)llround(v);
+	return 0;
+}
+
+static int parse_uint(const char *s, uint64_t *out)
+{
+	char *end;
+	if (*s < '0' || *s > '9')
+		return SL_EINVAL;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (*end != '\0' || errno != 0)
+		return SL_EINVAL;
+	*out = v;
+	return 0;
+}
+
+static void set_string(char **field, const char *value)
+{
+	free(*field);
+	*field = sl_xstrdup(value);
+}
+
+/* IP:PORT, [IPv6]:PORT or :PORT; "localhost" means 127.0.0.1. */
+static int parse_addr(struct sl_config *cfg, const char *value)
+{
+	const char *colon = strrchr(value, ':');
+	if (!colon)
+		return SL_EINVAL;
+	uint64_t port;
+	if (parse_uint(colon + 1, &port) != 0 || port > 65535)
+		return SL_EINVAL;
+
+	char host[64];
+	const char *h = value;
+	size_t len = (size_t)(colon - value);
+	if (len > 0 && value[0] == '[') {
+		if (len < 3 || value[len - 1] != ']')
+			return SL_EINVAL;
+		h = value + 1;
+		len -= 2;
+	}
+	if (len >= sizeof(host))
+		return SL_EINVAL;
+	memcpy(host, h, len);
+	host[len] = '\0';
+	if (len == 0)
+		strcpy(host, "0.0.0.0");
+	else if (strcmp(host, "localhost") == 0)
+		strcpy(host, "127.0.0.1");
+
+	struct sockaddr_in6 a6;
+	struct sockaddr_in a4;
+	if (uv_ip4_addr(host, 0, &a4) != 0 && uv_ip6_addr(host, 0, &a6) != 0)
+		return SL_EINVAL;
+	set_string(&cfg->listen_host, host);
+	cfg->listen_port = (unsigned)port;
+	return 0;
+}
+
+/* An http:// or https:// URL with a host; stored without a trailing '/'. */
+static int check_url(const char *value, char **normalized)
+{
+	CURLU *u = curl_url();
+	char *scheme = NULL, *host = NULL;
+	int ok = u && curl_url_set(u, CURLUPART_URL, value, 0) == CURLUE_OK &&
+		 curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+		 curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+		 (strcmp(scheme, "http") == 0 || strcmp(scheme, "https") == 0);
+	curl_free(scheme);
+	curl_free(host);
+	curl_url_cleanup(u);
+	if (!ok)
+		return SL_EINVAL;
+	*normalized = sl_xstrdup(value);
+	size_t n = strlen(*normalized);
+	while (n > 0 && (*normalized)[n - 1] == '/')
+		(*normalized)[--n] = '\0';
+	return 0;
+}
+
+static int choice_index(const char *const *choices, const char *value)
+{
+	for (int i = 0; choices[i]; i++)
+		if (strcmp(choices[i], value) == 0)
+			return i;
+	return -1;
+}
+
+/* "a, b or c" */
+static void join_choices(const char *const *choices, char *buf, size_t size)
+{
+	buf[0] = '\0';
+	for (int i = 0; choices[i]; i++) {
+		const char *sep = i == 0		  ? ""
+				  : choices[i + 1] == NULL ? " or "
+							   : ", ";
+		strncat(buf, sep, size - strlen(buf) - 1);
+		strncat(buf, choices[i], size - strlen(buf) - 1);
+	}
+}
+
+/*
+ * Applies one value to one option. `where` names the source in errors (the
+ * flag or the environment variable).
+ */
+static int apply(struct sl_config *cfg, const struct option_def *o,
+		 const char *value, const char *where, char *err, size_t size)
+{
+	void *field = (char *)cfg + o->offset;
+	uint64_t n;
+
+	switch (o->type) {
+	case OPT_STRING:
+		set_string(field, value);
+		return 0;
+	case OPT_ADDR:
+		if (parse_addr(cfg, value) != 0)
+			return fail(err, size, where,
+				    "expected IP:PORT, [IPv6]:PORT or :PORT, "
+				    "got \"%s\"",
+				    value);
+		set_string(field, value);
+		return 0;
+	case OPT_UINT:
+		if (parse_uint(value, &n) != 0 || n < o->min || n > o->max)
+			return fail(err, size, where,
+				    "expected a whole number from %llu to %llu, "
+				    "got \"%s\"",
+				    (unsigned long long)o->min,
+				    (unsigned long long)o->max, value);
+		*(unsigned *)field = (unsigned)n;
+		return 0;
+	case OPT_DURATION:
+		if (sl_parse_duration_ms(value, &n) != 0 || n < o->min ||
+		    n > o->max)
+			return fail(err, size, where,
+				    "expected a duration from %gs to %gs "
+				    "(seconds, or milliseconds with \"ms\"), "
+				    "got \"%s\"",
+				    (double)o->min / SEC, (double)o->max / SEC,
+				    value);
+		*(uint64_t *)field = n;
+		return 0;
+	case OPT_CHOICE: {
+		int i = choice_index(o->choices, value);
+		if (i < 0) {
+			char list[128];
+			join_choices(o->choices, list, sizeof(list));
+			return fail(err, size, where, "expected %s, got \"%s\"",
+				    list, value);
+		}
+		*(int *)field = i;
+		return 0;
+	}
+	case OPT_URL_LIST: {
+		char *url;
+		if (check_url(value, &url) != 0)
+			return fail(err, size, where,
+				    "expected an http:// or https:// URL, got "
+				    "\"%s\"",
+				    value);
+		sl_strlist_push(field, url);
+		free(url);
+		return 0;
+	}
+	case OPT_ARG_LIST:
+		sl_strlist_push(field, value);
+		return 0;
+	}
+	return SL_EINVAL;
+}
+
+/* A list option's environment value holds several items. */
+static int apply_env_list(struct sl_config *cfg, const struct option_def *o,
+			  const char *value, char *err, size_t size)
+{
+	const char *seps = o->type == OPT_URL_LIST ? ", \t\n" : " \t\n";
+	char *copy = sl_xstrdup(value), *save = NULL;
+	int rc = 0;
+	for (char *tok = strtok_r(copy, seps, &save); tok && rc == 0;
+	     tok = strtok_r(NULL, seps, &save))
+		rc = apply(cfg, o, tok, o->env, err, size);
+	free(copy);
+	return rc;
+}
+
+static const char *env_lookup(char *const envp[], const char *name)
+{
+	size_t len = strlen(name);
+	for (; envp && *envp; envp++)
+		if (strncmp(*envp, name, len) == 0 && (*envp)[len] == '=')
+			return *envp + len + 1;
+	return NULL;
+}
+
+static int is_list(const struct option_def *o)
+{
+	return o->type == OPT_URL_LIST || o->type == OPT_ARG_LIST;
+}
+
+static int apply_defaults_and_env(struct sl_config *cfg, char *const envp[],
+				  char *err, size_t size)
+{
+	for (size_t i = 0; i < SL_ARRAY_SIZE(options); i++) {
+		const struct option_def *o = &options[i];
+		if (o->def && apply(cfg, o, o->def, o->name, err, size) != 0)
+			return SL_EINVAL; /* a bad default is a bug */
+		const char *v = env_lookup(envp, o->env);
+		if (!v || !*v)
+			continue;
+		int rc = is_list(o) ? apply_env_list(cfg, o, v, err, size)
+				    : apply(cfg, o, v, o->env, err, size);
+		if (rc != 0)
+			return rc;
+	}
+	/* The mini-v seed's variable: one more upstream. */
+	const char *v = env_lookup(envp, "LLAMA_SERVER_URL");
+	if (v && *v) {
+		for (size_t i = 0; i < SL_ARRAY_SIZE(options); i++)
+			if (options[i].type == OPT_URL_LIST)
+				return apply(cfg, &options[i], v,
+					     "LLAMA_SERVER_URL", err, size);
+	}
+	return 0;
+}
+
+static const struct option_def *find_option(const char *name, size_t len)
+{
+	for (size_t i = 0; i < SL_ARRAY_SIZE(options); i++)
+		if (strlen(options[i].name) == len &&
+		    strncmp(options[i].name, name, len) == 0)
+			return &options[i];
+	return NULL;
+}
+
+static const struct action_def *find_action(const char *name, size_t len)
+{
+	for (size_t i = 0; i < SL_ARRAY_SIZE(actions); i++)
+		if (strlen(actions[i].name) == len &&
+		    strncmp(actions[i].name, name, len) == 0)
+			return &actions[i];
+	return NULL;
+}
+
+static int apply_action(struct sl_config *cfg, const struct action_def *a,
+			const char *value)
+{
+	if (strcmp(a->name, "help") == 0)
+		cfg->help = true;
+	else if (strcmp(a->name, "version") == 0)
+		cfg->version = true;
+	else
+		set_string(&cfg->write_demo_model, value);
+	return 0;
+}
+
+int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
+		    char *const envp[], char *err, size_t size)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	err[0] = '\0';
+
+	int rc = apply_defaults_and_env(cfg, envp, err, size);
+	if (rc != 0)
+		return rc;
+
+	/* Lists given on the command line replace their environment twin. */
+	bool list_from_argv[SL_ARRAY_SIZE(options)] = {false};
+
+	for (int i = 1; i < argc; i++) {
+		const char *arg = argv[i];
+		if (strcmp(arg, "-h") == 0)
+			arg = "--help";
+		if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0')
+			return fail(err, size, arg,
+				    "unexpected argument (options are --NAME "
+				    "VALUE or --NAME=VALUE; see --help)");
+		const char *name = arg + 2;
+		const char *eq = strchr(name, '=');
+		size_t len = eq ? (size_t)(eq - name) : strlen(name);
+
+		const struct action_def *a = find_action(name, len);
+		const struct option_def *o = a ? NULL : find_option(name, len);
+		if (!a && !o)
+			return fail(err, size, arg,
+				    "unknown option (see --help)");
+
+		const char *value = eq ? eq + 1 : NULL;
+		bool wants_value = o || a->metavar;
+		if (!wants_value && value)
+			return fail(err, size, arg, "takes no value");
+		if (wants_value && !value) {
+			if (i + 1 >= argc)
+				return fail(err, size, arg,
+					    "missing value (expected %s)",
+					    o ? o->metavar : a->metavar);
+			value = argv[++i];
+		}
+
+		char where[64];
+		snprintf(where, sizeof(where), "--%.*s", (int)len, name);
+		if (a) {
+			apply_action(cfg, a, value);
+			continue;
+		}
+		size_t idx = (size_t)(o - options);
+		if (is_list(o) && !list_from_argv[idx]) {
+			sl_strlist_clear((void *)((char *)cfg + o->offset));
+			list_from_argv[idx] = true;
+		}
+		rc = apply(cfg, o, value, where, err, size);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
+void sl_config_free(struct sl_config *cfg)
+{
+	for (size_t i = 0; i < SL_ARRAY_SIZE(options); i++) {
+		void *field = (char *)cfg + options[i].offset;
+		switch (options[i].type) {
+		case OPT_STRING:
+		case OPT_ADDR:
+			free(*(char **)field);
+			break;
+		case OPT_URL_LIST:
+		case OPT_ARG_LIST:
+			sl_strlist_clear(field);
+			break;
+		default:
+			break;
+		}
+	}
+	free(cfg->listen_host);
+	free(cfg->write_demo_model);
+	memset(cfg, 0, sizeof(*cfg));
+}
+
+/* Prints `text` wrapped at `width` columns, each line indented by `indent`. */
+static void print_wrapped(FILE *out, const char *text, int indent, int width)
+{
+	int col = indent;
+	const char *p = text;
+	fprintf(out, "%*s", indent, "");
+	while (*p) {
+		const char *sp = strchr(p, ' ');
+		int wlen = sp ? (int)(sp - p) : (int)strlen(p);
+		if (col > indent && col + 1 + wlen > width) {
+			fprintf(out, "\n%*s", indent, "");
+			col = indent;
+		} else if (col > indent) {
+			fputc(' ', out);
+			col++;
+		}
+		fprintf(out, "%.*s", wlen, p);
+		col += wlen;
+		p += wlen;
+		while (*p == ' ')
+			p++;
+	}
+	fputc('\n', out);
+}
+
+void sl_config_usage(FILE *out)
+{
+	fprintf(out,
+		"Usage: sluice [OPTION]...\n"
+		"An HTTP gateway in front of llama.cpp's llama-server: one event "
+		"loop,\nits own priority queue and micro-batches, streaming "
+		"responses.\n\n"
+		"With neither --model nor --upstream, sluice serves a small "
+		"demo model\nthat generates random text.\n\n"
+		"Options (each also read from the environment variable shown; "
+		"a flag wins):\n");
+	for (size_t i = 0; i < SL_ARRAY_SIZE(options); i++) {
+		const struct option_def *o = &options[i];
+		char head[80];
+		snprintf(head, sizeof(head), "  --%s %s", o->name, o->metavar);
+		fprintf(out, "%s\n", head);
+		print_wrapped(out, o->help, 6, 79);
+		char tail[256];
+		snprintf(tail, sizeof(tail), "[%s; default: %s]", o->env,
+			 (o->def && *o->def) ? o->def : o->def_help);
+		print_wrapped(out, tail, 6, 79);
+	}
+	fprintf(out, "\nActions:\n");
+	for (size_t i = 0; i < SL_ARRAY_SIZE(actions); i++) {
+		const struct action_def *a = &actions[i];
+		fprintf(out, "  --%s%s%s\n", a->name, a->metavar ? " " : "",
+			a->metavar ? a->metavar : "");
+		print_wrapped(out, a->help, 6, 79);
+	}
+	fprintf(out, "\nDurations are seconds (\"2\", \"0.5\") or milliseconds "
+		     "(\"50ms\").\n");
+}

@@ -1,0 +1,1090 @@
+/*
+ * http.c: connections, request parsing with llhttp, limits, timeouts and
+ * response writing.
+ *
+ * A connection moves through phases: IDLE (waiting for a request's first
+ * byte), HEADERS, BODY, HANDLING (the handler has the request), and LINGER
+ * (an error was sent and the connection is closing). One timer per
+ * connection enforces the deadline of the current phase; header and body
+ * deadlines are set once per phase, so a client that drips a byte at a time
+ * still runs out of time.
+ *
+ * Input: reads land in the server's shared buffer and are parsed at once.
+ * Bytes that cannot be parsed yet (the next pipelined request while one is
+ * being answered) are kept in the connection's `pending` buffer, bounded by
+ * SL_HTTP_PENDING_MAX; when it is full, reading pauses.
+ *
+ * Closing: uv_close() on both handles; the request in flight, if any, gets
+ * on_abort from the close callback, always from the loop and never from
+ * inside a call the handler made. Memory is freed when the last handle has
+ * closed.
+ */
+#include "sluice/http.h"
+
+#include "sluice/common.h"
+#include "sluice/log.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "sl_build_config.h"
+
+enum conn_phase {
+	PHASE_IDLE,
+	PHASE_HEADERS,
+	PHASE_BODY,
+	PHASE_HANDLING,
+	PHASE_LINGER,
+};
+
+/* Parse-time state of a request, around the part handlers see. */
+struct request_state {
+	struct sl_http_request pub;
+	char *arena; /* target, path, header names and values, NUL-separated */
+	size_t arena_len, arena_cap;
+	size_t header_bytes; /* counted against max_header_bytes */
+	uint32_t target_off, path_off, query_off;
+	uint32_t name_off[SL_HTTP_MAX_HEADERS];
+	uint32_t value_off[SL_HTTP_MAX_HEADERS];
+	bool in_field;     /* inside a header name */
+	bool seen_header;  /* past the request target */
+	size_t body_cap;
+	bool keep_alive;   /* decided when the message completed */
+	bool http10;       /* HTTP/1.0 client: no chunked responses */
+	bool dispatched;
+	bool head_sent;    /* a streamed response has started */
+};
+
+struct sl_http_conn {
+	uv_tcp_t tcp;
+	uv_timer_t timer;
+	uv_shutdown_t shutdown_req;
+	llhttp_t parser;
+	struct sl_http_server *server;
+	struct sl_http_conn *prev, *next;
+	enum conn_phase phase;
+	struct request_state *req; /* NULL between requests */
+
+	char *pending; /* SL_HTTP_PENDING_MAX bytes once allocated */
+	size_t pending_len;
+
+	size_t backlog;    /* bytes in uv_write requests not yet done */
+	unsigned reject_status; /* set by a parser callback that refuses */
+	const char *reject_message;
+	unsigned open_handles;
+	bool reading;
+	bool parsing;      /* inside conn_parse(): do not re-enter */
+	bool closing;      /* uv_close() called */
+	bool finish_when_flushed; /* linger once the backlog is written */
+	bool shutdown_started;
+	bool draining_wait; /* drain callback owed once below the low mark */
+};
+
+static const llhttp_settings_t parser_settings;
+
+static void conn_pump(struct sl_http_conn *c);
+static void conn_update_reading(struct sl_http_conn *c);
+static void conn_close(struct sl_http_conn *c);
+static void conn_finish(struct sl_http_conn *c);
+
+/* ---- small helpers ---- */
+
+const char *sl_http_reason(int status)
+{
+	switch (status) {
+	case 100: return "Continue";
+	case 200: return "OK";
+	case 204: return "No Content";
+	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 408: return "Request Timeout";
+	case 411: return "Length Required";
+	case 413: return "Content Too Large";
+	case 414: return "URI Too Long";
+	case 417: return "Expectation Failed";
+	case 429: return "Too Many Requests";
+	case 431: return "Request Header Fields Too Large";
+	case 499: return "Client Closed Request";
+	case 500: return "Internal Server Error";
+	case 501: return "Not Implemented";
+	case 502: return "Bad Gateway";
+	case 503: return "Service Unavailable";
+	case 504: return "Gateway Timeout";
+	default: return "Unknown";
+	}
+}
+
+void sl_http_limits_default(struct sl_http_limits *l)
+{
+	l->max_header_bytes = SL_HTTP_MAX_HEADER_BYTES;
+	l->max_headers = SL_HTTP_MAX_HEADERS;
+	l->max_body = SL_HTTP_MAX_BODY;
+	l->header_timeout_ms = SL_HTTP_HEADER_TIMEOUT_MS;
+	l->body_timeout_ms = SL_HTTP_BODY_TIMEOUT_MS;
+	l->idle_timeout_ms = SL_HTTP_IDLE_TIMEOUT_MS;
+	l->max_connections = SL_HTTP_MAX_CONNECTIONS;
+}
+
+static struct request_state *state_of(struct sl_http_request *req)
+{
+	return sl_container_of(req, struct request_state, pub);
+}
+
+static const char *http_date(struct sl_http_server *s)
+{
+	time_t now = time(NULL);
+	if ((uint64_t)now != s->date_sec) {
+		struct tm tm;
+		gmtime_r(&now, &tm);
+		strftime(s->date, sizeof(s->date), "%a, %d %b %Y %H:%M:%S GMT",
+			 &tm);
+		s->date_sec = (uint64_t)now;
+	}
+	return s->date;
+}
+
+static void set_timer(struct sl_http_conn *c, uint64_t ms);
+
+static void on_timer(uv_timer_t *t);
+
+static void set_timer(struct sl_http_conn *c, uint64_t ms)
+{
+	uv_timer_start(&c->timer, on_timer, ms, 0);
+}
+
+/* ---- request memory ---- */
+
+static void request_free(struct request_state *st)
+{
+	if (!st)
+		return;
+	free(st->arena);
+	free(st->pub.body);
+	free(st);
+}
+
+static int arena_append(struct sl_http_conn *c, const char *data, size_t len)
+{
+	struct request_state *st = c->req;
+	size_t need = st->arena_len + len + 1;
+	if (need > st->arena_cap) {
+		size_t cap = st->arena_cap ? st->arena_cap : 512;
+		while (cap < need)
+			cap *= 2;
+		st->arena = sl_xrealloc(st->arena, cap);
+		st->arena_cap = cap;
+	}
+	memcpy(st->arena + st->arena_len, data, len);
+	st->arena_len += len;
+	return 0;
+}
+
+static int arena_terminate(struct sl_http_conn *c)
+{
+	return arena_append(c, "", 1);
+}
+
+/* Counts header bytes; refuses with 414 or 431 past the limit. */
+static int count_header_bytes(struct sl_http_conn *c, size_t len)
+{
+	struct request_state *st = c->req;
+	st->header_bytes += len;
+	if (st->header_bytes <= c->server->limits.max_header_bytes)
+		return 0;
+	if (!st->seen_header) {
+		c->reject_status = 414;
+		c->reject_message = "request target too long";
+	} else {
+		c->reject_status = 431;
+		c->reject_message = "request line and headers too large";
+	}
+	return HPE_USER;
+}
+
+/* ---- llhttp callbacks ---- */
+
+static struct sl_http_conn *conn_of(llhttp_t *p)
+{
+	return p->data;
+}
+
+static int on_message_begin(llhttp_t *p)
+{
+	struct sl_http_conn *c = conn_of(p);
+	request_free(c->req);
+	c->req = sl_xcalloc(1, sizeof(*c->req));
+	c->req->pub.conn = c;
+	c->req->pub.start_ns = sl_now_ns();
+	c->phase = PHASE_HEADERS;
+	set_timer(c, c->server->limits.header_timeout_ms);
+	/* The request line's fixed parts: method, spaces, version, CRLF. */
+	return count_header_bytes(c, 16);
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t len)
+{
+	struct sl_http_conn *c = conn_of(p);
+	int rc = count_header_bytes(c, len);
+	return rc ? rc : arena_append(c, at, len);
+}
+
+static int on_url_complete(llhttp_t *p)
+{
+	struct sl_http_conn *c = conn_of(p);
+	struct request_state *st = c->req;
+	arena_terminate(c);
+	/* A second copy split at '?': path and query, each NUL-terminated. */
+	size_t target_len = st->arena_len - 1 - st->target_off;
+	char *target = sl_xmalloc(target_len + 1);
+	memcpy(target, st->arena + st->target_off, target_len + 1);
+	char *q = strchr(target, '?');
+	st->path_off = (uint32_t)st->arena_len;
+	arena_append(c, target, q ? (size_t)(q - target) : target_len);
+	arena_terminate(c);
+	st->query_off = (uint32_t)st->arena_len;
+	if (q)
+		arena_append(c, q + 1, strlen(q + 1));
+	arena_terminate(c);
+	free(target);
+	st->seen_header = true;
+	return 0;
+}
+
+static int on_header_field(llhttp_t *p, const char *at, size_t len)
+{
+	struct sl_http_conn *c = conn_of(p);
+	struct request_state *st = c->req;
+	if (!st->in_field) {
+		if (st->pub.n_headers >= c->server->limits.max_headers) {
+			c->reject_status = 431;
+			c->reject_message = "too many header fields";
+			return HPE_USER;
+		}
+		st->name_off[st->pub.n_headers] = (uint32_t)st->arena_len;
+		st->in_field = true;
+		/* Colon, space and CRLF of each field count too. */
+		int rc = count_header_bytes(c, 4);
+		if (rc)
+			return rc;
+	}
+	int rc = count_header_bytes(c, len);
+	return rc ? rc : arena_append(c, at, len);
+}
+
+static int on_header_field_complete(llhttp_t *p)
+{
+	struct sl_http_conn *c = conn_of(p);
+	struct request_state *st = c->req;
+	arena_terminate(c);
+	st->value_off[st->pub.n_headers] = (uint32_t)st->arena_len;
+	st->in_field = false;
+	return 0;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t len)
+{
+	struct sl_http_conn *c = conn_of(p);
+	int rc = count_header_bytes(c, len);
+	return rc ? rc : arena_append(c, at, len);
+}
+
+static int on_header_value_complete(llhttp_t *p)
+{
+	struct sl_http_conn *c = conn_of(p);
+	struct request_state *st = c->req;
+	unsigned i = st->pub.n_headers++;
+	st->pub.headers[i].value_len = st->arena_len - st->value_off[i];
+	arena_terminate(c);
+	return 0;
+}
+
+/* The arena no longer moves once the headers are in: point into it. */
+static void resolve_pointers(struct request_state *st)
+{
+	st->pub.target = st->arena + st->target_off;
+	st->pub.path = st->arena + st->path_off;
+	st->pub.query = st->arena + st->query_off;
+	for (unsigned i = 0; i < st->pub.n_headers; i++) {
+		st->pub.headers[i].name = st->arena + st->name_off[i];
+		st->pub.headers[i].value = st->arena + st->value_off[i];
+	}
+}
+
+static int conn_write_raw(struct sl_http_conn *c, const uv_buf_t *bufs,
+			  unsigned n);
+
+static int on_headers_complete(llhttp_t *p)
+{
+	struct sl_http_conn *c = conn_of(p);
+	struct request_state *st = c->req;
+	const struct sl_http_limits *lim = &c->server->limits;
+	resolve_pointers(st);
+	st->pub.method = (llhttp_method_t)llhttp_get_method(p);
+	st->http10 = llhttp_get_http_major(p) == 1 &&
+		     llhttp_get_http_minor(p) == 0;
+
+	bool has_length = (p->flags & F_CONTENT_LENGTH) != 0;
+	bool chunked = (p->flags & F_CHUNKED) != 0;
+	if (has_length && p->content_length > lim->max_body) {
+		c->reject_status = 413;
+		c->reject_message = "request body too large";
+		return -1;
+	}
+	if (has_length && p->content_length > 0)
+		st->body_cap = (size_t)p->content_length;
+
+	const char *expect = sl_http_header(&st->pub, "Expect");
+	if (expect) {
+		if (strcasecmp(expect, "100-continue") != 0) {
+			c->reject_status = 417;
+			c->reject_message = "only \"Expect: 100-continue\" is "
+					    "supported";
+			return -1;
+		}
+		if (!st->http10 && (chunked || p->content_length > 0)) {
+			static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+			uv_buf_t b = uv_buf_init((char *)cont, sizeof(cont) - 1);
+			conn_write_raw(c, &b, 1);
+		}
+	}
+	if (chunked || (has_length && p->content_length > 0)) {
+		c->phase = PHASE_BODY;
+		set_timer(c, lim->body_timeout_ms);
+	}
+	return 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t len)
+{
+	struct sl_http_conn *c = conn_of(p);
+	struct request_state *st = c->req;
+	size_t max = c->server->limits.max_body;
+	if (st->pub.body_len + len > max) {
+		c->reject_status = 413;
+		c->reject_message = "request body too large";
+		return HPE_USER;
+	}
+	size_t need = st->pub.body_len + len + 1;
+	if (need > st->body_cap + 1 || !st->pub.body) {
+		size_t cap = SL_MAX(st->body_cap, (size_t)1024);
+		while (cap + 1 < need)
+			cap *= 2;
+		cap = SL_MIN(cap, max);
+		st->pub.body = sl_xrealloc(st->pub.body, cap + 1);
+		st->body_cap = cap;
+	}
+	memcpy(st->pub.body + st->pub.body_len, at, len);
+	st->pub.body_len += len;
+	st->pub.body[st->pub.body_len] = '\0';
+	return 0;
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+	struct sl_http_conn *c = conn_of(p);
+	struct request_state *st = c->req;
+	if (!st->pub.body)
+		st->pub.body = sl_xcalloc(1, 1);
+	/* After an upgrade request the parser cannot go on: close after. */
+	st->keep_alive = llhttp_should_keep_alive(p) && !p->upgrade &&
+			 !c->server->closing;
+	uv_timer_stop(&c->timer);
+	c->phase = PHASE_HANDLING;
+	/* Never llhttp_pause() inside a callback; returning this pauses. */
+	return HPE_PAUSED;
+}
+
+static const llhttp_settings_t parser_settings = {
+	.on_message_begin = on_message_begin,
+	.on_url = on_url,
+	.on_url_complete = on_url_complete,
+	.on_header_field = on_header_field,
+	.on_header_field_complete = on_header_field_complete,
+	.on_header_value = on_header_value,
+	.on_header_value_complete = on_header_value_complete,
+	.on_headers_complete = on_headers_complete,
+	.on_body = on_body,
+	.on_message_complete = on_message_complete,
+};
+
+const char *sl_http_header(const struct sl_http_request *req,
+			   const char *name)
+{
+	for (unsigned i = 0; i < req->n_headers; i++)
+		if (strcasecmp(req->headers[i].name, name) == 0)
+			return req->headers[i].value;
+	return NULL;
+}
+
+/* ---- writing ---- */
+
+struct write_req {
+	uv_write_t w;
+	struct sl_http_conn *conn;
+	size_t len;
+	char data[];
+};
+
+static void maybe_linger(struct sl_http_conn *c);
+
+static void on_write_done(uv_write_t *w, int status)
+{
+	struct write_req *wr = sl_container_of(w, struct write_req, w);
+	struct sl_http_conn *c = wr->conn;
+	c->backlog -= wr->len;
+	free(wr);
+	if (status < 0) {
+		conn_close(c);
+		return;
+	}
+	if (c->draining_wait && c->backlog <= SL_HTTP_BACKLOG_LOW && c->req &&
+	    c->req->pub.on_drain) {
+		c->draining_wait = false;
+		c->req->pub.on_drain(&c->req->pub);
+	}
+	maybe_linger(c);
+}
+
+/*
+ * Writes bufs in order: directly when nothing is queued, else (or for what
+ * the socket did not take) through a copied uv_write request.
+ */
+static int conn_write_raw(struct sl_http_conn *c, const uv_buf_t *bufs,
+			  unsigned n)
+{
+	if (c->closing)
+		return UV_ECANCELED;
+	size_t total = 0;
+	for (unsigned i = 0; i < n; i++)
+		total += bufs[i].len;
+	size_t done = 0;
+	if (c->backlog == 0) {
+		int r = uv_try_write((uv_stream_t *)&c->tcp, bufs, n);
+		if (r < 0 && r != UV_EAGAIN && r != UV_ENOSYS) {
+			conn_close(c);
+			return r;
+		}
+		done = r > 0 ? (size_t)r : 0;
+	}
+	if (done == total)
+		return 0;
+
+	size_t rest = total - done;
+	struct write_req *wr = sl_xmalloc(sizeof(*wr) + rest);
+	wr->conn = c;
+	wr->len = rest;
+	size_t skip = done, at = 0;
+	for (unsigned i = 0; i < n; i++) {
+		size_t len = bufs[i].len;
+		if (skip >= len) {
+			skip -= len;
+			continue;
+		}
+		memcpy(wr->data + at, bufs[i].base + skip, len - skip);
+		at += len - skip;
+		skip = 0;
+	}
+	uv_buf_t b = uv_buf_init(wr->data, (unsigned)rest);
+	int r = uv_write(&wr->w, (uv_stream_t *)&c->tcp, &b, 1, on_write_done);
+	if (r < 0) {
+		free(wr);
+		conn_close(c);
+		return r;
+	}
+	c->backlog += rest;
+	return 0;
+}
+
+/* Formats a response head; the caller frees it. body_len < 0: chunked. */
+static char *format_head(struct sl_http_conn *c, int status,
+			 const char *content_type, const char *extra,
+			 long long body_len, bool keep_alive, size_t *len)
+{
+	struct request_state *st = c->req;
+	char length[48];
+	if (body_len >= 0)
+		snprintf(length, sizeof(length), "Content-Length: %lld\r\n",
+			 body_len);
+	else if (st && st->http10)
+		length[0] = '\0'; /* HTTP/1.0: the body ends with the close */
+	else
+		snprintf(length, sizeof(length),
+			 "Transfer-Encoding: chunked\r\n");
+	char id[SL_HTTP_REQUEST_ID_MAX + 20] = "";
+	if (st && st->pub.id[0])
+		snprintf(id, sizeof(id), "X-Request-Id: %s\r\n", st->pub.id);
+	char ctype[128] = "";
+	if (content_type)
+		snprintf(ctype, sizeof(ctype), "Content-Type: %s\r\n",
+			 content_type);
+	char *head = sl_xasprintf(
+		"HTTP/1.1 %d %s\r\nServer: sluice/%s\r\nDate: %s\r\n%s%s"
+		"Connection: %s\r\n%s%s\r\n",
+		status, sl_http_reason(status), SL_VERSION, http_date(c->server),
+		ctype, length, keep_alive ? "keep-alive" : "close", id,
+		extra ? extra : "");
+	*len = strlen(head);
+	return head;
+}
+
+/* The response is fully queued: on to the next request, or close. */
+static void request_complete(struct sl_http_conn *c)
+{
+	struct request_state *st = c->req;
+	bool keep_alive = st->keep_alive && !c->server->closing &&
+			  !c->server->draining;
+	c->req = NULL;
+	c->server->n_busy--;
+	c->draining_wait = false;
+	request_free(st);
+	if (c->closing)
+		return;
+	if (!keep_alive) {
+		conn_finish(c);
+		return;
+	}
+	c->phase = PHASE_IDLE;
+	/*
+	 * A pipelined request already read is parsed from the timer, on the
+	 * next loop iteration: a response can complete inside a libcurl
+	 * callback, where dispatching a new request must not happen.
+	 */
+	set_timer(c, c->pending_len > 0 ? 0
+					 : c->server->limits.idle_timeout_ms);
+	conn_update_reading(c);
+}
+
+static bool can_respond(struct sl_http_request *req)
+{
+	struct request_state *st = state_of(req);
+	return st->dispatched && !req->conn->closing;
+}
+
+void sl_http_respond(struct sl_http_request *req, int status,
+		     const char *content_type, const char *extra_headers,
+		     const void *body, size_t len)
+{
+	struct sl_http_conn *c = req->conn;
+	struct request_state *st = state_of(req);
+	if (!can_respond(req))
+		return;
+	size_t head_len;
+	char *head = format_head(c, status, content_type, extra_headers,
+				 (long long)len, st->keep_alive, &head_len);
+	uv_buf_t bufs[2] = {uv_buf_init(head, (unsigned)head_len),
+			    uv_buf_init((char *)body, (unsigned)len)};
+	conn_write_raw(c, bufs, len ? 2 : 1);
+	free(head);
+	request_complete(c);
+}
+
+static char *error_body(int status, const char *type, const char *message,
+			size_t *len)
+{
+	json_t *j = json_pack("{s:{s:s, s:s, s:i}}", "error", "message",
+			      message, "type", type, "code", status);
+	char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (!body)
+		body = sl_xasprintf("{\"error\":{\"message\":\"%s\",\"type\":"
+				    "\"%s\",\"code\":%d}}",
+				    "(message not valid UTF-8)", type, status);
+	*len = strlen(body);
+	return body;
+}
+
+void sl_http_respond_error(struct sl_http_request *req, int status,
+			   const char *type, const char *extra_headers,
+			   const char *fmt, ...)
+{
+	char message[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(message, sizeof(message), fmt, ap);
+	va_end(ap);
+	size_t len;
+	char *body = error_body(status, type, message, &len);
+	sl_http_respond(req, status, "application/json", extra_headers, body,
+			len);
+	free(body);
+}
+
+int sl_http_stream_start(struct sl_http_request *req, int status,
+			 const char *content_type, const char *extra_headers)
+{
+	struct sl_http_conn *c = req->conn;
+	struct request_state *st = state_of(req);
+	if (!can_respond(req))
+		return UV_ECANCELED;
+	if (st->http10)
+		st->keep_alive = false;
+	size_t len;
+	char *head = format_head(c, status, content_type, extra_headers, -1,
+				 st->keep_alive, &len);
+	uv_buf_t b = uv_buf_init(head, (unsigned)len);
+	int rc = conn_write_raw(c, &b, 1);
+	free(head);
+	st->head_sent = true;
+	return rc;
+}
+
+int sl_http_stream_write(struct sl_http_request *req, const void *data,
+			 size_t len)
+{
+	struct sl_http_conn *c = req->conn;
+	struct request_state *st = state_of(req);
+	if (!can_respond(req))
+		return UV_ECANCELED;
+	if (len == 0)
+		return 0; /* an empty chunk would end the stream */
+	int rc;
+	if (st->http10) {
+		uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
+		rc = conn_write_raw(c, &b, 1);
+	} else {
+		char size[24];
+		int n = snprintf(size, sizeof(size), "%zx\r\n", len);
+		uv_buf_t bufs[3] = {uv_buf_init(size, (unsigned)n),
+				    uv_buf_init((char *)data, (unsigned)len),
+				    uv_buf_init("\r\n", 2)};
+		rc = conn_write_raw(c, bufs, 3);
+	}
+	if (rc == 0 && c->backlog > SL_HTTP_BACKLOG_HIGH)
+		c->draining_wait = true;
+	return rc;
+}
+
+void sl_http_stream_end(struct sl_http_request *req)
+{
+	struct sl_http_conn *c = req->conn;
+	struct request_state *st = state_of(req);
+	if (!can_respond(req))
+		return;
+	if (!st->http10) {
+		uv_buf_t b = uv_buf_init("0\r\n\r\n", 5);
+		conn_write_raw(c, &b, 1);
+	}
+	request_complete(c);
+}
+
+size_t sl_http_backlog(const struct sl_http_request *req)
+{
+	return req->conn->backlog;
+}
+
+/* ---- errors sluice raises while parsing ---- */
+
+/* Answers `status` with Connection: close and lingers; no handler saw it. */
+static void conn_reject(struct sl_http_conn *c, int status,
+			const char *message)
+{
+	const char *type = status == 408   ? "timeout_error"
+			   : status >= 500 ? "server_error"
+					   : "invalid_request_error";
+	size_t body_len, head_len;
+	char *body = error_body(status, type, message, &body_len);
+	char *head = format_head(c, status, "application/json", NULL,
+				 (long long)body_len, false, &head_len);
+	uv_buf_t bufs[2] = {uv_buf_init(head, (unsigned)head_len),
+			    uv_buf_init(body, (unsigned)body_len)};
+	conn_write_raw(c, bufs, 2);
+	free(head);
+	free(body);
+	request_free(c->req);
+	c->req = NULL;
+	sl_debug("http: answered %d and closing: %s", status, message);
+	conn_finish(c);
+}
+
+/* ---- the read side ---- */
+
+/* A request id: the client's when sane, else 16 random-looking hex digits. */
+static void assign_request_id(struct sl_http_server *s,
+			      struct request_state *st)
+{
+	const char *given = sl_http_header(&st->pub, "X-Request-Id");
+	if (given) {
+		size_t n = strlen(given);
+		bool sane = n > 0 && n <= SL_HTTP_REQUEST_ID_MAX;
+		for (size_t i = 0; sane && i < n; i++)
+			sane = given[i] > 0x20 && given[i] < 0x7f;
+		if (sane) {
+			memcpy(st->pub.id, given, n + 1);
+			return;
+		}
+	}
+	/* splitmix64 over a per-process random seed and a counter */
+	uint64_t z = s->id_seed + ++s->request_counter * 0x9e3779b97f4a7c15u;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+	z ^= z >> 31;
+	snprintf(st->pub.id, sizeof(st->pub.id), "%016llx",
+		 (unsigned long long)z);
+}
+
+static void dispatch(struct sl_http_conn *c)
+{
+	struct request_state *st = c->req;
+	llhttp_resume(&c->parser);
+	assign_request_id(c->server, st);
+	st->dispatched = true;
+	c->server->n_busy++;
+	c->server->handler(&st->pub, c->server->handler_data);
+}
+
+/*
+ * Parses data and dispatches the requests in it until one is being
+ * answered, the data runs out or the connection closes. Returns the bytes
+ * consumed.
+ */
+static size_t conn_parse(struct sl_http_conn *c, const char *data, size_t len)
+{
+	size_t off = 0;
+	c->parsing = true;
+	while (off < len && !c->closing && c->phase <= PHASE_BODY) {
+		llhttp_errno_t e =
+			llhttp_execute(&c->parser, data + off, len - off);
+		if (c->closing)
+			break;
+		if (e == HPE_OK) {
+			off = len;
+			break;
+		}
+		if (e == HPE_PAUSED) {
+			off = (size_t)(llhttp_get_error_pos(&c->parser) - data);
+			dispatch(c);
+			continue;
+		}
+		if (c->reject_status)
+			conn_reject(c, (int)c->reject_status, c->reject_message);
+		else {
+			char msg[160];
+			snprintf(msg, sizeof(msg), "malformed HTTP request: %s",
+				 llhttp_get_error_reason(&c->parser));
+			conn_reject(c, 400, msg);
+		}
+		off = len;
+	}
+	c->parsing = false;
+	return off;
+}
+
+/* Parses what `pending` holds, when nothing is being answered. */
+static void conn_pump(struct sl_http_conn *c)
+{
+	if (c->parsing || c->closing || c->phase > PHASE_BODY ||
+	    c->pending_len == 0)
+		return;
+	size_t used = conn_parse(c, c->pending, c->pending_len);
+	if (c->closing)
+		return;
+	memmove(c->pending, c->pending + used, c->pending_len - used);
+	c->pending_len -= used;
+}
+
+static void pending_append(struct sl_http_conn *c, const char *data,
+			   size_t len)
+{
+	if (!c->pending)
+		c->pending = sl_xmalloc(SL_HTTP_PENDING_MAX);
+	/* The caller never passes more than fits; see conn_update_reading. */
+	len = SL_MIN(len, SL_HTTP_PENDING_MAX - c->pending_len);
+	memcpy(c->pending + c->pending_len, data, len);
+	c->pending_len += len;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	struct sl_http_conn *c = h->data;
+	(void)suggested;
+	if (c->pending_len == 0 || c->phase == PHASE_LINGER) {
+		*buf = uv_buf_init(c->server->read_buf, SL_HTTP_READ_BUF);
+		return;
+	}
+	size_t room = SL_HTTP_PENDING_MAX - c->pending_len;
+	*buf = uv_buf_init(c->pending + c->pending_len, (unsigned)room);
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+	struct sl_http_conn *c = stream->data;
+	if (nread < 0) {
+		/* EOF or error: a client that leaves cancels its request. */
+		conn_close(c);
+		return;
+	}
+	if (nread == 0 || c->closing)
+		return;
+	if (c->phase == PHASE_LINGER)
+		return; /* discard */
+	if (buf->base == c->server->read_buf) {
+		size_t used = conn_parse(c, buf->base, (size_t)nread);
+		if (!c->closing && used < (size_t)nread)
+			pending_append(c, buf->base + used,
+				       (size_t)nread - used);
+	} else {
+		c->pending_len += (size_t)nread;
+		conn_pump(c);
+	}
+	conn_update_reading(c);
+}
+
+static void conn_update_reading(struct sl_http_conn *c)
+{
+	if (c->closing)
+		return;
+	bool want = c->phase == PHASE_LINGER ||
+		    c->pending_len < SL_HTTP_PENDING_MAX;
+	if (want && !c->reading) {
+		if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
+			c->reading = true;
+	} else if (!want && c->reading) {
+		uv_read_stop((uv_stream_t *)&c->tcp);
+		c->reading = false;
+	}
+}
+
+static void on_timer(uv_timer_t *t)
+{
+	struct sl_http_conn *c = t->data;
+	switch (c->phase) {
+	case PHASE_HEADERS:
+		conn_reject(c, 408, "request headers not received in time");
+		break;
+	case PHASE_BODY:
+		conn_reject(c, 408, "request body not received in time");
+		break;
+	case PHASE_IDLE:
+		if (c->pending_len > 0) {
+			/* scheduled by request_complete: the next request */
+			set_timer(c, c->server->limits.idle_timeout_ms);
+			conn_pump(c);
+			conn_update_reading(c);
+			break;
+		}
+		/* keep-alive idle, or a client that never spoke */
+		conn_close(c);
+		break;
+	case PHASE_LINGER: /* the client did not finish in time */
+		conn_close(c);
+		break;
+	case PHASE_HANDLING:
+		break;
+	}
+}
+
+/* ---- closing ---- */
+
+/* The end of sl_http_server_close(): nothing left open. */
+static void server_maybe_closed(struct sl_http_server *s)
+{
+	if (!s->closing || s->n_conns > 0 || s->open_handles > 0)
+		return;
+	free(s->read_buf);
+	s->read_buf = NULL;
+	if (s->on_closed)
+		s->on_closed(s);
+}
+
+static void on_conn_closed(uv_handle_t *h)
+{
+	struct sl_http_conn *c = h->data;
+	if (--c->open_handles > 0)
+		return;
+	struct sl_http_server *s = c->server;
+	struct request_state *st = c->req;
+	if (st && st->dispatched) {
+		s->n_busy--;
+		if (st->pub.on_abort)
+			st->pub.on_abort(&st->pub);
+	}
+	request_free(st);
+	free(c->pending);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		s->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	s->n_conns--;
+	free(c);
+	server_maybe_closed(s);
+}
+
+static void conn_close(struct sl_http_conn *c)
+{
+	if (c->closing)
+		return;
+	c->closing = true;
+	uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+	uv_close((uv_handle_t *)&c->timer, on_conn_closed);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+	struct sl_http_conn *c = req->data;
+	if (status < 0)
+		conn_close(c);
+	/* else keep reading until EOF or the linger timer */
+}
+
+static void maybe_linger(struct sl_http_conn *c)
+{
+	if (!c->finish_when_flushed || c->backlog > 0 || c->shutdown_started ||
+	    c->closing)
+		return;
+	c->shutdown_started = true;
+	c->shutdown_req.data = c;
+	if (uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp,
+			on_shutdown) != 0)
+		conn_close(c);
+}
+
+/* Sends what is queued, then FIN, then discards input for a moment. */
+static void conn_finish(struct sl_http_conn *c)
+{
+	if (c->closing)
+		return;
+	c->phase = PHASE_LINGER;
+	c->finish_when_flushed = true;
+	set_timer(c, SL_HTTP_LINGER_MS);
+	conn_update_reading(c);
+	maybe_linger(c);
+}
+
+/* ---- accepting ---- */
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+	struct sl_http_server *s = listener->data;
+	if (status < 0) {
+		sl_warn("http: accept failed: %s", uv_strerror(status));
+		return;
+	}
+	struct sl_http_conn *c = sl_xcalloc(1, sizeof(*c));
+	c->server = s;
+	uv_tcp_init(s->loop, &c->tcp);
+	uv_timer_init(s->loop, &c->timer);
+	c->tcp.data = c;
+	c->timer.data = c;
+	c->open_handles = 2;
+	c->next = s->conns;
+	if (s->conns)
+		s->conns->prev = c;
+	s->conns = c;
+	s->n_conns++;
+	if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
+		conn_close(c);
+		return;
+	}
+	/* Without it each streamed chunk can wait ~40 ms on delayed ACKs. */
+	uv_tcp_nodelay(&c->tcp, 1);
+	llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
+	c->parser.data = c;
+	c->phase = PHASE_IDLE;
+	if (s->n_conns > s->limits.max_connections) {
+		sl_warn("http: refusing a connection: %u open, the limit is "
+			"--max-connections %u",
+			s->n_conns - 1, s->limits.max_connections);
+		conn_reject(c, 503, "too many open connections");
+		return;
+	}
+	/* A new client has the header timeout to send its first request. */
+	set_timer(c, s->limits.header_timeout_ms);
+	conn_update_reading(c);
+}
+
+int sl_http_server_listen(struct sl_http_server *s, uv_loop_t *loop,
+			  const char *host, unsigned port,
+			  const struct sl_http_limits *limits,
+			  sl_http_handler handler, void *data)
+{
+	memset(s, 0, sizeof(*s));
+	s->loop = loop;
+	s->limits = *limits;
+	s->handler = handler;
+	s->handler_data = data;
+	if (uv_random(NULL, NULL, &s->id_seed, sizeof(s->id_seed), 0, NULL))
+		s->id_seed = sl_now_ns();
+
+	struct sockaddr_storage addr;
+	int rc = uv_ip4_addr(host, (int)port, (struct sockaddr_in *)&addr);
+	if (rc != 0)
+		rc = uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)&addr);
+	if (rc != 0)
+		return rc;
+
+	uv_tcp_init(loop, &s->listener);
+	s->listener.data = s;
+	s->open_handles = 1;
+	rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&addr, 0);
+	if (rc == 0)
+		rc = uv_listen((uv_stream_t *)&s->listener, SOMAXCONN,
+			       on_connection);
+	if (rc != 0)
+		return rc; /* the caller closes with sl_http_server_close */
+	s->read_buf = sl_xmalloc(SL_HTTP_READ_BUF);
+	s->listening = true;
+	return 0;
+}
+
+unsigned sl_http_server_port(const struct sl_http_server *s)
+{
+	struct sockaddr_storage addr;
+	int len = sizeof(addr);
+	if (uv_tcp_getsockname(&s->listener, (struct sockaddr *)&addr, &len))
+		return 0;
+	if (addr.ss_family == AF_INET6)
+		return ntohs(((struct sockaddr_in6 *)&addr)->sin6_port);
+	return ntohs(((struct sockaddr_in *)&addr)->sin_port);
+}
+
+unsigned sl_http_server_busy(const struct sl_http_server *s)
+{
+	return s->n_busy;
+}
+
+void sl_http_server_drain(struct sl_http_server *s)
+{
+	sl_http_server_stop_accepting(s);
+	s->draining = true;
+	struct sl_http_conn *next;
+	for (struct sl_http_conn *c = s->conns; c; c = next) {
+		next = c->next;
+		if (c->phase == PHASE_IDLE && c->pending_len == 0)
+			conn_close(c);
+	}
+}
+
+static void on_listener_closed(uv_handle_t *h)
+{
+	struct sl_http_server *s = h->data;
+	s->open_handles--;
+	server_maybe_closed(s);
+}
+
+void sl_http_server_stop_accepting(struct sl_http_server *s)
+{
+	if (s->open_handles > 0 && !uv_is_closing((uv_handle_t *)&s->listener))
+		uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+	s->listening = false;
+}
+
+void sl_http_server_close(struct sl_http_server *s,
+			  void (*on_closed)(struct sl_http_server *))
+{
+	s->closing = true;
+	s->on_closed = on_closed;
+	sl_http_server_stop_accepting(s);
+	for (struct sl_http_conn *c = s->conns; c; c = c->next)
+		conn_close(c);
+	server_maybe_closed(s);
+}

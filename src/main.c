@@ -1,0 +1,68 @@
+/* main.c: sluice's entry point: options, the one-shot actions, the app. */
+#include "sluice/app.h"
+#include "sluice/child.h"
+#include "sluice/common.h"
+#include "sluice/config.h"
+#include "sluice/demo_model.h"
+#include "sluice/log.h"
+
+#include <curl/curl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sl_build_config.h"
+
+extern char **environ;
+
+int main(int argc, char **argv)
+{
+	/* sluice's own executable doubles as llama-server's launcher. */
+	if (argc > 0 && strcmp(argv[0], SL_LAUNCHER_ARGV0) == 0)
+		return sl_launcher_main(argc, argv);
+
+	struct sl_config cfg;
+	char err[512];
+	if (sl_config_parse(&cfg, argc, argv, environ, err, sizeof(err)) != 0) {
+		fprintf(stderr, "sluice: %s\n", err);
+		sl_config_free(&cfg);
+		return SL_EXIT_USAGE;
+	}
+	int code = EXIT_SUCCESS;
+	if (cfg.help) {
+		sl_config_usage(stdout);
+		goto out;
+	}
+	if (cfg.version) {
+		printf("sluice %s (libuv %s, %s, llhttp %d.%d.%d)\n", SL_VERSION,
+		       uv_version_string(), curl_version(), LLHTTP_VERSION_MAJOR,
+		       LLHTTP_VERSION_MINOR, LLHTTP_VERSION_PATCH);
+		goto out;
+	}
+	sl_log_setup((enum sl_log_level)cfg.log_level,
+		     (enum sl_log_format)cfg.log_format);
+	if (cfg.write_demo_model) {
+		enum sl_demo_size size = (enum sl_demo_size)cfg.demo_model_size;
+		int rc = sl_demo_model_write(cfg.write_demo_model, size);
+		if (rc != 0) {
+			fprintf(stderr, "sluice: --write-demo-model %s: %s\n",
+				cfg.write_demo_model, sl_strerror(rc));
+			code = EXIT_FAILURE;
+		}
+		goto out;
+	}
+
+	/* A client that vanishes must cost an EPIPE, not the process. */
+	signal(SIGPIPE, SIG_IGN);
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+		fprintf(stderr, "sluice: libcurl failed to initialise\n");
+		code = EXIT_FAILURE;
+		goto out;
+	}
+	code = sl_app_run(&cfg);
+	curl_global_cleanup();
+out:
+	sl_config_free(&cfg);
+	return code;
+}

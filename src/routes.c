@@ -1,0 +1,58 @@
+/* routes.c: the route table and the small handlers that live with it. */
+#include "sluice/routes.h"
+
+#include "sluice/common.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*route_handler)(struct sl_app *app, struct sl_http_request *req);
+
+struct route {
+	const char *path;
+	llhttp_method_t method;
+	route_handler handler;
+};
+
+static void handle_health(struct sl_app *app, struct sl_http_request *req)
+{
+	bool ready;
+	json_t *doc = sl_app_health_json(app, &ready);
+	char *body = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	sl_http_respond(req, ready ? 200 : 503, "application/json",
+			"Cache-Control: no-store\r\n", body, strlen(body));
+	free(body);
+}
+
+static const struct route routes[] = {
+	{"/health", HTTP_GET, handle_health},
+};
+
+void sl_routes_dispatch(struct sl_http_request *req, void *data)
+{
+	struct sl_app *app = data;
+	char allow[128] = "";
+	for (size_t i = 0; i < SL_ARRAY_SIZE(routes); i++) {
+		if (strcmp(routes[i].path, req->path) != 0)
+			continue;
+		if (routes[i].method == req->method) {
+			routes[i].handler(app, req);
+			return;
+		}
+		size_t n = strlen(allow);
+		snprintf(allow + n, sizeof(allow) - n, "%s%s",
+			 n ? ", " : "", llhttp_method_name(routes[i].method));
+	}
+	if (allow[0]) {
+		char extra[160];
+		snprintf(extra, sizeof(extra), "Allow: %s\r\n", allow);
+		sl_http_respond_error(req, 405, "invalid_request_error", extra,
+				      "method %s is not allowed on %s; allowed: %s",
+				      llhttp_method_name(req->method), req->path,
+				      allow);
+		return;
+	}
+	sl_http_respond_error(req, 404, "not_found_error", NULL,
+			      "no such endpoint: %s", req->path);
+}
