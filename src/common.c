@@ -71,13 +71,19 @@ char *sl_xstrdup(const char *s)
 
 char *sl_xasprintf(const char *fmt, ...)
 {
+	/* Most strings fit here; measuring into a real buffer, not NULL. */
+	char small[256];
 	va_list ap;
 	va_start(ap, fmt);
-	int n = vsnprintf(NULL, 0, fmt, ap);
+	int n = vsnprintf(small, sizeof(small), fmt, ap);
 	va_end(ap);
 	if (n < 0)
 		out_of_memory(0);
 	char *s = sl_xmalloc((size_t)n + 1);
+	if ((size_t)n < sizeof(small)) {
+		memcpy(s, small, (size_t)n + 1);
+		return s;
+	}
 	va_start(ap, fmt);
 	vsnprintf(s, (size_t)n + 1, fmt, ap);
 	va_end(ap);

@@ -1,0 +1,268 @@
+"""Helpers for sluice's integration tests: run sluice (and llama-server)
+as real processes on loopback and talk HTTP to them.
+
+Only the Python standard library is used. Every wait is for a condition
+(a log line, a state in /health, a process exit) with a deadline, never a
+bare sleep.
+"""
+
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+SLUICE = os.environ.get("SLUICE_BIN", "build/sluice")
+MODEL_TINY = os.environ.get("SLUICE_MODEL_TINY")
+MODEL_SLOW = os.environ.get("SLUICE_MODEL_SLOW")
+
+
+def cache_dir():
+    return os.environ.get("SLUICE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+        "sluice")
+
+
+def llama_server_path():
+    """The llama-server the tests use, found as sluice finds it."""
+    given = os.environ.get("SLUICE_LLAMA_SERVER")
+    if given:
+        return given
+    on_path = shutil.which("llama-server")
+    if on_path:
+        return on_path
+    return os.path.join(cache_dir(), "llama.cpp", "bin", "llama-server")
+
+
+def wait_until(predicate, timeout, what, interval=0.02):
+    """Polls predicate() until it returns a true value; fails after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out after %.1f s waiting for %s"
+                                 % (timeout, what))
+        time.sleep(interval)
+
+
+def pid_alive(pid):
+    """True while pid runs. A zombie counts as gone: it has exited and holds
+    nothing; only its parent's reaping is left."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Response:
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def json(self):
+        return json.loads(self.body)
+
+    def header(self, name):
+        for k, v in self.headers:
+            if k.lower() == name.lower():
+                return v
+        return None
+
+
+def request(port, method, path, body=None, headers=None, timeout=30):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+            headers = dict(headers or {}, **{"Content-Type": "application/json"})
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        return Response(r.status, r.getheaders(), r.read())
+    finally:
+        conn.close()
+
+
+class Process:
+    """A child process whose stderr is collected line by line."""
+
+    def __init__(self, argv, env=None, name="process"):
+        self.name = name
+        self.lines = []
+        self._cond = threading.Condition()
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, env=env)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for raw in self.proc.stderr:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            if os.environ.get("SLUICE_TEST_ECHO"):
+                sys.stderr.write("[%s] %s\n" % (self.name, line))
+            with self._cond:
+                self.lines.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_line(self, pattern, timeout=30, start=0):
+        """Waits for a line matching pattern (after line index start)."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for line in self.lines[start:]:
+                    m = regex.search(line)
+                    if m:
+                        return m
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.proc.poll() is not None
+                                 and not self._reader.is_alive()):
+                    raise AssertionError(
+                        "%s: no line matching %r; it said:\n%s"
+                        % (self.name, pattern, "\n".join(self.lines[-30:])))
+                self._cond.wait(min(left, 0.2))
+
+    def count_lines(self, pattern):
+        regex = re.compile(pattern)
+        with self._cond:
+            return sum(1 for line in self.lines if regex.search(line))
+
+    def output(self):
+        with self._cond:
+            return "\n".join(self.lines)
+
+    def wait_exit(self, timeout=30):
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("%s did not exit within %.1f s" %
+                                 (self.name, timeout))
+        self._reader.join(5)
+        return code
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(5)
+
+
+class Sluice(Process):
+    """sluice on a free port. Extra arguments go on its command line."""
+
+    def __init__(self, *args, env=None, wait_ready=True, timeout=60):
+        full_env = dict(os.environ)
+        full_env.pop("SLUICE_LLAMA_SERVER", None)
+        for k in list(full_env):
+            if k.startswith("SLUICE_") and k not in ("SLUICE_BIN",):
+                full_env.pop(k)
+        full_env.update(env or {})
+        argv = [SLUICE, "--listen", "127.0.0.1:0"]
+        if "--llama-server" not in args:
+            argv += ["--llama-server", llama_server_path()]
+        argv += list(args)
+        super().__init__(argv, env=full_env, name="sluice")
+        self.port = None
+        if wait_ready is not None:
+            m = self.wait_line(r"listening on http://[^ ]+:(\d+)", timeout)
+            self.port = int(m.group(1))
+        if wait_ready:
+            self.wait_ready(timeout)
+
+    def wait_ready(self, timeout=60):
+        return wait_until(lambda: self.health_status() == 200, timeout,
+                          "sluice to be ready")
+
+    def health(self):
+        return request(self.port, "GET", "/health", timeout=5)
+
+    def health_status(self):
+        try:
+            return self.health().status
+        except OSError:
+            return None
+
+    def upstream(self, index=0):
+        return self.health().json()["upstreams"][index]
+
+    def get(self, path, **kw):
+        return request(self.port, "GET", path, **kw)
+
+    def post(self, path, body, **kw):
+        return request(self.port, "POST", path, body=body, **kw)
+
+    def stop(self, sig=signal.SIGTERM, timeout=15):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.wait_exit(timeout)
+
+
+class LlamaServer(Process):
+    """A llama-server started directly by a test, on a free port."""
+
+    def __init__(self, model, slots=2, ctx=2048, extra=()):
+        self.port = free_port()
+        argv = [llama_server_path(), "--host", "127.0.0.1",
+                "--port", str(self.port), "-m", model, "-np", str(slots),
+                "-c", str(slots * ctx), "--no-kv-unified", "--no-webui",
+                *extra]
+        super().__init__(argv, name="llama-server")
+        self.url = "http://127.0.0.1:%d" % self.port
+        wait_until(self._healthy, 60, "llama-server to be healthy")
+
+    def _healthy(self):
+        try:
+            return request(self.port, "GET", "/health", timeout=2).status == 200
+        except OSError:
+            return False
+
+    def post(self, path, body, **kw):
+        return request(self.port, "POST", path, body=body, **kw)
+
+
+class TestCase(unittest.TestCase):
+    """Cleans up every process and temporary directory a test made."""
+
+    def setUp(self):
+        self._processes = []
+        self.tmp = tempfile.mkdtemp(prefix="sluice-test-")
+
+    def tearDown(self):
+        for p in self._processes:
+            p.kill()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def sluice(self, *args, **kw):
+        s = Sluice(*args, **kw)
+        self._processes.append(s)
+        return s
+
+    def llama_server(self, *args, **kw):
+        s = LlamaServer(*args, **kw)
+        self._processes.append(s)
+        return s
+
+
+def main():
+    unittest.main(verbosity=2)

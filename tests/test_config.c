@@ -1,0 +1,284 @@
+/* test_config.c: option parsing, environment twins and validation. */
+#include "sluice/config.h"
+
+#include "sluice/common.h"
+#include "sluice/demo_model.h"
+#include "sluice/log.h"
+#include "test.h"
+
+#define MAX_ARGS 16
+
+struct parsed {
+	struct sl_config cfg;
+	int rc;
+	char err[512];
+};
+
+/* Parses a NULL-terminated argv (without argv[0]) and environment. */
+static void parse(struct parsed *p, const char *const *args,
+		  const char *const *env)
+{
+	char *argv[MAX_ARGS] = {"sluice"};
+	int argc = 1;
+	for (; args && args[argc - 1]; argc++)
+		argv[argc] = (char *)args[argc - 1];
+	p->rc = sl_config_parse(&p->cfg, argc, argv, (char *const *)env, p->err,
+				sizeof(p->err));
+}
+
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define ENV(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static void test_defaults(void)
+{
+	struct parsed p;
+	parse(&p, NULL, NULL);
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_STR_EQ(p.cfg.listen, "127.0.0.1:8080");
+	ASSERT_STR_EQ(p.cfg.listen_host, "127.0.0.1");
+	ASSERT_EQ(p.cfg.listen_port, 8080);
+	ASSERT_EQ(p.cfg.upstreams.count, 0);
+	ASSERT_STR_EQ(p.cfg.model, "");
+	ASSERT_STR_EQ(p.cfg.llama_server, "");
+	ASSERT_EQ(p.cfg.slots, 4);
+	ASSERT_EQ(p.cfg.ctx_size, 4096);
+	ASSERT_EQ(p.cfg.startup_timeout_ms, 120000);
+	ASSERT_EQ(p.cfg.stop_timeout_ms, 10000);
+	ASSERT_EQ(p.cfg.health_interval_ms, 2000);
+	ASSERT_EQ(p.cfg.demo_model_size, SL_DEMO_TINY);
+	ASSERT_EQ(p.cfg.log_level, SL_LOG_INFO);
+	ASSERT_EQ(p.cfg.log_format, SL_LOG_TEXT);
+	ASSERT(!p.cfg.help && !p.cfg.version && !p.cfg.write_demo_model);
+	sl_config_free(&p.cfg);
+}
+
+static void test_flag_forms_and_env(void)
+{
+	struct parsed p;
+	parse(&p, ARGS("--slots=8", "--ctx-size", "2048", "--log-level",
+		       "debug"),
+	      ENV("SLUICE_SLOTS=2", "SLUICE_MODEL=/m.gguf",
+		  "SLUICE_STARTUP_TIMEOUT=500ms", "UNRELATED=1"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.slots, 8); /* the flag wins over SLUICE_SLOTS */
+	ASSERT_EQ(p.cfg.ctx_size, 2048);
+	ASSERT_STR_EQ(p.cfg.model, "/m.gguf");
+	ASSERT_EQ(p.cfg.startup_timeout_ms, 500);
+	ASSERT_EQ(p.cfg.log_level, SL_LOG_DEBUG);
+	sl_config_free(&p.cfg);
+
+	/* An empty environment variable counts as unset. */
+	parse(&p, NULL, ENV("SLUICE_SLOTS="));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.slots, 4);
+	sl_config_free(&p.cfg);
+}
+
+static void test_lists(void)
+{
+	struct parsed p;
+	parse(&p, NULL,
+	      ENV("SLUICE_UPSTREAM=http://a:1, http://b:2/",
+		  "LLAMA_SERVER_URL=http://c:3",
+		  "SLUICE_LLAMA_ARGS=--temp 0.5  -t 2"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.upstreams.count, 3);
+	ASSERT_STR_EQ(p.cfg.upstreams.items[0], "http://a:1");
+	ASSERT_STR_EQ(p.cfg.upstreams.items[1], "http://b:2"); /* no '/' */
+	ASSERT_STR_EQ(p.cfg.upstreams.items[2], "http://c:3");
+	ASSERT_EQ(p.cfg.llama_args.count, 4);
+	ASSERT_STR_EQ(p.cfg.llama_args.items[1], "0.5");
+	ASSERT_STR_EQ(p.cfg.llama_args.items[3], "2");
+	sl_config_free(&p.cfg);
+
+	/* Flags replace the environment's list rather than adding to it. */
+	parse(&p,
+	      ARGS("--upstream", "https://x:9", "--upstream=http://y:8",
+		   "--llama-arg=--hf-repo", "--llama-arg", "org/model"),
+	      ENV("SLUICE_UPSTREAM=http://a:1", "LLAMA_SERVER_URL=http://c:3",
+		  "SLUICE_LLAMA_ARGS=--temp 1"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.upstreams.count, 2);
+	ASSERT_STR_EQ(p.cfg.upstreams.items[0], "https://x:9");
+	ASSERT_STR_EQ(p.cfg.upstreams.items[1], "http://y:8");
+	ASSERT_EQ(p.cfg.llama_args.count, 2);
+	ASSERT_STR_EQ(p.cfg.llama_args.items[0], "--hf-repo");
+	ASSERT_STR_EQ(p.cfg.llama_args.items[1], "org/model");
+	sl_config_free(&p.cfg);
+}
+
+static void test_listen_forms(void)
+{
+	static const struct {
+		const char *value, *host;
+		unsigned port;
+	} good[] = {
+		{"127.0.0.1:9000", "127.0.0.1", 9000},
+		{":9000", "0.0.0.0", 9000},
+		{"[::1]:80", "::1", 80},
+		{"localhost:0", "127.0.0.1", 0},
+		{"0.0.0.0:65535", "0.0.0.0", 65535},
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(good); i++) {
+		struct parsed p;
+		parse(&p, ARGS("--listen", good[i].value), NULL);
+		ASSERT_EQ(p.rc, 0);
+		ASSERT_STR_EQ(p.cfg.listen_host, good[i].host);
+		ASSERT_EQ(p.cfg.listen_port, good[i].port);
+		sl_config_free(&p.cfg);
+	}
+}
+
+static void test_durations(void)
+{
+	static const struct {
+		const char *text;
+		uint64_t ms;
+	} good[] = {{"0", 0}, {"2", 2000}, {"0.5", 500}, {"50ms", 50},
+		    {"1.5s", 1500}, {"120", 120000}};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(good); i++) {
+		uint64_t ms = 12345;
+		ASSERT_EQ(sl_parse_duration_ms(good[i].text, &ms), 0);
+		ASSERT_EQ(ms, good[i].ms);
+	}
+	static const char *const bad[] = {"", "-1", "abc", "1h", "5 s",
+					  "nan", "inf", "+3", "1e400"};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(bad); i++) {
+		uint64_t ms;
+		if (sl_parse_duration_ms(bad[i], &ms) != SL_EINVAL)
+			TEST_FAIL("duration \"%s\" was accepted", bad[i]);
+	}
+}
+
+/* Every bad value: SL_EINVAL and one line that starts with the option. */
+static void test_bad_values(void)
+{
+	static const struct {
+		const char *args[4];
+		const char *env;
+		const char *prefix; /* the error's first words */
+		const char *detail; /* and something it must say */
+	} cases[] = {
+		{{"--slots", "0"}, NULL, "--slots: ", "from 1 to 256"},
+		{{"--slots", "257"}, NULL, "--slots: ", "got \"257\""},
+		{{"--slots=four"}, NULL, "--slots: ", "whole number"},
+		{{"--slots", "-1"}, NULL, "--slots: ", "whole number"},
+		{{"--ctx-size", "10"}, NULL, "--ctx-size: ", "from 64"},
+		{{"--listen", "8080"}, NULL, "--listen: ", "IP:PORT"},
+		{{"--listen", "1.2.3.4:99999"}, NULL, "--listen: ", "99999"},
+		{{"--listen", "example.com:80"}, NULL, "--listen: ", "IP:PORT"},
+		{{"--listen", "[::1:80"}, NULL, "--listen: ", "IP:PORT"},
+		{{"--upstream", "ftp://x"}, NULL, "--upstream: ", "http://"},
+		{{"--upstream", "not a url"}, NULL, "--upstream: ", "URL"},
+		{{"--startup-timeout", "soon"}, NULL, "--startup-timeout: ",
+		 "duration"},
+		{{"--startup-timeout", "0"}, NULL, "--startup-timeout: ",
+		 "from 0.1s"},
+		{{"--health-interval", "2h"}, NULL, "--health-interval: ",
+		 "duration"},
+		{{"--log-level", "loud"}, NULL, "--log-level: ",
+		 "debug, info, warn or error"},
+		{{"--log-format", "xml"}, NULL, "--log-format: ",
+		 "text or json"},
+		{{"--demo-model-size", "huge"}, NULL, "--demo-model-size: ",
+		 "tiny or slow"},
+		{{"--slots"}, NULL, "--slots: ", "missing value"},
+		{{"--no-such-option"}, NULL, "--no-such-option: ",
+		 "unknown option"},
+		{{"positional"}, NULL, "positional: ", "unexpected argument"},
+		{{"--help=yes"}, NULL, "--help=yes: ", "takes no value"},
+		{{NULL}, "SLUICE_SLOTS=0", "SLUICE_SLOTS: ", "from 1 to 256"},
+		{{NULL}, "SLUICE_LISTEN=nowhere", "SLUICE_LISTEN: ", "IP:PORT"},
+		{{NULL}, "SLUICE_UPSTREAM=http://ok:1,gopher://x",
+		 "SLUICE_UPSTREAM: ", "gopher://x"},
+		{{NULL}, "LLAMA_SERVER_URL=localhost:8080", "LLAMA_SERVER_URL: ",
+		 "http://"},
+		{{NULL}, "SLUICE_STOP_TIMEOUT=forever", "SLUICE_STOP_TIMEOUT: ",
+		 "duration"},
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(cases); i++) {
+		struct parsed p;
+		const char *env[] = {cases[i].env, NULL};
+		parse(&p, cases[i].args[0] ? cases[i].args : NULL,
+		      cases[i].env ? env : NULL);
+		if (p.rc != SL_EINVAL)
+			TEST_FAIL("case %zu (%s) was accepted", i,
+				  cases[i].prefix);
+		if (strncmp(p.err, cases[i].prefix, strlen(cases[i].prefix)))
+			TEST_FAIL("case %zu: error \"%s\" does not start with "
+				  "\"%s\"",
+				  i, p.err, cases[i].prefix);
+		ASSERT_CONTAINS(p.err, cases[i].detail);
+		ASSERT(strchr(p.err, '\n') == NULL); /* one line */
+		sl_config_free(&p.cfg);
+	}
+}
+
+static void test_actions(void)
+{
+	struct parsed p;
+	parse(&p, ARGS("-h"), NULL);
+	ASSERT_EQ(p.rc, 0);
+	ASSERT(p.cfg.help);
+	sl_config_free(&p.cfg);
+
+	parse(&p, ARGS("--write-demo-model", "/tmp/x.gguf",
+		       "--demo-model-size", "slow", "--version"),
+	      NULL);
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_STR_EQ(p.cfg.write_demo_model, "/tmp/x.gguf");
+	ASSERT_EQ(p.cfg.demo_model_size, SL_DEMO_SLOW);
+	ASSERT(p.cfg.version);
+	sl_config_free(&p.cfg);
+}
+
+/* --help names every option with its variable and its default. */
+static void test_usage(void)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	sl_config_usage(f);
+	fclose(f);
+	static const char *const expected[] = {
+		"--listen ADDR",      "[SLUICE_LISTEN; default: 127.0.0.1:8080]",
+		"--upstream URL",     "[SLUICE_UPSTREAM; default: none]",
+		"LLAMA_SERVER_URL",   "--model FILE",
+		"[SLUICE_MODEL;",     "--llama-server PATH",
+		"[SLUICE_LLAMA_SERVER;", "--llama-arg ARG",
+		"[SLUICE_LLAMA_ARGS;", "[SLUICE_SLOTS; default: 4]",
+		"[SLUICE_CTX_SIZE; default: 4096]",
+		"[SLUICE_STARTUP_TIMEOUT; default: 120]",
+		"[SLUICE_STOP_TIMEOUT; default: 10]",
+		"[SLUICE_HEALTH_INTERVAL; default: 2]",
+		"[SLUICE_CACHE_DIR;",  "[SLUICE_DEMO_MODEL_SIZE; default: tiny]",
+		"[SLUICE_LOG_LEVEL; default: info]",
+		"[SLUICE_LOG_FORMAT; default: text]",
+		"--write-demo-model PATH", "--help", "--version",
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(expected); i++)
+		ASSERT_CONTAINS(text, expected[i]);
+	/* Every line fits a terminal. */
+	for (char *line = text; *line;) {
+		char *nl = strchr(line, '\n');
+		size_t n = nl ? (size_t)(nl - line) : strlen(line);
+		if (n > 80)
+			TEST_FAIL("help line longer than 80 columns: %.*s",
+				  (int)n, line);
+		line += n + (nl != NULL);
+	}
+	free(text);
+}
+
+int main(void)
+{
+	RUN(test_defaults);
+	RUN(test_flag_forms_and_env);
+	RUN(test_lists);
+	RUN(test_listen_forms);
+	RUN(test_durations);
+	RUN(test_bad_values);
+	RUN(test_actions);
+	RUN(test_usage);
+	return 0;
+}

@@ -1,0 +1,199 @@
+"""sluice spawns, watches, restarts and stops a real llama-server."""
+
+import os
+import signal
+
+import sluice_test as st
+
+
+class Supervisor(st.TestCase):
+
+    def test_becomes_healthy_with_the_slots_it_asked_for(self):
+        s = self.sluice("--model", st.MODEL_TINY, "--slots", "3",
+                        "--startup-timeout", "60")
+        h = s.health()
+        self.assertEqual(h.status, 200)
+        doc = h.json()
+        self.assertEqual(doc["status"], "ok")
+        self.assertEqual(doc["demo_model"], False)
+        (up,) = doc["upstreams"]
+        self.assertEqual(up["state"], "ready")
+        self.assertTrue(up["managed"])
+        # total_slots comes back from llama-server's /props.
+        self.assertEqual(up["slots"], 3)
+        self.assertEqual(up["restarts"], 0)
+        self.assertTrue(st.pid_alive(up["pid"]))
+        # llama-server is on loopback and refuses requests without the key.
+        port = int(up["url"].rsplit(":", 1)[1])
+        self.assertTrue(up["url"].startswith("http://127.0.0.1:"))
+        r = st.request(port, "GET", "/props")
+        self.assertEqual(r.status, 401)
+        self.assertEqual(s.stop(), 0)
+
+    def test_restarts_llama_server_after_kill_9(self):
+        s = self.sluice("--model", st.MODEL_TINY)
+        first = s.upstream()
+        os.kill(first["pid"], signal.SIGKILL)
+        # /health reports the restart (503, state restarting) ...
+        seen = st.wait_until(
+            lambda: (lambda h: h if h.status == 503 else None)(s.health()),
+            10, "/health to report the restart")
+        self.assertEqual(seen.json()["upstreams"][0]["state"], "restarting")
+        self.assertEqual(seen.json()["status"], "unavailable")
+        # ... then ready again, on a new process, with the restart counted.
+        s.wait_ready(30)
+        again = s.upstream()
+        self.assertEqual(again["state"], "ready")
+        self.assertEqual(again["restarts"], 1)
+        self.assertNotEqual(again["pid"], first["pid"])
+        self.assertFalse(st.pid_alive(first["pid"]))
+        s.wait_line(r"llama-server was killed by signal 9 .*restarting it")
+        self.assertEqual(s.stop(), 0)
+
+    def test_sigterm_exits_0_and_stops_llama_server(self):
+        s = self.sluice("--model", st.MODEL_TINY)
+        pid = s.upstream()["pid"]
+        self.assertEqual(s.stop(signal.SIGTERM, timeout=5), 0)
+        self.assertFalse(st.pid_alive(pid))
+        s.wait_line(r"received Terminated; shutting down")
+
+    def test_sigint_exits_0_too(self):
+        s = self.sluice("--model", st.MODEL_TINY)
+        pid = s.upstream()["pid"]
+        self.assertEqual(s.stop(signal.SIGINT, timeout=5), 0)
+        self.assertFalse(st.pid_alive(pid))
+
+    def test_sigkill_of_sluice_leaves_no_llama_server(self):
+        s = self.sluice("--model", st.MODEL_TINY)
+        pid = s.upstream()["pid"]
+        s.proc.kill()
+        s.wait_exit(5)
+        # The kernel delivers the parent-death signal at once.
+        st.wait_until(lambda: not st.pid_alive(pid), 5,
+                      "llama-server %d to die with sluice" % pid)
+
+    def test_nonexistent_llama_server_path(self):
+        s = self.sluice("--model", st.MODEL_TINY, "--llama-server",
+                        "/nonexistent/llama-server", wait_ready=None)
+        self.assertNotEqual(s.wait_exit(10), 0)
+        self.assertIn("--llama-server /nonexistent/llama-server: no such file",
+                      s.output())
+
+    def test_model_that_is_not_gguf(self):
+        bad = os.path.join(self.tmp, "garbage.gguf")
+        with open(bad, "wb") as f:
+            f.write(b"this is not a model\n" * 100)
+        s = self.sluice("--model", bad, wait_ready=None)
+        self.assertNotEqual(s.wait_exit(10), 0)
+        self.assertIn("--model %s: not a GGUF model file" % bad, s.output())
+
+    def test_corrupt_model_fails_with_llama_servers_own_words(self):
+        # Valid magic, truncated body: only llama-server can tell.
+        bad = os.path.join(self.tmp, "truncated.gguf")
+        with open(st.MODEL_TINY, "rb") as src, open(bad, "wb") as dst:
+            dst.write(src.read(3000))
+        s = self.sluice("--model", bad, wait_ready=None)
+        self.assertEqual(s.wait_exit(30), 1)
+        m = s.wait_line(r"llama-server exited with status (\d+) before it "
+                        r"became ready; its last output: (.+)")
+        self.assertNotEqual(m.group(1), "0")
+        # The relayed tail names llama-server's reason.
+        self.assertRegex(m.group(2), r"(?i)failed to load|gguf|error")
+
+    def test_model_file_missing(self):
+        missing = os.path.join(self.tmp, "missing.gguf")
+        s = self.sluice("--model", missing, wait_ready=None)
+        self.assertNotEqual(s.wait_exit(10), 0)
+        self.assertIn("--model %s: No such file or directory" % missing,
+                      s.output())
+
+    def test_startup_timeout_names_the_cause_and_kills_the_child(self):
+        fake = os.path.join(self.tmp, "fake-llama-server")
+        pidfile = os.path.join(self.tmp, "pid")
+        with open(fake, "w") as f:
+            f.write("#!/bin/sh\necho \"fake llama-server: loading forever\"\n"
+                    "echo $$ > %s\nexec sleep 600\n" % pidfile)
+        os.chmod(fake, 0o755)
+        s = self.sluice("--model", st.MODEL_TINY, "--llama-server", fake,
+                        "--startup-timeout", "1", "--stop-timeout", "2",
+                        wait_ready=None)
+        self.assertEqual(s.wait_exit(15), 1)
+        m = s.wait_line(r"llama-server did not become ready within 1\.0 s "
+                        r"\(last check: (.+)\); its last output: (.+)")
+        self.assertIn("fake llama-server: loading forever", m.group(2))
+        with open(pidfile) as f:
+            self.assertFalse(st.pid_alive(int(f.read())))
+
+    def test_listen_address_in_use(self):
+        a = self.sluice("--model", st.MODEL_TINY)
+        b = self.sluice("--model", st.MODEL_TINY, "--listen",
+                        "127.0.0.1:%d" % a.port, wait_ready=None)
+        # sluice's own --listen comes after the helper's, so it wins.
+        self.assertEqual(b.wait_exit(10), 1)
+        self.assertIn("--listen 127.0.0.1:%d: address already in use"
+                      % a.port, b.output())
+
+
+class DemoModel(st.TestCase):
+
+    def test_default_is_the_demo_model_with_one_warning(self):
+        cache = os.path.join(self.tmp, "cache")
+        s = self.sluice("--cache-dir", cache)
+        self.assertTrue(s.health().json()["demo_model"])
+        written = os.path.join(cache, "demo-tiny-v1.gguf")
+        self.assertTrue(os.path.isfile(written))
+        s.wait_line(r"serving the DEMO model: it generates random text")
+        self.assertEqual(s.count_lines(r"DEMO model"), 1)
+        self.assertIn("--model FILE.gguf", s.output())
+        self.assertIn("--hf-repo", s.output())
+        self.assertEqual(s.stop(), 0)
+        # Written once: a second start reuses the file as it is.
+        mtime = os.stat(written).st_mtime_ns
+        s2 = self.sluice("--cache-dir", cache)
+        self.assertEqual(s2.count_lines(r"wrote the demo model"), 0)
+        self.assertEqual(os.stat(written).st_mtime_ns, mtime)
+        # The cached model is exactly what --write-demo-model writes.
+        out = os.path.join(self.tmp, "again.gguf")
+        st.subprocess.run([st.SLUICE, "--write-demo-model", out], check=True)
+        with open(out, "rb") as a, open(written, "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        self.assertEqual(s2.stop(), 0)
+
+
+class RemoteUpstream(st.TestCase):
+
+    def test_upstream_flag_spawns_nothing_and_checks_the_remote(self):
+        ls = self.llama_server(st.MODEL_TINY, slots=2)
+        s = self.sluice("--upstream", ls.url)
+        (up,) = s.health().json()["upstreams"]
+        self.assertEqual(up["url"], ls.url)
+        self.assertFalse(up["managed"])
+        self.assertEqual(up["state"], "ready")
+        self.assertEqual(up["slots"], 2)
+        self.assertNotIn("started llama-server", s.output())
+        # The remote going away turns it down and /health 503.
+        ls.kill()
+        st.wait_until(lambda: s.upstream()["state"] == "down", 20,
+                      "the upstream to be reported down")
+        self.assertEqual(s.health().status, 503)
+        self.assertEqual(s.stop(), 0)
+
+    def test_llama_server_url_is_one_upstream(self):
+        ls = self.llama_server(st.MODEL_TINY, slots=1)
+        s = self.sluice(env={"LLAMA_SERVER_URL": ls.url})
+        (up,) = s.health().json()["upstreams"]
+        self.assertEqual(up["url"], ls.url)
+        self.assertEqual(up["slots"], 1)
+
+    def test_managed_and_remote_together(self):
+        ls = self.llama_server(st.MODEL_TINY, slots=1)
+        s = self.sluice("--upstream", ls.url, "--model", st.MODEL_TINY)
+        st.wait_until(lambda: all(u["state"] == "ready" for u in
+                                  s.health().json()["upstreams"]), 30,
+                      "both upstreams ready")
+        ups = s.health().json()["upstreams"]
+        self.assertEqual([u["managed"] for u in ups], [True, False])
+
+
+if __name__ == "__main__":
+    st.main()
