@@ -14,6 +14,7 @@
 #include "sl_build_config.h"
 
 static void app_maybe_done(struct sl_app *app);
+static void stop_upstreams(struct sl_app *app, bool force);
 
 /* ---- upstream events ---- */
 
@@ -30,14 +31,71 @@ static void announce_ready(struct sl_app *app)
 			"--llama-arg=REPO");
 }
 
+/*
+ * libcurl's pool: per upstream no more connections than its slots plus a
+ * few, since each one holds a llama-server HTTP thread even when idle.
+ */
+static void size_connection_pool(struct sl_app *app)
+{
+	long per_host = 1, total = 0;
+	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
+		const struct sl_upstream *u = app->upstreams[i];
+		if (!u)
+			continue;
+		long n = (long)u->total_slots + SL_UPSTREAM_SPARE_CONNS;
+		per_host = SL_MAX(per_host, n);
+		total += n;
+	}
+	curl_multi_setopt(app->curl.multi, CURLMOPT_MAX_HOST_CONNECTIONS,
+			  per_host);
+	curl_multi_setopt(app->curl.multi, CURLMOPT_MAXCONNECTS, total);
+}
+
 static void on_upstream_change(struct sl_upstream *u,
 			       enum sl_upstream_state old)
 {
 	struct sl_app *app = u->data;
 	sl_debug("upstream %s: %s -> %s", u->url, sl_upstream_state_name(old),
 		 sl_upstream_state_name(u->state));
-	if (u->state == SL_UPSTREAM_READY)
+	if (u->state == SL_UPSTREAM_READY) {
+		size_connection_pool(app);
 		announce_ready(app);
+	}
+}
+
+struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, char *why,
+					 size_t size)
+{
+	struct sl_upstream *best = NULL;
+	unsigned n_starting = 0, n_restarting = 0;
+	for (unsigned k = 0; k < SL_MAX_UPSTREAMS; k++) {
+		unsigned i = (app->next_upstream + k) % SL_MAX_UPSTREAMS;
+		struct sl_upstream *u = app->upstreams[i];
+		if (!u)
+			continue;
+		n_starting += u->state == SL_UPSTREAM_STARTING;
+		n_restarting += u->state == SL_UPSTREAM_RESTARTING;
+		if (!sl_upstream_is_ready(u))
+			continue;
+		/* Fewest in flight per slot: compare a/b < c/d as ad < cb. */
+		if (!best || (uint64_t)u->inflight * best->total_slots <
+				     (uint64_t)best->inflight * u->total_slots)
+			best = u;
+	}
+	if (best) {
+		app->next_upstream = best->index + 1;
+		return best;
+	}
+	if (n_starting)
+		snprintf(why, size, "llama-server is starting and not ready "
+				    "yet; retry shortly");
+	else if (n_restarting)
+		snprintf(why, size, "llama-server is restarting after it "
+				    "exited; retry shortly");
+	else
+		snprintf(why, size, "no upstream is ready: every llama-server "
+				    "is down or not answering");
+	return NULL;
 }
 
 static void on_upstream_fatal(struct sl_upstream *u, const char *why)
@@ -67,6 +125,7 @@ static void on_http_closed(struct sl_http_server *s)
 {
 	struct sl_app *app = sl_container_of(s, struct sl_app, http);
 	app->http.loop = NULL; /* marks it closed */
+	stop_upstreams(app, false);
 	app_maybe_done(app);
 }
 
@@ -83,6 +142,46 @@ static void app_maybe_done(struct sl_app *app)
 		sl_curl_close(&app->curl, on_curl_closed);
 }
 
+static void stop_upstreams(struct sl_app *app, bool force)
+{
+	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++)
+		if (app->upstreams[i])
+			sl_upstream_stop(app->upstreams[i], force);
+}
+
+/*
+ * Closes the front: every connection, aborting what is still in flight.
+ * The upstreams stop only after that (on_http_closed), so no exchange
+ * outlives the upstream it points to.
+ */
+static void close_front(struct sl_app *app)
+{
+	if (app->front_closing)
+		return;
+	app->front_closing = true;
+	uv_close((uv_handle_t *)&app->drain_timer, NULL);
+	if (app->http.loop)
+		sl_http_server_close(&app->http, on_http_closed);
+	else
+		stop_upstreams(app, false);
+}
+
+static void on_drain_timeout(uv_timer_t *t)
+{
+	struct sl_app *app = t->data;
+	sl_warn("drain timeout: %u requests still in flight; cancelling them",
+		app->exchanges);
+	close_front(app);
+}
+
+void sl_app_maybe_drained(struct sl_app *app)
+{
+	if (!app->stopping || app->front_closing || app->exchanges > 0 ||
+	    sl_http_server_busy(&app->http) > 0)
+		return;
+	close_front(app);
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
 	struct sl_app *app = h->data;
@@ -91,11 +190,9 @@ static void on_signal(uv_signal_t *h, int signum)
 		sl_app_stop(app, EXIT_SUCCESS);
 		return;
 	}
-	sl_warn("received %s again; killing llama-server now",
-		strsignal(signum));
-	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++)
-		if (app->upstreams[i])
-			sl_upstream_stop(app->upstreams[i], true);
+	sl_warn("received %s again; stopping now", strsignal(signum));
+	close_front(app);
+	stop_upstreams(app, true);
 }
 
 void sl_app_stop(struct sl_app *app, int exit_code)
@@ -107,12 +204,20 @@ void sl_app_stop(struct sl_app *app, int exit_code)
 	/* Signals stay watched (unref'd) so a second one can hurry us. */
 	uv_unref((uv_handle_t *)&app->sigint);
 	uv_unref((uv_handle_t *)&app->sigterm);
-	if (app->http.loop)
-		sl_http_server_close(&app->http, on_http_closed);
-	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++)
-		if (app->upstreams[i])
-			sl_upstream_stop(app->upstreams[i], false);
-	app_maybe_done(app);
+	if (exit_code == EXIT_SUCCESS && app->http.loop &&
+	    app->cfg->drain_timeout_ms > 0) {
+		if (app->exchanges > 0 || sl_http_server_busy(&app->http) > 0)
+			sl_info("draining: waiting up to %.1f s for %u "
+				"requests in flight",
+				(double)app->cfg->drain_timeout_ms / 1000.0,
+				app->exchanges);
+		sl_http_server_drain(&app->http);
+		uv_timer_start(&app->drain_timer, on_drain_timeout,
+			       app->cfg->drain_timeout_ms, 0);
+		sl_app_maybe_drained(app);
+		return;
+	}
+	close_front(app);
 }
 
 /* ---- /health ---- */
@@ -128,13 +233,14 @@ json_t *sl_app_health_json(const struct sl_app *app, bool *any_ready)
 		*any_ready |= sl_upstream_is_ready(u);
 		json_array_append_new(ups, sl_upstream_json(u));
 	}
-	double uptime = (double)(uv_now((uv_loop_t *)&app->loop) -
-				 app->start_ms) / 1000.0;
-	return json_pack("{s:s, s:s, s:s, s:f, s:b, s:o}", "status",
+	uint64_t uptime = (uv_now((uv_loop_t *)&app->loop) - app->start_ms) /
+			  1000;
+	return json_pack("{s:s, s:s, s:s, s:i, s:i, s:b, s:o}", "status",
 			 *any_ready ? "ok" : "unavailable", "state",
-			 app->stopping ? "stopping" : "running", "version",
-			 SL_VERSION, "uptime_s", uptime, "demo_model",
-			 app->demo, "upstreams", ups);
+			 app->stopping ? "draining" : "running", "version",
+			 SL_VERSION, "uptime_s", (json_int_t)uptime, "inflight",
+			 (json_int_t)app->exchanges, "demo_model", app->demo,
+			 "upstreams", ups);
 }
 
 /* ---- start-up ---- */
@@ -194,8 +300,16 @@ static int add_upstream(struct sl_app *app, const struct sl_managed_spec *spec,
 static int open_listener(struct sl_app *app)
 {
 	const struct sl_config *cfg = app->cfg;
-	struct sl_http_limits limits;
-	sl_http_limits_default(&limits);
+	struct sl_http_limits limits = {
+		.max_header_bytes = cfg->max_header_size,
+		.max_headers = cfg->max_headers,
+		.max_body = cfg->max_body,
+		.header_timeout_ms = cfg->header_timeout_ms,
+		.body_timeout_ms = cfg->body_timeout_ms,
+		.idle_timeout_ms = cfg->keepalive_timeout_ms,
+		.send_timeout_ms = cfg->send_timeout_ms,
+		.max_connections = cfg->max_connections,
+	};
 	int rc = sl_http_server_listen(&app->http, &app->loop, cfg->listen_host,
 				       cfg->listen_port, &limits,
 				       sl_routes_dispatch, app);
@@ -244,6 +358,8 @@ int sl_app_run(const struct sl_config *cfg)
 	app->sigterm.data = app;
 	uv_signal_start(&app->sigint, on_signal, SIGINT);
 	uv_signal_start(&app->sigterm, on_signal, SIGTERM);
+	uv_timer_init(&app->loop, &app->drain_timer);
+	app->drain_timer.data = app;
 
 	rc = sl_curl_init(&app->curl, &app->loop);
 	if (rc == 0)

@@ -21,6 +21,7 @@ enum opt_type {
 	OPT_ADDR,     /* IP:PORT to listen on */
 	OPT_UINT,     /* whole number in [min, max] */
 	OPT_DURATION, /* milliseconds in [min, max] */
+	OPT_SIZE,     /* bytes in [min, max], with an optional K, M or G */
 	OPT_CHOICE,   /* one of choices[], stored as its index */
 	OPT_URL_LIST, /* repeatable http(s) base URL */
 	OPT_ARG_LIST, /* repeatable verbatim argument */
@@ -46,6 +47,8 @@ static const char *const demo_sizes[] = {"tiny", "slow", NULL};
 
 #define FIELD(f) offsetof(struct sl_config, f)
 #define SEC 1000u
+#define KIB 1024u
+#define MIB (1024u * 1024u)
 
 /*
  * Limits, and why: 256 slots is far beyond what one llama-server serves
@@ -94,6 +97,56 @@ static const struct option_def options[] = {
 	{"health-interval", "SLUICE_HEALTH_INTERVAL", "DURATION", OPT_DURATION,
 	 FIELD(health_interval_ms), "2", 100, 3600 * SEC, NULL,
 	 "how often each ready upstream's /health is checked", NULL},
+	{"upstream-api-key", "SLUICE_UPSTREAM_API_KEY", "KEY", OPT_STRING,
+	 FIELD(upstream_api_key), "", 0, 0, NULL,
+	 "API key sent to --upstream servers (a spawned llama-server gets a "
+	 "random one of its own)",
+	 "none"},
+	{"upstream-connect-timeout", "SLUICE_UPSTREAM_CONNECT_TIMEOUT",
+	 "DURATION", OPT_DURATION, FIELD(upstream_connect_timeout_ms), "5", 1,
+	 600 * SEC, NULL, "time allowed to connect to an upstream", NULL},
+	{"upstream-timeout", "SLUICE_UPSTREAM_TIMEOUT", "DURATION",
+	 OPT_DURATION, FIELD(upstream_timeout_ms), "600", 1, 24 * 3600 * SEC,
+	 NULL,
+	 "time allowed for an upstream's first response byte; a non-streamed "
+	 "answer arrives whole, so this bounds the whole generation",
+	 NULL},
+	{"upstream-idle-timeout", "SLUICE_UPSTREAM_IDLE_TIMEOUT", "DURATION",
+	 OPT_DURATION, FIELD(upstream_idle_timeout_ms), "60", 1,
+	 24 * 3600 * SEC, NULL,
+	 "once an upstream answer has begun, the longest silence allowed "
+	 "between its bytes",
+	 NULL},
+	{"max-connections", "SLUICE_MAX_CONNECTIONS", "N", OPT_UINT,
+	 FIELD(max_connections), "10000", 1, 1000000, NULL,
+	 "client connections open at once; more are refused with 503", NULL},
+	{"max-header-size", "SLUICE_MAX_HEADER_SIZE", "SIZE", OPT_SIZE,
+	 FIELD(max_header_size), "16K", 1 * KIB, 1 * MIB, NULL,
+	 "request line plus headers; more gets 431 (a long URI 414)", NULL},
+	{"max-headers", "SLUICE_MAX_HEADERS", "N", OPT_UINT, FIELD(max_headers),
+	 "100", 1, 100, NULL, "header fields per request; more gets 431", NULL},
+	{"max-body", "SLUICE_MAX_BODY", "SIZE", OPT_SIZE, FIELD(max_body), "1M",
+	 0, 1024 * MIB, NULL, "request body, chunked or not; more gets 413",
+	 NULL},
+	{"header-timeout", "SLUICE_HEADER_TIMEOUT", "DURATION", OPT_DURATION,
+	 FIELD(header_timeout_ms), "10", 100, 3600 * SEC, NULL,
+	 "time allowed for a request's line and headers, in total; then 408",
+	 NULL},
+	{"body-timeout", "SLUICE_BODY_TIMEOUT", "DURATION", OPT_DURATION,
+	 FIELD(body_timeout_ms), "30", 100, 3600 * SEC, NULL,
+	 "time allowed for a request's body, in total; then 408", NULL},
+	{"keepalive-timeout", "SLUICE_KEEPALIVE_TIMEOUT", "DURATION",
+	 OPT_DURATION, FIELD(keepalive_timeout_ms), "60", 100, 3600 * SEC, NULL,
+	 "how long an idle keep-alive connection stays open", NULL},
+	{"send-timeout", "SLUICE_SEND_TIMEOUT", "DURATION", OPT_DURATION,
+	 FIELD(send_timeout_ms), "60", 100, 3600 * SEC, NULL,
+	 "a client that takes no response bytes for this long is dropped, "
+	 "cancelling its request",
+	 NULL},
+	{"drain-timeout", "SLUICE_DRAIN_TIMEOUT", "DURATION", OPT_DURATION,
+	 FIELD(drain_timeout_ms), "30", 0, 3600 * SEC, NULL,
+	 "on SIGINT or SIGTERM, how long requests in flight may take to finish",
+	 NULL},
 	{"cache-dir", "SLUICE_CACHE_DIR", "DIR", OPT_STRING, FIELD(cache_dir),
 	 "", 0, 0, NULL, "where the demo model and a provisioned llama-server live",
 	 "$XDG_CACHE_HOME/sluice, or ~/.cache/sluice"},
@@ -171,6 +224,30 @@ int sl_parse_duration_ms(const char *s, uint64_t *out)
 	if (v > 1e15)
 		return SL_EINVAL;
 	*out = (uint64_t)llround(v);
+	return 0;
+}
+
+int sl_parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	if (*s < '0' || *s > '9')
+		return SL_EINVAL;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno != 0)
+		return SL_EINVAL;
+	unsigned shift = 0;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	default: break;
+	}
+	if (shift && (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0))
+		end += strlen(end);
+	if (*end != '\0' || v > (UINT64_MAX >> shift))
+		return SL_EINVAL;
+	*out = (uint64_t)v << shift;
 	return 0;
 }
 
@@ -312,6 +389,15 @@ static int apply(struct sl_config *cfg, const struct option_def *o,
 				    "got \"%s\"",
 				    (double)o->min / SEC, (double)o->max / SEC,
 				    value);
+		*(uint64_t *)field = n;
+		return 0;
+	case OPT_SIZE:
+		if (sl_parse_size(value, &n) != 0 || n < o->min || n > o->max)
+			return fail(err, size, where,
+				    "expected a size from %llu to %llu bytes "
+				    "(K, M and G suffixes allowed), got \"%s\"",
+				    (unsigned long long)o->min,
+				    (unsigned long long)o->max, value);
 		*(uint64_t *)field = n;
 		return 0;
 	case OPT_CHOICE: {
@@ -565,5 +651,6 @@ void sl_config_usage(FILE *out)
 		print_wrapped(out, a->help, 6, 79);
 	}
 	fprintf(out, "\nDurations are seconds (\"2\", \"0.5\") or milliseconds "
-		     "(\"50ms\").\n");
+		     "(\"50ms\"). Sizes are bytes, or\nKiB, MiB, GiB with a K, M "
+		     "or G suffix (\"16K\", \"1M\").\n");
 }

@@ -158,6 +158,18 @@ void sl_curl_close(struct sl_curl *c, void (*on_closed)(struct sl_curl *))
 	uv_close((uv_handle_t *)&c->timer, on_timer_closed);
 }
 
+void sl_curl_common_options(CURL *e)
+{
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	/*
+	 * Upstreams are reached directly: an http_proxy meant for the outside
+	 * world must not carry llama-server traffic, or its API key.
+	 */
+	curl_easy_setopt(e, CURLOPT_PROXY, "");
+	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+	curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+}
+
 int sl_curl_start(struct sl_curl *c, struct sl_transfer *t)
 {
 	curl_easy_setopt(t->easy, CURLOPT_PRIVATE, t);
@@ -233,7 +245,7 @@ int sl_get_start(struct sl_curl *c, struct sl_get *g, const char *url,
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, g->headers);
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
-	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	sl_curl_common_options(e);
 	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_get_body);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, g);
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, g->error);

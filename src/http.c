@@ -53,9 +53,12 @@ struct request_state {
 	uint32_t value_off[SL_HTTP_MAX_HEADERS];
 	bool in_field;     /* inside a header name */
 	bool seen_header;  /* past the request target */
+	bool headers_done; /* later fields are trailers: counted, dropped */
+	bool head_only;    /* a HEAD request: the response has no body */
 	size_t body_cap;
 	bool keep_alive;   /* decided when the message completed */
 	bool http10;       /* HTTP/1.0 client: no chunked responses */
+	bool chunked;      /* the streamed response is chunked */
 	bool dispatched;
 	bool head_sent;    /* a streamed response has started */
 };
@@ -82,7 +85,9 @@ struct sl_http_conn {
 	bool closing;      /* uv_close() called */
 	bool finish_when_flushed; /* linger once the backlog is written */
 	bool shutdown_started;
+	bool peer_closed;  /* EOF seen while flushing a final response */
 	bool draining_wait; /* drain callback owed once below the low mark */
+	uint64_t write_progress_ms; /* loop time of the last write done */
 };
 
 static const llhttp_settings_t parser_settings;
@@ -130,6 +135,7 @@ void sl_http_limits_default(struct sl_http_limits *l)
 	l->header_timeout_ms = SL_HTTP_HEADER_TIMEOUT_MS;
 	l->body_timeout_ms = SL_HTTP_BODY_TIMEOUT_MS;
 	l->idle_timeout_ms = SL_HTTP_IDLE_TIMEOUT_MS;
+	l->send_timeout_ms = SL_HTTP_SEND_TIMEOUT_MS;
 	l->max_connections = SL_HTTP_MAX_CONNECTIONS;
 }
 
@@ -262,6 +268,13 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len)
 {
 	struct sl_http_conn *c = conn_of(p);
 	struct request_state *st = c->req;
+	/*
+	 * Trailers of a chunked body come through here too, after the headers
+	 * were resolved: they count against the limit and are dropped, as
+	 * sluice has no use for them.
+	 */
+	if (st->headers_done)
+		return count_header_bytes(c, len);
 	if (!st->in_field) {
 		if (st->pub.n_headers >= c->server->limits.max_headers) {
 			c->reject_status = 431;
@@ -283,6 +296,8 @@ static int on_header_field_complete(llhttp_t *p)
 {
 	struct sl_http_conn *c = conn_of(p);
 	struct request_state *st = c->req;
+	if (st->headers_done)
+		return 0;
 	arena_terminate(c);
 	st->value_off[st->pub.n_headers] = (uint32_t)st->arena_len;
 	st->in_field = false;
@@ -293,13 +308,17 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len)
 {
 	struct sl_http_conn *c = conn_of(p);
 	int rc = count_header_bytes(c, len);
-	return rc ? rc : arena_append(c, at, len);
+	if (rc || c->req->headers_done)
+		return rc;
+	return arena_append(c, at, len);
 }
 
 static int on_header_value_complete(llhttp_t *p)
 {
 	struct sl_http_conn *c = conn_of(p);
 	struct request_state *st = c->req;
+	if (st->headers_done)
+		return 0;
 	unsigned i = st->pub.n_headers++;
 	st->pub.headers[i].value_len = st->arena_len - st->value_off[i];
 	arena_terminate(c);
@@ -327,7 +346,9 @@ static int on_headers_complete(llhttp_t *p)
 	struct request_state *st = c->req;
 	const struct sl_http_limits *lim = &c->server->limits;
 	resolve_pointers(st);
+	st->headers_done = true;
 	st->pub.method = (llhttp_method_t)llhttp_get_method(p);
+	st->head_only = st->pub.method == HTTP_HEAD;
 	st->http10 = llhttp_get_http_major(p) == 1 &&
 		     llhttp_get_http_minor(p) == 0;
 
@@ -419,7 +440,8 @@ const char *sl_http_header(const struct sl_http_request *req,
 			   const char *name)
 {
 	for (unsigned i = 0; i < req->n_headers; i++)
-		if (strcasecmp(req->headers[i].name, name) == 0)
+		if (req->headers[i].name &&
+		    strcasecmp(req->headers[i].name, name) == 0)
 			return req->headers[i].value;
 	return NULL;
 }
@@ -440,12 +462,14 @@ static void on_write_done(uv_write_t *w, int status)
 	struct write_req *wr = sl_container_of(w, struct write_req, w);
 	struct sl_http_conn *c = wr->conn;
 	c->backlog -= wr->len;
+	c->write_progress_ms = uv_now(c->server->loop);
 	free(wr);
 	if (status < 0) {
 		conn_close(c);
 		return;
 	}
-	if (c->draining_wait && c->backlog <= SL_HTTP_BACKLOG_LOW && c->req &&
+	if (c->draining_wait && !c->closing &&
+	    c->backlog <= SL_HTTP_BACKLOG_LOW && c->req &&
 	    c->req->pub.on_drain) {
 		c->draining_wait = false;
 		c->req->pub.on_drain(&c->req->pub);
@@ -498,6 +522,13 @@ static int conn_write_raw(struct sl_http_conn *c, const uv_buf_t *bufs,
 		free(wr);
 		conn_close(c);
 		return r;
+	}
+	/* Queued bytes while answering: watch that the client takes them. */
+	if (c->backlog == 0 &&
+	    (c->phase == PHASE_HANDLING || c->phase == PHASE_LINGER)) {
+		c->write_progress_ms = uv_now(c->server->loop);
+		if (!uv_is_active((uv_handle_t *)&c->timer))
+			set_timer(c, c->server->limits.send_timeout_ms);
 	}
 	c->backlog += rest;
 	return 0;
@@ -555,10 +586,11 @@ static void request_complete(struct sl_http_conn *c)
 	/*
 	 * A pipelined request already read is parsed from the timer, on the
 	 * next loop iteration: a response can complete inside a libcurl
-	 * callback, where dispatching a new request must not happen.
+	 * callback, where dispatching a new request must not happen. When a
+	 * parse loop is running, it goes on by itself.
 	 */
-	set_timer(c, c->pending_len > 0 ? 0
-					 : c->server->limits.idle_timeout_ms);
+	bool next_waiting = c->pending_len > 0 && !c->parsing;
+	set_timer(c, next_waiting ? 0 : c->server->limits.idle_timeout_ms);
 	conn_update_reading(c);
 }
 
@@ -581,7 +613,7 @@ void sl_http_respond(struct sl_http_request *req, int status,
 				 (long long)len, st->keep_alive, &head_len);
 	uv_buf_t bufs[2] = {uv_buf_init(head, (unsigned)head_len),
 			    uv_buf_init((char *)body, (unsigned)len)};
-	conn_write_raw(c, bufs, len ? 2 : 1);
+	conn_write_raw(c, bufs, len && !st->head_only ? 2 : 1);
 	free(head);
 	request_complete(c);
 }
@@ -618,17 +650,19 @@ void sl_http_respond_error(struct sl_http_request *req, int status,
 }
 
 int sl_http_stream_start(struct sl_http_request *req, int status,
-			 const char *content_type, const char *extra_headers)
+			 const char *content_type, const char *extra_headers,
+			 long long content_length)
 {
 	struct sl_http_conn *c = req->conn;
 	struct request_state *st = state_of(req);
 	if (!can_respond(req))
 		return UV_ECANCELED;
-	if (st->http10)
-		st->keep_alive = false;
+	st->chunked = content_length < 0 && !st->http10;
+	if (content_length < 0 && st->http10)
+		st->keep_alive = false; /* the body ends with the connection */
 	size_t len;
-	char *head = format_head(c, status, content_type, extra_headers, -1,
-				 st->keep_alive, &len);
+	char *head = format_head(c, status, content_type, extra_headers,
+				 content_length, st->keep_alive, &len);
 	uv_buf_t b = uv_buf_init(head, (unsigned)len);
 	int rc = conn_write_raw(c, &b, 1);
 	free(head);
@@ -643,10 +677,10 @@ int sl_http_stream_write(struct sl_http_request *req, const void *data,
 	struct request_state *st = state_of(req);
 	if (!can_respond(req))
 		return UV_ECANCELED;
-	if (len == 0)
+	if (len == 0 || st->head_only)
 		return 0; /* an empty chunk would end the stream */
 	int rc;
-	if (st->http10) {
+	if (!st->chunked) {
 		uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
 		rc = conn_write_raw(c, &b, 1);
 	} else {
@@ -668,11 +702,22 @@ void sl_http_stream_end(struct sl_http_request *req)
 	struct request_state *st = state_of(req);
 	if (!can_respond(req))
 		return;
-	if (!st->http10) {
+	if (st->chunked && !st->head_only) {
 		uv_buf_t b = uv_buf_init("0\r\n\r\n", 5);
 		conn_write_raw(c, &b, 1);
 	}
 	request_complete(c);
+}
+
+void sl_http_abort(struct sl_http_request *req)
+{
+	struct sl_http_conn *c = req->conn;
+	struct request_state *st = state_of(req);
+	if (!can_respond(req))
+		return;
+	/* Not the handler's to hear about: it asked for this. */
+	st->pub.on_abort = NULL;
+	conn_close(c);
 }
 
 size_t sl_http_backlog(const struct sl_http_request *req)
@@ -817,6 +862,14 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
 	struct sl_http_conn *c = stream->data;
 	if (nread < 0) {
+		if (nread == UV_EOF && c->phase == PHASE_LINGER &&
+		    !c->shutdown_started) {
+			/* Finish sending the error first, then close. */
+			c->peer_closed = true;
+			uv_read_stop(stream);
+			c->reading = false;
+			return;
+		}
 		/* EOF or error: a client that leaves cancels its request. */
 		conn_close(c);
 		return;
@@ -841,8 +894,8 @@ static void conn_update_reading(struct sl_http_conn *c)
 {
 	if (c->closing)
 		return;
-	bool want = c->phase == PHASE_LINGER ||
-		    c->pending_len < SL_HTTP_PENDING_MAX;
+	bool want = !c->peer_closed && (c->phase == PHASE_LINGER ||
+					c->pending_len < SL_HTTP_PENDING_MAX);
 	if (want && !c->reading) {
 		if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
 			c->reading = true;
@@ -873,11 +926,29 @@ static void on_timer(uv_timer_t *t)
 		/* keep-alive idle, or a client that never spoke */
 		conn_close(c);
 		break;
-	case PHASE_LINGER: /* the client did not finish in time */
-		conn_close(c);
+	case PHASE_LINGER:
+		if (c->shutdown_started) {
+			conn_close(c); /* the client did not finish in time */
+			break;
+		}
+		/* Still flushing the last response: as while handling. */
+		/* fall through */
+	case PHASE_HANDLING: {
+		/* The send timeout: is the client still taking bytes? */
+		if (c->backlog == 0)
+			break;
+		uint64_t idle = uv_now(c->server->loop) - c->write_progress_ms;
+		uint64_t limit = c->server->limits.send_timeout_ms;
+		if (idle >= limit) {
+			sl_debug("http: client took no bytes for %llu ms; "
+				 "closing",
+				 (unsigned long long)idle);
+			conn_close(c);
+		} else {
+			set_timer(c, limit - idle);
+		}
 		break;
-	case PHASE_HANDLING:
-		break;
+	}
 	}
 }
 
@@ -944,8 +1015,15 @@ static void maybe_linger(struct sl_http_conn *c)
 	c->shutdown_started = true;
 	c->shutdown_req.data = c;
 	if (uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp,
-			on_shutdown) != 0)
+			on_shutdown) != 0) {
 		conn_close(c);
+		return;
+	}
+	if (c->peer_closed) {
+		conn_close(c);
+		return;
+	}
+	set_timer(c, SL_HTTP_LINGER_MS);
 }
 
 /* Sends what is queued, then FIN, then discards input for a moment. */
@@ -955,7 +1033,9 @@ static void conn_finish(struct sl_http_conn *c)
 		return;
 	c->phase = PHASE_LINGER;
 	c->finish_when_flushed = true;
-	set_timer(c, SL_HTTP_LINGER_MS);
+	/* Until the response is flushed, the send timeout applies. */
+	c->write_progress_ms = uv_now(c->server->loop);
+	set_timer(c, c->server->limits.send_timeout_ms);
 	conn_update_reading(c);
 	maybe_linger(c);
 }
@@ -1010,6 +1090,9 @@ int sl_http_server_listen(struct sl_http_server *s, uv_loop_t *loop,
 	memset(s, 0, sizeof(*s));
 	s->loop = loop;
 	s->limits = *limits;
+	/* The per-request arrays are sized for the compiled-in maximum. */
+	s->limits.max_headers = SL_MIN(s->limits.max_headers,
+				       SL_HTTP_MAX_HEADERS);
 	s->handler = handler;
 	s->handler_data = data;
 	if (uv_random(NULL, NULL, &s->id_seed, sizeof(s->id_seed), 0, NULL))

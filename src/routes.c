@@ -2,6 +2,7 @@
 #include "sluice/routes.h"
 
 #include "sluice/common.h"
+#include "sluice/proxy.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,13 @@ static const struct route routes[] = {
 	{"/health", HTTP_GET, handle_health},
 };
 
+static void add_allowed(char *allow, size_t size, llhttp_method_t m)
+{
+	size_t n = strlen(allow);
+	snprintf(allow + n, size - n, "%s%s", n ? ", " : "",
+		 llhttp_method_name(m));
+}
+
 void sl_routes_dispatch(struct sl_http_request *req, void *data)
 {
 	struct sl_app *app = data;
@@ -40,9 +48,17 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 			routes[i].handler(app, req);
 			return;
 		}
-		size_t n = strlen(allow);
-		snprintf(allow + n, sizeof(allow) - n, "%s%s",
-			 n ? ", " : "", llhttp_method_name(routes[i].method));
+		add_allowed(allow, sizeof(allow), routes[i].method);
+	}
+	for (unsigned i = 0; i < sl_n_endpoints; i++) {
+		const struct sl_endpoint *ep = &sl_endpoints[i];
+		if (strcmp(ep->path, req->path) != 0)
+			continue;
+		if (ep->method == req->method) {
+			sl_proxy_handle(app, req, ep);
+			return;
+		}
+		add_allowed(allow, sizeof(allow), ep->method);
 	}
 	if (allow[0]) {
 		char extra[160];

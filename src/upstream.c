@@ -159,7 +159,7 @@ static void start_probe(struct sl_upstream *u)
 	if (u->stopping || sl_get_busy(&u->probe))
 		return;
 	char *url = sl_xasprintf("%s/health", u->url);
-	int rc = sl_get_start(u->curl, &u->probe, url, NULL,
+	int rc = sl_get_start(u->curl, &u->probe, url, u->api_key,
 			      SL_PROBE_TIMEOUT_MS, on_health);
 	free(url);
 	if (rc != 0)
@@ -299,9 +299,12 @@ static int launch(struct sl_upstream *u)
 	u->url = sl_xasprintf("http://127.0.0.1:%u", port);
 
 	const struct sl_config *cfg = u->cfg;
-	char port_s[16], slots_s[16], ctx_s[24];
+	char port_s[16], slots_s[16], ctx_s[24], threads_s[16];
 	snprintf(port_s, sizeof(port_s), "%u", port);
 	snprintf(slots_s, sizeof(slots_s), "%u", cfg->slots);
+	/* An HTTP thread per pooled connection, and two to spare. */
+	snprintf(threads_s, sizeof(threads_s), "%u",
+		 cfg->slots + SL_UPSTREAM_SPARE_CONNS + 2);
 	snprintf(ctx_s, sizeof(ctx_s), "%llu",
 		 (unsigned long long)cfg->slots * cfg->ctx_size);
 
@@ -314,7 +317,7 @@ static int launch(struct sl_upstream *u)
 	const char *fixed[] = {
 		u->exe,	  "--host", "127.0.0.1", "--port",	port_s,
 		"-np",	  slots_s,  "-c",	 ctx_s,		"--no-kv-unified",
-		"--metrics", "--no-webui",
+		"--metrics", "--no-webui", "--threads-http", threads_s,
 	};
 	size_t n_fixed = SL_ARRAY_SIZE(fixed);
 	size_t n = n_fixed + 2 + cfg->llama_args.count + 1;
@@ -386,6 +389,8 @@ struct sl_upstream *sl_upstream_new(uv_loop_t *loop, struct sl_curl *curl,
 		u->url = sl_xstrdup("");
 	} else {
 		u->url = sl_xstrdup(url);
+		if (cfg->upstream_api_key[0])
+			u->api_key = sl_xstrdup(cfg->upstream_api_key);
 	}
 	uv_timer_init(loop, &u->probe_timer);
 	uv_timer_init(loop, &u->deadline_timer);

@@ -31,9 +31,13 @@ struct sl_app {
 
 	struct sl_upstream *upstreams[SL_MAX_UPSTREAMS];
 	unsigned n_upstreams; /* not yet stopped */
+	unsigned next_upstream; /* round-robin start among equals */
+	unsigned exchanges;   /* relayed requests not yet finished */
+	uv_timer_t drain_timer;
 	bool demo;            /* serving the demo model */
 	bool announced;       /* "ready" has been logged */
-	bool stopping;
+	bool stopping;        /* draining, then closing */
+	bool front_closing;   /* the HTTP server is being closed */
 	int exit_code;
 	uint64_t start_ms;
 	char listen_url[96];
@@ -42,8 +46,22 @@ struct sl_app {
 /* Runs sluice until it stops; returns the process exit status. */
 int sl_app_run(const struct sl_config *cfg);
 
-/* Starts the shutdown described above, with the given exit status. */
+/*
+ * Starts the shutdown described above, with the given exit status. With
+ * status 0 it drains first: no new connections, idle ones closed, requests
+ * in flight finish within --drain-timeout.
+ */
 void sl_app_stop(struct sl_app *app, int exit_code);
+
+/* Called when a request finishes: ends a drain once nothing is left. */
+void sl_app_maybe_drained(struct sl_app *app);
+
+/*
+ * The ready upstream with the most room (fewest requests in flight per
+ * slot; ties in turn), or NULL with the reason, for the client, in `why`.
+ */
+struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, char *why,
+					 size_t size);
 
 /* The /health document: a new JSON object. */
 json_t *sl_app_health_json(const struct sl_app *app, bool *any_ready);

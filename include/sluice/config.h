@@ -45,6 +45,21 @@ struct sl_config {
 	uint64_t startup_timeout_ms;
 	uint64_t stop_timeout_ms;    /* SIGTERM to SIGKILL grace period */
 	uint64_t health_interval_ms;
+	char *upstream_api_key;      /* for --upstream servers, or "" */
+	uint64_t upstream_connect_timeout_ms;
+	uint64_t upstream_timeout_ms;      /* to the first response byte */
+	uint64_t upstream_idle_timeout_ms; /* between bytes afterwards */
+
+	/* Client side */
+	unsigned max_connections;
+	uint64_t max_header_size;
+	unsigned max_headers;
+	uint64_t max_body;
+	uint64_t header_timeout_ms;
+	uint64_t body_timeout_ms;
+	uint64_t keepalive_timeout_ms;
+	uint64_t send_timeout_ms;
+	uint64_t drain_timeout_ms;
 
 	/* Files */
 	char *cache_dir;        /* "" = $XDG_CACHE_HOME/sluice */
@@ -81,5 +96,8 @@ void sl_config_usage(FILE *out);
  * SL_EINVAL. Exposed for the tests.
  */
 int sl_parse_duration_ms(const char *s, uint64_t *out);
+
+/* Parses a size ("512", "16K", "1M", "1MiB") into bytes; 0 or SL_EINVAL. */
+int sl_parse_size(const char *s, uint64_t *out);
 
 #endif

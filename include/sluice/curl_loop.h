@@ -53,6 +53,12 @@ int sl_curl_init(struct sl_curl *c, uv_loop_t *loop);
  */
 void sl_curl_close(struct sl_curl *c, void (*on_closed)(struct sl_curl *));
 
+/*
+ * Options every upstream transfer gets: no signals, no proxy (upstreams are
+ * reached directly, whatever http_proxy says), HTTP/1.1, TCP_NODELAY.
+ */
+void sl_curl_common_options(CURL *easy);
+
 /* Starts t->easy (configured by the caller). Returns 0 or SL_ECURL. */
 int sl_curl_start(struct sl_curl *c, struct sl_transfer *t);
 

@@ -41,6 +41,8 @@
 #define SL_HTTP_HEADER_TIMEOUT_MS 10000u
 #define SL_HTTP_BODY_TIMEOUT_MS 30000u
 #define SL_HTTP_IDLE_TIMEOUT_MS 60000u
+/* A client that takes no response bytes for this long is dropped. */
+#define SL_HTTP_SEND_TIMEOUT_MS 60000u
 #define SL_HTTP_MAX_CONNECTIONS 10000u
 /* Client-sent request ids longer than this are replaced by our own. */
 #define SL_HTTP_REQUEST_ID_MAX 128u
@@ -64,6 +66,7 @@ struct sl_http_limits {
 	uint64_t header_timeout_ms;
 	uint64_t body_timeout_ms;
 	uint64_t idle_timeout_ms;
+	uint64_t send_timeout_ms;
 	unsigned max_connections;
 };
 
@@ -175,16 +178,25 @@ void sl_http_respond_error(struct sl_http_request *req, int status,
 			   const char *fmt, ...) SL_PRINTF(5, 6);
 
 /*
- * A chunked response, sent as it is produced: start it, write chunks, end
- * it. Writes return 0, or a negative code when the client is gone (the
- * handler then also gets on_abort). After sl_http_stream_end() `req`
- * belongs to the server again.
+ * A response sent as it is produced: start it, write, end it. With
+ * content_length < 0 the body is chunked and each write is one chunk; else
+ * exactly content_length bytes must follow. Writes return 0, or a negative
+ * code when the client is gone (the handler then also gets on_abort). After
+ * sl_http_stream_end() `req` belongs to the server again.
  */
 int sl_http_stream_start(struct sl_http_request *req, int status,
-			 const char *content_type, const char *extra_headers);
+			 const char *content_type, const char *extra_headers,
+			 long long content_length);
 int sl_http_stream_write(struct sl_http_request *req, const void *data,
 			 size_t len);
 void sl_http_stream_end(struct sl_http_request *req);
+
+/*
+ * Gives up on a response already started (the upstream failed mid-body):
+ * closes the connection, so the client sees a truncated body rather than a
+ * complete one. `req` belongs to the server again; on_abort is not called.
+ */
+void sl_http_abort(struct sl_http_request *req);
 
 /* Response bytes queued in sluice for this request's client. */
 size_t sl_http_backlog(const struct sl_http_request *req);

@@ -40,6 +40,12 @@
 #define SL_RESTART_DELAY_MAX_MS 30000
 /* Ready this long before exiting: the next restart starts the backoff anew. */
 #define SL_RESTART_STABLE_MS 60000
+/*
+ * Connections to one upstream beyond its slots: room for the health check
+ * and a transfer finishing while the next starts. Each connection holds one
+ * of llama-server's HTTP threads, so the pool stays this small.
+ */
+#define SL_UPSTREAM_SPARE_CONNS 2
 
 enum sl_upstream_state {
 	SL_UPSTREAM_STARTING,
@@ -80,6 +86,7 @@ struct sl_upstream {
 	enum sl_upstream_state state;
 	unsigned total_slots; /* from /props; 0 until known */
 	unsigned restarts;    /* relaunches after unexpected exits */
+	unsigned inflight;    /* exchanges sent to it and not finished */
 	unsigned index;       /* position among sluice's upstreams */
 
 	/* Managed only. */

@@ -1,0 +1,52 @@
+/*
+ * proxy.h: relaying a client's request to an upstream llama-server and its
+ * answer back, streamed as it is generated.
+ *
+ * Each relayed request is an exchange: the client's request on one side, a
+ * libcurl transfer to an upstream on the other. sluice validates the JSON
+ * body, adds the upstream's API key and forwards it. A non-streamed answer
+ * is relayed with its status and body; a streamed one ("stream": true) as
+ * Server-Sent Events, one event per HTTP chunk, each written the moment it
+ * is complete. A client that leaves cancels the transfer at once, which
+ * closes the upstream connection so llama-server frees its slot.
+ *
+ * Glossary:
+ *   endpoint     a path sluice relays, with what ends its stream
+ *   exchange     one relayed request, from validation to its last byte
+ *   end marker   what ends a stream: "data: [DONE]" on the OpenAI
+ *                endpoints, a chunk with "stop": true on /completion
+ */
+#ifndef SLUICE_PROXY_H
+#define SLUICE_PROXY_H
+
+#include "sluice/app.h"
+#include "sluice/http.h"
+
+#include <stdbool.h>
+
+enum sl_stream_end {
+	SL_END_NONE, /* the endpoint does not stream */
+	SL_END_DONE, /* "data: [DONE]" */
+	SL_END_STOP, /* a JSON chunk with "stop": true */
+};
+
+struct sl_endpoint {
+	const char *path;
+	llhttp_method_t method;
+	const char *upstream_path;
+	enum sl_stream_end stream_end;
+	bool json_body; /* the request carries a JSON object */
+};
+
+/* The relayed endpoints, for the route table. */
+extern const struct sl_endpoint sl_endpoints[];
+extern const unsigned sl_n_endpoints;
+
+/* Starts an exchange for `req` on endpoint `ep`; answers errors itself. */
+void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
+		     const struct sl_endpoint *ep);
+
+/* Exchanges in flight (for shutdown and /health). */
+unsigned sl_proxy_inflight(const struct sl_app *app);
+
+#endif
