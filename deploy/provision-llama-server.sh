@@ -11,7 +11,9 @@
 # Result: $CACHE/llama.cpp/bin/llama-server, with the package versions in
 # $CACHE/llama.cpp/VERSIONS. CACHE is $SLUICE_CACHE_DIR, else
 # ${XDG_CACHE_HOME:-$HOME/.cache}/sluice. The mirror comes from the system's
-# own apt configuration.
+# own apt configuration. SLUICE_APT_OPTIONS adds apt options, e.g.
+# "-o Acquire::Check-Valid-Until=false" for a snapshot mirror whose Release
+# files have expired.
 set -euo pipefail
 
 say() { printf 'provision: %s\n' "$*"; }
@@ -77,10 +79,17 @@ apt_opts=(
 )
 # As root, apt drops to the _apt user, who cannot write our directories.
 [ "$(id -u)" -ne 0 ] || apt_opts+=(-o "APT::Sandbox::User=root")
+# shellcheck disable=SC2206 # word splitting of the options is intended
+apt_opts+=(${SLUICE_APT_OPTIONS:-})
 
-say "fetching the package list of Debian sid from $mirror"
-apt-get -q "${apt_opts[@]}" update >"$work/update.log" 2>&1 ||
-	die "apt-get update of sid failed: $(tail -n 3 "$work/update.log")"
+say "fetching the package list of Debian unstable (sid) from $mirror"
+if ! apt-get -q "${apt_opts[@]}" update >"$work/update.log" 2>&1 ||
+	grep -q '^E: ' "$work/update.log"; then
+	if grep -q 'is expired' "$work/update.log"; then
+		die "the mirror's sid Release file has expired (a snapshot mirror, or a wrong clock?). If you trust $mirror, run again with SLUICE_APT_OPTIONS='-o Acquire::Check-Valid-Until=false'"
+	fi
+	die "apt-get update of sid failed: $(grep '^E: ' "$work/update.log" | head -n 3)"
+fi
 say "downloading ${packages[*]}"
 (cd "$work/debs" && apt-get -q "${apt_opts[@]}" download "${packages[@]}") \
 	>"$work/download.log" 2>&1 ||
@@ -125,9 +134,9 @@ chmod +x "$wrapper.new"
 mv "$wrapper.new" "$wrapper"
 
 for deb in "$work"/debs/*.deb; do
-	dpkg-deb -f "$deb" Package Version | paste -sd' '
+	dpkg-deb --show --showformat='${Package} ${Version}\n' "$deb"
 done >"$dest/VERSIONS"
 
 version=$("$wrapper" --version 2>&1 | head -n 1) ||
 	die "the provisioned llama-server does not start: $version"
-say "llama-server $version is at $wrapper (package versions in $dest/VERSIONS)"
+say "provisioned $wrapper ($version; the package versions are in $dest/VERSIONS)"

@@ -39,7 +39,7 @@ elif ! pkg-config --exists libuv libcurl jansson; then
 fi
 
 if [ ${#missing[@]} -gt 0 ]; then
-	say "installing: ${missing[*]}"
+	say "updating the package lists"
 	$sudo apt-get -q update >/dev/null
 	for i in "${!missing[@]}"; do
 		if [ "${missing[$i]}" = llhttp ]; then
@@ -50,8 +50,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 			fi
 		fi
 	done
+	say "installing: ${missing[*]}"
 	$sudo env DEBIAN_FRONTEND=noninteractive apt-get -q install -y \
-		--no-install-recommends "${missing[@]}" >/dev/null
+		--no-install-recommends "${missing[@]}" >/dev/null 2>&1 ||
+		die "apt-get install ${missing[*]} failed"
 else
 	say "packages: all present"
 fi
@@ -75,6 +77,7 @@ then put it on PATH or set SLUICE_LLAMA_SERVER=/path/to/llama-server.
 EOF
 			exit 1
 		fi
+		say "no llama-server on this machine: provisioning one from Debian unstable into $cache"
 		./deploy/provision-llama-server.sh
 	fi
 fi
