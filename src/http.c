@@ -56,6 +56,7 @@ struct request_state {
 	bool headers_done; /* later fields are trailers: counted, dropped */
 	bool head_only;    /* a HEAD request: the response has no body */
 	size_t body_cap;
+	uint64_t chunk_left; /* data bytes still due in the current chunk */
 	bool keep_alive;   /* decided when the message completed */
 	bool http10;       /* HTTP/1.0 client: no chunked responses */
 	bool chunked;      /* the streamed response is chunked */
@@ -79,6 +80,9 @@ struct sl_http_conn {
 	size_t backlog;    /* bytes in uv_write requests not yet done */
 	unsigned reject_status; /* set by a parser callback that refuses */
 	const char *reject_message;
+	/* The bytes being parsed, for checks llhttp 8 does not make. */
+	const char *parse_end;
+	unsigned crlf_due;  /* bytes of a chunk's CRLF not seen yet (0-2) */
 	unsigned open_handles;
 	bool reading;
 	bool parsing;      /* inside conn_parse(): do not re-enter */
@@ -264,10 +268,25 @@ static int on_url_complete(llhttp_t *p)
 	return 0;
 }
 
+/* Refuses with 400: for what llhttp 8 (Debian bookworm's) lets through. */
+static int refuse_malformed(struct sl_http_conn *c, const char *why)
+{
+	c->reject_status = 400;
+	c->reject_message = why;
+	return HPE_USER;
+}
+
 static int on_header_field(llhttp_t *p, const char *at, size_t len)
 {
 	struct sl_http_conn *c = conn_of(p);
 	struct request_state *st = c->req;
+	/*
+	 * "Host : x" must be refused (RFC 9112, 5.1): proxies disagree on what
+	 * it means. llhttp 8 passes the space on as part of the name.
+	 */
+	if (memchr(at, ' ', len) || memchr(at, '\t', len))
+		return refuse_malformed(c, "malformed HTTP request: "
+					   "whitespace in a header name");
 	/*
 	 * Trailers of a chunked body come through here too, after the headers
 	 * were resolved: they count against the limit and are dropped, as
@@ -383,11 +402,45 @@ static int on_headers_complete(llhttp_t *p)
 	return 0;
 }
 
+/*
+ * Checks that the bytes after a chunk's data are CRLF, as far as this read
+ * goes; the rest is checked at the start of the next (check_due_crlf).
+ * llhttp 8 skips those two bytes unseen, which lets "5\r\nhelloXX" pass.
+ */
+static int check_crlf_from(struct sl_http_conn *c, const char *at)
+{
+	static const char crlf[] = "\r\n";
+	while (c->crlf_due > 0 && at < c->parse_end) {
+		if (*at++ != crlf[2 - c->crlf_due])
+			return refuse_malformed(
+				c, "malformed HTTP request: chunk data not "
+				   "followed by CRLF");
+		c->crlf_due--;
+	}
+	return 0;
+}
+
+static int on_chunk_header(llhttp_t *p)
+{
+	struct sl_http_conn *c = conn_of(p);
+	c->req->chunk_left = p->content_length;
+	return 0;
+}
+
 static int on_body(llhttp_t *p, const char *at, size_t len)
 {
 	struct sl_http_conn *c = conn_of(p);
 	struct request_state *st = c->req;
 	size_t max = c->server->limits.max_body;
+	if (p->flags & F_CHUNKED) {
+		st->chunk_left -= SL_MIN(st->chunk_left, (uint64_t)len);
+		if (st->chunk_left == 0) {
+			c->crlf_due = 2;
+			int rc = check_crlf_from(c, at + len);
+			if (rc)
+				return rc;
+		}
+	}
 	if (st->pub.body_len + len > max) {
 		c->reject_status = 413;
 		c->reject_message = "request body too large";
@@ -433,6 +486,7 @@ static const llhttp_settings_t parser_settings = {
 	.on_header_value_complete = on_header_value_complete,
 	.on_headers_complete = on_headers_complete,
 	.on_body = on_body,
+	.on_chunk_header = on_chunk_header,
 	.on_message_complete = on_message_complete,
 };
 
@@ -794,9 +848,12 @@ static size_t conn_parse(struct sl_http_conn *c, const char *data, size_t len)
 {
 	size_t off = 0;
 	c->parsing = true;
+	c->parse_end = data + len;
 	while (off < len && !c->closing && c->phase <= PHASE_BODY) {
-		llhttp_errno_t e =
-			llhttp_execute(&c->parser, data + off, len - off);
+		llhttp_errno_t e = c->crlf_due ? check_crlf_from(c, data + off)
+					       : HPE_OK;
+		if (e == HPE_OK)
+			e = llhttp_execute(&c->parser, data + off, len - off);
 		if (c->closing)
 			break;
 		if (e == HPE_OK) {

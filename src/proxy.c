@@ -15,6 +15,7 @@
  */
 #include "sluice/proxy.h"
 
+#include "sluice/assemble.h"
 #include "sluice/common.h"
 #include "sluice/log.h"
 #include "sluice/sse.h"
@@ -34,6 +35,9 @@ const struct sl_endpoint sl_endpoints[] = {
 };
 const unsigned sl_n_endpoints = SL_ARRAY_SIZE(sl_endpoints);
 
+/* Largest non-streamed answer sluice assembles from an upstream stream. */
+#define SL_PROXY_MAX_ANSWER (64u * 1024 * 1024)
+
 enum relay_mode {
 	MODE_WAITING, /* no response byte yet */
 	MODE_BODY,    /* relaying a plain body */
@@ -47,7 +51,10 @@ struct exchange {
 	struct sl_upstream *upstream;
 	char *body; /* what is sent upstream */
 	size_t body_len;
-	bool stream; /* the client asked for "stream": true */
+	bool stream;   /* the client asked for "stream": true */
+	bool assemble; /* it did not, but llama-server is asked to stream */
+	struct sl_assembler answer;
+	size_t answer_bytes;
 
 	struct sl_transfer transfer;
 	struct curl_slist *headers;
@@ -57,6 +64,7 @@ struct exchange {
 	bool timer_closed;
 
 	enum relay_mode mode;
+	bool head_sent; /* the client's response has begun */
 	struct sl_sse sse;
 	bool ended;  /* the end marker (or an error event) went out */
 	bool paused; /* the transfer waits for the client to catch up */
@@ -159,11 +167,88 @@ static bool event_ends_stream(const struct exchange *x, const char *event,
 	return ends;
 }
 
+/* An event's data, malloc'd; NULL for an event without data. */
+static char *event_data(const char *event, size_t len)
+{
+	char probe[1];
+	long n = sl_sse_event_data(event, len, probe, sizeof(probe));
+	if (n < 0)
+		return NULL;
+	char *data = sl_xmalloc((size_t)n + 1);
+	sl_sse_event_data(event, len, data, (size_t)n + 1);
+	return data;
+}
+
+static void finish_answer(struct exchange *x)
+{
+	json_t *doc = sl_assembler_result(&x->answer);
+	if (!doc) {
+		respond_error(x, 502, "server_error",
+			      "upstream ended its answer without any content");
+		return;
+	}
+	char *body = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	sl_http_respond(x->req, 200, "application/json; charset=utf-8", NULL,
+			body, strlen(body));
+	free(body);
+	client_done(x);
+}
+
+/* An upstream error event, answered as the error response it stands for. */
+static void answer_error(struct exchange *x, json_t *doc)
+{
+	json_t *code = json_object_get(json_object_get(doc, "error"), "code");
+	json_int_t status = json_is_integer(code) ? json_integer_value(code)
+						  : 500;
+	if (status < 400 || status > 599)
+		status = 500;
+	char *body = json_dumps(doc, JSON_COMPACT);
+	sl_http_respond(x->req, (int)status, "application/json", NULL, body,
+			strlen(body));
+	free(body);
+	client_done(x);
+}
+
+/* For a client that wants one answer: gather the event instead of relaying. */
+static int assemble_event(struct exchange *x, const char *event, size_t len)
+{
+	x->answer_bytes += len;
+	if (x->answer_bytes > SL_PROXY_MAX_ANSWER) {
+		respond_error(x, 502, "server_error",
+			      "upstream answer too large to assemble");
+		return 0;
+	}
+	char *data = event_data(event, len);
+	if (!data)
+		return 0; /* a comment: a keep-alive ping */
+	if (strcmp(data, "[DONE]") == 0) {
+		free(data);
+		finish_answer(x);
+		return 0;
+	}
+	json_t *doc = json_loads(data, 0, NULL);
+	free(data);
+	if (json_object_get(doc, "error")) {
+		answer_error(x, doc);
+	} else if (sl_assembler_add(&x->answer, doc) != 0) {
+		respond_error(x, 502, "server_error",
+			      "upstream sent an event sluice cannot read");
+	} else if (x->ep->stream_end == SL_END_STOP &&
+		   json_is_true(json_object_get(doc, "stop"))) {
+		finish_answer(x);
+	}
+	json_decref(doc);
+	return 0;
+}
+
 static int on_event(const char *event, size_t len, void *arg)
 {
 	struct exchange *x = arg;
 	if (x->ended || !x->req)
 		return 0;
+	if (x->assemble)
+		return assemble_event(x, event, len);
 	sl_http_stream_write(x->req, event, len);
 	if (!x->req || !event_ends_stream(x, event, len))
 		return 0;
@@ -183,10 +268,13 @@ static void start_response(struct exchange *x)
 	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
 	curl_easy_getinfo(e, CURLINFO_CONTENT_TYPE, &ctype);
 	curl_easy_getinfo(e, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
-	if (x->stream && status == 200 && ctype &&
+	if ((x->stream || x->assemble) && status == 200 && ctype &&
 	    strncmp(ctype, "text/event-stream", 17) == 0) {
 		x->mode = MODE_SSE;
 		sl_sse_init(&x->sse, SL_SSE_MAX_EVENT);
+		if (x->assemble)
+			return; /* answered once the stream is complete */
+		x->head_sent = true;
 		sl_http_stream_start(x->req, 200, "text/event-stream",
 				     "Cache-Control: no-cache\r\n"
 				     "X-Accel-Buffering: no\r\n",
@@ -194,6 +282,7 @@ static void start_response(struct exchange *x)
 		return;
 	}
 	x->mode = MODE_BODY;
+	x->head_sent = true;
 	sl_http_stream_start(x->req, (int)status,
 			     ctype ? ctype : "application/octet-stream", NULL,
 			     length);
@@ -244,17 +333,21 @@ static void finish_client(struct exchange *x, CURLcode result)
 	}
 	if (result == CURLE_OK && x->mode == MODE_SSE) {
 		sl_sse_finish(&x->sse, on_event, x);
-		if (x->req)
+		if (x->req && x->head_sent)
 			end_stream_with_error(x, 502,
 					      "upstream closed the stream "
 					      "before its end");
+		else if (x->req)
+			respond_error(x, 502, "server_error",
+				      "upstream closed the stream before its "
+				      "end");
 		return;
 	}
 	char message[CURL_ERROR_SIZE + 64];
 	snprintf(message, sizeof(message), "upstream request failed: %s",
 		 x->error[0] ? x->error : curl_easy_strerror(result));
 	int status = is_timeout(result) ? 504 : 502;
-	if (x->mode == MODE_WAITING) {
+	if (!x->head_sent) {
 		respond_error(x, status,
 			      status == 504 ? "timeout_error" : "server_error",
 			      message);
@@ -319,6 +412,8 @@ static void on_timer_closed(uv_handle_t *h)
 	struct exchange *x = h->data;
 	if (x->mode == MODE_SSE)
 		sl_sse_free(&x->sse);
+	if (x->assemble)
+		sl_assembler_free(&x->answer);
 	free(x->body);
 	free(x);
 }
@@ -384,8 +479,8 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 	return sl_curl_start(&x->app->curl, &x->transfer);
 }
 
-/* Checks the JSON body; on a problem answers 400 and returns false. */
-static bool validate_body(struct sl_http_request *req, bool *stream)
+/* Checks the JSON body; on a problem answers 400 and returns NULL. */
+static json_t *validate_body(struct sl_http_request *req)
 {
 	json_error_t jerr;
 	json_t *doc = json_loadb(req->body, req->body_len, 0, &jerr);
@@ -395,7 +490,7 @@ static bool validate_body(struct sl_http_request *req, bool *stream)
 				      "line %d, column %d (byte %d): %s",
 				      jerr.line, jerr.column, jerr.position,
 				      jerr.text);
-		return false;
+		return NULL;
 	}
 	bool ok = false;
 	json_t *v;
@@ -412,18 +507,39 @@ static bool validate_body(struct sl_http_request *req, bool *stream)
 				      "\"n_discard\" must be a non-negative "
 				      "integer");
 	} else {
-		*stream = json_is_true(json_object_get(doc, "stream"));
 		ok = true;
 	}
-	json_decref(doc);
-	return ok;
+	if (!ok) {
+		json_decref(doc);
+		return NULL;
+	}
+	return doc;
+}
+
+/*
+ * A generation the client wants as one answer is requested as a stream (see
+ * assemble.h for why); OpenAI endpoints also need the usage event then.
+ */
+static void ask_for_stream(struct exchange *x, json_t *doc)
+{
+	enum sl_assemble_kind kind =
+		x->ep->stream_end == SL_END_STOP ? SL_ASSEMBLE_NATIVE
+		: strstr(x->ep->path, "chat")	 ? SL_ASSEMBLE_CHAT
+						 : SL_ASSEMBLE_TEXT;
+	x->assemble = true;
+	sl_assembler_init(&x->answer, kind,
+			  json_is_true(json_object_get(doc, "return_tokens")));
+	json_object_set_new(doc, "stream", json_true());
+	if (kind != SL_ASSEMBLE_NATIVE)
+		json_object_set_new(doc, "stream_options",
+				    json_pack("{s:b}", "include_usage", 1));
 }
 
 void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		     const struct sl_endpoint *ep)
 {
-	bool stream = false;
-	if (ep->json_body && !validate_body(req, &stream))
+	json_t *doc = NULL;
+	if (ep->json_body && !(doc = validate_body(req)))
 		return;
 
 	char why[160];
@@ -431,6 +547,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	if (!u) {
 		sl_http_respond_error(req, 503, "unavailable_error",
 				      "Retry-After: 1\r\n", "%s", why);
+		json_decref(doc);
 		return;
 	}
 
@@ -438,12 +555,18 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	x->app = app;
 	x->req = req;
 	x->ep = ep;
-	x->stream = stream;
-	if (ep->json_body) {
+	x->stream = json_is_true(json_object_get(doc, "stream"));
+	if (ep->stream_end != SL_END_NONE && !x->stream) {
+		ask_for_stream(x, doc);
+		x->body = json_dumps(doc, JSON_COMPACT);
+		x->body_len = strlen(x->body);
+	} else if (ep->json_body) {
+		/* Relayed as the client wrote it. */
 		x->body = sl_xmalloc(req->body_len + 1);
 		memcpy(x->body, req->body, req->body_len + 1);
 		x->body_len = req->body_len;
 	}
+	json_decref(doc);
 	uv_timer_init(&app->loop, &x->timer);
 	x->timer.data = x;
 	app->exchanges++;

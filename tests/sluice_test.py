@@ -101,6 +101,131 @@ def request(port, method, path, body=None, headers=None, timeout=30):
         conn.close()
 
 
+class RawClient:
+    """HTTP/1.1 over a plain socket, to see what a library would hide:
+    chunk boundaries, their arrival times, pipelining, slow reading."""
+
+    def __init__(self, port, rcvbuf=None, timeout=30):
+        self.sock = socket.socket()
+        if rcvbuf:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(timeout)
+        self.sock.connect(("127.0.0.1", port))
+        self.buf = b""
+
+    def send(self, data):
+        self.sock.sendall(data if isinstance(data, bytes) else data.encode())
+
+    def request(self, method, path, body=None, headers=None):
+        """Sends one request (not waiting for the answer)."""
+        payload = b""
+        if body is not None:
+            payload = (json.dumps(body) if isinstance(body, (dict, list))
+                       else body)
+            payload = payload.encode() if isinstance(payload, str) else payload
+        lines = ["%s %s HTTP/1.1" % (method, path), "Host: test"]
+        for k, v in (headers or {}).items():
+            lines.append("%s: %s" % (k, v))
+        if body is not None:
+            lines.append("Content-Type: application/json")
+            lines.append("Content-Length: %d" % len(payload))
+        self.send(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
+
+    def _fill(self):
+        data = self.sock.recv(65536)
+        if not data:
+            raise EOFError("connection closed; unread: %r" % self.buf[:200])
+        self.buf += data
+
+    def _take_line(self):
+        while b"\r\n" not in self.buf:
+            self._fill()
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _take(self, n):
+        while len(self.buf) < n:
+            self._fill()
+        data, self.buf = self.buf[:n], self.buf[n:]
+        return data
+
+    def read_head(self):
+        """(status, {lowercase name: value})"""
+        status = int(self._take_line().split()[1])
+        headers = {}
+        while True:
+            line = self._take_line()
+            if not line:
+                return status, headers
+            k, v = line.decode().split(":", 1)
+            headers[k.strip().lower()] = v.strip()
+
+    def chunks(self):
+        """Yields (arrival time, chunk) of a chunked body, to its end."""
+        while True:
+            size = int(self._take_line().split(b";")[0], 16)
+            if size == 0:
+                self._take_line()
+                return
+            data = self._take(size)
+            self._take(2)
+            yield time.monotonic(), data
+
+    def read_response(self):
+        """(status, headers, body) of one complete response."""
+        status, headers = self.read_head()
+        if "content-length" in headers:
+            body = self._take(int(headers["content-length"]))
+        elif headers.get("transfer-encoding") == "chunked":
+            body = b"".join(c for _, c in self.chunks())
+        else:
+            body = b""
+        return status, headers, body
+
+    def at_eof(self, timeout=2):
+        """True when the server closes the connection within timeout;
+        whatever arrives meanwhile is kept in self.buf."""
+        old = self.sock.gettimeout()
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    return True
+                self.buf += data
+        except (socket.timeout, BlockingIOError):
+            return False
+        except ConnectionResetError:
+            return True
+        finally:
+            self.sock.settimeout(old)
+
+    def close(self):
+        self.sock.close()
+
+
+def sse_data(chunk):
+    """The data of one SSE event (one HTTP chunk): a JSON value or the
+    string "[DONE]"; None for a comment."""
+    text = chunk.decode()
+    assert text.endswith("\n\n"), "not one whole event: %r" % text
+    data = [line[5:].lstrip() for line in text.split("\n")
+            if line.startswith("data:")]
+    if not data:
+        return None
+    joined = "\n".join(data)
+    return joined if joined == "[DONE]" else json.loads(joined)
+
+
+def vm_hwm_kib(pid):
+    """Peak resident memory of a process, in KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM for %d" % pid)
+
+
 class Process:
     """A child process whose stderr is collected line by line."""
 

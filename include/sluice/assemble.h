@@ -1,0 +1,60 @@
+/*
+ * assemble.h: builds a non-streamed answer out of a streamed one.
+ *
+ * Why: llama-server (0.7.0, build 11669, and others) keeps generating a
+ * non-streamed request after its client has gone, although it logs that it
+ * cancelled it; a streamed request stops at the next token. So sluice always
+ * asks llama-server for a stream, and for a client that wanted one JSON
+ * answer it gathers the events here into the shape llama-server would have
+ * sent: the text joined, the final fields (usage, timings, finish reason)
+ * taken from the last events. Cancellation then works for every request,
+ * and per-token timings are seen for every request too.
+ *
+ * Glossary:
+ *   native   /completion: events carry "content"; the one with "stop": true
+ *            holds the final fields.
+ *   text     /v1/completions: choices[].text, then a usage event, [DONE].
+ *   chat     /v1/chat/completions: choices[].delta (content,
+ *            reasoning_content, tool_calls), then a usage event, [DONE].
+ */
+#ifndef SLUICE_ASSEMBLE_H
+#define SLUICE_ASSEMBLE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+enum sl_assemble_kind { SL_ASSEMBLE_NATIVE, SL_ASSEMBLE_TEXT, SL_ASSEMBLE_CHAT };
+
+/* Choices kept per answer ("n" in the request); more are refused. */
+#define SL_ASSEMBLE_MAX_CHOICES 16
+
+struct sl_choice_parts;
+
+struct sl_assembler {
+	enum sl_assemble_kind kind;
+	bool return_tokens;  /* native: the client asked for token ids */
+	json_t *last;        /* native: the latest event */
+	json_t *top[4];      /* OpenAI: id, created, model, fingerprint */
+	json_t *usage, *timings;
+	json_t *tokens;      /* native: token ids */
+	json_t *probs;       /* native: completion_probabilities */
+	struct sl_choice_parts *choices[SL_ASSEMBLE_MAX_CHOICES];
+	unsigned n_choices;
+	bool seen_event;
+};
+
+void sl_assembler_init(struct sl_assembler *a, enum sl_assemble_kind kind,
+		       bool return_tokens);
+void sl_assembler_free(struct sl_assembler *a);
+
+/*
+ * Adds one event's data (a JSON object, borrowed). Returns 0, or SL_EINVAL
+ * when the event is not an object or names a choice past the limit.
+ */
+int sl_assembler_add(struct sl_assembler *a, json_t *event);
+
+/* The whole answer, a new reference; NULL if no event came. */
+json_t *sl_assembler_result(struct sl_assembler *a);
+
+#endif

@@ -1,0 +1,697 @@
+/*
+ * test_http.c: the HTTP/1.1 server, fed raw bytes over loopback.
+ *
+ * The server runs on its own libuv loop in a second thread with a stub
+ * handler; the test thread is a deliberately simple blocking client. Each
+ * case checks the status line, whether the connection closed, and how many
+ * requests reached the handler (none, for every request that must be
+ * refused: "nothing forwarded").
+ */
+#include "sluice/http.h"
+
+#include "sluice/common.h"
+#include "test.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- the server thread ---- */
+
+struct server {
+	uv_loop_t loop;
+	uv_async_t stop;
+	struct sl_http_server http;
+	pthread_t thread;
+	unsigned port;
+	atomic_int handled;
+	atomic_int closed;
+};
+
+struct delayed {
+	uv_timer_t timer;
+	struct sl_http_request *req;
+	char body[64];
+};
+
+static void on_delayed_closed(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+static void on_delay(uv_timer_t *t)
+{
+	struct delayed *d = t->data;
+	if (d->req)
+		sl_http_respond(d->req, 200, "text/plain", NULL, d->body,
+				strlen(d->body));
+	uv_close((uv_handle_t *)t, on_delayed_closed);
+}
+
+static void on_delayed_abort(struct sl_http_request *req)
+{
+	struct delayed *d = req->handler_data;
+	d->req = NULL;
+}
+
+/*
+ * /echo answers "<method> <target> <body length>:<body>" at once;
+ * /slow?NAME answers NAME after 50 ms; /id answers the request id;
+ * /stream answers three chunks.
+ */
+static void handler(struct sl_http_request *req, void *data)
+{
+	struct server *s = data;
+	atomic_fetch_add(&s->handled, 1);
+	if (strcmp(req->path, "/slow") == 0) {
+		struct delayed *d = sl_xcalloc(1, sizeof(*d));
+		d->req = req;
+		snprintf(d->body, sizeof(d->body), "%s", req->query);
+		uv_timer_init(s->http.loop, &d->timer);
+		d->timer.data = d;
+		req->handler_data = d;
+		req->on_abort = on_delayed_abort;
+		uv_timer_start(&d->timer, on_delay, 50, 0);
+		return;
+	}
+	if (strcmp(req->path, "/id") == 0) {
+		sl_http_respond(req, 200, "text/plain", NULL, req->id,
+				strlen(req->id));
+		return;
+	}
+	if (strcmp(req->path, "/stream") == 0) {
+		sl_http_stream_start(req, 200, "text/plain", NULL, -1);
+		sl_http_stream_write(req, "one,", 4);
+		sl_http_stream_write(req, "two,", 4);
+		sl_http_stream_write(req, "three", 5);
+		sl_http_stream_end(req);
+		return;
+	}
+	char *body = sl_xasprintf("%s %s %zu:%s",
+				  llhttp_method_name(req->method), req->target,
+				  req->body_len, req->body);
+	sl_http_respond(req, 200, "text/plain", NULL, body, strlen(body));
+	free(body);
+}
+
+static void on_server_closed(struct sl_http_server *h)
+{
+	struct server *s = sl_container_of(h, struct server, http);
+	atomic_store(&s->closed, 1);
+}
+
+static void on_stop(uv_async_t *a)
+{
+	struct server *s = a->data;
+	sl_http_server_close(&s->http, on_server_closed);
+	uv_close((uv_handle_t *)a, NULL);
+}
+
+static void *server_main(void *arg)
+{
+	struct server *s = arg;
+	uv_run(&s->loop, UV_RUN_DEFAULT);
+	return NULL;
+}
+
+static struct server *server_start(const struct sl_http_limits *limits)
+{
+	struct server *s = sl_xcalloc(1, sizeof(*s));
+	ASSERT_EQ(uv_loop_init(&s->loop), 0);
+	ASSERT_EQ(uv_async_init(&s->loop, &s->stop, on_stop), 0);
+	s->stop.data = s;
+	ASSERT_EQ(sl_http_server_listen(&s->http, &s->loop, "127.0.0.1", 0,
+					limits, handler, s),
+		  0);
+	s->port = sl_http_server_port(&s->http);
+	ASSERT(s->port > 0);
+	ASSERT_EQ(pthread_create(&s->thread, NULL, server_main, s), 0);
+	return s;
+}
+
+static void server_stop(struct server *s)
+{
+	uv_async_send(&s->stop);
+	pthread_join(s->thread, NULL);
+	ASSERT_EQ(atomic_load(&s->closed), 1);
+	/* Every handle closed: nothing leaked. */
+	ASSERT_EQ(uv_loop_close(&s->loop), 0);
+	free(s);
+}
+
+static void small_limits(struct sl_http_limits *l)
+{
+	sl_http_limits_default(l);
+	l->max_body = 1024;
+	l->max_header_bytes = 2048;
+	l->max_headers = 10;
+}
+
+/* ---- the blocking client ---- */
+
+static int client(unsigned port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	ASSERT(fd >= 0);
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	ASSERT_EQ(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+static void send_all(int fd, const char *data, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return; /* the server may close on us: that is tested */
+		data += n;
+		len -= (size_t)n;
+	}
+}
+
+static void send_str(int fd, const char *s)
+{
+	send_all(fd, s, strlen(s));
+}
+
+static uint64_t now_ms(void)
+{
+	return sl_now_ms();
+}
+
+/*
+ * Waits up to timeout_ms for bytes; returns what one read brought (0 on
+ * timeout or EOF, which sets *eof). The buffer is NUL-terminated.
+ */
+static size_t recv_for(int fd, char *buf, size_t size, int timeout_ms,
+		       bool *eof)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	*eof = false;
+	buf[0] = '\0';
+	if (poll(&p, 1, timeout_ms) <= 0)
+		return 0;
+	ssize_t n = recv(fd, buf, size - 1, 0);
+	if (n <= 0) {
+		*eof = true;
+		return 0;
+	}
+	buf[n] = '\0';
+	return (size_t)n;
+}
+
+struct response {
+	int status;
+	char head[4096];
+	char body[65536];
+	size_t body_len;
+};
+
+/* Reads more into buf until it holds at least `need` bytes; fails if not. */
+static void ensure(int fd, char *buf, size_t size, size_t *used, size_t need)
+{
+	while (*used < need) {
+		bool eof;
+		size_t n = recv_for(fd, buf + *used, size - *used, 5000, &eof);
+		if (n == 0)
+			TEST_FAIL("response cut short after %zu bytes: \"%.*s\"",
+				  *used, (int)*used, buf);
+		*used += n;
+	}
+}
+
+/* The offset just past the next CRLF at or after pos, reading as needed. */
+static size_t line_end(int fd, char *buf, size_t size, size_t *used,
+		       size_t pos)
+{
+	for (;;) {
+		for (size_t i = pos; i + 1 < *used; i++)
+			if (buf[i] == '\r' && buf[i + 1] == '\n')
+				return i + 2;
+		ensure(fd, buf, size, used, *used + 1);
+	}
+}
+
+/*
+ * Reads exactly one response (Content-Length or chunked) from fd; `carry`
+ * holds bytes read past the previous response and gets those past this one.
+ * A response to HEAD is recognised by the request id "X-Test-Head".
+ */
+static void read_response(int fd, struct response *r, char *carry,
+			  size_t *carry_len)
+{
+	static char buf[262144];
+	size_t used = *carry_len;
+	memcpy(buf, carry, used);
+	size_t head_len = 0;
+	while (head_len == 0) {
+		for (size_t i = 0; i + 3 < used && !head_len; i++)
+			if (memcmp(buf + i, "\r\n\r\n", 4) == 0)
+				head_len = i + 4;
+		if (!head_len)
+			ensure(fd, buf, sizeof(buf), &used, used + 1);
+	}
+	ASSERT(head_len < sizeof(r->head));
+	memcpy(r->head, buf, head_len);
+	r->head[head_len] = '\0';
+	ASSERT_EQ(sscanf(r->head, "HTTP/1.1 %d", &r->status), 1);
+
+	const char *cl = strcasestr(r->head, "\r\nContent-Length: ");
+	bool head_request = strstr(r->head, "X-Test-Head") != NULL;
+	size_t pos = head_len;
+	r->body_len = 0;
+	if (head_request) {
+		/* no body */
+	} else if (cl) {
+		size_t want = strtoul(cl + 18, NULL, 10);
+		ensure(fd, buf, sizeof(buf), &used, pos + want);
+		memcpy(r->body, buf + pos, want);
+		r->body_len = want;
+		pos += want;
+	} else {
+		ASSERT_CONTAINS(r->head, "Transfer-Encoding: chunked");
+		for (;;) {
+			size_t data = line_end(fd, buf, sizeof(buf), &used, pos);
+			size_t chunk = strtoul(buf + pos, NULL, 16);
+			ensure(fd, buf, sizeof(buf), &used, data + chunk + 2);
+			ASSERT(r->body_len + chunk < sizeof(r->body));
+			memcpy(r->body + r->body_len, buf + data, chunk);
+			r->body_len += chunk;
+			pos = data + chunk + 2;
+			if (chunk == 0)
+				break;
+		}
+	}
+	r->body[r->body_len] = '\0';
+	*carry_len = used - pos;
+	memmove(carry, buf + pos, *carry_len);
+}
+
+/* Sends `request` on a new connection: one response, then EOF or not. */
+static void exchange(struct server *s, const char *request,
+		     struct response *r, bool *closed)
+{
+	int fd = client(s->port);
+	send_str(fd, request);
+	char carry[65536];
+	size_t carry_len = 0;
+	read_response(fd, r, carry, &carry_len);
+	char more[256];
+	bool eof;
+	recv_for(fd, more, sizeof(more), 300, &eof);
+	*closed = eof;
+	close(fd);
+}
+
+/* A refused request: this status, connection closed, handler never ran. */
+static void expect_refused(struct server *s, const char *request, int status,
+			   const char *message_part)
+{
+	int before = atomic_load(&s->handled);
+	struct response r;
+	bool closed;
+	exchange(s, request, &r, &closed);
+	if (r.status != status)
+		TEST_FAIL("expected %d, got %d for: %.60s", status, r.status,
+			  request);
+	ASSERT(closed);
+	ASSERT_CONTAINS(r.head, "Connection: close");
+	ASSERT_CONTAINS(r.body, "\"error\"");
+	ASSERT_CONTAINS(r.body, message_part);
+	ASSERT_EQ(atomic_load(&s->handled), before);
+}
+
+static char *repeat(const char *unit, size_t times)
+{
+	size_t n = strlen(unit);
+	char *s = sl_xmalloc(n * times + 1);
+	for (size_t i = 0; i < times; i++)
+		memcpy(s + i * n, unit, n);
+	s[n * times] = '\0';
+	return s;
+}
+
+/* ---- the cases ---- */
+
+static void test_keep_alive_and_pipelining(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	struct server *s = server_start(&l);
+	int fd = client(s->port);
+	char carry[65536];
+	size_t carry_len = 0;
+	struct response r;
+
+	send_str(fd, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n");
+	read_response(fd, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 200);
+	ASSERT_CONTAINS(r.head, "Connection: keep-alive");
+	ASSERT_STR_EQ(r.body, "GET /echo 0:");
+
+	/* Three at once, the first answered last: answers stay in order. */
+	send_str(fd, "GET /slow?first HTTP/1.1\r\nHost: x\r\n\r\n"
+		     "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+		     "\r\nhello"
+		     "GET /slow?third HTTP/1.1\r\nHost: x\r\n\r\n");
+	const char *want[] = {"first", "POST /echo 5:hello", "third"};
+	for (int i = 0; i < 3; i++) {
+		read_response(fd, &r, carry, &carry_len);
+		ASSERT_EQ(r.status, 200);
+		ASSERT_STR_EQ(r.body, want[i]);
+		ASSERT_CONTAINS(r.head, "Connection: keep-alive");
+	}
+	/* Still open and usable afterwards. */
+	send_str(fd, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+	read_response(fd, &r, carry, &carry_len);
+	ASSERT_CONTAINS(r.head, "Transfer-Encoding: chunked");
+	ASSERT_STR_EQ(r.body, "one,two,three");
+	ASSERT_EQ(carry_len, 0);
+	close(fd);
+	server_stop(s);
+}
+
+static void test_chunked_body_and_trailers(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	struct server *s = server_start(&l);
+	struct response r;
+	bool closed;
+	exchange(s,
+		 "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+		 "chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n"
+		 "X-Trailer: dropped\r\n\r\n",
+		 &r, &closed);
+	ASSERT_EQ(r.status, 200);
+	ASSERT_STR_EQ(r.body, "POST /echo 11:hello world");
+	ASSERT(!closed);
+	server_stop(s);
+}
+
+static void test_size_limits(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	struct server *s = server_start(&l);
+
+	char *big = repeat("a", 3000);
+	char *req = sl_xasprintf("GET /echo HTTP/1.1\r\nHost: x\r\nX-Big: %s"
+				 "\r\n\r\n",
+				 big);
+	expect_refused(s, req, 431, "headers too large");
+	free(req);
+
+	req = sl_xasprintf("GET /%s HTTP/1.1\r\nHost: x\r\n\r\n", big);
+	expect_refused(s, req, 414, "request target too long");
+	free(req);
+	free(big);
+
+	char *many = repeat("X-H: 1\r\n", 11);
+	req = sl_xasprintf("GET /echo HTTP/1.1\r\n%s\r\n", many);
+	expect_refused(s, req, 431, "too many header fields");
+	free(req);
+	free(many);
+
+	/* Refused from the Content-Length alone, the body never read. */
+	expect_refused(s,
+		       "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: "
+		       "1025\r\n\r\n",
+		       413, "body too large");
+	/* Chunked: refused when the chunks add up past the limit. */
+	char *chunk = repeat("b", 600);
+	req = sl_xasprintf("POST /echo HTTP/1.1\r\nHost: x\r\n"
+			   "Transfer-Encoding: chunked\r\n\r\n"
+			   "258\r\n%s\r\n258\r\n%s\r\n0\r\n\r\n",
+			   chunk, chunk);
+	expect_refused(s, req, 413, "body too large");
+	free(req);
+	free(chunk);
+
+	/* Exactly at the limits is fine. */
+	char *max_body = repeat("c", 1024);
+	req = sl_xasprintf("POST /echo HTTP/1.1\r\nHost: x\r\n"
+			   "Content-Length: 1024\r\n\r\n%s",
+			   max_body);
+	struct response r;
+	bool closed;
+	exchange(s, req, &r, &closed);
+	ASSERT_EQ(r.status, 200);
+	ASSERT_CONTAINS(r.body, "POST /echo 1024:ccc");
+	free(req);
+	free(max_body);
+	server_stop(s);
+}
+
+static void test_smuggling_is_refused(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	struct server *s = server_start(&l);
+	static const char *const cases[] = {
+		/* Content-Length and Transfer-Encoding together */
+		"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
+		"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /echo HTTP/1.1"
+		"\r\n\r\n",
+		"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
+		"\r\nContent-Length: 4\r\n\r\n0\r\n\r\n",
+		/* duplicate Content-Length, equal or not */
+		"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+		"Content-Length: 3\r\n\r\nabc",
+		"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+		"Content-Length: 5\r\n\r\nabcde",
+		/* malformed Content-Length */
+		"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3a\r\n\r\n"
+		"abc",
+		"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: -3\r\n\r\n",
+		"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1 2\r\n\r\n",
+		/* bad chunk sizes */
+		"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
+		"\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+		"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
+		"\r\n\r\n-5\r\nhello\r\n0\r\n\r\n",
+		"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
+		"\r\n\r\n5\r\nhelloXX0\r\n\r\n",
+		/* chunked not last, or not quite "chunked" */
+		"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked,"
+		" identity\r\n\r\n0\r\n\r\n",
+		"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked"
+		"\r\n\r\n0\r\n\r\n",
+		/* bare LF line endings and a space before the colon */
+		"GET /echo HTTP/1.1\nHost: x\n\n",
+		"GET /echo HTTP/1.1\r\nHost : x\r\n\r\n",
+		/* not HTTP at all */
+		"HELLO\r\n\r\n",
+		"GET /echo HTTP/9.9\r\n\r\n",
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(cases); i++)
+		expect_refused(s, cases[i], 400, "malformed HTTP request");
+
+	/* A chunk terminator split across reads is checked all the same. */
+	const char *head = "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+			   "chunked\r\n\r\n5\r\nhello\r";
+	for (int bad = 0; bad < 2; bad++) {
+		int before = atomic_load(&s->handled);
+		int fd = client(s->port);
+		send_str(fd, head);
+		char buf[4096];
+		bool eof;
+		recv_for(fd, buf, sizeof(buf), 100, &eof); /* a separate read */
+		send_str(fd, bad ? "X0\r\n\r\n" : "\n0\r\n\r\n");
+		recv_for(fd, buf, sizeof(buf), 2000, &eof);
+		ASSERT_CONTAINS(buf, bad ? "HTTP/1.1 400 " : "HTTP/1.1 200 ");
+		ASSERT_EQ(atomic_load(&s->handled), before + !bad);
+		close(fd);
+	}
+	server_stop(s);
+}
+
+static void test_expect_continue(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	struct server *s = server_start(&l);
+	int fd = client(s->port);
+	send_str(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
+		     "Expect: 100-continue\r\n\r\n");
+	char buf[256];
+	bool eof;
+	recv_for(fd, buf, sizeof(buf), 2000, &eof);
+	ASSERT_STR_EQ(buf, "HTTP/1.1 100 Continue\r\n\r\n");
+	send_str(fd, "data");
+	char carry[65536];
+	size_t carry_len = 0;
+	struct response r;
+	read_response(fd, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 200);
+	ASSERT_STR_EQ(r.body, "POST /echo 4:data");
+	close(fd);
+
+	expect_refused(s,
+		       "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
+		       "Expect: something-else\r\n\r\ndata",
+		       417, "100-continue");
+	/* Too large: refused before the client sends its body. */
+	expect_refused(s,
+		       "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: "
+		       "4096\r\nExpect: 100-continue\r\n\r\n",
+		       413, "too large");
+	server_stop(s);
+}
+
+static void test_timeouts(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	l.header_timeout_ms = 400;
+	l.body_timeout_ms = 400;
+	l.idle_timeout_ms = 400;
+	struct server *s = server_start(&l);
+
+	/* Headers dripped a byte every 50 ms: the limit is on the total. */
+	int fd = client(s->port);
+	uint64_t start = now_ms();
+	const char *drip = "GET /echo HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaa"
+			   "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+	char buf[4096];
+	bool eof = false;
+	size_t got = 0;
+	for (const char *p = drip; *p && got == 0; p++) {
+		send_all(fd, p, 1);
+		got = recv_for(fd, buf, sizeof(buf), 50, &eof);
+	}
+	if (got == 0)
+		got = recv_for(fd, buf, sizeof(buf), 2000, &eof);
+	uint64_t took = now_ms() - start;
+	ASSERT_CONTAINS(buf, "HTTP/1.1 408 ");
+	ASSERT(took >= 380 && took < 2000);
+	close(fd);
+
+	/* A body that stalls halfway. */
+	fd = client(s->port);
+	send_str(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10"
+		     "\r\n\r\nhalf");
+	recv_for(fd, buf, sizeof(buf), 2000, &eof);
+	ASSERT_CONTAINS(buf, "HTTP/1.1 408 ");
+	ASSERT_CONTAINS(buf, "body not received in time");
+	close(fd);
+
+	/* Keep-alive idle: closed without a word. */
+	fd = client(s->port);
+	char carry[65536];
+	size_t carry_len = 0;
+	struct response r;
+	send_str(fd, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n");
+	read_response(fd, &r, carry, &carry_len);
+	start = now_ms();
+	got = recv_for(fd, buf, sizeof(buf), 3000, &eof);
+	ASSERT_EQ(got, 0);
+	ASSERT(eof);
+	if (now_ms() - start < 350)
+		TEST_FAIL("closed after %llu ms", (unsigned long long)(now_ms() - start));
+	close(fd);
+	ASSERT_EQ(atomic_load(&s->handled), 1);
+	server_stop(s);
+}
+
+static void test_head_http10_and_ids(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	struct server *s = server_start(&l);
+	int fd = client(s->port);
+	char carry[65536];
+	size_t carry_len = 0;
+	struct response r;
+
+	/* HEAD: the head says how long, no body follows. */
+	send_str(fd, "HEAD /echo HTTP/1.1\r\nHost: x\r\nX-Request-Id: X-Test-Head"
+		     "\r\n\r\nGET /echo HTTP/1.1\r\nHost: x\r\n\r\n");
+	read_response(fd, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 200);
+	ASSERT_CONTAINS(r.head, "Content-Length: 13\r\n"); /* "HEAD /echo 0:" */
+	ASSERT_EQ(r.body_len, 0);
+	read_response(fd, &r, carry, &carry_len);
+	ASSERT_STR_EQ(r.body, "GET /echo 0:");
+	close(fd);
+
+	bool closed;
+	exchange(s, "GET /echo HTTP/1.0\r\n\r\n", &r, &closed);
+	ASSERT_CONTAINS(r.head, "Connection: close");
+	ASSERT(closed);
+
+	exchange(s, "GET /id HTTP/1.1\r\nX-Request-Id: trace-42/a\r\n\r\n", &r,
+		 &closed);
+	ASSERT_STR_EQ(r.body, "trace-42/a");
+	ASSERT_CONTAINS(r.head, "X-Request-Id: trace-42/a\r\n");
+	/* Too long, or unprintable: replaced by sluice's own. */
+	char *long_id = repeat("i", SL_HTTP_REQUEST_ID_MAX + 1);
+	char *req = sl_xasprintf("GET /id HTTP/1.1\r\nX-Request-Id: %s\r\n\r\n",
+				 long_id);
+	exchange(s, req, &r, &closed);
+	ASSERT_EQ(r.body_len, 16);
+	free(req);
+	free(long_id);
+	exchange(s, "GET /id HTTP/1.1\r\nX-Request-Id: a b\r\n\r\n", &r, &closed);
+	ASSERT_EQ(r.body_len, 16);
+	char other[32];
+	memcpy(other, r.body, 17); /* 16 hex digits and the NUL */
+	exchange(s, "GET /id HTTP/1.1\r\n\r\n", &r, &closed);
+	ASSERT_EQ(r.body_len, 16);
+	ASSERT(strcmp(other, r.body) != 0);
+	server_stop(s);
+}
+
+static void test_max_connections(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	l.max_connections = 2;
+	struct server *s = server_start(&l);
+	int a = client(s->port), b = client(s->port);
+	char carry[65536];
+	size_t carry_len = 0;
+	struct response r;
+	/* Both admitted connections work... */
+	send_str(a, "GET /echo HTTP/1.1\r\n\r\n");
+	read_response(a, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 200);
+	send_str(b, "GET /echo HTTP/1.1\r\n\r\n");
+	read_response(b, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 200);
+	/* ...the third is refused. */
+	int c = client(s->port);
+	read_response(c, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 503);
+	ASSERT_CONTAINS(r.body, "too many open connections");
+	close(c);
+	close(a);
+	close(b);
+	server_stop(s);
+}
+
+int main(void)
+{
+	RUN(test_keep_alive_and_pipelining);
+	RUN(test_chunked_body_and_trailers);
+	RUN(test_size_limits);
+	RUN(test_smuggling_is_refused);
+	RUN(test_expect_continue);
+	RUN(test_timeouts);
+	RUN(test_head_http10_and_ids);
+	RUN(test_max_connections);
+	return 0;
+}

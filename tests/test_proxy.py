@@ -1,0 +1,442 @@
+"""The proxy path against a real llama-server: exact relaying, streaming,
+cancellation, back-pressure, limits and faults."""
+
+import concurrent.futures
+import json
+import os
+import signal
+import threading
+import time
+
+import sluice_test as st
+
+PROMPTS = [
+    "Hello world", "The quick brown fox", "Once upon a time", "a",
+    "What is 2+2?", "Tell me a story about a dragon", "1 2 3 4 5",
+    "zzz", "The river runs north", "Light and stone", "How are you?",
+    "List three colours", "fn main() {}", "SELECT * FROM t;",
+    "\u00e9t\u00e9 \u00e0 Paris", "The end.",
+]
+N_TOKENS = 24
+
+
+def body_for(path, prompt, stream, n=N_TOKENS, **extra):
+    common = {"temperature": 0, "seed": 42, "stream": stream, **extra}
+    if path == "/completion":
+        return {"prompt": prompt, "n_predict": n, **common}
+    if path == "/v1/completions":
+        return {"prompt": prompt, "max_tokens": n, **common}
+    return {"messages": [{"role": "user", "content": prompt}],
+            "max_tokens": n, **common}
+
+
+def text_of(path, doc):
+    if path == "/completion":
+        return doc["content"]
+    if path == "/v1/completions":
+        return doc["choices"][0]["text"]
+    return doc["choices"][0]["message"]["content"]
+
+
+def delta_of(path, event):
+    if path == "/completion":
+        return event.get("content", "")
+    if not event.get("choices"):
+        return ""
+    if path == "/v1/completions":
+        return event["choices"][0].get("text") or ""
+    return event["choices"][0]["delta"].get("content") or ""
+
+
+def is_end(path, event):
+    if path == "/completion":
+        return isinstance(event, dict) and event.get("stop") is True
+    return event == "[DONE]"
+
+
+def stream_text(port, path, body, headers=None):
+    """Streams one request; returns (text, [arrival times], head, events).
+    Each HTTP chunk must be exactly one SSE event, and the stream must end
+    with the endpoint's end marker, then the end of the chunked body."""
+    c = st.RawClient(port)
+    try:
+        c.request("POST", path, body, headers)
+        status, head = c.read_head()
+        assert status == 200, (status, head, c.buf[:300])
+        assert head["content-type"] == "text/event-stream", head
+        assert head["cache-control"] == "no-cache", head
+        assert head["x-accel-buffering"] == "no", head
+        text, times, events, ended = "", [], [], False
+        for t, chunk in c.chunks():
+            assert not ended, "event after the end marker"
+            event = st.sse_data(chunk)
+            events.append(event)
+            times.append(t)
+            if is_end(path, event):
+                ended = True
+            if isinstance(event, dict):
+                assert "error" not in event, event
+                text += delta_of(path, event)
+        assert ended, "the stream ended without its end marker"
+        return text, times, head, events
+    finally:
+        c.close()
+
+
+def plain_text(port, path, body):
+    r = st.request(port, "POST", path, body=body)
+    assert r.status == 200, (r.status, r.body[:300])
+    return text_of(path, r.json())
+
+
+class Relay(st.TestCase):
+    """One llama-server started by the test, and sluice in front of it, so
+    answers straight from llama-server and through sluice can be compared."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ls = st.LlamaServer(st.MODEL_TINY, slots=4, ctx=2048)
+        cls.sl = st.Sluice("--upstream", cls.ls.url)
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.sl.stop() == 0
+        cls.ls.kill()
+
+    def test_exactness_streamed_and_not(self):
+        for path in ("/completion", "/v1/completions", "/v1/chat/completions"):
+            for prompt in PROMPTS:
+                with self.subTest(path=path, prompt=prompt):
+                    direct = plain_text(self.ls.port, path,
+                                        body_for(path, prompt, False))
+                    self.assertEqual(len(direct) > 0, True)
+                    through = plain_text(self.sl.port, path,
+                                         body_for(path, prompt, False))
+                    self.assertEqual(through, direct)
+                    streamed, _, _, _ = stream_text(
+                        self.sl.port, path, body_for(path, prompt, True))
+                    self.assertEqual(streamed, direct)
+
+    def test_plain_answers_have_llama_servers_own_shape(self):
+        # sluice streams from llama-server and assembles plain answers.
+        volatile = {"id", "created", "timings", "id_slot", "tokens_cached"}
+        for path in ("/completion", "/v1/completions", "/v1/chat/completions"):
+            with self.subTest(path=path):
+                body = body_for(path, "shape", False)
+                direct = self.ls.post(path, body).json()
+                r = self.sl.post(path, body)
+                self.assertEqual(r.header("Content-Type"),
+                                 "application/json; charset=utf-8")
+                through = r.json()
+                self.assertEqual(set(through), set(direct))
+                for k in set(direct) - volatile - {"usage", "choices",
+                                                   "generation_settings"}:
+                    self.assertEqual(through[k], direct[k], k)
+                if path == "/completion":
+                    self.assertEqual(through["generation_settings"],
+                                     direct["generation_settings"])
+                    continue
+                self.assertEqual(through["usage"]["completion_tokens"],
+                                 direct["usage"]["completion_tokens"])
+                self.assertEqual(through["usage"]["prompt_tokens"],
+                                 direct["usage"]["prompt_tokens"])
+                d, t = direct["choices"][0], through["choices"][0]
+                for k in d:
+                    self.assertEqual(t[k], d[k], k)
+
+    def test_64_concurrent_requests_each_get_their_own_text(self):
+        path = "/completion"
+        prompts = ["request number %d says %s" % (i, PROMPTS[i % 16])
+                   for i in range(64)]
+        expected = [plain_text(self.ls.port, path, body_for(path, p, False))
+                    for p in prompts]
+        self.assertGreater(len(set(expected)), 48)  # distinct prompts, texts
+
+        def one(i):
+            if i % 2:
+                return stream_text(self.sl.port, path,
+                                   body_for(path, prompts[i], True))[0]
+            return plain_text(self.sl.port, path,
+                              body_for(path, prompts[i], False))
+
+        with concurrent.futures.ThreadPoolExecutor(64) as pool:
+            got = list(pool.map(one, range(64)))
+        for i in range(64):
+            self.assertEqual(got[i], expected[i], "request %d" % i)
+
+    def test_three_pipelined_requests_answered_in_order(self):
+        path = "/completion"
+        prompts = PROMPTS[:3]
+        expected = [plain_text(self.ls.port, path, body_for(path, p, False))
+                    for p in prompts]
+        c = st.RawClient(self.sl.port)
+        payload = b""
+        for p in prompts:
+            body = json.dumps(body_for(path, p, False)).encode()
+            payload += (b"POST /completion HTTP/1.1\r\nHost: t\r\n"
+                        b"Content-Length: %d\r\n\r\n" % len(body)) + body
+        c.send(payload)
+        for i in range(3):
+            status, head, body = c.read_response()
+            self.assertEqual(status, 200)
+            self.assertEqual(head["connection"], "keep-alive")
+            self.assertEqual(json.loads(body)["content"], expected[i])
+        # The connection is still good for more.
+        c.request("GET", "/health")
+        self.assertEqual(c.read_response()[0], 200)
+        c.close()
+
+    def test_request_ids(self):
+        r = self.sl.post("/completion", body_for("/completion", "x", False),
+                         headers={"X-Request-Id": "client-chosen-7"})
+        self.assertEqual(r.header("X-Request-Id"), "client-chosen-7")
+        r = self.sl.post("/completion", body_for("/completion", "x", False))
+        self.assertRegex(r.header("X-Request-Id"), r"^[0-9a-f]{16}$")
+
+    def test_models_and_relayed_upstream_errors(self):
+        r = self.sl.get("/v1/models")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.json()["data"][0]["object"], "model")
+        # llama-server without --embeddings refuses; its answer is relayed.
+        direct = self.ls.post("/v1/embeddings", {"input": "hi"})
+        r = self.sl.post("/v1/embeddings", {"input": "hi"})
+        self.assertEqual(r.status, direct.status)
+        self.assertNotEqual(r.status, 200)
+        self.assertEqual(r.json()["error"]["code"], direct.json()["error"]["code"])
+
+    def test_bad_requests_get_openai_shaped_errors(self):
+        def error_of(r, status):
+            self.assertEqual(r.status, status, r.body)
+            err = r.json()["error"]
+            self.assertEqual(err["code"], status)
+            self.assertIsInstance(err["type"], str)
+            return err["message"]
+
+        msg = error_of(self.sl.post("/completion", '{"prompt": "x",\n "n"}'),
+                       400)
+        # jansson counts the bytes read, the offending "}" included.
+        self.assertIn("malformed JSON in the request body at line 2, column "
+                      "5 (byte 21)", msg)
+        msg = error_of(self.sl.post("/completion", '["prompt"]'), 400)
+        self.assertIn("must be a JSON object", msg)
+        msg = error_of(self.sl.post("/completion",
+                                    {"prompt": "x", "stream": "yes"}), 400)
+        self.assertIn('"stream" must be true or false', msg)
+        msg = error_of(self.sl.post("/completion",
+                                    {"prompt": "x", "n_discard": -5}), 400)
+        self.assertIn("n_discard", msg)
+        msg = error_of(self.sl.get("/v1/nothing-here"), 404)
+        self.assertIn("/v1/nothing-here", msg)
+        r = self.sl.get("/v1/chat/completions")
+        error_of(r, 405)
+        self.assertEqual(r.header("Allow"), "POST")
+
+    def test_size_limits(self):
+        c = st.RawClient(self.sl.port)
+        c.send("GET /health HTTP/1.1\r\nX-Big: %s\r\n\r\n" % ("a" * 17000))
+        status, head, body = c.read_response()
+        self.assertEqual(status, 431)
+        self.assertTrue(c.at_eof())
+        c.close()
+        c = st.RawClient(self.sl.port)
+        c.send("POST /completion HTTP/1.1\r\nContent-Length: %d\r\n\r\n"
+               % (1024 * 1024 + 1))
+        status, _, body = c.read_response()
+        self.assertEqual(status, 413)
+        self.assertIn(b"body too large", body)
+        c.close()
+        c = st.RawClient(self.sl.port)
+        c.send("POST /completion HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+               "\r\n")
+        chunk = b"%x\r\n%s\r\n" % (65536, b"x" * 65536)
+        try:
+            for _ in range(17):
+                c.send(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused mid-upload; the answer is still there to read
+        status, _, _ = c.read_response()
+        self.assertEqual(status, 413)
+        c.close()
+
+
+class Streaming(st.TestCase):
+
+    def test_events_arrive_as_they_are_generated(self):
+        s = self.sluice("--model", st.MODEL_SLOW, "--slots", "1")
+        start = time.monotonic()
+        text, times, _, events = stream_text(
+            s.port, "/completion",
+            body_for("/completion", "Once upon a time", True, n=400))
+        self.assertGreater(len(events), 300)
+        first, last = times[0] - start, times[-1] - start
+        # About 400 tokens at a few hundred per second: the first event
+        # comes long before the last, not all at once at the end.
+        self.assertGreater(last, 0.4)
+        self.assertLess(first, last / 4)
+        # And they trickle in: no second-long gap in the middle, no burst.
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        self.assertLess(max(gaps), 0.5)
+        self.assertEqual(s.stop(), 0)
+
+
+def slot_busy(ls):
+    slots = st.request(ls.port, "GET", "/slots").json()
+    return any(s["is_processing"] for s in slots)
+
+
+class Cancellation(st.TestCase):
+    """A client that leaves frees llama-server's slot within 2 s."""
+
+    def setUp(self):
+        super().setUp()
+        self.ls = self.llama_server(st.MODEL_SLOW, slots=1, ctx=8192)
+        self.s = self.sluice("--upstream", self.ls.url)
+
+    def test_client_leaving_mid_stream(self):
+        c = st.RawClient(self.s.port)
+        c.request("POST", "/completion",
+                  body_for("/completion", "go on", True, n=6000))
+        self.assertEqual(c.read_head()[0], 200)
+        chunks = c.chunks()
+        for _ in range(3):
+            next(chunks)
+        self.assertTrue(slot_busy(self.ls))
+        c.close()
+        left = time.monotonic()
+        st.wait_until(lambda: not slot_busy(self.ls), 2.0,
+                      "the slot to go idle")
+        self.assertLess(time.monotonic() - left, 2.0)
+
+    def test_client_leaving_while_waiting_for_a_plain_answer(self):
+        c = st.RawClient(self.s.port)
+        c.request("POST", "/completion",
+                  body_for("/completion", "go on", False, n=6000))
+        st.wait_until(lambda: slot_busy(self.ls), 10, "generation to start")
+        c.close()
+        st.wait_until(lambda: not slot_busy(self.ls), 2.0,
+                      "the slot to go idle")
+
+
+class SlowReader(st.TestCase):
+
+    def test_memory_stays_bounded(self):
+        ls = self.llama_server(st.MODEL_TINY, slots=1, ctx=16384)
+        s = self.sluice("--upstream", ls.url, "--send-timeout", "120")
+        warm = st.RawClient(s.port)
+        warm.request("POST", "/completion",
+                      body_for("/completion", "warm", True, n=50, n_probs=10))
+        warm.read_head()
+        for _ in warm.chunks():
+            pass
+        warm.close()
+        baseline = st.vm_hwm_kib(s.proc.pid)
+
+        # About 12 MB of events (n_probs makes each ~1 KB), read at a few
+        # bytes per second through a 4 KiB receive buffer.
+        c = st.RawClient(s.port, rcvbuf=4096)
+        c.request("POST", "/completion",
+                  body_for("/completion", "slow", True, n=12000, n_probs=10))
+        got = 0
+        last_decoded, still_since = -1, time.monotonic()
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            got += len(c.sock.recv(16))
+            time.sleep(0.25)  # the client's pace: this is the slow reader
+            slots = st.request(ls.port, "GET", "/slots").json()
+            decoded = slots[0]["next_token"][0]["n_decoded"]
+            if not slots[0]["is_processing"]:
+                break  # llama-server produced everything
+            if decoded != last_decoded:
+                last_decoded, still_since = decoded, time.monotonic()
+            elif time.monotonic() - still_since > 3:
+                break  # llama-server itself is held back
+        grown = st.vm_hwm_kib(s.proc.pid) - baseline
+        self.assertLess(got, 4096)
+        # Without back-pressure sluice would hold most of the ~12 MB.
+        self.assertLess(grown, 3 * 1024, "sluice grew by %d KiB" % grown)
+        c.close()
+        self.assertEqual(s.stop(), 0)
+
+
+class HeaderTimeout(st.TestCase):
+
+    def test_dripping_client_is_cut_off_while_others_are_served(self):
+        s = self.sluice("--model", st.MODEL_TINY, "--header-timeout", "2")
+        result = {}
+
+        def drip():
+            c = st.RawClient(s.port)
+            start = time.monotonic()
+            try:
+                for b in b"GET /health HTTP/1.1\r\nX-Slow: yes\r\n\r\n":
+                    c.send(bytes([b]))
+                    time.sleep(1)  # the client's pace: one byte a second
+                    if c.at_eof(0):
+                        break
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            result["reply"] = c.buf
+            result["took"] = time.monotonic() - start
+            c.close()
+
+        t = threading.Thread(target=drip)
+        t.start()
+        served = 0
+        while t.is_alive():
+            r = s.post("/completion", body_for("/completion", "hi", False, n=4))
+            self.assertEqual(r.status, 200)
+            served += 1
+        t.join()
+        self.assertGreater(served, 5)
+        self.assertIn(b"HTTP/1.1 408 Request Timeout", result["reply"])
+        self.assertGreaterEqual(result["took"], 2.0)
+        self.assertLess(result["took"], 4.5)
+
+
+class Faults(st.TestCase):
+
+    def test_upstream_down_gives_503(self):
+        s = self.sluice("--upstream", "http://127.0.0.1:%d" % st.free_port(),
+                        wait_ready=False)
+        st.wait_until(lambda: s.upstream()["state"] == "down", 10, "down")
+        r = s.post("/completion", {"prompt": "x"})
+        self.assertEqual(r.status, 503)
+        self.assertEqual(r.json()["error"]["type"], "unavailable_error")
+        self.assertIn("no upstream is ready", r.json()["error"]["message"])
+
+    def test_upstream_starting_gives_503(self):
+        fake = os.path.join(self.tmp, "fake-llama-server")
+        with open(fake, "w") as f:
+            f.write("#!/bin/sh\nexec sleep 600\n")
+        os.chmod(fake, 0o755)
+        s = self.sluice("--model", st.MODEL_TINY, "--llama-server", fake,
+                        wait_ready=False)
+        r = s.post("/v1/chat/completions",
+                   {"messages": [{"role": "user", "content": "x"}]})
+        self.assertEqual(r.status, 503)
+        self.assertIn("llama-server is starting", r.json()["error"]["message"])
+        self.assertEqual(r.header("Retry-After"), "1")
+
+    def test_llama_server_killed_mid_stream(self):
+        s = self.sluice("--model", st.MODEL_SLOW, "--slots", "1")
+        pid = s.upstream()["pid"]
+        c = st.RawClient(s.port)
+        c.request("POST", "/v1/completions",
+                  body_for("/v1/completions", "go", True, n=5000))
+        self.assertEqual(c.read_head()[0], 200)
+        events = []
+        for _, chunk in c.chunks():  # ends at the terminating chunk
+            events.append(st.sse_data(chunk))
+            if len(events) == 5:
+                os.kill(pid, signal.SIGKILL)
+        self.assertGreater(len(events), 5)
+        last = events[-1]
+        self.assertIn("error", last)
+        self.assertEqual(last["error"]["code"], 502)
+        self.assertEqual(last["error"]["type"], "server_error")
+        self.assertNotIn("[DONE]", events)
+        c.close()
+
+
+if __name__ == "__main__":
+    st.main()
