@@ -3,6 +3,7 @@
 
 #include "sluice/common.h"
 #include "sluice/log.h"
+#include "sluice/proxy.h"
 #include "sluice/routes.h"
 #include "sluice/startup.h"
 
@@ -60,11 +61,49 @@ static void on_upstream_change(struct sl_upstream *u,
 	if (u->state == SL_UPSTREAM_READY) {
 		size_connection_pool(app);
 		announce_ready(app);
+		sl_app_kick_scheduler(app); /* new capacity */
 	}
 }
 
-struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, char *why,
-					 size_t size)
+/* Free slots across every ready upstream: the scheduler's capacity. */
+static unsigned free_slots(void *ctx)
+{
+	struct sl_app *app = ctx;
+	unsigned free = 0;
+	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
+		const struct sl_upstream *u = app->upstreams[i];
+		if (u && sl_upstream_is_ready(u) && u->inflight < u->total_slots)
+			free += u->total_slots - u->inflight;
+	}
+	return free;
+}
+
+static const struct sl_sched_ops sched_ops = {
+	.free_slots = free_slots,
+	.dispatch = sl_proxy_dispatch,
+	.expire = sl_proxy_expire,
+};
+
+static void on_sched_timer(uv_timer_t *t)
+{
+	sl_app_kick_scheduler(t->data);
+}
+
+void sl_app_kick_scheduler(struct sl_app *app)
+{
+	if (app->front_closing)
+		return;
+	uint64_t now = uv_now(&app->loop);
+	uint64_t next = sl_sched_run(&app->sched, now);
+	if (next == UINT64_MAX)
+		uv_timer_stop(&app->sched_timer);
+	else
+		uv_timer_start(&app->sched_timer, on_sched_timer,
+			       next > now ? next - now : 0, 0);
+}
+
+struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, bool need_slot,
+					 char *why, size_t size)
 {
 	struct sl_upstream *best = NULL;
 	unsigned n_starting = 0, n_restarting = 0;
@@ -75,7 +114,8 @@ struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, char *why,
 			continue;
 		n_starting += u->state == SL_UPSTREAM_STARTING;
 		n_restarting += u->state == SL_UPSTREAM_RESTARTING;
-		if (!sl_upstream_is_ready(u))
+		if (!sl_upstream_is_ready(u) ||
+		    (need_slot && u->inflight >= u->total_slots))
 			continue;
 		/* Fewest in flight per slot: compare a/b < c/d as ad < cb. */
 		if (!best || (uint64_t)u->inflight * best->total_slots <
@@ -86,7 +126,9 @@ struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, char *why,
 		app->next_upstream = best->index + 1;
 		return best;
 	}
-	if (n_starting)
+	if (need_slot)
+		snprintf(why, size, "no upstream has a free slot");
+	else if (n_starting)
 		snprintf(why, size, "llama-server is starting and not ready "
 				    "yet; retry shortly");
 	else if (n_restarting)
@@ -160,6 +202,7 @@ static void close_front(struct sl_app *app)
 		return;
 	app->front_closing = true;
 	uv_close((uv_handle_t *)&app->drain_timer, NULL);
+	uv_close((uv_handle_t *)&app->sched_timer, NULL);
 	if (app->http.loop)
 		sl_http_server_close(&app->http, on_http_closed);
 	else
@@ -235,12 +278,13 @@ json_t *sl_app_health_json(const struct sl_app *app, bool *any_ready)
 	}
 	uint64_t uptime = (uv_now((uv_loop_t *)&app->loop) - app->start_ms) /
 			  1000;
-	return json_pack("{s:s, s:s, s:s, s:i, s:i, s:b, s:o}", "status",
+	return json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:b, s:o}", "status",
 			 *any_ready ? "ok" : "unavailable", "state",
 			 app->stopping ? "draining" : "running", "version",
-			 SL_VERSION, "uptime_s", (json_int_t)uptime, "inflight",
-			 (json_int_t)app->exchanges, "demo_model", app->demo,
-			 "upstreams", ups);
+			 SL_VERSION, "uptime_s", (json_int_t)uptime, "queued",
+			 (json_int_t)sl_sched_depth(&app->sched), "inflight",
+			 (json_int_t)(app->exchanges - sl_sched_depth(&app->sched)),
+			 "demo_model", app->demo, "upstreams", ups);
 }
 
 /* ---- start-up ---- */
@@ -360,6 +404,18 @@ int sl_app_run(const struct sl_config *cfg)
 	uv_signal_start(&app->sigterm, on_signal, SIGTERM);
 	uv_timer_init(&app->loop, &app->drain_timer);
 	app->drain_timer.data = app;
+	uv_timer_init(&app->loop, &app->sched_timer);
+	app->sched_timer.data = app;
+	struct sl_sched_config sched_cfg = {
+		.aging_rate = cfg->aging_rate,
+		.window_ms = cfg->batch_window_ms,
+		.max_batch = cfg->max_batch,
+		.max_queue = cfg->max_queue,
+		.queue_timeout_ms = cfg->queue_timeout_ms,
+		.urgent_bypass = cfg->urgent_bypass,
+	};
+	sl_sched_init(&app->sched, &sched_cfg, &sched_ops, app,
+		      uv_now(&app->loop));
 
 	rc = sl_curl_init(&app->curl, &app->loop);
 	if (rc == 0)
@@ -374,6 +430,7 @@ int sl_app_run(const struct sl_config *cfg)
 		sl_app_stop(app, EXIT_FAILURE);
 
 	run_loop_to_end(app);
+	sl_sched_free(&app->sched);
 	int code = app->exit_code;
 	free(app);
 	return code;

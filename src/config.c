@@ -22,6 +22,8 @@ enum opt_type {
 	OPT_UINT,     /* whole number in [min, max] */
 	OPT_DURATION, /* milliseconds in [min, max] */
 	OPT_SIZE,     /* bytes in [min, max], with an optional K, M or G */
+	OPT_NUMBER,   /* a decimal number in [min, max] */
+	OPT_SWITCH,   /* on or off */
 	OPT_CHOICE,   /* one of choices[], stored as its index */
 	OPT_URL_LIST, /* repeatable http(s) base URL */
 	OPT_ARG_LIST, /* repeatable verbatim argument */
@@ -44,6 +46,8 @@ static const char *const log_levels[] = {"debug", "info", "warn", "error",
 					 NULL};
 static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const demo_sizes[] = {"tiny", "slow", NULL};
+static const char *const switch_on[] = {"on", "true", "yes", "1", NULL};
+static const char *const switch_off[] = {"off", "false", "no", "0", NULL};
 
 #define FIELD(f) offsetof(struct sl_config, f)
 #define SEC 1000u
@@ -147,6 +151,33 @@ static const struct option_def options[] = {
 	 FIELD(drain_timeout_ms), "30", 0, 3600 * SEC, NULL,
 	 "on SIGINT or SIGTERM, how long requests in flight may take to finish",
 	 NULL},
+	{"slots-per-upstream", "SLUICE_SLOTS_PER_UPSTREAM", "N", OPT_UINT,
+	 FIELD(slots_per_upstream), "0", 0, 256, NULL,
+	 "requests sent to each upstream at once; 0 takes total_slots from "
+	 "its /props",
+	 NULL},
+	{"max-queue", "SLUICE_MAX_QUEUE", "N", OPT_UINT, FIELD(max_queue),
+	 "1024", 1, 1000000, NULL,
+	 "requests waiting in sluice's queue at most; more get 429", NULL},
+	{"queue-timeout", "SLUICE_QUEUE_TIMEOUT", "DURATION", OPT_DURATION,
+	 FIELD(queue_timeout_ms), "60", 1, 24 * 3600 * SEC, NULL,
+	 "a request still waiting for a slot after this gets 503", NULL},
+	{"aging-rate", "SLUICE_AGING_RATE", "RATE", OPT_NUMBER,
+	 FIELD(aging_rate), "0.2", 0, 1000, NULL,
+	 "priority a waiting request gains per second (urgent is 2, normal 1, "
+	 "batch 0), so that nothing starves",
+	 NULL},
+	{"batch-window", "SLUICE_BATCH_WINDOW", "DURATION", OPT_DURATION,
+	 FIELD(batch_window_ms), "50ms", 0, 10 * SEC, NULL,
+	 "how long requests are gathered into one batch; 0 sends each at once",
+	 NULL},
+	{"max-batch", "SLUICE_MAX_BATCH", "N", OPT_UINT, FIELD(max_batch), "0",
+	 0, 100000, NULL,
+	 "requests in one batch at most; 0: as many as there are free slots",
+	 NULL},
+	{"urgent-bypass", "SLUICE_URGENT_BYPASS", "on|off", OPT_SWITCH,
+	 FIELD(urgent_bypass), "on", 0, 0, NULL,
+	 "urgent requests skip the batching window when a slot is free", NULL},
 	{"cache-dir", "SLUICE_CACHE_DIR", "DIR", OPT_STRING, FIELD(cache_dir),
 	 "", 0, 0, NULL, "where the demo model and a provisioned llama-server live",
 	 "$XDG_CACHE_HOME/sluice, or ~/.cache/sluice"},
@@ -399,6 +430,28 @@ static int apply(struct sl_config *cfg, const struct option_def *o,
 				    (unsigned long long)o->min,
 				    (unsigned long long)o->max, value);
 		*(uint64_t *)field = n;
+		return 0;
+	case OPT_NUMBER: {
+		char *end;
+		double v = strtod(value, &end);
+		if (end == value || *end != '\0' || !isfinite(v) ||
+		    v < (double)o->min || v > (double)o->max)
+			return fail(err, size, where,
+				    "expected a number from %llu to %llu, got "
+				    "\"%s\"",
+				    (unsigned long long)o->min,
+				    (unsigned long long)o->max, value);
+		*(double *)field = v;
+		return 0;
+	}
+	case OPT_SWITCH:
+		if (choice_index(switch_on, value) >= 0)
+			*(bool *)field = true;
+		else if (choice_index(switch_off, value) >= 0)
+			*(bool *)field = false;
+		else
+			return fail(err, size, where,
+				    "expected on or off, got \"%s\"", value);
 		return 0;
 	case OPT_CHOICE: {
 		int i = choice_index(o->choices, value);

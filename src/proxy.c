@@ -25,13 +25,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/*
+ * Everything that occupies a llama-server slot goes through the queue;
+ * embeddings do too, since llama-server runs them in slots.
+ */
 const struct sl_endpoint sl_endpoints[] = {
 	{"/v1/chat/completions", HTTP_POST, "/v1/chat/completions",
-	 SL_END_DONE, true},
-	{"/v1/completions", HTTP_POST, "/v1/completions", SL_END_DONE, true},
-	{"/completion", HTTP_POST, "/completion", SL_END_STOP, true},
-	{"/v1/embeddings", HTTP_POST, "/v1/embeddings", SL_END_NONE, true},
-	{"/v1/models", HTTP_GET, "/v1/models", SL_END_NONE, false},
+	 SL_END_DONE, true, true},
+	{"/v1/completions", HTTP_POST, "/v1/completions", SL_END_DONE, true,
+	 true},
+	{"/completion", HTTP_POST, "/completion", SL_END_STOP, true, true},
+	{"/v1/embeddings", HTTP_POST, "/v1/embeddings", SL_END_NONE, true,
+	 true},
+	{"/v1/models", HTTP_GET, "/v1/models", SL_END_NONE, false, false},
 };
 const unsigned sl_n_endpoints = SL_ARRAY_SIZE(sl_endpoints);
 
@@ -51,6 +57,10 @@ struct exchange {
 	struct sl_upstream *upstream;
 	char *body; /* what is sent upstream */
 	size_t body_len;
+	struct sl_sched_item item; /* while waiting in sluice's queue */
+	double priority;
+	uint64_t arrived_ms;
+	char sched_headers[80]; /* X-Queue-Ms and X-Batch-Size, once known */
 	bool stream;   /* the client asked for "stream": true */
 	bool assemble; /* it did not, but llama-server is asked to stream */
 	struct sl_assembler answer;
@@ -83,7 +93,8 @@ static void client_done(struct exchange *x)
 static void respond_error(struct exchange *x, int status, const char *type,
 			  const char *message)
 {
-	sl_http_respond_error(x->req, status, type, NULL, "%s", message);
+	sl_http_respond_error(x->req, status, type, x->sched_headers, "%s",
+			      message);
 	client_done(x);
 }
 
@@ -107,9 +118,9 @@ static void end_stream_with_error(struct exchange *x, int code,
 static void on_client_abort(struct sl_http_request *req)
 {
 	struct exchange *x = req->handler_data;
-	sl_debug("%s: client left; cancelling the upstream request",
-		 req->id);
+	sl_debug("%s: client left; cancelling its request", req->id);
 	client_done(x);
+	sl_sched_remove(&x->app->sched, &x->item);
 	/* Removing the handle closes the connection: llama-server stops. */
 	sl_curl_abort(&x->app->curl, &x->transfer);
 	exchange_release(x);
@@ -189,8 +200,8 @@ static void finish_answer(struct exchange *x)
 	}
 	char *body = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
-	sl_http_respond(x->req, 200, "application/json; charset=utf-8", NULL,
-			body, strlen(body));
+	sl_http_respond(x->req, 200, "application/json; charset=utf-8",
+			x->sched_headers, body, strlen(body));
 	free(body);
 	client_done(x);
 }
@@ -204,8 +215,8 @@ static void answer_error(struct exchange *x, json_t *doc)
 	if (status < 400 || status > 599)
 		status = 500;
 	char *body = json_dumps(doc, JSON_COMPACT);
-	sl_http_respond(x->req, (int)status, "application/json", NULL, body,
-			strlen(body));
+	sl_http_respond(x->req, (int)status, "application/json",
+			x->sched_headers, body, strlen(body));
 	free(body);
 	client_done(x);
 }
@@ -275,17 +286,20 @@ static void start_response(struct exchange *x)
 		if (x->assemble)
 			return; /* answered once the stream is complete */
 		x->head_sent = true;
-		sl_http_stream_start(x->req, 200, "text/event-stream",
-				     "Cache-Control: no-cache\r\n"
-				     "X-Accel-Buffering: no\r\n",
+		char extra[160];
+		snprintf(extra, sizeof(extra),
+			 "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"
+			 "%s",
+			 x->sched_headers);
+		sl_http_stream_start(x->req, 200, "text/event-stream", extra,
 				     -1);
 		return;
 	}
 	x->mode = MODE_BODY;
 	x->head_sent = true;
 	sl_http_stream_start(x->req, (int)status,
-			     ctype ? ctype : "application/octet-stream", NULL,
-			     length);
+			     ctype ? ctype : "application/octet-stream",
+			     x->sched_headers, length);
 }
 
 /* CURLOPT_WRITEFUNCTION: the upstream's body, as it arrives. */
@@ -424,12 +438,15 @@ static void exchange_release(struct exchange *x)
 	if (x->req || x->transfer.active || x->timer_closed)
 		return;
 	x->timer_closed = true;
-	if (x->upstream)
-		x->upstream->inflight--;
 	x->app->exchanges--;
 	curl_easy_cleanup(x->transfer.easy);
 	curl_slist_free_all(x->headers);
 	uv_close((uv_handle_t *)&x->timer, on_timer_closed);
+	if (x->upstream) {
+		/* A slot is free: the queue's top may go. */
+		x->upstream->inflight--;
+		sl_app_kick_scheduler(x->app);
+	}
 	sl_app_maybe_drained(x->app);
 }
 
@@ -500,6 +517,11 @@ static json_t *validate_body(struct sl_http_request *req)
 	} else if ((v = json_object_get(doc, "stream")) && !json_is_boolean(v)) {
 		sl_http_respond_error(req, 400, "invalid_request_error", NULL,
 				      "\"stream\" must be true or false");
+	} else if ((v = json_object_get(doc, "priority")) &&
+		   !(json_is_string(v) || json_is_number(v))) {
+		sl_http_respond_error(req, 400, "invalid_request_error", NULL,
+				      "\"priority\" must be urgent, normal, "
+				      "batch or a number");
 	} else if ((v = json_object_get(doc, "n_discard")) &&
 		   (!json_is_integer(v) || json_integer_value(v) < 0)) {
 		/* A negative n_discard overflowed llama-server's heap once. */
@@ -535,15 +557,106 @@ static void ask_for_stream(struct exchange *x, json_t *doc)
 				    json_pack("{s:b}", "include_usage", 1));
 }
 
+/*
+ * The request's priority: X-Priority, else the body's "priority" (which is
+ * removed: it is sluice's, not llama-server's), else normal. On a bad value
+ * answers 400 and returns false.
+ */
+static bool take_priority(struct sl_http_request *req, json_t *doc,
+			  double *priority, bool *body_changed)
+{
+	*priority = SL_PRIORITY_NORMAL;
+	json_t *field = json_object_get(doc, "priority");
+	char text[64] = "";
+	const char *where = NULL;
+	const char *header = sl_http_header(req, "X-Priority");
+	if (header) {
+		snprintf(text, sizeof(text), "%s", header);
+		where = "X-Priority";
+	} else if (json_is_string(field)) {
+		snprintf(text, sizeof(text), "%s", json_string_value(field));
+		where = "\"priority\"";
+	} else if (json_is_number(field)) {
+		snprintf(text, sizeof(text), "%.17g", json_number_value(field));
+		where = "\"priority\"";
+	}
+	if (field) {
+		json_object_del(doc, "priority");
+		*body_changed = true;
+	}
+	if (!where)
+		return true;
+	if (sl_priority_parse(text, priority) == 0)
+		return true;
+	sl_http_respond_error(req, 400, "invalid_request_error", NULL,
+			      "%s: expected urgent, normal, batch or a number "
+			      "from %g to %g, got \"%s\"",
+			      where, SL_PRIORITY_MIN, SL_PRIORITY_MAX, text);
+	return false;
+}
+
+static struct exchange *exchange_of(struct sl_sched_item *item)
+{
+	return sl_container_of(item, struct exchange, item);
+}
+
+void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
+		       uint64_t now_ms)
+{
+	struct sl_app *app = ctx;
+	for (unsigned i = 0; i < n; i++) {
+		struct exchange *x = exchange_of(items[i]);
+		snprintf(x->sched_headers, sizeof(x->sched_headers),
+			 "X-Queue-Ms: %llu\r\nX-Batch-Size: %u\r\n",
+			 (unsigned long long)(now_ms - x->arrived_ms), n);
+		char why[160];
+		struct sl_upstream *u =
+			sl_app_pick_upstream(app, true, why, sizeof(why));
+		int rc = u ? start_transfer(x, u) : SL_EAGAIN;
+		if (rc != 0) {
+			respond_error(x, 502, "server_error",
+				      "cannot start the upstream request");
+			x->transfer.active = false;
+			exchange_release(x);
+		}
+	}
+}
+
+void sl_proxy_expire(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
+{
+	struct sl_app *app = ctx;
+	struct exchange *x = exchange_of(item);
+	uint64_t waited = now_ms - x->arrived_ms;
+	snprintf(x->sched_headers, sizeof(x->sched_headers),
+		 "X-Queue-Ms: %llu\r\n", (unsigned long long)waited);
+	sl_http_respond_error(x->req, 503, "unavailable_error",
+			      x->sched_headers,
+			      "the request waited %.1f s in sluice's queue "
+			      "without a free slot (--queue-timeout %.1f s)",
+			      (double)waited / 1000.0,
+			      (double)app->cfg->queue_timeout_ms / 1000.0);
+	client_done(x);
+	exchange_release(x);
+}
+
 void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		     const struct sl_endpoint *ep)
 {
 	json_t *doc = NULL;
 	if (ep->json_body && !(doc = validate_body(req)))
 		return;
+	double priority = SL_PRIORITY_NORMAL;
+	bool body_changed = false;
+	if (ep->json_body &&
+	    !take_priority(req, doc, &priority, &body_changed)) {
+		json_decref(doc);
+		return;
+	}
 
+	/* With no upstream ready at all, waiting helps nobody: say so now. */
 	char why[160];
-	struct sl_upstream *u = sl_app_pick_upstream(app, why, sizeof(why));
+	struct sl_upstream *u =
+		sl_app_pick_upstream(app, false, why, sizeof(why));
 	if (!u) {
 		sl_http_respond_error(req, 503, "unavailable_error",
 				      "Retry-After: 1\r\n", "%s", why);
@@ -556,8 +669,11 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	x->req = req;
 	x->ep = ep;
 	x->stream = json_is_true(json_object_get(doc, "stream"));
-	if (ep->stream_end != SL_END_NONE && !x->stream) {
+	x->priority = priority;
+	x->item.heap_index = SL_SCHED_NOT_QUEUED;
+	if (ep->stream_end != SL_END_NONE && !x->stream)
 		ask_for_stream(x, doc);
+	if (x->assemble || body_changed) {
 		x->body = json_dumps(doc, JSON_COMPACT);
 		x->body_len = strlen(x->body);
 	} else if (ep->json_body) {
@@ -574,11 +690,27 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	req->on_abort = on_client_abort;
 	req->on_drain = on_client_drain;
 
-	int rc = start_transfer(x, u);
-	if (rc != 0) {
-		respond_error(x, 502, "server_error",
-			      "cannot start the upstream request");
-		x->transfer.active = false;
-		exchange_release(x);
+	if (!ep->scheduled) {
+		if (start_transfer(x, u) != 0) {
+			respond_error(x, 502, "server_error",
+				      "cannot start the upstream request");
+			exchange_release(x);
+		}
+		return;
 	}
+	x->arrived_ms = uv_now(&app->loop);
+	if (sl_sched_push(&app->sched, &x->item, priority, x->arrived_ms) != 0) {
+		char extra[48];
+		unsigned retry = sl_sched_retry_after_s(&app->sched,
+							x->arrived_ms);
+		snprintf(extra, sizeof(extra), "Retry-After: %u\r\n", retry);
+		sl_http_respond_error(req, 429, "rate_limit_error", extra,
+				      "sluice's queue is full (%u requests "
+				      "waiting, --max-queue); retry in %u s",
+				      sl_sched_depth(&app->sched), retry);
+		client_done(x);
+		exchange_release(x);
+		return;
+	}
+	sl_app_kick_scheduler(app);
 }

@@ -94,6 +94,8 @@ static void probe_failed(struct sl_upstream *u, const char *what)
 
 static void became_ready(struct sl_upstream *u, unsigned slots)
 {
+	if (u->cfg->slots_per_upstream > 0)
+		slots = u->cfg->slots_per_upstream;
 	uv_timer_stop(&u->deadline_timer);
 	u->total_slots = slots;
 	u->failed_probes = 0;

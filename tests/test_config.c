@@ -48,6 +48,15 @@ static void test_defaults(void)
 	ASSERT_EQ(p.cfg.demo_model_size, SL_DEMO_TINY);
 	ASSERT_EQ(p.cfg.log_level, SL_LOG_INFO);
 	ASSERT_EQ(p.cfg.log_format, SL_LOG_TEXT);
+	ASSERT(p.cfg.aging_rate == 0.2);
+	ASSERT_EQ(p.cfg.batch_window_ms, 50);
+	ASSERT_EQ(p.cfg.max_queue, 1024);
+	ASSERT_EQ(p.cfg.queue_timeout_ms, 60000);
+	ASSERT_EQ(p.cfg.max_batch, 0);
+	ASSERT_EQ(p.cfg.slots_per_upstream, 0);
+	ASSERT(p.cfg.urgent_bypass);
+	ASSERT_EQ(p.cfg.max_body, 1024 * 1024);
+	ASSERT_EQ(p.cfg.max_header_size, 16 * 1024);
 	ASSERT(!p.cfg.help && !p.cfg.version && !p.cfg.write_demo_model);
 	sl_config_free(&p.cfg);
 }
@@ -65,6 +74,17 @@ static void test_flag_forms_and_env(void)
 	ASSERT_STR_EQ(p.cfg.model, "/m.gguf");
 	ASSERT_EQ(p.cfg.startup_timeout_ms, 500);
 	ASSERT_EQ(p.cfg.log_level, SL_LOG_DEBUG);
+	sl_config_free(&p.cfg);
+
+	parse(&p, ARGS("--urgent-bypass", "off", "--aging-rate", "0.5",
+		       "--max-body", "2M", "--batch-window", "0"),
+	      ENV("SLUICE_MAX_HEADER_SIZE=8K", "SLUICE_URGENT_BYPASS=yes"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT(!p.cfg.urgent_bypass);
+	ASSERT(p.cfg.aging_rate == 0.5);
+	ASSERT_EQ(p.cfg.max_body, 2 * 1024 * 1024);
+	ASSERT_EQ(p.cfg.max_header_size, 8 * 1024);
+	ASSERT_EQ(p.cfg.batch_window_ms, 0);
 	sl_config_free(&p.cfg);
 
 	/* An empty environment variable counts as unset. */
@@ -195,6 +215,16 @@ static void test_bad_values(void)
 		 "http://"},
 		{{NULL}, "SLUICE_STOP_TIMEOUT=forever", "SLUICE_STOP_TIMEOUT: ",
 		 "duration"},
+		{{"--aging-rate", "fast"}, NULL, "--aging-rate: ", "number"},
+		{{"--aging-rate", "-1"}, NULL, "--aging-rate: ", "from 0"},
+		{{"--urgent-bypass", "maybe"}, NULL, "--urgent-bypass: ",
+		 "on or off"},
+		{{"--max-body", "1T"}, NULL, "--max-body: ", "size"},
+		{{"--max-body", "2G"}, NULL, "--max-body: ", "to 1073741824"},
+		{{"--max-queue", "0"}, NULL, "--max-queue: ", "from 1"},
+		{{"--batch-window", "11"}, NULL, "--batch-window: ", "to 10s"},
+		{{NULL}, "SLUICE_QUEUE_TIMEOUT=0", "SLUICE_QUEUE_TIMEOUT: ",
+		 "duration"},
 	};
 	for (size_t i = 0; i < SL_ARRAY_SIZE(cases); i++) {
 		struct parsed p;
@@ -254,6 +284,11 @@ static void test_usage(void)
 		"[SLUICE_CACHE_DIR;",  "[SLUICE_DEMO_MODEL_SIZE; default: tiny]",
 		"[SLUICE_LOG_LEVEL; default: info]",
 		"[SLUICE_LOG_FORMAT; default: text]",
+		"[SLUICE_AGING_RATE; default: 0.2]",
+		"[SLUICE_BATCH_WINDOW; default: 50ms]",
+		"[SLUICE_URGENT_BYPASS; default: on]",
+		"[SLUICE_MAX_QUEUE; default: 1024]",
+		"[SLUICE_MAX_BODY; default: 1M]",
 		"--write-demo-model PATH", "--help", "--version",
 	};
 	for (size_t i = 0; i < SL_ARRAY_SIZE(expected); i++)

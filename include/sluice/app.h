@@ -14,6 +14,7 @@
 #include "sluice/config.h"
 #include "sluice/curl_loop.h"
 #include "sluice/http.h"
+#include "sluice/sched.h"
 #include "sluice/upstream.h"
 
 #include <stdbool.h>
@@ -33,6 +34,8 @@ struct sl_app {
 	unsigned n_upstreams; /* not yet stopped */
 	unsigned next_upstream; /* round-robin start among equals */
 	unsigned exchanges;   /* relayed requests not yet finished */
+	struct sl_sched sched;
+	uv_timer_t sched_timer; /* the scheduler's next deadline */
 	uv_timer_t drain_timer;
 	bool demo;            /* serving the demo model */
 	bool announced;       /* "ready" has been logged */
@@ -59,9 +62,13 @@ void sl_app_maybe_drained(struct sl_app *app);
 /*
  * The ready upstream with the most room (fewest requests in flight per
  * slot; ties in turn), or NULL with the reason, for the client, in `why`.
+ * With need_slot, only one with a free slot qualifies.
  */
-struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, char *why,
-					 size_t size);
+struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, bool need_slot,
+					 char *why, size_t size);
+
+/* Lets the scheduler act now (after a push, a removal, a freed slot). */
+void sl_app_kick_scheduler(struct sl_app *app);
 
 /* The /health document: a new JSON object. */
 json_t *sl_app_health_json(const struct sl_app *app, bool *any_ready);

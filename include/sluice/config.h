@@ -61,6 +61,15 @@ struct sl_config {
 	uint64_t send_timeout_ms;
 	uint64_t drain_timeout_ms;
 
+	/* Scheduler */
+	unsigned slots_per_upstream; /* 0: total_slots from /props */
+	unsigned max_queue;
+	uint64_t queue_timeout_ms;
+	double aging_rate;
+	uint64_t batch_window_ms;
+	unsigned max_batch;          /* 0: the free slots */
+	bool urgent_bypass;
+
 	/* Files */
 	char *cache_dir;        /* "" = $XDG_CACHE_HOME/sluice */
 	int demo_model_size;    /* enum sl_demo_size */

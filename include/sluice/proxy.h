@@ -21,6 +21,7 @@
 
 #include "sluice/app.h"
 #include "sluice/http.h"
+#include "sluice/sched.h"
 
 #include <stdbool.h>
 
@@ -36,6 +37,7 @@ struct sl_endpoint {
 	const char *upstream_path;
 	enum sl_stream_end stream_end;
 	bool json_body; /* the request carries a JSON object */
+	bool scheduled; /* it takes a slot: through sluice's queue */
 };
 
 /* The relayed endpoints, for the route table. */
@@ -46,7 +48,9 @@ extern const unsigned sl_n_endpoints;
 void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		     const struct sl_endpoint *ep);
 
-/* Exchanges in flight (for shutdown and /health). */
-unsigned sl_proxy_inflight(const struct sl_app *app);
+/* The scheduler's callbacks: a batch leaves the queue; a wait ran out. */
+void sl_proxy_dispatch(void *app, struct sl_sched_item **items, unsigned n,
+		       uint64_t now_ms);
+void sl_proxy_expire(void *app, struct sl_sched_item *item, uint64_t now_ms);
 
 #endif

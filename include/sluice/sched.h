@@ -1,0 +1,147 @@
+/*
+ * sched.h: sluice's own queue: priorities with aging, micro-batches,
+ * slot-aware dispatch, admission control and queue deadlines.
+ *
+ * llama-server queues what exceeds its slots in an unbounded FIFO. sluice
+ * keeps the queue itself and never sends an upstream more requests than it
+ * has free slots, so priorities and back-pressure are real.
+ *
+ * Aging: a request's effective priority is its initial priority plus
+ * aging_rate times the seconds it has waited. Every request ages at the same
+ * rate, so the order by (initial priority - aging_rate * arrival time) never
+ * changes as time passes, and a binary heap keyed on it is exact, with no
+ * periodic pass over the queue. Ties go to the earlier arrival.
+ *
+ * Micro-batching: a window opens when a request arrives and nothing is
+ * pending. When it closes (at its deadline, or early once the pending
+ * requests fill every free slot) up to the free slots' worth of requests
+ * leave the top of the heap as one batch. Urgent requests skip the window
+ * when a slot is free. With no slot free, requests wait, and each freed slot
+ * goes to whatever is on top at that moment.
+ *
+ * The module is pure logic: time comes in as arguments and the owner
+ * supplies the free-slot count and what to do with a batch or an expired
+ * request. It never calls back into itself: work that a callback causes (a
+ * slot freed by a failed dispatch) is picked up by the same sl_sched_run().
+ *
+ * Glossary:
+ *   item     one queued request, embedded in its owner's struct
+ *   key      initial priority - aging_rate * arrival seconds; larger first
+ *   window   the batching window, open or closed
+ *   batch    the requests dispatched together at one moment
+ */
+#ifndef SLUICE_SCHED_H
+#define SLUICE_SCHED_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Priority classes; a request counts as urgent from 2 up, as in Forge. */
+#define SL_PRIORITY_BATCH 0.0
+#define SL_PRIORITY_NORMAL 1.0
+#define SL_PRIORITY_URGENT 2.0
+/* Accepted range for numeric priorities. */
+#define SL_PRIORITY_MIN 0.0
+#define SL_PRIORITY_MAX 100.0
+/* Dispatch times remembered to estimate the drain rate (Retry-After). */
+#define SL_SCHED_RATE_SAMPLES 64
+/* heap_index of an item that is not queued. */
+#define SL_SCHED_NOT_QUEUED UINT32_MAX
+
+struct sl_sched_item {
+	double priority;     /* initial */
+	double key;          /* see the glossary */
+	uint64_t seq;        /* arrival order, for ties */
+	uint64_t arrival_ms;
+	uint64_t deadline_ms; /* queue timeout */
+	uint32_t heap_index;
+	struct sl_sched_item *prev, *next; /* arrival-order list */
+};
+
+struct sl_sched_config {
+	double aging_rate;         /* priority per second waited */
+	uint64_t window_ms;        /* 0: no batching window */
+	unsigned max_batch;        /* 0: as many as there are free slots */
+	unsigned max_queue;        /* waiting requests at most */
+	uint64_t queue_timeout_ms; /* longest wait */
+	bool urgent_bypass;        /* urgent requests skip the window */
+};
+
+struct sl_sched_ops {
+	/* Slots free now, across every upstream. */
+	unsigned (*free_slots)(void *ctx);
+	/*
+	 * A batch leaves: items[0..n) in priority order, no longer queued. The
+	 * callee owns them again (and must start them, or fail them).
+	 */
+	void (*dispatch)(void *ctx, struct sl_sched_item **items, unsigned n,
+			 uint64_t now_ms);
+	/* An item waited queue_timeout_ms; it is no longer queued. */
+	void (*expire)(void *ctx, struct sl_sched_item *item, uint64_t now_ms);
+};
+
+struct sl_sched {
+	struct sl_sched_config cfg;
+	const struct sl_sched_ops *ops;
+	void *ctx;
+	struct sl_sched_item **heap; /* cfg.max_queue entries */
+	unsigned n;
+	struct sl_sched_item *oldest, *newest; /* arrival-order list */
+	uint64_t seq;
+	uint64_t epoch_ms;       /* time zero for keys, to keep them small */
+	bool window_open;
+	uint64_t window_deadline_ms;
+	bool running;            /* inside sl_sched_run: no re-entry */
+	struct sl_sched_item **batch; /* scratch for dispatch */
+
+	/* Statistics */
+	uint64_t batches;         /* batches dispatched */
+	uint64_t dispatched;      /* items dispatched */
+	uint64_t rate_ms[SL_SCHED_RATE_SAMPLES]; /* recent dispatch times */
+	unsigned rate_next, rate_count;
+};
+
+/* Returns 0, or SL_EINVAL for a bad config (max_queue 0). */
+int sl_sched_init(struct sl_sched *s, const struct sl_sched_config *cfg,
+		  const struct sl_sched_ops *ops, void *ctx, uint64_t now_ms);
+void sl_sched_free(struct sl_sched *s);
+
+/*
+ * Queues an item with its initial priority. Returns 0, or SL_EFULL when
+ * max_queue requests are already waiting. Call sl_sched_run() after.
+ */
+int sl_sched_push(struct sl_sched *s, struct sl_sched_item *item,
+		  double priority, uint64_t now_ms);
+
+/* Takes a queued item out (its client left), in O(log n). */
+void sl_sched_remove(struct sl_sched *s, struct sl_sched_item *item);
+
+bool sl_sched_queued(const struct sl_sched_item *item);
+
+/*
+ * Makes every decision due at now_ms: expires, then dispatches what the
+ * window and the free slots allow. Call it after a push, a removal, a freed
+ * slot, or at the time it returns: the next moment something is due, or
+ * UINT64_MAX when nothing is.
+ */
+uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms);
+
+/* Waiting requests. */
+unsigned sl_sched_depth(const struct sl_sched *s);
+
+/*
+ * Seconds a refused client should wait: the queue's length over the recent
+ * drain rate, at least 1, at most the queue timeout.
+ */
+unsigned sl_sched_retry_after_s(const struct sl_sched *s, uint64_t now_ms);
+
+/*
+ * Parses a priority: "urgent", "normal", "batch" or a number in
+ * [SL_PRIORITY_MIN, SL_PRIORITY_MAX]. Returns 0 or SL_EINVAL.
+ */
+int sl_priority_parse(const char *text, double *out);
+
+/* "urgent", "normal" or "batch": the class of a priority, for labels. */
+const char *sl_priority_class(double priority);
+
+#endif

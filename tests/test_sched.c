@@ -1,0 +1,420 @@
+/*
+ * test_sched.c: the scheduler with an injected clock and fake slots; no
+ * sockets, no loop.
+ */
+#include "sluice/sched.h"
+
+#include "sluice/common.h"
+#include "test.h"
+
+#include <math.h>
+
+#define MAX_ITEMS 4096
+
+struct fake {
+	unsigned free;           /* slots free now */
+	unsigned dispatched[MAX_ITEMS]; /* item ids, in dispatch order */
+	unsigned batch_of[MAX_ITEMS];   /* size of the batch each left in */
+	uint64_t at[MAX_ITEMS];         /* when */
+	unsigned n_dispatched;
+	unsigned batches;
+	unsigned expired[MAX_ITEMS];
+	unsigned n_expired;
+	struct sl_sched_item items[MAX_ITEMS];
+};
+
+static unsigned id_of(struct fake *f, struct sl_sched_item *it)
+{
+	return (unsigned)(it - f->items);
+}
+
+static unsigned fake_free(void *ctx)
+{
+	return ((struct fake *)ctx)->free;
+}
+
+static void fake_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
+			  uint64_t now)
+{
+	struct fake *f = ctx;
+	/* Capacity is never exceeded, and batches are never empty. */
+	ASSERT(n > 0 && n <= f->free);
+	f->free -= n;
+	f->batches++;
+	for (unsigned i = 0; i < n; i++) {
+		ASSERT(!sl_sched_queued(items[i]));
+		unsigned k = f->n_dispatched++;
+		f->dispatched[k] = id_of(f, items[i]);
+		f->batch_of[k] = n;
+		f->at[k] = now;
+	}
+}
+
+static void fake_expire(void *ctx, struct sl_sched_item *it, uint64_t now)
+{
+	struct fake *f = ctx;
+	(void)now;
+	ASSERT(!sl_sched_queued(it));
+	f->expired[f->n_expired++] = id_of(f, it);
+}
+
+static const struct sl_sched_ops ops = {fake_free, fake_dispatch, fake_expire};
+
+static struct sl_sched_config config(void)
+{
+	return (struct sl_sched_config){
+		.aging_rate = 0.2,
+		.window_ms = 50,
+		.max_batch = 0,
+		.max_queue = MAX_ITEMS,
+		.queue_timeout_ms = 60000,
+		.urgent_bypass = true,
+	};
+}
+
+static void start(struct sl_sched *s, struct fake *f,
+		  const struct sl_sched_config *cfg)
+{
+	memset(f, 0, sizeof(*f));
+	ASSERT_EQ(sl_sched_init(s, cfg, &ops, f, 0), 0);
+}
+
+static void push(struct sl_sched *s, struct fake *f, unsigned id,
+		 double priority, uint64_t now)
+{
+	ASSERT_EQ(sl_sched_push(s, &f->items[id], priority, now), 0);
+}
+
+static void test_priority_then_arrival(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	start(&s, &f, &cfg);
+	double prio[] = {1, 2, 0, 2, 1, 1.5};
+	for (unsigned i = 0; i < 6; i++)
+		push(&s, &f, i, prio[i], 0);
+	f.free = 6;
+	sl_sched_run(&s, 0);
+	unsigned want[] = {1, 3, 5, 0, 4, 2};
+	ASSERT_EQ(f.n_dispatched, 6);
+	for (unsigned i = 0; i < 6; i++)
+		ASSERT_EQ(f.dispatched[i], want[i]);
+	ASSERT_EQ(f.batches, 1);
+	sl_sched_free(&s);
+}
+
+/*
+ * One slot, each request served in 1 s, and an urgent request arriving just
+ * as the slot frees, every time: a continuous stream that always has an
+ * urgent request waiting. Returns when the normal request left (0: never,
+ * within 30 s).
+ */
+static uint64_t normal_behind_urgent_stream(double aging_rate)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	cfg.aging_rate = aging_rate;
+	start(&s, &f, &cfg);
+	const uint64_t service = 1000;
+	unsigned next_id = 1;
+	push(&s, &f, 0, SL_PRIORITY_NORMAL, 0);
+	uint64_t left = 0;
+	for (uint64_t t = 0; t <= 30000 && !left; t += service) {
+		push(&s, &f, next_id++, SL_PRIORITY_URGENT, t);
+		f.free = 1;
+		sl_sched_run(&s, t);
+		unsigned k = f.n_dispatched - 1;
+		if (f.dispatched[k] == 0)
+			left = f.at[k] ? f.at[k] : 1;
+	}
+	sl_sched_free(&s);
+	return left;
+}
+
+static void test_aging_beats_starvation(void)
+{
+	double rate = config().aging_rate;
+	uint64_t left = normal_behind_urgent_stream(rate);
+	ASSERT(left > 0);
+	ASSERT(left <= (uint64_t)(1000.0 / rate) + 1000);
+	/* Not before its time either: urgent outranks it until then. */
+	ASSERT(left >= (uint64_t)(1000.0 / rate) - 1000);
+	/* Without aging it would starve: the test can tell. */
+	ASSERT_EQ(normal_behind_urgent_stream(0.0), 0);
+}
+
+/* Reference model: an unsorted array, searched for the best each time. */
+struct ref {
+	unsigned ids[MAX_ITEMS];
+	unsigned n;
+};
+
+static bool better(const struct fake *f, unsigned a, unsigned b)
+{
+	const struct sl_sched_item *x = &f->items[a], *y = &f->items[b];
+	return x->key != y->key ? x->key > y->key : x->seq < y->seq;
+}
+
+static void check_heap(const struct sl_sched *s)
+{
+	for (unsigned i = 0; i < s->n; i++) {
+		ASSERT_EQ(s->heap[i]->heap_index, i);
+		if (i > 0) {
+			const struct sl_sched_item *p = s->heap[(i - 1) / 2];
+			const struct sl_sched_item *c = s->heap[i];
+			ASSERT(p->key > c->key ||
+			       (p->key == c->key && p->seq < c->seq));
+		}
+	}
+}
+
+static void test_random_operations_match_a_reference(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	start(&s, &f, &cfg);
+	struct ref r = {.n = 0};
+	bool in_queue[MAX_ITEMS] = {false};
+	unsigned next_id = 0;
+	uint64_t now = 0, rng = 12345;
+	for (int step = 0; step < 20000; step++) {
+		rng = rng * 6364136223846793005u + 1442695040888963407u;
+		unsigned op = (unsigned)(rng >> 33) % 10;
+		now += (rng >> 20) % 7;
+		if (op < 5 && next_id < MAX_ITEMS) {
+			double prio = (double)((rng >> 40) % 4);
+			push(&s, &f, next_id, prio, now);
+			in_queue[next_id] = true;
+			r.ids[r.n++] = next_id++;
+		} else if (op < 7 && r.n > 0) {
+			/* a client leaves: remove from anywhere */
+			unsigned k = (unsigned)(rng >> 45) % r.n;
+			sl_sched_remove(&s, &f.items[r.ids[k]]);
+			in_queue[r.ids[k]] = false;
+			r.ids[k] = r.ids[--r.n];
+		} else if (r.n > 0) {
+			/* one slot frees: the best goes */
+			unsigned best = 0;
+			for (unsigned k = 1; k < r.n; k++)
+				if (better(&f, r.ids[k], r.ids[best]))
+					best = k;
+			unsigned before_count = f.n_dispatched;
+			f.free = 1;
+			sl_sched_run(&s, now);
+			ASSERT_EQ(f.n_dispatched, before_count + 1);
+			ASSERT_EQ(f.dispatched[before_count], r.ids[best]);
+			in_queue[r.ids[best]] = false;
+			r.ids[best] = r.ids[--r.n];
+		}
+		ASSERT_EQ(sl_sched_depth(&s), r.n);
+		check_heap(&s);
+	}
+	for (unsigned i = 0; i < next_id; i++)
+		ASSERT_EQ(sl_sched_queued(&f.items[i]), in_queue[i]);
+	sl_sched_free(&s);
+}
+
+static void test_window_deadline_and_early_close(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	start(&s, &f, &cfg);
+	f.free = 4;
+	push(&s, &f, 0, SL_PRIORITY_NORMAL, 1000);
+	ASSERT_EQ(sl_sched_run(&s, 1000), 1050);
+	push(&s, &f, 1, SL_PRIORITY_NORMAL, 1020);
+	ASSERT_EQ(sl_sched_run(&s, 1020), 1050);
+	ASSERT_EQ(sl_sched_run(&s, 1049), 1050);
+	ASSERT_EQ(f.n_dispatched, 0);
+	sl_sched_run(&s, 1050); /* the deadline: both leave, one batch */
+	ASSERT_EQ(f.n_dispatched, 2);
+	ASSERT_EQ(f.batch_of[0], 2);
+	ASSERT_EQ(f.at[0], 1050);
+
+	/* Early close: the fourth request fills the four free slots. */
+	f.free = 4;
+	for (unsigned i = 2; i < 6; i++) {
+		push(&s, &f, i, SL_PRIORITY_NORMAL, 2000 + i);
+		sl_sched_run(&s, 2000 + i);
+	}
+	ASSERT_EQ(f.n_dispatched, 6);
+	ASSERT_EQ(f.batch_of[2], 4);
+	ASSERT_EQ(f.at[2], 2005);
+	ASSERT_EQ(s.batches, 2);
+
+	/* A deadline passing with no free slot does not spin: it closes. */
+	f.free = 0;
+	push(&s, &f, 6, SL_PRIORITY_NORMAL, 3000);
+	sl_sched_run(&s, 3000);
+	uint64_t next = sl_sched_run(&s, 3050);
+	ASSERT(next > 3050);             /* only the queue timeout is due */
+	ASSERT_EQ(next, 3000 + cfg.queue_timeout_ms);
+	f.free = 1;                      /* a slot frees: it goes at once */
+	sl_sched_run(&s, 3300);
+	ASSERT_EQ(f.n_dispatched, 7);
+	ASSERT_EQ(f.at[6], 3300);
+	sl_sched_free(&s);
+}
+
+static void test_urgent_bypass(void)
+{
+	for (int bypass = 0; bypass < 2; bypass++) {
+		struct sl_sched s;
+		struct fake f;
+		struct sl_sched_config cfg = config();
+		cfg.urgent_bypass = bypass;
+		start(&s, &f, &cfg);
+		f.free = 4;
+		push(&s, &f, 0, SL_PRIORITY_NORMAL, 0);
+		sl_sched_run(&s, 0);
+		push(&s, &f, 1, SL_PRIORITY_URGENT, 10);
+		sl_sched_run(&s, 10);
+		if (bypass) {
+			ASSERT_EQ(f.n_dispatched, 1); /* the urgent one alone */
+			ASSERT_EQ(f.dispatched[0], 1);
+			ASSERT_EQ(f.at[0], 10);
+			ASSERT_EQ(f.batch_of[0], 1);
+		} else {
+			ASSERT_EQ(f.n_dispatched, 0); /* waits in the window */
+		}
+		sl_sched_run(&s, 50);
+		ASSERT_EQ(f.n_dispatched, 2);
+		ASSERT_EQ(f.dispatched[bypass], bypass ? 0 : 1);
+		/* With no slot free, urgent waits like anyone else. */
+		f.free = 0;
+		push(&s, &f, 2, SL_PRIORITY_URGENT, 100);
+		sl_sched_run(&s, 100);
+		ASSERT_EQ(f.n_dispatched, 2);
+		sl_sched_free(&s);
+	}
+}
+
+static void test_capacity_and_max_batch(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	cfg.max_batch = 3;
+	start(&s, &f, &cfg);
+	for (unsigned i = 0; i < 10; i++)
+		push(&s, &f, i, SL_PRIORITY_NORMAL, 0);
+	f.free = 8;
+	sl_sched_run(&s, 0);
+	/* 8 free slots, batches capped at 3: 3 + 3 + 2 (fake_dispatch checks
+	 * each against the free slots). */
+	ASSERT_EQ(f.n_dispatched, 8);
+	ASSERT_EQ(f.batches, 3);
+	ASSERT_EQ(f.batch_of[7], 2);
+	ASSERT_EQ(sl_sched_depth(&s), 2);
+	sl_sched_free(&s);
+}
+
+static void test_max_queue(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.max_queue = 3;
+	start(&s, &f, &cfg);
+	for (unsigned i = 0; i < 3; i++)
+		push(&s, &f, i, SL_PRIORITY_NORMAL, 0);
+	ASSERT_EQ(sl_sched_push(&s, &f.items[3], 2, 0), SL_EFULL);
+	ASSERT(!sl_sched_queued(&f.items[3]));
+	sl_sched_remove(&s, &f.items[1]);
+	push(&s, &f, 3, SL_PRIORITY_NORMAL, 0);
+	ASSERT_EQ(sl_sched_depth(&s), 3);
+	struct sl_sched_config bad = cfg;
+	bad.max_queue = 0;
+	struct sl_sched s2;
+	ASSERT_EQ(sl_sched_init(&s2, &bad, &ops, &f, 0), SL_EINVAL);
+	sl_sched_free(&s);
+}
+
+static void test_queue_timeout(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.queue_timeout_ms = 1000;
+	start(&s, &f, &cfg);
+	push(&s, &f, 0, SL_PRIORITY_BATCH, 0);
+	push(&s, &f, 1, SL_PRIORITY_URGENT, 500);
+	ASSERT_EQ(sl_sched_run(&s, 999), 1000);
+	ASSERT_EQ(f.n_expired, 0);
+	ASSERT_EQ(sl_sched_run(&s, 1000), 1500);
+	ASSERT_EQ(f.n_expired, 1);
+	ASSERT_EQ(f.expired[0], 0);
+	ASSERT_EQ(sl_sched_depth(&s), 1);
+	ASSERT_EQ(sl_sched_run(&s, 1600), UINT64_MAX);
+	ASSERT_EQ(f.expired[1], 1);
+	ASSERT_EQ(f.n_dispatched, 0); /* nothing expired was dispatched */
+	sl_sched_free(&s);
+}
+
+static void test_retry_after(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	cfg.queue_timeout_ms = 30000;
+	start(&s, &f, &cfg);
+	ASSERT_EQ(sl_sched_retry_after_s(&s, 0), 1); /* no history yet */
+	/* 11 requests drain over 10 s: one a second. */
+	for (unsigned i = 0; i <= 10; i++) {
+		push(&s, &f, i, SL_PRIORITY_NORMAL, i * 1000);
+		f.free = 1;
+		sl_sched_run(&s, i * 1000);
+	}
+	for (unsigned i = 11; i < 16; i++)
+		push(&s, &f, i, SL_PRIORITY_NORMAL, 10000);
+	ASSERT_EQ(sl_sched_retry_after_s(&s, 10000), 5);
+	/* A drain that has stalled for 10 s counts: half the rate. */
+	ASSERT_EQ(sl_sched_retry_after_s(&s, 20000), 10);
+	/* Never past the queue timeout. */
+	ASSERT_EQ(sl_sched_retry_after_s(&s, 1000000), 30);
+	sl_sched_free(&s);
+}
+
+static void test_priority_parsing(void)
+{
+	double p;
+	ASSERT_EQ(sl_priority_parse("urgent", &p), 0);
+	ASSERT(p == 2);
+	ASSERT_EQ(sl_priority_parse("normal", &p), 0);
+	ASSERT(p == 1);
+	ASSERT_EQ(sl_priority_parse("batch", &p), 0);
+	ASSERT(p == 0);
+	ASSERT_EQ(sl_priority_parse("1.5", &p), 0);
+	ASSERT(p == 1.5);
+	static const char *const bad[] = {"", "high", "-1", "101", "nan",
+					  "2x", "inf"};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(bad); i++)
+		ASSERT_EQ(sl_priority_parse(bad[i], &p), SL_EINVAL);
+	ASSERT_STR_EQ(sl_priority_class(2.5), "urgent");
+	ASSERT_STR_EQ(sl_priority_class(1), "normal");
+	ASSERT_STR_EQ(sl_priority_class(0.5), "batch");
+}
+
+int main(void)
+{
+	RUN(test_priority_then_arrival);
+	RUN(test_aging_beats_starvation);
+	RUN(test_random_operations_match_a_reference);
+	RUN(test_window_deadline_and_early_close);
+	RUN(test_urgent_bypass);
+	RUN(test_capacity_and_max_batch);
+	RUN(test_max_queue);
+	RUN(test_queue_timeout);
+	RUN(test_retry_after);
+	RUN(test_priority_parsing);
+	return 0;
+}
