@@ -2,6 +2,7 @@
 #include "sluice/app.h"
 
 #include "sluice/common.h"
+#include "sluice/exposition.h"
 #include "sluice/log.h"
 #include "sluice/proxy.h"
 #include "sluice/routes.h"
@@ -163,11 +164,18 @@ static const struct sl_upstream_hooks upstream_hooks = {
 
 /* ---- shutdown ---- */
 
+/*
+ * Every client connection is closed: end what is left (exchanges whose
+ * transfer outlived their client, /metrics waiters), and only then stop
+ * the upstreams those exchanges point to.
+ */
 static void on_http_closed(struct sl_http_server *s)
 {
 	struct sl_app *app = sl_container_of(s, struct sl_app, http);
 	app->http.loop = NULL; /* marks it closed */
-	stop_upstreams(app, false);
+	sl_proxy_abort_all(app);
+	sl_exposition_close(app);
+	stop_upstreams(app, app->force_stop);
 	app_maybe_done(app);
 }
 
@@ -206,7 +214,7 @@ static void close_front(struct sl_app *app)
 	if (app->http.loop)
 		sl_http_server_close(&app->http, on_http_closed);
 	else
-		stop_upstreams(app, false);
+		stop_upstreams(app, app->force_stop);
 }
 
 static void on_drain_timeout(uv_timer_t *t)
@@ -234,8 +242,11 @@ static void on_signal(uv_signal_t *h, int signum)
 		return;
 	}
 	sl_warn("received %s again; stopping now", strsignal(signum));
-	close_front(app);
-	stop_upstreams(app, true);
+	app->force_stop = true;
+	if (app->front_closing && !app->http.loop)
+		stop_upstreams(app, true); /* already stopping: hurry it */
+	else
+		close_front(app); /* on_http_closed stops them, forcefully */
 }
 
 void sl_app_stop(struct sl_app *app, int exit_code)
@@ -261,6 +272,34 @@ void sl_app_stop(struct sl_app *app, int exit_code)
 		return;
 	}
 	close_front(app);
+}
+
+/* ---- each finished request: metrics and the access log ---- */
+
+static void on_request_finished(struct sl_http_request *req, bool completed,
+				void *data)
+{
+	struct sl_app *app = data;
+	double seconds = (double)(sl_now_ns() - req->start_ns) / 1e9;
+	const char *outcome =
+		sl_stats_finished(&app->stats, req, completed, seconds);
+	const struct sl_request_info *in = &req->info;
+	json_t *f = json_pack(
+		"{s:s, s:s, s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:s}",
+		"id", req->id[0] ? req->id : "-", "method",
+		req->path ? llhttp_method_name(req->method) : "-", "path",
+		req->path ? req->path : "-", "status",
+		req->status ? req->status : 499, "priority",
+		in->has_priority ? sl_priority_class(in->priority) : "-",
+		"queue_ms", (json_int_t)in->queue_ms, "ttft_ms",
+		(json_int_t)in->ttft_ms, "total_ms",
+		(json_int_t)(seconds * 1000), "tokens", (json_int_t)in->tokens,
+		"bytes", (json_int_t)req->bytes_sent, "upstream",
+		in->upstream[0] ? in->upstream : "-", "outcome", outcome);
+	if (f) /* a path that is not UTF-8 is not worth a line */
+		sl_log_fields(SL_LOG_INFO, "access", f);
+	json_decref(f);
+	sl_app_maybe_drained(app);
 }
 
 /* ---- /health ---- */
@@ -361,6 +400,7 @@ static int open_listener(struct sl_app *app)
 		sl_error("--listen %s: %s", cfg->listen, uv_strerror(rc));
 		return rc;
 	}
+	app->http.on_finish = on_request_finished;
 	unsigned port = sl_http_server_port(&app->http);
 	bool v6 = strchr(cfg->listen_host, ':') != NULL;
 	snprintf(app->listen_url, sizeof(app->listen_url), "http://%s%s%s:%u",
@@ -417,6 +457,7 @@ int sl_app_run(const struct sl_config *cfg)
 	sl_sched_init(&app->sched, &sched_cfg, &sched_ops, app,
 		      uv_now(&app->loop));
 
+	sl_stats_init(&app->stats);
 	rc = sl_curl_init(&app->curl, &app->loop);
 	if (rc == 0)
 		rc = open_listener(app);

@@ -54,6 +54,9 @@ struct tool_call {
 struct sl_choice_parts {
 	int index;
 	struct buf text;      /* text, or the chat message's content */
+	json_t *final;        /* native: the event with "stop": true */
+	json_t *tokens;       /* native: token ids */
+	json_t *probs;        /* native: completion_probabilities */
 	struct buf reasoning; /* chat: reasoning_content */
 	json_t *role;
 	json_t *finish_reason;
@@ -72,14 +75,15 @@ void sl_assembler_init(struct sl_assembler *a, enum sl_assemble_kind kind,
 	memset(a, 0, sizeof(*a));
 	a->kind = kind;
 	a->return_tokens = return_tokens;
-	a->tokens = json_array();
-	a->probs = json_array();
 }
 
 static void choice_free(struct sl_choice_parts *c)
 {
 	free(c->text.data);
 	free(c->reasoning.data);
+	json_decref(c->final);
+	json_decref(c->tokens);
+	json_decref(c->probs);
 	json_decref(c->role);
 	json_decref(c->finish_reason);
 	json_decref(c->logprobs);
@@ -94,15 +98,13 @@ static void choice_free(struct sl_choice_parts *c)
 
 void sl_assembler_free(struct sl_assembler *a)
 {
-	json_decref(a->last);
 	for (size_t i = 0; i < SL_ARRAY_SIZE(top_fields); i++)
 		json_decref(a->top[i]);
 	json_decref(a->usage);
 	json_decref(a->timings);
-	json_decref(a->tokens);
-	json_decref(a->probs);
 	for (unsigned i = 0; i < a->n_choices; i++)
-		choice_free(a->choices[i]);
+		if (a->choices[i])
+			choice_free(a->choices[i]);
 	memset(a, 0, sizeof(*a));
 }
 
@@ -113,12 +115,6 @@ static void keep(json_t **slot, json_t *v)
 		return;
 	json_decref(*slot);
 	*slot = json_incref(v);
-}
-
-static void append_all(json_t *to, json_t *from)
-{
-	if (json_is_array(from))
-		json_array_extend(to, from);
 }
 
 /* Logprobs arrive as objects of arrays; join each array. */
@@ -141,17 +137,28 @@ static void merge_logprobs(json_t **into, json_t *lp)
 	}
 }
 
-static struct sl_choice_parts *choice_at(struct sl_assembler *a, int index)
+/* The parts of choice `index` (an event's "index" field), made on first use. */
+static struct sl_choice_parts *choice_at(struct sl_assembler *a, json_t *index)
 {
-	for (unsigned i = 0; i < a->n_choices; i++)
-		if (a->choices[i]->index == index)
-			return a->choices[i];
-	if (a->n_choices == SL_ASSEMBLE_MAX_CHOICES)
+	json_int_t i = json_is_integer(index) ? json_integer_value(index) : 0;
+	if (i < 0 || i >= SL_ASSEMBLE_MAX_CHOICES)
 		return NULL;
-	struct sl_choice_parts *c = sl_xcalloc(1, sizeof(*c));
-	c->index = index;
-	a->choices[a->n_choices++] = c;
-	return c;
+	if (!a->choices[i]) {
+		a->choices[i] = sl_xcalloc(1, sizeof(*a->choices[i]));
+		a->choices[i]->index = (int)i;
+		a->n_choices = SL_MAX(a->n_choices, (unsigned)i + 1);
+	}
+	return a->choices[i];
+}
+
+/* Appends an array's items to *into, made on first use. */
+static void append_all(json_t **into, json_t *from)
+{
+	if (!json_is_array(from))
+		return;
+	if (!*into)
+		*into = json_array();
+	json_array_extend(*into, from);
 }
 
 static int add_tool_calls(struct sl_choice_parts *c, json_t *calls)
@@ -181,9 +188,8 @@ static int add_choices(struct sl_assembler *a, json_t *choices)
 	size_t i;
 	json_t *ch;
 	json_array_foreach(choices, i, ch) {
-		json_t *idx = json_object_get(ch, "index");
-		struct sl_choice_parts *c = choice_at(
-			a, json_is_integer(idx) ? (int)json_integer_value(idx) : 0);
+		struct sl_choice_parts *c =
+			choice_at(a, json_object_get(ch, "index"));
 		if (!c)
 			return SL_EINVAL;
 		keep(&c->finish_reason, json_object_get(ch, "finish_reason"));
@@ -206,17 +212,24 @@ static int add_choices(struct sl_assembler *a, json_t *choices)
 
 int sl_assembler_add(struct sl_assembler *a, json_t *event)
 {
+	if (json_is_null(event))
+		return 0;
 	if (!json_is_object(event))
 		return SL_EINVAL;
 	keep(&a->usage, json_object_get(event, "usage"));
 	keep(&a->timings, json_object_get(event, "timings"));
 	if (a->kind == SL_ASSEMBLE_NATIVE) {
-		struct sl_choice_parts *c = choice_at(a, 0);
+		struct sl_choice_parts *c =
+			choice_at(a, json_object_get(event, "index"));
+		if (!c)
+			return SL_EINVAL;
+		a->seen_event = true;
 		buf_add_json(&c->text, json_object_get(event, "content"));
-		append_all(a->tokens, json_object_get(event, "tokens"));
-		append_all(a->probs,
+		append_all(&c->tokens, json_object_get(event, "tokens"));
+		append_all(&c->probs,
 			   json_object_get(event, "completion_probabilities"));
-		keep(&a->last, event);
+		if (json_is_true(json_object_get(event, "stop")) || !c->final)
+			keep(&c->final, event);
 		return 0;
 	}
 	for (size_t i = 0; i < SL_ARRAY_SIZE(top_fields); i++)
@@ -226,19 +239,32 @@ int sl_assembler_add(struct sl_assembler *a, json_t *event)
 	return json_is_array(choices) ? add_choices(a, choices) : 0;
 }
 
-static json_t *native_result(struct sl_assembler *a)
+static json_t *native_one(const struct sl_assembler *a,
+			  const struct sl_choice_parts *c)
 {
-	json_t *r = json_deep_copy(a->last);
-	json_object_set_new(r, "content", buf_json(&a->choices[0]->text));
-	json_object_set_new(r, "tokens", a->return_tokens
-						 ? json_incref(a->tokens)
+	json_t *r = json_deep_copy(c->final);
+	json_object_set_new(r, "content", buf_json(&c->text));
+	json_object_set_new(r, "tokens", a->return_tokens && c->tokens
+						 ? json_incref(c->tokens)
 						 : json_array());
-	if (json_array_size(a->probs) > 0)
-		json_object_set(r, "completion_probabilities", a->probs);
+	if (json_array_size(c->probs) > 0)
+		json_object_set(r, "completion_probabilities", c->probs);
 	json_t *gs = json_object_get(r, "generation_settings");
 	if (json_is_object(gs))
 		json_object_set_new(gs, "stream", json_false());
 	return r;
+}
+
+/* One prompt: an object; a prompt array: an array, as llama-server does. */
+static json_t *native_result(struct sl_assembler *a)
+{
+	if (a->n_choices == 1 && a->choices[0])
+		return native_one(a, a->choices[0]);
+	json_t *all = json_array();
+	for (unsigned i = 0; i < a->n_choices; i++)
+		if (a->choices[i])
+			json_array_append_new(all, native_one(a, a->choices[i]));
+	return all;
 }
 
 static json_t *chat_message(const struct sl_choice_parts *c)
@@ -274,6 +300,8 @@ static json_t *openai_result(struct sl_assembler *a)
 	json_t *choices = json_array();
 	for (unsigned i = 0; i < a->n_choices; i++) {
 		const struct sl_choice_parts *c = a->choices[i];
+		if (!c)
+			continue;
 		json_t *finish = c->finish_reason ? json_incref(c->finish_reason)
 						  : json_null();
 		json_t *lp = c->logprobs ? json_incref(c->logprobs) : json_null();
@@ -311,7 +339,7 @@ static json_t *openai_result(struct sl_assembler *a)
 
 json_t *sl_assembler_result(struct sl_assembler *a)
 {
-	if (!a->last && !a->seen_event)
+	if (!a->seen_event)
 		return NULL;
 	return a->kind == SL_ASSEMBLE_NATIVE ? native_result(a)
 					     : openai_result(a);

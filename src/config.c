@@ -178,6 +178,11 @@ static const struct option_def options[] = {
 	{"urgent-bypass", "SLUICE_URGENT_BYPASS", "on|off", OPT_SWITCH,
 	 FIELD(urgent_bypass), "on", 0, 0, NULL,
 	 "urgent requests skip the batching window when a slot is free", NULL},
+	{"max-tokens-cap", "SLUICE_MAX_TOKENS_CAP", "N", OPT_UINT,
+	 FIELD(max_tokens_cap), "4096", 1, 1u << 24, NULL,
+	 "most tokens /generate and /infer may ask for; larger requests are "
+	 "capped",
+	 NULL},
 	{"cache-dir", "SLUICE_CACHE_DIR", "DIR", OPT_STRING, FIELD(cache_dir),
 	 "", 0, 0, NULL, "where the demo model and a provisioned llama-server live",
 	 "$XDG_CACHE_HOME/sluice, or ~/.cache/sluice"},

@@ -61,6 +61,7 @@ struct request_state {
 	bool http10;       /* HTTP/1.0 client: no chunked responses */
 	bool chunked;      /* the streamed response is chunked */
 	bool dispatched;
+	bool finished;     /* request_finished() ran */
 	bool head_sent;    /* a streamed response has started */
 };
 
@@ -172,6 +173,25 @@ static void set_timer(struct sl_http_conn *c, uint64_t ms)
 
 /* ---- request memory ---- */
 
+static void request_free(struct request_state *st);
+
+/*
+ * The request's end, reported once: completed or not. Also where a
+ * dispatched request stops counting as busy.
+ */
+static void request_finished(struct sl_http_conn *c, struct request_state *st,
+			     bool completed)
+{
+	struct sl_http_server *s = c->server;
+	if (st->finished)
+		return;
+	st->finished = true;
+	if (st->dispatched)
+		s->n_busy--;
+	if (s->on_finish)
+		s->on_finish(&st->pub, completed, s->handler_data);
+}
+
 static void request_free(struct request_state *st)
 {
 	if (!st)
@@ -233,6 +253,8 @@ static int on_message_begin(llhttp_t *p)
 	c->req = sl_xcalloc(1, sizeof(*c->req));
 	c->req->pub.conn = c;
 	c->req->pub.start_ns = sl_now_ns();
+	c->req->pub.info.queue_ms = -1;
+	c->req->pub.info.ttft_ms = -1;
 	c->phase = PHASE_HEADERS;
 	set_timer(c, c->server->limits.header_timeout_ms);
 	/* The request line's fixed parts: method, spaces, version, CRLF. */
@@ -543,6 +565,8 @@ static int conn_write_raw(struct sl_http_conn *c, const uv_buf_t *bufs,
 	size_t total = 0;
 	for (unsigned i = 0; i < n; i++)
 		total += bufs[i].len;
+	if (c->req)
+		c->req->pub.bytes_sent += total;
 	size_t done = 0;
 	if (c->backlog == 0) {
 		int r = uv_try_write((uv_stream_t *)&c->tcp, bufs, n);
@@ -617,6 +641,8 @@ static char *format_head(struct sl_http_conn *c, int status,
 		ctype, length, keep_alive ? "keep-alive" : "close", id,
 		extra ? extra : "");
 	*len = strlen(head);
+	if (st)
+		st->pub.status = status;
 	return head;
 }
 
@@ -626,8 +652,8 @@ static void request_complete(struct sl_http_conn *c)
 	struct request_state *st = c->req;
 	bool keep_alive = st->keep_alive && !c->server->closing &&
 			  !c->server->draining;
+	request_finished(c, st, true);
 	c->req = NULL;
-	c->server->n_busy--;
 	c->draining_wait = false;
 	request_free(st);
 	if (c->closing)
@@ -654,14 +680,28 @@ static bool can_respond(struct sl_http_request *req)
 	return st->dispatched && !req->conn->closing;
 }
 
+/*
+ * A final call (respond, stream end, abort) on a connection already
+ * closing: the response cannot go out, but the handler is done with the
+ * request all the same, so it hears nothing more about it.
+ */
+static void detach_handler(struct sl_http_request *req)
+{
+	req->on_abort = NULL;
+	req->on_drain = NULL;
+	req->handler_data = NULL;
+}
+
 void sl_http_respond(struct sl_http_request *req, int status,
 		     const char *content_type, const char *extra_headers,
 		     const void *body, size_t len)
 {
 	struct sl_http_conn *c = req->conn;
 	struct request_state *st = state_of(req);
-	if (!can_respond(req))
+	if (!can_respond(req)) {
+		detach_handler(req);
 		return;
+	}
 	size_t head_len;
 	char *head = format_head(c, status, content_type, extra_headers,
 				 (long long)len, st->keep_alive, &head_len);
@@ -754,8 +794,10 @@ void sl_http_stream_end(struct sl_http_request *req)
 {
 	struct sl_http_conn *c = req->conn;
 	struct request_state *st = state_of(req);
-	if (!can_respond(req))
+	if (!can_respond(req)) {
+		detach_handler(req);
 		return;
+	}
 	if (st->chunked && !st->head_only) {
 		uv_buf_t b = uv_buf_init("0\r\n\r\n", 5);
 		conn_write_raw(c, &b, 1);
@@ -766,17 +808,22 @@ void sl_http_stream_end(struct sl_http_request *req)
 void sl_http_abort(struct sl_http_request *req)
 {
 	struct sl_http_conn *c = req->conn;
-	struct request_state *st = state_of(req);
+	(void)state_of(req);
+	/* Not the handler's to hear about: it asked for this. */
+	detach_handler(req);
 	if (!can_respond(req))
 		return;
-	/* Not the handler's to hear about: it asked for this. */
-	st->pub.on_abort = NULL;
 	conn_close(c);
 }
 
 size_t sl_http_backlog(const struct sl_http_request *req)
 {
 	return req->conn->backlog;
+}
+
+void sl_http_want_drain(struct sl_http_request *req)
+{
+	req->conn->draining_wait = true;
 }
 
 /* ---- errors sluice raises while parsing ---- */
@@ -797,6 +844,10 @@ static void conn_reject(struct sl_http_conn *c, int status,
 	conn_write_raw(c, bufs, 2);
 	free(head);
 	free(body);
+	if (c->req) {
+		c->req->pub.info.outcome = "rejected";
+		request_finished(c, c->req, true);
+	}
 	request_free(c->req);
 	c->req = NULL;
 	sl_debug("http: answered %d and closing: %s", status, message);
@@ -1030,9 +1081,9 @@ static void on_conn_closed(uv_handle_t *h)
 	struct sl_http_server *s = c->server;
 	struct request_state *st = c->req;
 	if (st && st->dispatched) {
-		s->n_busy--;
 		if (st->pub.on_abort)
 			st->pub.on_abort(&st->pub);
+		request_finished(c, st, false);
 	}
 	request_free(st);
 	free(c->pending);
@@ -1131,6 +1182,7 @@ static void on_connection(uv_stream_t *listener, int status)
 		sl_warn("http: refusing a connection: %u open, the limit is "
 			"--max-connections %u",
 			s->n_conns - 1, s->limits.max_connections);
+		s->refused_connections++;
 		conn_reject(c, 503, "too many open connections");
 		return;
 	}

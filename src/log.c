@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
@@ -79,6 +80,71 @@ static size_t format_json(char *line, size_t size, const char *ts,
 				     ts, level);
 	line[n++] = '\n';
 	return n;
+}
+
+/* A text-format value: bare when it is one plain word, else JSON-quoted. */
+static void append_value(char *line, size_t size, size_t *n, json_t *v)
+{
+	char buf[512];
+	const char *s = NULL;
+	if (json_is_string(v)) {
+		s = json_string_value(v);
+		bool plain = *s != '\0';
+		for (const char *p = s; *p && plain; p++)
+			plain = *p > ' ' && *p != '"' && *p != '\\' &&
+				(unsigned char)*p < 0x7f;
+		if (!plain) {
+			size_t k = json_dumpb(v, buf, sizeof(buf) - 1,
+					      JSON_ENCODE_ANY);
+			buf[SL_MIN(k, sizeof(buf) - 1)] = '\0';
+			s = buf;
+		}
+	} else if (json_is_integer(v)) {
+		snprintf(buf, sizeof(buf), "%" JSON_INTEGER_FORMAT,
+			 json_integer_value(v));
+		s = buf;
+	} else if (json_is_real(v)) {
+		snprintf(buf, sizeof(buf), "%g", json_real_value(v));
+		s = buf;
+	} else {
+		s = "-";
+	}
+	int k = snprintf(line + *n, size - *n, "%s", s);
+	*n = SL_MIN(size - 1, *n + (size_t)SL_MAX(k, 0));
+}
+
+void sl_log_fields(enum sl_log_level level, const char *msg, json_t *fields)
+{
+	if (level < log_min_level)
+		return;
+	char ts[40];
+	format_timestamp(ts, sizeof(ts));
+	char line[SL_LOG_LINE_MAX + 128];
+	size_t n;
+	if (log_format == SL_LOG_JSON) {
+		json_t *obj = json_pack("{s:s, s:s, s:s}", "ts", ts, "level",
+					level_names[level], "msg", msg);
+		json_object_update(obj, fields);
+		n = json_dumpb(obj, line, sizeof(line) - 1, JSON_COMPACT);
+		json_decref(obj);
+		if (n == 0 || n > sizeof(line) - 1)
+			return; /* too long for one line: dropped, not cut */
+	} else {
+		int k = snprintf(line, sizeof(line), "%s %-5s %s", ts,
+				 level_names[level], msg);
+		n = (size_t)SL_MAX(k, 0);
+		const char *key;
+		json_t *v;
+		json_object_foreach(fields, key, v) {
+			if (n + 2 >= sizeof(line) - 1)
+				break;
+			int w = snprintf(line + n, sizeof(line) - n, " %s=", key);
+			n = SL_MIN(sizeof(line) - 2, n + (size_t)SL_MAX(w, 0));
+			append_value(line, sizeof(line) - 1, &n, v);
+		}
+	}
+	line[n++] = '\n';
+	write_line(line, n);
 }
 
 void sl_log(enum sl_log_level level, const char *fmt, ...)

@@ -1,13 +1,21 @@
 /*
  * proxy.c: exchanges between clients and upstreams.
  *
- * An exchange is freed when three things are over: the client side (the
+ * An exchange lives from a request's validation to the end of its upstream
+ * transfer. It is freed when three things are over: the client side (the
  * response is complete, or the client is gone), the transfer (done, or
- * aborted), and its timer's close. Each callback below ends one of them and
- * then calls exchange_release().
+ * aborted), and a wait in the queue if it had one. Each callback below ends
+ * one of them and then calls exchange_release(). The app keeps every
+ * exchange on a list, so that shutdown can end them all before the
+ * upstreams they point to go away.
+ *
+ * Events: every Server-Sent Event from an upstream is parsed once, to learn
+ * when tokens arrive (time to first token, gaps, counts), whether it ends
+ * the stream, and whether it is an error; then it is relayed as it came,
+ * gathered into one answer (assemble.h), or turned into /generate's shape.
  *
  * Timers: one per exchange. Until the first response byte it enforces
- * --upstream-timeout; after it, --upstream-idle-timeout between bytes,
+ * --upstream-timeout; from then on --upstream-idle-timeout between bytes,
  * measured lazily (each byte only records the time; the timer re-arms
  * itself for the remainder when it fires early). While the transfer is
  * paused for a slow client, silence is the client's doing, not the
@@ -18,9 +26,12 @@
 #include "sluice/assemble.h"
 #include "sluice/common.h"
 #include "sluice/log.h"
+#include "sluice/native_api.h"
 #include "sluice/sse.h"
+#include "sluice/stats.h"
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,13 +42,19 @@
  */
 const struct sl_endpoint sl_endpoints[] = {
 	{"/v1/chat/completions", HTTP_POST, "/v1/chat/completions",
-	 SL_END_DONE, true, true},
+	 SL_END_DONE, true, true, SL_API_RELAY},
 	{"/v1/completions", HTTP_POST, "/v1/completions", SL_END_DONE, true,
-	 true},
-	{"/completion", HTTP_POST, "/completion", SL_END_STOP, true, true},
+	 true, SL_API_RELAY},
+	{"/completion", HTTP_POST, "/completion", SL_END_STOP, true, true,
+	 SL_API_RELAY},
 	{"/v1/embeddings", HTTP_POST, "/v1/embeddings", SL_END_NONE, true,
-	 true},
-	{"/v1/models", HTTP_GET, "/v1/models", SL_END_NONE, false, false},
+	 true, SL_API_RELAY},
+	{"/v1/models", HTTP_GET, "/v1/models", SL_END_NONE, false, false,
+	 SL_API_RELAY},
+	{"/generate", HTTP_POST, "/completion", SL_END_STOP, true, true,
+	 SL_API_GENERATE},
+	{"/infer", HTTP_POST, "/completion", SL_END_STOP, true, true,
+	 SL_API_INFER},
 };
 const unsigned sl_n_endpoints = SL_ARRAY_SIZE(sl_endpoints);
 
@@ -47,44 +64,70 @@ const unsigned sl_n_endpoints = SL_ARRAY_SIZE(sl_endpoints);
 enum relay_mode {
 	MODE_WAITING, /* no response byte yet */
 	MODE_BODY,    /* relaying a plain body */
-	MODE_SSE,     /* relaying events one by one */
+	MODE_SSE,     /* reading events one by one */
 };
 
 struct exchange {
 	struct sl_app *app;
-	struct sl_http_request *req; /* NULL once the client side is over */
+	struct exchange *prev, *next; /* the app's list */
+	struct sl_http_request *req;  /* NULL once the client side is over */
 	const struct sl_endpoint *ep;
-	struct sl_upstream *upstream;
-	char *body; /* what is sent upstream */
+	struct sl_upstream *upstream; /* set when dispatched */
+	char *body;                   /* what is sent upstream */
 	size_t body_len;
+	char id[SL_HTTP_REQUEST_ID_MAX + 1];
+
 	struct sl_sched_item item; /* while waiting in sluice's queue */
 	double priority;
 	uint64_t arrived_ms;
+	int64_t queue_ms; /* -1 until dispatched */
+	unsigned batch_size;
 	char sched_headers[80]; /* X-Queue-Ms and X-Batch-Size, once known */
-	bool stream;   /* the client asked for "stream": true */
-	bool assemble; /* it did not, but llama-server is asked to stream */
+
+	bool stream;   /* the client wants events */
+	bool assemble; /* it wants one answer, built from upstream events */
 	struct sl_assembler answer;
 	size_t answer_bytes;
+	json_t *final; /* /generate streams: the event with "stop": true */
 
 	struct sl_transfer transfer;
 	struct curl_slist *headers;
 	char error[CURL_ERROR_SIZE];
 	uv_timer_t timer;
-	uint64_t last_byte_ms; /* loop time of the last upstream byte */
-	bool timer_closed;
+	uint64_t last_byte_ms;
+	bool released;
 
 	enum relay_mode mode;
 	bool head_sent; /* the client's response has begun */
 	struct sl_sse sse;
-	bool ended;  /* the end marker (or an error event) went out */
+	bool ended;  /* the stream's end went out as it should */
+	bool gave_up; /* sluice stopped relaying: the transfer must stop too */
 	bool paused; /* the transfer waits for the client to catch up */
+
+	/* What was seen of the generation. */
+	uint64_t first_token_ns, last_token_ns;
+	uint64_t tokens_seen, tokens_final;
+	unsigned prompts, stopped; /* native streams: indexes seen, ended */
 };
 
 static void exchange_release(struct exchange *x);
+static void on_timer(uv_timer_t *t);
 
 /* ---- the client side ---- */
 
-/* The client side is over: no more callbacks from the HTTP server. */
+/* The totals the access log and metrics want, while req is still valid. */
+static void note_totals(struct exchange *x)
+{
+	struct sl_request_info *info = &x->req->info;
+	if (x->tokens_final > x->tokens_seen) {
+		sl_stats_tokens(&x->app->stats, x->tokens_final - x->tokens_seen,
+				uv_now(&x->app->loop));
+		x->tokens_seen = x->tokens_final;
+	}
+	info->tokens = (unsigned)x->tokens_seen;
+}
+
+/* The client side is over: no more calls to the HTTP server about it. */
 static void client_done(struct exchange *x)
 {
 	x->req = NULL;
@@ -93,9 +136,21 @@ static void client_done(struct exchange *x)
 static void respond_error(struct exchange *x, int status, const char *type,
 			  const char *message)
 {
+	note_totals(x);
+	if (!x->req->info.outcome)
+		x->req->info.outcome = status >= 500 ? "failed" : "rejected";
 	sl_http_respond_error(x->req, status, type, x->sched_headers, "%s",
 			      message);
 	client_done(x);
+}
+
+static void write_event(struct exchange *x, json_t *doc)
+{
+	char *text = json_dumps(doc, JSON_COMPACT);
+	char *event = sl_xasprintf("data: %s\n\n", text);
+	sl_http_stream_write(x->req, event, strlen(event));
+	free(event);
+	free(text);
 }
 
 /* An SSE event with an OpenAI-shaped error, then the end of the stream. */
@@ -104,23 +159,48 @@ static void end_stream_with_error(struct exchange *x, int code,
 {
 	json_t *j = json_pack("{s:{s:s, s:s, s:i}}", "error", "message",
 			      message, "type", "server_error", "code", code);
-	char *doc = json_dumps(j, JSON_COMPACT);
+	write_event(x, j);
 	json_decref(j);
-	char *event = sl_xasprintf("data: %s\n\n", doc);
-	sl_http_stream_write(x->req, event, strlen(event));
-	free(event);
-	free(doc);
+	note_totals(x);
+	x->req->info.outcome = "failed";
 	sl_http_stream_end(x->req);
 	client_done(x);
+}
+
+/* Whatever response the client is owed, for a stream sluice gives up on. */
+static void fail(struct exchange *x, int status, const char *message)
+{
+	x->gave_up = true;
+	if (!x->req)
+		return;
+	if (!x->head_sent)
+		respond_error(x, status,
+			      status == 504 ? "timeout_error" : "server_error",
+			      message);
+	else if (x->mode == MODE_SSE)
+		end_stream_with_error(x, status, message);
+	else {
+		/* A plain body cut short can only be shown by closing. */
+		note_totals(x);
+		x->req->info.outcome = "failed";
+		sl_http_abort(x->req);
+		client_done(x);
+	}
 }
 
 /* HTTP server: the client went away before its response was complete. */
 static void on_client_abort(struct sl_http_request *req)
 {
 	struct exchange *x = req->handler_data;
-	sl_debug("%s: client left; cancelling its request", req->id);
+	bool queued = sl_sched_queued(&x->item);
+	sl_debug("%s: client left; cancelling its request", x->id);
+	note_totals(x);
+	req->info.cancel_stage = queued ? "queued" : "inflight";
 	client_done(x);
-	sl_sched_remove(&x->app->sched, &x->item);
+	if (queued) {
+		sl_sched_remove(&x->app->sched, &x->item);
+		sl_stats_queued(&x->app->stats, x->priority, -1);
+	}
 	/* Removing the handle closes the connection: llama-server stops. */
 	sl_curl_abort(&x->app->curl, &x->transfer);
 	exchange_release(x);
@@ -138,44 +218,173 @@ static void on_client_drain(struct sl_http_request *req)
 	curl_easy_pause(x->transfer.easy, CURLPAUSE_CONT);
 }
 
-/* ---- reading the upstream's answer ---- */
+/* ---- watching the generation ---- */
 
-static bool json_stop_true(const char *data)
+static void token_arrived(struct exchange *x, uint64_t n)
 {
-	json_t *j = json_loads(data, 0, NULL);
-	bool stop = json_is_true(json_object_get(j, "stop"));
-	json_decref(j);
-	return stop;
+	struct sl_stats *st = &x->app->stats;
+	uint64_t now = sl_now_ns();
+	if (!x->first_token_ns) {
+		x->first_token_ns = now;
+		double ttft = (double)(now - x->req->start_ns) / 1e9;
+		x->req->info.ttft_ms = (int64_t)(ttft * 1000);
+		sl_stats_first_token(st, x->priority, ttft);
+	} else {
+		sl_stats_inter_token(st, (double)(now - x->last_token_ns) / 1e9);
+	}
+	x->last_token_ns = now;
+	x->tokens_seen += n;
+	sl_stats_tokens(st, n, uv_now(&x->app->loop));
 }
 
-/* Whether an event ends the stream (end marker, or an upstream error). */
-static bool event_ends_stream(const struct exchange *x, const char *event,
-			      size_t len)
+static bool nonempty_string(json_t *v)
 {
-	char small[256];
-	long n = sl_sse_event_data(event, len, small, sizeof(small));
-	if (n < 0)
-		return false;
-	if (x->ep->stream_end == SL_END_DONE && strcmp(small, "[DONE]") == 0)
-		return true;
-	/* Cheap look first; parse only events that may carry the marker. */
-	bool maybe_stop = x->ep->stream_end == SL_END_STOP &&
-			  memmem(event, len, "\"stop\":true", 11);
-	bool maybe_error = memmem(event, len, "\"error\"", 7) != NULL;
-	if (!maybe_stop && !maybe_error)
-		return false;
-	char *data = (size_t)n < sizeof(small) ? NULL : sl_xmalloc((size_t)n + 1);
-	if (data)
-		sl_sse_event_data(event, len, data, (size_t)n + 1);
-	const char *text = data ? data : small;
-	bool ends = (maybe_stop && json_stop_true(text));
-	if (!ends && maybe_error) {
-		json_t *j = json_loads(text, 0, NULL);
-		ends = json_object_get(j, "error") != NULL;
-		json_decref(j);
+	return json_is_string(v) && json_string_length(v) > 0;
+}
+
+/* Learns from one parsed event: tokens, ends of prompts, final counts. */
+static void observe(struct exchange *x, json_t *doc)
+{
+	if (x->ep->stream_end == SL_END_STOP) {
+		json_int_t index = json_integer_value(json_object_get(doc, "index"));
+		x->prompts = SL_MAX(x->prompts, (unsigned)index + 1);
+		if (json_is_true(json_object_get(doc, "stop"))) {
+			x->stopped++;
+			x->tokens_final += (uint64_t)json_integer_value(
+				json_object_get(doc, "tokens_predicted"));
+			return;
+		}
+		size_t n = json_array_size(json_object_get(doc, "tokens"));
+		if (n == 0 && nonempty_string(json_object_get(doc, "content")))
+			n = 1;
+		if (n > 0)
+			token_arrived(x, n);
+		return;
 	}
-	free(data);
-	return ends;
+	json_t *usage = json_object_get(doc, "usage");
+	if (json_is_object(usage))
+		x->tokens_final = (uint64_t)json_integer_value(
+			json_object_get(usage, "completion_tokens"));
+	size_t i;
+	json_t *c;
+	json_array_foreach(json_object_get(doc, "choices"), i, c) {
+		json_t *d = json_object_get(c, "delta");
+		if (nonempty_string(json_object_get(c, "text")) ||
+		    nonempty_string(json_object_get(d, "content")) ||
+		    nonempty_string(json_object_get(d, "reasoning_content")) ||
+		    json_array_size(json_object_get(d, "tool_calls")) > 0)
+			token_arrived(x, 1);
+	}
+}
+
+/* ---- answering ---- */
+
+static double ms_since(uint64_t start_ns)
+{
+	return (double)(sl_now_ns() - start_ns) / 1e6;
+}
+
+/* /generate's totals, for its answer and its last event. */
+static json_t *generate_totals(struct exchange *x, const char *text,
+			       json_t *final)
+{
+	return json_pack("{s:s, s:s, s:I, s:s, s:I, s:I, s:i}", "id", x->id,
+			 "text", text, "tokens", (json_int_t)x->tokens_seen,
+			 "finish_reason", sl_finish_reason(final), "queue_ms",
+			 (json_int_t)x->queue_ms, "latency_ms",
+			 (json_int_t)ms_since(x->req->start_ns), "batch_size",
+			 (int)x->batch_size);
+}
+
+static void respond_json(struct exchange *x, int status, json_t *doc)
+{
+	char *body = json_dumps(doc, JSON_COMPACT | JSON_ENCODE_ANY);
+	sl_http_respond(x->req, status, "application/json; charset=utf-8",
+			x->sched_headers, body, strlen(body));
+	free(body);
+	client_done(x);
+}
+
+/* The assembled answer, in the shape the client's API promises. */
+static void finish_answer(struct exchange *x)
+{
+	x->ended = true;
+	json_t *doc = sl_assembler_result(&x->answer);
+	if (!doc) {
+		respond_error(x, 502, "server_error",
+			      "upstream ended its answer without any content");
+		return;
+	}
+	note_totals(x);
+	const char *text = json_string_value(json_object_get(doc, "content"));
+	json_t *out = NULL;
+	if (x->ep->api == SL_API_GENERATE)
+		out = generate_totals(x, text ? text : "", doc);
+	else if (x->ep->api == SL_API_INFER)
+		out = json_pack("{s:s, s:s}", "response", text ? text : "",
+				"id", x->id);
+	respond_json(x, 200, out ? out : doc);
+	json_decref(out);
+	json_decref(doc);
+}
+
+/* The stream ended as it should: its end goes to the client. */
+static void end_ok(struct exchange *x)
+{
+	x->ended = true;
+	if (x->assemble) {
+		finish_answer(x);
+		return;
+	}
+	if (x->ep->api == SL_API_GENERATE) {
+		json_t *totals = generate_totals(x, "", x->final);
+		write_event(x, totals);
+		json_decref(totals);
+	}
+	note_totals(x);
+	sl_http_stream_end(x->req);
+	client_done(x);
+}
+
+/* An error event from upstream: passed on in the client's form. */
+static void upstream_error_event(struct exchange *x, json_t *doc,
+				 const char *event, size_t len)
+{
+	x->ended = true;
+	if (x->assemble) {
+		json_t *code = json_object_get(json_object_get(doc, "error"),
+					       "code");
+		json_int_t status = json_is_integer(code)
+					    ? json_integer_value(code)
+					    : 500;
+		note_totals(x);
+		x->req->info.outcome = "failed";
+		respond_json(x, status >= 400 && status <= 599 ? (int)status
+							       : 500,
+			     doc);
+		return;
+	}
+	sl_http_stream_write(x->req, event, len);
+	note_totals(x);
+	x->req->info.outcome = "failed";
+	sl_http_stream_end(x->req);
+	client_done(x);
+}
+
+/* /generate streams: {"id", "text"} per piece of text. */
+static void generate_event(struct exchange *x, json_t *doc)
+{
+	if (json_is_true(json_object_get(doc, "stop"))) {
+		json_decref(x->final);
+		x->final = json_incref(doc);
+		return;
+	}
+	json_t *content = json_object_get(doc, "content");
+	if (!nonempty_string(content))
+		return;
+	json_t *ev = json_pack("{s:s, s:O}", "id", x->id, "text", content);
+	write_event(x, ev);
+	json_decref(ev);
 }
 
 /* An event's data, malloc'd; NULL for an event without data. */
@@ -190,88 +399,47 @@ static char *event_data(const char *event, size_t len)
 	return data;
 }
 
-static void finish_answer(struct exchange *x)
-{
-	json_t *doc = sl_assembler_result(&x->answer);
-	if (!doc) {
-		respond_error(x, 502, "server_error",
-			      "upstream ended its answer without any content");
-		return;
-	}
-	char *body = json_dumps(doc, JSON_COMPACT);
-	json_decref(doc);
-	sl_http_respond(x->req, 200, "application/json; charset=utf-8",
-			x->sched_headers, body, strlen(body));
-	free(body);
-	client_done(x);
-}
-
-/* An upstream error event, answered as the error response it stands for. */
-static void answer_error(struct exchange *x, json_t *doc)
-{
-	json_t *code = json_object_get(json_object_get(doc, "error"), "code");
-	json_int_t status = json_is_integer(code) ? json_integer_value(code)
-						  : 500;
-	if (status < 400 || status > 599)
-		status = 500;
-	char *body = json_dumps(doc, JSON_COMPACT);
-	sl_http_respond(x->req, (int)status, "application/json",
-			x->sched_headers, body, strlen(body));
-	free(body);
-	client_done(x);
-}
-
-/* For a client that wants one answer: gather the event instead of relaying. */
-static int assemble_event(struct exchange *x, const char *event, size_t len)
-{
-	x->answer_bytes += len;
-	if (x->answer_bytes > SL_PROXY_MAX_ANSWER) {
-		respond_error(x, 502, "server_error",
-			      "upstream answer too large to assemble");
-		return 0;
-	}
-	char *data = event_data(event, len);
-	if (!data)
-		return 0; /* a comment: a keep-alive ping */
-	if (strcmp(data, "[DONE]") == 0) {
-		free(data);
-		finish_answer(x);
-		return 0;
-	}
-	json_t *doc = json_loads(data, 0, NULL);
-	free(data);
-	if (json_object_get(doc, "error")) {
-		answer_error(x, doc);
-	} else if (sl_assembler_add(&x->answer, doc) != 0) {
-		respond_error(x, 502, "server_error",
-			      "upstream sent an event sluice cannot read");
-	} else if (x->ep->stream_end == SL_END_STOP &&
-		   json_is_true(json_object_get(doc, "stop"))) {
-		finish_answer(x);
-	}
-	json_decref(doc);
-	return 0;
-}
-
 static int on_event(const char *event, size_t len, void *arg)
 {
 	struct exchange *x = arg;
-	if (x->ended || !x->req)
+	if (x->ended || x->gave_up || !x->req)
 		return 0;
-	if (x->assemble)
-		return assemble_event(x, event, len);
-	sl_http_stream_write(x->req, event, len);
-	if (!x->req || !event_ends_stream(x, event, len))
+	char *data = event_data(event, len);
+	bool done_marker = data && strcmp(data, "[DONE]") == 0;
+	/* JSON_DECODE_ANY: a prompt array's stream opens with "null". */
+	json_t *doc = data && !done_marker
+			      ? json_loads(data, JSON_DECODE_ANY, NULL)
+			      : NULL;
+	free(data);
+	if (json_is_object(doc) && json_object_get(doc, "error")) {
+		upstream_error_event(x, doc, event, len);
+		json_decref(doc);
 		return 0;
-	x->ended = true;
-	sl_http_stream_end(x->req);
-	client_done(x);
+	}
+	if (json_is_object(doc))
+		observe(x, doc);
+	if (x->assemble) {
+		x->answer_bytes += len;
+		if (x->answer_bytes > SL_PROXY_MAX_ANSWER)
+			fail(x, 502, "upstream answer too large to assemble");
+		else if (doc && sl_assembler_add(&x->answer, doc) != 0)
+			fail(x, 502, "upstream sent an event sluice cannot read");
+	} else if (x->ep->api == SL_API_GENERATE) {
+		if (json_is_object(doc))
+			generate_event(x, doc);
+	} else {
+		sl_http_stream_write(x->req, event, len);
+	}
+	json_decref(doc);
+	if (done_marker && x->req && !x->ended)
+		end_ok(x);
 	return 0;
 }
 
 /* The first byte: answer the client's head in the right mode. */
 static void start_response(struct exchange *x)
 {
+	const struct sl_config *cfg = x->app->cfg;
 	long status = 0;
 	char *ctype = NULL;
 	curl_off_t length = -1;
@@ -279,6 +447,8 @@ static void start_response(struct exchange *x)
 	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
 	curl_easy_getinfo(e, CURLINFO_CONTENT_TYPE, &ctype);
 	curl_easy_getinfo(e, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+	/* From now on the upstream may not fall silent for long. */
+	uv_timer_start(&x->timer, on_timer, cfg->upstream_idle_timeout_ms, 0);
 	if ((x->stream || x->assemble) && status == 200 && ctype &&
 	    strncmp(ctype, "text/event-stream", 17) == 0) {
 		x->mode = MODE_SSE;
@@ -297,6 +467,8 @@ static void start_response(struct exchange *x)
 	}
 	x->mode = MODE_BODY;
 	x->head_sent = true;
+	if (status >= 400)
+		x->req->info.outcome = "failed"; /* llama-server said no */
 	sl_http_stream_start(x->req, (int)status,
 			     ctype ? ctype : "application/octet-stream",
 			     x->sched_headers, length);
@@ -307,11 +479,17 @@ static size_t on_upstream_data(char *data, size_t size, size_t n, void *arg)
 {
 	struct exchange *x = arg;
 	size_t len = size * n;
+	/*
+	 * With the client side over, bytes after the stream's end are taken;
+	 * otherwise sluice gave up on this answer, and 0 ends the transfer so
+	 * that llama-server stops generating it.
+	 */
 	if (!x->req)
-		return len; /* the client side is over: let it finish */
+		return x->gave_up ? 0 : len;
 	/* Back-pressure: leave the bytes with libcurl until the client reads. */
 	if (sl_http_backlog(x->req) > SL_HTTP_BACKLOG_HIGH) {
 		x->paused = true;
+		sl_http_want_drain(x->req);
 		return CURL_WRITEFUNC_PAUSE;
 	}
 	x->last_byte_ms = uv_now(&x->app->loop);
@@ -322,65 +500,48 @@ static size_t on_upstream_data(char *data, size_t size, size_t n, void *arg)
 		return len;
 	}
 	if (sl_sse_feed(&x->sse, data, len, on_event, x) != 0) {
-		/* One event larger than SL_SSE_MAX_EVENT: give up on it. */
-		end_stream_with_error(x, 502, "upstream sent an oversized event");
+		fail(x, 502, "upstream sent an oversized event");
 		return 0;
 	}
-	return len;
+	return x->gave_up ? 0 : len;
 }
 
 /* ---- the end of a transfer ---- */
-
-static bool is_timeout(CURLcode rc)
-{
-	return rc == CURLE_OPERATION_TIMEDOUT;
-}
 
 static void finish_client(struct exchange *x, CURLcode result)
 {
 	if (result == CURLE_OK && x->mode == MODE_WAITING)
 		start_response(x); /* an empty body */
 	if (result == CURLE_OK && x->mode == MODE_BODY) {
+		note_totals(x);
 		sl_http_stream_end(x->req);
 		client_done(x);
 		return;
 	}
 	if (result == CURLE_OK && x->mode == MODE_SSE) {
 		sl_sse_finish(&x->sse, on_event, x);
-		if (x->req && x->head_sent)
-			end_stream_with_error(x, 502,
-					      "upstream closed the stream "
-					      "before its end");
-		else if (x->req)
-			respond_error(x, 502, "server_error",
-				      "upstream closed the stream before its "
-				      "end");
+		if (!x->req)
+			return;
+		/* /completion ends with the transfer, once every prompt stopped. */
+		if (x->ep->stream_end == SL_END_STOP && x->stopped > 0 &&
+		    x->stopped >= x->prompts)
+			end_ok(x);
+		else
+			fail(x, 502, "upstream closed the stream before its end");
 		return;
 	}
 	char message[CURL_ERROR_SIZE + 64];
 	snprintf(message, sizeof(message), "upstream request failed: %s",
 		 x->error[0] ? x->error : curl_easy_strerror(result));
-	int status = is_timeout(result) ? 504 : 502;
-	if (!x->head_sent) {
-		respond_error(x, status,
-			      status == 504 ? "timeout_error" : "server_error",
-			      message);
-	} else if (x->mode == MODE_SSE) {
-		end_stream_with_error(x, status, message);
-	} else {
-		/* A plain body cut short can only be shown by closing. */
-		sl_http_abort(x->req);
-		client_done(x);
-	}
+	fail(x, result == CURLE_OPERATION_TIMEDOUT ? 504 : 502, message);
 }
 
 static void on_transfer_done(struct sl_transfer *t, CURLcode result)
 {
 	struct exchange *x = t->data;
 	uv_timer_stop(&x->timer);
-	if (result != CURLE_OK)
-		sl_warn("%s: upstream %s%s: %s",
-			x->req ? x->req->id : "-", x->upstream->url,
+	if (result != CURLE_OK && !x->ended && !x->gave_up)
+		sl_warn("%s: upstream %s%s: %s", x->id, x->upstream->url,
 			x->ep->upstream_path,
 			x->error[0] ? x->error : curl_easy_strerror(result));
 	if (x->req)
@@ -413,7 +574,7 @@ static void on_timer(uv_timer_t *t)
 				  : cfg->upstream_idle_timeout_ms) /
 			 1000.0);
 	sl_curl_abort(&x->app->curl, &x->transfer);
-	sl_warn("%s: %s", x->req ? x->req->id : "-", x->error);
+	sl_warn("%s: %s", x->id, x->error);
 	if (x->req)
 		finish_client(x, CURLE_OPERATION_TIMEDOUT);
 	exchange_release(x);
@@ -428,6 +589,7 @@ static void on_timer_closed(uv_handle_t *h)
 		sl_sse_free(&x->sse);
 	if (x->assemble)
 		sl_assembler_free(&x->answer);
+	json_decref(x->final);
 	free(x->body);
 	free(x);
 }
@@ -435,19 +597,42 @@ static void on_timer_closed(uv_handle_t *h)
 /* Frees the exchange once the client side and the transfer are both over. */
 static void exchange_release(struct exchange *x)
 {
-	if (x->req || x->transfer.active || x->timer_closed)
+	struct sl_app *app = x->app;
+	if (x->req || x->transfer.active || sl_sched_queued(&x->item) ||
+	    x->released)
 		return;
-	x->timer_closed = true;
-	x->app->exchanges--;
+	x->released = true;
+	if (x->prev)
+		x->prev->next = x->next;
+	else
+		app->exchange_list = x->next;
+	if (x->next)
+		x->next->prev = x->prev;
+	app->exchanges--;
 	curl_easy_cleanup(x->transfer.easy);
 	curl_slist_free_all(x->headers);
 	uv_close((uv_handle_t *)&x->timer, on_timer_closed);
 	if (x->upstream) {
 		/* A slot is free: the queue's top may go. */
 		x->upstream->inflight--;
-		sl_app_kick_scheduler(x->app);
+		sl_app_kick_scheduler(app);
 	}
-	sl_app_maybe_drained(x->app);
+	sl_app_maybe_drained(app);
+}
+
+void sl_proxy_abort_all(struct sl_app *app)
+{
+	while (app->exchange_list) {
+		struct exchange *x = app->exchange_list;
+		if (sl_sched_queued(&x->item)) {
+			sl_sched_remove(&app->sched, &x->item);
+			sl_stats_queued(&app->stats, x->priority, -1);
+		}
+		sl_curl_abort(&app->curl, &x->transfer);
+		uv_timer_stop(&x->timer);
+		client_done(x); /* every connection is closed by now */
+		exchange_release(x);
+	}
 }
 
 /* ---- starting ---- */
@@ -464,6 +649,8 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 	x->transfer.data = x;
 	x->upstream = u;
 	u->inflight++;
+	snprintf(x->req->info.upstream, sizeof(x->req->info.upstream), "%s",
+		 u->url);
 
 	char *url = sl_xasprintf("%s%s", u->url, x->ep->upstream_path);
 	curl_easy_setopt(e, CURLOPT_URL, url);
@@ -472,7 +659,7 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 	x->headers = curl_slist_append(x->headers, "Expect:");
 	x->headers = curl_slist_append(x->headers,
 				       "Content-Type: application/json");
-	char *id = sl_xasprintf("X-Request-Id: %s", x->req->id);
+	char *id = sl_xasprintf("X-Request-Id: %s", x->id);
 	x->headers = curl_slist_append(x->headers, id);
 	free(id);
 	if (u->api_key) {
@@ -496,46 +683,97 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 	return sl_curl_start(&x->app->curl, &x->transfer);
 }
 
-/* Checks the JSON body; on a problem answers 400 and returns NULL. */
-static json_t *validate_body(struct sl_http_request *req)
+/* Starts at once, or answers 502 and lets the exchange go. */
+static void start_or_fail(struct exchange *x, struct sl_upstream *u)
+{
+	if (u && start_transfer(x, u) == 0)
+		return;
+	x->transfer.active = false;
+	respond_error(x, 502, "server_error",
+		      "cannot start the upstream request");
+	exchange_release(x);
+}
+
+static bool refuse(struct sl_http_request *req, const char *fmt, ...)
+	SL_PRINTF(2, 3);
+
+/* Answers 400 with an OpenAI-shaped error; returns false. */
+static bool refuse(struct sl_http_request *req, const char *fmt, ...)
+{
+	char message[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(message, sizeof(message), fmt, ap);
+	va_end(ap);
+	sl_http_respond_error(req, 400, "invalid_request_error", NULL, "%s",
+			      message);
+	return false;
+}
+
+/* Parses the JSON body; on a problem answers 400 and returns NULL. */
+static json_t *parse_body(struct sl_http_request *req)
 {
 	json_error_t jerr;
 	json_t *doc = json_loadb(req->body, req->body_len, 0, &jerr);
 	if (!doc) {
-		sl_http_respond_error(req, 400, "invalid_request_error", NULL,
-				      "malformed JSON in the request body at "
-				      "line %d, column %d (byte %d): %s",
-				      jerr.line, jerr.column, jerr.position,
-				      jerr.text);
+		refuse(req,
+		       "malformed JSON in the request body at line %d, column "
+		       "%d (byte %d): %s",
+		       jerr.line, jerr.column, jerr.position, jerr.text);
 		return NULL;
 	}
-	bool ok = false;
 	json_t *v;
-	if (!json_is_object(doc)) {
-		sl_http_respond_error(req, 400, "invalid_request_error", NULL,
-				      "the request body must be a JSON object");
-	} else if ((v = json_object_get(doc, "stream")) && !json_is_boolean(v)) {
-		sl_http_respond_error(req, 400, "invalid_request_error", NULL,
-				      "\"stream\" must be true or false");
-	} else if ((v = json_object_get(doc, "priority")) &&
-		   !(json_is_string(v) || json_is_number(v))) {
-		sl_http_respond_error(req, 400, "invalid_request_error", NULL,
-				      "\"priority\" must be urgent, normal, "
-				      "batch or a number");
-	} else if ((v = json_object_get(doc, "n_discard")) &&
-		   (!json_is_integer(v) || json_integer_value(v) < 0)) {
+	bool ok = true;
+	if (!json_is_object(doc))
+		ok = refuse(req, "the request body must be a JSON object");
+	else if ((v = json_object_get(doc, "stream")) && !json_is_boolean(v))
+		ok = refuse(req, "\"stream\" must be true or false");
+	else if ((v = json_object_get(doc, "n_discard")) &&
+		 (!json_is_integer(v) || json_integer_value(v) < 0))
 		/* A negative n_discard overflowed llama-server's heap once. */
-		sl_http_respond_error(req, 400, "invalid_request_error", NULL,
-				      "\"n_discard\" must be a non-negative "
-				      "integer");
-	} else {
-		ok = true;
-	}
+		ok = refuse(req, "\"n_discard\" must be a non-negative integer");
 	if (!ok) {
 		json_decref(doc);
 		return NULL;
 	}
 	return doc;
+}
+
+/*
+ * The request's priority: X-Priority, else the body's "priority" (which is
+ * removed: it is sluice's, not llama-server's), else normal. On a bad value
+ * answers 400 and returns false.
+ */
+static bool take_priority(struct sl_http_request *req, json_t *doc,
+			  double *priority)
+{
+	*priority = SL_PRIORITY_NORMAL;
+	json_t *field = json_object_get(doc, "priority");
+	char text[64] = "";
+	const char *where = NULL;
+	const char *header = sl_http_header(req, "X-Priority");
+	if (header) {
+		snprintf(text, sizeof(text), "%s", header);
+		where = "X-Priority";
+	} else if (json_is_string(field) || json_is_number(field)) {
+		if (json_is_string(field))
+			snprintf(text, sizeof(text), "%s",
+				 json_string_value(field));
+		else
+			snprintf(text, sizeof(text), "%.17g",
+				 json_number_value(field));
+		where = "\"priority\"";
+	} else if (field) {
+		return refuse(req, "\"priority\" must be urgent, normal, batch "
+				   "or a number");
+	}
+	json_object_del(doc, "priority");
+	if (!where || sl_priority_parse(text, priority) == 0)
+		return true;
+	return refuse(req,
+		      "%s: expected urgent, normal, batch or a number from %g "
+		      "to %g, got \"%s\"",
+		      where, SL_PRIORITY_MIN, SL_PRIORITY_MAX, text);
 }
 
 /*
@@ -558,41 +796,37 @@ static void ask_for_stream(struct exchange *x, json_t *doc)
 }
 
 /*
- * The request's priority: X-Priority, else the body's "priority" (which is
- * removed: it is sluice's, not llama-server's), else normal. On a bad value
- * answers 400 and returns false.
+ * The body llama-server gets, into x->body; false after answering 400.
+ * Relayed bodies go as the client wrote them unless sluice changed them.
  */
-static bool take_priority(struct sl_http_request *req, json_t *doc,
-			  double *priority, bool *body_changed)
+static bool build_body(struct exchange *x, struct sl_http_request *req,
+		       json_t *doc)
 {
-	*priority = SL_PRIORITY_NORMAL;
-	json_t *field = json_object_get(doc, "priority");
-	char text[64] = "";
-	const char *where = NULL;
-	const char *header = sl_http_header(req, "X-Priority");
-	if (header) {
-		snprintf(text, sizeof(text), "%s", header);
-		where = "X-Priority";
-	} else if (json_is_string(field)) {
-		snprintf(text, sizeof(text), "%s", json_string_value(field));
-		where = "\"priority\"";
-	} else if (json_is_number(field)) {
-		snprintf(text, sizeof(text), "%.17g", json_number_value(field));
-		where = "\"priority\"";
+	unsigned cap = x->app->cfg->max_tokens_cap;
+	json_t *out = doc;
+	char err[256];
+	if (x->ep->api != SL_API_RELAY) {
+		out = x->ep->api == SL_API_GENERATE
+			      ? sl_generate_body(doc, cap, err, sizeof(err))
+			      : sl_infer_body(doc, cap, err, sizeof(err));
+		if (!out)
+			return refuse(req, "%s", err);
+		x->stream = x->ep->api == SL_API_GENERATE &&
+			    json_is_true(json_object_get(doc, "stream"));
+		if (!x->stream) {
+			x->assemble = true;
+			sl_assembler_init(&x->answer, SL_ASSEMBLE_NATIVE, false);
+		}
+	} else {
+		x->stream = json_is_true(json_object_get(doc, "stream"));
+		if (x->ep->stream_end != SL_END_NONE && !x->stream)
+			ask_for_stream(x, doc);
 	}
-	if (field) {
-		json_object_del(doc, "priority");
-		*body_changed = true;
-	}
-	if (!where)
-		return true;
-	if (sl_priority_parse(text, priority) == 0)
-		return true;
-	sl_http_respond_error(req, 400, "invalid_request_error", NULL,
-			      "%s: expected urgent, normal, batch or a number "
-			      "from %g to %g, got \"%s\"",
-			      where, SL_PRIORITY_MIN, SL_PRIORITY_MAX, text);
-	return false;
+	x->body = json_dumps(out, JSON_COMPACT);
+	x->body_len = strlen(x->body);
+	if (out != doc)
+		json_decref(out);
+	return true;
 }
 
 static struct exchange *exchange_of(struct sl_sched_item *item)
@@ -604,21 +838,22 @@ void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
 		       uint64_t now_ms)
 {
 	struct sl_app *app = ctx;
+	sl_stats_batch(&app->stats, n);
 	for (unsigned i = 0; i < n; i++) {
 		struct exchange *x = exchange_of(items[i]);
+		x->queue_ms = (int64_t)(now_ms - x->arrived_ms);
+		x->batch_size = n;
+		x->req->info.queue_ms = x->queue_ms;
+		x->req->info.batch_size = n;
+		sl_stats_queued(&app->stats, x->priority, -1);
+		sl_stats_queue_wait(&app->stats, x->priority,
+				    (double)x->queue_ms / 1000.0);
 		snprintf(x->sched_headers, sizeof(x->sched_headers),
-			 "X-Queue-Ms: %llu\r\nX-Batch-Size: %u\r\n",
-			 (unsigned long long)(now_ms - x->arrived_ms), n);
+			 "X-Queue-Ms: %lld\r\nX-Batch-Size: %u\r\n",
+			 (long long)x->queue_ms, n);
 		char why[160];
-		struct sl_upstream *u =
-			sl_app_pick_upstream(app, true, why, sizeof(why));
-		int rc = u ? start_transfer(x, u) : SL_EAGAIN;
-		if (rc != 0) {
-			respond_error(x, 502, "server_error",
-				      "cannot start the upstream request");
-			x->transfer.active = false;
-			exchange_release(x);
-		}
+		start_or_fail(x, sl_app_pick_upstream(app, true, why,
+						      sizeof(why)));
 	}
 }
 
@@ -627,15 +862,40 @@ void sl_proxy_expire(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 	struct sl_app *app = ctx;
 	struct exchange *x = exchange_of(item);
 	uint64_t waited = now_ms - x->arrived_ms;
+	sl_stats_queued(&app->stats, x->priority, -1);
 	snprintf(x->sched_headers, sizeof(x->sched_headers),
 		 "X-Queue-Ms: %llu\r\n", (unsigned long long)waited);
-	sl_http_respond_error(x->req, 503, "unavailable_error",
-			      x->sched_headers,
-			      "the request waited %.1f s in sluice's queue "
-			      "without a free slot (--queue-timeout %.1f s)",
-			      (double)waited / 1000.0,
-			      (double)app->cfg->queue_timeout_ms / 1000.0);
-	client_done(x);
+	x->req->info.reject_reason = "queue_timeout";
+	char message[160];
+	snprintf(message, sizeof(message),
+		 "the request waited %.1f s in sluice's queue without a free "
+		 "slot (--queue-timeout %.1f s)",
+		 (double)waited / 1000.0,
+		 (double)app->cfg->queue_timeout_ms / 1000.0);
+	respond_error(x, 503, "unavailable_error", message);
+	exchange_release(x);
+}
+
+/* Queues a scheduled exchange, or answers 429 when the queue is full. */
+static void enqueue(struct sl_app *app, struct exchange *x)
+{
+	x->arrived_ms = uv_now(&app->loop);
+	if (sl_sched_push(&app->sched, &x->item, x->priority, x->arrived_ms) ==
+	    0) {
+		sl_stats_queued(&app->stats, x->priority, +1);
+		sl_app_kick_scheduler(app);
+		return;
+	}
+	unsigned retry = sl_sched_retry_after_s(&app->sched, x->arrived_ms);
+	snprintf(x->sched_headers, sizeof(x->sched_headers),
+		 "Retry-After: %u\r\n", retry);
+	char message[160];
+	snprintf(message, sizeof(message),
+		 "sluice's queue is full (%u requests waiting, --max-queue); "
+		 "retry in %u s",
+		 sl_sched_depth(&app->sched), retry);
+	x->req->info.reject_reason = "queue_full";
+	respond_error(x, 429, "rate_limit_error", message);
 	exchange_release(x);
 }
 
@@ -643,24 +903,24 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		     const struct sl_endpoint *ep)
 {
 	json_t *doc = NULL;
-	if (ep->json_body && !(doc = validate_body(req)))
-		return;
 	double priority = SL_PRIORITY_NORMAL;
-	bool body_changed = false;
-	if (ep->json_body &&
-	    !take_priority(req, doc, &priority, &body_changed)) {
-		json_decref(doc);
-		return;
+	if (ep->json_body) {
+		doc = parse_body(req);
+		if (!doc)
+			return;
+		if (!take_priority(req, doc, &priority)) {
+			json_decref(doc);
+			return;
+		}
 	}
-
 	/* With no upstream ready at all, waiting helps nobody: say so now. */
 	char why[160];
 	struct sl_upstream *u =
 		sl_app_pick_upstream(app, false, why, sizeof(why));
 	if (!u) {
+		json_decref(doc);
 		sl_http_respond_error(req, 503, "unavailable_error",
 				      "Retry-After: 1\r\n", "%s", why);
-		json_decref(doc);
 		return;
 	}
 
@@ -668,49 +928,34 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	x->app = app;
 	x->req = req;
 	x->ep = ep;
-	x->stream = json_is_true(json_object_get(doc, "stream"));
 	x->priority = priority;
+	x->queue_ms = -1;
 	x->item.heap_index = SL_SCHED_NOT_QUEUED;
-	if (ep->stream_end != SL_END_NONE && !x->stream)
-		ask_for_stream(x, doc);
-	if (x->assemble || body_changed) {
-		x->body = json_dumps(doc, JSON_COMPACT);
-		x->body_len = strlen(x->body);
-	} else if (ep->json_body) {
-		/* Relayed as the client wrote it. */
-		x->body = sl_xmalloc(req->body_len + 1);
-		memcpy(x->body, req->body, req->body_len + 1);
-		x->body_len = req->body_len;
-	}
-	json_decref(doc);
+	snprintf(x->id, sizeof(x->id), "%s", req->id);
 	uv_timer_init(&app->loop, &x->timer);
 	x->timer.data = x;
+	x->next = app->exchange_list;
+	if (x->next)
+		x->next->prev = x;
+	app->exchange_list = x;
 	app->exchanges++;
 	req->handler_data = x;
 	req->on_abort = on_client_abort;
 	req->on_drain = on_client_drain;
-
-	if (!ep->scheduled) {
-		if (start_transfer(x, u) != 0) {
-			respond_error(x, 502, "server_error",
-				      "cannot start the upstream request");
-			exchange_release(x);
-		}
-		return;
+	if (ep->scheduled) {
+		req->info.has_priority = true;
+		req->info.priority = priority;
 	}
-	x->arrived_ms = uv_now(&app->loop);
-	if (sl_sched_push(&app->sched, &x->item, priority, x->arrived_ms) != 0) {
-		char extra[48];
-		unsigned retry = sl_sched_retry_after_s(&app->sched,
-							x->arrived_ms);
-		snprintf(extra, sizeof(extra), "Retry-After: %u\r\n", retry);
-		sl_http_respond_error(req, 429, "rate_limit_error", extra,
-				      "sluice's queue is full (%u requests "
-				      "waiting, --max-queue); retry in %u s",
-				      sl_sched_depth(&app->sched), retry);
-		client_done(x);
+
+	bool built = !ep->json_body || build_body(x, req, doc);
+	json_decref(doc);
+	if (!built) {
+		client_done(x); /* refuse() answered */
 		exchange_release(x);
 		return;
 	}
-	sl_app_kick_scheduler(app);
+	if (ep->scheduled)
+		enqueue(app, x);
+	else
+		start_or_fail(x, u);
 }

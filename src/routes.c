@@ -2,6 +2,7 @@
 #include "sluice/routes.h"
 
 #include "sluice/common.h"
+#include "sluice/exposition.h"
 #include "sluice/proxy.h"
 
 #include <stdlib.h>
@@ -15,19 +16,35 @@ struct route {
 	route_handler handler;
 };
 
-static void handle_health(struct sl_app *app, struct sl_http_request *req)
+static void respond_health(struct sl_app *app, struct sl_http_request *req,
+			   bool readiness)
 {
 	bool ready;
 	json_t *doc = sl_app_health_json(app, &ready);
 	char *body = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
-	sl_http_respond(req, ready ? 200 : 503, "application/json",
+	int status = !readiness || (ready && !app->stopping) ? 200 : 503;
+	sl_http_respond(req, status, "application/json",
 			"Cache-Control: no-store\r\n", body, strlen(body));
 	free(body);
 }
 
+/* Liveness: the loop answers. The document says how things stand. */
+static void handle_health(struct sl_app *app, struct sl_http_request *req)
+{
+	respond_health(app, req, false);
+}
+
+/* Readiness: an upstream is ready and sluice is not draining; else 503. */
+static void handle_ready(struct sl_app *app, struct sl_http_request *req)
+{
+	respond_health(app, req, true);
+}
+
 static const struct route routes[] = {
 	{"/health", HTTP_GET, handle_health},
+	{"/ready", HTTP_GET, handle_ready},
+	{"/metrics", HTTP_GET, sl_exposition_handle},
 };
 
 static void add_allowed(char *allow, size_t size, llhttp_method_t m)

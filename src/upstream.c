@@ -413,6 +413,8 @@ int sl_upstream_start(struct sl_upstream *u)
 static void free_upstream(struct sl_upstream *u)
 {
 	sl_get_reset(u->curl, &u->probe);
+	sl_get_reset(u->curl, &u->metrics_get);
+	free(u->metrics_text);
 	free(u->url);
 	free(u->api_key);
 	free(u->exe);
@@ -442,6 +444,7 @@ void sl_upstream_stop(struct sl_upstream *u, bool force)
 	u->stopping = true;
 	if (!again) {
 		sl_get_reset(u->curl, &u->probe);
+		sl_get_reset(u->curl, &u->metrics_get);
 		uv_timer_stop(&u->probe_timer);
 		uv_timer_stop(&u->deadline_timer);
 	}

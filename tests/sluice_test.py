@@ -316,15 +316,18 @@ class Sluice(Process):
             self.wait_ready(timeout)
 
     def wait_ready(self, timeout=60):
-        return wait_until(lambda: self.health_status() == 200, timeout,
+        return wait_until(lambda: self.ready_status() == 200, timeout,
                           "sluice to be ready")
 
     def health(self):
         return request(self.port, "GET", "/health", timeout=5)
 
-    def health_status(self):
+    def ready(self):
+        return request(self.port, "GET", "/ready", timeout=5)
+
+    def ready_status(self):
         try:
-            return self.health().status
+            return self.ready().status
         except OSError:
             return None
 

@@ -12,7 +12,7 @@ static char *assemble(enum sl_assemble_kind kind, bool tokens,
 	sl_assembler_init(&a, kind, tokens);
 	for (; *events; events++) {
 		json_error_t err;
-		json_t *ev = json_loads(*events, 0, &err);
+		json_t *ev = json_loads(*events, JSON_DECODE_ANY, &err);
 		if (!ev)
 			TEST_FAIL("bad test event %s: %s", *events, err.text);
 		ASSERT_EQ(sl_assembler_add(&a, ev), 0);
@@ -20,7 +20,7 @@ static char *assemble(enum sl_assemble_kind kind, bool tokens,
 	}
 	json_t *r = sl_assembler_result(&a);
 	ASSERT(r != NULL);
-	char *s = json_dumps(r, JSON_COMPACT | JSON_SORT_KEYS);
+	char *s = json_dumps(r, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
 	json_decref(r);
 	sl_assembler_free(&a);
 	return s;
@@ -46,6 +46,18 @@ static void test_native(void)
 			    "{\"content\":\"b\",\"tokens\":[8],\"stop\":true}"));
 	ASSERT_CONTAINS(s, "\"tokens\":[7,8]");
 	ASSERT_CONTAINS(s, "\"content\":\"ab\"");
+	free(s);
+	/* A prompt array: a null first, interleaved indexes, an array out. */
+	s = assemble(SL_ASSEMBLE_NATIVE, false,
+		     EVENTS("null", "{\"index\":0,\"content\":\"a\"}",
+			    "{\"index\":1,\"content\":\"x\"}",
+			    "{\"index\":0,\"content\":\"b\"}",
+			    "{\"index\":0,\"content\":\"\",\"stop\":true}",
+			    "{\"index\":1,\"content\":\"y\"}",
+			    "{\"index\":1,\"content\":\"\",\"stop\":true}"));
+	ASSERT_STR_EQ(s, "[{\"content\":\"ab\",\"index\":0,\"stop\":true,"
+			 "\"tokens\":[]},{\"content\":\"xy\",\"index\":1,"
+			 "\"stop\":true,\"tokens\":[]}]");
 	free(s);
 }
 

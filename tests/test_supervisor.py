@@ -13,6 +13,7 @@ class Supervisor(st.TestCase):
                         "--startup-timeout", "60")
         h = s.health()
         self.assertEqual(h.status, 200)
+        self.assertEqual(s.ready().status, 200)
         doc = h.json()
         self.assertEqual(doc["status"], "ok")
         self.assertEqual(doc["demo_model"], False)
@@ -34,12 +35,17 @@ class Supervisor(st.TestCase):
         s = self.sluice("--model", st.MODEL_TINY)
         first = s.upstream()
         os.kill(first["pid"], signal.SIGKILL)
-        # /health reports the restart (503, state restarting) ...
+        # /ready turns 503 during the restart; /health, the liveness
+        # check, stays 200 and says why.
         seen = st.wait_until(
-            lambda: (lambda h: h if h.status == 503 else None)(s.health()),
-            10, "/health to report the restart")
+            lambda: (lambda r: r if r.status == 503 else None)(s.ready()),
+            10, "/ready to report the restart")
         self.assertEqual(seen.json()["upstreams"][0]["state"], "restarting")
         self.assertEqual(seen.json()["status"], "unavailable")
+        h = s.health()
+        self.assertEqual(h.status, 200)
+        self.assertIn(h.json()["upstreams"][0]["state"],
+                      ("restarting", "ready"))
         # ... then ready again, on a new process, with the restart counted.
         s.wait_ready(30)
         again = s.upstream()
@@ -175,7 +181,8 @@ class RemoteUpstream(st.TestCase):
         ls.kill()
         st.wait_until(lambda: s.upstream()["state"] == "down", 20,
                       "the upstream to be reported down")
-        self.assertEqual(s.health().status, 503)
+        self.assertEqual(s.ready().status, 503)
+        self.assertEqual(s.health().status, 200)
         self.assertEqual(s.stop(), 0)
 
     def test_llama_server_url_is_one_upstream(self):

@@ -15,6 +15,7 @@
 #include "sluice/curl_loop.h"
 #include "sluice/http.h"
 #include "sluice/sched.h"
+#include "sluice/stats.h"
 #include "sluice/upstream.h"
 
 #include <stdbool.h>
@@ -34,6 +35,11 @@ struct sl_app {
 	unsigned n_upstreams; /* not yet stopped */
 	unsigned next_upstream; /* round-robin start among equals */
 	unsigned exchanges;   /* relayed requests not yet finished */
+	struct exchange *exchange_list; /* all of them (proxy.c) */
+	struct sl_stats stats;
+	struct sl_metrics_waiter *metrics_waiters; /* /metrics (exposition.c) */
+	unsigned metrics_fetching; /* llama-server metrics fetches running */
+	bool force_stop;      /* a second signal: SIGKILL llama-server */
 	struct sl_sched sched;
 	uv_timer_t sched_timer; /* the scheduler's next deadline */
 	uv_timer_t drain_timer;

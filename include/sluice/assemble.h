@@ -11,8 +11,9 @@
  * and per-token timings are seen for every request too.
  *
  * Glossary:
- *   native   /completion: events carry "content"; the one with "stop": true
- *            holds the final fields.
+ *   native   /completion: events carry "content" and an "index" (one per
+ *            prompt of a prompt array); the one with "stop": true holds
+ *            the final fields. Several prompts answer as a JSON array.
  *   text     /v1/completions: choices[].text, then a usage event, [DONE].
  *   chat     /v1/chat/completions: choices[].delta (content,
  *            reasoning_content, tool_calls), then a usage event, [DONE].
@@ -26,21 +27,21 @@
 
 enum sl_assemble_kind { SL_ASSEMBLE_NATIVE, SL_ASSEMBLE_TEXT, SL_ASSEMBLE_CHAT };
 
-/* Choices kept per answer ("n" in the request); more are refused. */
-#define SL_ASSEMBLE_MAX_CHOICES 16
+/*
+ * Choices (or prompts of a prompt array) per answer; events naming a
+ * higher index are refused. Choices are looked up by index, in O(1).
+ */
+#define SL_ASSEMBLE_MAX_CHOICES 256
 
 struct sl_choice_parts;
 
 struct sl_assembler {
 	enum sl_assemble_kind kind;
 	bool return_tokens;  /* native: the client asked for token ids */
-	json_t *last;        /* native: the latest event */
 	json_t *top[4];      /* OpenAI: id, created, model, fingerprint */
 	json_t *usage, *timings;
-	json_t *tokens;      /* native: token ids */
-	json_t *probs;       /* native: completion_probabilities */
 	struct sl_choice_parts *choices[SL_ASSEMBLE_MAX_CHOICES];
-	unsigned n_choices;
+	unsigned n_choices;  /* highest index seen + 1 */
 	bool seen_event;
 };
 
@@ -49,7 +50,8 @@ void sl_assembler_init(struct sl_assembler *a, enum sl_assemble_kind kind,
 void sl_assembler_free(struct sl_assembler *a);
 
 /*
- * Adds one event's data (a JSON object, borrowed). Returns 0, or SL_EINVAL
+ * Adds one event's data (borrowed). A null event (llama-server opens the
+ * stream of a prompt array with one) is skipped. Returns 0, or SL_EINVAL
  * when the event is not an object or names a choice past the limit.
  */
 int sl_assembler_add(struct sl_assembler *a, json_t *event);

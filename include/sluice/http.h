@@ -79,6 +79,24 @@ struct sl_http_header {
 struct sl_http_conn;
 struct sl_http_request;
 
+/*
+ * What the handler learned about a request, for the access log and the
+ * metrics: read when the request finishes. Fields left alone keep their
+ * "unknown" values.
+ */
+struct sl_request_info {
+	bool has_priority;
+	double priority;
+	int64_t queue_ms;    /* -1: not queued */
+	int64_t ttft_ms;     /* -1: no token */
+	unsigned tokens;     /* generated */
+	unsigned batch_size; /* 0: not batched */
+	char upstream[96];   /* "" when none */
+	const char *outcome; /* NULL: judged from the status */
+	const char *reject_reason; /* NULL: judged from the status */
+	const char *cancel_stage;  /* "queued" or "inflight" if cancelled */
+};
+
 typedef void (*sl_http_abort_cb)(struct sl_http_request *req);
 typedef void (*sl_http_drain_cb)(struct sl_http_request *req);
 
@@ -94,6 +112,9 @@ struct sl_http_request {
 	size_t body_len;
 	char id[SL_HTTP_REQUEST_ID_MAX + 1]; /* X-Request-Id */
 	uint64_t start_ns;                   /* first byte of the request */
+	struct sl_request_info info;
+	size_t bytes_sent;                   /* response bytes, head included */
+	int status;                          /* of the response, once begun */
 
 	/* Set by the handler when it answers later. */
 	sl_http_abort_cb on_abort; /* the client went away first */
@@ -102,13 +123,22 @@ struct sl_http_request {
 };
 
 typedef void (*sl_http_handler)(struct sl_http_request *req, void *data);
+/*
+ * Called once per request that ends: `completed` when its response went
+ * out whole, else the client left first. Also for requests refused while
+ * being parsed (their path may be NULL). `req` is valid during the call.
+ */
+typedef void (*sl_http_finish_cb)(struct sl_http_request *req, bool completed,
+				  void *data);
 
 struct sl_http_server {
 	uv_loop_t *loop;
 	uv_tcp_t listener;
 	struct sl_http_limits limits;
 	sl_http_handler handler;
+	sl_http_finish_cb on_finish;
 	void *handler_data;
+	uint64_t refused_connections; /* over --max-connections */
 	struct sl_http_conn *conns; /* all open connections, a list */
 	unsigned n_conns;
 	unsigned n_busy; /* requests dispatched and not yet answered */
@@ -200,6 +230,12 @@ void sl_http_abort(struct sl_http_request *req);
 
 /* Response bytes queued in sluice for this request's client. */
 size_t sl_http_backlog(const struct sl_http_request *req);
+
+/*
+ * Asks for on_drain once the backlog falls to SL_HTTP_BACKLOG_LOW: for a
+ * handler that stopped producing because the backlog was high.
+ */
+void sl_http_want_drain(struct sl_http_request *req);
 
 /* Standard reason phrase ("Not Found"); "Unknown" for odd codes. */
 const char *sl_http_reason(int status);

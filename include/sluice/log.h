@@ -13,6 +13,8 @@
 
 #include "sluice/common.h"
 
+#include <jansson.h>
+
 enum sl_log_level { SL_LOG_DEBUG, SL_LOG_INFO, SL_LOG_WARN, SL_LOG_ERROR };
 enum sl_log_format { SL_LOG_TEXT, SL_LOG_JSON };
 
@@ -22,6 +24,13 @@ enum sl_log_format { SL_LOG_TEXT, SL_LOG_JSON };
 void sl_log_setup(enum sl_log_level min_level, enum sl_log_format format);
 int sl_log_enabled(enum sl_log_level level);
 void sl_log(enum sl_log_level level, const char *fmt, ...) SL_PRINTF(2, 3);
+
+/*
+ * A line with fields: text as "msg key=value ..." (values with spaces or
+ * quotes are quoted), JSON as one object holding ts, level, msg and the
+ * fields. `fields` is a JSON object of strings and numbers, borrowed.
+ */
+void sl_log_fields(enum sl_log_level level, const char *msg, json_t *fields);
 
 #define sl_debug(...) sl_log(SL_LOG_DEBUG, __VA_ARGS__)
 #define sl_info(...) sl_log(SL_LOG_INFO, __VA_ARGS__)

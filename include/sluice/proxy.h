@@ -14,7 +14,8 @@
  *   endpoint     a path sluice relays, with what ends its stream
  *   exchange     one relayed request, from validation to its last byte
  *   end marker   what ends a stream: "data: [DONE]" on the OpenAI
- *                endpoints, a chunk with "stop": true on /completion
+ *                endpoints; on /completion the transfer's end, once every
+ *                prompt has sent its chunk with "stop": true
  */
 #ifndef SLUICE_PROXY_H
 #define SLUICE_PROXY_H
@@ -24,6 +25,9 @@
 #include "sluice/sched.h"
 
 #include <stdbool.h>
+
+/* What the client's API is: relayed as is, or one of the native APIs. */
+enum sl_api { SL_API_RELAY, SL_API_GENERATE, SL_API_INFER };
 
 enum sl_stream_end {
 	SL_END_NONE, /* the endpoint does not stream */
@@ -38,6 +42,7 @@ struct sl_endpoint {
 	enum sl_stream_end stream_end;
 	bool json_body; /* the request carries a JSON object */
 	bool scheduled; /* it takes a slot: through sluice's queue */
+	enum sl_api api;
 };
 
 /* The relayed endpoints, for the route table. */
@@ -52,5 +57,12 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 void sl_proxy_dispatch(void *app, struct sl_sched_item **items, unsigned n,
 		       uint64_t now_ms);
 void sl_proxy_expire(void *app, struct sl_sched_item *item, uint64_t now_ms);
+
+/*
+ * Ends every exchange still alive (queued, or a transfer whose client is
+ * gone) and frees them: the last step before the upstreams stop. Every
+ * client connection must be closed already.
+ */
+void sl_proxy_abort_all(struct sl_app *app);
 
 #endif

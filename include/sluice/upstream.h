@@ -99,6 +99,10 @@ struct sl_upstream {
 	unsigned quick_failures; /* exits since the last stable run */
 
 	struct sl_get probe;
+	/* Its own /metrics (managed only), fetched for sluice's /metrics. */
+	struct sl_get metrics_get;
+	char *metrics_text;   /* the last answer, or NULL */
+	uint64_t metrics_ms;  /* loop time it arrived */
 	uv_timer_t probe_timer;    /* next health check; restart backoff */
 	uv_timer_t deadline_timer; /* startup timeout */
 	unsigned failed_probes;

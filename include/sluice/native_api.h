@@ -1,0 +1,39 @@
+/*
+ * native_api.h: the APIs of the systems sluice replaces, mapped onto
+ * llama-server's /completion.
+ *
+ *   POST /generate (the mini-v seed): {"prompt", "max_tokens",
+ *     "temperature", "top_p", "top_k", "seed", "stop", "stream",
+ *     "priority"} -> {"id", "text", "tokens", "finish_reason", "queue_ms",
+ *     "latency_ms", "batch_size"}; streamed: {"id", "text"} deltas, then
+ *     one event with the totals.
+ *   POST /infer (the Forge seed): {"query", "priority"} ->
+ *     {"response", "id"}.
+ *
+ * Both go through the scheduler like any generation. Unknown fields are
+ * ignored, as the originals did; a known field of the wrong type is a 400
+ * that names it.
+ */
+#ifndef SLUICE_NATIVE_API_H
+#define SLUICE_NATIVE_API_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+/* Tokens /generate makes when max_tokens is absent (mini-v's example). */
+#define SL_GENERATE_DEFAULT_TOKENS 16
+/* Tokens /infer makes: Forge had no field for it. */
+#define SL_INFER_TOKENS 256
+
+/*
+ * The /completion body for a /generate or /infer request, a new object, or
+ * NULL with the reason (naming the field) in err. max_tokens is capped at
+ * `cap`. The body asks for a stream: sluice always streams from upstream.
+ */
+json_t *sl_generate_body(json_t *in, unsigned cap, char *err, size_t size);
+json_t *sl_infer_body(json_t *in, unsigned cap, char *err, size_t size);
+
+/* What /generate calls finish_reason, from llama-server's stop_type. */
+const char *sl_finish_reason(json_t *native_final);
+
+#endif
