@@ -265,6 +265,7 @@ void sl_app_stop(struct sl_app *app, int exit_code)
 				"requests in flight",
 				(double)app->cfg->drain_timeout_ms / 1000.0,
 				app->exchanges);
+		/* New requests get 503 and /ready says 503 meanwhile. */
 		sl_http_server_drain(&app->http);
 		uv_timer_start(&app->drain_timer, on_drain_timeout,
 			       app->cfg->drain_timeout_ms, 0);

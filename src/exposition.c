@@ -13,8 +13,13 @@
 
 /* ---- llama-server's families, relabelled ---- */
 
+/*
+ * name: as llama-server spells it ("llamacpp:prompt_tokens_total"); out:
+ * as sluice shows it, passing promtool's lint: colons (reserved for
+ * recording rules) become underscores, and a counter ends in _total.
+ */
 struct family {
-	char *name, *help, *type;
+	char *name, *out, *help, *type;
 	struct sl_text samples;
 };
 
@@ -32,6 +37,7 @@ void sl_families_free(struct sl_families *f)
 {
 	for (unsigned i = 0; i < f->n; i++) {
 		free(f->items[i].name);
+		free(f->items[i].out);
 		free(f->items[i].help);
 		free(f->items[i].type);
 		sl_text_free(&f->items[i].samples);
@@ -60,7 +66,22 @@ static struct family *family_get(struct sl_families *f, const char *name,
 	fam = &f->items[f->n++];
 	memset(fam, 0, sizeof(*fam));
 	fam->name = sl_xasprintf("%.*s", (int)len, name);
+	fam->out = sl_xstrdup(fam->name);
+	for (char *p = fam->out; *p; p++)
+		if (*p == ':')
+			*p = '_';
 	return fam;
+}
+
+/* A counter's exposed name ends in _total. */
+static void name_counter(struct family *fam)
+{
+	size_t n = strlen(fam->out);
+	if (n >= 6 && strcmp(fam->out + n - 6, "_total") == 0)
+		return;
+	char *out = sl_xasprintf("%s_total", fam->out);
+	free(fam->out);
+	fam->out = out;
 }
 
 /* The family a sample belongs to: its name, or that less a suffix. */
@@ -97,6 +118,8 @@ static void add_line(struct sl_families *f, const char *line, size_t len,
 		if (!*slot)
 			*slot = sl_xasprintf("%.*s", (int)(len - (size_t)(sp + 1 - line)),
 					     sp + 1);
+		if (type && strcmp(fam->type, "counter") == 0)
+			name_counter(fam);
 		return;
 	}
 	size_t name_len = strcspn(line, "{ ");
@@ -105,15 +128,19 @@ static void add_line(struct sl_families *f, const char *line, size_t len,
 	struct family *fam = family_of_sample(f, line, name_len);
 	const char *rest = line + name_len;
 	size_t rest_len = len - name_len;
+	/* The sample's name as shown: the family's, plus any suffix. */
+	size_t base = strlen(fam->name);
+	const char *suffix = name_len > base ? line + base : "";
+	size_t suffix_len = name_len > base ? name_len - base : 0;
 	if (*rest == '{') {
 		bool empty = rest_len > 1 && rest[1] == '}';
-		sl_text_printf(&fam->samples, "%.*s{upstream=\"%s\"%s%.*s\n",
-			       (int)name_len, line, upstream, empty ? "" : ",",
-			       (int)(rest_len - 1), rest + 1);
+		sl_text_printf(&fam->samples, "%s%.*s{upstream=\"%s\"%s%.*s\n",
+			       fam->out, (int)suffix_len, suffix, upstream,
+			       empty ? "" : ",", (int)(rest_len - 1), rest + 1);
 	} else {
-		sl_text_printf(&fam->samples, "%.*s{upstream=\"%s\"}%.*s\n",
-			       (int)name_len, line, upstream, (int)rest_len,
-			       rest);
+		sl_text_printf(&fam->samples, "%s%.*s{upstream=\"%s\"}%.*s\n",
+			       fam->out, (int)suffix_len, suffix, upstream,
+			       (int)rest_len, rest);
 	}
 }
 
@@ -139,9 +166,9 @@ void sl_families_write(const struct sl_families *f, struct sl_text *t)
 		if (fam->samples.len == 0)
 			continue;
 		if (fam->help)
-			sl_text_printf(t, "# HELP %s %s\n", fam->name, fam->help);
+			sl_text_printf(t, "# HELP %s %s\n", fam->out, fam->help);
 		if (fam->type)
-			sl_text_printf(t, "# TYPE %s %s\n", fam->name, fam->type);
+			sl_text_printf(t, "# TYPE %s %s\n", fam->out, fam->type);
 		sl_text_printf(t, "%.*s", (int)fam->samples.len,
 			       fam->samples.data);
 	}

@@ -491,7 +491,7 @@ static int on_message_complete(llhttp_t *p)
 		st->pub.body = sl_xcalloc(1, 1);
 	/* After an upgrade request the parser cannot go on: close after. */
 	st->keep_alive = llhttp_should_keep_alive(p) && !p->upgrade &&
-			 !c->server->closing;
+			 !c->server->closing && !c->server->draining;
 	uv_timer_stop(&c->timer);
 	c->phase = PHASE_HANDLING;
 	/* Never llhttp_pause() inside a callback; returning this pauses. */
@@ -1246,7 +1246,6 @@ unsigned sl_http_server_busy(const struct sl_http_server *s)
 
 void sl_http_server_drain(struct sl_http_server *s)
 {
-	sl_http_server_stop_accepting(s);
 	s->draining = true;
 	struct sl_http_conn *next;
 	for (struct sl_http_conn *c = s->conns; c; c = next) {

@@ -917,6 +917,10 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	char why[160];
 	struct sl_upstream *u =
 		sl_app_pick_upstream(app, false, why, sizeof(why));
+	if (app->stopping) {
+		u = NULL;
+		snprintf(why, sizeof(why), "sluice is shutting down");
+	}
 	if (!u) {
 		json_decref(doc);
 		sl_http_respond_error(req, 503, "unavailable_error",

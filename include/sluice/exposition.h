@@ -31,8 +31,10 @@ json_t *sl_exposition_summary(struct sl_app *app);
 void sl_exposition_close(struct sl_app *app);
 
 /*
- * Rewrites one upstream's exposition, adding an upstream label to every
- * sample, into per-family groups (exposed for the unit tests).
+ * Rewrites one upstream's exposition into per-family groups, adding an
+ * upstream label to every sample and renaming for promtool's lint
+ * ("llamacpp:n_tokens_max", a counter, becomes "llamacpp_n_tokens_max_total").
+ * Exposed for the unit tests.
  */
 struct sl_families;
 struct sl_families *sl_families_new(void);

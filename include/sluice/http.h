@@ -174,8 +174,10 @@ void sl_http_server_stop_accepting(struct sl_http_server *s);
 unsigned sl_http_server_busy(const struct sl_http_server *s);
 
 /*
- * Graceful shutdown, first step: stops accepting, closes idle connections
- * and closes the others after their current response.
+ * Graceful shutdown, first step: closes idle connections, and every other
+ * after its current response. New connections are still accepted (each
+ * closed after one response), so that health checks can hear that sluice
+ * is draining.
  */
 void sl_http_server_drain(struct sl_http_server *s);
 

@@ -1,0 +1,158 @@
+"""The native APIs: mini-v's /generate and Forge's /infer."""
+
+import json
+import threading
+
+import sluice_test as st
+
+
+class Generate(st.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ls = st.LlamaServer(st.MODEL_TINY, slots=4, ctx=2048)
+        cls.sl = st.Sluice("--upstream", cls.ls.url, "--max-tokens-cap", "40")
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.sl.stop() == 0
+        cls.ls.kill()
+
+    def direct(self, prompt, n):
+        r = self.ls.post("/completion", {"prompt": prompt, "n_predict": n,
+                                         "temperature": 0})
+        return r.json()["content"]
+
+    def test_generate(self):
+        r = self.sl.post("/generate", {"prompt": "Hello", "max_tokens": 12,
+                                       "temperature": 0})
+        self.assertEqual(r.status, 200)
+        doc = r.json()
+        self.assertEqual(set(doc), {"id", "text", "tokens", "finish_reason",
+                                    "queue_ms", "latency_ms", "batch_size"})
+        self.assertEqual(doc["text"], self.direct("Hello", 12))
+        self.assertEqual(doc["tokens"], 12)
+        self.assertEqual(doc["finish_reason"], "length")
+        self.assertEqual(doc["id"], r.header("X-Request-Id"))
+        self.assertEqual(doc["batch_size"], int(r.header("X-Batch-Size")))
+        self.assertEqual(doc["queue_ms"], int(r.header("X-Queue-Ms")))
+        self.assertGreaterEqual(doc["latency_ms"], doc["queue_ms"])
+        # Defaults: 16 tokens, as in mini-v; the cap bounds max_tokens.
+        self.assertEqual(self.sl.post("/generate", {"prompt": "x"})
+                         .json()["tokens"], 16)
+        self.assertEqual(self.sl.post("/generate", {"prompt": "x",
+                                                    "max_tokens": 500})
+                         .json()["tokens"], 40)
+
+    def test_generate_stream(self):
+        c = st.RawClient(self.sl.port)
+        c.request("POST", "/generate", {"prompt": "Hello", "max_tokens": 12,
+                                        "temperature": 0, "stream": True})
+        status, head = c.read_head()
+        self.assertEqual(status, 200)
+        self.assertEqual(head["content-type"], "text/event-stream")
+        events = [st.sse_data(chunk) for _, chunk in c.chunks()]
+        c.close()
+        *deltas, totals = events
+        self.assertTrue(all(set(e) == {"id", "text"} for e in deltas))
+        self.assertEqual("".join(e["text"] for e in deltas),
+                         self.direct("Hello", 12))
+        self.assertEqual(totals["text"], "")
+        self.assertEqual(totals["tokens"], 12)
+        self.assertEqual(totals["finish_reason"], "length")
+        self.assertEqual(totals["id"], head["x-request-id"])
+        self.assertEqual(totals["batch_size"], int(head["x-batch-size"]))
+
+    def test_generate_sampling_fields_and_stop(self):
+        r = self.sl.post("/generate", {"prompt": "Hello", "max_tokens": 8,
+                                       "temperature": 0.7, "top_p": 0.9,
+                                       "top_k": 20, "seed": 7,
+                                       "stop": ["zzzz"]})
+        self.assertEqual(r.status, 200)
+        again = self.sl.post("/generate", {"prompt": "Hello", "max_tokens": 8,
+                                           "temperature": 0.7, "top_p": 0.9,
+                                           "top_k": 20, "seed": 7,
+                                           "stop": ["zzzz"]})
+        self.assertEqual(again.json()["text"], r.json()["text"])  # seeded
+
+    def test_generate_validation(self):
+        cases = [
+            ({}, '"prompt" is required'),
+            ({"prompt": 5}, '"prompt" is required and must be a string'),
+            ({"prompt": "x", "max_tokens": "9"}, '"max_tokens"'),
+            ({"prompt": "x", "max_tokens": 0}, '"max_tokens"'),
+            ({"prompt": "x", "temperature": "hot"}, '"temperature"'),
+            ({"prompt": "x", "temperature": -1}, '"temperature"'),
+            ({"prompt": "x", "top_p": 2}, '"top_p"'),
+            ({"prompt": "x", "top_k": 1.5}, '"top_k"'),
+            ({"prompt": "x", "seed": "s"}, '"seed"'),
+            ({"prompt": "x", "stop": "end"}, '"stop"'),
+            ({"prompt": "x", "stop": [1]}, '"stop"'),
+            ({"prompt": "x", "stream": "yes"}, '"stream"'),
+            ({"prompt": "x", "priority": "vip"}, '"priority"'),
+        ]
+        for body, message in cases:
+            with self.subTest(body=body):
+                r = self.sl.post("/generate", body)
+                self.assertEqual(r.status, 400)
+                self.assertIn(message, r.json()["error"]["message"])
+        r = self.sl.post("/generate", "not json")
+        self.assertEqual(r.status, 400)
+
+    def test_infer(self):
+        r = self.sl.post("/infer", {"query": "Hello"})
+        self.assertEqual(r.status, 200)
+        doc = r.json()
+        self.assertEqual(set(doc), {"response", "id"})
+        self.assertEqual(doc["id"], r.header("X-Request-Id"))
+        self.assertGreater(len(doc["response"]), 0)
+        r = self.sl.post("/infer", {"query": "Hello", "priority": 2})
+        self.assertEqual(r.status, 200)
+        for body, message in (({}, '"query" is required'),
+                              ({"query": ["x"]}, '"query"'),
+                              ({"query": "x", "priority": "top"},
+                               '"priority"')):
+            with self.subTest(body=body):
+                r = self.sl.post("/infer", body)
+                self.assertEqual(r.status, 400)
+                self.assertIn(message, r.json()["error"]["message"])
+
+
+class NativePriorities(st.TestCase):
+
+    def test_urgent_infer_and_generate_go_before_normal(self):
+        s = self.sluice("--model", st.MODEL_SLOW, "--slots", "1")
+        holder = st.RawClient(s.port)
+        holder.request("POST", "/generate", {"prompt": "hold",
+                                             "max_tokens": 3000,
+                                             "stream": True})
+        self.assertEqual(holder.read_head()[0], 200)
+        next(holder.chunks())
+        order, lock = [], threading.Lock()
+
+        def send(path, body, name):
+            r = s.post(path, body)
+            assert r.status == 200, r.body
+            with lock:
+                order.append(name)
+
+        threads = [threading.Thread(target=send, args=(
+            "/generate", {"prompt": "n", "max_tokens": 8, "priority": 1},
+            "normal"))]
+        threads[0].start()
+        st.wait_until(lambda: s.health().json()["queued"] == 1, 10, "queued")
+        for path, body in (("/infer", {"query": "u", "priority": 2}),
+                           ("/generate", {"prompt": "u", "max_tokens": 8,
+                                          "priority": "urgent"})):
+            t = threading.Thread(target=send, args=(path, body, path))
+            t.start()
+            threads.append(t)
+        st.wait_until(lambda: s.health().json()["queued"] == 3, 10, "queued")
+        holder.close()
+        for t in threads:
+            t.join(60)
+        self.assertEqual(order[-1], "normal", order)
+
+
+if __name__ == "__main__":
+    st.main()
