@@ -1,0 +1,5 @@
+/* mock-llama-server: placeholder, being written. */
+int main(void)
+{
+	return 1;
+}
