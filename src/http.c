@@ -142,6 +142,7 @@ void sl_http_limits_default(struct sl_http_limits *l)
 	l->idle_timeout_ms = SL_HTTP_IDLE_TIMEOUT_MS;
 	l->send_timeout_ms = SL_HTTP_SEND_TIMEOUT_MS;
 	l->max_connections = SL_HTTP_MAX_CONNECTIONS;
+	l->server_name = NULL;
 }
 
 static struct request_state *state_of(struct sl_http_request *req)
@@ -634,10 +635,12 @@ static char *format_head(struct sl_http_conn *c, int status,
 	if (content_type)
 		snprintf(ctype, sizeof(ctype), "Content-Type: %s\r\n",
 			 content_type);
+	const char *server = c->server->limits.server_name;
 	char *head = sl_xasprintf(
-		"HTTP/1.1 %d %s\r\nServer: sluice/%s\r\nDate: %s\r\n%s%s"
+		"HTTP/1.1 %d %s\r\nServer: %s%s\r\nDate: %s\r\n%s%s"
 		"Connection: %s\r\n%s%s\r\n",
-		status, sl_http_reason(status), SL_VERSION, http_date(c->server),
+		status, sl_http_reason(status), server ? server : "sluice/",
+		server ? "" : SL_VERSION, http_date(c->server),
 		ctype, length, keep_alive ? "keep-alive" : "close", id,
 		extra ? extra : "");
 	*len = strlen(head);

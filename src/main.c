@@ -8,6 +8,7 @@
 
 #include <curl/curl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,26 @@
 #include "sl_build_config.h"
 
 extern char **environ;
+
+/*
+ * Each client connection takes a descriptor, and each request in flight
+ * another upstream: use what the hard limit allows, and say so when even
+ * that is short of --max-connections.
+ */
+static void raise_fd_limit(unsigned max_connections)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < max_connections + 64)
+		sl_warn("only %llu file descriptors (ulimit -n): fewer than "
+			"--max-connections %u needs",
+			(unsigned long long)rl.rlim_cur, max_connections);
+}
 
 int main(int argc, char **argv)
 {
@@ -55,6 +76,7 @@ int main(int argc, char **argv)
 
 	/* A client that vanishes must cost an EPIPE, not the process. */
 	signal(SIGPIPE, SIG_IGN);
+	raise_fd_limit(cfg.max_connections);
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
 		fprintf(stderr, "sluice: libcurl failed to initialise\n");
 		code = EXIT_FAILURE;

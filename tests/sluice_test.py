@@ -284,6 +284,7 @@ class Process:
             raise AssertionError("%s did not exit within %.1f s" %
                                  (self.name, timeout))
         self._reader.join(5)
+        self.proc.stderr.close()
         return code
 
     def kill(self):
@@ -291,6 +292,8 @@ class Process:
             self.proc.kill()
             self.proc.wait()
         self._reader.join(5)
+        if not self.proc.stderr.closed:
+            self.proc.stderr.close()
 
 
 class Sluice(Process):

@@ -68,6 +68,7 @@ struct sl_http_limits {
 	uint64_t idle_timeout_ms;
 	uint64_t send_timeout_ms;
 	unsigned max_connections;
+	const char *server_name; /* the Server header; NULL: sluice/VERSION */
 };
 
 struct sl_http_header {

@@ -1,0 +1,261 @@
+#!/usr/bin/env bash
+# Reproduces the runs of bench/RESULTS.md:
+#
+#   bench/run.sh overhead   sluice against the mock llama-server (zero delays)
+#   bench/run.sh llama      the mini-v sweep against a real llama-server
+#   bench/run.sh priority   10% urgent, 90% normal at twice capacity
+#   bench/run.sh all        all three (the default)
+#
+# Needs a build (./deploy/setup.sh). Results go to $SLUICE_BENCH_OUT
+# (default bench/results): a Markdown table per run, JSON, and SVG plots
+# when gnuplot is installed. Each run starts its own processes on free ports
+# and stops them at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=${SLUICE_BENCH_OUT:-bench/results}
+BENCH=build/bench/sluice-bench
+MOCK=build/bench/mock-llama-server
+SLUICE=build/sluice
+MODEL=build/tests/demo-tiny.gguf
+LLAMA=${SLUICE_LLAMA_SERVER:-$(command -v llama-server ||
+	echo "${XDG_CACHE_HOME:-$HOME/.cache}/sluice/llama.cpp/bin/llama-server")}
+mkdir -p "$OUT"
+logs=$(mktemp -d)
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$logs"' EXIT
+
+say() { printf '\n== %s\n' "$*" >&2; }
+
+# wait_for FILE REGEX: prints the first capture group of the matching line.
+wait_for() {
+	for _ in $(seq 600); do
+		if m=$(sed -nE "s#.*$2.*#\\1#p" "$1" | head -n 1) && [ -n "$m" ]; then
+			echo "$m"
+			return 0
+		fi
+		sleep 0.1
+	done
+	echo "bench/run.sh: gave up waiting for '$2' in $1:" >&2
+	tail -n 5 "$1" >&2
+	exit 1
+}
+
+# start NAME COMMAND...: runs it in the background, logging to $logs/NAME.
+start() {
+	local name=$1
+	shift
+	"$@" >"$logs/$name" 2>&1 &
+	pids+=($!)
+	eval "${name}_pid=$!"
+}
+
+stop() {
+	local pid_var="${1}_pid"
+	kill "${!pid_var}" 2>/dev/null || true
+	wait "${!pid_var}" 2>/dev/null || true
+}
+
+start_mock() { # start_mock NAME ARGS...
+	local name=$1
+	shift
+	start "$name" "$MOCK" --port 0 "$@"
+	eval "${name}_port=$(wait_for "$logs/$name" 'listening on http://127.0.0.1:([0-9]+)')"
+}
+
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# Without access lines: a benchmark should not pay a write(2) per request.
+start_sluice() { # start_sluice NAME ARGS...
+	local name=$1 port
+	shift
+	port=$(free_port)
+	start "$name" "$SLUICE" --listen "127.0.0.1:$port" --log-level warn "$@"
+	eval "${name}_port=$port"
+	for _ in $(seq 600); do
+		curl -sf "http://127.0.0.1:$port/ready" >/dev/null && return 0
+		sleep 0.1
+	done
+	echo "bench/run.sh: $name never became ready:" >&2
+	tail -n 5 "$logs/$name" >&2
+	exit 1
+}
+
+start_llama() { # start_llama NAME SLOTS
+	local port
+	port=$(free_port)
+	start "$1" "$LLAMA" --host 127.0.0.1 --port "$port" -m "$MODEL" \
+		-np "$2" -c $(($2 * 4096)) --no-kv-unified --no-webui --metrics
+	eval "${1}_port=$port"
+	for _ in $(seq 600); do
+		curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0
+		sleep 0.1
+	done
+	echo "bench/run.sh: llama-server never became healthy" >&2
+	exit 1
+}
+
+bench() { # bench FILE-STEM ARGS...: one sluice-bench invocation
+	local stem=$1
+	shift
+	"$BENCH" --quiet on --json "$OUT/$stem.json" "$@" | tee "$OUT/$stem.md"
+}
+
+# Peak and current resident memory of a process, in KiB.
+rss_kib() { awk '/^VmRSS/ { print $2 }' "/proc/$1/status"; }
+cpu_seconds() { # user+system CPU seconds of a process
+	awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
+}
+
+overhead() {
+	say "overhead: the same load straight to the mock and through sluice"
+	start_mock mock --slots 4096
+	start_sluice front --upstream "http://127.0.0.1:$mock_port" \
+		--batch-window 0 --slots-per-upstream 4096 --max-connections 19000
+	for c in 1 16 256; do
+		n=$((c == 1 ? 5000 : 20000))
+		bench "overhead-direct-c$c" --url "http://127.0.0.1:$mock_port" \
+			--endpoint chat --stream off --concurrency "$c" \
+			--requests "$n" --label "direct c=$c"
+		bench "overhead-sluice-c$c" --url "http://127.0.0.1:$front_port" \
+			--endpoint chat --stream off --concurrency "$c" \
+			--requests "$n" --label "sluice c=$c"
+	done
+
+	say "throughput: sluice's CPU time per request at concurrency 64"
+	cpu0=$(cpu_seconds "$front_pid")
+	bench overhead-max --url "http://127.0.0.1:$front_port" --endpoint chat \
+		--stream off --concurrency 64 --requests 50000 --label "sluice max"
+	cpu1=$(cpu_seconds "$front_pid")
+	python3 - "$cpu0" "$cpu1" "$OUT/overhead-max.json" <<'EOF' | tee "$OUT/overhead-cpu.md"
+import json, sys
+cpu = float(sys.argv[2]) - float(sys.argv[1])
+run = json.load(open(sys.argv[3]))["runs"][0]
+print("sluice CPU: %.2f s for %d requests: %.1f us per request, "
+      "%.0f requests per CPU-second (one core)"
+      % (cpu, run["success"], cpu * 1e6 / run["success"],
+         run["success"] / cpu))
+EOF
+	stop front
+	stop mock
+
+	say "streams: added time to first token and inter-token gaps"
+	start_mock slowmock --slots 4096 --prompt-delay-ms 20 --token-delay-ms 10 \
+		--tokens 32
+	start_sluice sfront --upstream "http://127.0.0.1:$slowmock_port" \
+		--batch-window 0 --slots-per-upstream 4096
+	for c in 1 64; do
+		bench "stream-direct-c$c" --url "http://127.0.0.1:$slowmock_port" \
+			--endpoint chat --stream on --concurrency "$c" \
+			--requests $((c * 20)) --label "direct c=$c"
+		bench "stream-sluice-c$c" --url "http://127.0.0.1:$sfront_port" \
+			--endpoint chat --stream on --concurrency "$c" \
+			--requests $((c * 20)) --label "sluice c=$c"
+	done
+	stop sfront
+	stop slowmock
+
+	say "memory: 10,000 idle connections"
+	start_mock idlemock --slots 16
+	start_sluice idle --upstream "http://127.0.0.1:$idlemock_port" \
+		--max-connections 19000 --keepalive-timeout 600 --header-timeout 600
+	python3 - "$idle_port" "$idle_pid" <<'EOF' | tee "$OUT/memory-idle.md"
+import socket, sys, time
+port, pid = int(sys.argv[1]), int(sys.argv[2])
+def rss():
+    for line in open("/proc/%d/status" % pid):
+        if line.startswith("VmRSS"):
+            return int(line.split()[1])
+# A request first: buffers that every connection shares are warmed.
+s = socket.create_connection(("127.0.0.1", port))
+s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"); s.recv(65536); s.close()
+time.sleep(0.5)
+before = rss()
+conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(10000)]
+for c in conns:  # each has sent a request and waits, keep-alive, idle
+    c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+for c in conns:
+    c.recv(65536)
+time.sleep(1)
+after = rss()
+print("10000 idle keep-alive connections: sluice RSS %d KiB -> %d KiB: "
+      "%.2f KiB per connection" % (before, after, (after - before) / 10000))
+for c in conns:
+    c.close()
+EOF
+	stop idle
+	stop idlemock
+
+	say "memory: 1,000 concurrent streams, then the most streams that fit"
+	start_mock longmock --slots 20000 --token-delay-ms 100 --tokens 100
+	start_sluice streams --upstream "http://127.0.0.1:$longmock_port" \
+		--batch-window 0 --slots-per-upstream 20000 --max-connections 19000 \
+		--max-queue 20000
+	rss0=$(rss_kib "$streams_pid")
+	( sleep 5; rss_kib "$streams_pid" >"$logs/rss1000" ) &
+	bench streams-1000 --url "http://127.0.0.1:$streams_port" --endpoint chat \
+		--stream on --concurrency 1000 --requests 1000 --label "1000 streams"
+	rss1=$(cat "$logs/rss1000")
+	echo "1000 concurrent streams: sluice RSS $rss0 KiB -> $rss1 KiB during: $(((rss1 - rss0) / 1000)) KiB per stream" |
+		tee "$OUT/memory-streams.md"
+	# sluice holds two descriptors per stream (client, upstream): with the
+	# usual hard limit of 20000 (ulimit -Hn), about 9,900 streams fit.
+	max_streams=${SLUICE_BENCH_MAX_STREAMS:-9900}
+	bench "streams-$max_streams" --url "http://127.0.0.1:$streams_port" \
+		--endpoint chat --stream on --concurrency "$max_streams" \
+		--requests "$max_streams" --label "$max_streams streams" --timeout 120
+	stop streams
+	stop longmock
+}
+
+llama() {
+	say "real llama-server (demo model, 4 slots): the mini-v sweep"
+	start_llama ls 4
+	start_sluice win50 --upstream "http://127.0.0.1:$ls_port"
+	start_sluice win0 --upstream "http://127.0.0.1:$ls_port" --batch-window 0
+	sweep=(--endpoint chat --stream on --max-tokens 64 --requests 50
+		--concurrency-sweep 1,2,4,8,16)
+	bench llama-direct --url "http://127.0.0.1:$ls_port" "${sweep[@]}" \
+		--label "llama-server" --plot "$OUT/llama-direct.svg"
+	bench llama-window50 --url "http://127.0.0.1:$win50_port" "${sweep[@]}" \
+		--label "sluice 50 ms" --plot "$OUT/llama-window50.svg"
+	bench llama-window0 --url "http://127.0.0.1:$win0_port" "${sweep[@]}" \
+		--label "sluice 0 ms" --plot "$OUT/llama-window0.svg"
+	stop win0
+	stop win50
+	stop ls
+}
+
+priority() {
+	say "priority under saturation: twice capacity, open loop"
+	start_llama pls 4
+	start_sluice prio --upstream "http://127.0.0.1:$pls_port" \
+		--max-queue 64 --queue-timeout 30
+	common=(--url "http://127.0.0.1:$prio_port" --endpoint chat --stream on
+		--max-tokens 128)
+	# Unloaded: one at a time.
+	bench prio-unloaded "${common[@]}" --concurrency 1 --requests 40 \
+		--priority-mix urgent=1 --label unloaded
+	# Capacity: what four slots serve with the queue never empty.
+	bench prio-capacity "${common[@]}" --concurrency 16 --requests 200 \
+		--label capacity
+	rate=$(python3 -c "import json; r=json.load(open('$OUT/prio-capacity.json'))['runs'][0]; print(round(2 * r['req_per_s'], 1))")
+	bench prio-mixed "${common[@]}" --rate "$rate" --duration 20 \
+		--requests 100000 --priority-mix urgent=0.1,normal=0.9 \
+		--label "mixed at ${rate}/s" || true
+	bench prio-normal "${common[@]}" --rate "$rate" --duration 20 \
+		--requests 100000 --label "all normal at ${rate}/s" || true
+	stop prio
+	stop pls
+}
+
+case "${1:-all}" in
+overhead) overhead ;;
+llama) llama ;;
+priority) priority ;;
+all) overhead; llama; priority ;;
+*) echo "usage: bench/run.sh [overhead|llama|priority|all]" >&2; exit 2 ;;
+esac
+echo "results in $OUT" >&2

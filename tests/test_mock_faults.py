@@ -1,0 +1,535 @@
+"""The mock llama-server (bench/mock-llama-server): its own answers, and
+sluice in front of it with the faults it injects (failures, hangs, closed
+connections, a slow start).
+
+The mock's text is fixed: token k is " tok<k>", so an answer of n tokens is
+" tok0 tok1 ... tok<n-1>" and every test can check text exactly."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+import sluice_test as st
+
+MOCK = os.environ.get("SLUICE_MOCK_BIN") or os.path.join(
+    os.path.dirname(st.SLUICE), "bench", "mock-llama-server")
+
+PATHS = ("/completion", "/v1/completions", "/v1/chat/completions")
+JSON_TYPE = "application/json; charset=utf-8"
+
+
+def expected_text(n):
+    return "".join(" tok%d" % k for k in range(n))
+
+
+def body_for(path, n, stream, prompt="one two three", **extra):
+    """A request for n tokens (None: the mock's --tokens)."""
+    body = {"stream": stream, **extra}
+    if path == "/v1/chat/completions":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    if n is not None:
+        body["n_predict" if path == "/completion" else "max_tokens"] = n
+    return body
+
+
+def text_of(path, doc):
+    if path == "/completion":
+        return doc["content"]
+    if path == "/v1/completions":
+        return doc["choices"][0]["text"]
+    return doc["choices"][0]["message"]["content"]
+
+
+def delta_of(path, event):
+    if path == "/completion":
+        return event.get("content", "")
+    if not event.get("choices"):
+        return ""
+    if path == "/v1/completions":
+        return event["choices"][0].get("text") or ""
+    return event["choices"][0]["delta"].get("content") or ""
+
+
+def split_events(data):
+    """The SSE events in a body: each "data: <json or [DONE]>\\n\\n"."""
+    text = data.decode()
+    assert text.endswith("\n\n"), "body does not end an event: %r" % text[-80:]
+    events = []
+    for block in text[:-2].split("\n\n"):
+        assert block.startswith("data: ") and "\n" not in block, block
+        payload = block[6:]
+        events.append(payload if payload == "[DONE]" else json.loads(payload))
+    return events
+
+
+def read_stream(port, path, body):
+    """(status, headers, [chunk payloads]) of a whole chunked answer."""
+    c = st.RawClient(port)
+    try:
+        c.request("POST", path, body)
+        status, head = c.read_head()
+        return status, head, [chunk for _, chunk in c.chunks()]
+    finally:
+        c.close()
+
+
+def busy_slots(port):
+    r = st.request(port, "GET", "/slots", timeout=5)
+    assert r.status == 200, r.status
+    return sum(1 for s in r.json() if s["is_processing"])
+
+
+class Mock(st.Process):
+    """The mock on a free port; extra arguments go on its command line."""
+
+    LISTENING = (r"^mock-llama-server listening on "
+                 r"http://127\.0\.0\.1:(\d+) \((\d+) slots\)$")
+
+    def __init__(self, *args, env=None):
+        full_env = {k: v for k, v in os.environ.items()
+                    if not k.startswith("SLUICE_MOCK_")}
+        full_env.update(env or {})
+        super().__init__([MOCK, "--port", "0", *args], env=full_env,
+                         name="mock")
+        self.wait_line(r"listening on", timeout=10)
+        first = re.match(self.LISTENING, self.lines[0])
+        assert first, "first line: %r" % self.lines[0]
+        self.port = int(first.group(1))
+        self.slots = int(first.group(2))
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.started = time.monotonic()
+
+    def get(self, path):
+        return st.request(self.port, "GET", path, timeout=5)
+
+    def post(self, path, body, **kw):
+        return st.request(self.port, "POST", path, body=body, **kw)
+
+    def stop(self, timeout=10):
+        """SIGTERM; returns the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.wait_exit(timeout)
+        self.proc.stderr.close()
+        return code
+
+
+class MockTestCase(st.TestCase):
+
+    def mock(self, *args, **kw):
+        m = Mock(*args, **kw)
+        # Last in, first out: runs after tearDown has stopped sluice.
+        self.addCleanup(self.assert_clean_exit, m)
+        return m
+
+    def assert_clean_exit(self, m):
+        """SIGTERM ends the mock with status 0 and nothing more to say (a
+        sanitizer report or a leaked handle would say something)."""
+        code = m.stop()
+        self.assertEqual(code, 0, m.output())
+        self.assertEqual(len(m.lines), 1, m.output())
+
+
+class MockFraming(MockTestCase):
+    """Answers straight from the mock have llama-server's shapes."""
+
+    def test_plain_answers(self):
+        m = self.mock("--tokens", "5")
+        for path in PATHS:
+            for n in (None, 0, 7):
+                with self.subTest(path=path, n=n):
+                    r = m.post(path, body_for(path, n, False))
+                    self.assertEqual(r.status, 200)
+                    self.assertEqual(r.header("Content-Type"), JSON_TYPE)
+                    self.assertEqual(int(r.header("Content-Length")),
+                                     len(r.body))
+                    doc = r.json()
+                    want = 5 if n is None else n
+                    self.assertEqual(text_of(path, doc), expected_text(want))
+                    if path == "/completion":
+                        self.assertIs(doc["stop"], True)
+                        self.assertEqual(doc["stop_type"], "limit")
+                        self.assertEqual(doc["tokens_predicted"], want)
+                        self.assertEqual(doc["tokens_evaluated"], 3)
+                        self.assertIn("timings", doc)
+                        continue
+                    choice = doc["choices"][0]
+                    self.assertEqual(choice["finish_reason"], "length")
+                    self.assertEqual(doc["usage"]["completion_tokens"], want)
+                    self.assertEqual(doc["usage"]["prompt_tokens"], 3)
+                    self.assertEqual(doc["usage"]["total_tokens"], want + 3)
+                    if path == "/v1/chat/completions":
+                        self.assertEqual(doc["object"], "chat.completion")
+                        self.assertEqual(choice["message"]["role"],
+                                         "assistant")
+                    else:
+                        self.assertEqual(doc["object"], "text_completion")
+
+    def check_stream(self, path, events, n, usage):
+        """Checks one stream's events; returns its text."""
+        text = "".join(delta_of(path, e) for e in events
+                       if isinstance(e, dict))
+        self.assertEqual(text, expected_text(n))
+        if path == "/completion":
+            self.assertNotIn("[DONE]", events)
+            for k, e in enumerate(events[:-1]):
+                self.assertEqual(e["content"], " tok%d" % k)
+                self.assertIs(e["stop"], False)
+            last = events[-1]
+            self.assertEqual(len(events), n + 1)
+            self.assertIs(last["stop"], True)
+            self.assertEqual(last["content"], "")
+            self.assertEqual(last["stop_type"], "limit")
+            self.assertEqual(last["tokens_predicted"], n)
+            self.assertEqual(last["tokens_evaluated"], 3)
+            self.assertIn("timings", last)
+            return
+        self.assertEqual(events[-1], "[DONE]")
+        self.assertEqual(events.count("[DONE]"), 1)
+        body = events[:-1]
+        if path == "/v1/chat/completions":
+            self.assertEqual(body[0]["choices"][0]["delta"],
+                             {"role": "assistant", "content": None})
+            body = body[1:]
+        tokens = body[:n]
+        for k, e in enumerate(tokens):
+            self.assertEqual(delta_of(path, e), " tok%d" % k)
+            self.assertIsNone(e["choices"][0]["finish_reason"])
+            self.assertNotIn("usage", e)
+        finish = body[n]
+        self.assertEqual(finish["choices"][0]["finish_reason"], "length")
+        want_usage = {"completion_tokens": n, "prompt_tokens": 3,
+                      "total_tokens": n + 3}
+        if path == "/v1/completions":
+            # llama-server puts usage in the finish event, asked or not.
+            self.assertEqual(len(body), n + 1)
+            got = finish["usage"]
+        elif usage:
+            self.assertEqual(len(body), n + 2)
+            self.assertNotIn("usage", finish)
+            self.assertEqual(body[n + 1]["choices"], [])
+            got = body[n + 1]["usage"]
+        else:
+            self.assertEqual(len(body), n + 1)
+            self.assertNotIn("usage", finish)
+            return
+        self.assertEqual({k: got[k] for k in want_usage}, want_usage)
+
+    def test_streams(self):
+        m = self.mock("--tokens", "4")
+        for path in PATHS:
+            for n, usage in ((None, False), (0, False), (6, False),
+                             (6, True)):
+                extra = ({"stream_options": {"include_usage": True}}
+                         if usage else {})
+                with self.subTest(path=path, n=n, usage=usage):
+                    status, head, chunks = read_stream(
+                        m.port, path, body_for(path, n, True, **extra))
+                    self.assertEqual(status, 200)
+                    self.assertEqual(head["content-type"],
+                                     "text/event-stream")
+                    self.assertEqual(head["transfer-encoding"], "chunked")
+                    # Unpaced, the whole stream is one chunk.
+                    self.assertEqual(len(chunks), 1)
+                    self.check_stream(path, split_events(chunks[0]),
+                                      4 if n is None else n, usage)
+
+    def test_paced_streams_are_one_step_per_chunk(self):
+        # As llama-server: the chat role shares the first token's chunk,
+        # the usage event the finish event's, and [DONE] has its own.
+        m = self.mock("--token-delay-ms", "2")
+        n = 3
+        opts = {"stream_options": {"include_usage": True}}
+        for path, sizes in (("/completion", [1, 1, 1, 1]),
+                            ("/v1/completions", [1, 1, 1, 1, 1]),
+                            ("/v1/chat/completions", [2, 1, 1, 2, 1])):
+            with self.subTest(path=path):
+                status, _, chunks = read_stream(
+                    m.port, path, body_for(path, n, True, **opts))
+                self.assertEqual(status, 200)
+                per_chunk = [split_events(c) for c in chunks]
+                self.assertEqual([len(e) for e in per_chunk], sizes)
+                self.check_stream(path, sum(per_chunk, []), n, True)
+
+    def test_errors_have_llama_servers_shape(self):
+        m = self.mock()
+        r = m.post("/completion", '{"prompt": ')
+        self.assertEqual(r.status, 400)
+        self.assertEqual(r.header("Content-Type"), JSON_TYPE)
+        err = r.json()["error"]
+        self.assertEqual((err["code"], err["type"]),
+                         (400, "invalid_request_error"))
+        r = m.post("/v1/chat/completions", [1, 2])
+        self.assertEqual(r.status, 400)
+        r = m.get("/nowhere")
+        self.assertEqual(r.status, 404)
+        self.assertEqual(r.json(), {"error": {
+            "code": 404, "message": "File Not Found",
+            "type": "not_found_error"}})
+
+    def test_props_and_slots(self):
+        m = self.mock("--slots", "3")
+        props = m.get("/props").json()
+        self.assertEqual(props["total_slots"], 3)
+        self.assertEqual(props["default_generation_settings"]["n_ctx"], 4096)
+        self.assertEqual(m.get("/slots").json(), [
+            {"id": i, "n_ctx": 4096, "is_processing": False}
+            for i in range(3)])
+        self.assertEqual(m.get("/health").json(), {"status": "ok"})
+
+
+class MockOptions(MockTestCase):
+
+    def run_mock(self, *args, env=None):
+        full_env = {k: v for k, v in os.environ.items()
+                    if not k.startswith("SLUICE_MOCK_")}
+        full_env.update(env or {})
+        p = subprocess.run([MOCK, *args], env=full_env, timeout=10,
+                              capture_output=True, text=True)
+        return p.returncode, p.stdout, p.stderr
+
+    def test_bad_values_exit_2_with_one_line(self):
+        for args, env, names in (
+                (["--slots", "x"], {}, "--slots"),
+                (["--slots=0"], {}, "--slots"),
+                (["--fail-rate", "1.5"], {}, "--fail-rate"),
+                (["--port", "-1"], {}, "--port"),
+                ([], {"SLUICE_MOCK_TOKENS": "many"}, "SLUICE_MOCK_TOKENS"),
+                (["--no-such-option"], {}, "--no-such-option")):
+            with self.subTest(args=args, env=env):
+                code, _, err = self.run_mock(*args, env=env)
+                self.assertEqual(code, 2)
+                self.assertEqual(len(err.splitlines()), 1, err)
+                self.assertIn(names, err)
+
+    def test_help_names_every_env_twin(self):
+        code, out, _ = self.run_mock("--help")
+        self.assertEqual(code, 0)
+        for name in ("port", "slots", "tokens", "prompt-delay-ms",
+                     "token-delay-ms", "fail-rate", "fail-status",
+                     "hang-rate", "close-rate", "start-delay-ms", "seed"):
+            self.assertIn("--" + name, out)
+            self.assertIn("SLUICE_MOCK_" + name.upper().replace("-", "_"),
+                          out)
+
+    def test_flag_wins_over_env(self):
+        m = self.mock(env={"SLUICE_MOCK_SLOTS": "3"})
+        self.assertEqual(m.get("/props").json()["total_slots"], 3)
+        m = self.mock("--slots=5", env={"SLUICE_MOCK_SLOTS": "3"})
+        self.assertEqual(m.get("/props").json()["total_slots"], 5)
+
+    def test_faults_repeat_with_the_seed(self):
+        def statuses(seed):
+            m = self.mock("--fail-rate", "0.5", "--seed", seed)
+            return [m.post("/completion", body_for("/completion", 1, False))
+                    .status for _ in range(40)]
+        first = statuses("7")
+        self.assertEqual(statuses("7"), first)
+        self.assertEqual(set(first), {200, 500})
+        self.assertNotEqual(statuses("8"), first)
+
+
+class ThroughSluice(MockTestCase):
+    """sluice with the mock as its upstream."""
+
+    def pair(self, *mock_args, sluice_args=()):
+        m = self.mock(*mock_args)
+        s = self.sluice("--upstream", m.url, *sluice_args)
+        return m, s
+
+    def test_text_is_exact(self):
+        m, s = self.pair("--tokens", "9")
+        for path in PATHS:
+            for n in (None, 1, 12):
+                want = expected_text(9 if n is None else n)
+                with self.subTest(path=path, n=n, stream=False):
+                    r = s.post(path, body_for(path, n, False))
+                    self.assertEqual(r.status, 200, r.body[:300])
+                    self.assertEqual(text_of(path, r.json()), want)
+                with self.subTest(path=path, n=n, stream=True):
+                    status, _, chunks = read_stream(
+                        s.port, path, body_for(path, n, True))
+                    self.assertEqual(status, 200)
+                    events = [st.sse_data(c) for c in chunks]
+                    self.assertEqual(events[-1] == "[DONE]",
+                                     path != "/completion")
+                    self.assertEqual("".join(delta_of(path, e)
+                                             for e in events
+                                             if isinstance(e, dict)), want)
+
+    def test_failure_is_relayed(self):
+        m, s = self.pair("--fail-rate", "1", "--fail-status", "500")
+        want = {"error": {"code": 500, "message": "mock failure",
+                          "type": "server_error"}}
+        self.assertEqual(m.post("/completion",
+                                body_for("/completion", 2, False)).json(),
+                         want)
+        for path in PATHS:
+            for stream in (False, True):
+                with self.subTest(path=path, stream=stream):
+                    r = s.post(path, body_for(path, 2, stream))
+                    self.assertEqual(r.status, 500)
+                    self.assertEqual(r.json(), want)
+
+    def test_hang_gives_504_and_frees_the_slot(self):
+        m, s = self.pair("--hang-rate", "1", "--slots", "2",
+                         sluice_args=("--upstream-timeout", "1"))
+        result = {}
+
+        def ask():
+            t0 = time.monotonic()
+            result["r"] = s.post("/v1/chat/completions",
+                                 body_for("/v1/chat/completions", 4, False))
+            result["elapsed"] = time.monotonic() - t0
+
+        t = threading.Thread(target=ask)
+        t.start()
+        # The hanging request holds a mock slot while sluice waits.
+        st.wait_until(lambda: busy_slots(m.port) == 1, 5, "a busy slot")
+        t.join(10)
+        self.assertFalse(t.is_alive())
+        r = result["r"]
+        self.assertEqual(r.status, 504, r.body)
+        err = r.json()["error"]
+        self.assertEqual(err["code"], 504)
+        self.assertEqual(err["type"], "timeout_error")
+        self.assertTrue(err["message"])
+        self.assertGreaterEqual(result["elapsed"], 0.9)
+        self.assertLess(result["elapsed"], 3.0)
+        # sluice closed its upstream connection: the mock's slot is free.
+        st.wait_until(lambda: busy_slots(m.port) == 0, 5, "idle slots")
+
+    def test_close_mid_stream_gives_an_error_event(self):
+        m, s = self.pair("--close-rate", "1", "--tokens", "10")
+        # Straight from the mock: half the tokens, then the connection
+        # ends without the chunked body's end.
+        c = st.RawClient(m.port)
+        c.request("POST", "/completion", body_for("/completion", None, True))
+        self.assertEqual(c.read_head()[0], 200)
+        events = []
+        with self.assertRaises(EOFError):
+            for _, chunk in c.chunks():
+                events += split_events(chunk)
+        c.close()
+        self.assertEqual([e["content"] for e in events],
+                         [" tok%d" % k for k in range(5)])
+        # A plain request: closed before any answer.
+        c = st.RawClient(m.port)
+        c.request("POST", "/completion", body_for("/completion", None, False))
+        self.assertTrue(c.at_eof())
+        self.assertEqual(c.buf, b"")
+        c.close()
+
+        for path in PATHS:
+            with self.subTest(path=path, stream=True):
+                status, _, chunks = read_stream(
+                    s.port, path, body_for(path, None, True))
+                self.assertEqual(status, 200)
+                events = [st.sse_data(c) for c in chunks]
+                self.assertNotIn("[DONE]", events)
+                last = events[-1]
+                self.assertEqual(last["error"]["code"], 502)
+                self.assertEqual(last["error"]["type"], "server_error")
+                self.assertEqual("".join(delta_of(path, e)
+                                         for e in events[:-1]),
+                                 expected_text(5))
+            with self.subTest(path=path, stream=False):
+                r = s.post(path, body_for(path, None, False))
+                self.assertEqual(r.status, 502, r.body)
+                self.assertEqual(r.json()["error"]["code"], 502)
+
+    def test_ready_once_the_mock_has_loaded(self):
+        m = self.mock("--start-delay-ms", "1500")
+        loading = {"error": {"code": 503, "message": "Loading model",
+                             "type": "unavailable_error"}}
+        r = m.get("/health")
+        self.assertEqual((r.status, r.json()), (503, loading))
+        r = m.post("/completion", body_for("/completion", 1, False))
+        self.assertEqual((r.status, r.json()), (503, loading))
+        s = self.sluice("--upstream", m.url, "--health-interval", "0.2",
+                        wait_ready=False)
+        self.assertEqual(s.ready_status(), 503)
+        # Still loading after sluice said 503: it said so for that reason.
+        self.assertEqual(m.get("/health").status, 503)
+        s.wait_ready(10)
+        self.assertGreaterEqual(time.monotonic() - m.started, 1.5)
+        self.assertEqual(m.get("/health").json(), {"status": "ok"})
+        r = s.post("/completion", body_for("/completion", 3, False))
+        self.assertEqual(text_of("/completion", r.json()), expected_text(3))
+
+
+class Queueing(MockTestCase):
+
+    def test_requests_beyond_the_slots_wait(self):
+        m = self.mock("--slots", "2", "--token-delay-ms", "50",
+                      "--tokens", "20")
+        results = [dict() for _ in range(4)]
+
+        def stream(i):
+            out = results[i]
+            c = st.RawClient(m.port)
+            try:
+                c.request("POST", "/completion",
+                          body_for("/completion", None, True))
+                out["status"], _ = c.read_head()
+                out["head"] = time.monotonic()
+                events = [e for _, ch in c.chunks()
+                          for e in split_events(ch)]
+                out["end"] = time.monotonic()
+                out["text"] = "".join(e["content"] for e in events)
+            finally:
+                c.close()
+
+        threads = [threading.Thread(target=stream, args=(i,))
+                   for i in range(4)]
+        for t in threads:
+            t.start()
+        # Tokens start at once for requests that hold a slot; the other
+        # two hear nothing until a slot frees, about a second later.
+        st.wait_until(lambda: sum("head" in r for r in results) == 2, 5,
+                      "two streams to start")
+        self.assertEqual(busy_slots(m.port), 2)
+        self.assertEqual(sum("head" in r for r in results), 2)
+        for t in threads:
+            t.join(15)
+            self.assertFalse(t.is_alive())
+        for r in results:
+            self.assertEqual(r["status"], 200)
+            self.assertEqual(r["text"], expected_text(20))
+        by_start = sorted(results, key=lambda r: r["head"])
+        first_end = min(r["end"] for r in by_start[:2])
+        for r in by_start[2:]:
+            self.assertGreaterEqual(r["head"], first_end - 0.01)
+        self.assertEqual(busy_slots(m.port), 0)
+
+
+class Shutdown(MockTestCase):
+
+    def test_sigterm_with_requests_in_flight(self):
+        # One hanging request holds the only slot, one waits for it, and
+        # one paced stream is mid-answer on a second mock: SIGTERM must
+        # still close everything and exit 0 (checked by the cleanup).
+        hang = self.mock("--slots", "1", "--hang-rate", "1")
+        paced = self.mock("--token-delay-ms", "100", "--tokens", "1000")
+        clients = [st.RawClient(p) for p in (hang.port, hang.port,
+                                             paced.port)]
+        for c in clients:
+            c.request("POST", "/completion",
+                      body_for("/completion", None, True))
+        st.wait_until(lambda: busy_slots(hang.port) == 1, 5, "hang")
+        self.assertEqual(clients[2].read_head()[0], 200)
+        for m in (hang, paced):
+            self.assertEqual(m.stop(), 0, m.output())
+        for c in clients:
+            self.assertTrue(c.at_eof())
+            c.close()
+
+
+if __name__ == "__main__":
+    st.main()
