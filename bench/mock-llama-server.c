@@ -74,8 +74,8 @@
 #define MOCK_MODEL "mock"
 /* Context per slot, as with -c 16384 -np 4; also caps a generation. */
 #define MOCK_N_CTX 4096u
-/* More slots than any llama-server runs; keeps /slots' answer small. */
-#define MOCK_MAX_SLOTS 1024u
+/* Room for load tests that stand in for a fleet of llama-servers. */
+#define MOCK_MAX_SLOTS 100000u
 /* An hour: longer delays would only hide a typo. */
 #define MOCK_MAX_DELAY_MS 3600000u
 /* Load tests open many connections; sluice's default limit is lower. */

@@ -27,13 +27,15 @@ trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev
 
 say() { printf '\n== %s\n' "$*" >&2; }
 
-# wait_for FILE REGEX: prints the first capture group of the matching line.
+# wait_for FILE REGEX PID: prints the first capture group of the matching
+# line; gives up when PID exits first.
 wait_for() {
 	for _ in $(seq 600); do
 		if m=$(sed -nE "s#.*$2.*#\\1#p" "$1" | head -n 1) && [ -n "$m" ]; then
 			echo "$m"
 			return 0
 		fi
+		kill -0 "$3" 2>/dev/null || break
 		sleep 0.1
 	done
 	echo "bench/run.sh: gave up waiting for '$2' in $1:" >&2
@@ -60,7 +62,8 @@ start_mock() { # start_mock NAME ARGS...
 	local name=$1
 	shift
 	start "$name" "$MOCK" --port 0 "$@"
-	eval "${name}_port=$(wait_for "$logs/$name" 'listening on http://127.0.0.1:([0-9]+)')"
+	local pid_var="${name}_pid"
+	eval "${name}_port=$(wait_for "$logs/$name" 'listening on http://127.0.0.1:([0-9]+)' "${!pid_var}")"
 }
 
 free_port() {
@@ -74,8 +77,10 @@ start_sluice() { # start_sluice NAME ARGS...
 	port=$(free_port)
 	start "$name" "$SLUICE" --listen "127.0.0.1:$port" --log-level warn "$@"
 	eval "${name}_port=$port"
+	local pid_var="${name}_pid"
 	for _ in $(seq 600); do
 		curl -sf "http://127.0.0.1:$port/ready" >/dev/null && return 0
+		kill -0 "${!pid_var}" 2>/dev/null || break
 		sleep 0.1
 	done
 	echo "bench/run.sh: $name never became ready:" >&2
@@ -109,11 +114,28 @@ cpu_seconds() { # user+system CPU seconds of a process
 	awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
 }
 
+# Waits until sluice reports N requests in flight (polls /health).
+wait_inflight() { # PORT N
+	for _ in $(seq 1200); do
+		n=$(curl -s "http://127.0.0.1:$1/health" |
+			python3 -c 'import json,sys; print(json.load(sys.stdin)["inflight"])' 2>/dev/null || echo 0)
+		[ "$n" -ge "$2" ] && return 0
+		sleep 0.1
+	done
+	echo "bench/run.sh: never saw $2 requests in flight" >&2
+	return 1
+}
+
 overhead() {
 	say "overhead: the same load straight to the mock and through sluice"
 	start_mock mock --slots 4096
+	# Plain answers two ways: assembled from an upstream stream (the
+	# default) and relayed as they come (--stream-upstream off).
 	start_sluice front --upstream "http://127.0.0.1:$mock_port" \
 		--batch-window 0 --slots-per-upstream 4096 --max-connections 19000
+	start_sluice relay --upstream "http://127.0.0.1:$mock_port" \
+		--batch-window 0 --slots-per-upstream 4096 --max-connections 19000 \
+		--stream-upstream off
 	for c in 1 16 256; do
 		n=$((c == 1 ? 5000 : 20000))
 		bench "overhead-direct-c$c" --url "http://127.0.0.1:$mock_port" \
@@ -122,22 +144,30 @@ overhead() {
 		bench "overhead-sluice-c$c" --url "http://127.0.0.1:$front_port" \
 			--endpoint chat --stream off --concurrency "$c" \
 			--requests "$n" --label "sluice c=$c"
+		bench "overhead-relay-c$c" --url "http://127.0.0.1:$relay_port" \
+			--endpoint chat --stream off --concurrency "$c" \
+			--requests "$n" --label "sluice relay c=$c"
 	done
 
 	say "throughput: sluice's CPU time per request at concurrency 64"
-	cpu0=$(cpu_seconds "$front_pid")
-	bench overhead-max --url "http://127.0.0.1:$front_port" --endpoint chat \
-		--stream off --concurrency 64 --requests 50000 --label "sluice max"
-	cpu1=$(cpu_seconds "$front_pid")
-	python3 - "$cpu0" "$cpu1" "$OUT/overhead-max.json" <<'EOF' | tee "$OUT/overhead-cpu.md"
+	for name in front relay; do
+		pid_var="${name}_pid" port_var="${name}_port"
+		cpu0=$(cpu_seconds "${!pid_var}")
+		bench "throughput-$name" --url "http://127.0.0.1:${!port_var}" \
+			--endpoint chat --stream off --concurrency 64 \
+			--requests 50000 --label "sluice $name"
+		cpu1=$(cpu_seconds "${!pid_var}")
+		python3 -c '
 import json, sys
 cpu = float(sys.argv[2]) - float(sys.argv[1])
 run = json.load(open(sys.argv[3]))["runs"][0]
-print("sluice CPU: %.2f s for %d requests: %.1f us per request, "
+print("%s: sluice CPU %.2f s for %d requests: %.1f us per request, "
       "%.0f requests per CPU-second (one core)"
-      % (cpu, run["success"], cpu * 1e6 / run["success"],
-         run["success"] / cpu))
-EOF
+      % (sys.argv[4], cpu, run["success"], cpu * 1e6 / run["success"],
+         run["success"] / cpu))' "$cpu0" "$cpu1" "$OUT/throughput-$name.json" "$name" |
+			tee "$OUT/throughput-$name-cpu.md"
+	done
+	stop relay
 	stop front
 	stop mock
 
@@ -161,8 +191,8 @@ EOF
 	start_mock idlemock --slots 16
 	start_sluice idle --upstream "http://127.0.0.1:$idlemock_port" \
 		--max-connections 19000 --keepalive-timeout 600 --header-timeout 600
-	python3 - "$idle_port" "$idle_pid" <<'EOF' | tee "$OUT/memory-idle.md"
-import socket, sys, time
+	python3 -c '
+import socket, sys
 port, pid = int(sys.argv[1]), int(sys.argv[2])
 def rss():
     for line in open("/proc/%d/status" % pid):
@@ -171,43 +201,45 @@ def rss():
 # A request first: buffers that every connection shares are warmed.
 s = socket.create_connection(("127.0.0.1", port))
 s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"); s.recv(65536); s.close()
-time.sleep(0.5)
 before = rss()
 conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(10000)]
-for c in conns:  # each has sent a request and waits, keep-alive, idle
+for c in conns:  # each sends a request, gets its answer, then idles
     c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
 for c in conns:
     c.recv(65536)
-time.sleep(1)
 after = rss()
 print("10000 idle keep-alive connections: sluice RSS %d KiB -> %d KiB: "
       "%.2f KiB per connection" % (before, after, (after - before) / 10000))
 for c in conns:
-    c.close()
-EOF
+    c.close()' "$idle_port" "$idle_pid" | tee "$OUT/memory-idle.md"
 	stop idle
 	stop idlemock
 
-	say "memory: 1,000 concurrent streams, then the most streams that fit"
-	start_mock longmock --slots 20000 --token-delay-ms 100 --tokens 100
-	start_sluice streams --upstream "http://127.0.0.1:$longmock_port" \
-		--batch-window 0 --slots-per-upstream 20000 --max-connections 19000 \
-		--max-queue 20000
-	rss0=$(rss_kib "$streams_pid")
-	( sleep 5; rss_kib "$streams_pid" >"$logs/rss1000" ) &
-	bench streams-1000 --url "http://127.0.0.1:$streams_port" --endpoint chat \
-		--stream on --concurrency 1000 --requests 1000 --label "1000 streams"
-	rss1=$(cat "$logs/rss1000")
-	echo "1000 concurrent streams: sluice RSS $rss0 KiB -> $rss1 KiB during: $(((rss1 - rss0) / 1000)) KiB per stream" |
-		tee "$OUT/memory-streams.md"
 	# sluice holds two descriptors per stream (client, upstream): with the
-	# usual hard limit of 20000 (ulimit -Hn), about 9,900 streams fit.
+	# hard limit of 20000 here (ulimit -Hn), 9,900 streams fit.
 	max_streams=${SLUICE_BENCH_MAX_STREAMS:-9900}
-	bench "streams-$max_streams" --url "http://127.0.0.1:$streams_port" \
-		--endpoint chat --stream on --concurrency "$max_streams" \
-		--requests "$max_streams" --label "$max_streams streams" --timeout 120
-	stop streams
-	stop longmock
+	for n in 1000 "$max_streams"; do
+		say "memory: $n concurrent streams (10 s each)"
+		start_mock "longmock$n" --slots 20000 --token-delay-ms 100 --tokens 100
+		port_var="longmock${n}_port"
+		start_sluice "streams$n" --upstream "http://127.0.0.1:${!port_var}" \
+			--batch-window 0 --slots-per-upstream 20000 \
+			--max-connections 19000 --max-queue 20000
+		pid_var="streams${n}_pid" sport_var="streams${n}_port"
+		rss0=$(rss_kib "${!pid_var}")
+		bench "streams-$n" --url "http://127.0.0.1:${!sport_var}" \
+			--endpoint chat --stream on --max-tokens 100 \
+			--concurrency "$n" --requests "$n" --timeout 120 \
+			--label "$n streams" &
+		bench_pid=$!
+		wait_inflight "${!sport_var}" "$n"
+		rss1=$(rss_kib "${!pid_var}")
+		wait "$bench_pid"
+		echo "$n concurrent streams: sluice RSS $rss0 KiB -> $rss1 KiB with all in flight: $(((rss1 - rss0) / n)) KiB per stream" |
+			tee "$OUT/memory-streams-$n.md"
+		stop "streams$n"
+		stop "longmock$n"
+	done
 }
 
 llama() {

@@ -285,6 +285,10 @@ static void on_request_finished(struct sl_http_request *req, bool completed,
 	const char *outcome =
 		sl_stats_finished(&app->stats, req, completed, seconds);
 	const struct sl_request_info *in = &req->info;
+	if (!sl_log_enabled(SL_LOG_INFO)) {
+		sl_app_maybe_drained(app);
+		return;
+	}
 	json_t *f = json_pack(
 		"{s:s, s:s, s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:s}",
 		"id", req->id[0] ? req->id : "-", "method",

@@ -152,9 +152,9 @@ static const struct option_def options[] = {
 	 "on SIGINT or SIGTERM, how long requests in flight may take to finish",
 	 NULL},
 	{"slots-per-upstream", "SLUICE_SLOTS_PER_UPSTREAM", "N", OPT_UINT,
-	 FIELD(slots_per_upstream), "0", 0, 256, NULL,
+	 FIELD(slots_per_upstream), "0", 0, 100000, NULL,
 	 "requests sent to each upstream at once; 0 takes total_slots from "
-	 "its /props",
+	 "its /props (an upstream may be a fleet behind a balancer)",
 	 NULL},
 	{"max-queue", "SLUICE_MAX_QUEUE", "N", OPT_UINT, FIELD(max_queue),
 	 "1024", 1, 1000000, NULL,
@@ -178,6 +178,13 @@ static const struct option_def options[] = {
 	{"urgent-bypass", "SLUICE_URGENT_BYPASS", "on|off", OPT_SWITCH,
 	 FIELD(urgent_bypass), "on", 0, 0, NULL,
 	 "urgent requests skip the batching window when a slot is free", NULL},
+	{"stream-upstream", "SLUICE_STREAM_UPSTREAM", "on|off", OPT_SWITCH,
+	 FIELD(stream_upstream), "on", 0, 0, NULL,
+	 "ask upstreams for a stream even when a client wants one answer, "
+	 "which sluice then assembles: llama-server stops a stream whose "
+	 "client left, but not a plain answer; off relays plain answers as "
+	 "they come, cheaper",
+	 NULL},
 	{"max-tokens-cap", "SLUICE_MAX_TOKENS_CAP", "N", OPT_UINT,
 	 FIELD(max_tokens_cap), "4096", 1, 1u << 24, NULL,
 	 "most tokens /generate and /infer may ask for; larger requests are "

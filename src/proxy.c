@@ -399,18 +399,59 @@ static char *event_data(const char *event, size_t len)
 	return data;
 }
 
+/*
+ * The data of an event that is one "data: " line, as a slice of the event
+ * itself: llama-server's events all are, and parsing them in place saves a
+ * copy per token. Returns false for any other shape.
+ */
+static bool single_data_line(const char *event, size_t len, const char **data,
+			     size_t *data_len)
+{
+	if (len < 8 || memcmp(event, "data: ", 6) != 0)
+		return false;
+	const char *eol = memchr(event + 6, '\n', len - 6);
+	if (!eol)
+		return false;
+	size_t n = (size_t)(eol - (event + 6));
+	if (n > 0 && event[6 + n - 1] == '\r')
+		n--;
+	/* Only the blank line may follow. */
+	for (const char *p = eol; p < event + len; p++)
+		if (*p != '\r' && *p != '\n')
+			return false;
+	*data = event + 6;
+	*data_len = n;
+	return true;
+}
+
+/* An event's data parsed, and whether it was the [DONE] marker. */
+static json_t *parse_event(const char *event, size_t len, bool *done_marker)
+{
+	const char *data;
+	size_t n;
+	*done_marker = false;
+	/* JSON_DECODE_ANY: a prompt array's stream opens with "null". */
+	if (single_data_line(event, len, &data, &n)) {
+		*done_marker = n == 6 && memcmp(data, "[DONE]", 6) == 0;
+		return *done_marker ? NULL
+				    : json_loadb(data, n, JSON_DECODE_ANY, NULL);
+	}
+	char *copy = event_data(event, len);
+	*done_marker = copy && strcmp(copy, "[DONE]") == 0;
+	json_t *doc = copy && !*done_marker
+			      ? json_loads(copy, JSON_DECODE_ANY, NULL)
+			      : NULL;
+	free(copy);
+	return doc;
+}
+
 static int on_event(const char *event, size_t len, void *arg)
 {
 	struct exchange *x = arg;
 	if (x->ended || x->gave_up || !x->req)
 		return 0;
-	char *data = event_data(event, len);
-	bool done_marker = data && strcmp(data, "[DONE]") == 0;
-	/* JSON_DECODE_ANY: a prompt array's stream opens with "null". */
-	json_t *doc = data && !done_marker
-			      ? json_loads(data, JSON_DECODE_ANY, NULL)
-			      : NULL;
-	free(data);
+	bool done_marker;
+	json_t *doc = parse_event(event, len, &done_marker);
 	if (json_is_object(doc) && json_object_get(doc, "error")) {
 		upstream_error_event(x, doc, event, len);
 		json_decref(doc);
@@ -819,7 +860,8 @@ static bool build_body(struct exchange *x, struct sl_http_request *req,
 		}
 	} else {
 		x->stream = json_is_true(json_object_get(doc, "stream"));
-		if (x->ep->stream_end != SL_END_NONE && !x->stream)
+		if (x->ep->stream_end != SL_END_NONE && !x->stream &&
+		    x->app->cfg->stream_upstream)
 			ask_for_stream(x, doc);
 	}
 	x->body = json_dumps(out, JSON_COMPACT);

@@ -144,6 +144,27 @@ class Relay(st.TestCase):
                 for k in d:
                     self.assertEqual(t[k], d[k], k)
 
+    def test_plain_answers_relayed_as_they_come(self):
+        # --stream-upstream off: plain answers are relayed, not assembled.
+        s = self.sluice("--upstream", self.ls.url, "--stream-upstream", "off")
+        for path in ("/completion", "/v1/completions", "/v1/chat/completions"):
+            with self.subTest(path=path):
+                body = body_for(path, "relay", False)
+                direct = self.ls.post(path, body)
+                r = s.post(path, body)
+                self.assertEqual(r.status, 200)
+                self.assertEqual(text_of(path, r.json()),
+                                 text_of(path, direct.json()))
+                # llama-server's own Content-Type, not sluice's.
+                self.assertEqual(r.header("Content-Type"),
+                                 direct.header("Content-Type"))
+        # Streams are streams either way.
+        text, _, _, _ = stream_text(s.port, "/completion",
+                                    body_for("/completion", "relay", True))
+        self.assertEqual(text, plain_text(self.ls.port, "/completion",
+                                          body_for("/completion", "relay",
+                                                   False)))
+
     def test_64_concurrent_requests_each_get_their_own_text(self):
         path = "/completion"
         prompts = ["request number %d says %s" % (i, PROMPTS[i % 16])

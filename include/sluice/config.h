@@ -70,6 +70,7 @@ struct sl_config {
 	unsigned max_batch;          /* 0: the free slots */
 	bool urgent_bypass;
 	unsigned max_tokens_cap;     /* /generate and /infer */
+	bool stream_upstream;        /* plain answers assembled from streams */
 
 	/* Files */
 	char *cache_dir;        /* "" = $XDG_CACHE_HOME/sluice */
