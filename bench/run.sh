@@ -247,7 +247,7 @@ llama() {
 	start_llama ls 4
 	start_sluice win50 --upstream "http://127.0.0.1:$ls_port"
 	start_sluice win0 --upstream "http://127.0.0.1:$ls_port" --batch-window 0
-	sweep=(--endpoint chat --stream on --max-tokens 64 --requests 50
+	sweep=(--endpoint chat --stream on --max-tokens 64 --requests 200
 		--concurrency-sweep 1,2,4,8,16)
 	bench llama-direct --url "http://127.0.0.1:$ls_port" "${sweep[@]}" \
 		--label "llama-server" --plot "$OUT/llama-direct.svg"
@@ -255,6 +255,28 @@ llama() {
 		--label "sluice 50 ms" --plot "$OUT/llama-window50.svg"
 	bench llama-window0 --url "http://127.0.0.1:$win0_port" "${sweep[@]}" \
 		--label "sluice 0 ms" --plot "$OUT/llama-window0.svg"
+	# One sweep each is at the mercy of a noisy machine: alternate five
+	# rounds of llama-server alone and sluice (window 0), and compare the
+	# medians of tokens/s level by level.
+	for round in 1 2 3 4 5; do
+		for target in "ls:$ls_port" "win0:$win0_port"; do
+			"$BENCH" --quiet on --url "http://127.0.0.1:${target#*:}" \
+				"${sweep[@]}" --requests 100 \
+				--json "$OUT/llama-round$round-${target%%:*}.json" >/dev/null
+		done
+	done
+	python3 - "$OUT" <<'PY' | tee "$OUT/llama-ratio.md"
+import json, statistics, sys
+out = sys.argv[1]
+def runs(round, name):
+    return json.load(open("%s/llama-round%d-%s.json" % (out, round, name)))["runs"]
+print("| concurrency | llama-server tok/s (median of 5) | sluice, window 0 | ratio |")
+print("|---:|---:|---:|---:|")
+for i, level in enumerate((1, 2, 4, 8, 16)):
+    d = statistics.median(runs(r, "ls")[i]["output_tokens_per_s"] for r in range(1, 6))
+    s = statistics.median(runs(r, "win0")[i]["output_tokens_per_s"] for r in range(1, 6))
+    print("| %d | %.0f | %.0f | %.3f |" % (level, d, s, s / d))
+PY
 	stop win0
 	stop win50
 	stop ls
@@ -265,20 +287,29 @@ priority() {
 	start_llama pls 4
 	start_sluice prio --upstream "http://127.0.0.1:$pls_port" \
 		--max-queue 64 --queue-timeout 30
-	common=(--url "http://127.0.0.1:$prio_port" --endpoint chat --stream on
-		--max-tokens 128)
+	start_sluice reserve --upstream "http://127.0.0.1:$pls_port" \
+		--max-queue 64 --queue-timeout 30 --urgent-reserve 1
+	common=(--endpoint chat --stream on --max-tokens 128)
 	# Unloaded: one at a time.
-	bench prio-unloaded "${common[@]}" --concurrency 1 --requests 40 \
-		--priority-mix urgent=1 --label unloaded
+	bench prio-unloaded --url "http://127.0.0.1:$prio_port" "${common[@]}" \
+		--concurrency 1 --requests 40 --priority-mix urgent=1 \
+		--label unloaded
 	# Capacity: what four slots serve with the queue never empty.
-	bench prio-capacity "${common[@]}" --concurrency 16 --requests 200 \
-		--label capacity
+	bench prio-capacity --url "http://127.0.0.1:$prio_port" "${common[@]}" \
+		--concurrency 16 --requests 200 --label capacity
 	rate=$(python3 -c "import json; r=json.load(open('$OUT/prio-capacity.json'))['runs'][0]; print(round(2 * r['req_per_s'], 1))")
-	bench prio-mixed "${common[@]}" --rate "$rate" --duration 20 \
-		--requests 100000 --priority-mix urgent=0.1,normal=0.9 \
-		--label "mixed at ${rate}/s" || true
-	bench prio-normal "${common[@]}" --rate "$rate" --duration 20 \
-		--requests 100000 --label "all normal at ${rate}/s" || true
+	load=(--rate "$rate" --duration 20 --requests 100000)
+	# Overload makes some requests fail (429): not an error of the run.
+	bench prio-mixed --url "http://127.0.0.1:$prio_port" "${common[@]}" \
+		"${load[@]}" --priority-mix urgent=0.1,normal=0.9 \
+		--label "mixed" || true
+	bench prio-mixed-reserve --url "http://127.0.0.1:$reserve_port" \
+		"${common[@]}" "${load[@]}" --priority-mix urgent=0.1,normal=0.9 \
+		--label "mixed, reserve 1" || true
+	bench prio-normal --url "http://127.0.0.1:$prio_port" "${common[@]}" \
+		"${load[@]}" --label "all normal" || true
+	echo "twice capacity: $rate requests/s" | tee "$OUT/prio-rate.md"
+	stop reserve
 	stop prio
 	stop pls
 }

@@ -83,6 +83,7 @@ static const struct sl_sched_ops sched_ops = {
 	.free_slots = free_slots,
 	.dispatch = sl_proxy_dispatch,
 	.expire = sl_proxy_expire,
+	.shed = sl_proxy_shed,
 };
 
 static void on_sched_timer(uv_timer_t *t)
@@ -458,6 +459,7 @@ int sl_app_run(const struct sl_config *cfg)
 		.max_queue = cfg->max_queue,
 		.queue_timeout_ms = cfg->queue_timeout_ms,
 		.urgent_bypass = cfg->urgent_bypass,
+		.urgent_reserve = cfg->urgent_reserve,
 	};
 	sl_sched_init(&app->sched, &sched_cfg, &sched_ops, app,
 		      uv_now(&app->loop));

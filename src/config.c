@@ -175,6 +175,11 @@ static const struct option_def options[] = {
 	 0, 100000, NULL,
 	 "requests in one batch at most; 0: as many as there are free slots",
 	 NULL},
+	{"urgent-reserve", "SLUICE_URGENT_RESERVE", "N", OPT_UINT,
+	 FIELD(urgent_reserve), "0", 0, 100000, NULL,
+	 "free slots kept for urgent requests (and requests aged to urgent), "
+	 "so that they need not wait for a generation to end",
+	 NULL},
 	{"urgent-bypass", "SLUICE_URGENT_BYPASS", "on|off", OPT_SWITCH,
 	 FIELD(urgent_bypass), "on", 0, 0, NULL,
 	 "urgent requests skip the batching window when a slot is free", NULL},

@@ -918,6 +918,34 @@ void sl_proxy_expire(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 	exchange_release(x);
 }
 
+/* 429 with Retry-After: the queue is full, of requests at least as urgent. */
+static void refuse_queue_full(struct sl_app *app, struct exchange *x,
+			      uint64_t now_ms, bool displaced)
+{
+	unsigned retry = sl_sched_retry_after_s(&app->sched, now_ms);
+	snprintf(x->sched_headers, sizeof(x->sched_headers),
+		 "Retry-After: %u\r\n", retry);
+	char message[200];
+	snprintf(message, sizeof(message),
+		 "sluice's queue is full (%u requests waiting, --max-queue)%s; "
+		 "retry in %u s",
+		 sl_sched_depth(&app->sched),
+		 displaced ? " and a more urgent request took this one's place"
+			   : "",
+		 retry);
+	x->req->info.reject_reason = "queue_full";
+	respond_error(x, 429, "rate_limit_error", message);
+	exchange_release(x);
+}
+
+void sl_proxy_shed(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
+{
+	struct sl_app *app = ctx;
+	struct exchange *x = exchange_of(item);
+	sl_stats_queued(&app->stats, x->priority, -1);
+	refuse_queue_full(app, x, now_ms, true);
+}
+
 /* Queues a scheduled exchange, or answers 429 when the queue is full. */
 static void enqueue(struct sl_app *app, struct exchange *x)
 {
@@ -928,17 +956,7 @@ static void enqueue(struct sl_app *app, struct exchange *x)
 		sl_app_kick_scheduler(app);
 		return;
 	}
-	unsigned retry = sl_sched_retry_after_s(&app->sched, x->arrived_ms);
-	snprintf(x->sched_headers, sizeof(x->sched_headers),
-		 "Retry-After: %u\r\n", retry);
-	char message[160];
-	snprintf(message, sizeof(message),
-		 "sluice's queue is full (%u requests waiting, --max-queue); "
-		 "retry in %u s",
-		 sl_sched_depth(&app->sched), retry);
-	x->req->info.reject_reason = "queue_full";
-	respond_error(x, 429, "rate_limit_error", message);
-	exchange_release(x);
+	refuse_queue_full(app, x, x->arrived_ms, false);
 }
 
 void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,

@@ -33,9 +33,17 @@ const char *sl_priority_class(double priority)
 	return priority >= SL_PRIORITY_NORMAL ? "normal" : "batch";
 }
 
-/* ---- the heap ---- */
+/* ---- the two heaps ---- */
 
-/* Whether a goes before b: larger key, then earlier arrival. */
+/*
+ * The same items sit in two binary heaps: `heap`, best first, from which
+ * requests are dispatched; and `bottom`, worst first, from which a full
+ * queue sheds its least important request when a more important one
+ * arrives. Both are kept in step, each item knowing its place in each.
+ */
+enum which { BEST, WORST };
+
+/* Whether a ranks before b: larger key, then earlier arrival. */
 static bool before(const struct sl_sched_item *a,
 		   const struct sl_sched_item *b)
 {
@@ -44,54 +52,93 @@ static bool before(const struct sl_sched_item *a,
 	return a->seq < b->seq;
 }
 
-static void place(struct sl_sched *s, unsigned i, struct sl_sched_item *it)
+static struct sl_sched_item **slots_of(struct sl_sched *s, enum which w)
 {
-	s->heap[i] = it;
-	it->heap_index = i;
+	return w == BEST ? s->heap : s->bottom;
 }
 
-static void sift_up(struct sl_sched *s, unsigned i)
+static uint32_t *index_of(struct sl_sched_item *it, enum which w)
 {
-	struct sl_sched_item *it = s->heap[i];
+	return w == BEST ? &it->heap_index : &it->bottom_index;
+}
+
+/* Whether a belongs above b in heap w. */
+static bool above(enum which w, const struct sl_sched_item *a,
+		  const struct sl_sched_item *b)
+{
+	return w == BEST ? before(a, b) : before(b, a);
+}
+
+static void place(struct sl_sched *s, enum which w, unsigned i,
+		  struct sl_sched_item *it)
+{
+	slots_of(s, w)[i] = it;
+	*index_of(it, w) = i;
+}
+
+static void sift_up(struct sl_sched *s, enum which w, unsigned i)
+{
+	struct sl_sched_item **a = slots_of(s, w), *it = a[i];
 	while (i > 0) {
 		unsigned parent = (i - 1) / 2;
-		if (!before(it, s->heap[parent]))
+		if (!above(w, it, a[parent]))
 			break;
-		place(s, i, s->heap[parent]);
+		place(s, w, i, a[parent]);
 		i = parent;
 	}
-	place(s, i, it);
+	place(s, w, i, it);
 }
 
-static void sift_down(struct sl_sched *s, unsigned i)
+/* Sifts down within the first n entries. */
+static void sift_down(struct sl_sched *s, enum which w, unsigned i,
+		      unsigned n)
 {
-	struct sl_sched_item *it = s->heap[i];
+	struct sl_sched_item **a = slots_of(s, w), *it = a[i];
 	for (;;) {
 		unsigned child = 2 * i + 1;
-		if (child >= s->n)
+		if (child >= n)
 			break;
-		if (child + 1 < s->n && before(s->heap[child + 1], s->heap[child]))
+		if (child + 1 < n && above(w, a[child + 1], a[child]))
 			child++;
-		if (!before(s->heap[child], it))
+		if (!above(w, a[child], it))
 			break;
-		place(s, i, s->heap[child]);
+		place(s, w, i, a[child]);
 		i = child;
 	}
-	place(s, i, it);
+	place(s, w, i, it);
 }
 
-static void heap_remove_at(struct sl_sched *s, unsigned i)
+/* Takes the entry at i out of heap w, which holds n entries. */
+static void heap_remove_at(struct sl_sched *s, enum which w, unsigned i,
+			   unsigned n)
 {
-	struct sl_sched_item *gone = s->heap[i];
-	struct sl_sched_item *last = s->heap[--s->n];
-	gone->heap_index = SL_SCHED_NOT_QUEUED;
-	if (i == s->n)
+	struct sl_sched_item **a = slots_of(s, w);
+	struct sl_sched_item *last = a[n - 1];
+	*index_of(a[i], w) = SL_SCHED_NOT_QUEUED;
+	if (i == n - 1)
 		return;
-	place(s, i, last);
-	if (i > 0 && before(last, s->heap[(i - 1) / 2]))
-		sift_up(s, i);
+	place(s, w, i, last);
+	if (i > 0 && above(w, last, a[(i - 1) / 2]))
+		sift_up(s, w, i);
 	else
-		sift_down(s, i);
+		sift_down(s, w, i, n - 1);
+}
+
+/* Takes an item out of both heaps. */
+static void heaps_remove(struct sl_sched *s, struct sl_sched_item *it)
+{
+	heap_remove_at(s, BEST, it->heap_index, s->n);
+	heap_remove_at(s, WORST, it->bottom_index, s->n);
+	s->n--;
+}
+
+static void heaps_insert(struct sl_sched *s, struct sl_sched_item *it)
+{
+	place(s, BEST, s->n, it);
+	place(s, WORST, s->n, it);
+	s->n++;
+	sift_up(s, BEST, it->heap_index);
+	sift_up(s, WORST, it->bottom_index);
 }
 
 /* ---- the arrival-order list (queue deadlines) ---- */
@@ -122,6 +169,7 @@ int sl_sched_init(struct sl_sched *s, const struct sl_sched_config *cfg,
 	s->ctx = ctx;
 	s->epoch_ms = now_ms;
 	s->heap = sl_xcalloc(cfg->max_queue, sizeof(*s->heap));
+	s->bottom = sl_xcalloc(cfg->max_queue, sizeof(*s->bottom));
 	s->batch = sl_xcalloc(cfg->max_queue, sizeof(*s->batch));
 	return 0;
 }
@@ -129,6 +177,7 @@ int sl_sched_init(struct sl_sched *s, const struct sl_sched_config *cfg,
 void sl_sched_free(struct sl_sched *s)
 {
 	free(s->heap);
+	free(s->bottom);
 	free(s->batch);
 	memset(s, 0, sizeof(*s));
 }
@@ -146,9 +195,21 @@ unsigned sl_sched_depth(const struct sl_sched *s)
 int sl_sched_push(struct sl_sched *s, struct sl_sched_item *it,
 		  double priority, uint64_t now_ms)
 {
+	double key = priority -
+		     s->cfg.aging_rate * (double)(now_ms - s->epoch_ms) / 1000.0;
+	struct sl_sched_item *shed = NULL;
 	if (s->n >= s->cfg.max_queue) {
-		it->heap_index = SL_SCHED_NOT_QUEUED;
-		return SL_EFULL;
+		/*
+		 * Full. An arrival that outranks the least important waiting
+		 * request takes its place; otherwise it is the one refused.
+		 * (On equal keys the newcomer ranks lower: it is refused.)
+		 */
+		it->heap_index = it->bottom_index = SL_SCHED_NOT_QUEUED;
+		if (!(key > s->bottom[0]->key))
+			return SL_EFULL;
+		shed = s->bottom[0];
+		heaps_remove(s, shed);
+		list_unlink(s, shed);
 	}
 	/* Nothing pending: this arrival opens a batching window. */
 	if (s->n == 0 && s->cfg.window_ms > 0 && !s->window_open) {
@@ -159,8 +220,7 @@ int sl_sched_push(struct sl_sched *s, struct sl_sched_item *it,
 	it->arrival_ms = now_ms;
 	it->deadline_ms = now_ms + s->cfg.queue_timeout_ms;
 	it->seq = s->seq++;
-	it->key = priority -
-		  s->cfg.aging_rate * (double)(now_ms - s->epoch_ms) / 1000.0;
+	it->key = key;
 	it->prev = s->newest;
 	it->next = NULL;
 	if (s->newest)
@@ -168,8 +228,9 @@ int sl_sched_push(struct sl_sched *s, struct sl_sched_item *it,
 	else
 		s->oldest = it;
 	s->newest = it;
-	place(s, s->n++, it);
-	sift_up(s, it->heap_index);
+	heaps_insert(s, it);
+	if (shed)
+		s->ops->shed(s->ctx, shed, now_ms);
 	return 0;
 }
 
@@ -177,7 +238,7 @@ void sl_sched_remove(struct sl_sched *s, struct sl_sched_item *it)
 {
 	if (!sl_sched_queued(it))
 		return;
-	heap_remove_at(s, it->heap_index);
+	heaps_remove(s, it);
 	list_unlink(s, it);
 	if (s->n == 0)
 		s->window_open = false;
@@ -186,7 +247,7 @@ void sl_sched_remove(struct sl_sched *s, struct sl_sched_item *it)
 static struct sl_sched_item *pop(struct sl_sched *s)
 {
 	struct sl_sched_item *top = s->heap[0];
-	heap_remove_at(s, 0);
+	heaps_remove(s, top);
 	list_unlink(s, top);
 	return top;
 }
@@ -203,18 +264,48 @@ static void record_dispatch(struct sl_sched *s, uint64_t now_ms, unsigned n)
 	}
 }
 
-/* Dispatches up to `room` items from the top as one batch. */
-static void dispatch_batch(struct sl_sched *s, unsigned room, uint64_t now_ms)
+/* An item's priority now: its initial one plus what it gained waiting. */
+static double effective(const struct sl_sched *s,
+			const struct sl_sched_item *it, uint64_t now_ms)
 {
-	unsigned n = SL_MIN(room, s->n);
+	return it->key +
+	       s->cfg.aging_rate * (double)(now_ms - s->epoch_ms) / 1000.0;
+}
+
+/*
+ * Whether the top item may take a slot when `free` are free: beyond the
+ * urgent reserve anyone may; within it, only a request whose priority is
+ * urgent by now (an aged one counts, so nothing waits on the reserve for
+ * ever).
+ */
+static bool may_take(const struct sl_sched *s, unsigned free,
+		     uint64_t now_ms)
+{
+	return free > s->cfg.urgent_reserve ||
+	       (free > 0 && effective(s, s->heap[0], now_ms) >= SL_PRIORITY_URGENT);
+}
+
+/*
+ * Dispatches up to `limit` items from the top as one batch, as slots and
+ * the urgent reserve allow; returns how many left. The heap is ordered by
+ * effective priority, so once the top may not take a slot, none after it
+ * may either.
+ */
+static unsigned dispatch_batch(struct sl_sched *s, unsigned free,
+			       unsigned limit, uint64_t now_ms)
+{
+	unsigned n = 0;
 	if (s->cfg.max_batch > 0)
-		n = SL_MIN(n, s->cfg.max_batch);
-	for (unsigned i = 0; i < n; i++)
-		s->batch[i] = pop(s);
+		limit = SL_MIN(limit, s->cfg.max_batch);
+	while (s->n > 0 && n < limit && may_take(s, free - n, now_ms))
+		s->batch[n++] = pop(s);
 	if (s->n == 0)
 		s->window_open = false;
+	if (n == 0)
+		return 0;
 	record_dispatch(s, now_ms, n);
 	s->ops->dispatch(s->ctx, s->batch, n, now_ms);
+	return n;
 }
 
 uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
@@ -226,7 +317,7 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 	/* Deadlines are in arrival order: the oldest expires first. */
 	while (s->oldest && s->oldest->deadline_ms <= now_ms) {
 		struct sl_sched_item *it = s->oldest;
-		heap_remove_at(s, it->heap_index);
+		heaps_remove(s, it);
 		list_unlink(s, it);
 		s->ops->expire(s->ctx, it, now_ms);
 	}
@@ -243,14 +334,16 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 		if (s->window_open) {
 			if (s->cfg.urgent_bypass &&
 			    s->heap[0]->priority >= SL_PRIORITY_URGENT) {
-				dispatch_batch(s, 1, now_ms);
+				if (dispatch_batch(s, free, 1, now_ms) == 0)
+					break;
 				continue;
 			}
 			if (s->n < free)
 				break; /* still gathering */
 			s->window_open = false; /* full: close early */
 		}
-		dispatch_batch(s, free, now_ms);
+		if (dispatch_batch(s, free, free, now_ms) == 0)
+			break; /* what is left waits for the reserve */
 	}
 
 	s->running = false;
@@ -259,6 +352,13 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 		next = s->window_deadline_ms;
 	if (s->oldest)
 		next = SL_MIN(next, s->oldest->deadline_ms);
+	/* Held back by the urgent reserve: it may take it once aged enough. */
+	if (s->n > 0 && s->cfg.urgent_reserve > 0 && s->cfg.aging_rate > 0) {
+		double gap = SL_PRIORITY_URGENT - effective(s, s->heap[0], now_ms);
+		if (gap > 0)
+			next = SL_MIN(next, now_ms + (uint64_t)ceil(
+						    gap / s->cfg.aging_rate * 1000));
+	}
 	return next;
 }
 

@@ -20,6 +20,8 @@ struct fake {
 	unsigned batches;
 	unsigned expired[MAX_ITEMS];
 	unsigned n_expired;
+	unsigned shed[MAX_ITEMS];
+	unsigned n_shed;
 	struct sl_sched_item items[MAX_ITEMS];
 };
 
@@ -58,7 +60,16 @@ static void fake_expire(void *ctx, struct sl_sched_item *it, uint64_t now)
 	f->expired[f->n_expired++] = id_of(f, it);
 }
 
-static const struct sl_sched_ops ops = {fake_free, fake_dispatch, fake_expire};
+static void fake_shed(void *ctx, struct sl_sched_item *it, uint64_t now)
+{
+	struct fake *f = ctx;
+	(void)now;
+	ASSERT(!sl_sched_queued(it));
+	f->shed[f->n_shed++] = id_of(f, it);
+}
+
+static const struct sl_sched_ops ops = {fake_free, fake_dispatch, fake_expire,
+					fake_shed};
 
 static struct sl_sched_config config(void)
 {
@@ -159,25 +170,34 @@ static bool better(const struct fake *f, unsigned a, unsigned b)
 	return x->key != y->key ? x->key > y->key : x->seq < y->seq;
 }
 
+/* Both heaps hold the same items, each in order, indexes in step. */
 static void check_heap(const struct sl_sched *s)
 {
 	for (unsigned i = 0; i < s->n; i++) {
 		ASSERT_EQ(s->heap[i]->heap_index, i);
+		ASSERT_EQ(s->bottom[i]->bottom_index, i);
+		ASSERT(s->bottom[s->heap[i]->bottom_index] == s->heap[i]);
 		if (i > 0) {
 			const struct sl_sched_item *p = s->heap[(i - 1) / 2];
 			const struct sl_sched_item *c = s->heap[i];
 			ASSERT(p->key > c->key ||
 			       (p->key == c->key && p->seq < c->seq));
+			p = s->bottom[(i - 1) / 2];
+			c = s->bottom[i];
+			ASSERT(p->key < c->key ||
+			       (p->key == c->key && p->seq > c->seq));
 		}
 	}
 }
 
-static void test_random_operations_match_a_reference(void)
+/* Random pushes, removals and dispatches; returns how many were shed. */
+static unsigned random_operations(unsigned max_queue)
 {
 	struct sl_sched s;
 	struct fake f;
 	struct sl_sched_config cfg = config();
 	cfg.window_ms = 0;
+	cfg.max_queue = max_queue;
 	start(&s, &f, &cfg);
 	struct ref r = {.n = 0};
 	bool in_queue[MAX_ITEMS] = {false};
@@ -189,9 +209,32 @@ static void test_random_operations_match_a_reference(void)
 		now += (rng >> 20) % 7;
 		if (op < 5 && next_id < MAX_ITEMS) {
 			double prio = (double)((rng >> 40) % 4);
-			push(&s, &f, next_id, prio, now);
-			in_queue[next_id] = true;
-			r.ids[r.n++] = next_id++;
+			unsigned id = next_id++;
+			unsigned worst = 0;
+			for (unsigned k = 1; k < r.n; k++)
+				if (better(&f, r.ids[worst], r.ids[k]))
+					worst = k;
+			unsigned shed_before = f.n_shed;
+			int rc = sl_sched_push(&s, &f.items[id], prio, now);
+			if (r.n < max_queue) {
+				ASSERT_EQ(rc, 0);
+			} else if (rc == 0) {
+				/* It outranked the worst, which was shed. */
+				ASSERT(better(&f, id, r.ids[worst]));
+				ASSERT_EQ(f.n_shed, shed_before + 1);
+				ASSERT_EQ(f.shed[shed_before], r.ids[worst]);
+				in_queue[r.ids[worst]] = false;
+				r.ids[worst] = r.ids[--r.n];
+			} else {
+				ASSERT_EQ(rc, SL_EFULL);
+				f.items[id].key = prio - cfg.aging_rate *
+							     (double)now / 1000.0;
+				f.items[id].seq = UINT64_MAX;
+				ASSERT(!better(&f, id, r.ids[worst]));
+				continue;
+			}
+			in_queue[id] = true;
+			r.ids[r.n++] = id;
 		} else if (op < 7 && r.n > 0) {
 			/* a client leaves: remove from anywhere */
 			unsigned k = (unsigned)(rng >> 45) % r.n;
@@ -218,6 +261,13 @@ static void test_random_operations_match_a_reference(void)
 	for (unsigned i = 0; i < next_id; i++)
 		ASSERT_EQ(sl_sched_queued(&f.items[i]), in_queue[i]);
 	sl_sched_free(&s);
+	return f.n_shed;
+}
+
+static void test_random_operations_match_a_reference(void)
+{
+	ASSERT_EQ(random_operations(MAX_ITEMS), 0); /* never full */
+	ASSERT(random_operations(16) > 100);        /* often full: shedding */
 }
 
 static void test_window_deadline_and_early_close(void)
@@ -326,7 +376,9 @@ static void test_max_queue(void)
 	start(&s, &f, &cfg);
 	for (unsigned i = 0; i < 3; i++)
 		push(&s, &f, i, SL_PRIORITY_NORMAL, 0);
-	ASSERT_EQ(sl_sched_push(&s, &f.items[3], 2, 0), SL_EFULL);
+	/* Equal to everyone waiting: the newcomer ranks last, refused. */
+	ASSERT_EQ(sl_sched_push(&s, &f.items[3], SL_PRIORITY_NORMAL, 0),
+		  SL_EFULL);
 	ASSERT(!sl_sched_queued(&f.items[3]));
 	sl_sched_remove(&s, &f.items[1]);
 	push(&s, &f, 3, SL_PRIORITY_NORMAL, 0);
@@ -335,6 +387,75 @@ static void test_max_queue(void)
 	bad.max_queue = 0;
 	struct sl_sched s2;
 	ASSERT_EQ(sl_sched_init(&s2, &bad, &ops, &f, 0), SL_EINVAL);
+	sl_sched_free(&s);
+}
+
+/* A full queue: a more important arrival displaces the least important. */
+static void test_full_queue_sheds_the_least_important(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.max_queue = 3;
+	start(&s, &f, &cfg);
+	push(&s, &f, 0, SL_PRIORITY_NORMAL, 0);
+	push(&s, &f, 1, SL_PRIORITY_BATCH, 0);
+	push(&s, &f, 2, SL_PRIORITY_NORMAL, 0);
+	/* Not more important than the worst (batch, 0)? Refused itself. */
+	ASSERT_EQ(sl_sched_push(&s, &f.items[3], SL_PRIORITY_BATCH, 100),
+		  SL_EFULL);
+	ASSERT_EQ(f.n_shed, 0);
+	/* Urgent: the batch request makes room. */
+	push(&s, &f, 4, SL_PRIORITY_URGENT, 100);
+	ASSERT_EQ(f.n_shed, 1);
+	ASSERT_EQ(f.shed[0], 1);
+	ASSERT_EQ(sl_sched_depth(&s), 3);
+	/* Next, the later of the two normal ones goes: it ranks lower. */
+	push(&s, &f, 5, SL_PRIORITY_URGENT, 200);
+	ASSERT_EQ(f.shed[1], 2);
+	/* Aging counts: a normal request 5 s old ranks with a new urgent
+	 * one, and the newcomer loses the tie. */
+	ASSERT_EQ(sl_sched_push(&s, &f.items[6], SL_PRIORITY_NORMAL, 5000),
+		  SL_EFULL);
+	f.free = 3;
+	sl_sched_run(&s, 5000);
+	ASSERT_EQ(f.n_dispatched, 3);
+	ASSERT_EQ(f.dispatched[0], 4);
+	ASSERT_EQ(f.dispatched[1], 5);
+	ASSERT_EQ(f.dispatched[2], 0);
+	check_heap(&s);
+	sl_sched_free(&s);
+}
+
+/* The urgent reserve: the last free slots wait for urgent requests. */
+static void test_urgent_reserve(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	cfg.urgent_reserve = 1;
+	start(&s, &f, &cfg);
+	f.free = 2;
+	push(&s, &f, 0, SL_PRIORITY_NORMAL, 0);
+	push(&s, &f, 1, SL_PRIORITY_NORMAL, 0);
+	uint64_t next = sl_sched_run(&s, 0);
+	ASSERT_EQ(f.n_dispatched, 1); /* one slot is kept */
+	ASSERT_EQ(f.free, 1);
+	/* It wakes when the waiting request has aged to urgent: 5 s. */
+	ASSERT_EQ(next, 5000);
+	push(&s, &f, 2, SL_PRIORITY_URGENT, 100);
+	sl_sched_run(&s, 100);
+	ASSERT_EQ(f.n_dispatched, 2);
+	ASSERT_EQ(f.dispatched[1], 2); /* the urgent one took it at once */
+	ASSERT_EQ(f.free, 0);
+	/* An aged normal request may take the reserve too. */
+	f.free = 1;
+	sl_sched_run(&s, 4999);
+	ASSERT_EQ(f.n_dispatched, 2);
+	sl_sched_run(&s, 5000);
+	ASSERT_EQ(f.n_dispatched, 3);
+	ASSERT_EQ(f.dispatched[2], 1);
 	sl_sched_free(&s);
 }
 
@@ -413,6 +534,8 @@ int main(void)
 	RUN(test_urgent_bypass);
 	RUN(test_capacity_and_max_batch);
 	RUN(test_max_queue);
+	RUN(test_full_queue_sheds_the_least_important);
+	RUN(test_urgent_reserve);
 	RUN(test_queue_timeout);
 	RUN(test_retry_after);
 	RUN(test_priority_parsing);

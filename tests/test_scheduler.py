@@ -174,6 +174,58 @@ class Admission(st.TestCase):
         self.assertEqual(ls.count_lines(r"launch_slot_"), 1)
 
 
+class Overload(st.TestCase):
+
+    def test_urgent_request_displaces_the_least_important_when_full(self):
+        s = self.sluice("--model", st.MODEL_SLOW, "--slots", "1",
+                        "--max-queue", "2")
+        holder = hold_the_slot(s.port)
+        waiting = [st.RawClient(s.port) for _ in range(2)]
+        for i, c in enumerate(waiting):
+            c.request("POST", "/completion", completion("normal %d" % i))
+            st.wait_until(lambda: queued(s) == i + 1, 10, "queued")
+        # Full of normal requests: another is refused itself, since it
+        # ranks below them (it came last)...
+        r = s.post("/completion", completion("refused"))
+        self.assertEqual(r.status, 429)
+        self.assertNotIn("took this one's place", r.json()["error"]["message"])
+        # ...but an urgent one takes the place of the least important,
+        # the later of the two.
+        urgent = st.RawClient(s.port)
+        urgent.request("POST", "/completion", completion("urgent"),
+                       headers={"X-Priority": "urgent"})
+        status, head, body = waiting[1].read_response()
+        self.assertEqual(status, 429)
+        self.assertIn("took this one's place", json.loads(body)["error"]
+                      ["message"])
+        self.assertGreaterEqual(int(head["retry-after"]), 1)
+        holder.close()
+        self.assertEqual(urgent.read_response()[0], 200)
+        self.assertEqual(waiting[0].read_response()[0], 200)
+        for c in (urgent, *waiting):
+            c.close()
+
+    def test_urgent_reserve_keeps_a_slot_for_urgent_requests(self):
+        s = self.sluice("--model", st.MODEL_SLOW, "--slots", "2",
+                        "--urgent-reserve", "1", "--batch-window", "0")
+        holder = hold_the_slot(s.port)
+        # One slot is free, but it is kept: a normal request waits...
+        normal = st.RawClient(s.port)
+        normal.request("POST", "/completion", completion("normal"))
+        st.wait_until(lambda: queued(s) == 1, 10, "the normal one queued")
+        # ...and an urgent one takes it at once.
+        r = s.post("/completion", completion("urgent"),
+                   headers={"X-Priority": "urgent"})
+        self.assertEqual(r.status, 200)
+        self.assertLessEqual(queue_ms(r), 10)
+        self.assertEqual(queued(s), 1)
+        holder.close()
+        status, head, _ = normal.read_response()
+        normal.close()
+        self.assertEqual(status, 200)
+        self.assertGreater(int(head["x-queue-ms"]), 0)
+
+
 class QueuedCancellation(st.TestCase):
 
     def test_client_leaving_while_queued_never_reaches_llama_server(self):

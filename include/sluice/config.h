@@ -69,6 +69,7 @@ struct sl_config {
 	uint64_t batch_window_ms;
 	unsigned max_batch;          /* 0: the free slots */
 	bool urgent_bypass;
+	unsigned urgent_reserve;     /* free slots kept for urgent requests */
 	unsigned max_tokens_cap;     /* /generate and /infer */
 	bool stream_upstream;        /* plain answers assembled from streams */
 

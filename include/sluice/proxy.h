@@ -57,6 +57,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 void sl_proxy_dispatch(void *app, struct sl_sched_item **items, unsigned n,
 		       uint64_t now_ms);
 void sl_proxy_expire(void *app, struct sl_sched_item *item, uint64_t now_ms);
+void sl_proxy_shed(void *app, struct sl_sched_item *item, uint64_t now_ms);
 
 /*
  * Ends every exchange still alive (queued, or a transfer whose client is

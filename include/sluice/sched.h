@@ -12,6 +12,14 @@
  * changes as time passes, and a binary heap keyed on it is exact, with no
  * periodic pass over the queue. Ties go to the earlier arrival.
  *
+ * Admission: at most max_queue wait. A full queue still takes a request
+ * that outranks its least important one, which is refused instead: under
+ * overload, urgent traffic displaces batch traffic rather than bouncing.
+ *
+ * Urgent reserve: the last urgent_reserve free slots go only to requests
+ * whose priority is urgent by now (aging included), so an urgent request
+ * finds a slot without waiting for someone else's generation to end.
+ *
  * Micro-batching: a window opens when a request arrives and nothing is
  * pending. When it closes (at its deadline, or early once the pending
  * requests fill every free slot) up to the free slots' worth of requests
@@ -54,7 +62,8 @@ struct sl_sched_item {
 	uint64_t seq;        /* arrival order, for ties */
 	uint64_t arrival_ms;
 	uint64_t deadline_ms; /* queue timeout */
-	uint32_t heap_index;
+	uint32_t heap_index;   /* place in the best-first heap */
+	uint32_t bottom_index; /* place in the worst-first heap */
 	struct sl_sched_item *prev, *next; /* arrival-order list */
 };
 
@@ -65,6 +74,7 @@ struct sl_sched_config {
 	unsigned max_queue;        /* waiting requests at most */
 	uint64_t queue_timeout_ms; /* longest wait */
 	bool urgent_bypass;        /* urgent requests skip the window */
+	unsigned urgent_reserve;   /* free slots only urgent requests take */
 };
 
 struct sl_sched_ops {
@@ -78,13 +88,19 @@ struct sl_sched_ops {
 			 uint64_t now_ms);
 	/* An item waited queue_timeout_ms; it is no longer queued. */
 	void (*expire)(void *ctx, struct sl_sched_item *item, uint64_t now_ms);
+	/*
+	 * A full queue let a more important arrival take this item's place;
+	 * it is no longer queued. Called from inside sl_sched_push().
+	 */
+	void (*shed)(void *ctx, struct sl_sched_item *item, uint64_t now_ms);
 };
 
 struct sl_sched {
 	struct sl_sched_config cfg;
 	const struct sl_sched_ops *ops;
 	void *ctx;
-	struct sl_sched_item **heap; /* cfg.max_queue entries */
+	struct sl_sched_item **heap;   /* best first; cfg.max_queue entries */
+	struct sl_sched_item **bottom; /* worst first; the same items */
 	unsigned n;
 	struct sl_sched_item *oldest, *newest; /* arrival-order list */
 	uint64_t seq;
@@ -107,8 +123,10 @@ int sl_sched_init(struct sl_sched *s, const struct sl_sched_config *cfg,
 void sl_sched_free(struct sl_sched *s);
 
 /*
- * Queues an item with its initial priority. Returns 0, or SL_EFULL when
- * max_queue requests are already waiting. Call sl_sched_run() after.
+ * Queues an item with its initial priority. When max_queue requests are
+ * already waiting, the item takes the place of the least important one if
+ * it outranks it (that one goes to ops->shed), else returns SL_EFULL.
+ * Returns 0 when queued. Call sl_sched_run() after.
  */
 int sl_sched_push(struct sl_sched *s, struct sl_sched_item *item,
 		  double priority, uint64_t now_ms);
