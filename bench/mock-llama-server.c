@@ -119,56 +119,53 @@ struct option_def {
 #define FIELD(f) offsetof(struct options, f)
 
 static const struct option_def option_defs[] = {
-	{"port", "SLUICE_MOCK_PORT", OPT_UINT, FIELD(port), "8081", 0, 65535,
-	 "TCP port on 127.0.0.1; 0 picks a free one"},
-	{"slots", "SLUICE_MOCK_SLOTS", OPT_UINT, FIELD(slots), "4", 1,
-	 MOCK_MAX_SLOTS, "generations that run at once; the rest wait"},
-	{"tokens", "SLUICE_MOCK_TOKENS", OPT_UINT, FIELD(tokens), "16", 0,
-	 MOCK_N_CTX, "tokens per answer when the request does not say"},
-	{"prompt-delay-ms", "SLUICE_MOCK_PROMPT_DELAY_MS", OPT_UINT,
-	 FIELD(prompt_delay_ms), "0", 0, MOCK_MAX_DELAY_MS,
-	 "wait before the first token, once a slot is held"},
-	{"token-delay-ms", "SLUICE_MOCK_TOKEN_DELAY_MS", OPT_UINT,
-	 FIELD(token_delay_ms), "0", 0, MOCK_MAX_DELAY_MS,
-	 "wait between tokens"},
-	{"fail-rate", "SLUICE_MOCK_FAIL_RATE", OPT_RATE, FIELD(fail_rate), "0",
-	 0, 0, "fraction of requests answered with --fail-status"},
-	{"fail-status", "SLUICE_MOCK_FAIL_STATUS", OPT_UINT,
-	 FIELD(fail_status), "500", 100, 599,
-	 "HTTP status of an injected failure"},
-	{"hang-rate", "SLUICE_MOCK_HANG_RATE", OPT_RATE, FIELD(hang_rate), "0",
-	 0, 0, "fraction of requests that hold a slot and never answer"},
-	{"close-rate", "SLUICE_MOCK_CLOSE_RATE", OPT_RATE, FIELD(close_rate),
-	 "0", 0, 0,
-	 "fraction of requests whose connection is closed mid-answer"},
-	{"start-delay-ms", "SLUICE_MOCK_START_DELAY_MS", OPT_UINT,
-	 FIELD(start_delay_ms), "0", 0, MOCK_MAX_DELAY_MS,
-	 "answer 503 \"Loading model\" for this long after start"},
-	{"seed", "SLUICE_MOCK_SEED", OPT_UINT, FIELD(seed), "42", 0, UINT64_MAX,
-	 "seed of the PRNG that picks the requests to fault"},
+    {"port", "SLUICE_MOCK_PORT", OPT_UINT, FIELD(port), "8081", 0, 65535,
+     "TCP port on 127.0.0.1; 0 picks a free one"},
+    {"slots", "SLUICE_MOCK_SLOTS", OPT_UINT, FIELD(slots), "4", 1,
+     MOCK_MAX_SLOTS, "generations that run at once; the rest wait"},
+    {"tokens", "SLUICE_MOCK_TOKENS", OPT_UINT, FIELD(tokens), "16", 0,
+     MOCK_N_CTX, "tokens per answer when the request does not say"},
+    {"prompt-delay-ms", "SLUICE_MOCK_PROMPT_DELAY_MS", OPT_UINT,
+     FIELD(prompt_delay_ms), "0", 0, MOCK_MAX_DELAY_MS,
+     "wait before the first token, once a slot is held"},
+    {"token-delay-ms", "SLUICE_MOCK_TOKEN_DELAY_MS", OPT_UINT,
+     FIELD(token_delay_ms), "0", 0, MOCK_MAX_DELAY_MS, "wait between tokens"},
+    {"fail-rate", "SLUICE_MOCK_FAIL_RATE", OPT_RATE, FIELD(fail_rate), "0", 0,
+     0, "fraction of requests answered with --fail-status"},
+    {"fail-status", "SLUICE_MOCK_FAIL_STATUS", OPT_UINT, FIELD(fail_status),
+     "500", 100, 599, "HTTP status of an injected failure"},
+    {"hang-rate", "SLUICE_MOCK_HANG_RATE", OPT_RATE, FIELD(hang_rate), "0", 0,
+     0, "fraction of requests that hold a slot and never answer"},
+    {"close-rate", "SLUICE_MOCK_CLOSE_RATE", OPT_RATE, FIELD(close_rate), "0",
+     0, 0, "fraction of requests whose connection is closed mid-answer"},
+    {"start-delay-ms", "SLUICE_MOCK_START_DELAY_MS", OPT_UINT,
+     FIELD(start_delay_ms), "0", 0, MOCK_MAX_DELAY_MS,
+     "answer 503 \"Loading model\" for this long after start"},
+    {"seed", "SLUICE_MOCK_SEED", OPT_UINT, FIELD(seed), "42", 0, UINT64_MAX,
+     "seed of the PRNG that picks the requests to fault"},
 };
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: " MOCK_NAME " [OPTION VALUE]...\n"
-		   "A stand-in for llama-server on 127.0.0.1, for load and "
-		   "fault tests.\n"
-		   "Each option also reads from its environment variable; the "
-		   "flag wins.\n\n");
+	           "A stand-in for llama-server on 127.0.0.1, for load and "
+	           "fault tests.\n"
+	           "Each option also reads from its environment variable; the "
+	           "flag wins.\n\n");
 	for (size_t i = 0; i < SL_ARRAY_SIZE(option_defs); i++) {
 		const struct option_def *o = &option_defs[i];
 		char flag[40];
 		snprintf(flag, sizeof(flag), "--%s %s", o->name,
-			 o->kind == OPT_RATE ? "F" : "N");
+		         o->kind == OPT_RATE ? "F" : "N");
 		fprintf(f, "  %-22s %s\n  %-22s (%s, default %s)\n", flag,
-			o->help, "", o->env, o->def);
+		        o->help, "", o->env, o->def);
 	}
 	fprintf(f, "  %-22s print this help and exit\n", "--help");
 }
 
 /* Parses `text` into the option's field; false when it is not valid. */
 static bool option_set(struct options *opt, const struct option_def *o,
-		       const char *text)
+                       const char *text)
 {
 	char *end;
 	errno = 0;
@@ -192,19 +189,19 @@ static bool option_set(struct options *opt, const struct option_def *o,
 
 /* The one line a bad value gets, then exit status 2. */
 static SL_NORETURN void bad_value(const struct option_def *o, const char *where,
-				  const char *text)
+                                  const char *text)
 {
 	if (o->kind == OPT_RATE)
 		fprintf(stderr,
-			MOCK_NAME ": %s: expected a fraction from 0 to 1, "
-				  "got \"%s\"\n",
-			where, text);
+		        MOCK_NAME ": %s: expected a fraction from 0 to 1, "
+		                  "got \"%s\"\n",
+		        where, text);
 	else
 		fprintf(stderr,
-			MOCK_NAME ": %s: expected a whole number from %llu "
-				  "to %llu, got \"%s\"\n",
-			where, (unsigned long long)o->min,
-			(unsigned long long)o->max, text);
+		        MOCK_NAME ": %s: expected a whole number from %llu "
+		                  "to %llu, got \"%s\"\n",
+		        where, (unsigned long long)o->min,
+		        (unsigned long long)o->max, text);
 	exit(MOCK_EXIT_USAGE);
 }
 
@@ -239,9 +236,9 @@ static void options_parse(struct options *opt, int argc, char **argv)
 		}
 		if (strncmp(arg, "--", 2) != 0) {
 			fprintf(stderr,
-				MOCK_NAME ": unexpected argument \"%s\" (see "
-					  "--help)\n",
-				arg);
+			        MOCK_NAME ": unexpected argument \"%s\" (see "
+			                  "--help)\n",
+			        arg);
 			exit(MOCK_EXIT_USAGE);
 		}
 		const char *name = arg + 2;
@@ -250,14 +247,14 @@ static void options_parse(struct options *opt, int argc, char **argv)
 		const struct option_def *o = option_find(name, len);
 		if (!o) {
 			fprintf(stderr,
-				MOCK_NAME ": unknown option %s (see --help)\n",
-				arg);
+			        MOCK_NAME ": unknown option %s (see --help)\n",
+			        arg);
 			exit(MOCK_EXIT_USAGE);
 		}
 		const char *value = eq ? eq + 1 : argv[++i];
 		if (!value) {
 			fprintf(stderr, MOCK_NAME ": --%s needs a value\n",
-				o->name);
+			        o->name);
 			exit(MOCK_EXIT_USAGE);
 		}
 		char where[40];
@@ -323,21 +320,21 @@ struct mock;
  */
 struct generation {
 	struct mock *mock;
-	struct sl_http_request *req;	/* NULL once the client side is over */
+	struct sl_http_request *req;    /* NULL once the client side is over */
 	struct generation *prev, *next; /* the wait queue, while waiting */
 	enum api api;
 	enum fault fault;
 	bool stream;
 	bool include_usage; /* chat streams: a last event with the usage */
 	bool head_sent;
-	bool waiting;	/* in the wait queue */
+	bool waiting;   /* in the wait queue */
 	bool has_timer; /* timer initialised: free from its close callback */
-	int slot;	/* -1 until a slot is held */
+	int slot;       /* -1 until a slot is held */
 	unsigned n_tokens;
 	unsigned prompt_tokens;
-	unsigned sent;	   /* tokens produced so far */
+	unsigned sent;     /* tokens produced so far */
 	long long created; /* Unix time of arrival, for the OpenAI fields */
-	char id[48];	   /* chatcmpl-... */
+	char id[48];       /* chatcmpl-... */
 	uv_timer_t timer;  /* paces the tokens when a delay is set */
 };
 
@@ -353,8 +350,8 @@ struct mock {
 	uint64_t serial;      /* generation requests so far */
 	uint64_t ready_at_ms; /* loop time when "loading" ends */
 	struct text scratch;  /* answers are built here, then written */
-	bool paced;	      /* a delay is set: generations use timers */
-	bool filling;	      /* inside slots_fill(): do not re-enter */
+	bool paced;           /* a delay is set: generations use timers */
+	bool filling;         /* inside slots_fill(): do not re-enter */
 	bool stopping;
 };
 
@@ -370,21 +367,21 @@ static double next_uniform(struct mock *m)
 
 /* ---- responses ---- */
 
-#define JSON_TYPE   "application/json; charset=utf-8"
+#define JSON_TYPE "application/json; charset=utf-8"
 #define SSE_HEADERS "X-Accel-Buffering: no\r\n"
 
 static void respond_json(struct sl_http_request *req, int status,
-			 const struct text *t)
+                         const struct text *t)
 {
 	sl_http_respond(req, status, JSON_TYPE, NULL, t->data, t->len);
 }
 
 /* llama-server's error shape: {"error":{"code","message","type"}}. */
 static void respond_error(struct sl_http_request *req, int status,
-			  const char *type, const char *message)
+                          const char *type, const char *message)
 {
 	json_t *j = json_pack("{s:{s:i, s:s, s:s}}", "error", "code", status,
-			      "message", message, "type", type);
+	                      "message", message, "type", type);
 	char *body = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(j);
 	sl_http_respond(req, status, JSON_TYPE, NULL, body, strlen(body));
@@ -410,25 +407,25 @@ static void append_timings(struct text *t, const struct generation *g)
 	double predicted_ms = (double)o->token_delay_ms * g->n_tokens;
 	unsigned np = g->prompt_tokens, n = g->n_tokens;
 	text_printf(t,
-		    "\"timings\":{\"cache_n\":0,\"prompt_n\":%u,"
-		    "\"prompt_ms\":%.3f,\"prompt_per_token_ms\":%.3f,"
-		    "\"prompt_per_second\":%.3f,\"predicted_n\":%u,"
-		    "\"predicted_ms\":%.3f,\"predicted_per_token_ms\":%.3f,"
-		    "\"predicted_per_second\":%.3f}",
-		    np, prompt_ms, prompt_ms / np,
-		    prompt_ms > 0 ? 1e3 * np / prompt_ms : 0, n, predicted_ms,
-		    n ? predicted_ms / n : 0,
-		    predicted_ms > 0 ? 1e3 * n / predicted_ms : 0);
+	            "\"timings\":{\"cache_n\":0,\"prompt_n\":%u,"
+	            "\"prompt_ms\":%.3f,\"prompt_per_token_ms\":%.3f,"
+	            "\"prompt_per_second\":%.3f,\"predicted_n\":%u,"
+	            "\"predicted_ms\":%.3f,\"predicted_per_token_ms\":%.3f,"
+	            "\"predicted_per_second\":%.3f}",
+	            np, prompt_ms, prompt_ms / np,
+	            prompt_ms > 0 ? 1e3 * np / prompt_ms : 0, n, predicted_ms,
+	            n ? predicted_ms / n : 0,
+	            predicted_ms > 0 ? 1e3 * n / predicted_ms : 0);
 }
 
 static void append_usage(struct text *t, const struct generation *g)
 {
 	text_printf(t,
-		    "\"usage\":{\"completion_tokens\":%u,\"prompt_tokens\":%u,"
-		    "\"total_tokens\":%u,\"prompt_tokens_details\":"
-		    "{\"cached_tokens\":0}}",
-		    g->n_tokens, g->prompt_tokens,
-		    g->n_tokens + g->prompt_tokens);
+	            "\"usage\":{\"completion_tokens\":%u,\"prompt_tokens\":%u,"
+	            "\"total_tokens\":%u,\"prompt_tokens_details\":"
+	            "{\"cached_tokens\":0}}",
+	            g->n_tokens, g->prompt_tokens,
+	            g->n_tokens + g->prompt_tokens);
 }
 
 /*
@@ -437,38 +434,38 @@ static void append_usage(struct text *t, const struct generation *g)
  * prompt and every sampling setting; the mock gives the two that matter.
  */
 static void append_native_final(struct text *t, const struct generation *g,
-				bool with_text)
+                                bool with_text)
 {
 	text_printf(t, "{\"index\":0,\"content\":\"");
 	if (with_text)
 		append_pieces(t, g->n_tokens);
 	text_printf(t,
-		    "\",\"tokens\":[],\"id_slot\":%d,\"stop\":true,"
-		    "\"model\":\"" MOCK_MODEL "\",\"tokens_predicted\":%u,"
-		    "\"tokens_evaluated\":%u,\"generation_settings\":"
-		    "{\"n_predict\":%u,\"stream\":%s},\"has_new_line\":false,"
-		    "\"truncated\":false,\"stop_type\":\"limit\","
-		    "\"stopping_word\":\"\",\"tokens_cached\":%u,",
-		    g->slot, g->n_tokens, g->prompt_tokens, g->n_tokens,
-		    g->stream ? "true" : "false",
-		    g->prompt_tokens + g->n_tokens);
+	            "\",\"tokens\":[],\"id_slot\":%d,\"stop\":true,"
+	            "\"model\":\"" MOCK_MODEL "\",\"tokens_predicted\":%u,"
+	            "\"tokens_evaluated\":%u,\"generation_settings\":"
+	            "{\"n_predict\":%u,\"stream\":%s},\"has_new_line\":false,"
+	            "\"truncated\":false,\"stop_type\":\"limit\","
+	            "\"stopping_word\":\"\",\"tokens_cached\":%u,",
+	            g->slot, g->n_tokens, g->prompt_tokens, g->n_tokens,
+	            g->stream ? "true" : "false",
+	            g->prompt_tokens + g->n_tokens);
 	append_timings(t, g);
 	text_printf(t, "}");
 }
 
 /* /v1/completions' last object; streamed, it is the finish event. */
 static void append_text_final(struct text *t, const struct generation *g,
-			      bool with_text)
+                              bool with_text)
 {
 	text_printf(t, "{\"choices\":[{\"text\":\"");
 	if (with_text)
 		append_pieces(t, g->n_tokens);
 	text_printf(t,
-		    "\",\"index\":0,\"logprobs\":null,\"finish_reason\":"
-		    "\"length\"}],\"created\":%lld,\"model\":\"" MOCK_MODEL
-		    "\",\"system_fingerprint\":\"" MOCK_NAME "\","
-		    "\"object\":\"text_completion\",",
-		    g->created);
+	            "\",\"index\":0,\"logprobs\":null,\"finish_reason\":"
+	            "\"length\"}],\"created\":%lld,\"model\":\"" MOCK_MODEL
+	            "\",\"system_fingerprint\":\"" MOCK_NAME "\","
+	            "\"object\":\"text_completion\",",
+	            g->created);
 	append_usage(t, g);
 	text_printf(t, ",\"id\":\"%s\",", g->id);
 	append_timings(t, g);
@@ -478,14 +475,14 @@ static void append_text_final(struct text *t, const struct generation *g,
 static void append_chat_answer(struct text *t, const struct generation *g)
 {
 	text_printf(t,
-		    "{\"choices\":[{\"finish_reason\":\"length\",\"index\":0,"
-		    "\"message\":{\"role\":\"assistant\",\"content\":\"");
+	            "{\"choices\":[{\"finish_reason\":\"length\",\"index\":0,"
+	            "\"message\":{\"role\":\"assistant\",\"content\":\"");
 	append_pieces(t, g->n_tokens);
 	text_printf(t,
-		    "\"}}],\"created\":%lld,\"model\":\"" MOCK_MODEL "\","
-		    "\"system_fingerprint\":\"" MOCK_NAME "\","
-		    "\"object\":\"chat.completion\",",
-		    g->created);
+	            "\"}}],\"created\":%lld,\"model\":\"" MOCK_MODEL "\","
+	            "\"system_fingerprint\":\"" MOCK_NAME "\","
+	            "\"object\":\"chat.completion\",",
+	            g->created);
 	append_usage(t, g);
 	text_printf(t, ",\"id\":\"%s\",", g->id);
 	append_timings(t, g);
@@ -496,39 +493,39 @@ static void append_chat_answer(struct text *t, const struct generation *g)
 static void append_chat_chunk_tail(struct text *t, const struct generation *g)
 {
 	text_printf(t,
-		    "\"created\":%lld,\"id\":\"%s\",\"model\":\"" MOCK_MODEL
-		    "\",\"system_fingerprint\":\"" MOCK_NAME "\","
-		    "\"object\":\"chat.completion.chunk\"",
-		    g->created, g->id);
+	            "\"created\":%lld,\"id\":\"%s\",\"model\":\"" MOCK_MODEL
+	            "\",\"system_fingerprint\":\"" MOCK_NAME "\","
+	            "\"object\":\"chat.completion.chunk\"",
+	            g->created, g->id);
 }
 
 /* The SSE event of token k; a chat stream's first also carries the role. */
 static void append_token_event(struct text *t, const struct generation *g,
-			       unsigned k)
+                               unsigned k)
 {
 	switch (g->api) {
 	case API_NATIVE:
 		text_printf(t,
-			    "data: {\"index\":0,\"content\":\" tok%u\","
-			    "\"tokens\":[%u],\"stop\":false,\"id_slot\":-1,"
-			    "\"tokens_predicted\":%u,\"tokens_evaluated\":%u}"
-			    "\n\n",
-			    k, k, k + 1, g->prompt_tokens);
+		            "data: {\"index\":0,\"content\":\" tok%u\","
+		            "\"tokens\":[%u],\"stop\":false,\"id_slot\":-1,"
+		            "\"tokens_predicted\":%u,\"tokens_evaluated\":%u}"
+		            "\n\n",
+		            k, k, k + 1, g->prompt_tokens);
 		break;
 	case API_TEXT:
 		text_printf(t,
-			    "data: {\"choices\":[{\"text\":\" tok%u\","
-			    "\"index\":0,\"logprobs\":null,\"finish_reason\":"
-			    "null}],\"created\":%lld,\"model\":\"" MOCK_MODEL
-			    "\",\"system_fingerprint\":\"" MOCK_NAME "\","
-			    "\"object\":\"text_completion\",\"id\":\"%s\"}\n\n",
-			    k, g->created, g->id);
+		            "data: {\"choices\":[{\"text\":\" tok%u\","
+		            "\"index\":0,\"logprobs\":null,\"finish_reason\":"
+		            "null}],\"created\":%lld,\"model\":\"" MOCK_MODEL
+		            "\",\"system_fingerprint\":\"" MOCK_NAME "\","
+		            "\"object\":\"text_completion\",\"id\":\"%s\"}\n\n",
+		            k, g->created, g->id);
 		break;
 	case API_CHAT:
 		text_printf(t,
-			    "data: {\"choices\":[{\"finish_reason\":null,"
-			    "\"index\":0,\"delta\":{\"content\":\" tok%u\"}}],",
-			    k);
+		            "data: {\"choices\":[{\"finish_reason\":null,"
+		            "\"index\":0,\"delta\":{\"content\":\" tok%u\"}}],",
+		            k);
 		append_chat_chunk_tail(t, g);
 		text_printf(t, "}\n\n");
 		break;
@@ -538,8 +535,8 @@ static void append_token_event(struct text *t, const struct generation *g,
 static void append_role_event(struct text *t, const struct generation *g)
 {
 	text_printf(t, "data: {\"choices\":[{\"finish_reason\":null,"
-		       "\"index\":0,\"delta\":{\"role\":\"assistant\","
-		       "\"content\":null}}],");
+	               "\"index\":0,\"delta\":{\"role\":\"assistant\","
+	               "\"content\":null}}],");
 	append_chat_chunk_tail(t, g);
 	text_printf(t, "}\n\n");
 }
@@ -559,7 +556,7 @@ static void append_final_events(struct text *t, const struct generation *g)
 	case API_TEXT: append_text_final(t, g, false); break;
 	case API_CHAT:
 		text_printf(t, "{\"choices\":[{\"finish_reason\":\"length\","
-			       "\"index\":0,\"delta\":{}}],");
+		               "\"index\":0,\"delta\":{}}],");
 		append_chat_chunk_tail(t, g);
 		if (g->include_usage) {
 			text_printf(t, "}\n\ndata: {\"choices\":[],");
@@ -652,7 +649,7 @@ static void stream_produce(struct generation *g, unsigned upto)
 	if (!g->head_sent) {
 		g->head_sent = true;
 		if (sl_http_stream_start(g->req, 200, "text/event-stream",
-					 SSE_HEADERS, -1) != 0) {
+		                         SSE_HEADERS, -1) != 0) {
 			close_client(g);
 			return;
 		}
@@ -844,14 +841,14 @@ static unsigned count_prompt(json_t *v)
 static unsigned token_budget(const struct mock *m, json_t *doc, enum api api)
 {
 	json_t *v = json_object_get(doc, api == API_NATIVE ? "n_predict"
-							   : "max_tokens");
+	                                                   : "max_tokens");
 	if (!json_is_integer(v) || json_integer_value(v) < 0)
 		return (unsigned)m->opt.tokens;
 	return (unsigned)SL_MIN(json_integer_value(v), (json_int_t)MOCK_N_CTX);
 }
 
 static void handle_generation(struct mock *m, struct sl_http_request *req,
-			      enum api api)
+                              enum api api)
 {
 	json_error_t jerr;
 	json_t *doc =
@@ -860,8 +857,8 @@ static void handle_generation(struct mock *m, struct sl_http_request *req,
 		char message[256] = "the request body must be a JSON object";
 		if (!doc)
 			snprintf(message, sizeof(message),
-				 "parse error at line %d, column %d: %s",
-				 jerr.line, jerr.column, jerr.text);
+			         "parse error at line %d, column %d: %s",
+			         jerr.line, jerr.column, jerr.text);
 		json_decref(doc);
 		respond_error(req, 400, "invalid_request_error", message);
 		return;
@@ -874,16 +871,16 @@ static void handle_generation(struct mock *m, struct sl_http_request *req,
 	if (fail_draw < m->opt.fail_rate) {
 		json_decref(doc);
 		respond_error(req, (int)m->opt.fail_status, "server_error",
-			      "mock failure");
+		              "mock failure");
 		return;
 	}
 	struct generation *g = sl_xcalloc(1, sizeof(*g));
 	g->mock = m;
 	g->req = req;
 	g->api = api;
-	g->fault = hang_draw < m->opt.hang_rate	    ? FAULT_HANG
-		   : close_draw < m->opt.close_rate ? FAULT_CLOSE
-						    : FAULT_NONE;
+	g->fault = hang_draw < m->opt.hang_rate     ? FAULT_HANG
+	           : close_draw < m->opt.close_rate ? FAULT_CLOSE
+	                                            : FAULT_NONE;
 	g->stream = json_is_true(json_object_get(doc, "stream"));
 	g->include_usage = json_is_true(json_object_get(
 	    json_object_get(doc, "stream_options"), "include_usage"));
@@ -894,7 +891,7 @@ static void handle_generation(struct mock *m, struct sl_http_request *req,
 	g->slot = -1;
 	g->created = (long long)time(NULL);
 	snprintf(g->id, sizeof(g->id), "chatcmpl-mock%016llx",
-		 (unsigned long long)serial);
+	         (unsigned long long)serial);
 	json_decref(doc);
 	req->handler_data = g;
 	req->on_abort = on_client_abort;
@@ -914,10 +911,10 @@ static void handle_props(struct mock *m, struct sl_http_request *req)
 	struct text *t = &m->scratch;
 	t->len = 0;
 	text_printf(t,
-		    "{\"default_generation_settings\":{\"n_ctx\":%u},"
-		    "\"total_slots\":%u,\"model_path\":\"" MOCK_MODEL "\","
-		    "\"build_info\":\"" MOCK_NAME "\"}",
-		    MOCK_N_CTX, (unsigned)m->opt.slots);
+	            "{\"default_generation_settings\":{\"n_ctx\":%u},"
+	            "\"total_slots\":%u,\"model_path\":\"" MOCK_MODEL "\","
+	            "\"build_info\":\"" MOCK_NAME "\"}",
+	            MOCK_N_CTX, (unsigned)m->opt.slots);
 	respond_json(req, 200, t);
 }
 
@@ -928,9 +925,9 @@ static void handle_slots(struct mock *m, struct sl_http_request *req)
 	text_printf(t, "[");
 	for (unsigned i = 0; i < m->opt.slots; i++)
 		text_printf(t,
-			    "%s{\"id\":%u,\"n_ctx\":%u,\"is_processing\":%s}",
-			    i ? "," : "", i, MOCK_N_CTX,
-			    m->slots[i] ? "true" : "false");
+		            "%s{\"id\":%u,\"n_ctx\":%u,\"is_processing\":%s}",
+		            i ? "," : "", i, MOCK_N_CTX,
+		            m->slots[i] ? "true" : "false");
 	text_printf(t, "]");
 	respond_json(req, 200, t);
 }
@@ -940,10 +937,10 @@ static void handle_models(struct mock *m, struct sl_http_request *req)
 	struct text *t = &m->scratch;
 	t->len = 0;
 	text_printf(t,
-		    "{\"object\":\"list\",\"data\":[{\"id\":\"" MOCK_MODEL
-		    "\",\"object\":\"model\",\"created\":%lld,"
-		    "\"owned_by\":\"llamacpp\",\"meta\":null}]}",
-		    (long long)time(NULL));
+	            "{\"object\":\"list\",\"data\":[{\"id\":\"" MOCK_MODEL
+	            "\",\"object\":\"model\",\"created\":%lld,"
+	            "\"owned_by\":\"llamacpp\",\"meta\":null}]}",
+	            (long long)time(NULL));
 	respond_json(req, 200, t);
 }
 
@@ -969,14 +966,14 @@ struct route {
 };
 
 static const struct route routes[] = {
-	{"/health", HTTP_GET, handle_health},
-	{"/props", HTTP_GET, handle_props},
-	{"/slots", HTTP_GET, handle_slots},
-	{"/v1/models", HTTP_GET, handle_models},
-	{"/completion", HTTP_POST, handle_native},
-	{"/completions", HTTP_POST, handle_native},
-	{"/v1/completions", HTTP_POST, handle_text},
-	{"/v1/chat/completions", HTTP_POST, handle_chat},
+    {"/health", HTTP_GET, handle_health},
+    {"/props", HTTP_GET, handle_props},
+    {"/slots", HTTP_GET, handle_slots},
+    {"/v1/models", HTTP_GET, handle_models},
+    {"/completion", HTTP_POST, handle_native},
+    {"/completions", HTTP_POST, handle_native},
+    {"/v1/completions", HTTP_POST, handle_text},
+    {"/v1/chat/completions", HTTP_POST, handle_chat},
 };
 
 static void dispatch(struct sl_http_request *req, void *data)
@@ -989,7 +986,7 @@ static void dispatch(struct sl_http_request *req, void *data)
 		/* While "loading", llama-server answers this to everything. */
 		if (loading(m))
 			respond_error(req, 503, "unavailable_error",
-				      "Loading model");
+			              "Loading model");
 		else
 			routes[i].handler(m, req);
 		return;
@@ -1043,12 +1040,12 @@ int main(int argc, char **argv)
 	int code = EXIT_SUCCESS;
 	int rc =
 	    sl_http_server_listen(&m->server, &m->loop, "127.0.0.1",
-				  (unsigned)m->opt.port, &limits, dispatch, m);
+	                          (unsigned)m->opt.port, &limits, dispatch, m);
 	if (rc != 0) {
 		fprintf(stderr,
-			MOCK_NAME ": cannot listen on 127.0.0.1:%llu: "
-				  "%s\n",
-			(unsigned long long)m->opt.port, sl_strerror(rc));
+		        MOCK_NAME ": cannot listen on 127.0.0.1:%llu: "
+		                  "%s\n",
+		        (unsigned long long)m->opt.port, sl_strerror(rc));
 		code = EXIT_FAILURE;
 		m->stopping = true;
 		uv_close((uv_handle_t *)&m->sigint, NULL);
@@ -1057,17 +1054,17 @@ int main(int argc, char **argv)
 	} else {
 		m->ready_at_ms = uv_now(&m->loop) + m->opt.start_delay_ms;
 		fprintf(stderr,
-			MOCK_NAME " listening on http://127.0.0.1:%u (%u "
-				  "slots)\n",
-			sl_http_server_port(&m->server),
-			(unsigned)m->opt.slots);
+		        MOCK_NAME " listening on http://127.0.0.1:%u (%u "
+		                  "slots)\n",
+		        sl_http_server_port(&m->server),
+		        (unsigned)m->opt.slots);
 	}
 	uv_run(&m->loop, UV_RUN_DEFAULT);
 	rc = uv_loop_close(&m->loop);
 	if (rc != 0) {
 		/* A handle left open: a bug here, not the caller's problem. */
 		fprintf(stderr, MOCK_NAME ": loop not empty at exit: %s\n",
-			uv_strerror(rc));
+		        uv_strerror(rc));
 		code = EXIT_FAILURE;
 	}
 	free(m->slots);

@@ -27,7 +27,7 @@ static unsigned free_slots(void *ctx)
 }
 
 static void dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
-		     uint64_t now)
+                     uint64_t now)
 {
 	struct bench *b = ctx;
 	(void)items;
@@ -58,18 +58,18 @@ static double ns_per(uint64_t start, uint64_t end, unsigned n)
 
 int main(int argc, char **argv)
 {
-	unsigned max_n = argc > 1 ? (unsigned)strtoul(argv[1], NULL, 10)
-				  : 1000000;
+	unsigned max_n =
+	    argc > 1 ? (unsigned)strtoul(argv[1], NULL, 10) : 1000000;
 	printf("| queued N | insert ns/op | remove ns/op | pop ns/op | "
 	       "pop / log2(N) |\n|---:|---:|---:|---:|---:|\n");
 	for (unsigned n = 1000; n <= max_n; n *= 10) {
 		struct sl_sched_config cfg = {
-			.aging_rate = 0.2,
-			.window_ms = 0,
-			.max_batch = 1,
-			.max_queue = n,
-			.queue_timeout_ms = UINT64_MAX / 4,
-			.urgent_bypass = true,
+		    .aging_rate = 0.2,
+		    .window_ms = 0,
+		    .max_batch = 1,
+		    .max_queue = n,
+		    .queue_timeout_ms = UINT64_MAX / 4,
+		    .urgent_bypass = true,
 		};
 		struct bench b = {0};
 		struct sl_sched s;
@@ -80,7 +80,8 @@ int main(int argc, char **argv)
 		uint64_t t0 = sl_now_ns();
 		for (unsigned i = 0; i < n; i++) {
 			rng = rng * 6364136223846793005u + 1;
-			sl_sched_push(&s, &items[i], (double)(rng >> 62), i / 8);
+			sl_sched_push(&s, &items[i], (double)(rng >> 62),
+			              i / 8);
 		}
 		uint64_t t1 = sl_now_ns();
 		unsigned removed = n / 10;
@@ -95,7 +96,7 @@ int main(int argc, char **argv)
 		uint64_t t3 = sl_now_ns();
 		if (b.dispatched != left || sl_sched_depth(&s) != 0) {
 			fprintf(stderr, "sched-bench: %llu of %u dispatched\n",
-				b.dispatched, left);
+			        b.dispatched, left);
 			return 1;
 		}
 		double pop = ns_per(t2, t3, left);

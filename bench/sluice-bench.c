@@ -42,10 +42,10 @@ extern char **environ;
 
 enum endpoint { EP_CHAT, EP_COMPLETIONS, EP_COMPLETION, EP_GENERATE, EP_INFER };
 static const char *const endpoint_names[] = {"chat", "completions",
-					     "completion", "generate", "infer"};
-static const char *const endpoint_paths[] = {
-	"/v1/chat/completions", "/v1/completions", "/completion", "/generate",
-	"/infer"};
+                                             "completion", "generate", "infer"};
+static const char *const endpoint_paths[] = {"/v1/chat/completions",
+                                             "/v1/completions", "/completion",
+                                             "/generate", "/infer"};
 
 /* Priority classes, as sluice names them; index 0 of the stats is "all". */
 enum { CLASS_ALL, CLASS_URGENT, CLASS_NORMAL, CLASS_BATCH, N_CLASSES };
@@ -86,6 +86,7 @@ struct opt_def {
 	const char *name, *env, *def, *help;
 };
 
+/* clang-format off */
 static const struct opt_def opt_defs[] = {
 	{"url", "SLUICE_BENCH_URL", "http://127.0.0.1:8080",
 	 "base URL of sluice (or of a llama-server)"},
@@ -124,6 +125,7 @@ static const struct opt_def opt_defs[] = {
 	{"seed", "SLUICE_BENCH_SEED", "1", "seed for prompts, mix and arrivals"},
 	{"quiet", "SLUICE_BENCH_QUIET", "off", "no progress line"},
 };
+/* clang-format on */
 #define N_OPTS SL_ARRAY_SIZE(opt_defs)
 
 SL_NORETURN SL_PRINTF(1, 2) static void usage_error(const char *fmt, ...)
@@ -154,7 +156,7 @@ static double number(const char *name, const char *v, double lo, double hi)
 	double d = strtod(v, &end);
 	if (end == v || *end || !isfinite(d) || d < lo || d > hi)
 		usage_error("--%s: expected a number from %g to %g, got \"%s\"",
-			    name, lo, hi, v);
+		            name, lo, hi, v);
 	return d;
 }
 
@@ -175,9 +177,9 @@ static void parse_levels(struct options *o, const char *v)
 	     t = strtok_r(NULL, ",", &save)) {
 		if (o->n_levels == MAX_LEVELS)
 			usage_error("--concurrency-sweep: at most %d levels",
-				    MAX_LEVELS);
+			            MAX_LEVELS);
 		o->levels[o->n_levels++] =
-			(unsigned)number("concurrency-sweep", t, 1, 1000000);
+		    (unsigned)number("concurrency-sweep", t, 1, 1000000);
 	}
 	free(copy);
 	if (o->n_levels == 0)
@@ -198,16 +200,16 @@ static void parse_mix(struct options *o, const char *v)
 				c = k;
 		if (!c)
 			usage_error("--priority-mix: expected CLASS=FRACTION "
-				    "with CLASS urgent, normal or batch, got "
-				    "\"%s\"",
-				    t);
+			            "with CLASS urgent, normal or batch, got "
+			            "\"%s\"",
+			            t);
 		o->mix[c] = number("priority-mix", eq + 1, 0, 1);
 		total += o->mix[c];
 	}
 	free(copy);
 	if (fabs(total - 1) > 1e-6)
 		usage_error("--priority-mix: the fractions add up to %g, not 1",
-			    total);
+		            total);
 	o->has_mix = true;
 }
 
@@ -225,8 +227,8 @@ static void apply(struct options *o, size_t i, const char *v)
 			k++;
 		if (k == SL_ARRAY_SIZE(endpoint_names))
 			usage_error("--endpoint: expected chat, completions, "
-				    "completion, generate or infer, got \"%s\"",
-				    v);
+			            "completion, generate or infer, got \"%s\"",
+			            v);
 		o->endpoint = (enum endpoint)k;
 	} else if (!strcmp(n, "stream"))
 		o->stream = on_off(n, v);
@@ -241,8 +243,8 @@ static void apply(struct options *o, size_t i, const char *v)
 	else if (!strcmp(n, "arrivals")) {
 		if (strcmp(v, "poisson") && strcmp(v, "constant"))
 			usage_error("--arrivals: expected poisson or constant, "
-				    "got \"%s\"",
-				    v);
+			            "got \"%s\"",
+			            v);
 		o->poisson = !strcmp(v, "poisson");
 	} else if (!strcmp(n, "requests"))
 		o->requests = (uint64_t)number(n, v, 1, 1e12);
@@ -295,12 +297,12 @@ static void parse_options(struct options *o, int argc, char **argv)
 		}
 		if (strncmp(argv[a], "--", 2))
 			usage_error("%s: unexpected argument (see --help)",
-				    argv[a]);
+			            argv[a]);
 		const char *name = argv[a] + 2, *eq = strchr(name, '=');
 		size_t len = eq ? (size_t)(eq - name) : strlen(name);
 		size_t i = 0;
 		while (i < N_OPTS && (strlen(opt_defs[i].name) != len ||
-				      strncmp(opt_defs[i].name, name, len)))
+		                      strncmp(opt_defs[i].name, name, len)))
 			i++;
 		if (i == N_OPTS)
 			usage_error("%s: unknown option (see --help)", argv[a]);
@@ -320,9 +322,9 @@ static void parse_options(struct options *o, int argc, char **argv)
 /* ---- prompts ---- */
 
 static const char *const words[] = {
-	"river", "stone", "light", "north", "quiet", "field", "the", "of",
-	"and", "a", "story", "about", "time", "water", "mountain", "city",
-	"please", "tell", "me", "why", "how", "what", "write", "short",
+    "river",  "stone", "light", "north", "quiet", "field", "the",      "of",
+    "and",    "a",     "story", "about", "time",  "water", "mountain", "city",
+    "please", "tell",  "me",    "why",   "how",   "what",  "write",    "short",
 };
 
 struct prompts {
@@ -357,11 +359,12 @@ static void load_prompts(struct prompts *p, const char *file)
 			continue;
 		json_error_t err;
 		json_t *j = json_loads(line, JSON_DECODE_ANY, &err);
-		json_t *text = json_is_string(j) ? j : json_object_get(j, "prompt");
+		json_t *text =
+		    json_is_string(j) ? j : json_object_get(j, "prompt");
 		if (!json_is_string(text))
 			usage_error("--prompts %s: line %u is not a string or "
-				    "an object with \"prompt\"",
-				    file, no);
+			            "an object with \"prompt\"",
+			            file, no);
 		p->items = sl_xrealloc(p->items, (p->n + 1) * sizeof(char *));
 		p->items[p->n++] = sl_xstrdup(json_string_value(text));
 		json_decref(j);
@@ -379,9 +382,9 @@ static char *make_prompt(unsigned mean, uint64_t *rng)
 	size_t cap = (size_t)n * 12 + 1, len = 0;
 	char *s = sl_xmalloc(cap);
 	for (unsigned i = 0; i < n; i++)
-		len += (size_t)snprintf(s + len, cap - len, "%s%s", i ? " " : "",
-					words[rng_next(rng) %
-					      SL_ARRAY_SIZE(words)]);
+		len += (size_t)snprintf(
+		    s + len, cap - len, "%s%s", i ? " " : "",
+		    words[rng_next(rng) % SL_ARRAY_SIZE(words)]);
 	return s;
 }
 
@@ -492,25 +495,25 @@ static void read_json(struct request *r, json_t *j, bool streamed)
 	json_t *usage = json_object_get(j, "usage");
 	if (json_is_object(usage))
 		r->tokens_final = (uint64_t)json_integer_value(
-			json_object_get(usage, "completion_tokens"));
+		    json_object_get(usage, "completion_tokens"));
 	json_t *tp = json_object_get(j, "tokens_predicted");
 	if (json_is_true(json_object_get(j, "stop")) || !streamed)
-		r->tokens_final = SL_MAX(r->tokens_final,
-					 (uint64_t)json_integer_value(tp));
+		r->tokens_final =
+		    SL_MAX(r->tokens_final, (uint64_t)json_integer_value(tp));
 	json_t *gt = json_object_get(j, "tokens"); /* /generate's totals */
 	if (json_is_integer(gt) && json_object_get(j, "finish_reason"))
 		r->tokens_final = (uint64_t)json_integer_value(gt);
 	if (!streamed)
 		return;
 	json_t *c = json_array_get(json_object_get(j, "choices"), 0);
-	bool piece = nonempty(json_object_get(json_object_get(c, "delta"),
-					      "content")) ||
-		     nonempty(json_object_get(c, "text"));
+	bool piece =
+	    nonempty(json_object_get(json_object_get(c, "delta"), "content")) ||
+	    nonempty(json_object_get(c, "text"));
 	if (r->b->o.endpoint == EP_COMPLETION)
 		piece = nonempty(json_object_get(j, "content"));
 	if (r->b->o.endpoint == EP_GENERATE)
 		piece = nonempty(json_object_get(j, "text")) &&
-			!json_object_get(j, "finish_reason");
+		        !json_object_get(j, "finish_reason");
 	if (piece)
 		token(r);
 }
@@ -540,7 +543,7 @@ static size_t on_data(char *data, size_t size, size_t n, void *arg)
 	size_t len = size * n;
 	if (r->b->o.stream)
 		return sl_sse_feed(&r->sse, data, len, on_event, r) == 0 ? len
-									 : 0;
+		                                                         : 0;
 	if (r->resp_len + len > MAX_BODY)
 		return 0;
 	r->resp = sl_xrealloc(r->resp, r->resp_len + len + 1);
@@ -580,10 +583,10 @@ static void on_done(struct sl_transfer *t, CURLcode rc)
 		json_decref(j);
 	}
 	if (!ok && !b->run->first_error[0])
-		snprintf(b->run->first_error, sizeof(b->run->first_error),
-			 "%s", rc != CURLE_OK ? curl_easy_strerror(rc)
-			       : r->error[0] ? r->error
-					     : "HTTP status not 200");
+		snprintf(b->run->first_error, sizeof(b->run->first_error), "%s",
+		         rc != CURLE_OK ? curl_easy_strerror(rc)
+		         : r->error[0]  ? r->error
+		                        : "HTTP status not 200");
 	if (!ok && rc == CURLE_OK && status != 200 && !r->error[0])
 		snprintf(r->error, sizeof(r->error), "HTTP %ld", status);
 	add_to(&b->run->cls[CLASS_ALL], r, ok);
@@ -620,33 +623,32 @@ static char *request_body(struct bench *b, const char *prompt)
 	switch (o->endpoint) {
 	case EP_CHAT:
 		j = json_pack("{s:[{s:s, s:s}], s:i, s:f, s:b}", "messages",
-			      "role", "user", "content", prompt, "max_tokens",
-			      (int)o->max_tokens, "temperature", o->temperature,
-			      "stream", o->stream);
+		              "role", "user", "content", prompt, "max_tokens",
+		              (int)o->max_tokens, "temperature", o->temperature,
+		              "stream", o->stream);
 		break;
 	case EP_COMPLETIONS:
 		j = json_pack("{s:s, s:i, s:f, s:b}", "prompt", prompt,
-			      "max_tokens", (int)o->max_tokens, "temperature",
-			      o->temperature, "stream", o->stream);
+		              "max_tokens", (int)o->max_tokens, "temperature",
+		              o->temperature, "stream", o->stream);
 		break;
 	case EP_COMPLETION:
 		j = json_pack("{s:s, s:i, s:f, s:b}", "prompt", prompt,
-			      "n_predict", (int)o->max_tokens, "temperature",
-			      o->temperature, "stream", o->stream);
+		              "n_predict", (int)o->max_tokens, "temperature",
+		              o->temperature, "stream", o->stream);
 		break;
 	case EP_GENERATE:
 		j = json_pack("{s:s, s:i, s:f, s:b}", "prompt", prompt,
-			      "max_tokens", (int)o->max_tokens, "temperature",
-			      o->temperature, "stream", o->stream);
+		              "max_tokens", (int)o->max_tokens, "temperature",
+		              o->temperature, "stream", o->stream);
 		break;
-	default:
-		j = json_pack("{s:s}", "query", prompt);
-		break;
+	default: j = json_pack("{s:s}", "query", prompt); break;
 	}
 	/* Exact token counts from OpenAI streams come in a usage event. */
-	if (o->stream && (o->endpoint == EP_CHAT || o->endpoint == EP_COMPLETIONS))
+	if (o->stream &&
+	    (o->endpoint == EP_CHAT || o->endpoint == EP_COMPLETIONS))
 		json_object_set_new(j, "stream_options",
-				    json_pack("{s:b}", "include_usage", 1));
+		                    json_pack("{s:b}", "include_usage", 1));
 	char *s = json_dumps(j, JSON_COMPACT);
 	json_decref(j);
 	return s;
@@ -676,11 +678,13 @@ static void issue(struct bench *b)
 	r->t.easy = e;
 	r->t.on_done = on_done;
 	r->t.data = r;
-	char *url = sl_xasprintf("%s%s", b->o.url, endpoint_paths[b->o.endpoint]);
+	char *url =
+	    sl_xasprintf("%s%s", b->o.url, endpoint_paths[b->o.endpoint]);
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	free(url);
 	sl_curl_common_options(e);
-	r->headers = curl_slist_append(r->headers, "Content-Type: application/json");
+	r->headers =
+	    curl_slist_append(r->headers, "Content-Type: application/json");
 	r->headers = curl_slist_append(r->headers, "Expect:");
 	if (r->cls != CLASS_ALL) {
 		char h[48];
@@ -688,7 +692,8 @@ static void issue(struct bench *b)
 		r->headers = curl_slist_append(r->headers, h);
 	}
 	if (b->o.api_key) {
-		char *h = sl_xasprintf("Authorization: Bearer %s", b->o.api_key);
+		char *h =
+		    sl_xasprintf("Authorization: Bearer %s", b->o.api_key);
 		r->headers = curl_slist_append(r->headers, h);
 		free(h);
 	}
@@ -721,13 +726,13 @@ static void on_arrival(uv_timer_t *t)
 		if (b->inflight < MAX_OPEN_INFLIGHT)
 			issue(b);
 		double gap = b->o.poisson ? -log(rng_unit(&b->rng)) / b->o.rate
-					  : 1.0 / b->o.rate;
+		                          : 1.0 / b->o.rate;
 		b->next_arrival_ns += (uint64_t)(gap * 1e9);
 	}
 	if (!b->stop_issuing) {
 		uint64_t wait = b->next_arrival_ns - now;
 		uv_timer_start(&b->arrivals, on_arrival,
-			       (wait + 999999) / 1000000, 0);
+		               (wait + 999999) / 1000000, 0);
 	}
 	if (run_over(b))
 		finish_run(b);
@@ -737,12 +742,12 @@ static void on_progress(uv_timer_t *t)
 {
 	struct bench *b = t->data;
 	const struct stats *s = &b->run->cls[CLASS_ALL];
-	fprintf(stderr,
-		"\r%s c=%u: %llu/%llu done, %llu ok, %llu failed, %.1f req/s   ",
-		b->o.label, b->run->concurrency, (unsigned long long)b->done,
-		(unsigned long long)b->o.requests, (unsigned long long)s->ok,
-		(unsigned long long)s->failed,
-		bs_rate(b->done, elapsed_s(b)));
+	fprintf(
+	    stderr,
+	    "\r%s c=%u: %llu/%llu done, %llu ok, %llu failed, %.1f req/s   ",
+	    b->o.label, b->run->concurrency, (unsigned long long)b->done,
+	    (unsigned long long)b->o.requests, (unsigned long long)s->ok,
+	    (unsigned long long)s->failed, bs_rate(b->done, elapsed_s(b)));
 }
 
 /* ---- the target's own summary: batches ---- */
@@ -750,7 +755,8 @@ static void on_progress(uv_timer_t *t)
 static void read_summary(struct bench *b, double *batches, double *batched)
 {
 	*batches = *batched = NAN;
-	json_t *j = b->metrics.body ? json_loads(b->metrics.body, 0, NULL) : NULL;
+	json_t *j =
+	    b->metrics.body ? json_loads(b->metrics.body, 0, NULL) : NULL;
 	json_t *n = json_object_get(j, "batches");
 	json_t *avg = json_object_get(j, "avg_batch_size");
 	if (json_is_number(n) && json_is_number(avg)) {
@@ -794,9 +800,8 @@ static void on_metrics_after(struct sl_get *g, long status, const char *err)
 	if (status == 200)
 		read_summary(b, &batches, &batched);
 	r->batches = batches - b->batches_before;
-	r->avg_batch_size = r->batches > 0
-				    ? (batched - b->batched_before) / r->batches
-				    : NAN;
+	r->avg_batch_size =
+	    r->batches > 0 ? (batched - b->batched_before) / r->batches : NAN;
 	if (r->batches == 0)
 		r->avg_batch_size = 0;
 	b->n_results++;
@@ -846,7 +851,7 @@ static void on_sigint(uv_signal_t *s, int signum)
 	struct bench *b = s->data;
 	(void)signum;
 	fprintf(stderr, "\nsluice-bench: interrupted; finishing what is in "
-			"flight\n");
+	                "flight\n");
 	b->interrupted = true;
 	b->stop_issuing = true;
 	if (run_over(b))
@@ -868,25 +873,36 @@ struct row {
 	char cells[16][72];
 };
 
-static const char *const columns[] = {
-	"run", "requests", "concurrency", "success", "fail", "avg latency ms",
-	"p50 latency ms", "p95 latency ms", "p99 latency ms", "req/s",
-	"TTFT p50 ms", "TTFT p99 ms", "ITL p99 ms", "output tok/s",
-	"avg batch size", "batches"};
+static const char *const columns[] = {"run",
+                                      "requests",
+                                      "concurrency",
+                                      "success",
+                                      "fail",
+                                      "avg latency ms",
+                                      "p50 latency ms",
+                                      "p95 latency ms",
+                                      "p99 latency ms",
+                                      "req/s",
+                                      "TTFT p50 ms",
+                                      "TTFT p99 ms",
+                                      "ITL p99 ms",
+                                      "output tok/s",
+                                      "avg batch size",
+                                      "batches"};
 
 static void make_row(const struct bench *b, struct run_result *r, int c,
-		     struct row *row)
+                     struct row *row)
 {
 	struct stats *s = &r->cls[c];
 	char name[64];
 	snprintf(name, sizeof(name), "%s%s%s%s", b->o.label,
-		 b->o.label[0] && c ? " " : "", c ? class_names[c] : "",
-		 !b->o.label[0] && !c ? "run" : "");
+	         b->o.label[0] && c ? " " : "", c ? class_names[c] : "",
+	         !b->o.label[0] && !c ? "run" : "");
 	double load = r->rate > 0 ? r->rate : r->concurrency;
 	const size_t w = sizeof(row->cells[0]);
 	snprintf(row->cells[0], w, "%s", name);
 	snprintf(row->cells[1], w, "%llu",
-		 (unsigned long long)(s->ok + s->failed));
+	         (unsigned long long)(s->ok + s->failed));
 	if (r->rate > 0)
 		snprintf(row->cells[2], w, "%g/s", load);
 	else
@@ -935,9 +951,10 @@ static void print_markdown(struct bench *b)
 			printf("|\n");
 		}
 		if (b->results[k].first_error[0])
-			fprintf(stderr, "sluice-bench: c=%u: first failure: %s\n",
-				b->results[k].concurrency,
-				b->results[k].first_error);
+			fprintf(stderr,
+			        "sluice-bench: c=%u: first failure: %s\n",
+			        b->results[k].concurrency,
+			        b->results[k].first_error);
 	}
 }
 
@@ -978,28 +995,34 @@ static void write_json(struct bench *b, const char *path)
 		struct run_result *r = &b->results[k];
 		for (int i = 0; i < n; i++) {
 			struct stats *s = &r->cls[list[i]];
-			json_array_append_new(runs, json_pack(
-				"{s:s, s:s, s:i, s:f, s:I, s:I, s:I, s:o, s:o, s:o, "
-				"s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:f}",
-				"label", b->o.label, "class",
-				class_names[list[i]], "concurrency",
-				(int)r->concurrency, "rate", r->rate, "requests",
-				(json_int_t)(s->ok + s->failed), "success",
-				(json_int_t)s->ok, "fail", (json_int_t)s->failed,
-				"avg_latency_ms", num(bs_mean(&s->latency)),
-				"p50_latency_ms", num(bs_percentile(&s->latency, 50)),
-				"p95_latency_ms", num(bs_percentile(&s->latency, 95)),
-				"p99_latency_ms", num(bs_percentile(&s->latency, 99)),
-				"req_per_s", num(bs_rate(s->ok, r->elapsed_s)),
-				"ttft_p50_ms", num(bs_percentile(&s->ttft, 50)),
-				"ttft_p99_ms", num(bs_percentile(&s->ttft, 99)),
-				"itl_p99_ms", num(bs_percentile(&s->itl, 99)),
-				"output_tokens_per_s",
-				num(bs_rate(s->tokens, r->elapsed_s)),
-				"avg_batch_size",
-				num(list[i] ? NAN : r->avg_batch_size), "batches",
-				num(list[i] ? NAN : r->batches), "elapsed_s",
-				r->elapsed_s));
+			json_array_append_new(
+			    runs,
+			    json_pack(
+			        "{s:s, s:s, s:i, s:f, s:I, s:I, s:I, s:o, s:o, "
+			        "s:o, "
+			        "s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:f}",
+			        "label", b->o.label, "class",
+			        class_names[list[i]], "concurrency",
+			        (int)r->concurrency, "rate", r->rate,
+			        "requests", (json_int_t)(s->ok + s->failed),
+			        "success", (json_int_t)s->ok, "fail",
+			        (json_int_t)s->failed, "avg_latency_ms",
+			        num(bs_mean(&s->latency)), "p50_latency_ms",
+			        num(bs_percentile(&s->latency, 50)),
+			        "p95_latency_ms",
+			        num(bs_percentile(&s->latency, 95)),
+			        "p99_latency_ms",
+			        num(bs_percentile(&s->latency, 99)),
+			        "req_per_s", num(bs_rate(s->ok, r->elapsed_s)),
+			        "ttft_p50_ms", num(bs_percentile(&s->ttft, 50)),
+			        "ttft_p99_ms", num(bs_percentile(&s->ttft, 99)),
+			        "itl_p99_ms", num(bs_percentile(&s->itl, 99)),
+			        "output_tokens_per_s",
+			        num(bs_rate(s->tokens, r->elapsed_s)),
+			        "avg_batch_size",
+			        num(list[i] ? NAN : r->avg_batch_size),
+			        "batches", num(list[i] ? NAN : r->batches),
+			        "elapsed_s", r->elapsed_s));
 		}
 	}
 	json_t *doc = json_pack("{s:o}", "runs", runs);
@@ -1020,30 +1043,30 @@ static void plot(struct bench *b, const char *svg)
 		struct run_result *r = &b->results[k];
 		struct stats *s = &r->cls[CLASS_ALL];
 		fprintf(f, "%u %g %g %g %g\n", r->concurrency,
-			bs_percentile(&s->latency, 50),
-			bs_percentile(&s->latency, 95),
-			bs_percentile(&s->latency, 99),
-			bs_rate(s->ok, r->elapsed_s));
+		        bs_percentile(&s->latency, 50),
+		        bs_percentile(&s->latency, 95),
+		        bs_percentile(&s->latency, 99),
+		        bs_rate(s->ok, r->elapsed_s));
 	}
 	fclose(f);
 	char *script = sl_xasprintf(
-		"set terminal svg size 900,420 dynamic background rgb 'white';"
-		"set output '%s'; set multiplot layout 1,2 title '%s';"
-		"set logscale x 2; set xlabel 'concurrency'; set grid;"
-		"set ylabel 'latency (ms)'; set key top left;"
-		"plot '%s' u 1:2 w lp t 'p50', '' u 1:3 w lp t 'p95',"
-		" '' u 1:4 w lp t 'p99';"
-		"set ylabel 'requests/s'; set key off;"
-		"plot '%s' u 1:5 w lp lw 2; unset multiplot",
-		svg, b->o.label[0] ? b->o.label : "sluice-bench", data, data);
+	    "set terminal svg size 900,420 dynamic background rgb 'white';"
+	    "set output '%s'; set multiplot layout 1,2 title '%s';"
+	    "set logscale x 2; set xlabel 'concurrency'; set grid;"
+	    "set ylabel 'latency (ms)'; set key top left;"
+	    "plot '%s' u 1:2 w lp t 'p50', '' u 1:3 w lp t 'p95',"
+	    " '' u 1:4 w lp t 'p99';"
+	    "set ylabel 'requests/s'; set key off;"
+	    "plot '%s' u 1:5 w lp lw 2; unset multiplot",
+	    svg, b->o.label[0] ? b->o.label : "sluice-bench", data, data);
 	char *argv[] = {"gnuplot", "-e", script, NULL};
 	pid_t pid;
 	int status = 0;
 	if (posix_spawnp(&pid, "gnuplot", NULL, NULL, argv, environ) != 0) {
 		fprintf(stderr, "sluice-bench: --plot: gnuplot is not "
-				"installed; no plot drawn\n");
+		                "installed; no plot drawn\n");
 	} else if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
-		   WEXITSTATUS(status) != 0) {
+	           WEXITSTATUS(status) != 0) {
 		fprintf(stderr, "sluice-bench: --plot: gnuplot failed\n");
 	}
 	free(script);
@@ -1079,7 +1102,7 @@ int main(int argc, char **argv)
 	if (b->o.rate > 0)
 		most = SL_MAX(most, 1024u);
 	curl_multi_setopt(b->curl.multi, CURLMOPT_MAX_HOST_CONNECTIONS,
-			  (long)most);
+	                  (long)most);
 	curl_multi_setopt(b->curl.multi, CURLMOPT_MAXCONNECTS, (long)most);
 	uv_timer_init(&b->loop, &b->arrivals);
 	uv_timer_init(&b->loop, &b->progress);
@@ -1102,7 +1125,8 @@ int main(int argc, char **argv)
 	int failed = 0;
 	for (unsigned k = 0; k < b->n_results; k++) {
 		for (int c = 0; c < N_CLASSES; c++) {
-			failed |= c == CLASS_ALL && b->results[k].cls[c].failed > 0;
+			failed |=
+			    c == CLASS_ALL && b->results[k].cls[c].failed > 0;
 			bs_free(&b->results[k].cls[c].latency);
 			bs_free(&b->results[k].cls[c].ttft);
 			bs_free(&b->results[k].cls[c].itl);

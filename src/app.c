@@ -28,9 +28,9 @@ static void announce_ready(struct sl_app *app)
 	sl_info("sluice %s is ready on %s", SL_VERSION, app->listen_url);
 	if (app->demo)
 		sl_warn("serving the DEMO model: it generates random text. To "
-			"serve a real model, pass --model FILE.gguf, or let "
-			"llama-server download one with --llama-arg=--hf-repo "
-			"--llama-arg=REPO");
+		        "serve a real model, pass --model FILE.gguf, or let "
+		        "llama-server download one with --llama-arg=--hf-repo "
+		        "--llama-arg=REPO");
 }
 
 /*
@@ -49,16 +49,16 @@ static void size_connection_pool(struct sl_app *app)
 		total += n;
 	}
 	curl_multi_setopt(app->curl.multi, CURLMOPT_MAX_HOST_CONNECTIONS,
-			  per_host);
+	                  per_host);
 	curl_multi_setopt(app->curl.multi, CURLMOPT_MAXCONNECTS, total);
 }
 
 static void on_upstream_change(struct sl_upstream *u,
-			       enum sl_upstream_state old)
+                               enum sl_upstream_state old)
 {
 	struct sl_app *app = u->data;
 	sl_debug("upstream %s: %s -> %s", u->url, sl_upstream_state_name(old),
-		 sl_upstream_state_name(u->state));
+	         sl_upstream_state_name(u->state));
 	if (u->state == SL_UPSTREAM_READY) {
 		size_connection_pool(app);
 		announce_ready(app);
@@ -73,17 +73,18 @@ static unsigned free_slots(void *ctx)
 	unsigned free = 0;
 	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
 		const struct sl_upstream *u = app->upstreams[i];
-		if (u && sl_upstream_is_ready(u) && u->inflight < u->total_slots)
+		if (u && sl_upstream_is_ready(u) &&
+		    u->inflight < u->total_slots)
 			free += u->total_slots - u->inflight;
 	}
 	return free;
 }
 
 static const struct sl_sched_ops sched_ops = {
-	.free_slots = free_slots,
-	.dispatch = sl_proxy_dispatch,
-	.expire = sl_proxy_expire,
-	.shed = sl_proxy_shed,
+    .free_slots = free_slots,
+    .dispatch = sl_proxy_dispatch,
+    .expire = sl_proxy_expire,
+    .shed = sl_proxy_shed,
 };
 
 static void on_sched_timer(uv_timer_t *t)
@@ -101,11 +102,11 @@ void sl_app_kick_scheduler(struct sl_app *app)
 		uv_timer_stop(&app->sched_timer);
 	else
 		uv_timer_start(&app->sched_timer, on_sched_timer,
-			       next > now ? next - now : 0, 0);
+		               next > now ? next - now : 0, 0);
 }
 
 struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, bool need_slot,
-					 char *why, size_t size)
+                                         char *why, size_t size)
 {
 	struct sl_upstream *best = NULL;
 	unsigned n_starting = 0, n_restarting = 0;
@@ -121,7 +122,7 @@ struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, bool need_slot,
 			continue;
 		/* Fewest in flight per slot: compare a/b < c/d as ad < cb. */
 		if (!best || (uint64_t)u->inflight * best->total_slots <
-				     (uint64_t)best->inflight * u->total_slots)
+		                 (uint64_t)best->inflight * u->total_slots)
 			best = u;
 	}
 	if (best) {
@@ -131,14 +132,17 @@ struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, bool need_slot,
 	if (need_slot)
 		snprintf(why, size, "no upstream has a free slot");
 	else if (n_starting)
-		snprintf(why, size, "llama-server is starting and not ready "
-				    "yet; retry shortly");
+		snprintf(why, size,
+		         "llama-server is starting and not ready "
+		         "yet; retry shortly");
 	else if (n_restarting)
-		snprintf(why, size, "llama-server is restarting after it "
-				    "exited; retry shortly");
+		snprintf(why, size,
+		         "llama-server is restarting after it "
+		         "exited; retry shortly");
 	else
-		snprintf(why, size, "no upstream is ready: every llama-server "
-				    "is down or not answering");
+		snprintf(why, size,
+		         "no upstream is ready: every llama-server "
+		         "is down or not answering");
 	return NULL;
 }
 
@@ -158,9 +162,9 @@ static void on_upstream_stopped(struct sl_upstream *u)
 }
 
 static const struct sl_upstream_hooks upstream_hooks = {
-	.on_change = on_upstream_change,
-	.on_fatal = on_upstream_fatal,
-	.on_stopped = on_upstream_stopped,
+    .on_change = on_upstream_change,
+    .on_fatal = on_upstream_fatal,
+    .on_stopped = on_upstream_stopped,
 };
 
 /* ---- shutdown ---- */
@@ -222,7 +226,7 @@ static void on_drain_timeout(uv_timer_t *t)
 {
 	struct sl_app *app = t->data;
 	sl_warn("drain timeout: %u requests still in flight; cancelling them",
-		app->exchanges);
+	        app->exchanges);
 	close_front(app);
 }
 
@@ -263,13 +267,13 @@ void sl_app_stop(struct sl_app *app, int exit_code)
 	    app->cfg->drain_timeout_ms > 0) {
 		if (app->exchanges > 0 || sl_http_server_busy(&app->http) > 0)
 			sl_info("draining: waiting up to %.1f s for %u "
-				"requests in flight",
-				(double)app->cfg->drain_timeout_ms / 1000.0,
-				app->exchanges);
+			        "requests in flight",
+			        (double)app->cfg->drain_timeout_ms / 1000.0,
+			        app->exchanges);
 		/* New requests get 503 and /ready says 503 meanwhile. */
 		sl_http_server_drain(&app->http);
 		uv_timer_start(&app->drain_timer, on_drain_timeout,
-			       app->cfg->drain_timeout_ms, 0);
+		               app->cfg->drain_timeout_ms, 0);
 		sl_app_maybe_drained(app);
 		return;
 	}
@@ -279,29 +283,29 @@ void sl_app_stop(struct sl_app *app, int exit_code)
 /* ---- each finished request: metrics and the access log ---- */
 
 static void on_request_finished(struct sl_http_request *req, bool completed,
-				void *data)
+                                void *data)
 {
 	struct sl_app *app = data;
 	double seconds = (double)(sl_now_ns() - req->start_ns) / 1e9;
 	const char *outcome =
-		sl_stats_finished(&app->stats, req, completed, seconds);
+	    sl_stats_finished(&app->stats, req, completed, seconds);
 	const struct sl_request_info *in = &req->info;
 	if (!sl_log_enabled(SL_LOG_INFO)) {
 		sl_app_maybe_drained(app);
 		return;
 	}
 	json_t *f = json_pack(
-		"{s:s, s:s, s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:s}",
-		"id", req->id[0] ? req->id : "-", "method",
-		req->path ? llhttp_method_name(req->method) : "-", "path",
-		req->path ? req->path : "-", "status",
-		req->status ? req->status : 499, "priority",
-		in->has_priority ? sl_priority_class(in->priority) : "-",
-		"queue_ms", (json_int_t)in->queue_ms, "ttft_ms",
-		(json_int_t)in->ttft_ms, "total_ms",
-		(json_int_t)(seconds * 1000), "tokens", (json_int_t)in->tokens,
-		"bytes", (json_int_t)req->bytes_sent, "upstream",
-		in->upstream[0] ? in->upstream : "-", "outcome", outcome);
+	    "{s:s, s:s, s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:s}",
+	    "id", req->id[0] ? req->id : "-", "method",
+	    req->path ? llhttp_method_name(req->method) : "-", "path",
+	    req->path ? req->path : "-", "status",
+	    req->status ? req->status : 499, "priority",
+	    in->has_priority ? sl_priority_class(in->priority) : "-",
+	    "queue_ms", (json_int_t)in->queue_ms, "ttft_ms",
+	    (json_int_t)in->ttft_ms, "total_ms", (json_int_t)(seconds * 1000),
+	    "tokens", (json_int_t)in->tokens, "bytes",
+	    (json_int_t)req->bytes_sent, "upstream",
+	    in->upstream[0] ? in->upstream : "-", "outcome", outcome);
 	if (f) /* a path that is not UTF-8 is not worth a line */
 		sl_log_fields(SL_LOG_INFO, "access", f);
 	json_decref(f);
@@ -321,22 +325,23 @@ json_t *sl_app_health_json(const struct sl_app *app, bool *any_ready)
 		*any_ready |= sl_upstream_is_ready(u);
 		json_array_append_new(ups, sl_upstream_json(u));
 	}
-	uint64_t uptime = (uv_now((uv_loop_t *)&app->loop) - app->start_ms) /
-			  1000;
-	return json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:b, s:o}", "status",
-			 *any_ready ? "ok" : "unavailable", "state",
-			 app->stopping ? "draining" : "running", "version",
-			 SL_VERSION, "uptime_s", (json_int_t)uptime, "queued",
-			 (json_int_t)sl_sched_depth(&app->sched), "inflight",
-			 (json_int_t)(app->exchanges - sl_sched_depth(&app->sched)),
-			 "demo_model", app->demo, "upstreams", ups);
+	uint64_t uptime =
+	    (uv_now((uv_loop_t *)&app->loop) - app->start_ms) / 1000;
+	return json_pack(
+	    "{s:s, s:s, s:s, s:i, s:i, s:i, s:b, s:o}", "status",
+	    *any_ready ? "ok" : "unavailable", "state",
+	    app->stopping ? "draining" : "running", "version", SL_VERSION,
+	    "uptime_s", (json_int_t)uptime, "queued",
+	    (json_int_t)sl_sched_depth(&app->sched), "inflight",
+	    (json_int_t)(app->exchanges - sl_sched_depth(&app->sched)),
+	    "demo_model", app->demo, "upstreams", ups);
 }
 
 /* ---- start-up ---- */
 
 /* Decides what to run and checks it, before the loop starts. */
 static int plan_managed(struct sl_app *app, struct sl_managed_spec *spec,
-			char **exe, char **model)
+                        char **exe, char **model)
 {
 	const struct sl_config *cfg = app->cfg;
 	char err[512];
@@ -369,20 +374,20 @@ fail:
 }
 
 static int add_upstream(struct sl_app *app, const struct sl_managed_spec *spec,
-			const char *url)
+                        const char *url)
 {
 	if (app->n_upstreams >= SL_MAX_UPSTREAMS) {
 		sl_error("too many upstreams: at most %d", SL_MAX_UPSTREAMS);
 		return SL_EINVAL;
 	}
-	struct sl_upstream *u = sl_upstream_new(&app->loop, &app->curl, app->cfg,
-						spec, url, &upstream_hooks, app);
+	struct sl_upstream *u = sl_upstream_new(
+	    &app->loop, &app->curl, app->cfg, spec, url, &upstream_hooks, app);
 	u->index = app->n_upstreams;
 	app->upstreams[app->n_upstreams++] = u;
 	int rc = sl_upstream_start(u);
 	if (rc != 0)
 		sl_error("cannot start %s: %s", spec ? spec->exe : url,
-			 sl_strerror(rc));
+		         sl_strerror(rc));
 	return rc;
 }
 
@@ -390,18 +395,18 @@ static int open_listener(struct sl_app *app)
 {
 	const struct sl_config *cfg = app->cfg;
 	struct sl_http_limits limits = {
-		.max_header_bytes = cfg->max_header_size,
-		.max_headers = cfg->max_headers,
-		.max_body = cfg->max_body,
-		.header_timeout_ms = cfg->header_timeout_ms,
-		.body_timeout_ms = cfg->body_timeout_ms,
-		.idle_timeout_ms = cfg->keepalive_timeout_ms,
-		.send_timeout_ms = cfg->send_timeout_ms,
-		.max_connections = cfg->max_connections,
+	    .max_header_bytes = cfg->max_header_size,
+	    .max_headers = cfg->max_headers,
+	    .max_body = cfg->max_body,
+	    .header_timeout_ms = cfg->header_timeout_ms,
+	    .body_timeout_ms = cfg->body_timeout_ms,
+	    .idle_timeout_ms = cfg->keepalive_timeout_ms,
+	    .send_timeout_ms = cfg->send_timeout_ms,
+	    .max_connections = cfg->max_connections,
 	};
 	int rc = sl_http_server_listen(&app->http, &app->loop, cfg->listen_host,
-				       cfg->listen_port, &limits,
-				       sl_routes_dispatch, app);
+	                               cfg->listen_port, &limits,
+	                               sl_routes_dispatch, app);
 	if (rc != 0) {
 		sl_error("--listen %s: %s", cfg->listen, uv_strerror(rc));
 		return rc;
@@ -410,7 +415,7 @@ static int open_listener(struct sl_app *app)
 	unsigned port = sl_http_server_port(&app->http);
 	bool v6 = strchr(cfg->listen_host, ':') != NULL;
 	snprintf(app->listen_url, sizeof(app->listen_url), "http://%s%s%s:%u",
-		 v6 ? "[" : "", cfg->listen_host, v6 ? "]" : "", port);
+	         v6 ? "[" : "", cfg->listen_host, v6 ? "]" : "", port);
 	sl_info("listening on %s", app->listen_url);
 	return 0;
 }
@@ -453,16 +458,16 @@ int sl_app_run(const struct sl_config *cfg)
 	uv_timer_init(&app->loop, &app->sched_timer);
 	app->sched_timer.data = app;
 	struct sl_sched_config sched_cfg = {
-		.aging_rate = cfg->aging_rate,
-		.window_ms = cfg->batch_window_ms,
-		.max_batch = cfg->max_batch,
-		.max_queue = cfg->max_queue,
-		.queue_timeout_ms = cfg->queue_timeout_ms,
-		.urgent_bypass = cfg->urgent_bypass,
-		.urgent_reserve = cfg->urgent_reserve,
+	    .aging_rate = cfg->aging_rate,
+	    .window_ms = cfg->batch_window_ms,
+	    .max_batch = cfg->max_batch,
+	    .max_queue = cfg->max_queue,
+	    .queue_timeout_ms = cfg->queue_timeout_ms,
+	    .urgent_bypass = cfg->urgent_bypass,
+	    .urgent_reserve = cfg->urgent_reserve,
 	};
 	sl_sched_init(&app->sched, &sched_cfg, &sched_ops, app,
-		      uv_now(&app->loop));
+	              uv_now(&app->loop));
 
 	sl_stats_init(&app->stats);
 	rc = sl_curl_init(&app->curl, &app->loop);

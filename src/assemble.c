@@ -60,17 +60,17 @@ struct sl_choice_parts {
 	struct buf reasoning; /* chat: reasoning_content */
 	json_t *role;
 	json_t *finish_reason;
-	json_t *logprobs;     /* arrays in it are joined across events */
+	json_t *logprobs; /* arrays in it are joined across events */
 	struct tool_call calls[MAX_TOOL_CALLS];
 	unsigned n_calls;
 };
 
 /* Top-level fields of OpenAI answers, kept from the events that have them. */
 static const char *const top_fields[] = {"created", "model",
-					 "system_fingerprint", "id"};
+                                         "system_fingerprint", "id"};
 
 void sl_assembler_init(struct sl_assembler *a, enum sl_assemble_kind kind,
-		       bool return_tokens)
+                       bool return_tokens)
 {
 	memset(a, 0, sizeof(*a));
 	a->kind = kind;
@@ -128,7 +128,8 @@ static void merge_logprobs(json_t **into, json_t *lp)
 	}
 	const char *key;
 	json_t *v;
-	json_object_foreach(lp, key, v) {
+	json_object_foreach(lp, key, v)
+	{
 		json_t *have = json_object_get(*into, key);
 		if (json_is_array(have) && json_is_array(v))
 			json_array_extend(have, v);
@@ -165,10 +166,12 @@ static int add_tool_calls(struct sl_choice_parts *c, json_t *calls)
 {
 	size_t i;
 	json_t *d;
-	json_array_foreach(calls, i, d) {
+	json_array_foreach(calls, i, d)
+	{
 		json_t *idx = json_object_get(d, "index");
-		size_t k = json_is_integer(idx) ? (size_t)json_integer_value(idx)
-						: c->n_calls;
+		size_t k = json_is_integer(idx)
+		               ? (size_t)json_integer_value(idx)
+		               : c->n_calls;
 		if (k >= MAX_TOOL_CALLS)
 			return SL_EINVAL;
 		while (c->n_calls <= k)
@@ -187,9 +190,10 @@ static int add_choices(struct sl_assembler *a, json_t *choices)
 {
 	size_t i;
 	json_t *ch;
-	json_array_foreach(choices, i, ch) {
+	json_array_foreach(choices, i, ch)
+	{
 		struct sl_choice_parts *c =
-			choice_at(a, json_object_get(ch, "index"));
+		    choice_at(a, json_object_get(ch, "index"));
 		if (!c)
 			return SL_EINVAL;
 		keep(&c->finish_reason, json_object_get(ch, "finish_reason"));
@@ -202,7 +206,7 @@ static int add_choices(struct sl_assembler *a, json_t *choices)
 		keep(&c->role, json_object_get(delta, "role"));
 		buf_add_json(&c->text, json_object_get(delta, "content"));
 		buf_add_json(&c->reasoning,
-			     json_object_get(delta, "reasoning_content"));
+		             json_object_get(delta, "reasoning_content"));
 		json_t *calls = json_object_get(delta, "tool_calls");
 		if (json_is_array(calls) && add_tool_calls(c, calls) != 0)
 			return SL_EINVAL;
@@ -220,14 +224,14 @@ int sl_assembler_add(struct sl_assembler *a, json_t *event)
 	keep(&a->timings, json_object_get(event, "timings"));
 	if (a->kind == SL_ASSEMBLE_NATIVE) {
 		struct sl_choice_parts *c =
-			choice_at(a, json_object_get(event, "index"));
+		    choice_at(a, json_object_get(event, "index"));
 		if (!c)
 			return SL_EINVAL;
 		a->seen_event = true;
 		buf_add_json(&c->text, json_object_get(event, "content"));
 		append_all(&c->tokens, json_object_get(event, "tokens"));
 		append_all(&c->probs,
-			   json_object_get(event, "completion_probabilities"));
+		           json_object_get(event, "completion_probabilities"));
 		if (json_is_true(json_object_get(event, "stop")) || !c->final)
 			keep(&c->final, event);
 		return 0;
@@ -240,13 +244,14 @@ int sl_assembler_add(struct sl_assembler *a, json_t *event)
 }
 
 static json_t *native_one(const struct sl_assembler *a,
-			  const struct sl_choice_parts *c)
+                          const struct sl_choice_parts *c)
 {
 	json_t *r = json_deep_copy(c->final);
 	json_object_set_new(r, "content", buf_json(&c->text));
-	json_object_set_new(r, "tokens", a->return_tokens && c->tokens
-						 ? json_incref(c->tokens)
-						 : json_array());
+	json_object_set_new(r, "tokens",
+	                    a->return_tokens && c->tokens
+	                        ? json_incref(c->tokens)
+	                        : json_array());
 	if (json_array_size(c->probs) > 0)
 		json_object_set(r, "completion_probabilities", c->probs);
 	json_t *gs = json_object_get(r, "generation_settings");
@@ -263,31 +268,33 @@ static json_t *native_result(struct sl_assembler *a)
 	json_t *all = json_array();
 	for (unsigned i = 0; i < a->n_choices; i++)
 		if (a->choices[i])
-			json_array_append_new(all, native_one(a, a->choices[i]));
+			json_array_append_new(all,
+			                      native_one(a, a->choices[i]));
 	return all;
 }
 
 static json_t *chat_message(const struct sl_choice_parts *c)
 {
 	json_t *m = json_object();
-	json_object_set_new(m, "role", c->role ? json_incref(c->role)
-					       : json_string("assistant"));
+	json_object_set_new(m, "role",
+	                    c->role ? json_incref(c->role)
+	                            : json_string("assistant"));
 	json_object_set_new(m, "content",
-			    c->text.seen || c->n_calls == 0 ? buf_json(&c->text)
-							    : json_null());
+	                    c->text.seen || c->n_calls == 0 ? buf_json(&c->text)
+	                                                    : json_null());
 	if (c->reasoning.len > 0)
 		json_object_set_new(m, "reasoning_content",
-				    buf_json(&c->reasoning));
+		                    buf_json(&c->reasoning));
 	if (c->n_calls > 0) {
 		json_t *calls = json_array();
 		for (unsigned i = 0; i < c->n_calls; i++) {
 			const struct tool_call *t = &c->calls[i];
 			json_array_append_new(
-				calls,
-				json_pack("{s:O?, s:O?, s:{s:O?, s:o}}", "id",
-					  t->id, "type", t->type, "function",
-					  "name", t->name, "arguments",
-					  buf_json(&t->arguments)));
+			    calls,
+			    json_pack("{s:O?, s:O?, s:{s:O?, s:o}}", "id",
+			              t->id, "type", t->type, "function",
+			              "name", t->name, "arguments",
+			              buf_json(&t->arguments)));
 		}
 		json_object_set_new(m, "tool_calls", calls);
 	}
@@ -302,22 +309,23 @@ static json_t *openai_result(struct sl_assembler *a)
 		const struct sl_choice_parts *c = a->choices[i];
 		if (!c)
 			continue;
-		json_t *finish = c->finish_reason ? json_incref(c->finish_reason)
-						  : json_null();
-		json_t *lp = c->logprobs ? json_incref(c->logprobs) : json_null();
+		json_t *finish = c->finish_reason
+		                     ? json_incref(c->finish_reason)
+		                     : json_null();
+		json_t *lp =
+		    c->logprobs ? json_incref(c->logprobs) : json_null();
 		if (chat)
 			json_array_append_new(
-				choices, json_pack("{s:o, s:i, s:o, s:o}",
-						   "finish_reason", finish,
-						   "index", c->index, "message",
-						   chat_message(c), "logprobs",
-						   lp));
+			    choices,
+			    json_pack("{s:o, s:i, s:o, s:o}", "finish_reason",
+			              finish, "index", c->index, "message",
+			              chat_message(c), "logprobs", lp));
 		else
 			json_array_append_new(
-				choices,
-				json_pack("{s:o, s:i, s:o, s:o}", "text",
-					  buf_json(&c->text), "index", c->index,
-					  "logprobs", lp, "finish_reason", finish));
+			    choices,
+			    json_pack("{s:o, s:i, s:o, s:o}", "text",
+			              buf_json(&c->text), "index", c->index,
+			              "logprobs", lp, "finish_reason", finish));
 	}
 	/* llama-server's own order: choices, created, model, fingerprint,
 	 * object, usage, id, timings. */
@@ -326,8 +334,9 @@ static json_t *openai_result(struct sl_assembler *a)
 	for (size_t i = 0; i < 3; i++)
 		if (a->top[i])
 			json_object_set(r, top_fields[i], a->top[i]);
-	json_object_set_new(r, "object", json_string(chat ? "chat.completion"
-							   : "text_completion"));
+	json_object_set_new(
+	    r, "object",
+	    json_string(chat ? "chat.completion" : "text_completion"));
 	if (a->usage)
 		json_object_set(r, "usage", a->usage);
 	if (a->top[3])
@@ -342,5 +351,5 @@ json_t *sl_assembler_result(struct sl_assembler *a)
 	if (!a->seen_event)
 		return NULL;
 	return a->kind == SL_ASSEMBLE_NATIVE ? native_result(a)
-					     : openai_result(a);
+	                                     : openai_result(a);
 }

@@ -23,7 +23,7 @@ int sl_launcher_main(int argc, char **argv)
 {
 	if (argc < 4) {
 		fprintf(stderr, "%s: internal launcher, started by sluice\n",
-			argv[0]);
+		        argv[0]);
 		_exit(127);
 	}
 #ifdef __linux__
@@ -33,7 +33,8 @@ int sl_launcher_main(int argc, char **argv)
 	 * been reparented already, so compare with the pid it passed.
 	 */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
-		fprintf(stderr, "sluice launcher: prctl: %s\n", strerror(errno));
+		fprintf(stderr, "sluice launcher: prctl: %s\n",
+		        strerror(errno));
 		_exit(127);
 	}
 #endif
@@ -41,7 +42,7 @@ int sl_launcher_main(int argc, char **argv)
 		_exit(127);
 	execv(argv[2], argv + 3);
 	fprintf(stderr, "sluice launcher: cannot execute %s: %s\n", argv[2],
-		strerror(errno));
+	        strerror(errno));
 	_exit(127);
 }
 
@@ -89,7 +90,8 @@ static void on_process_exit(uv_process_t *p, int64_t status, int signal)
 	close_handle(c, (uv_handle_t *)p);
 	uv_timer_stop(&c->timer);
 	if (!c->output_done)
-		uv_timer_start(&c->timer, on_drain_timeout, SL_CHILD_DRAIN_MS, 0);
+		uv_timer_start(&c->timer, on_drain_timeout, SL_CHILD_DRAIN_MS,
+		               0);
 	maybe_report(c, false);
 }
 
@@ -151,7 +153,8 @@ static char **build_env(char *const extra[])
 		bool overridden = false;
 		for (size_t j = 0; j < n_extra && !overridden; j++) {
 			size_t len = (size_t)(strchr(extra[j], '=') - extra[j]);
-			overridden = strncmp(environ[i], extra[j], len + 1) == 0;
+			overridden =
+			    strncmp(environ[i], extra[j], len + 1) == 0;
 		}
 		if (!overridden)
 			env[k++] = environ[i];
@@ -162,8 +165,8 @@ static char **build_env(char *const extra[])
 }
 
 int sl_child_spawn(uv_loop_t *loop, const char *name, const char *file,
-		   char *const args[], char *const env[],
-		   sl_child_exit_cb on_exit, void *data, struct sl_child **out)
+                   char *const args[], char *const env[],
+                   sl_child_exit_cb on_exit, void *data, struct sl_child **out)
 {
 	struct sl_child *c = sl_xcalloc(1, sizeof(*c));
 	c->loop = loop;
@@ -201,18 +204,18 @@ int sl_child_spawn(uv_loop_t *loop, const char *name, const char *file,
 	char **full_env = build_env(env);
 
 	uv_stdio_container_t stdio[3] = {
-		{.flags = UV_IGNORE},
-		{.flags = UV_INHERIT_FD, .data.fd = fds[1]},
-		{.flags = UV_INHERIT_FD, .data.fd = fds[1]},
+	    {.flags = UV_IGNORE},
+	    {.flags = UV_INHERIT_FD, .data.fd = fds[1]},
+	    {.flags = UV_INHERIT_FD, .data.fd = fds[1]},
 	};
 	uv_process_options_t opts = {
-		.exit_cb = on_process_exit,
-		.file = "/proc/self/exe",
-		.args = largs,
-		.env = full_env,
-		.stdio_count = 3,
-		.stdio = stdio,
-		.flags = UV_PROCESS_DETACHED,
+	    .exit_cb = on_process_exit,
+	    .file = "/proc/self/exe",
+	    .args = largs,
+	    .env = full_env,
+	    .stdio_count = 3,
+	    .stdio = stdio,
+	    .flags = UV_PROCESS_DETACHED,
 	};
 	c->process.data = c;
 	err = uv_spawn(loop, &c->process, &opts);
@@ -231,7 +234,7 @@ int sl_child_spawn(uv_loop_t *loop, const char *name, const char *file,
 	c->pid = c->process.pid;
 	c->open_handles = 3;
 	uv_read_start((uv_stream_t *)&c->output, on_output_alloc,
-		      on_output_read);
+	              on_output_read);
 	*out = c;
 	return 0;
 
@@ -250,8 +253,8 @@ static void on_grace_expired(uv_timer_t *t)
 	struct sl_child *c = t->data;
 	if (!c->exited) {
 		sl_warn("%s[%d] still running after the grace period; "
-			"sending SIGKILL",
-			c->name, c->pid);
+		        "sending SIGKILL",
+		        c->name, c->pid);
 		uv_process_kill(&c->process, SIGKILL);
 	}
 }
@@ -273,11 +276,11 @@ char *sl_child_tail(const struct sl_child *c, char *buf, size_t size)
 	size_t used = 0;
 	buf[0] = '\0';
 	unsigned first = (c->tail_next + SL_CHILD_TAIL_LINES - c->tail_count) %
-			 SL_CHILD_TAIL_LINES;
+	                 SL_CHILD_TAIL_LINES;
 	for (unsigned i = 0; i < c->tail_count && used + 1 < size; i++) {
 		const char *line = c->tail[(first + i) % SL_CHILD_TAIL_LINES];
 		int n = snprintf(buf + used, size - used, "%s%s",
-				 i ? " | " : "", line);
+		                 i ? " | " : "", line);
 		if (n < 0)
 			break;
 		used = SL_MIN(size - 1, used + (size_t)n);

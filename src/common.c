@@ -11,13 +11,11 @@
 const char *sl_strerror(int err)
 {
 	switch (err) {
-#define SL_ERRNO_CASE(name, value, msg) \
-	case SL_E##name:                \
-		return msg;
+#define SL_ERRNO_CASE(name, value, msg)                                        \
+	case SL_E##name: return msg;
 		SL_ERRNO_MAP(SL_ERRNO_CASE)
 #undef SL_ERRNO_CASE
-	default:
-		return uv_strerror(err);
+	default: return uv_strerror(err);
 	}
 }
 

@@ -34,16 +34,16 @@ struct option_def {
 	const char *env;     /* environment twin */
 	const char *metavar; /* placeholder in --help */
 	enum opt_type type;
-	size_t offset;       /* of the field in struct sl_config */
-	const char *def;     /* default, written as a user would */
-	uint64_t min, max;   /* OPT_UINT, OPT_DURATION (in ms) */
+	size_t offset;     /* of the field in struct sl_config */
+	const char *def;   /* default, written as a user would */
+	uint64_t min, max; /* OPT_UINT, OPT_DURATION (in ms) */
 	const char *const *choices;
 	const char *help;
 	const char *def_help; /* describes an empty default */
 };
 
 static const char *const log_levels[] = {"debug", "info", "warn", "error",
-					 NULL};
+                                         NULL};
 static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const demo_sizes[] = {"tiny", "slow", NULL};
 static const char *const switch_on[] = {"on", "true", "yes", "1", NULL};
@@ -59,6 +59,7 @@ static const char *const switch_off[] = {"off", "false", "no", "0", NULL};
  * well; a 64-token context cannot hold a chat prompt; a startup timeout
  * above an hour would hide a wedged model load.
  */
+/* clang-format off */
 static const struct option_def options[] = {
 	{"listen", "SLUICE_LISTEN", "ADDR", OPT_ADDR, FIELD(listen),
 	 "127.0.0.1:8080", 0, 0, NULL,
@@ -210,6 +211,7 @@ static const struct option_def options[] = {
 	 FIELD(log_format), "text", 0, 0, log_formats,
 	 "log as text lines or as JSON lines", NULL},
 };
+/* clang-format on */
 
 /* Actions: flags that make sluice do one thing and exit; no environment. */
 struct action_def {
@@ -218,12 +220,14 @@ struct action_def {
 	const char *help;
 };
 
+/* clang-format off */
 static const struct action_def actions[] = {
 	{"help", NULL, "print this help and exit"},
 	{"version", NULL, "print the version and exit"},
 	{"write-demo-model", "PATH",
 	 "write the demo model (see --demo-model-size) to PATH and exit"},
 };
+/* clang-format on */
 
 void sl_strlist_push(struct sl_strlist *l, const char *s)
 {
@@ -242,8 +246,7 @@ void sl_strlist_clear(struct sl_strlist *l)
 
 /* One line into err: "NAME: message". Always returns SL_EINVAL. */
 SL_PRINTF(4, 5)
-static int fail(char *err, size_t size, const char *where, const char *fmt,
-		...)
+static int fail(char *err, size_t size, const char *where, const char *fmt, ...)
 {
 	int n = snprintf(err, size, "%s: ", where);
 	if (n < 0 || (size_t)n >= size)
@@ -286,9 +289,21 @@ int sl_parse_size(const char *s, uint64_t *out)
 		return SL_EINVAL;
 	unsigned shift = 0;
 	switch (*end) {
-	case 'k': case 'K': shift = 10; end++; break;
-	case 'm': case 'M': shift = 20; end++; break;
-	case 'g': case 'G': shift = 30; end++; break;
+	case 'k':
+	case 'K':
+		shift = 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		shift = 20;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		shift = 30;
+		end++;
+		break;
 	default: break;
 	}
 	if (shift && (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0))
@@ -361,9 +376,9 @@ static int check_url(const char *value, char **normalized)
 	CURLU *u = curl_url();
 	char *scheme = NULL, *host = NULL;
 	int ok = u && curl_url_set(u, CURLUPART_URL, value, 0) == CURLUE_OK &&
-		 curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
-		 curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
-		 (strcmp(scheme, "http") == 0 || strcmp(scheme, "https") == 0);
+	         curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+	         curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+	         (strcmp(scheme, "http") == 0 || strcmp(scheme, "https") == 0);
 	curl_free(scheme);
 	curl_free(host);
 	curl_url_cleanup(u);
@@ -389,9 +404,9 @@ static void join_choices(const char *const *choices, char *buf, size_t size)
 {
 	buf[0] = '\0';
 	for (int i = 0; choices[i]; i++) {
-		const char *sep = i == 0		  ? ""
-				  : choices[i + 1] == NULL ? " or "
-							   : ", ";
+		const char *sep = i == 0                   ? ""
+		                  : choices[i + 1] == NULL ? " or "
+		                                           : ", ";
 		strncat(buf, sep, size - strlen(buf) - 1);
 		strncat(buf, choices[i], size - strlen(buf) - 1);
 	}
@@ -402,50 +417,49 @@ static void join_choices(const char *const *choices, char *buf, size_t size)
  * flag or the environment variable).
  */
 static int apply(struct sl_config *cfg, const struct option_def *o,
-		 const char *value, const char *where, char *err, size_t size)
+                 const char *value, const char *where, char *err, size_t size)
 {
 	void *field = (char *)cfg + o->offset;
 	uint64_t n;
 
 	switch (o->type) {
-	case OPT_STRING:
-		set_string(field, value);
-		return 0;
+	case OPT_STRING: set_string(field, value); return 0;
 	case OPT_ADDR:
 		if (parse_addr(cfg, value) != 0)
 			return fail(err, size, where,
-				    "expected IP:PORT, [IPv6]:PORT or :PORT, "
-				    "got \"%s\"",
-				    value);
+			            "expected IP:PORT, [IPv6]:PORT or :PORT, "
+			            "got \"%s\"",
+			            value);
 		set_string(field, value);
 		return 0;
 	case OPT_UINT:
 		if (parse_uint(value, &n) != 0 || n < o->min || n > o->max)
-			return fail(err, size, where,
-				    "expected a whole number from %llu to %llu, "
-				    "got \"%s\"",
-				    (unsigned long long)o->min,
-				    (unsigned long long)o->max, value);
+			return fail(
+			    err, size, where,
+			    "expected a whole number from %llu to %llu, "
+			    "got \"%s\"",
+			    (unsigned long long)o->min,
+			    (unsigned long long)o->max, value);
 		*(unsigned *)field = (unsigned)n;
 		return 0;
 	case OPT_DURATION:
 		if (sl_parse_duration_ms(value, &n) != 0 || n < o->min ||
 		    n > o->max)
 			return fail(err, size, where,
-				    "expected a duration from %gs to %gs "
-				    "(seconds, or milliseconds with \"ms\"), "
-				    "got \"%s\"",
-				    (double)o->min / SEC, (double)o->max / SEC,
-				    value);
+			            "expected a duration from %gs to %gs "
+			            "(seconds, or milliseconds with \"ms\"), "
+			            "got \"%s\"",
+			            (double)o->min / SEC, (double)o->max / SEC,
+			            value);
 		*(uint64_t *)field = n;
 		return 0;
 	case OPT_SIZE:
 		if (sl_parse_size(value, &n) != 0 || n < o->min || n > o->max)
 			return fail(err, size, where,
-				    "expected a size from %llu to %llu bytes "
-				    "(K, M and G suffixes allowed), got \"%s\"",
-				    (unsigned long long)o->min,
-				    (unsigned long long)o->max, value);
+			            "expected a size from %llu to %llu bytes "
+			            "(K, M and G suffixes allowed), got \"%s\"",
+			            (unsigned long long)o->min,
+			            (unsigned long long)o->max, value);
 		*(uint64_t *)field = n;
 		return 0;
 	case OPT_NUMBER: {
@@ -454,10 +468,10 @@ static int apply(struct sl_config *cfg, const struct option_def *o,
 		if (end == value || *end != '\0' || !isfinite(v) ||
 		    v < (double)o->min || v > (double)o->max)
 			return fail(err, size, where,
-				    "expected a number from %llu to %llu, got "
-				    "\"%s\"",
-				    (unsigned long long)o->min,
-				    (unsigned long long)o->max, value);
+			            "expected a number from %llu to %llu, got "
+			            "\"%s\"",
+			            (unsigned long long)o->min,
+			            (unsigned long long)o->max, value);
 		*(double *)field = v;
 		return 0;
 	}
@@ -468,7 +482,7 @@ static int apply(struct sl_config *cfg, const struct option_def *o,
 			*(bool *)field = false;
 		else
 			return fail(err, size, where,
-				    "expected on or off, got \"%s\"", value);
+			            "expected on or off, got \"%s\"", value);
 		return 0;
 	case OPT_CHOICE: {
 		int i = choice_index(o->choices, value);
@@ -476,7 +490,7 @@ static int apply(struct sl_config *cfg, const struct option_def *o,
 			char list[128];
 			join_choices(o->choices, list, sizeof(list));
 			return fail(err, size, where, "expected %s, got \"%s\"",
-				    list, value);
+			            list, value);
 		}
 		*(int *)field = i;
 		return 0;
@@ -485,23 +499,21 @@ static int apply(struct sl_config *cfg, const struct option_def *o,
 		char *url;
 		if (check_url(value, &url) != 0)
 			return fail(err, size, where,
-				    "expected an http:// or https:// URL, got "
-				    "\"%s\"",
-				    value);
+			            "expected an http:// or https:// URL, got "
+			            "\"%s\"",
+			            value);
 		sl_strlist_push(field, url);
 		free(url);
 		return 0;
 	}
-	case OPT_ARG_LIST:
-		sl_strlist_push(field, value);
-		return 0;
+	case OPT_ARG_LIST: sl_strlist_push(field, value); return 0;
 	}
 	return SL_EINVAL;
 }
 
 /* A list option's environment value holds several items. */
 static int apply_env_list(struct sl_config *cfg, const struct option_def *o,
-			  const char *value, char *err, size_t size)
+                          const char *value, char *err, size_t size)
 {
 	const char *seps = o->type == OPT_URL_LIST ? ", \t\n" : " \t\n";
 	char *copy = sl_xstrdup(value), *save = NULL;
@@ -528,7 +540,7 @@ static int is_list(const struct option_def *o)
 }
 
 static int apply_defaults_and_env(struct sl_config *cfg, char *const envp[],
-				  char *err, size_t size)
+                                  char *err, size_t size)
 {
 	for (size_t i = 0; i < SL_ARRAY_SIZE(options); i++) {
 		const struct option_def *o = &options[i];
@@ -538,7 +550,7 @@ static int apply_defaults_and_env(struct sl_config *cfg, char *const envp[],
 		if (!v || !*v)
 			continue;
 		int rc = is_list(o) ? apply_env_list(cfg, o, v, err, size)
-				    : apply(cfg, o, v, o->env, err, size);
+		                    : apply(cfg, o, v, o->env, err, size);
 		if (rc != 0)
 			return rc;
 	}
@@ -548,7 +560,7 @@ static int apply_defaults_and_env(struct sl_config *cfg, char *const envp[],
 		for (size_t i = 0; i < SL_ARRAY_SIZE(options); i++)
 			if (options[i].type == OPT_URL_LIST)
 				return apply(cfg, &options[i], v,
-					     "LLAMA_SERVER_URL", err, size);
+				             "LLAMA_SERVER_URL", err, size);
 	}
 	return 0;
 }
@@ -572,7 +584,7 @@ static const struct action_def *find_action(const char *name, size_t len)
 }
 
 static int apply_action(struct sl_config *cfg, const struct action_def *a,
-			const char *value)
+                        const char *value)
 {
 	if (strcmp(a->name, "help") == 0)
 		cfg->help = true;
@@ -584,7 +596,7 @@ static int apply_action(struct sl_config *cfg, const struct action_def *a,
 }
 
 int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
-		    char *const envp[], char *err, size_t size)
+                    char *const envp[], char *err, size_t size)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	err[0] = '\0';
@@ -602,8 +614,8 @@ int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
 			arg = "--help";
 		if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0')
 			return fail(err, size, arg,
-				    "unexpected argument (options are --NAME "
-				    "VALUE or --NAME=VALUE; see --help)");
+			            "unexpected argument (options are --NAME "
+			            "VALUE or --NAME=VALUE; see --help)");
 		const char *name = arg + 2;
 		const char *eq = strchr(name, '=');
 		size_t len = eq ? (size_t)(eq - name) : strlen(name);
@@ -612,7 +624,7 @@ int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
 		const struct option_def *o = a ? NULL : find_option(name, len);
 		if (!a && !o)
 			return fail(err, size, arg,
-				    "unknown option (see --help)");
+			            "unknown option (see --help)");
 
 		const char *value = eq ? eq + 1 : NULL;
 		bool wants_value = o || a->metavar;
@@ -621,8 +633,8 @@ int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
 		if (wants_value && !value) {
 			if (i + 1 >= argc)
 				return fail(err, size, arg,
-					    "missing value (expected %s)",
-					    o ? o->metavar : a->metavar);
+				            "missing value (expected %s)",
+				            o ? o->metavar : a->metavar);
 			value = argv[++i];
 		}
 
@@ -650,15 +662,10 @@ void sl_config_free(struct sl_config *cfg)
 		void *field = (char *)cfg + options[i].offset;
 		switch (options[i].type) {
 		case OPT_STRING:
-		case OPT_ADDR:
-			free(*(char **)field);
-			break;
+		case OPT_ADDR: free(*(char **)field); break;
 		case OPT_URL_LIST:
-		case OPT_ARG_LIST:
-			sl_strlist_clear(field);
-			break;
-		default:
-			break;
+		case OPT_ARG_LIST: sl_strlist_clear(field); break;
+		default: break;
 		}
 	}
 	free(cfg->listen_host);
@@ -693,15 +700,16 @@ static void print_wrapped(FILE *out, const char *text, int indent, int width)
 
 void sl_config_usage(FILE *out)
 {
-	fprintf(out,
-		"Usage: sluice [OPTION]...\n"
-		"An HTTP gateway in front of llama.cpp's llama-server: one event "
-		"loop,\nits own priority queue and micro-batches, streaming "
-		"responses.\n\n"
-		"With neither --model nor --upstream, sluice serves a small "
-		"demo model\nthat generates random text.\n\n"
-		"Options (each also read from the environment variable shown; "
-		"a flag wins):\n");
+	fprintf(
+	    out,
+	    "Usage: sluice [OPTION]...\n"
+	    "An HTTP gateway in front of llama.cpp's llama-server: one event "
+	    "loop,\nits own priority queue and micro-batches, streaming "
+	    "responses.\n\n"
+	    "With neither --model nor --upstream, sluice serves a small "
+	    "demo model\nthat generates random text.\n\n"
+	    "Options (each also read from the environment variable shown; "
+	    "a flag wins):\n");
 	for (size_t i = 0; i < SL_ARRAY_SIZE(options); i++) {
 		const struct option_def *o = &options[i];
 		char head[80];
@@ -710,17 +718,18 @@ void sl_config_usage(FILE *out)
 		print_wrapped(out, o->help, 6, 79);
 		char tail[256];
 		snprintf(tail, sizeof(tail), "[%s; default: %s]", o->env,
-			 (o->def && *o->def) ? o->def : o->def_help);
+		         (o->def && *o->def) ? o->def : o->def_help);
 		print_wrapped(out, tail, 6, 79);
 	}
 	fprintf(out, "\nActions:\n");
 	for (size_t i = 0; i < SL_ARRAY_SIZE(actions); i++) {
 		const struct action_def *a = &actions[i];
 		fprintf(out, "  --%s%s%s\n", a->name, a->metavar ? " " : "",
-			a->metavar ? a->metavar : "");
+		        a->metavar ? a->metavar : "");
 		print_wrapped(out, a->help, 6, 79);
 	}
-	fprintf(out, "\nDurations are seconds (\"2\", \"0.5\") or milliseconds "
-		     "(\"50ms\"). Sizes are bytes, or\nKiB, MiB, GiB with a K, M "
-		     "or G suffix (\"16K\", \"1M\").\n");
+	fprintf(out,
+	        "\nDurations are seconds (\"2\", \"0.5\") or milliseconds "
+	        "(\"50ms\"). Sizes are bytes, or\nKiB, MiB, GiB with a K, M "
+	        "or G suffix (\"16K\", \"1M\").\n");
 }

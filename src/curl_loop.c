@@ -92,7 +92,7 @@ static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp)
 
 /* CURLMOPT_SOCKETFUNCTION */
 static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp,
-			  void *socketp)
+                          void *socketp)
 {
 	struct sl_curl *c = userp;
 	struct curl_sock *s = socketp;
@@ -208,7 +208,7 @@ static void on_get_done(struct sl_transfer *t, CURLcode result)
 		curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
 	else if (!g->error[0])
 		snprintf(g->error, sizeof(g->error), "%s",
-			 curl_easy_strerror(result));
+		         curl_easy_strerror(result));
 	g->cb(g, status, result == CURLE_OK ? NULL : g->error);
 }
 
@@ -218,7 +218,7 @@ bool sl_get_busy(const struct sl_get *g)
 }
 
 int sl_get_start(struct sl_curl *c, struct sl_get *g, const char *url,
-		 const char *api_key, long timeout_ms, sl_get_cb cb)
+                 const char *api_key, long timeout_ms, sl_get_cb cb)
 {
 	if (!g->transfer.easy) {
 		g->transfer.easy = curl_easy_init();

@@ -58,16 +58,20 @@ enum {
 #define EMBED_ANCHOR 4.0f
 /* Row-0 weight of output.weight: + for printable pieces, - for the rest. */
 #define LOGIT_BIAS 4.0f
-/* Spread of the printable pieces' other output weights: how varied the text is. */
+/* Spread of the printable pieces' other output weights: how varied the text is.
+ */
 #define LOGIT_SPREAD 0.5f
 #define RMS_EPSILON 1e-5f
 
+/* clang-format off */
 static const struct sl_demo_spec demo_specs[] = {
 	[SL_DEMO_TINY] = {"tiny", 64, 2, 4, 128, 65536},
 	[SL_DEMO_SLOW] = {"slow", 384, 6, 6, 1024, 65536},
 };
+/* clang-format on */
 
 /* Whole-word pieces, so that the random text reads a little like words. */
+/* clang-format off */
 static const char *const demo_words[] = {
 	"the",   "of",    "and",   "to",    "in",    "is",   "it",
 	"that",  "was",   "for",   "on",    "are",   "with", "as",
@@ -80,12 +84,13 @@ static const char *const demo_words[] = {
 	"than",  "first", "been",  "now",   "river", "stone", "light",
 	"north", "quiet", "field",
 };
+/* clang-format on */
 
 /* "▁" (U+2581), SentencePiece's marker for a space. */
 #define SPACE_MARK "\xe2\x96\x81"
 
 #define N_PRINTABLE_CHARS (0x7e - 0x21 + 1)
-#define VOCAB_SIZE \
+#define VOCAB_SIZE                                                             \
 	(FIRST_PIECE_TOKEN + 1u + N_PRINTABLE_CHARS + SL_ARRAY_SIZE(demo_words))
 
 const struct sl_demo_spec *sl_demo_spec(enum sl_demo_size size)
@@ -131,7 +136,7 @@ static int token_piece(uint32_t id, char *buf, size_t size)
 		snprintf(buf, size, "%c", (char)(0x21 + k - 1));
 	else
 		snprintf(buf, size, SPACE_MARK "%s",
-			 demo_words[k - 1 - N_PRINTABLE_CHARS]);
+		         demo_words[k - 1 - N_PRINTABLE_CHARS]);
 	return TOKEN_NORMAL;
 }
 
@@ -185,7 +190,8 @@ static void put_bytes(struct writer *w, const void *p, size_t n)
 static void put_u32(struct writer *w, uint32_t v)
 {
 	unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8),
-			      (unsigned char)(v >> 16), (unsigned char)(v >> 24)};
+	                      (unsigned char)(v >> 16),
+	                      (unsigned char)(v >> 24)};
 	put_bytes(w, b, sizeof(b));
 }
 
@@ -247,7 +253,7 @@ static void kv_str(struct writer *w, const char *key, const char *v)
 }
 
 static void kv_array_header(struct writer *w, const char *key, uint32_t type,
-			    uint64_t count)
+                            uint64_t count)
 {
 	put_str(w, key);
 	put_u32(w, GGUF_ARRAY);
@@ -270,8 +276,8 @@ static void write_vocab(struct writer *w)
 	kv_array_header(w, "tokenizer.ggml.scores", GGUF_FLOAT32, VOCAB_SIZE);
 	for (uint32_t id = 0; id < VOCAB_SIZE; id++)
 		put_f32(w, id < FIRST_PIECE_TOKEN
-				   ? 0.0f
-				   : -(float)(id - FIRST_PIECE_TOKEN));
+		               ? 0.0f
+		               : -(float)(id - FIRST_PIECE_TOKEN));
 	kv_array_header(w, "tokenizer.ggml.token_type", GGUF_INT32, VOCAB_SIZE);
 	for (uint32_t id = 0; id < VOCAB_SIZE; id++)
 		put_u32(w, (uint32_t)token_piece(id, piece, sizeof(piece)));
@@ -303,10 +309,11 @@ static void write_metadata(struct writer *w, const struct sl_demo_spec *s)
 
 /* How a tensor's values are made. */
 enum fill {
-	FILL_ONES,      /* norm weights */
-	FILL_RANDOM,    /* uniform, scaled by sqrt(3 / fan_in): unit variance out */
-	FILL_NO_COL0,   /* as RANDOM, but blind to dimension 0 (the anchor) */
-	FILL_NO_ROW0,   /* as RANDOM, but row 0 zero: never writes dimension 0 */
+	FILL_ONES,    /* norm weights */
+	FILL_RANDOM,  /* uniform, scaled by sqrt(3 / fan_in): unit variance out
+	               */
+	FILL_NO_COL0, /* as RANDOM, but blind to dimension 0 (the anchor) */
+	FILL_NO_ROW0, /* as RANDOM, but row 0 zero: never writes dimension 0 */
 	FILL_EMBEDDING, /* uniform, with the positive anchor in dimension 0 */
 	FILL_OUTPUT,    /* the output layer described at the top */
 };
@@ -324,19 +331,19 @@ static uint64_t tensor_bytes(const struct tensor *t)
 
 /* The tensor list, in file order; returns the count (at most `max`). */
 static size_t list_tensors(const struct sl_demo_spec *s, struct tensor *t,
-			   size_t max)
+                           size_t max)
 {
 	size_t n = 0;
 	const uint64_t d = s->n_embd, ff = s->n_ff, v = VOCAB_SIZE;
-#define ADD(fill_, ne0_, ne1_, ...)                                          \
-	do {                                                                 \
-		if (n < max) {                                               \
-			snprintf(t[n].name, sizeof(t[n].name), __VA_ARGS__); \
-			t[n].ne0 = (ne0_);                                   \
-			t[n].ne1 = (ne1_);                                   \
-			t[n].fill = (fill_);                                 \
-		}                                                            \
-		n++;                                                         \
+#define ADD(fill_, ne0_, ne1_, ...)                                            \
+	do {                                                                   \
+		if (n < max) {                                                 \
+			snprintf(t[n].name, sizeof(t[n].name), __VA_ARGS__);   \
+			t[n].ne0 = (ne0_);                                     \
+			t[n].ne1 = (ne1_);                                     \
+			t[n].fill = (fill_);                                   \
+		}                                                              \
+		n++;                                                           \
 	} while (0)
 
 	ADD(FILL_EMBEDDING, d, v, "token_embd.weight");
@@ -359,19 +366,15 @@ static size_t list_tensors(const struct sl_demo_spec *s, struct tensor *t,
 
 /* One row of ne0 values: row `row` of tensor `t`. */
 static void fill_row(const struct tensor *t, uint64_t row, struct prng *r,
-		     float *out)
+                     float *out)
 {
 	const float scale = sqrtf(3.0f / (float)t->ne0);
 	char piece[64];
 
 	for (uint64_t i = 0; i < t->ne0; i++) {
 		switch (t->fill) {
-		case FILL_ONES:
-			out[i] = 1.0f;
-			break;
-		case FILL_RANDOM:
-			out[i] = prng_uniform(r) * scale;
-			break;
+		case FILL_ONES: out[i] = 1.0f; break;
+		case FILL_RANDOM: out[i] = prng_uniform(r) * scale; break;
 		case FILL_NO_COL0:
 			out[i] = i == 0 ? 0.0f : prng_uniform(r) * scale;
 			break;
@@ -382,15 +385,15 @@ static void fill_row(const struct tensor *t, uint64_t row, struct prng *r,
 			out[i] = i == 0 ? EMBED_ANCHOR : prng_uniform(r);
 			break;
 		case FILL_OUTPUT: {
-			int printable = token_piece((uint32_t)row, piece,
-						    sizeof(piece)) ==
-					TOKEN_NORMAL;
+			int printable =
+			    token_piece((uint32_t)row, piece, sizeof(piece)) ==
+			    TOKEN_NORMAL;
 			if (i == 0)
 				out[i] = printable ? LOGIT_BIAS : -LOGIT_BIAS;
 			else
 				out[i] = printable
-						 ? prng_uniform(r) * LOGIT_SPREAD
-						 : 0.0f;
+				             ? prng_uniform(r) * LOGIT_SPREAD
+				             : 0.0f;
 			break;
 		}
 		}
@@ -398,7 +401,7 @@ static void fill_row(const struct tensor *t, uint64_t row, struct prng *r,
 }
 
 static void write_tensor_data(struct writer *w, const struct tensor *t,
-			      float *row_buf)
+                              float *row_buf)
 {
 	struct prng r;
 	prng_seed(&r, t->name);
@@ -437,7 +440,7 @@ static int write_model(FILE *f, const struct sl_demo_spec *s)
 		put_u64(&w, offset);
 		offset += tensor_bytes(t);
 		offset += (SL_DEMO_ALIGNMENT - offset % SL_DEMO_ALIGNMENT) %
-			  SL_DEMO_ALIGNMENT;
+		          SL_DEMO_ALIGNMENT;
 	}
 	put_pad(&w);
 

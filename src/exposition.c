@@ -47,7 +47,7 @@ void sl_families_free(struct sl_families *f)
 }
 
 static struct family *family_find(struct sl_families *f, const char *name,
-				  size_t len)
+                                  size_t len)
 {
 	for (unsigned i = 0; i < f->n; i++)
 		if (strlen(f->items[i].name) == len &&
@@ -57,7 +57,7 @@ static struct family *family_find(struct sl_families *f, const char *name,
 }
 
 static struct family *family_get(struct sl_families *f, const char *name,
-				 size_t len)
+                                 size_t len)
 {
 	struct family *fam = family_find(f, name, len);
 	if (fam)
@@ -85,8 +85,8 @@ static void name_counter(struct family *fam)
 }
 
 /* The family a sample belongs to: its name, or that less a suffix. */
-static struct family *family_of_sample(struct sl_families *f,
-				       const char *name, size_t len)
+static struct family *family_of_sample(struct sl_families *f, const char *name,
+                                       size_t len)
 {
 	struct family *fam = family_find(f, name, len);
 	static const char *const suffixes[] = {"_bucket", "_sum", "_count"};
@@ -99,7 +99,7 @@ static struct family *family_of_sample(struct sl_families *f,
 }
 
 static void add_line(struct sl_families *f, const char *line, size_t len,
-		     const char *upstream)
+                     const char *upstream)
 {
 	if (len == 0)
 		return;
@@ -116,8 +116,9 @@ static void add_line(struct sl_families *f, const char *line, size_t len,
 		struct family *fam = family_get(f, name, (size_t)(sp - name));
 		char **slot = help ? &fam->help : &fam->type;
 		if (!*slot)
-			*slot = sl_xasprintf("%.*s", (int)(len - (size_t)(sp + 1 - line)),
-					     sp + 1);
+			*slot = sl_xasprintf(
+			    "%.*s", (int)(len - (size_t)(sp + 1 - line)),
+			    sp + 1);
 		if (type && strcmp(fam->type, "counter") == 0)
 			name_counter(fam);
 		return;
@@ -135,17 +136,17 @@ static void add_line(struct sl_families *f, const char *line, size_t len,
 	if (*rest == '{') {
 		bool empty = rest_len > 1 && rest[1] == '}';
 		sl_text_printf(&fam->samples, "%s%.*s{upstream=\"%s\"%s%.*s\n",
-			       fam->out, (int)suffix_len, suffix, upstream,
-			       empty ? "" : ",", (int)(rest_len - 1), rest + 1);
+		               fam->out, (int)suffix_len, suffix, upstream,
+		               empty ? "" : ",", (int)(rest_len - 1), rest + 1);
 	} else {
 		sl_text_printf(&fam->samples, "%s%.*s{upstream=\"%s\"}%.*s\n",
-			       fam->out, (int)suffix_len, suffix, upstream,
-			       (int)rest_len, rest);
+		               fam->out, (int)suffix_len, suffix, upstream,
+		               (int)rest_len, rest);
 	}
 }
 
 void sl_families_add(struct sl_families *f, const char *text,
-		     const char *upstream)
+                     const char *upstream)
 {
 	char label[256];
 	sl_label_escape(upstream, label, sizeof(label));
@@ -166,24 +167,26 @@ void sl_families_write(const struct sl_families *f, struct sl_text *t)
 		if (fam->samples.len == 0)
 			continue;
 		if (fam->help)
-			sl_text_printf(t, "# HELP %s %s\n", fam->out, fam->help);
+			sl_text_printf(t, "# HELP %s %s\n", fam->out,
+			               fam->help);
 		if (fam->type)
-			sl_text_printf(t, "# TYPE %s %s\n", fam->out, fam->type);
+			sl_text_printf(t, "# TYPE %s %s\n", fam->out,
+			               fam->type);
 		sl_text_printf(t, "%.*s", (int)fam->samples.len,
-			       fam->samples.data);
+		               fam->samples.data);
 	}
 }
 
 /* ---- sluice's own ---- */
 
 static const char *const class_names[SL_CLASS_COUNT] = {"urgent", "normal",
-							"batch"};
+                                                        "batch"};
 
 static void expose_requests(struct sl_stats *s, struct sl_text *t)
 {
 	sl_expose_family(t, "sluice_requests_total", "counter",
-			 "Requests answered, by endpoint and HTTP status "
-			 "(499: the client left first).");
+	                 "Requests answered, by endpoint and HTTP status "
+	                 "(499: the client left first).");
 	for (int e = 0; e < SL_EP_COUNT; e++) {
 		for (int i = 0; i <= SL_STATS_CODES; i++) {
 			if (s->requests[e][i].n == 0)
@@ -193,30 +196,30 @@ static void expose_requests(struct sl_stats *s, struct sl_text *t)
 				snprintf(code, sizeof(code), "other");
 			else
 				snprintf(code, sizeof(code), "%d",
-					 s->requests[e][i].code);
+				         s->requests[e][i].code);
 			sl_text_printf(t,
-				       "sluice_requests_total{endpoint=\"%s\","
-				       "code=\"%s\"} %llu\n",
-				       sl_stats_endpoint_name(e), code,
-				       (unsigned long long)s->requests[e][i].n);
+			               "sluice_requests_total{endpoint=\"%s\","
+			               "code=\"%s\"} %llu\n",
+			               sl_stats_endpoint_name(e), code,
+			               (unsigned long long)s->requests[e][i].n);
 		}
 	}
 	sl_expose_family(t, "sluice_rejected_total", "counter",
-			 "Requests sluice refused, by reason.");
+	                 "Requests sluice refused, by reason.");
 	for (int r = 0; r < SL_REJECT_COUNT; r++)
 		sl_text_printf(t, "sluice_rejected_total{reason=\"%s\"} %llu\n",
-			       sl_stats_reason_name(r),
-			       (unsigned long long)s->rejected[r]);
+		               sl_stats_reason_name(r),
+		               (unsigned long long)s->rejected[r]);
 	sl_expose_family(t, "sluice_cancelled_total", "counter",
-			 "Requests whose client left, by where they were.");
+	                 "Requests whose client left, by where they were.");
 	sl_text_printf(t, "sluice_cancelled_total{stage=\"queued\"} %llu\n",
-		       (unsigned long long)s->cancelled_queued);
+	               (unsigned long long)s->cancelled_queued);
 	sl_text_printf(t, "sluice_cancelled_total{stage=\"inflight\"} %llu\n",
-		       (unsigned long long)s->cancelled_inflight);
+	               (unsigned long long)s->cancelled_inflight);
 	sl_expose_family(t, "sluice_generated_tokens_total", "counter",
-			 "Tokens generated for sluice's clients.");
+	                 "Tokens generated for sluice's clients.");
 	sl_text_printf(t, "sluice_generated_tokens_total %llu\n",
-		       (unsigned long long)s->generated_tokens);
+	               (unsigned long long)s->generated_tokens);
 }
 
 static void expose_upstreams(struct sl_app *app, struct sl_text *t)
@@ -224,38 +227,39 @@ static void expose_upstreams(struct sl_app *app, struct sl_text *t)
 	static const struct {
 		const char *name, *type, *help;
 	} families[] = {
-		{"sluice_upstream_restarts_total", "counter",
-		 "Relaunches of a managed llama-server after it exited."},
-		{"sluice_upstream_slots", "gauge",
-		 "Requests an upstream takes at once."},
-		{"sluice_upstream_up", "gauge", "1 when an upstream is ready."},
+	    {"sluice_upstream_restarts_total", "counter",
+	     "Relaunches of a managed llama-server after it exited."},
+	    {"sluice_upstream_slots", "gauge",
+	     "Requests an upstream takes at once."},
+	    {"sluice_upstream_up", "gauge", "1 when an upstream is ready."},
 	};
 	for (size_t k = 0; k < SL_ARRAY_SIZE(families); k++) {
 		sl_expose_family(t, families[k].name, families[k].type,
-				 families[k].help);
+		                 families[k].help);
 		for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
 			const struct sl_upstream *u = app->upstreams[i];
 			if (!u)
 				continue;
 			char label[256];
 			sl_label_escape(u->url, label, sizeof(label));
-			unsigned v = k == 0   ? u->restarts
-				     : k == 1 ? u->total_slots
-					      : (unsigned)sl_upstream_is_ready(u);
+			unsigned v = k == 0 ? u->restarts
+			             : k == 1
+			                 ? u->total_slots
+			                 : (unsigned)sl_upstream_is_ready(u);
 			sl_text_printf(t, "%s{upstream=\"%s\"} %u\n",
-				       families[k].name, label, v);
+			               families[k].name, label, v);
 		}
 	}
 }
 
 static void expose_by_class(struct sl_text *t, const char *name,
-			    const char *help, struct sl_histogram *h)
+                            const char *help, struct sl_histogram *h)
 {
 	sl_expose_family(t, name, "histogram", help);
 	for (int c = 0; c < SL_CLASS_COUNT; c++) {
 		char labels[32];
 		snprintf(labels, sizeof(labels), "priority=\"%s\"",
-			 class_names[c]);
+		         class_names[c]);
 		sl_expose_histogram(t, name, labels, &h[c]);
 	}
 }
@@ -265,54 +269,54 @@ void sl_exposition_prometheus(struct sl_app *app, struct sl_text *t)
 	struct sl_stats *s = &app->stats;
 	expose_requests(s, t);
 	sl_expose_family(t, "sluice_connections_refused_total", "counter",
-			 "Connections refused over --max-connections.");
+	                 "Connections refused over --max-connections.");
 	sl_text_printf(t, "sluice_connections_refused_total %llu\n",
-		       (unsigned long long)app->http.refused_connections);
+	               (unsigned long long)app->http.refused_connections);
 	expose_upstreams(app, t);
 
 	sl_expose_family(t, "sluice_queue_depth", "gauge",
-			 "Requests waiting in sluice's queue, by priority.");
+	                 "Requests waiting in sluice's queue, by priority.");
 	for (int c = 0; c < SL_CLASS_COUNT; c++)
 		sl_text_printf(t, "sluice_queue_depth{priority=\"%s\"} %llu\n",
-			       class_names[c],
-			       (unsigned long long)s->queued_now[c]);
+		               class_names[c],
+		               (unsigned long long)s->queued_now[c]);
 	unsigned inflight = 0;
 	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++)
 		if (app->upstreams[i])
 			inflight += app->upstreams[i]->inflight;
 	sl_expose_family(t, "sluice_inflight", "gauge",
-			 "Requests sent to upstreams and not finished.");
+	                 "Requests sent to upstreams and not finished.");
 	sl_text_printf(t, "sluice_inflight %u\n", inflight);
 	sl_expose_family(t, "sluice_connections", "gauge",
-			 "Open client connections.");
+	                 "Open client connections.");
 	sl_text_printf(t, "sluice_connections %u\n", app->http.n_conns);
 
 	expose_by_class(t, "sluice_queue_wait_seconds",
-			"Time spent in sluice's queue, batching window "
-			"included.",
-			s->queue_wait);
+	                "Time spent in sluice's queue, batching window "
+	                "included.",
+	                s->queue_wait);
 	expose_by_class(t, "sluice_time_to_first_token_seconds",
-			"From a request's first byte to its first generated "
-			"token.",
-			s->ttft);
+	                "From a request's first byte to its first generated "
+	                "token.",
+	                s->ttft);
 	sl_expose_family(t, "sluice_request_duration_seconds", "histogram",
-			 "From a request's first byte to its last response "
-			 "byte.");
+	                 "From a request's first byte to its last response "
+	                 "byte.");
 	for (int e = 0; e < SL_EP_COUNT; e++) {
 		if (s->duration[e].count == 0)
 			continue;
 		char labels[64];
 		snprintf(labels, sizeof(labels), "endpoint=\"%s\"",
-			 sl_stats_endpoint_name(e));
+		         sl_stats_endpoint_name(e));
 		sl_expose_histogram(t, "sluice_request_duration_seconds",
-				    labels, &s->duration[e]);
+		                    labels, &s->duration[e]);
 	}
 	sl_expose_family(t, "sluice_inter_token_seconds", "histogram",
-			 "Gaps between consecutive tokens of a generation.");
+	                 "Gaps between consecutive tokens of a generation.");
 	sl_expose_histogram(t, "sluice_inter_token_seconds", "",
-			    &s->inter_token);
+	                    &s->inter_token);
 	sl_expose_family(t, "sluice_batch_size", "histogram",
-			 "Requests per batch leaving sluice's queue.");
+	                 "Requests per batch leaving sluice's queue.");
 	sl_expose_histogram(t, "sluice_batch_size", "", &s->batch_size);
 }
 
@@ -336,18 +340,17 @@ json_t *sl_exposition_summary(struct sl_app *app)
 	}
 	const struct sl_histogram *lat = &s->generation;
 	return json_pack(
-		"{s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:o}",
-		"queue_depth", (int)sl_sched_depth(&app->sched), "inflight",
-		(int)inflight, "requests", (json_int_t)lat->count,
-		"p50_latency_ms", sl_hist_quantile(lat, 0.50) * 1000,
-		"p95_latency_ms", sl_hist_quantile(lat, 0.95) * 1000,
-		"p99_latency_ms", sl_hist_quantile(lat, 0.99) * 1000,
-		"p99_ttft_ms", sl_hist_quantile(&ttft, 0.99) * 1000, "batches",
-		(json_int_t)s->batches, "avg_batch_size",
-		s->batches ? (double)s->batched / (double)s->batches : 0.0,
-		"tokens_per_second",
-		sl_stats_token_rate(s, uv_now(&app->loop)),
-		"quantile_error_bound", 1.0 / SL_HIST_SUB, "upstreams", ups);
+	    "{s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:o}",
+	    "queue_depth", (int)sl_sched_depth(&app->sched), "inflight",
+	    (int)inflight, "requests", (json_int_t)lat->count, "p50_latency_ms",
+	    sl_hist_quantile(lat, 0.50) * 1000, "p95_latency_ms",
+	    sl_hist_quantile(lat, 0.95) * 1000, "p99_latency_ms",
+	    sl_hist_quantile(lat, 0.99) * 1000, "p99_ttft_ms",
+	    sl_hist_quantile(&ttft, 0.99) * 1000, "batches",
+	    (json_int_t)s->batches, "avg_batch_size",
+	    s->batches ? (double)s->batched / (double)s->batches : 0.0,
+	    "tokens_per_second", sl_stats_token_rate(s, uv_now(&app->loop)),
+	    "quantile_error_bound", 1.0 / SL_HIST_SUB, "upstreams", ups);
 }
 
 /* ---- answering, with llama-server's metrics ---- */
@@ -370,8 +373,8 @@ static void respond_prometheus(struct sl_app *app, struct sl_http_request *req)
 	sl_families_write(f, &t);
 	sl_families_free(f);
 	sl_http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8",
-			"Cache-Control: no-store\r\n", t.data ? t.data : "",
-			t.len);
+	                "Cache-Control: no-store\r\n", t.data ? t.data : "",
+	                t.len);
 	sl_text_free(&t);
 }
 
@@ -408,8 +411,8 @@ static void answer_waiters(struct sl_app *app)
 
 static void on_upstream_metrics(struct sl_get *g, long status, const char *err)
 {
-	struct sl_upstream *u = sl_container_of(g, struct sl_upstream,
-						metrics_get);
+	struct sl_upstream *u =
+	    sl_container_of(g, struct sl_upstream, metrics_get);
 	struct sl_app *app = u->data;
 	if (status == 200) {
 		free(u->metrics_text);
@@ -417,7 +420,7 @@ static void on_upstream_metrics(struct sl_get *g, long status, const char *err)
 		u->metrics_ms = uv_now(u->loop);
 	} else {
 		sl_debug("llama-server metrics from %s: %s", u->url,
-			 err ? err : "not 200");
+		         err ? err : "not 200");
 	}
 	if (--app->metrics_fetching == 0)
 		answer_waiters(app);
@@ -436,8 +439,8 @@ static unsigned refresh_upstream_metrics(struct sl_app *app)
 			continue;
 		char *url = sl_xasprintf("%s/metrics", u->url);
 		if (sl_get_start(&app->curl, &u->metrics_get, url, u->api_key,
-				 SL_UPSTREAM_METRICS_TIMEOUT_MS,
-				 on_upstream_metrics) == 0)
+		                 SL_UPSTREAM_METRICS_TIMEOUT_MS,
+		                 on_upstream_metrics) == 0)
 			app->metrics_fetching++;
 		free(url);
 	}
@@ -463,11 +466,12 @@ void sl_exposition_handle(struct sl_app *app, struct sl_http_request *req)
 {
 	if (wants_json(req)) {
 		json_t *doc = sl_exposition_summary(app);
-		char *body = json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(6));
+		char *body =
+		    json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(6));
 		json_decref(doc);
 		sl_http_respond(req, 200, "application/json",
-				"Cache-Control: no-store\r\n", body,
-				strlen(body));
+		                "Cache-Control: no-store\r\n", body,
+		                strlen(body));
 		free(body);
 		return;
 	}

@@ -57,12 +57,12 @@ struct request_state {
 	bool head_only;    /* a HEAD request: the response has no body */
 	size_t body_cap;
 	uint64_t chunk_left; /* data bytes still due in the current chunk */
-	bool keep_alive;   /* decided when the message completed */
-	bool http10;       /* HTTP/1.0 client: no chunked responses */
-	bool chunked;      /* the streamed response is chunked */
+	bool keep_alive;     /* decided when the message completed */
+	bool http10;         /* HTTP/1.0 client: no chunked responses */
+	bool chunked;        /* the streamed response is chunked */
 	bool dispatched;
-	bool finished;     /* request_finished() ran */
-	bool head_sent;    /* a streamed response has started */
+	bool finished;  /* request_finished() ran */
+	bool head_sent; /* a streamed response has started */
 };
 
 struct sl_http_conn {
@@ -78,19 +78,19 @@ struct sl_http_conn {
 	char *pending; /* SL_HTTP_PENDING_MAX bytes once allocated */
 	size_t pending_len;
 
-	size_t backlog;    /* bytes in uv_write requests not yet done */
+	size_t backlog;         /* bytes in uv_write requests not yet done */
 	unsigned reject_status; /* set by a parser callback that refuses */
 	const char *reject_message;
 	/* The bytes being parsed, for checks llhttp 8 does not make. */
 	const char *parse_end;
-	unsigned crlf_due;  /* bytes of a chunk's CRLF not seen yet (0-2) */
+	unsigned crlf_due; /* bytes of a chunk's CRLF not seen yet (0-2) */
 	unsigned open_handles;
 	bool reading;
-	bool parsing;      /* inside conn_parse(): do not re-enter */
-	bool closing;      /* uv_close() called */
+	bool parsing;             /* inside conn_parse(): do not re-enter */
+	bool closing;             /* uv_close() called */
 	bool finish_when_flushed; /* linger once the backlog is written */
 	bool shutdown_started;
-	bool peer_closed;  /* EOF seen while flushing a final response */
+	bool peer_closed;   /* EOF seen while flushing a final response */
 	bool draining_wait; /* drain callback owed once below the low mark */
 	uint64_t write_progress_ms; /* loop time of the last write done */
 };
@@ -157,7 +157,7 @@ static const char *http_date(struct sl_http_server *s)
 		struct tm tm;
 		gmtime_r(&now, &tm);
 		strftime(s->date, sizeof(s->date), "%a, %d %b %Y %H:%M:%S GMT",
-			 &tm);
+		         &tm);
 		s->date_sec = (uint64_t)now;
 	}
 	return s->date;
@@ -181,7 +181,7 @@ static void request_free(struct request_state *st);
  * dispatched request stops counting as busy.
  */
 static void request_finished(struct sl_http_conn *c, struct request_state *st,
-			     bool completed)
+                             bool completed)
 {
 	struct sl_http_server *s = c->server;
 	if (st->finished)
@@ -309,7 +309,7 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len)
 	 */
 	if (memchr(at, ' ', len) || memchr(at, '\t', len))
 		return refuse_malformed(c, "malformed HTTP request: "
-					   "whitespace in a header name");
+		                           "whitespace in a header name");
 	/*
 	 * Trailers of a chunked body come through here too, after the headers
 	 * were resolved: they count against the limit and are dropped, as
@@ -380,7 +380,7 @@ static void resolve_pointers(struct request_state *st)
 }
 
 static int conn_write_raw(struct sl_http_conn *c, const uv_buf_t *bufs,
-			  unsigned n);
+                          unsigned n);
 
 static int on_headers_complete(llhttp_t *p)
 {
@@ -391,8 +391,8 @@ static int on_headers_complete(llhttp_t *p)
 	st->headers_done = true;
 	st->pub.method = (llhttp_method_t)llhttp_get_method(p);
 	st->head_only = st->pub.method == HTTP_HEAD;
-	st->http10 = llhttp_get_http_major(p) == 1 &&
-		     llhttp_get_http_minor(p) == 0;
+	st->http10 =
+	    llhttp_get_http_major(p) == 1 && llhttp_get_http_minor(p) == 0;
 
 	bool has_length = (p->flags & F_CONTENT_LENGTH) != 0;
 	bool chunked = (p->flags & F_CHUNKED) != 0;
@@ -409,12 +409,14 @@ static int on_headers_complete(llhttp_t *p)
 		if (strcasecmp(expect, "100-continue") != 0) {
 			c->reject_status = 417;
 			c->reject_message = "only \"Expect: 100-continue\" is "
-					    "supported";
+			                    "supported";
 			return -1;
 		}
 		if (!st->http10 && (chunked || p->content_length > 0)) {
-			static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-			uv_buf_t b = uv_buf_init((char *)cont, sizeof(cont) - 1);
+			static const char cont[] =
+			    "HTTP/1.1 100 Continue\r\n\r\n";
+			uv_buf_t b =
+			    uv_buf_init((char *)cont, sizeof(cont) - 1);
 			conn_write_raw(c, &b, 1);
 		}
 	}
@@ -436,8 +438,8 @@ static int check_crlf_from(struct sl_http_conn *c, const char *at)
 	while (c->crlf_due > 0 && at < c->parse_end) {
 		if (*at++ != crlf[2 - c->crlf_due])
 			return refuse_malformed(
-				c, "malformed HTTP request: chunk data not "
-				   "followed by CRLF");
+			    c, "malformed HTTP request: chunk data not "
+			       "followed by CRLF");
 		c->crlf_due--;
 	}
 	return 0;
@@ -492,7 +494,7 @@ static int on_message_complete(llhttp_t *p)
 		st->pub.body = sl_xcalloc(1, 1);
 	/* After an upgrade request the parser cannot go on: close after. */
 	st->keep_alive = llhttp_should_keep_alive(p) && !p->upgrade &&
-			 !c->server->closing && !c->server->draining;
+	                 !c->server->closing && !c->server->draining;
 	uv_timer_stop(&c->timer);
 	c->phase = PHASE_HANDLING;
 	/* Never llhttp_pause() inside a callback; returning this pauses. */
@@ -500,21 +502,20 @@ static int on_message_complete(llhttp_t *p)
 }
 
 static const llhttp_settings_t parser_settings = {
-	.on_message_begin = on_message_begin,
-	.on_url = on_url,
-	.on_url_complete = on_url_complete,
-	.on_header_field = on_header_field,
-	.on_header_field_complete = on_header_field_complete,
-	.on_header_value = on_header_value,
-	.on_header_value_complete = on_header_value_complete,
-	.on_headers_complete = on_headers_complete,
-	.on_body = on_body,
-	.on_chunk_header = on_chunk_header,
-	.on_message_complete = on_message_complete,
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_url_complete = on_url_complete,
+    .on_header_field = on_header_field,
+    .on_header_field_complete = on_header_field_complete,
+    .on_header_value = on_header_value,
+    .on_header_value_complete = on_header_value_complete,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_chunk_header = on_chunk_header,
+    .on_message_complete = on_message_complete,
 };
 
-const char *sl_http_header(const struct sl_http_request *req,
-			   const char *name)
+const char *sl_http_header(const struct sl_http_request *req, const char *name)
 {
 	for (unsigned i = 0; i < req->n_headers; i++)
 		if (req->headers[i].name &&
@@ -559,7 +560,7 @@ static void on_write_done(uv_write_t *w, int status)
  * the socket did not take) through a copied uv_write request.
  */
 static int conn_write_raw(struct sl_http_conn *c, const uv_buf_t *bufs,
-			  unsigned n)
+                          unsigned n)
 {
 	if (c->closing)
 		return UV_ECANCELED;
@@ -615,34 +616,33 @@ static int conn_write_raw(struct sl_http_conn *c, const uv_buf_t *bufs,
 
 /* Formats a response head; the caller frees it. body_len < 0: chunked. */
 static char *format_head(struct sl_http_conn *c, int status,
-			 const char *content_type, const char *extra,
-			 long long body_len, bool keep_alive, size_t *len)
+                         const char *content_type, const char *extra,
+                         long long body_len, bool keep_alive, size_t *len)
 {
 	struct request_state *st = c->req;
 	char length[48];
 	if (body_len >= 0)
 		snprintf(length, sizeof(length), "Content-Length: %lld\r\n",
-			 body_len);
+		         body_len);
 	else if (st && st->http10)
 		length[0] = '\0'; /* HTTP/1.0: the body ends with the close */
 	else
 		snprintf(length, sizeof(length),
-			 "Transfer-Encoding: chunked\r\n");
+		         "Transfer-Encoding: chunked\r\n");
 	char id[SL_HTTP_REQUEST_ID_MAX + 20] = "";
 	if (st && st->pub.id[0])
 		snprintf(id, sizeof(id), "X-Request-Id: %s\r\n", st->pub.id);
 	char ctype[128] = "";
 	if (content_type)
 		snprintf(ctype, sizeof(ctype), "Content-Type: %s\r\n",
-			 content_type);
+		         content_type);
 	const char *server = c->server->limits.server_name;
 	char *head = sl_xasprintf(
-		"HTTP/1.1 %d %s\r\nServer: %s%s\r\nDate: %s\r\n%s%s"
-		"Connection: %s\r\n%s%s\r\n",
-		status, sl_http_reason(status), server ? server : "sluice/",
-		server ? "" : SL_VERSION, http_date(c->server),
-		ctype, length, keep_alive ? "keep-alive" : "close", id,
-		extra ? extra : "");
+	    "HTTP/1.1 %d %s\r\nServer: %s%s\r\nDate: %s\r\n%s%s"
+	    "Connection: %s\r\n%s%s\r\n",
+	    status, sl_http_reason(status), server ? server : "sluice/",
+	    server ? "" : SL_VERSION, http_date(c->server), ctype, length,
+	    keep_alive ? "keep-alive" : "close", id, extra ? extra : "");
 	*len = strlen(head);
 	if (st)
 		st->pub.status = status;
@@ -653,8 +653,8 @@ static char *format_head(struct sl_http_conn *c, int status,
 static void request_complete(struct sl_http_conn *c)
 {
 	struct request_state *st = c->req;
-	bool keep_alive = st->keep_alive && !c->server->closing &&
-			  !c->server->draining;
+	bool keep_alive =
+	    st->keep_alive && !c->server->closing && !c->server->draining;
 	request_finished(c, st, true);
 	c->req = NULL;
 	c->draining_wait = false;
@@ -696,8 +696,8 @@ static void detach_handler(struct sl_http_request *req)
 }
 
 void sl_http_respond(struct sl_http_request *req, int status,
-		     const char *content_type, const char *extra_headers,
-		     const void *body, size_t len)
+                     const char *content_type, const char *extra_headers,
+                     const void *body, size_t len)
 {
 	struct sl_http_conn *c = req->conn;
 	struct request_state *st = state_of(req);
@@ -707,32 +707,32 @@ void sl_http_respond(struct sl_http_request *req, int status,
 	}
 	size_t head_len;
 	char *head = format_head(c, status, content_type, extra_headers,
-				 (long long)len, st->keep_alive, &head_len);
+	                         (long long)len, st->keep_alive, &head_len);
 	uv_buf_t bufs[2] = {uv_buf_init(head, (unsigned)head_len),
-			    uv_buf_init((char *)body, (unsigned)len)};
+	                    uv_buf_init((char *)body, (unsigned)len)};
 	conn_write_raw(c, bufs, len && !st->head_only ? 2 : 1);
 	free(head);
 	request_complete(c);
 }
 
 static char *error_body(int status, const char *type, const char *message,
-			size_t *len)
+                        size_t *len)
 {
 	json_t *j = json_pack("{s:{s:s, s:s, s:i}}", "error", "message",
-			      message, "type", type, "code", status);
+	                      message, "type", type, "code", status);
 	char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
 	if (!body)
 		body = sl_xasprintf("{\"error\":{\"message\":\"%s\",\"type\":"
-				    "\"%s\",\"code\":%d}}",
-				    "(message not valid UTF-8)", type, status);
+		                    "\"%s\",\"code\":%d}}",
+		                    "(message not valid UTF-8)", type, status);
 	*len = strlen(body);
 	return body;
 }
 
 void sl_http_respond_error(struct sl_http_request *req, int status,
-			   const char *type, const char *extra_headers,
-			   const char *fmt, ...)
+                           const char *type, const char *extra_headers,
+                           const char *fmt, ...)
 {
 	char message[512];
 	va_list ap;
@@ -742,13 +742,13 @@ void sl_http_respond_error(struct sl_http_request *req, int status,
 	size_t len;
 	char *body = error_body(status, type, message, &len);
 	sl_http_respond(req, status, "application/json", extra_headers, body,
-			len);
+	                len);
 	free(body);
 }
 
 int sl_http_stream_start(struct sl_http_request *req, int status,
-			 const char *content_type, const char *extra_headers,
-			 long long content_length)
+                         const char *content_type, const char *extra_headers,
+                         long long content_length)
 {
 	struct sl_http_conn *c = req->conn;
 	struct request_state *st = state_of(req);
@@ -759,7 +759,7 @@ int sl_http_stream_start(struct sl_http_request *req, int status,
 		st->keep_alive = false; /* the body ends with the connection */
 	size_t len;
 	char *head = format_head(c, status, content_type, extra_headers,
-				 content_length, st->keep_alive, &len);
+	                         content_length, st->keep_alive, &len);
 	uv_buf_t b = uv_buf_init(head, (unsigned)len);
 	int rc = conn_write_raw(c, &b, 1);
 	free(head);
@@ -768,7 +768,7 @@ int sl_http_stream_start(struct sl_http_request *req, int status,
 }
 
 int sl_http_stream_write(struct sl_http_request *req, const void *data,
-			 size_t len)
+                         size_t len)
 {
 	struct sl_http_conn *c = req->conn;
 	struct request_state *st = state_of(req);
@@ -784,8 +784,8 @@ int sl_http_stream_write(struct sl_http_request *req, const void *data,
 		char size[24];
 		int n = snprintf(size, sizeof(size), "%zx\r\n", len);
 		uv_buf_t bufs[3] = {uv_buf_init(size, (unsigned)n),
-				    uv_buf_init((char *)data, (unsigned)len),
-				    uv_buf_init("\r\n", 2)};
+		                    uv_buf_init((char *)data, (unsigned)len),
+		                    uv_buf_init("\r\n", 2)};
 		rc = conn_write_raw(c, bufs, 3);
 	}
 	if (rc == 0 && c->backlog > SL_HTTP_BACKLOG_HIGH)
@@ -832,18 +832,17 @@ void sl_http_want_drain(struct sl_http_request *req)
 /* ---- errors sluice raises while parsing ---- */
 
 /* Answers `status` with Connection: close and lingers; no handler saw it. */
-static void conn_reject(struct sl_http_conn *c, int status,
-			const char *message)
+static void conn_reject(struct sl_http_conn *c, int status, const char *message)
 {
 	const char *type = status == 408   ? "timeout_error"
-			   : status >= 500 ? "server_error"
-					   : "invalid_request_error";
+	                   : status >= 500 ? "server_error"
+	                                   : "invalid_request_error";
 	size_t body_len, head_len;
 	char *body = error_body(status, type, message, &body_len);
 	char *head = format_head(c, status, "application/json", NULL,
-				 (long long)body_len, false, &head_len);
+	                         (long long)body_len, false, &head_len);
 	uv_buf_t bufs[2] = {uv_buf_init(head, (unsigned)head_len),
-			    uv_buf_init(body, (unsigned)body_len)};
+	                    uv_buf_init(body, (unsigned)body_len)};
 	conn_write_raw(c, bufs, 2);
 	free(head);
 	free(body);
@@ -861,7 +860,7 @@ static void conn_reject(struct sl_http_conn *c, int status,
 
 /* A request id: the client's when sane, else 16 random-looking hex digits. */
 static void assign_request_id(struct sl_http_server *s,
-			      struct request_state *st)
+                              struct request_state *st)
 {
 	const char *given = sl_http_header(&st->pub, "X-Request-Id");
 	if (given) {
@@ -880,7 +879,7 @@ static void assign_request_id(struct sl_http_server *s,
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
 	z ^= z >> 31;
 	snprintf(st->pub.id, sizeof(st->pub.id), "%016llx",
-		 (unsigned long long)z);
+	         (unsigned long long)z);
 }
 
 static void dispatch(struct sl_http_conn *c)
@@ -904,8 +903,8 @@ static size_t conn_parse(struct sl_http_conn *c, const char *data, size_t len)
 	c->parsing = true;
 	c->parse_end = data + len;
 	while (off < len && !c->closing && c->phase <= PHASE_BODY) {
-		llhttp_errno_t e = c->crlf_due ? check_crlf_from(c, data + off)
-					       : HPE_OK;
+		llhttp_errno_t e =
+		    c->crlf_due ? check_crlf_from(c, data + off) : HPE_OK;
 		if (e == HPE_OK)
 			e = llhttp_execute(&c->parser, data + off, len - off);
 		if (c->closing)
@@ -920,11 +919,12 @@ static size_t conn_parse(struct sl_http_conn *c, const char *data, size_t len)
 			continue;
 		}
 		if (c->reject_status)
-			conn_reject(c, (int)c->reject_status, c->reject_message);
+			conn_reject(c, (int)c->reject_status,
+			            c->reject_message);
 		else {
 			char msg[160];
 			snprintf(msg, sizeof(msg), "malformed HTTP request: %s",
-				 llhttp_get_error_reason(&c->parser));
+			         llhttp_get_error_reason(&c->parser));
 			conn_reject(c, 400, msg);
 		}
 		off = len;
@@ -946,8 +946,7 @@ static void conn_pump(struct sl_http_conn *c)
 	c->pending_len -= used;
 }
 
-static void pending_append(struct sl_http_conn *c, const char *data,
-			   size_t len)
+static void pending_append(struct sl_http_conn *c, const char *data, size_t len)
 {
 	if (!c->pending)
 		c->pending = sl_xmalloc(SL_HTTP_PENDING_MAX);
@@ -993,7 +992,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 		size_t used = conn_parse(c, buf->base, (size_t)nread);
 		if (!c->closing && used < (size_t)nread)
 			pending_append(c, buf->base + used,
-				       (size_t)nread - used);
+			               (size_t)nread - used);
 	} else {
 		c->pending_len += (size_t)nread;
 		conn_pump(c);
@@ -1006,9 +1005,10 @@ static void conn_update_reading(struct sl_http_conn *c)
 	if (c->closing)
 		return;
 	bool want = !c->peer_closed && (c->phase == PHASE_LINGER ||
-					c->pending_len < SL_HTTP_PENDING_MAX);
+	                                c->pending_len < SL_HTTP_PENDING_MAX);
 	if (want && !c->reading) {
-		if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
+		if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) ==
+		    0)
 			c->reading = true;
 	} else if (!want && c->reading) {
 		uv_read_stop((uv_stream_t *)&c->tcp);
@@ -1052,8 +1052,8 @@ static void on_timer(uv_timer_t *t)
 		uint64_t limit = c->server->limits.send_timeout_ms;
 		if (idle >= limit) {
 			sl_debug("http: client took no bytes for %llu ms; "
-				 "closing",
-				 (unsigned long long)idle);
+			         "closing",
+			         (unsigned long long)idle);
 			conn_close(c);
 		} else {
 			set_timer(c, limit - idle);
@@ -1126,7 +1126,7 @@ static void maybe_linger(struct sl_http_conn *c)
 	c->shutdown_started = true;
 	c->shutdown_req.data = c;
 	if (uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp,
-			on_shutdown) != 0) {
+	                on_shutdown) != 0) {
 		conn_close(c);
 		return;
 	}
@@ -1183,8 +1183,8 @@ static void on_connection(uv_stream_t *listener, int status)
 	c->phase = PHASE_IDLE;
 	if (s->n_conns > s->limits.max_connections) {
 		sl_warn("http: refusing a connection: %u open, the limit is "
-			"--max-connections %u",
-			s->n_conns - 1, s->limits.max_connections);
+		        "--max-connections %u",
+		        s->n_conns - 1, s->limits.max_connections);
 		s->refused_connections++;
 		conn_reject(c, 503, "too many open connections");
 		return;
@@ -1195,16 +1195,16 @@ static void on_connection(uv_stream_t *listener, int status)
 }
 
 int sl_http_server_listen(struct sl_http_server *s, uv_loop_t *loop,
-			  const char *host, unsigned port,
-			  const struct sl_http_limits *limits,
-			  sl_http_handler handler, void *data)
+                          const char *host, unsigned port,
+                          const struct sl_http_limits *limits,
+                          sl_http_handler handler, void *data)
 {
 	memset(s, 0, sizeof(*s));
 	s->loop = loop;
 	s->limits = *limits;
 	/* The per-request arrays are sized for the compiled-in maximum. */
-	s->limits.max_headers = SL_MIN(s->limits.max_headers,
-				       SL_HTTP_MAX_HEADERS);
+	s->limits.max_headers =
+	    SL_MIN(s->limits.max_headers, SL_HTTP_MAX_HEADERS);
 	s->handler = handler;
 	s->handler_data = data;
 	if (uv_random(NULL, NULL, &s->id_seed, sizeof(s->id_seed), 0, NULL))
@@ -1223,7 +1223,7 @@ int sl_http_server_listen(struct sl_http_server *s, uv_loop_t *loop,
 	rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&addr, 0);
 	if (rc == 0)
 		rc = uv_listen((uv_stream_t *)&s->listener, SOMAXCONN,
-			       on_connection);
+		               on_connection);
 	if (rc != 0)
 		return rc; /* the caller closes with sl_http_server_close */
 	s->read_buf = sl_xmalloc(SL_HTTP_READ_BUF);
@@ -1273,7 +1273,7 @@ void sl_http_server_stop_accepting(struct sl_http_server *s)
 }
 
 void sl_http_server_close(struct sl_http_server *s,
-			  void (*on_closed)(struct sl_http_server *))
+                          void (*on_closed)(struct sl_http_server *))
 {
 	s->closing = true;
 	s->on_closed = on_closed;

@@ -62,22 +62,23 @@ static void replace_non_ascii(char *s)
 }
 
 static size_t format_json(char *line, size_t size, const char *ts,
-			  const char *level, char *msg)
+                          const char *level, char *msg)
 {
-	json_t *obj = json_pack("{s:s, s:s, s:s}", "ts", ts, "level", level,
-				"msg", msg);
+	json_t *obj =
+	    json_pack("{s:s, s:s, s:s}", "ts", ts, "level", level, "msg", msg);
 	if (!obj) {
 		replace_non_ascii(msg);
 		obj = json_pack("{s:s, s:s, s:s}", "ts", ts, "level", level,
-				"msg", msg);
+		                "msg", msg);
 	}
 	size_t n = obj ? json_dumpb(obj, line, size - 1, JSON_COMPACT) : 0;
 	json_decref(obj);
 	if (n == 0 || n > size - 1)
-		n = (size_t)snprintf(line, size - 1,
-				     "{\"ts\":\"%s\",\"level\":\"%s\","
-				     "\"msg\":\"(message too long for one line)\"}",
-				     ts, level);
+		n = (size_t)snprintf(
+		    line, size - 1,
+		    "{\"ts\":\"%s\",\"level\":\"%s\","
+		    "\"msg\":\"(message too long for one line)\"}",
+		    ts, level);
 	line[n++] = '\n';
 	return n;
 }
@@ -92,16 +93,16 @@ static void append_value(char *line, size_t size, size_t *n, json_t *v)
 		bool plain = *s != '\0';
 		for (const char *p = s; *p && plain; p++)
 			plain = *p > ' ' && *p != '"' && *p != '\\' &&
-				(unsigned char)*p < 0x7f;
+			        (unsigned char)*p < 0x7f;
 		if (!plain) {
 			size_t k = json_dumpb(v, buf, sizeof(buf) - 1,
-					      JSON_ENCODE_ANY);
+			                      JSON_ENCODE_ANY);
 			buf[SL_MIN(k, sizeof(buf) - 1)] = '\0';
 			s = buf;
 		}
 	} else if (json_is_integer(v)) {
 		snprintf(buf, sizeof(buf), "%" JSON_INTEGER_FORMAT,
-			 json_integer_value(v));
+		         json_integer_value(v));
 		s = buf;
 	} else if (json_is_real(v)) {
 		snprintf(buf, sizeof(buf), "%g", json_real_value(v));
@@ -123,7 +124,7 @@ void sl_log_fields(enum sl_log_level level, const char *msg, json_t *fields)
 	size_t n;
 	if (log_format == SL_LOG_JSON) {
 		json_t *obj = json_pack("{s:s, s:s, s:s}", "ts", ts, "level",
-					level_names[level], "msg", msg);
+		                        level_names[level], "msg", msg);
 		json_object_update(obj, fields);
 		n = json_dumpb(obj, line, sizeof(line) - 1, JSON_COMPACT);
 		json_decref(obj);
@@ -131,14 +132,16 @@ void sl_log_fields(enum sl_log_level level, const char *msg, json_t *fields)
 			return; /* too long for one line: dropped, not cut */
 	} else {
 		int k = snprintf(line, sizeof(line), "%s %-5s %s", ts,
-				 level_names[level], msg);
+		                 level_names[level], msg);
 		n = (size_t)SL_MAX(k, 0);
 		const char *key;
 		json_t *v;
-		json_object_foreach(fields, key, v) {
+		json_object_foreach(fields, key, v)
+		{
 			if (n + 2 >= sizeof(line) - 1)
 				break;
-			int w = snprintf(line + n, sizeof(line) - n, " %s=", key);
+			int w =
+			    snprintf(line + n, sizeof(line) - n, " %s=", key);
 			n = SL_MIN(sizeof(line) - 2, n + (size_t)SL_MAX(w, 0));
 			append_value(line, sizeof(line) - 1, &n, v);
 		}
@@ -168,10 +171,11 @@ void sl_log(enum sl_log_level level, const char *fmt, ...)
 	char line[SL_LOG_LINE_MAX + 128];
 	size_t n;
 	if (log_format == SL_LOG_JSON) {
-		n = format_json(line, sizeof(line), ts, level_names[level], msg);
+		n = format_json(line, sizeof(line), ts, level_names[level],
+		                msg);
 	} else {
 		int k = snprintf(line, sizeof(line) - 1, "%s %-5s %s", ts,
-				 level_names[level], msg);
+		                 level_names[level], msg);
 		n = SL_MIN((size_t)k, sizeof(line) - 2);
 		line[n++] = '\n';
 	}

@@ -33,8 +33,8 @@ static void raise_fd_limit(unsigned max_connections)
 	}
 	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < max_connections + 64)
 		sl_warn("only %llu file descriptors (ulimit -n): fewer than "
-			"--max-connections %u needs",
-			(unsigned long long)rl.rlim_cur, max_connections);
+		        "--max-connections %u needs",
+		        (unsigned long long)rl.rlim_cur, max_connections);
 }
 
 int main(int argc, char **argv)
@@ -56,19 +56,20 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (cfg.version) {
-		printf("sluice %s (libuv %s, %s, llhttp %d.%d.%d)\n", SL_VERSION,
-		       uv_version_string(), curl_version(), LLHTTP_VERSION_MAJOR,
-		       LLHTTP_VERSION_MINOR, LLHTTP_VERSION_PATCH);
+		printf("sluice %s (libuv %s, %s, llhttp %d.%d.%d)\n",
+		       SL_VERSION, uv_version_string(), curl_version(),
+		       LLHTTP_VERSION_MAJOR, LLHTTP_VERSION_MINOR,
+		       LLHTTP_VERSION_PATCH);
 		goto out;
 	}
 	sl_log_setup((enum sl_log_level)cfg.log_level,
-		     (enum sl_log_format)cfg.log_format);
+	             (enum sl_log_format)cfg.log_format);
 	if (cfg.write_demo_model) {
 		enum sl_demo_size size = (enum sl_demo_size)cfg.demo_model_size;
 		int rc = sl_demo_model_write(cfg.write_demo_model, size);
 		if (rc != 0) {
 			fprintf(stderr, "sluice: --write-demo-model %s: %s\n",
-				cfg.write_demo_model, sl_strerror(rc));
+			        cfg.write_demo_model, sl_strerror(rc));
 			code = EXIT_FAILURE;
 		}
 		goto out;

@@ -41,7 +41,8 @@ void sl_hist_record(struct sl_histogram *h, double v)
 		return;
 	}
 	unsigned sub = (unsigned)((mant * 2.0 - 1.0) * SL_HIST_SUB);
-	h->buckets[(unsigned)octave * SL_HIST_SUB + SL_MIN(sub, SL_HIST_SUB - 1)]++;
+	h->buckets[(unsigned)octave * SL_HIST_SUB +
+	           SL_MIN(sub, SL_HIST_SUB - 1)]++;
 }
 
 void sl_hist_merge(struct sl_histogram *a, const struct sl_histogram *b)
@@ -68,12 +69,12 @@ double sl_hist_quantile(const struct sl_histogram *h, double q)
 		if (seen + h->buckets[i] >= rank) {
 			/* Interpolate within the bucket by rank. */
 			double lo = bucket_low(h, i);
-			double hi = i + 1 < SL_HIST_BUCKETS
-					    ? bucket_low(h, i + 1)
-					    : ldexp(1.0, h->min_exp +
-							       SL_HIST_OCTAVES);
+			double hi =
+			    i + 1 < SL_HIST_BUCKETS
+			        ? bucket_low(h, i + 1)
+			        : ldexp(1.0, h->min_exp + SL_HIST_OCTAVES);
 			double frac = ((double)(rank - seen) - 0.5) /
-				      (double)h->buckets[i];
+			              (double)h->buckets[i];
 			return lo + (hi - lo) * frac;
 		}
 		seen += h->buckets[i];
@@ -87,8 +88,8 @@ void sl_text_printf(struct sl_text *t, const char *fmt, ...)
 		size_t room = t->cap - t->len;
 		va_list ap;
 		va_start(ap, fmt);
-		int n = t->data ? vsnprintf(t->data + t->len, room, fmt, ap)
-				: -1;
+		int n =
+		    t->data ? vsnprintf(t->data + t->len, room, fmt, ap) : -1;
 		va_end(ap);
 		if (n >= 0 && (size_t)n < room) {
 			t->len += (size_t)n;
@@ -110,14 +111,14 @@ void sl_text_free(struct sl_text *t)
 }
 
 void sl_expose_family(struct sl_text *t, const char *name, const char *type,
-		      const char *help)
+                      const char *help)
 {
 	sl_text_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name,
-		       type);
+	               type);
 }
 
 void sl_expose_histogram(struct sl_text *t, const char *name,
-			 const char *labels, const struct sl_histogram *h)
+                         const char *labels, const struct sl_histogram *h)
 {
 	const char *sep = labels[0] ? "," : "";
 	uint64_t cumulative = h->below;
@@ -128,18 +129,18 @@ void sl_expose_histogram(struct sl_text *t, const char *name,
 		if ((i + 1) % step != 0)
 			continue;
 		double le = i + 1 < SL_HIST_BUCKETS
-				    ? bucket_low(h, i + 1)
-				    : ldexp(1.0, h->min_exp + SL_HIST_OCTAVES);
+		                ? bucket_low(h, i + 1)
+		                : ldexp(1.0, h->min_exp + SL_HIST_OCTAVES);
 		sl_text_printf(t, "%s_bucket{%s%sle=\"%.9g\"} %llu\n", name,
-			       labels, sep, le, (unsigned long long)cumulative);
+		               labels, sep, le, (unsigned long long)cumulative);
 	}
 	sl_text_printf(t, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels,
-		       sep, (unsigned long long)h->count);
+	               sep, (unsigned long long)h->count);
 	const char *open = labels[0] ? "{" : "", *close = labels[0] ? "}" : "";
 	sl_text_printf(t, "%s_sum%s%s%s %.9g\n", name, open, labels, close,
-		       h->sum);
+	               h->sum);
 	sl_text_printf(t, "%s_count%s%s%s %llu\n", name, open, labels, close,
-		       (unsigned long long)h->count);
+	               (unsigned long long)h->count);
 }
 
 const char *sl_label_escape(const char *value, char *buf, size_t size)

@@ -21,7 +21,7 @@ static json_t *refuse(char *err, size_t size, const char *fmt, ...)
 
 /* Copies an optional number field within [lo, hi]; false if it is bad. */
 static bool copy_number(json_t *in, json_t *out, const char *from,
-			const char *to, double lo, double hi, bool integer)
+                        const char *to, double lo, double hi, bool integer)
 {
 	json_t *v = json_object_get(in, from);
 	if (!v)
@@ -38,18 +38,21 @@ static bool copy_number(json_t *in, json_t *out, const char *from,
 json_t *sl_generate_body(json_t *in, unsigned cap, char *err, size_t size)
 {
 	if (!json_is_object(in))
-		return refuse(err, size, "the request body must be a JSON "
-					 "object");
+		return refuse(err, size,
+		              "the request body must be a JSON "
+		              "object");
 	json_t *prompt = json_object_get(in, "prompt");
 	if (!json_is_string(prompt))
-		return refuse(err, size, "\"prompt\" is required and must be a "
-					 "string");
+		return refuse(err, size,
+		              "\"prompt\" is required and must be a "
+		              "string");
 	json_t *max = json_object_get(in, "max_tokens");
 	json_int_t n = SL_GENERATE_DEFAULT_TOKENS;
 	if (max) {
 		if (!json_is_integer(max) || json_integer_value(max) < 1)
-			return refuse(err, size, "\"max_tokens\" must be a "
-						 "positive integer");
+			return refuse(err, size,
+			              "\"max_tokens\" must be a "
+			              "positive integer");
 		n = json_integer_value(max);
 	}
 	json_t *stream = json_object_get(in, "stream");
@@ -62,12 +65,14 @@ json_t *sl_generate_body(json_t *in, unsigned cap, char *err, size_t size)
 		bool ok = json_is_array(stop);
 		json_array_foreach(stop, i, s) ok = ok && json_is_string(s);
 		if (!ok)
-			return refuse(err, size, "\"stop\" must be an array of "
-						 "strings");
+			return refuse(err, size,
+			              "\"stop\" must be an array of "
+			              "strings");
 	}
-	json_t *out = json_pack("{s:O, s:I, s:b, s:b}", "prompt", prompt,
-				"n_predict", (json_int_t)SL_MIN(n, (json_int_t)cap),
-				"stream", 1, "cache_prompt", 1);
+	json_t *out =
+	    json_pack("{s:O, s:I, s:b, s:b}", "prompt", prompt, "n_predict",
+	              (json_int_t)SL_MIN(n, (json_int_t)cap), "stream", 1,
+	              "cache_prompt", 1);
 	if (stop)
 		json_object_set(out, "stop", stop);
 	static const struct {
@@ -76,17 +81,18 @@ json_t *sl_generate_body(json_t *in, unsigned cap, char *err, size_t size)
 		bool integer;
 		const char *rule;
 	} fields[] = {
-		{"temperature", 0, 100, false, "a number from 0"},
-		{"top_p", 0, 1, false, "a number from 0 to 1"},
-		{"top_k", 0, 1e9, true, "a non-negative integer"},
-		{"seed", -1, 4294967295.0, true, "an integer"},
+	    {"temperature", 0, 100, false, "a number from 0"},
+	    {"top_p", 0, 1, false, "a number from 0 to 1"},
+	    {"top_k", 0, 1e9, true, "a non-negative integer"},
+	    {"seed", -1, 4294967295.0, true, "an integer"},
 	};
 	for (size_t i = 0; i < SL_ARRAY_SIZE(fields); i++) {
 		if (!copy_number(in, out, fields[i].name, fields[i].name,
-				 fields[i].lo, fields[i].hi, fields[i].integer)) {
+		                 fields[i].lo, fields[i].hi,
+		                 fields[i].integer)) {
 			json_decref(out);
 			return refuse(err, size, "\"%s\" must be %s",
-				      fields[i].name, fields[i].rule);
+			              fields[i].name, fields[i].rule);
 		}
 	}
 	return out;
@@ -95,21 +101,23 @@ json_t *sl_generate_body(json_t *in, unsigned cap, char *err, size_t size)
 json_t *sl_infer_body(json_t *in, unsigned cap, char *err, size_t size)
 {
 	if (!json_is_object(in))
-		return refuse(err, size, "the request body must be a JSON "
-					 "object");
+		return refuse(err, size,
+		              "the request body must be a JSON "
+		              "object");
 	json_t *query = json_object_get(in, "query");
 	if (!json_is_string(query))
-		return refuse(err, size, "\"query\" is required and must be a "
-					 "string");
+		return refuse(err, size,
+		              "\"query\" is required and must be a "
+		              "string");
 	return json_pack("{s:O, s:I, s:b, s:b}", "prompt", query, "n_predict",
-			 (json_int_t)SL_MIN(SL_INFER_TOKENS, cap), "stream", 1,
-			 "cache_prompt", 1);
+	                 (json_int_t)SL_MIN(SL_INFER_TOKENS, cap), "stream", 1,
+	                 "cache_prompt", 1);
 }
 
 const char *sl_finish_reason(json_t *native_final)
 {
 	const char *type =
-		json_string_value(json_object_get(native_final, "stop_type"));
+	    json_string_value(json_object_get(native_final, "stop_type"));
 	if (!type)
 		return "unknown";
 	if (strcmp(type, "limit") == 0)

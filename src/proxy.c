@@ -40,6 +40,7 @@
  * Everything that occupies a llama-server slot goes through the queue;
  * embeddings do too, since llama-server runs them in slots.
  */
+/* clang-format off */
 const struct sl_endpoint sl_endpoints[] = {
 	{"/v1/chat/completions", HTTP_POST, "/v1/chat/completions",
 	 SL_END_DONE, true, true, SL_API_RELAY},
@@ -56,6 +57,7 @@ const struct sl_endpoint sl_endpoints[] = {
 	{"/infer", HTTP_POST, "/completion", SL_END_STOP, true, true,
 	 SL_API_INFER},
 };
+/* clang-format on */
 const unsigned sl_n_endpoints = SL_ARRAY_SIZE(sl_endpoints);
 
 /* Largest non-streamed answer sluice assembles from an upstream stream. */
@@ -100,9 +102,9 @@ struct exchange {
 	enum relay_mode mode;
 	bool head_sent; /* the client's response has begun */
 	struct sl_sse sse;
-	bool ended;  /* the stream's end went out as it should */
+	bool ended;   /* the stream's end went out as it should */
 	bool gave_up; /* sluice stopped relaying: the transfer must stop too */
-	bool paused; /* the transfer waits for the client to catch up */
+	bool paused;  /* the transfer waits for the client to catch up */
 
 	/* What was seen of the generation. */
 	uint64_t first_token_ns, last_token_ns;
@@ -120,8 +122,9 @@ static void note_totals(struct exchange *x)
 {
 	struct sl_request_info *info = &x->req->info;
 	if (x->tokens_final > x->tokens_seen) {
-		sl_stats_tokens(&x->app->stats, x->tokens_final - x->tokens_seen,
-				uv_now(&x->app->loop));
+		sl_stats_tokens(&x->app->stats,
+		                x->tokens_final - x->tokens_seen,
+		                uv_now(&x->app->loop));
 		x->tokens_seen = x->tokens_final;
 	}
 	info->tokens = (unsigned)x->tokens_seen;
@@ -134,13 +137,13 @@ static void client_done(struct exchange *x)
 }
 
 static void respond_error(struct exchange *x, int status, const char *type,
-			  const char *message)
+                          const char *message)
 {
 	note_totals(x);
 	if (!x->req->info.outcome)
 		x->req->info.outcome = status >= 500 ? "failed" : "rejected";
 	sl_http_respond_error(x->req, status, type, x->sched_headers, "%s",
-			      message);
+	                      message);
 	client_done(x);
 }
 
@@ -155,10 +158,10 @@ static void write_event(struct exchange *x, json_t *doc)
 
 /* An SSE event with an OpenAI-shaped error, then the end of the stream. */
 static void end_stream_with_error(struct exchange *x, int code,
-				  const char *message)
+                                  const char *message)
 {
 	json_t *j = json_pack("{s:{s:s, s:s, s:i}}", "error", "message",
-			      message, "type", "server_error", "code", code);
+	                      message, "type", "server_error", "code", code);
 	write_event(x, j);
 	json_decref(j);
 	note_totals(x);
@@ -175,8 +178,8 @@ static void fail(struct exchange *x, int status, const char *message)
 		return;
 	if (!x->head_sent)
 		respond_error(x, status,
-			      status == 504 ? "timeout_error" : "server_error",
-			      message);
+		              status == 504 ? "timeout_error" : "server_error",
+		              message);
 	else if (x->mode == MODE_SSE)
 		end_stream_with_error(x, status, message);
 	else {
@@ -230,7 +233,8 @@ static void token_arrived(struct exchange *x, uint64_t n)
 		x->req->info.ttft_ms = (int64_t)(ttft * 1000);
 		sl_stats_first_token(st, x->priority, ttft);
 	} else {
-		sl_stats_inter_token(st, (double)(now - x->last_token_ns) / 1e9);
+		sl_stats_inter_token(st,
+		                     (double)(now - x->last_token_ns) / 1e9);
 	}
 	x->last_token_ns = now;
 	x->tokens_seen += n;
@@ -246,12 +250,13 @@ static bool nonempty_string(json_t *v)
 static void observe(struct exchange *x, json_t *doc)
 {
 	if (x->ep->stream_end == SL_END_STOP) {
-		json_int_t index = json_integer_value(json_object_get(doc, "index"));
+		json_int_t index =
+		    json_integer_value(json_object_get(doc, "index"));
 		x->prompts = SL_MAX(x->prompts, (unsigned)index + 1);
 		if (json_is_true(json_object_get(doc, "stop"))) {
 			x->stopped++;
 			x->tokens_final += (uint64_t)json_integer_value(
-				json_object_get(doc, "tokens_predicted"));
+			    json_object_get(doc, "tokens_predicted"));
 			return;
 		}
 		size_t n = json_array_size(json_object_get(doc, "tokens"));
@@ -264,10 +269,11 @@ static void observe(struct exchange *x, json_t *doc)
 	json_t *usage = json_object_get(doc, "usage");
 	if (json_is_object(usage))
 		x->tokens_final = (uint64_t)json_integer_value(
-			json_object_get(usage, "completion_tokens"));
+		    json_object_get(usage, "completion_tokens"));
 	size_t i;
 	json_t *c;
-	json_array_foreach(json_object_get(doc, "choices"), i, c) {
+	json_array_foreach(json_object_get(doc, "choices"), i, c)
+	{
 		json_t *d = json_object_get(c, "delta");
 		if (nonempty_string(json_object_get(c, "text")) ||
 		    nonempty_string(json_object_get(d, "content")) ||
@@ -286,21 +292,21 @@ static double ms_since(uint64_t start_ns)
 
 /* /generate's totals, for its answer and its last event. */
 static json_t *generate_totals(struct exchange *x, const char *text,
-			       json_t *final)
+                               json_t *final)
 {
 	return json_pack("{s:s, s:s, s:I, s:s, s:I, s:I, s:i}", "id", x->id,
-			 "text", text, "tokens", (json_int_t)x->tokens_seen,
-			 "finish_reason", sl_finish_reason(final), "queue_ms",
-			 (json_int_t)x->queue_ms, "latency_ms",
-			 (json_int_t)ms_since(x->req->start_ns), "batch_size",
-			 (int)x->batch_size);
+	                 "text", text, "tokens", (json_int_t)x->tokens_seen,
+	                 "finish_reason", sl_finish_reason(final), "queue_ms",
+	                 (json_int_t)x->queue_ms, "latency_ms",
+	                 (json_int_t)ms_since(x->req->start_ns), "batch_size",
+	                 (int)x->batch_size);
 }
 
 static void respond_json(struct exchange *x, int status, json_t *doc)
 {
 	char *body = json_dumps(doc, JSON_COMPACT | JSON_ENCODE_ANY);
 	sl_http_respond(x->req, status, "application/json; charset=utf-8",
-			x->sched_headers, body, strlen(body));
+	                x->sched_headers, body, strlen(body));
 	free(body);
 	client_done(x);
 }
@@ -312,7 +318,7 @@ static void finish_answer(struct exchange *x)
 	json_t *doc = sl_assembler_result(&x->answer);
 	if (!doc) {
 		respond_error(x, 502, "server_error",
-			      "upstream ended its answer without any content");
+		              "upstream ended its answer without any content");
 		return;
 	}
 	note_totals(x);
@@ -322,7 +328,7 @@ static void finish_answer(struct exchange *x)
 		out = generate_totals(x, text ? text : "", doc);
 	else if (x->ep->api == SL_API_INFER)
 		out = json_pack("{s:s, s:s}", "response", text ? text : "",
-				"id", x->id);
+		                "id", x->id);
 	respond_json(x, 200, out ? out : doc);
 	json_decref(out);
 	json_decref(doc);
@@ -348,20 +354,18 @@ static void end_ok(struct exchange *x)
 
 /* An error event from upstream: passed on in the client's form. */
 static void upstream_error_event(struct exchange *x, json_t *doc,
-				 const char *event, size_t len)
+                                 const char *event, size_t len)
 {
 	x->ended = true;
 	if (x->assemble) {
-		json_t *code = json_object_get(json_object_get(doc, "error"),
-					       "code");
-		json_int_t status = json_is_integer(code)
-					    ? json_integer_value(code)
-					    : 500;
+		json_t *code =
+		    json_object_get(json_object_get(doc, "error"), "code");
+		json_int_t status =
+		    json_is_integer(code) ? json_integer_value(code) : 500;
 		note_totals(x);
 		x->req->info.outcome = "failed";
-		respond_json(x, status >= 400 && status <= 599 ? (int)status
-							       : 500,
-			     doc);
+		respond_json(
+		    x, status >= 400 && status <= 599 ? (int)status : 500, doc);
 		return;
 	}
 	sl_http_stream_write(x->req, event, len);
@@ -405,7 +409,7 @@ static char *event_data(const char *event, size_t len)
  * copy per token. Returns false for any other shape.
  */
 static bool single_data_line(const char *event, size_t len, const char **data,
-			     size_t *data_len)
+                             size_t *data_len)
 {
 	if (len < 8 || memcmp(event, "data: ", 6) != 0)
 		return false;
@@ -433,14 +437,15 @@ static json_t *parse_event(const char *event, size_t len, bool *done_marker)
 	/* JSON_DECODE_ANY: a prompt array's stream opens with "null". */
 	if (single_data_line(event, len, &data, &n)) {
 		*done_marker = n == 6 && memcmp(data, "[DONE]", 6) == 0;
-		return *done_marker ? NULL
-				    : json_loadb(data, n, JSON_DECODE_ANY, NULL);
+		return *done_marker
+		           ? NULL
+		           : json_loadb(data, n, JSON_DECODE_ANY, NULL);
 	}
 	char *copy = event_data(event, len);
 	*done_marker = copy && strcmp(copy, "[DONE]") == 0;
 	json_t *doc = copy && !*done_marker
-			      ? json_loads(copy, JSON_DECODE_ANY, NULL)
-			      : NULL;
+	                  ? json_loads(copy, JSON_DECODE_ANY, NULL)
+	                  : NULL;
 	free(copy);
 	return doc;
 }
@@ -464,7 +469,8 @@ static int on_event(const char *event, size_t len, void *arg)
 		if (x->answer_bytes > SL_PROXY_MAX_ANSWER)
 			fail(x, 502, "upstream answer too large to assemble");
 		else if (doc && sl_assembler_add(&x->answer, doc) != 0)
-			fail(x, 502, "upstream sent an event sluice cannot read");
+			fail(x, 502,
+			     "upstream sent an event sluice cannot read");
 	} else if (x->ep->api == SL_API_GENERATE) {
 		if (json_is_object(doc))
 			generate_event(x, doc);
@@ -499,11 +505,11 @@ static void start_response(struct exchange *x)
 		x->head_sent = true;
 		char extra[160];
 		snprintf(extra, sizeof(extra),
-			 "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"
-			 "%s",
-			 x->sched_headers);
+		         "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"
+		         "%s",
+		         x->sched_headers);
 		sl_http_stream_start(x->req, 200, "text/event-stream", extra,
-				     -1);
+		                     -1);
 		return;
 	}
 	x->mode = MODE_BODY;
@@ -511,8 +517,8 @@ static void start_response(struct exchange *x)
 	if (status >= 400)
 		x->req->info.outcome = "failed"; /* llama-server said no */
 	sl_http_stream_start(x->req, (int)status,
-			     ctype ? ctype : "application/octet-stream",
-			     x->sched_headers, length);
+	                     ctype ? ctype : "application/octet-stream",
+	                     x->sched_headers, length);
 }
 
 /* CURLOPT_WRITEFUNCTION: the upstream's body, as it arrives. */
@@ -527,7 +533,8 @@ static size_t on_upstream_data(char *data, size_t size, size_t n, void *arg)
 	 */
 	if (!x->req)
 		return x->gave_up ? 0 : len;
-	/* Back-pressure: leave the bytes with libcurl until the client reads. */
+	/* Back-pressure: leave the bytes with libcurl until the client reads.
+	 */
 	if (sl_http_backlog(x->req) > SL_HTTP_BACKLOG_HIGH) {
 		x->paused = true;
 		sl_http_want_drain(x->req);
@@ -563,17 +570,19 @@ static void finish_client(struct exchange *x, CURLcode result)
 		sl_sse_finish(&x->sse, on_event, x);
 		if (!x->req)
 			return;
-		/* /completion ends with the transfer, once every prompt stopped. */
+		/* /completion ends with the transfer, once every prompt
+		 * stopped. */
 		if (x->ep->stream_end == SL_END_STOP && x->stopped > 0 &&
 		    x->stopped >= x->prompts)
 			end_ok(x);
 		else
-			fail(x, 502, "upstream closed the stream before its end");
+			fail(x, 502,
+			     "upstream closed the stream before its end");
 		return;
 	}
 	char message[CURL_ERROR_SIZE + 64];
 	snprintf(message, sizeof(message), "upstream request failed: %s",
-		 x->error[0] ? x->error : curl_easy_strerror(result));
+	         x->error[0] ? x->error : curl_easy_strerror(result));
 	fail(x, result == CURLE_OPERATION_TIMEDOUT ? 504 : 502, message);
 }
 
@@ -583,8 +592,8 @@ static void on_transfer_done(struct sl_transfer *t, CURLcode result)
 	uv_timer_stop(&x->timer);
 	if (result != CURLE_OK && !x->ended && !x->gave_up)
 		sl_warn("%s: upstream %s%s: %s", x->id, x->upstream->url,
-			x->ep->upstream_path,
-			x->error[0] ? x->error : curl_easy_strerror(result));
+		        x->ep->upstream_path,
+		        x->error[0] ? x->error : curl_easy_strerror(result));
 	if (x->req)
 		finish_client(x, result);
 	exchange_release(x);
@@ -602,18 +611,19 @@ static void on_timer(uv_timer_t *t)
 		uint64_t quiet = x->paused ? 0 : now - x->last_byte_ms;
 		if (quiet < cfg->upstream_idle_timeout_ms) {
 			uv_timer_start(&x->timer, on_timer,
-				       cfg->upstream_idle_timeout_ms - quiet, 0);
+			               cfg->upstream_idle_timeout_ms - quiet,
+			               0);
 			return;
 		}
 	}
 	snprintf(x->error, sizeof(x->error),
-		 x->mode == MODE_WAITING
-			 ? "no answer within --upstream-timeout (%.1f s)"
-			 : "upstream silent for --upstream-idle-timeout (%.1f s)",
-		 (double)(x->mode == MODE_WAITING
-				  ? cfg->upstream_timeout_ms
-				  : cfg->upstream_idle_timeout_ms) /
-			 1000.0);
+	         x->mode == MODE_WAITING
+	             ? "no answer within --upstream-timeout (%.1f s)"
+	             : "upstream silent for --upstream-idle-timeout (%.1f s)",
+	         (double)(x->mode == MODE_WAITING
+	                      ? cfg->upstream_timeout_ms
+	                      : cfg->upstream_idle_timeout_ms) /
+	             1000.0);
 	sl_curl_abort(&x->app->curl, &x->transfer);
 	sl_warn("%s: %s", x->id, x->error);
 	if (x->req)
@@ -691,20 +701,21 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 	x->upstream = u;
 	u->inflight++;
 	snprintf(x->req->info.upstream, sizeof(x->req->info.upstream), "%s",
-		 u->url);
+	         u->url);
 
 	char *url = sl_xasprintf("%s%s", u->url, x->ep->upstream_path);
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	free(url);
 	sl_curl_common_options(e);
 	x->headers = curl_slist_append(x->headers, "Expect:");
-	x->headers = curl_slist_append(x->headers,
-				       "Content-Type: application/json");
+	x->headers =
+	    curl_slist_append(x->headers, "Content-Type: application/json");
 	char *id = sl_xasprintf("X-Request-Id: %s", x->id);
 	x->headers = curl_slist_append(x->headers, id);
 	free(id);
 	if (u->api_key) {
-		char *auth = sl_xasprintf("Authorization: Bearer %s", u->api_key);
+		char *auth =
+		    sl_xasprintf("Authorization: Bearer %s", u->api_key);
 		x->headers = curl_slist_append(x->headers, auth);
 		free(auth);
 	}
@@ -712,10 +723,10 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 	if (x->ep->json_body) {
 		curl_easy_setopt(e, CURLOPT_POSTFIELDS, x->body);
 		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
-				 (curl_off_t)x->body_len);
+		                 (curl_off_t)x->body_len);
 	}
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
-			 (long)cfg->upstream_connect_timeout_ms);
+	                 (long)cfg->upstream_connect_timeout_ms);
 	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_upstream_data);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->error);
@@ -731,12 +742,12 @@ static void start_or_fail(struct exchange *x, struct sl_upstream *u)
 		return;
 	x->transfer.active = false;
 	respond_error(x, 502, "server_error",
-		      "cannot start the upstream request");
+	              "cannot start the upstream request");
 	exchange_release(x);
 }
 
 static bool refuse(struct sl_http_request *req, const char *fmt, ...)
-	SL_PRINTF(2, 3);
+    SL_PRINTF(2, 3);
 
 /* Answers 400 with an OpenAI-shaped error; returns false. */
 static bool refuse(struct sl_http_request *req, const char *fmt, ...)
@@ -747,7 +758,7 @@ static bool refuse(struct sl_http_request *req, const char *fmt, ...)
 	vsnprintf(message, sizeof(message), fmt, ap);
 	va_end(ap);
 	sl_http_respond_error(req, 400, "invalid_request_error", NULL, "%s",
-			      message);
+	                      message);
 	return false;
 }
 
@@ -770,9 +781,10 @@ static json_t *parse_body(struct sl_http_request *req)
 	else if ((v = json_object_get(doc, "stream")) && !json_is_boolean(v))
 		ok = refuse(req, "\"stream\" must be true or false");
 	else if ((v = json_object_get(doc, "n_discard")) &&
-		 (!json_is_integer(v) || json_integer_value(v) < 0))
+	         (!json_is_integer(v) || json_integer_value(v) < 0))
 		/* A negative n_discard overflowed llama-server's heap once. */
-		ok = refuse(req, "\"n_discard\" must be a non-negative integer");
+		ok =
+		    refuse(req, "\"n_discard\" must be a non-negative integer");
 	if (!ok) {
 		json_decref(doc);
 		return NULL;
@@ -786,7 +798,7 @@ static json_t *parse_body(struct sl_http_request *req)
  * answers 400 and returns false.
  */
 static bool take_priority(struct sl_http_request *req, json_t *doc,
-			  double *priority)
+                          double *priority)
 {
 	*priority = SL_PRIORITY_NORMAL;
 	json_t *field = json_object_get(doc, "priority");
@@ -799,22 +811,22 @@ static bool take_priority(struct sl_http_request *req, json_t *doc,
 	} else if (json_is_string(field) || json_is_number(field)) {
 		if (json_is_string(field))
 			snprintf(text, sizeof(text), "%s",
-				 json_string_value(field));
+			         json_string_value(field));
 		else
 			snprintf(text, sizeof(text), "%.17g",
-				 json_number_value(field));
+			         json_number_value(field));
 		where = "\"priority\"";
 	} else if (field) {
 		return refuse(req, "\"priority\" must be urgent, normal, batch "
-				   "or a number");
+		                   "or a number");
 	}
 	json_object_del(doc, "priority");
 	if (!where || sl_priority_parse(text, priority) == 0)
 		return true;
 	return refuse(req,
-		      "%s: expected urgent, normal, batch or a number from %g "
-		      "to %g, got \"%s\"",
-		      where, SL_PRIORITY_MIN, SL_PRIORITY_MAX, text);
+	              "%s: expected urgent, normal, batch or a number from %g "
+	              "to %g, got \"%s\"",
+	              where, SL_PRIORITY_MIN, SL_PRIORITY_MAX, text);
 }
 
 /*
@@ -824,16 +836,16 @@ static bool take_priority(struct sl_http_request *req, json_t *doc,
 static void ask_for_stream(struct exchange *x, json_t *doc)
 {
 	enum sl_assemble_kind kind =
-		x->ep->stream_end == SL_END_STOP ? SL_ASSEMBLE_NATIVE
-		: strstr(x->ep->path, "chat")	 ? SL_ASSEMBLE_CHAT
-						 : SL_ASSEMBLE_TEXT;
+	    x->ep->stream_end == SL_END_STOP ? SL_ASSEMBLE_NATIVE
+	    : strstr(x->ep->path, "chat")    ? SL_ASSEMBLE_CHAT
+	                                     : SL_ASSEMBLE_TEXT;
 	x->assemble = true;
 	sl_assembler_init(&x->answer, kind,
-			  json_is_true(json_object_get(doc, "return_tokens")));
+	                  json_is_true(json_object_get(doc, "return_tokens")));
 	json_object_set_new(doc, "stream", json_true());
 	if (kind != SL_ASSEMBLE_NATIVE)
 		json_object_set_new(doc, "stream_options",
-				    json_pack("{s:b}", "include_usage", 1));
+		                    json_pack("{s:b}", "include_usage", 1));
 }
 
 /*
@@ -841,22 +853,23 @@ static void ask_for_stream(struct exchange *x, json_t *doc)
  * Relayed bodies go as the client wrote them unless sluice changed them.
  */
 static bool build_body(struct exchange *x, struct sl_http_request *req,
-		       json_t *doc)
+                       json_t *doc)
 {
 	unsigned cap = x->app->cfg->max_tokens_cap;
 	json_t *out = doc;
 	char err[256];
 	if (x->ep->api != SL_API_RELAY) {
 		out = x->ep->api == SL_API_GENERATE
-			      ? sl_generate_body(doc, cap, err, sizeof(err))
-			      : sl_infer_body(doc, cap, err, sizeof(err));
+		          ? sl_generate_body(doc, cap, err, sizeof(err))
+		          : sl_infer_body(doc, cap, err, sizeof(err));
 		if (!out)
 			return refuse(req, "%s", err);
 		x->stream = x->ep->api == SL_API_GENERATE &&
-			    json_is_true(json_object_get(doc, "stream"));
+		            json_is_true(json_object_get(doc, "stream"));
 		if (!x->stream) {
 			x->assemble = true;
-			sl_assembler_init(&x->answer, SL_ASSEMBLE_NATIVE, false);
+			sl_assembler_init(&x->answer, SL_ASSEMBLE_NATIVE,
+			                  false);
 		}
 	} else {
 		x->stream = json_is_true(json_object_get(doc, "stream"));
@@ -877,7 +890,7 @@ static struct exchange *exchange_of(struct sl_sched_item *item)
 }
 
 void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
-		       uint64_t now_ms)
+                       uint64_t now_ms)
 {
 	struct sl_app *app = ctx;
 	sl_stats_batch(&app->stats, n);
@@ -889,13 +902,13 @@ void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
 		x->req->info.batch_size = n;
 		sl_stats_queued(&app->stats, x->priority, -1);
 		sl_stats_queue_wait(&app->stats, x->priority,
-				    (double)x->queue_ms / 1000.0);
+		                    (double)x->queue_ms / 1000.0);
 		snprintf(x->sched_headers, sizeof(x->sched_headers),
-			 "X-Queue-Ms: %lld\r\nX-Batch-Size: %u\r\n",
-			 (long long)x->queue_ms, n);
+		         "X-Queue-Ms: %lld\r\nX-Batch-Size: %u\r\n",
+		         (long long)x->queue_ms, n);
 		char why[160];
-		start_or_fail(x, sl_app_pick_upstream(app, true, why,
-						      sizeof(why)));
+		start_or_fail(
+		    x, sl_app_pick_upstream(app, true, why, sizeof(why)));
 	}
 }
 
@@ -906,33 +919,33 @@ void sl_proxy_expire(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 	uint64_t waited = now_ms - x->arrived_ms;
 	sl_stats_queued(&app->stats, x->priority, -1);
 	snprintf(x->sched_headers, sizeof(x->sched_headers),
-		 "X-Queue-Ms: %llu\r\n", (unsigned long long)waited);
+	         "X-Queue-Ms: %llu\r\n", (unsigned long long)waited);
 	x->req->info.reject_reason = "queue_timeout";
 	char message[160];
 	snprintf(message, sizeof(message),
-		 "the request waited %.1f s in sluice's queue without a free "
-		 "slot (--queue-timeout %.1f s)",
-		 (double)waited / 1000.0,
-		 (double)app->cfg->queue_timeout_ms / 1000.0);
+	         "the request waited %.1f s in sluice's queue without a free "
+	         "slot (--queue-timeout %.1f s)",
+	         (double)waited / 1000.0,
+	         (double)app->cfg->queue_timeout_ms / 1000.0);
 	respond_error(x, 503, "unavailable_error", message);
 	exchange_release(x);
 }
 
 /* 429 with Retry-After: the queue is full, of requests at least as urgent. */
 static void refuse_queue_full(struct sl_app *app, struct exchange *x,
-			      uint64_t now_ms, bool displaced)
+                              uint64_t now_ms, bool displaced)
 {
 	unsigned retry = sl_sched_retry_after_s(&app->sched, now_ms);
 	snprintf(x->sched_headers, sizeof(x->sched_headers),
-		 "Retry-After: %u\r\n", retry);
+	         "Retry-After: %u\r\n", retry);
 	char message[200];
 	snprintf(message, sizeof(message),
-		 "sluice's queue is full (%u requests waiting, --max-queue)%s; "
-		 "retry in %u s",
-		 sl_sched_depth(&app->sched),
-		 displaced ? " and a more urgent request took this one's place"
-			   : "",
-		 retry);
+	         "sluice's queue is full (%u requests waiting, --max-queue)%s; "
+	         "retry in %u s",
+	         sl_sched_depth(&app->sched),
+	         displaced ? " and a more urgent request took this one's place"
+	                   : "",
+	         retry);
 	x->req->info.reject_reason = "queue_full";
 	respond_error(x, 429, "rate_limit_error", message);
 	exchange_release(x);
@@ -960,7 +973,7 @@ static void enqueue(struct sl_app *app, struct exchange *x)
 }
 
 void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
-		     const struct sl_endpoint *ep)
+                     const struct sl_endpoint *ep)
 {
 	json_t *doc = NULL;
 	double priority = SL_PRIORITY_NORMAL;
@@ -976,7 +989,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	/* With no upstream ready at all, waiting helps nobody: say so now. */
 	char why[160];
 	struct sl_upstream *u =
-		sl_app_pick_upstream(app, false, why, sizeof(why));
+	    sl_app_pick_upstream(app, false, why, sizeof(why));
 	if (app->stopping) {
 		u = NULL;
 		snprintf(why, sizeof(why), "sluice is shutting down");
@@ -984,7 +997,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	if (!u) {
 		json_decref(doc);
 		sl_http_respond_error(req, 503, "unavailable_error",
-				      "Retry-After: 1\r\n", "%s", why);
+		                      "Retry-After: 1\r\n", "%s", why);
 		return;
 	}
 

@@ -17,7 +17,7 @@ struct route {
 };
 
 static void respond_health(struct sl_app *app, struct sl_http_request *req,
-			   bool readiness)
+                           bool readiness)
 {
 	bool ready;
 	json_t *doc = sl_app_health_json(app, &ready);
@@ -25,7 +25,7 @@ static void respond_health(struct sl_app *app, struct sl_http_request *req,
 	json_decref(doc);
 	int status = !readiness || (ready && !app->stopping) ? 200 : 503;
 	sl_http_respond(req, status, "application/json",
-			"Cache-Control: no-store\r\n", body, strlen(body));
+	                "Cache-Control: no-store\r\n", body, strlen(body));
 	free(body);
 }
 
@@ -42,16 +42,16 @@ static void handle_ready(struct sl_app *app, struct sl_http_request *req)
 }
 
 static const struct route routes[] = {
-	{"/health", HTTP_GET, handle_health},
-	{"/ready", HTTP_GET, handle_ready},
-	{"/metrics", HTTP_GET, sl_exposition_handle},
+    {"/health", HTTP_GET, handle_health},
+    {"/ready", HTTP_GET, handle_ready},
+    {"/metrics", HTTP_GET, sl_exposition_handle},
 };
 
 static void add_allowed(char *allow, size_t size, llhttp_method_t m)
 {
 	size_t n = strlen(allow);
 	snprintf(allow + n, size - n, "%s%s", n ? ", " : "",
-		 llhttp_method_name(m));
+	         llhttp_method_name(m));
 }
 
 void sl_routes_dispatch(struct sl_http_request *req, void *data)
@@ -80,12 +80,12 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 	if (allow[0]) {
 		char extra[160];
 		snprintf(extra, sizeof(extra), "Allow: %s\r\n", allow);
-		sl_http_respond_error(req, 405, "invalid_request_error", extra,
-				      "method %s is not allowed on %s; allowed: %s",
-				      llhttp_method_name(req->method), req->path,
-				      allow);
+		sl_http_respond_error(
+		    req, 405, "invalid_request_error", extra,
+		    "method %s is not allowed on %s; allowed: %s",
+		    llhttp_method_name(req->method), req->path, allow);
 		return;
 	}
 	sl_http_respond_error(req, 404, "not_found_error", NULL,
-			      "no such endpoint: %s", req->path);
+	                      "no such endpoint: %s", req->path);
 }

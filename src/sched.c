@@ -44,8 +44,7 @@ const char *sl_priority_class(double priority)
 enum which { BEST, WORST };
 
 /* Whether a ranks before b: larger key, then earlier arrival. */
-static bool before(const struct sl_sched_item *a,
-		   const struct sl_sched_item *b)
+static bool before(const struct sl_sched_item *a, const struct sl_sched_item *b)
 {
 	if (a->key != b->key)
 		return a->key > b->key;
@@ -64,13 +63,13 @@ static uint32_t *index_of(struct sl_sched_item *it, enum which w)
 
 /* Whether a belongs above b in heap w. */
 static bool above(enum which w, const struct sl_sched_item *a,
-		  const struct sl_sched_item *b)
+                  const struct sl_sched_item *b)
 {
 	return w == BEST ? before(a, b) : before(b, a);
 }
 
 static void place(struct sl_sched *s, enum which w, unsigned i,
-		  struct sl_sched_item *it)
+                  struct sl_sched_item *it)
 {
 	slots_of(s, w)[i] = it;
 	*index_of(it, w) = i;
@@ -90,8 +89,7 @@ static void sift_up(struct sl_sched *s, enum which w, unsigned i)
 }
 
 /* Sifts down within the first n entries. */
-static void sift_down(struct sl_sched *s, enum which w, unsigned i,
-		      unsigned n)
+static void sift_down(struct sl_sched *s, enum which w, unsigned i, unsigned n)
 {
 	struct sl_sched_item **a = slots_of(s, w), *it = a[i];
 	for (;;) {
@@ -110,7 +108,7 @@ static void sift_down(struct sl_sched *s, enum which w, unsigned i,
 
 /* Takes the entry at i out of heap w, which holds n entries. */
 static void heap_remove_at(struct sl_sched *s, enum which w, unsigned i,
-			   unsigned n)
+                           unsigned n)
 {
 	struct sl_sched_item **a = slots_of(s, w);
 	struct sl_sched_item *last = a[n - 1];
@@ -159,7 +157,7 @@ static void list_unlink(struct sl_sched *s, struct sl_sched_item *it)
 /* ---- public ---- */
 
 int sl_sched_init(struct sl_sched *s, const struct sl_sched_config *cfg,
-		  const struct sl_sched_ops *ops, void *ctx, uint64_t now_ms)
+                  const struct sl_sched_ops *ops, void *ctx, uint64_t now_ms)
 {
 	memset(s, 0, sizeof(*s));
 	if (cfg->max_queue == 0)
@@ -192,11 +190,11 @@ unsigned sl_sched_depth(const struct sl_sched *s)
 	return s->n;
 }
 
-int sl_sched_push(struct sl_sched *s, struct sl_sched_item *it,
-		  double priority, uint64_t now_ms)
+int sl_sched_push(struct sl_sched *s, struct sl_sched_item *it, double priority,
+                  uint64_t now_ms)
 {
-	double key = priority -
-		     s->cfg.aging_rate * (double)(now_ms - s->epoch_ms) / 1000.0;
+	double key = priority - s->cfg.aging_rate *
+	                            (double)(now_ms - s->epoch_ms) / 1000.0;
 	struct sl_sched_item *shed = NULL;
 	if (s->n >= s->cfg.max_queue) {
 		/*
@@ -266,7 +264,7 @@ static void record_dispatch(struct sl_sched *s, uint64_t now_ms, unsigned n)
 
 /* An item's priority now: its initial one plus what it gained waiting. */
 static double effective(const struct sl_sched *s,
-			const struct sl_sched_item *it, uint64_t now_ms)
+                        const struct sl_sched_item *it, uint64_t now_ms)
 {
 	return it->key +
 	       s->cfg.aging_rate * (double)(now_ms - s->epoch_ms) / 1000.0;
@@ -278,11 +276,11 @@ static double effective(const struct sl_sched *s,
  * urgent by now (an aged one counts, so nothing waits on the reserve for
  * ever).
  */
-static bool may_take(const struct sl_sched *s, unsigned free,
-		     uint64_t now_ms)
+static bool may_take(const struct sl_sched *s, unsigned free, uint64_t now_ms)
 {
 	return free > s->cfg.urgent_reserve ||
-	       (free > 0 && effective(s, s->heap[0], now_ms) >= SL_PRIORITY_URGENT);
+	       (free > 0 &&
+	        effective(s, s->heap[0], now_ms) >= SL_PRIORITY_URGENT);
 }
 
 /*
@@ -292,7 +290,7 @@ static bool may_take(const struct sl_sched *s, unsigned free,
  * may either.
  */
 static unsigned dispatch_batch(struct sl_sched *s, unsigned free,
-			       unsigned limit, uint64_t now_ms)
+                               unsigned limit, uint64_t now_ms)
 {
 	unsigned n = 0;
 	if (s->cfg.max_batch > 0)
@@ -339,7 +337,7 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 				continue;
 			}
 			if (s->n < free)
-				break; /* still gathering */
+				break;          /* still gathering */
 			s->window_open = false; /* full: close early */
 		}
 		if (dispatch_batch(s, free, free, now_ms) == 0)
@@ -354,10 +352,12 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 		next = SL_MIN(next, s->oldest->deadline_ms);
 	/* Held back by the urgent reserve: it may take it once aged enough. */
 	if (s->n > 0 && s->cfg.urgent_reserve > 0 && s->cfg.aging_rate > 0) {
-		double gap = SL_PRIORITY_URGENT - effective(s, s->heap[0], now_ms);
+		double gap =
+		    SL_PRIORITY_URGENT - effective(s, s->heap[0], now_ms);
 		if (gap > 0)
-			next = SL_MIN(next, now_ms + (uint64_t)ceil(
-						    gap / s->cfg.aging_rate * 1000));
+			next = SL_MIN(
+			    next, now_ms + (uint64_t)ceil(
+			                       gap / s->cfg.aging_rate * 1000));
 	}
 	return next;
 }
@@ -367,10 +367,11 @@ unsigned sl_sched_retry_after_s(const struct sl_sched *s, uint64_t now_ms)
 	unsigned cap = (unsigned)SL_MAX(1, s->cfg.queue_timeout_ms / 1000);
 	if (s->rate_count < 2)
 		return 1;
-	unsigned newest = (s->rate_next + SL_SCHED_RATE_SAMPLES - 1) %
-			  SL_SCHED_RATE_SAMPLES;
-	unsigned oldest = (s->rate_next + SL_SCHED_RATE_SAMPLES -
-			   s->rate_count) % SL_SCHED_RATE_SAMPLES;
+	unsigned newest =
+	    (s->rate_next + SL_SCHED_RATE_SAMPLES - 1) % SL_SCHED_RATE_SAMPLES;
+	unsigned oldest =
+	    (s->rate_next + SL_SCHED_RATE_SAMPLES - s->rate_count) %
+	    SL_SCHED_RATE_SAMPLES;
 	/* The span runs to now: a drain that stalled counts as slow. */
 	uint64_t span = SL_MAX(now_ms, s->rate_ms[newest]) - s->rate_ms[oldest];
 	if (span == 0)

@@ -45,7 +45,7 @@ static int buffer(struct sl_sse *s, const char *data, size_t len)
  * nothing but line terminators carry no event and are dropped.
  */
 static int emit(struct sl_sse *s, const char *tail, size_t n,
-		sl_sse_event_cb cb, void *arg)
+                sl_sse_event_cb cb, void *arg)
 {
 	bool content = s->has_content;
 	s->has_content = false;
@@ -66,7 +66,7 @@ static int emit(struct sl_sse *s, const char *tail, size_t n,
  * read's last byte: an LF in the next read still belongs to that event.
  */
 int sl_sse_feed(struct sl_sse *s, const char *data, size_t len,
-		sl_sse_event_cb cb, void *arg)
+                sl_sse_event_cb cb, void *arg)
 {
 	size_t start = 0, i = 0;
 	int rc;
@@ -147,7 +147,8 @@ long sl_sse_event_data(const char *event, size_t len, char *buf, size_t size)
 			} else {
 				total = 0;
 			}
-			size_t k = SL_MIN(vn, size > used + 1 ? size - used - 1 : 0);
+			size_t k =
+			    SL_MIN(vn, size > used + 1 ? size - used - 1 : 0);
 			memcpy(buf + used, v, k);
 			used += k;
 			total += (long)vn;

@@ -43,7 +43,7 @@ char *sl_cache_dir(const struct sl_config *cfg, char *err, size_t size)
 	if (home && home[0] == '/')
 		return sl_xasprintf("%s/.cache/sluice", home);
 	snprintf(err, size,
-		 "no cache directory: set --cache-dir, XDG_CACHE_HOME or HOME");
+	         "no cache directory: set --cache-dir, XDG_CACHE_HOME or HOME");
 	return NULL;
 }
 
@@ -74,7 +74,7 @@ static char *search_path(const char *name)
 }
 
 char *sl_find_llama_server(const struct sl_config *cfg, const char *cache_dir,
-			   char *err, size_t size)
+                           char *err, size_t size)
 {
 	const char *given = cfg->llama_server;
 	if (given[0]) {
@@ -83,10 +83,9 @@ char *sl_find_llama_server(const struct sl_config *cfg, const char *cache_dir,
 			return found;
 		if (is_executable_file(given))
 			return sl_xstrdup(given);
-		snprintf(err, size,
-			 "--llama-server %s: %s", given,
-			 access(given, F_OK) == 0 ? "not an executable file"
-						  : "no such file");
+		snprintf(err, size, "--llama-server %s: %s", given,
+		         access(given, F_OK) == 0 ? "not an executable file"
+		                                  : "no such file");
 		return NULL;
 	}
 	char *found = search_path("llama-server");
@@ -96,9 +95,9 @@ char *sl_find_llama_server(const struct sl_config *cfg, const char *cache_dir,
 	if (is_executable_file(cached))
 		return cached;
 	snprintf(err, size,
-		 "no llama-server found: not on PATH and not in %s; run "
-		 "./deploy/setup.sh, or pass --llama-server PATH",
-		 cached);
+	         "no llama-server found: not on PATH and not in %s; run "
+	         "./deploy/setup.sh, or pass --llama-server PATH",
+	         cached);
 	free(cached);
 	return NULL;
 }
@@ -106,8 +105,8 @@ char *sl_find_llama_server(const struct sl_config *cfg, const char *cache_dir,
 bool sl_llama_args_choose_model(const struct sl_config *cfg)
 {
 	static const char *const model_flags[] = {
-		"-m", "--model", "-mu", "--model-url", "-hf", "-hfr",
-		"--hf-repo", "-dr", "--docker-repo",
+	    "-m",   "--model",   "-mu", "--model-url",   "-hf",
+	    "-hfr", "--hf-repo", "-dr", "--docker-repo",
 	};
 	for (unsigned i = 0; i < cfg->llama_args.count; i++) {
 		const char *a = cfg->llama_args.items[i];
@@ -132,21 +131,21 @@ int sl_check_model_file(const char *path, char *err, size_t size)
 	fclose(f);
 	if (n != sizeof(magic) || memcmp(magic, "GGUF", 4) != 0) {
 		snprintf(err, size,
-			 "--model %s: not a GGUF model file (it does not start "
-			 "with \"GGUF\")",
-			 path);
+		         "--model %s: not a GGUF model file (it does not start "
+		         "with \"GGUF\")",
+		         path);
 		return SL_EINVAL;
 	}
 	return 0;
 }
 
 char *sl_demo_model_path(const struct sl_config *cfg, const char *cache_dir,
-			 char *err, size_t size)
+                         char *err, size_t size)
 {
 	enum sl_demo_size variant = (enum sl_demo_size)cfg->demo_model_size;
-	char *path = sl_xasprintf("%s/demo-%s-v%d.gguf", cache_dir,
-				  sl_demo_spec(variant)->name,
-				  SL_DEMO_MODEL_VERSION);
+	char *path =
+	    sl_xasprintf("%s/demo-%s-v%d.gguf", cache_dir,
+	                 sl_demo_spec(variant)->name, SL_DEMO_MODEL_VERSION);
 	if (access(path, R_OK) == 0)
 		return path;
 	int rc = make_dirs(cache_dir);
@@ -154,7 +153,7 @@ char *sl_demo_model_path(const struct sl_config *cfg, const char *cache_dir,
 		rc = sl_demo_model_write(path, variant);
 	if (rc != 0) {
 		snprintf(err, size, "cannot write the demo model to %s: %s",
-			 path, sl_strerror(rc));
+		         path, sl_strerror(rc));
 		free(path);
 		return NULL;
 	}

@@ -7,27 +7,27 @@
 #include <string.h>
 
 static const char *const endpoint_names[SL_EP_COUNT] = {
-	[SL_EP_CHAT] = "/v1/chat/completions",
-	[SL_EP_COMPLETIONS] = "/v1/completions",
-	[SL_EP_COMPLETION] = "/completion",
-	[SL_EP_EMBEDDINGS] = "/v1/embeddings",
-	[SL_EP_MODELS] = "/v1/models",
-	[SL_EP_GENERATE] = "/generate",
-	[SL_EP_INFER] = "/infer",
-	[SL_EP_HEALTH] = "/health",
-	[SL_EP_READY] = "/ready",
-	[SL_EP_METRICS] = "/metrics",
-	[SL_EP_OTHER] = "other",
+    [SL_EP_CHAT] = "/v1/chat/completions",
+    [SL_EP_COMPLETIONS] = "/v1/completions",
+    [SL_EP_COMPLETION] = "/completion",
+    [SL_EP_EMBEDDINGS] = "/v1/embeddings",
+    [SL_EP_MODELS] = "/v1/models",
+    [SL_EP_GENERATE] = "/generate",
+    [SL_EP_INFER] = "/infer",
+    [SL_EP_HEALTH] = "/health",
+    [SL_EP_READY] = "/ready",
+    [SL_EP_METRICS] = "/metrics",
+    [SL_EP_OTHER] = "other",
 };
 
 static const char *const reason_names[SL_REJECT_COUNT] = {
-	[SL_REJECT_QUEUE_FULL] = "queue_full",
-	[SL_REJECT_QUEUE_TIMEOUT] = "queue_timeout",
-	[SL_REJECT_INVALID] = "invalid",
-	[SL_REJECT_TOO_LARGE] = "too_large",
-	[SL_REJECT_TIMEOUT] = "timeout",
-	[SL_REJECT_NOT_READY] = "not_ready",
-	[SL_REJECT_NOT_FOUND] = "not_found",
+    [SL_REJECT_QUEUE_FULL] = "queue_full",
+    [SL_REJECT_QUEUE_TIMEOUT] = "queue_timeout",
+    [SL_REJECT_INVALID] = "invalid",
+    [SL_REJECT_TOO_LARGE] = "too_large",
+    [SL_REJECT_TIMEOUT] = "timeout",
+    [SL_REJECT_NOT_READY] = "not_ready",
+    [SL_REJECT_NOT_FOUND] = "not_found",
 };
 
 /*
@@ -74,7 +74,7 @@ enum sl_stats_class sl_stats_class_of(double priority)
 	if (priority >= SL_PRIORITY_URGENT)
 		return SL_CLASS_URGENT;
 	return priority >= SL_PRIORITY_NORMAL ? SL_CLASS_NORMAL
-					      : SL_CLASS_BATCH;
+	                                      : SL_CLASS_BATCH;
 }
 
 void sl_stats_queued(struct sl_stats *s, double priority, int delta)
@@ -109,11 +109,11 @@ static void rate_advance(struct sl_stats *s, uint64_t second)
 {
 	if (second <= s->rate_second)
 		return;
-	uint64_t steps = SL_MIN(second - s->rate_second,
-				(uint64_t)SL_STATS_RATE_WINDOW + 1);
+	uint64_t steps =
+	    SL_MIN(second - s->rate_second, (uint64_t)SL_STATS_RATE_WINDOW + 1);
 	for (uint64_t i = 1; i <= steps; i++)
-		s->rate_tokens[(s->rate_second + i) % (SL_STATS_RATE_WINDOW + 1)] =
-			0;
+		s->rate_tokens[(s->rate_second + i) %
+		               (SL_STATS_RATE_WINDOW + 1)] = 0;
 	s->rate_second = second;
 }
 
@@ -131,16 +131,16 @@ double sl_stats_token_rate(struct sl_stats *s, uint64_t now_ms)
 	/* The whole seconds before the current one. */
 	for (uint64_t i = 1; i <= SL_STATS_RATE_WINDOW; i++)
 		sum += s->rate_tokens[(s->rate_second + SL_STATS_RATE_WINDOW +
-				       1 - i) %
-				      (SL_STATS_RATE_WINDOW + 1)];
+		                       1 - i) %
+		                      (SL_STATS_RATE_WINDOW + 1)];
 	return (double)sum / SL_STATS_RATE_WINDOW;
 }
 
-static void count_status(struct sl_stats *s, enum sl_stats_endpoint e,
-			 int code)
+static void count_status(struct sl_stats *s, enum sl_stats_endpoint e, int code)
 {
 	for (int i = 0; i < SL_STATS_CODES; i++) {
-		if (s->requests[e][i].code == code || s->requests[e][i].n == 0) {
+		if (s->requests[e][i].code == code ||
+		    s->requests[e][i].n == 0) {
 			s->requests[e][i].code = code;
 			s->requests[e][i].n++;
 			return;
@@ -154,9 +154,12 @@ static int reason_of_status(int status)
 {
 	switch (status) {
 	case 400: return SL_REJECT_INVALID;
-	case 404: case 405: return SL_REJECT_NOT_FOUND;
+	case 404:
+	case 405: return SL_REJECT_NOT_FOUND;
 	case 408: return SL_REJECT_TIMEOUT;
-	case 413: case 414: case 431: return SL_REJECT_TOO_LARGE;
+	case 413:
+	case 414:
+	case 431: return SL_REJECT_TOO_LARGE;
 	case 429: return SL_REJECT_QUEUE_FULL;
 	case 503: return SL_REJECT_NOT_READY;
 	default: return -1;
@@ -172,8 +175,8 @@ static int reason_index(const char *name)
 }
 
 const char *sl_stats_finished(struct sl_stats *s,
-			      const struct sl_http_request *req,
-			      bool completed, double seconds)
+                              const struct sl_http_request *req, bool completed,
+                              double seconds)
 {
 	enum sl_stats_endpoint e = sl_stats_endpoint_of(req->path);
 	const struct sl_request_info *info = &req->info;
@@ -185,19 +188,22 @@ const char *sl_stats_finished(struct sl_stats *s,
 	const char *outcome = info->outcome;
 	if (!completed) {
 		outcome = "cancelled";
-		const char *stage = info->cancel_stage ? info->cancel_stage : "";
+		const char *stage =
+		    info->cancel_stage ? info->cancel_stage : "";
 		if (strcmp(stage, "queued") == 0)
 			s->cancelled_queued++;
 		else if (strcmp(stage, "inflight") == 0)
 			s->cancelled_inflight++;
 	} else if (!outcome) {
-		outcome = code < 400 ? "ok" : code < 500 ? "rejected" : "failed";
+		outcome = code < 400   ? "ok"
+		          : code < 500 ? "rejected"
+		                       : "failed";
 		if (code == 503 && !info->reject_reason)
 			outcome = "rejected"; /* sluice's own 503s */
 	}
 	if (completed && strcmp(outcome, "rejected") == 0) {
 		int r = info->reject_reason ? reason_index(info->reject_reason)
-					    : reason_of_status(code);
+		                            : reason_of_status(code);
 		if (r >= 0)
 			s->rejected[r]++;
 	}

@@ -19,11 +19,9 @@
 #include <unistd.h>
 
 static const char *const state_names[] = {
-	[SL_UPSTREAM_STARTING] = "starting",
-	[SL_UPSTREAM_READY] = "ready",
-	[SL_UPSTREAM_RESTARTING] = "restarting",
-	[SL_UPSTREAM_DOWN] = "down",
-	[SL_UPSTREAM_STOPPED] = "stopped",
+    [SL_UPSTREAM_STARTING] = "starting",     [SL_UPSTREAM_READY] = "ready",
+    [SL_UPSTREAM_RESTARTING] = "restarting", [SL_UPSTREAM_DOWN] = "down",
+    [SL_UPSTREAM_STOPPED] = "stopped",
 };
 
 const char *sl_upstream_state_name(enum sl_upstream_state s)
@@ -83,10 +81,10 @@ static void probe_failed(struct sl_upstream *u, const char *what)
 		sl_warn("upstream %s is down: %s", u->url, what);
 		set_state(u, SL_UPSTREAM_DOWN);
 	} else if (u->state == SL_UPSTREAM_READY &&
-		   ++u->failed_probes >= SL_PROBE_FAILURES_DOWN) {
+	           ++u->failed_probes >= SL_PROBE_FAILURES_DOWN) {
 		sl_warn("upstream %s is down: %u health checks failed, the "
-			"last with: %s",
-			u->url, u->failed_probes, what);
+		        "last with: %s",
+		        u->url, u->failed_probes, what);
 		set_state(u, SL_UPSTREAM_DOWN);
 	}
 	schedule_probe(u, u->cfg->health_interval_ms);
@@ -121,9 +119,10 @@ static void on_props(struct sl_get *g, long status, const char *err)
 	unsigned slots = status == 200 ? parse_total_slots(g->body) : 0;
 	if (slots == 0) {
 		/* Some builds or proxies hide /props; fall back to --slots. */
-		sl_warn("upstream %s: no total_slots from /props (%s); assuming "
-			"%u slots",
-			u->url, err ? err : "no usable answer", u->cfg->slots);
+		sl_warn(
+		    "upstream %s: no total_slots from /props (%s); assuming "
+		    "%u slots",
+		    u->url, err ? err : "no usable answer", u->cfg->slots);
 		slots = u->cfg->slots;
 	}
 	became_ready(u, slots);
@@ -138,7 +137,7 @@ static void on_health(struct sl_get *g, long status, const char *err)
 			snprintf(what, sizeof(what), "%s", err);
 		else
 			snprintf(what, sizeof(what), "/health answered %ld",
-				 status);
+			         status);
 		probe_failed(u, what);
 		return;
 	}
@@ -150,7 +149,7 @@ static void on_health(struct sl_get *g, long status, const char *err)
 	/* Newly healthy: learn its slots before sending it work. */
 	char *url = sl_xasprintf("%s/props", u->url);
 	int rc = sl_get_start(u->curl, &u->probe, url, u->api_key,
-			      SL_PROBE_TIMEOUT_MS, on_props);
+	                      SL_PROBE_TIMEOUT_MS, on_props);
 	free(url);
 	if (rc != 0)
 		probe_failed(u, "cannot start a request for /props");
@@ -162,7 +161,7 @@ static void start_probe(struct sl_upstream *u)
 		return;
 	char *url = sl_xasprintf("%s/health", u->url);
 	int rc = sl_get_start(u->curl, &u->probe, url, u->api_key,
-			      SL_PROBE_TIMEOUT_MS, on_health);
+	                      SL_PROBE_TIMEOUT_MS, on_health);
 	free(url);
 	if (rc != 0)
 		probe_failed(u, "cannot start a request for /health");
@@ -188,8 +187,8 @@ static void on_relaunch_timer(uv_timer_t *t)
 	if (rc != 0) {
 		uint64_t delay = SL_RESTART_DELAY_MAX_MS;
 		sl_error("cannot relaunch llama-server: %s; trying again in "
-			 "%llu ms",
-			 sl_strerror(rc), (unsigned long long)delay);
+		         "%llu ms",
+		         sl_strerror(rc), (unsigned long long)delay);
 		uv_timer_start(&u->probe_timer, on_relaunch_timer, delay, 0);
 	}
 }
@@ -197,7 +196,8 @@ static void on_relaunch_timer(uv_timer_t *t)
 static uint64_t restart_delay(struct sl_upstream *u)
 {
 	uint64_t delay = SL_RESTART_DELAY_MIN_MS;
-	for (unsigned i = 1; i < u->quick_failures && delay < SL_RESTART_DELAY_MAX_MS; i++)
+	for (unsigned i = 1;
+	     i < u->quick_failures && delay < SL_RESTART_DELAY_MAX_MS; i++)
 		delay *= 2;
 	return SL_MIN(delay, (uint64_t)SL_RESTART_DELAY_MAX_MS);
 }
@@ -206,10 +206,10 @@ static void describe_exit(char *buf, size_t size, int64_t status, int signal)
 {
 	if (signal)
 		snprintf(buf, size, "was killed by signal %d (%s)", signal,
-			 strsignal(signal));
+		         strsignal(signal));
 	else
 		snprintf(buf, size, "exited with status %lld",
-			 (long long)status);
+		         (long long)status);
 }
 
 static void on_child_exit(struct sl_child *child, int64_t status, int signal)
@@ -230,9 +230,9 @@ static void on_child_exit(struct sl_child *child, int64_t status, int signal)
 	}
 	if (!u->ever_ready) {
 		char *why = sl_xasprintf(
-			"llama-server %s before it became ready; its last "
-			"output: %s",
-			how, tail[0] ? tail : "(none)");
+		    "llama-server %s before it became ready; its last "
+		    "output: %s",
+		    how, tail[0] ? tail : "(none)");
 		fatal(u, why);
 		free(why);
 		return;
@@ -243,8 +243,8 @@ static void on_child_exit(struct sl_child *child, int64_t status, int signal)
 	u->quick_failures++;
 	uint64_t delay = restart_delay(u);
 	sl_error("llama-server %s unexpectedly; restarting it in %llu ms. Its "
-		 "last output: %s",
-		 how, (unsigned long long)delay, tail[0] ? tail : "(none)");
+	         "last output: %s",
+	         how, (unsigned long long)delay, tail[0] ? tail : "(none)");
 	set_state(u, SL_UPSTREAM_RESTARTING);
 	uv_timer_start(&u->probe_timer, on_relaunch_timer, delay, 0);
 }
@@ -256,15 +256,16 @@ static void on_startup_deadline(uv_timer_t *t)
 	if (u->child)
 		sl_child_tail(u->child, tail, sizeof(tail));
 	char *why = sl_xasprintf(
-		"llama-server did not become ready within %.1f s (last check: "
-		"%s); its last output: %s",
-		(double)u->cfg->startup_timeout_ms / 1000.0,
-		u->last_probe[0] ? u->last_probe : "none",
-		tail[0] ? tail : "(none)");
+	    "llama-server did not become ready within %.1f s (last check: "
+	    "%s); its last output: %s",
+	    (double)u->cfg->startup_timeout_ms / 1000.0,
+	    u->last_probe[0] ? u->last_probe : "none",
+	    tail[0] ? tail : "(none)");
 	if (!u->ever_ready) {
 		fatal(u, why);
 	} else {
-		/* A restart that hangs: kill it; its exit schedules the next. */
+		/* A restart that hangs: kill it; its exit schedules the next.
+		 */
 		sl_error("%s; killing it", why);
 		if (u->child)
 			sl_child_stop(u->child, 0);
@@ -279,7 +280,7 @@ static int pick_free_port(unsigned *port)
 	if (fd < 0)
 		return uv_translate_sys_error(errno);
 	struct sockaddr_in a = {.sin_family = AF_INET,
-				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	                        .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t len = sizeof(a);
 	int rc = 0;
 	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
@@ -306,9 +307,9 @@ static int launch(struct sl_upstream *u)
 	snprintf(slots_s, sizeof(slots_s), "%u", cfg->slots);
 	/* An HTTP thread per pooled connection, and two to spare. */
 	snprintf(threads_s, sizeof(threads_s), "%u",
-		 cfg->slots + SL_UPSTREAM_SPARE_CONNS + 2);
+	         cfg->slots + SL_UPSTREAM_SPARE_CONNS + 2);
 	snprintf(ctx_s, sizeof(ctx_s), "%llu",
-		 (unsigned long long)cfg->slots * cfg->ctx_size);
+	         (unsigned long long)cfg->slots * cfg->ctx_size);
 
 	/*
 	 * Flags are pinned rather than left to the build's defaults: explicit
@@ -317,9 +318,20 @@ static int launch(struct sl_upstream *u)
 	 * in the environment so that it never shows in `ps`.
 	 */
 	const char *fixed[] = {
-		u->exe,	  "--host", "127.0.0.1", "--port",	port_s,
-		"-np",	  slots_s,  "-c",	 ctx_s,		"--no-kv-unified",
-		"--metrics", "--no-webui", "--threads-http", threads_s,
+	    u->exe,
+	    "--host",
+	    "127.0.0.1",
+	    "--port",
+	    port_s,
+	    "-np",
+	    slots_s,
+	    "-c",
+	    ctx_s,
+	    "--no-kv-unified",
+	    "--metrics",
+	    "--no-webui",
+	    "--threads-http",
+	    threads_s,
 	};
 	size_t n_fixed = SL_ARRAY_SIZE(fixed);
 	size_t n = n_fixed + 2 + cfg->llama_args.count + 1;
@@ -337,17 +349,17 @@ static int launch(struct sl_upstream *u)
 	char *env[] = {key_env, NULL};
 
 	rc = sl_child_spawn(u->loop, "llama-server", u->exe, args, env,
-			    on_child_exit, u, &u->child);
+	                    on_child_exit, u, &u->child);
 	free(key_env);
 	free(args);
 	if (rc != 0)
 		return rc;
 	sl_info("started llama-server[%d] on %s (%u slots, %u tokens of "
-		"context each)",
-		u->child->pid, u->url, cfg->slots, cfg->ctx_size);
+	        "context each)",
+	        u->child->pid, u->url, cfg->slots, cfg->ctx_size);
 	u->last_probe[0] = '\0';
 	uv_timer_start(&u->deadline_timer, on_startup_deadline,
-		       cfg->startup_timeout_ms, 0);
+	               cfg->startup_timeout_ms, 0);
 	schedule_probe(u, SL_STARTUP_POLL_MS);
 	return 0;
 }
@@ -370,11 +382,11 @@ static char *random_api_key(void)
 /* ---- lifetime ---- */
 
 struct sl_upstream *sl_upstream_new(uv_loop_t *loop, struct sl_curl *curl,
-				    const struct sl_config *cfg,
-				    const struct sl_managed_spec *spec,
-				    const char *url,
-				    const struct sl_upstream_hooks *hooks,
-				    void *data)
+                                    const struct sl_config *cfg,
+                                    const struct sl_managed_spec *spec,
+                                    const char *url,
+                                    const struct sl_upstream_hooks *hooks,
+                                    void *data)
 {
 	struct sl_upstream *u = sl_xcalloc(1, sizeof(*u));
 	u->loop = loop;
@@ -450,7 +462,8 @@ void sl_upstream_stop(struct sl_upstream *u, bool force)
 	}
 	if (u->child) {
 		if (!again || force)
-			sl_child_stop(u->child, force ? 0 : u->cfg->stop_timeout_ms);
+			sl_child_stop(u->child,
+			              force ? 0 : u->cfg->stop_timeout_ms);
 		return; /* on_child_exit finishes */
 	}
 	if (!again)
@@ -459,11 +472,10 @@ void sl_upstream_stop(struct sl_upstream *u, bool force)
 
 json_t *sl_upstream_json(const struct sl_upstream *u)
 {
-	json_t *o = json_pack("{s:s, s:b, s:s, s:i, s:i}", "url", u->url,
-			      "managed", u->managed, "state",
-			      sl_upstream_state_name(u->state), "slots",
-			      (json_int_t)u->total_slots, "restarts",
-			      (json_int_t)u->restarts);
+	json_t *o = json_pack(
+	    "{s:s, s:b, s:s, s:i, s:i}", "url", u->url, "managed", u->managed,
+	    "state", sl_upstream_state_name(u->state), "slots",
+	    (json_int_t)u->total_slots, "restarts", (json_int_t)u->restarts);
 	if (u->managed && u->child)
 		json_object_set_new(o, "pid", json_integer(u->child->pid));
 	return o;

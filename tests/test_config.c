@@ -16,14 +16,14 @@ struct parsed {
 
 /* Parses a NULL-terminated argv (without argv[0]) and environment. */
 static void parse(struct parsed *p, const char *const *args,
-		  const char *const *env)
+                  const char *const *env)
 {
 	char *argv[MAX_ARGS] = {"sluice"};
 	int argc = 1;
 	for (; args && args[argc - 1]; argc++)
 		argv[argc] = (char *)args[argc - 1];
 	p->rc = sl_config_parse(&p->cfg, argc, argv, (char *const *)env, p->err,
-				sizeof(p->err));
+	                        sizeof(p->err));
 }
 
 #define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -64,10 +64,10 @@ static void test_defaults(void)
 static void test_flag_forms_and_env(void)
 {
 	struct parsed p;
-	parse(&p, ARGS("--slots=8", "--ctx-size", "2048", "--log-level",
-		       "debug"),
+	parse(&p,
+	      ARGS("--slots=8", "--ctx-size", "2048", "--log-level", "debug"),
 	      ENV("SLUICE_SLOTS=2", "SLUICE_MODEL=/m.gguf",
-		  "SLUICE_STARTUP_TIMEOUT=500ms", "UNRELATED=1"));
+	          "SLUICE_STARTUP_TIMEOUT=500ms", "UNRELATED=1"));
 	ASSERT_EQ(p.rc, 0);
 	ASSERT_EQ(p.cfg.slots, 8); /* the flag wins over SLUICE_SLOTS */
 	ASSERT_EQ(p.cfg.ctx_size, 2048);
@@ -76,8 +76,9 @@ static void test_flag_forms_and_env(void)
 	ASSERT_EQ(p.cfg.log_level, SL_LOG_DEBUG);
 	sl_config_free(&p.cfg);
 
-	parse(&p, ARGS("--urgent-bypass", "off", "--aging-rate", "0.5",
-		       "--max-body", "2M", "--batch-window", "0"),
+	parse(&p,
+	      ARGS("--urgent-bypass", "off", "--aging-rate", "0.5",
+	           "--max-body", "2M", "--batch-window", "0"),
 	      ENV("SLUICE_MAX_HEADER_SIZE=8K", "SLUICE_URGENT_BYPASS=yes"));
 	ASSERT_EQ(p.rc, 0);
 	ASSERT(!p.cfg.urgent_bypass);
@@ -99,8 +100,8 @@ static void test_lists(void)
 	struct parsed p;
 	parse(&p, NULL,
 	      ENV("SLUICE_UPSTREAM=http://a:1, http://b:2/",
-		  "LLAMA_SERVER_URL=http://c:3",
-		  "SLUICE_LLAMA_ARGS=--temp 0.5  -t 2"));
+	          "LLAMA_SERVER_URL=http://c:3",
+	          "SLUICE_LLAMA_ARGS=--temp 0.5  -t 2"));
 	ASSERT_EQ(p.rc, 0);
 	ASSERT_EQ(p.cfg.upstreams.count, 3);
 	ASSERT_STR_EQ(p.cfg.upstreams.items[0], "http://a:1");
@@ -114,9 +115,9 @@ static void test_lists(void)
 	/* Flags replace the environment's list rather than adding to it. */
 	parse(&p,
 	      ARGS("--upstream", "https://x:9", "--upstream=http://y:8",
-		   "--llama-arg=--hf-repo", "--llama-arg", "org/model"),
+	           "--llama-arg=--hf-repo", "--llama-arg", "org/model"),
 	      ENV("SLUICE_UPSTREAM=http://a:1", "LLAMA_SERVER_URL=http://c:3",
-		  "SLUICE_LLAMA_ARGS=--temp 1"));
+	          "SLUICE_LLAMA_ARGS=--temp 1"));
 	ASSERT_EQ(p.rc, 0);
 	ASSERT_EQ(p.cfg.upstreams.count, 2);
 	ASSERT_STR_EQ(p.cfg.upstreams.items[0], "https://x:9");
@@ -133,11 +134,11 @@ static void test_listen_forms(void)
 		const char *value, *host;
 		unsigned port;
 	} good[] = {
-		{"127.0.0.1:9000", "127.0.0.1", 9000},
-		{":9000", "0.0.0.0", 9000},
-		{"[::1]:80", "::1", 80},
-		{"localhost:0", "127.0.0.1", 0},
-		{"0.0.0.0:65535", "0.0.0.0", 65535},
+	    {"127.0.0.1:9000", "127.0.0.1", 9000},
+	    {":9000", "0.0.0.0", 9000},
+	    {"[::1]:80", "::1", 80},
+	    {"localhost:0", "127.0.0.1", 0},
+	    {"0.0.0.0:65535", "0.0.0.0", 65535},
 	};
 	for (size_t i = 0; i < SL_ARRAY_SIZE(good); i++) {
 		struct parsed p;
@@ -154,15 +155,15 @@ static void test_durations(void)
 	static const struct {
 		const char *text;
 		uint64_t ms;
-	} good[] = {{"0", 0}, {"2", 2000}, {"0.5", 500}, {"50ms", 50},
-		    {"1.5s", 1500}, {"120", 120000}};
+	} good[] = {{"0", 0},     {"2", 2000},    {"0.5", 500},
+	            {"50ms", 50}, {"1.5s", 1500}, {"120", 120000}};
 	for (size_t i = 0; i < SL_ARRAY_SIZE(good); i++) {
 		uint64_t ms = 12345;
 		ASSERT_EQ(sl_parse_duration_ms(good[i].text, &ms), 0);
 		ASSERT_EQ(ms, good[i].ms);
 	}
-	static const char *const bad[] = {"", "-1", "abc", "1h", "5 s",
-					  "nan", "inf", "+3", "1e400"};
+	static const char *const bad[] = {"",    "-1",  "abc", "1h",   "5 s",
+	                                  "nan", "inf", "+3",  "1e400"};
 	for (size_t i = 0; i < SL_ARRAY_SIZE(bad); i++) {
 		uint64_t ms;
 		if (sl_parse_duration_ms(bad[i], &ms) != SL_EINVAL)
@@ -173,6 +174,7 @@ static void test_durations(void)
 /* Every bad value: SL_EINVAL and one line that starts with the option. */
 static void test_bad_values(void)
 {
+	/* clang-format off */
 	static const struct {
 		const char *args[4];
 		const char *env;
@@ -226,6 +228,7 @@ static void test_bad_values(void)
 		{{NULL}, "SLUICE_QUEUE_TIMEOUT=0", "SLUICE_QUEUE_TIMEOUT: ",
 		 "duration"},
 	};
+	/* clang-format on */
 	for (size_t i = 0; i < SL_ARRAY_SIZE(cases); i++) {
 		struct parsed p;
 		const char *env[] = {cases[i].env, NULL};
@@ -233,11 +236,11 @@ static void test_bad_values(void)
 		      cases[i].env ? env : NULL);
 		if (p.rc != SL_EINVAL)
 			TEST_FAIL("case %zu (%s) was accepted", i,
-				  cases[i].prefix);
+			          cases[i].prefix);
 		if (strncmp(p.err, cases[i].prefix, strlen(cases[i].prefix)))
 			TEST_FAIL("case %zu: error \"%s\" does not start with "
-				  "\"%s\"",
-				  i, p.err, cases[i].prefix);
+			          "\"%s\"",
+			          i, p.err, cases[i].prefix);
 		ASSERT_CONTAINS(p.err, cases[i].detail);
 		ASSERT(strchr(p.err, '\n') == NULL); /* one line */
 		sl_config_free(&p.cfg);
@@ -252,8 +255,9 @@ static void test_actions(void)
 	ASSERT(p.cfg.help);
 	sl_config_free(&p.cfg);
 
-	parse(&p, ARGS("--write-demo-model", "/tmp/x.gguf",
-		       "--demo-model-size", "slow", "--version"),
+	parse(&p,
+	      ARGS("--write-demo-model", "/tmp/x.gguf", "--demo-model-size",
+	           "slow", "--version"),
 	      NULL);
 	ASSERT_EQ(p.rc, 0);
 	ASSERT_STR_EQ(p.cfg.write_demo_model, "/tmp/x.gguf");
@@ -270,6 +274,7 @@ static void test_usage(void)
 	FILE *f = open_memstream(&text, &len);
 	sl_config_usage(f);
 	fclose(f);
+	/* clang-format off */
 	static const char *const expected[] = {
 		"--listen ADDR",      "[SLUICE_LISTEN; default: 127.0.0.1:8080]",
 		"--upstream URL",     "[SLUICE_UPSTREAM; default: none]",
@@ -291,6 +296,7 @@ static void test_usage(void)
 		"[SLUICE_MAX_BODY; default: 1M]",
 		"--write-demo-model PATH", "--help", "--version",
 	};
+	/* clang-format on */
 	for (size_t i = 0; i < SL_ARRAY_SIZE(expected); i++)
 		ASSERT_CONTAINS(text, expected[i]);
 	/* Every line fits a terminal. */
@@ -299,7 +305,7 @@ static void test_usage(void)
 		size_t n = nl ? (size_t)(nl - line) : strlen(line);
 		if (n > 80)
 			TEST_FAIL("help line longer than 80 columns: %.*s",
-				  (int)n, line);
+			          (int)n, line);
 		line += n + (nl != NULL);
 	}
 	free(text);

@@ -37,7 +37,7 @@ static void rd_str(struct reader *r, char *buf, size_t size)
 	uint64_t n = rd(r, 8);
 	if (n >= size || (size_t)(r->end - r->p) < n)
 		TEST_FAIL("string of %llu bytes does not fit",
-			  (unsigned long long)n);
+		          (unsigned long long)n);
 	memcpy(buf, r->p, n);
 	buf[n] = '\0';
 	r->p += n;
@@ -48,10 +48,17 @@ enum { T_U32 = 4, T_I32 = 5, T_F32 = 6, T_BOOL = 7, T_STR = 8, T_ARR = 9 };
 static unsigned type_size(uint32_t t)
 {
 	switch (t) {
-	case 0: case 1: case T_BOOL: return 1;
-	case 2: case 3: return 2;
-	case T_U32: case T_I32: case T_F32: return 4;
-	case 10: case 11: case 12: return 8;
+	case 0:
+	case 1:
+	case T_BOOL: return 1;
+	case 2:
+	case 3: return 2;
+	case T_U32:
+	case T_I32:
+	case T_F32: return 4;
+	case 10:
+	case 11:
+	case 12: return 8;
 	default: return 0;
 	}
 }
@@ -92,8 +99,8 @@ static void read_kv(struct reader *r, struct model_info *m)
 				if (!strcmp(key, "tokenizer.ggml.tokens") &&
 				    !strcmp(piece, "<0x00>"))
 					snprintf(m->first_byte_piece,
-						 sizeof(m->first_byte_piece),
-						 "%s", piece);
+					         sizeof(m->first_byte_piece),
+					         "%s", piece);
 			} else if (!strcmp(key, "tokenizer.ggml.token_type")) {
 				int32_t t = (int32_t)rd(r, 4);
 				m->byte_tokens += t == 6;
@@ -141,7 +148,7 @@ static unsigned char *slurp(const char *path, size_t *len)
 }
 
 static void parse_model(const unsigned char *buf, size_t len,
-			struct model_info *m)
+                        struct model_info *m)
 {
 	struct reader r = {buf, buf + len};
 	memset(m, 0, sizeof(*m));
@@ -163,24 +170,24 @@ static void parse_model(const unsigned char *buf, size_t len,
 		elems *= ne0;
 		if (n_dims == 2)
 			elems *= rd(&r, 8);
-		ASSERT_EQ(ne0, !strncmp(name, "blk.", 4) &&
-					       strstr(name, "ffn_down")
-				       ? m->ff
-				       : m->embd);
+		ASSERT_EQ(ne0,
+		          !strncmp(name, "blk.", 4) && strstr(name, "ffn_down")
+		              ? m->ff
+		              : m->embd);
 		ASSERT_EQ(rd(&r, 4), 0); /* F32 */
 		uint64_t offset = rd(&r, 8);
 		ASSERT_EQ(offset % SL_DEMO_ALIGNMENT, 0);
 		ASSERT_EQ(offset, expect_offset);
 		expect_offset = offset + elems * 4;
-		expect_offset += (SL_DEMO_ALIGNMENT -
-				  expect_offset % SL_DEMO_ALIGNMENT) %
-				 SL_DEMO_ALIGNMENT;
+		expect_offset +=
+		    (SL_DEMO_ALIGNMENT - expect_offset % SL_DEMO_ALIGNMENT) %
+		    SL_DEMO_ALIGNMENT;
 		m->saw_output |= !strcmp(name, "output.weight");
 		m->saw_token_embd |= !strcmp(name, "token_embd.weight");
 	}
 	size_t header = (size_t)(r.p - buf);
 	m->data_start = (header + SL_DEMO_ALIGNMENT - 1) / SL_DEMO_ALIGNMENT *
-			SL_DEMO_ALIGNMENT;
+	                SL_DEMO_ALIGNMENT;
 	m->data_bytes_expected = expect_offset;
 	m->file_size = len;
 }
@@ -210,7 +217,7 @@ static void check_variant(enum sl_demo_size size, const char *dir)
 	ASSERT_EQ(m.ff, spec->n_ff);
 	ASSERT_EQ(m.heads, spec->n_head);
 	ASSERT_EQ(m.n_tensors, SL_DEMO_GLOBAL_TENSORS +
-				       SL_DEMO_TENSORS_PER_BLOCK * m.block_count);
+	                           SL_DEMO_TENSORS_PER_BLOCK * m.block_count);
 	ASSERT(m.saw_output && m.saw_token_embd);
 	/* The tokenizer: parallel arrays, all 256 byte-fallback tokens. */
 	ASSERT_EQ(m.vocab, sl_demo_vocab_size());
@@ -219,7 +226,7 @@ static void check_variant(enum sl_demo_size size, const char *dir)
 	ASSERT_EQ(m.types_len, m.vocab);
 	ASSERT_EQ(m.byte_tokens, 256);
 	ASSERT_EQ(m.control_tokens, 2); /* BOS and EOS */
-	ASSERT(m.normal_tokens > 95);  /* space, printable ASCII, words */
+	ASSERT(m.normal_tokens > 95);   /* space, printable ASCII, words */
 	ASSERT_STR_EQ(m.first_byte_piece, "<0x00>");
 	/* The data section holds exactly the tensors, nothing after. */
 	ASSERT_EQ(m.file_size, m.data_start + m.data_bytes_expected);
@@ -251,10 +258,10 @@ static void test_sizes_differ(void)
 {
 	const struct sl_demo_spec *t = sl_demo_spec(SL_DEMO_TINY);
 	const struct sl_demo_spec *s = sl_demo_spec(SL_DEMO_SLOW);
-	uint64_t tiny_params = (uint64_t)t->n_layer * t->n_embd *
-			       (4u * t->n_embd + 3u * t->n_ff);
-	uint64_t slow_params = (uint64_t)s->n_layer * s->n_embd *
-			       (4u * s->n_embd + 3u * s->n_ff);
+	uint64_t tiny_params =
+	    (uint64_t)t->n_layer * t->n_embd * (4u * t->n_embd + 3u * t->n_ff);
+	uint64_t slow_params =
+	    (uint64_t)s->n_layer * s->n_embd * (4u * s->n_embd + 3u * s->n_ff);
 	ASSERT(tiny_params * 4 < 1024 * 1024);       /* under a MB */
 	ASSERT(slow_params * 4 > 10u * 1024 * 1024); /* tens of MB */
 	ASSERT(slow_params * 4 < 100u * 1024 * 1024);

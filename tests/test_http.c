@@ -51,7 +51,7 @@ static void on_delay(uv_timer_t *t)
 	struct delayed *d = t->data;
 	if (d->req)
 		sl_http_respond(d->req, 200, "text/plain", NULL, d->body,
-				strlen(d->body));
+		                strlen(d->body));
 	uv_close((uv_handle_t *)t, on_delayed_closed);
 }
 
@@ -83,7 +83,7 @@ static void handler(struct sl_http_request *req, void *data)
 	}
 	if (strcmp(req->path, "/id") == 0) {
 		sl_http_respond(req, 200, "text/plain", NULL, req->id,
-				strlen(req->id));
+		                strlen(req->id));
 		return;
 	}
 	if (strcmp(req->path, "/stream") == 0) {
@@ -94,9 +94,9 @@ static void handler(struct sl_http_request *req, void *data)
 		sl_http_stream_end(req);
 		return;
 	}
-	char *body = sl_xasprintf("%s %s %zu:%s",
-				  llhttp_method_name(req->method), req->target,
-				  req->body_len, req->body);
+	char *body =
+	    sl_xasprintf("%s %s %zu:%s", llhttp_method_name(req->method),
+	                 req->target, req->body_len, req->body);
 	sl_http_respond(req, 200, "text/plain", NULL, body, strlen(body));
 	free(body);
 }
@@ -128,8 +128,8 @@ static struct server *server_start(const struct sl_http_limits *limits)
 	ASSERT_EQ(uv_async_init(&s->loop, &s->stop, on_stop), 0);
 	s->stop.data = s;
 	ASSERT_EQ(sl_http_server_listen(&s->http, &s->loop, "127.0.0.1", 0,
-					limits, handler, s),
-		  0);
+	                                limits, handler, s),
+	          0);
 	s->port = sl_http_server_port(&s->http);
 	ASSERT(s->port > 0);
 	ASSERT_EQ(pthread_create(&s->thread, NULL, server_main, s), 0);
@@ -161,8 +161,8 @@ static int client(unsigned port)
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 	ASSERT(fd >= 0);
 	struct sockaddr_in a = {.sin_family = AF_INET,
-				.sin_port = htons((uint16_t)port),
-				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	                        .sin_port = htons((uint16_t)port),
+	                        .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	ASSERT_EQ(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -197,7 +197,7 @@ static uint64_t now_ms(void)
  * timeout or EOF, which sets *eof). The buffer is NUL-terminated.
  */
 static size_t recv_for(int fd, char *buf, size_t size, int timeout_ms,
-		       bool *eof)
+                       bool *eof)
 {
 	struct pollfd p = {.fd = fd, .events = POLLIN};
 	*eof = false;
@@ -227,15 +227,15 @@ static void ensure(int fd, char *buf, size_t size, size_t *used, size_t need)
 		bool eof;
 		size_t n = recv_for(fd, buf + *used, size - *used, 5000, &eof);
 		if (n == 0)
-			TEST_FAIL("response cut short after %zu bytes: \"%.*s\"",
-				  *used, (int)*used, buf);
+			TEST_FAIL(
+			    "response cut short after %zu bytes: \"%.*s\"",
+			    *used, (int)*used, buf);
 		*used += n;
 	}
 }
 
 /* The offset just past the next CRLF at or after pos, reading as needed. */
-static size_t line_end(int fd, char *buf, size_t size, size_t *used,
-		       size_t pos)
+static size_t line_end(int fd, char *buf, size_t size, size_t *used, size_t pos)
 {
 	for (;;) {
 		for (size_t i = pos; i + 1 < *used; i++)
@@ -251,7 +251,7 @@ static size_t line_end(int fd, char *buf, size_t size, size_t *used,
  * A response to HEAD is recognised by the request id "X-Test-Head".
  */
 static void read_response(int fd, struct response *r, char *carry,
-			  size_t *carry_len)
+                          size_t *carry_len)
 {
 	static char buf[262144];
 	size_t used = *carry_len;
@@ -284,7 +284,8 @@ static void read_response(int fd, struct response *r, char *carry,
 	} else {
 		ASSERT_CONTAINS(r->head, "Transfer-Encoding: chunked");
 		for (;;) {
-			size_t data = line_end(fd, buf, sizeof(buf), &used, pos);
+			size_t data =
+			    line_end(fd, buf, sizeof(buf), &used, pos);
 			size_t chunk = strtoul(buf + pos, NULL, 16);
 			ensure(fd, buf, sizeof(buf), &used, data + chunk + 2);
 			ASSERT(r->body_len + chunk < sizeof(r->body));
@@ -301,8 +302,8 @@ static void read_response(int fd, struct response *r, char *carry,
 }
 
 /* Sends `request` on a new connection: one response, then EOF or not. */
-static void exchange(struct server *s, const char *request,
-		     struct response *r, bool *closed)
+static void exchange(struct server *s, const char *request, struct response *r,
+                     bool *closed)
 {
 	int fd = client(s->port);
 	send_str(fd, request);
@@ -318,7 +319,7 @@ static void exchange(struct server *s, const char *request,
 
 /* A refused request: this status, connection closed, handler never ran. */
 static void expect_refused(struct server *s, const char *request, int status,
-			   const char *message_part)
+                           const char *message_part)
 {
 	int before = atomic_load(&s->handled);
 	struct response r;
@@ -326,7 +327,7 @@ static void expect_refused(struct server *s, const char *request, int status,
 	exchange(s, request, &r, &closed);
 	if (r.status != status)
 		TEST_FAIL("expected %d, got %d for: %.60s", status, r.status,
-			  request);
+		          request);
 	ASSERT(closed);
 	ASSERT_CONTAINS(r.head, "Connection: close");
 	ASSERT_CONTAINS(r.body, "\"error\"");
@@ -364,9 +365,9 @@ static void test_keep_alive_and_pipelining(void)
 
 	/* Three at once, the first answered last: answers stay in order. */
 	send_str(fd, "GET /slow?first HTTP/1.1\r\nHost: x\r\n\r\n"
-		     "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
-		     "\r\nhello"
-		     "GET /slow?third HTTP/1.1\r\nHost: x\r\n\r\n");
+	             "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+	             "\r\nhello"
+	             "GET /slow?third HTTP/1.1\r\nHost: x\r\n\r\n");
 	const char *want[] = {"first", "POST /echo 5:hello", "third"};
 	for (int i = 0; i < 3; i++) {
 		read_response(fd, &r, carry, &carry_len);
@@ -392,10 +393,10 @@ static void test_chunked_body_and_trailers(void)
 	struct response r;
 	bool closed;
 	exchange(s,
-		 "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
-		 "chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n"
-		 "X-Trailer: dropped\r\n\r\n",
-		 &r, &closed);
+	         "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+	         "chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n"
+	         "X-Trailer: dropped\r\n\r\n",
+	         &r, &closed);
 	ASSERT_EQ(r.status, 200);
 	ASSERT_STR_EQ(r.body, "POST /echo 11:hello world");
 	ASSERT(!closed);
@@ -410,8 +411,8 @@ static void test_size_limits(void)
 
 	char *big = repeat("a", 3000);
 	char *req = sl_xasprintf("GET /echo HTTP/1.1\r\nHost: x\r\nX-Big: %s"
-				 "\r\n\r\n",
-				 big);
+	                         "\r\n\r\n",
+	                         big);
 	expect_refused(s, req, 431, "headers too large");
 	free(req);
 
@@ -428,15 +429,15 @@ static void test_size_limits(void)
 
 	/* Refused from the Content-Length alone, the body never read. */
 	expect_refused(s,
-		       "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: "
-		       "1025\r\n\r\n",
-		       413, "body too large");
+	               "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: "
+	               "1025\r\n\r\n",
+	               413, "body too large");
 	/* Chunked: refused when the chunks add up past the limit. */
 	char *chunk = repeat("b", 600);
 	req = sl_xasprintf("POST /echo HTTP/1.1\r\nHost: x\r\n"
-			   "Transfer-Encoding: chunked\r\n\r\n"
-			   "258\r\n%s\r\n258\r\n%s\r\n0\r\n\r\n",
-			   chunk, chunk);
+	                   "Transfer-Encoding: chunked\r\n\r\n"
+	                   "258\r\n%s\r\n258\r\n%s\r\n0\r\n\r\n",
+	                   chunk, chunk);
 	expect_refused(s, req, 413, "body too large");
 	free(req);
 	free(chunk);
@@ -444,8 +445,8 @@ static void test_size_limits(void)
 	/* Exactly at the limits is fine. */
 	char *max_body = repeat("c", 1024);
 	req = sl_xasprintf("POST /echo HTTP/1.1\r\nHost: x\r\n"
-			   "Content-Length: 1024\r\n\r\n%s",
-			   max_body);
+	                   "Content-Length: 1024\r\n\r\n%s",
+	                   max_body);
 	struct response r;
 	bool closed;
 	exchange(s, req, &r, &closed);
@@ -462,47 +463,48 @@ static void test_smuggling_is_refused(void)
 	small_limits(&l);
 	struct server *s = server_start(&l);
 	static const char *const cases[] = {
-		/* Content-Length and Transfer-Encoding together */
-		"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
-		"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /echo HTTP/1.1"
-		"\r\n\r\n",
-		"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
-		"\r\nContent-Length: 4\r\n\r\n0\r\n\r\n",
-		/* duplicate Content-Length, equal or not */
-		"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
-		"Content-Length: 3\r\n\r\nabc",
-		"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
-		"Content-Length: 5\r\n\r\nabcde",
-		/* malformed Content-Length */
-		"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3a\r\n\r\n"
-		"abc",
-		"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: -3\r\n\r\n",
-		"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1 2\r\n\r\n",
-		/* bad chunk sizes */
-		"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
-		"\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
-		"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
-		"\r\n\r\n-5\r\nhello\r\n0\r\n\r\n",
-		"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
-		"\r\n\r\n5\r\nhelloXX0\r\n\r\n",
-		/* chunked not last, or not quite "chunked" */
-		"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked,"
-		" identity\r\n\r\n0\r\n\r\n",
-		"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked"
-		"\r\n\r\n0\r\n\r\n",
-		/* bare LF line endings and a space before the colon */
-		"GET /echo HTTP/1.1\nHost: x\n\n",
-		"GET /echo HTTP/1.1\r\nHost : x\r\n\r\n",
-		/* not HTTP at all */
-		"HELLO\r\n\r\n",
-		"GET /echo HTTP/9.9\r\n\r\n",
+	    /* Content-Length and Transfer-Encoding together */
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
+	    "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /echo HTTP/1.1"
+	    "\r\n\r\n",
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
+	    "\r\nContent-Length: 4\r\n\r\n0\r\n\r\n",
+	    /* duplicate Content-Length, equal or not */
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+	    "Content-Length: 3\r\n\r\nabc",
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+	    "Content-Length: 5\r\n\r\nabcde",
+	    /* malformed Content-Length */
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3a\r\n\r\n"
+	    "abc",
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: -3\r\n\r\n",
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1 2\r\n\r\n",
+	    /* bad chunk sizes */
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
+	    "\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
+	    "\r\n\r\n-5\r\nhello\r\n0\r\n\r\n",
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
+	    "\r\n\r\n5\r\nhelloXX0\r\n\r\n",
+	    /* chunked not last, or not quite "chunked" */
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked,"
+	    " identity\r\n\r\n0\r\n\r\n",
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked"
+	    "\r\n\r\n0\r\n\r\n",
+	    /* bare LF line endings and a space before the colon */
+	    "GET /echo HTTP/1.1\nHost: x\n\n",
+	    "GET /echo HTTP/1.1\r\nHost : x\r\n\r\n",
+	    /* not HTTP at all */
+	    "HELLO\r\n\r\n",
+	    "GET /echo HTTP/9.9\r\n\r\n",
 	};
 	for (size_t i = 0; i < SL_ARRAY_SIZE(cases); i++)
 		expect_refused(s, cases[i], 400, "malformed HTTP request");
 
 	/* A chunk terminator split across reads is checked all the same. */
-	const char *head = "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
-			   "chunked\r\n\r\n5\r\nhello\r";
+	const char *head =
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+	    "chunked\r\n\r\n5\r\nhello\r";
 	for (int bad = 0; bad < 2; bad++) {
 		int before = atomic_load(&s->handled);
 		int fd = client(s->port);
@@ -526,7 +528,7 @@ static void test_expect_continue(void)
 	struct server *s = server_start(&l);
 	int fd = client(s->port);
 	send_str(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
-		     "Expect: 100-continue\r\n\r\n");
+	             "Expect: 100-continue\r\n\r\n");
 	char buf[256];
 	bool eof;
 	recv_for(fd, buf, sizeof(buf), 2000, &eof);
@@ -541,14 +543,14 @@ static void test_expect_continue(void)
 	close(fd);
 
 	expect_refused(s,
-		       "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
-		       "Expect: something-else\r\n\r\ndata",
-		       417, "100-continue");
+	               "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
+	               "Expect: something-else\r\n\r\ndata",
+	               417, "100-continue");
 	/* Too large: refused before the client sends its body. */
 	expect_refused(s,
-		       "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: "
-		       "4096\r\nExpect: 100-continue\r\n\r\n",
-		       413, "too large");
+	               "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: "
+	               "4096\r\nExpect: 100-continue\r\n\r\n",
+	               413, "too large");
 	server_stop(s);
 }
 
@@ -565,7 +567,7 @@ static void test_timeouts(void)
 	int fd = client(s->port);
 	uint64_t start = now_ms();
 	const char *drip = "GET /echo HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaa"
-			   "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+	                   "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
 	char buf[4096];
 	bool eof = false;
 	size_t got = 0;
@@ -583,7 +585,7 @@ static void test_timeouts(void)
 	/* A body that stalls halfway. */
 	fd = client(s->port);
 	send_str(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10"
-		     "\r\n\r\nhalf");
+	             "\r\n\r\nhalf");
 	recv_for(fd, buf, sizeof(buf), 2000, &eof);
 	ASSERT_CONTAINS(buf, "HTTP/1.1 408 ");
 	ASSERT_CONTAINS(buf, "body not received in time");
@@ -601,7 +603,8 @@ static void test_timeouts(void)
 	ASSERT_EQ(got, 0);
 	ASSERT(eof);
 	if (now_ms() - start < 350)
-		TEST_FAIL("closed after %llu ms", (unsigned long long)(now_ms() - start));
+		TEST_FAIL("closed after %llu ms",
+		          (unsigned long long)(now_ms() - start));
 	close(fd);
 	ASSERT_EQ(atomic_load(&s->handled), 1);
 	server_stop(s);
@@ -618,8 +621,9 @@ static void test_head_http10_and_ids(void)
 	struct response r;
 
 	/* HEAD: the head says how long, no body follows. */
-	send_str(fd, "HEAD /echo HTTP/1.1\r\nHost: x\r\nX-Request-Id: X-Test-Head"
-		     "\r\n\r\nGET /echo HTTP/1.1\r\nHost: x\r\n\r\n");
+	send_str(fd,
+	         "HEAD /echo HTTP/1.1\r\nHost: x\r\nX-Request-Id: X-Test-Head"
+	         "\r\n\r\nGET /echo HTTP/1.1\r\nHost: x\r\n\r\n");
 	read_response(fd, &r, carry, &carry_len);
 	ASSERT_EQ(r.status, 200);
 	ASSERT_CONTAINS(r.head, "Content-Length: 13\r\n"); /* "HEAD /echo 0:" */
@@ -634,18 +638,19 @@ static void test_head_http10_and_ids(void)
 	ASSERT(closed);
 
 	exchange(s, "GET /id HTTP/1.1\r\nX-Request-Id: trace-42/a\r\n\r\n", &r,
-		 &closed);
+	         &closed);
 	ASSERT_STR_EQ(r.body, "trace-42/a");
 	ASSERT_CONTAINS(r.head, "X-Request-Id: trace-42/a\r\n");
 	/* Too long, or unprintable: replaced by sluice's own. */
 	char *long_id = repeat("i", SL_HTTP_REQUEST_ID_MAX + 1);
 	char *req = sl_xasprintf("GET /id HTTP/1.1\r\nX-Request-Id: %s\r\n\r\n",
-				 long_id);
+	                         long_id);
 	exchange(s, req, &r, &closed);
 	ASSERT_EQ(r.body_len, 16);
 	free(req);
 	free(long_id);
-	exchange(s, "GET /id HTTP/1.1\r\nX-Request-Id: a b\r\n\r\n", &r, &closed);
+	exchange(s, "GET /id HTTP/1.1\r\nX-Request-Id: a b\r\n\r\n", &r,
+	         &closed);
 	ASSERT_EQ(r.body_len, 16);
 	char other[32];
 	memcpy(other, r.body, 17); /* 16 hex digits and the NUL */

@@ -41,9 +41,10 @@ static void check_distribution(const char *name, double *v, size_t n)
 		double est = sl_hist_quantile(&h, qs[i]);
 		double err = fabs(est - exact) / exact;
 		if (err > BOUND)
-			TEST_FAIL("%s: q%.3f estimate %g vs exact %g: error %.3f "
-				  "over the bound %.3f",
-				  name, qs[i], est, exact, err, BOUND);
+			TEST_FAIL(
+			    "%s: q%.3f estimate %g vs exact %g: error %.3f "
+			    "over the bound %.3f",
+			    name, qs[i], est, exact, err, BOUND);
 	}
 }
 
@@ -65,7 +66,7 @@ static void test_quantiles_within_bound(void)
 	check_distribution("exponential", v, N);
 	for (size_t i = 0; i < N; i++) /* bimodal: fast cache hits, slow */
 		v[i] = i % 10 ? 0.002 + uniform(&seed) * 0.001
-			      : 3.0 + uniform(&seed);
+		              : 3.0 + uniform(&seed);
 	check_distribution("bimodal", v, N);
 	for (size_t i = 0; i < N; i++) /* log-uniform over six decades */
 		v[i] = 1e-4 * pow(10, 6 * uniform(&seed));
@@ -79,16 +80,16 @@ static void test_quantiles_within_bound(void)
 static void test_edges(void)
 {
 	struct sl_histogram h;
-	sl_hist_init(&h, 0); /* 1 up to 2^24: counts */
+	sl_hist_init(&h, 0);                    /* 1 up to 2^24: counts */
 	ASSERT(sl_hist_quantile(&h, 0.5) == 0); /* empty */
 	for (int i = 1; i <= 8; i++)
 		sl_hist_record(&h, i);
 	/* Small integers have buckets of their own: exact. */
 	ASSERT(fabs(sl_hist_quantile(&h, 0.5) - 4) < 0.5);
 	ASSERT(fabs(sl_hist_quantile(&h, 1.0) - 8) < 1.0);
-	sl_hist_record(&h, 0);	    /* below the range */
-	sl_hist_record(&h, 1e12);   /* above it */
-	sl_hist_record(&h, -1);     /* a clock that went backwards */
+	sl_hist_record(&h, 0);    /* below the range */
+	sl_hist_record(&h, 1e12); /* above it */
+	sl_hist_record(&h, -1);   /* a clock that went backwards */
 	ASSERT_EQ(h.count, 11);
 	ASSERT_EQ(h.below, 2);
 	ASSERT_EQ(h.above, 1);
@@ -110,21 +111,22 @@ static void test_histogram_exposition(void)
 	for (char *line = strtok_r(t.data, "\n", &save); line;
 	     line = strtok_r(NULL, "\n", &save)) {
 		if (strncmp(line, "x_seconds_bucket{a=\"b\",le=\"", 27) == 0) {
-			unsigned long long n = strtoull(strrchr(line, ' ') + 1,
-							NULL, 10);
+			unsigned long long n =
+			    strtoull(strrchr(line, ' ') + 1, NULL, 10);
 			ASSERT(n >= last);
 			last = n;
 			buckets++;
 			if (strstr(line, "le=\"+Inf\""))
 				ASSERT_EQ(n, 1001);
-		} else if (strncmp(line, "x_seconds_count{a=\"b\"} ", 22) == 0) {
+		} else if (strncmp(line, "x_seconds_count{a=\"b\"} ", 22) ==
+		           0) {
 			ASSERT_STR_EQ(line, "x_seconds_count{a=\"b\"} 1001");
 		} else {
-			ASSERT(strncmp(line, "x_seconds_sum{a=\"b\"} ", 20) == 0);
+			ASSERT(strncmp(line, "x_seconds_sum{a=\"b\"} ", 20) ==
+			       0);
 		}
 	}
-	ASSERT_EQ(buckets,
-		  SL_HIST_OCTAVES * SL_HIST_EXPOSED_PER_OCTAVE + 1);
+	ASSERT_EQ(buckets, SL_HIST_OCTAVES * SL_HIST_EXPOSED_PER_OCTAVE + 1);
 	ASSERT_EQ(last, 1001);
 	sl_text_free(&t);
 }
@@ -133,36 +135,36 @@ static void test_histogram_exposition(void)
 static void test_relabelled_families(void)
 {
 	const char *a = "# HELP llamacpp:prompt_tokens_total Number of prompt "
-			"tokens processed.\n"
-			"# TYPE llamacpp:prompt_tokens_total counter\n"
-			"llamacpp:prompt_tokens_total 12\n"
-			"# HELP llamacpp:requests_processing Requests.\n"
-			"# TYPE llamacpp:requests_processing gauge\n"
-			"llamacpp:requests_processing{slot=\"0\"} 1\n";
+	                "tokens processed.\n"
+	                "# TYPE llamacpp:prompt_tokens_total counter\n"
+	                "llamacpp:prompt_tokens_total 12\n"
+	                "# HELP llamacpp:requests_processing Requests.\n"
+	                "# TYPE llamacpp:requests_processing gauge\n"
+	                "llamacpp:requests_processing{slot=\"0\"} 1\n";
 	const char *b = "# HELP llamacpp:prompt_tokens_total Number of prompt "
-			"tokens processed.\n"
-			"# TYPE llamacpp:prompt_tokens_total counter\n"
-			"llamacpp:prompt_tokens_total 30\r\n"
-			"# TYPE llamacpp:n_tokens_max counter\n"
-			"llamacpp:n_tokens_max 58\n";
+	                "tokens processed.\n"
+	                "# TYPE llamacpp:prompt_tokens_total counter\n"
+	                "llamacpp:prompt_tokens_total 30\r\n"
+	                "# TYPE llamacpp:n_tokens_max counter\n"
+	                "llamacpp:n_tokens_max 58\n";
 	struct sl_families *f = sl_families_new();
 	sl_families_add(f, a, "http://127.0.0.1:1");
 	sl_families_add(f, b, "http://h\"x:2");
 	struct sl_text t = {0};
 	sl_families_write(f, &t);
 	ASSERT_STR_EQ(
-		t.data,
-		"# HELP llamacpp_prompt_tokens_total Number of prompt tokens "
-		"processed.\n"
-		"# TYPE llamacpp_prompt_tokens_total counter\n"
-		"llamacpp_prompt_tokens_total{upstream=\"http://127.0.0.1:1\"} 12\n"
-		"llamacpp_prompt_tokens_total{upstream=\"http://h\\\"x:2\"} 30\n"
-		"# HELP llamacpp_requests_processing Requests.\n"
-		"# TYPE llamacpp_requests_processing gauge\n"
-		"llamacpp_requests_processing{upstream=\"http://127.0.0.1:1\","
-		"slot=\"0\"} 1\n"
-		"# TYPE llamacpp_n_tokens_max_total counter\n"
-		"llamacpp_n_tokens_max_total{upstream=\"http://h\\\"x:2\"} 58\n");
+	    t.data,
+	    "# HELP llamacpp_prompt_tokens_total Number of prompt tokens "
+	    "processed.\n"
+	    "# TYPE llamacpp_prompt_tokens_total counter\n"
+	    "llamacpp_prompt_tokens_total{upstream=\"http://127.0.0.1:1\"} 12\n"
+	    "llamacpp_prompt_tokens_total{upstream=\"http://h\\\"x:2\"} 30\n"
+	    "# HELP llamacpp_requests_processing Requests.\n"
+	    "# TYPE llamacpp_requests_processing gauge\n"
+	    "llamacpp_requests_processing{upstream=\"http://127.0.0.1:1\","
+	    "slot=\"0\"} 1\n"
+	    "# TYPE llamacpp_n_tokens_max_total counter\n"
+	    "llamacpp_n_tokens_max_total{upstream=\"http://h\\\"x:2\"} 58\n");
 	sl_text_free(&t);
 	sl_families_free(f);
 }

@@ -12,7 +12,7 @@
 #define MAX_ITEMS 4096
 
 struct fake {
-	unsigned free;           /* slots free now */
+	unsigned free;                  /* slots free now */
 	unsigned dispatched[MAX_ITEMS]; /* item ids, in dispatch order */
 	unsigned batch_of[MAX_ITEMS];   /* size of the batch each left in */
 	uint64_t at[MAX_ITEMS];         /* when */
@@ -36,7 +36,7 @@ static unsigned fake_free(void *ctx)
 }
 
 static void fake_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
-			  uint64_t now)
+                          uint64_t now)
 {
 	struct fake *f = ctx;
 	/* Capacity is never exceeded, and batches are never empty. */
@@ -69,29 +69,29 @@ static void fake_shed(void *ctx, struct sl_sched_item *it, uint64_t now)
 }
 
 static const struct sl_sched_ops ops = {fake_free, fake_dispatch, fake_expire,
-					fake_shed};
+                                        fake_shed};
 
 static struct sl_sched_config config(void)
 {
 	return (struct sl_sched_config){
-		.aging_rate = 0.2,
-		.window_ms = 50,
-		.max_batch = 0,
-		.max_queue = MAX_ITEMS,
-		.queue_timeout_ms = 60000,
-		.urgent_bypass = true,
+	    .aging_rate = 0.2,
+	    .window_ms = 50,
+	    .max_batch = 0,
+	    .max_queue = MAX_ITEMS,
+	    .queue_timeout_ms = 60000,
+	    .urgent_bypass = true,
 	};
 }
 
 static void start(struct sl_sched *s, struct fake *f,
-		  const struct sl_sched_config *cfg)
+                  const struct sl_sched_config *cfg)
 {
 	memset(f, 0, sizeof(*f));
 	ASSERT_EQ(sl_sched_init(s, cfg, &ops, f, 0), 0);
 }
 
 static void push(struct sl_sched *s, struct fake *f, unsigned id,
-		 double priority, uint64_t now)
+                 double priority, uint64_t now)
 {
 	ASSERT_EQ(sl_sched_push(s, &f->items[id], priority, now), 0);
 }
@@ -228,7 +228,8 @@ static unsigned random_operations(unsigned max_queue)
 			} else {
 				ASSERT_EQ(rc, SL_EFULL);
 				f.items[id].key = prio - cfg.aging_rate *
-							     (double)now / 1000.0;
+				                             (double)now /
+				                             1000.0;
 				f.items[id].seq = UINT64_MAX;
 				ASSERT(!better(&f, id, r.ids[worst]));
 				continue;
@@ -304,9 +305,9 @@ static void test_window_deadline_and_early_close(void)
 	push(&s, &f, 6, SL_PRIORITY_NORMAL, 3000);
 	sl_sched_run(&s, 3000);
 	uint64_t next = sl_sched_run(&s, 3050);
-	ASSERT(next > 3050);             /* only the queue timeout is due */
+	ASSERT(next > 3050); /* only the queue timeout is due */
 	ASSERT_EQ(next, 3000 + cfg.queue_timeout_ms);
-	f.free = 1;                      /* a slot frees: it goes at once */
+	f.free = 1; /* a slot frees: it goes at once */
 	sl_sched_run(&s, 3300);
 	ASSERT_EQ(f.n_dispatched, 7);
 	ASSERT_EQ(f.at[6], 3300);
@@ -378,7 +379,7 @@ static void test_max_queue(void)
 		push(&s, &f, i, SL_PRIORITY_NORMAL, 0);
 	/* Equal to everyone waiting: the newcomer ranks last, refused. */
 	ASSERT_EQ(sl_sched_push(&s, &f.items[3], SL_PRIORITY_NORMAL, 0),
-		  SL_EFULL);
+	          SL_EFULL);
 	ASSERT(!sl_sched_queued(&f.items[3]));
 	sl_sched_remove(&s, &f.items[1]);
 	push(&s, &f, 3, SL_PRIORITY_NORMAL, 0);
@@ -403,7 +404,7 @@ static void test_full_queue_sheds_the_least_important(void)
 	push(&s, &f, 2, SL_PRIORITY_NORMAL, 0);
 	/* Not more important than the worst (batch, 0)? Refused itself. */
 	ASSERT_EQ(sl_sched_push(&s, &f.items[3], SL_PRIORITY_BATCH, 100),
-		  SL_EFULL);
+	          SL_EFULL);
 	ASSERT_EQ(f.n_shed, 0);
 	/* Urgent: the batch request makes room. */
 	push(&s, &f, 4, SL_PRIORITY_URGENT, 100);
@@ -416,7 +417,7 @@ static void test_full_queue_sheds_the_least_important(void)
 	/* Aging counts: a normal request 5 s old ranks with a new urgent
 	 * one, and the newcomer loses the tie. */
 	ASSERT_EQ(sl_sched_push(&s, &f.items[6], SL_PRIORITY_NORMAL, 5000),
-		  SL_EFULL);
+	          SL_EFULL);
 	f.free = 3;
 	sl_sched_run(&s, 5000);
 	ASSERT_EQ(f.n_dispatched, 3);
@@ -516,8 +517,8 @@ static void test_priority_parsing(void)
 	ASSERT(p == 0);
 	ASSERT_EQ(sl_priority_parse("1.5", &p), 0);
 	ASSERT(p == 1.5);
-	static const char *const bad[] = {"", "high", "-1", "101", "nan",
-					  "2x", "inf"};
+	static const char *const bad[] = {"",    "high", "-1", "101",
+	                                  "nan", "2x",   "inf"};
 	for (size_t i = 0; i < SL_ARRAY_SIZE(bad); i++)
 		ASSERT_EQ(sl_priority_parse(bad[i], &p), SL_EINVAL);
 	ASSERT_STR_EQ(sl_priority_class(2.5), "urgent");

@@ -34,14 +34,15 @@ static void events_free(struct events *e)
 
 /* Feeds `stream` in pieces cut at the given offsets (sorted, may repeat). */
 static void feed_split(const char *stream, const size_t *cuts, size_t n_cuts,
-		       struct events *out)
+                       struct events *out)
 {
 	struct sl_sse s;
 	sl_sse_init(&s, SL_SSE_MAX_EVENT);
 	size_t len = strlen(stream), at = 0;
 	for (size_t k = 0; k <= n_cuts; k++) {
 		size_t to = k < n_cuts ? cuts[k] : len;
-		ASSERT_EQ(sl_sse_feed(&s, stream + at, to - at, collect, out), 0);
+		ASSERT_EQ(sl_sse_feed(&s, stream + at, to - at, collect, out),
+		          0);
 		at = to;
 	}
 	ASSERT_EQ(sl_sse_finish(&s, collect, out), 0);
@@ -50,7 +51,7 @@ static void feed_split(const char *stream, const size_t *cuts, size_t n_cuts,
 }
 
 static void expect_events(const struct events *got, const char *const *want,
-			  const char *what)
+                          const char *what)
 {
 	size_t n = 0;
 	while (want[n])
@@ -60,7 +61,7 @@ static void expect_events(const struct events *got, const char *const *want,
 	for (size_t i = 0; i < n; i++)
 		if (strcmp(got->ev[i], want[i]) != 0)
 			TEST_FAIL("%s: event %zu is \"%s\", expected \"%s\"",
-				  what, i, got->ev[i], want[i]);
+			          what, i, got->ev[i], want[i]);
 }
 
 /* Every single cut and every pair of cuts gives exactly `want`. */
@@ -78,7 +79,8 @@ static void check_all_splits(const char *stream, const char *const *want)
 		for (size_t b = a; b <= len; b++) {
 			size_t cuts[2] = {a, b};
 			feed_split(stream, cuts, 2, &got);
-			snprintf(what, sizeof(what), "cuts at %zu and %zu", a, b);
+			snprintf(what, sizeof(what), "cuts at %zu and %zu", a,
+			         b);
 			expect_events(&got, want, what);
 			events_free(&got);
 		}
@@ -98,34 +100,34 @@ static void check_all_splits(const char *stream, const char *const *want)
 static void test_lf(void)
 {
 	check_all_splits(
-		"data: {\"content\":\"a\"}\n\ndata: {\"content\":\"b\"}\n\n"
-		"data: [DONE]\n\n",
-		EVENTS("data: {\"content\":\"a\"}\n\n",
-		       "data: {\"content\":\"b\"}\n\n", "data: [DONE]\n\n"));
+	    "data: {\"content\":\"a\"}\n\ndata: {\"content\":\"b\"}\n\n"
+	    "data: [DONE]\n\n",
+	    EVENTS("data: {\"content\":\"a\"}\n\n",
+	           "data: {\"content\":\"b\"}\n\n", "data: [DONE]\n\n"));
 }
 
 static void test_crlf(void)
 {
 	check_all_splits("data: one\r\n\r\ndata: two\r\n\r\n",
-			 EVENTS("data: one\r\n\r\n", "data: two\r\n\r\n"));
+	                 EVENTS("data: one\r\n\r\n", "data: two\r\n\r\n"));
 }
 
 static void test_cr_and_mixed(void)
 {
-	check_all_splits("data: one\r\rdata: two\n\r\ndata: 3\r\n\n",
-			 EVENTS("data: one\r\r", "data: two\n\r\n",
-				"data: 3\r\n\n"));
+	check_all_splits(
+	    "data: one\r\rdata: two\n\r\ndata: 3\r\n\n",
+	    EVENTS("data: one\r\r", "data: two\n\r\n", "data: 3\r\n\n"));
 	/* A final CR-terminated event is kept until the stream ends. */
 	check_all_splits("data: last\r\r", EVENTS("data: last\r\r"));
 }
 
 static void test_comments_pings_and_fields(void)
 {
-	check_all_splits(
-		": ping\n\nevent: message\nid: 7\ndata: a\ndata: b\n\n"
-		":keep-alive\r\n\r\n",
-		EVENTS(": ping\n\n", "event: message\nid: 7\ndata: a\ndata: b\n\n",
-		       ":keep-alive\r\n\r\n"));
+	check_all_splits(": ping\n\nevent: message\nid: 7\ndata: a\ndata: b\n\n"
+	                 ":keep-alive\r\n\r\n",
+	                 EVENTS(": ping\n\n",
+	                        "event: message\nid: 7\ndata: a\ndata: b\n\n",
+	                        ":keep-alive\r\n\r\n"));
 }
 
 static void test_stray_blank_lines_and_partial_tail(void)
@@ -139,9 +141,8 @@ static void test_stray_blank_lines_and_partial_tail(void)
 	/* An unfinished event is held back, never reported. */
 	struct sl_sse s;
 	sl_sse_init(&s, 1024);
-	ASSERT_EQ(sl_sse_feed(&s, "data: a\n\ndata: unfinis", 22, collect,
-			      &got),
-		  0);
+	ASSERT_EQ(
+	    sl_sse_feed(&s, "data: a\n\ndata: unfinis", 22, collect, &got), 0);
 	ASSERT_EQ(got.n, 1);
 	ASSERT_EQ(sl_sse_pending(&s), 13);
 	ASSERT_EQ(sl_sse_finish(&s, collect, &got), 0);
@@ -170,8 +171,8 @@ static void test_limits_and_stopping(void)
 	int calls = 0;
 	sl_sse_init(&s, 1024);
 	ASSERT_EQ(sl_sse_feed(&s, "data: a\n\ndata: b\n\n", 18,
-			      stop_after_first, &calls),
-		  42);
+	                      stop_after_first, &calls),
+	          42);
 	ASSERT_EQ(calls, 1);
 	sl_sse_free(&s);
 }

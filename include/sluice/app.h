@@ -32,21 +32,21 @@ struct sl_app {
 	uv_signal_t sigint, sigterm;
 
 	struct sl_upstream *upstreams[SL_MAX_UPSTREAMS];
-	unsigned n_upstreams; /* not yet stopped */
-	unsigned next_upstream; /* round-robin start among equals */
-	unsigned exchanges;   /* relayed requests not yet finished */
+	unsigned n_upstreams;           /* not yet stopped */
+	unsigned next_upstream;         /* round-robin start among equals */
+	unsigned exchanges;             /* relayed requests not yet finished */
 	struct exchange *exchange_list; /* all of them (proxy.c) */
 	struct sl_stats stats;
 	struct sl_metrics_waiter *metrics_waiters; /* /metrics (exposition.c) */
 	unsigned metrics_fetching; /* llama-server metrics fetches running */
-	bool force_stop;      /* a second signal: SIGKILL llama-server */
+	bool force_stop;           /* a second signal: SIGKILL llama-server */
 	struct sl_sched sched;
 	uv_timer_t sched_timer; /* the scheduler's next deadline */
 	uv_timer_t drain_timer;
-	bool demo;            /* serving the demo model */
-	bool announced;       /* "ready" has been logged */
-	bool stopping;        /* draining, then closing */
-	bool front_closing;   /* the HTTP server is being closed */
+	bool demo;          /* serving the demo model */
+	bool announced;     /* "ready" has been logged */
+	bool stopping;      /* draining, then closing */
+	bool front_closing; /* the HTTP server is being closed */
 	int exit_code;
 	uint64_t start_ms;
 	char listen_url[96];
@@ -71,7 +71,7 @@ void sl_app_maybe_drained(struct sl_app *app);
  * With need_slot, only one with a free slot qualifies.
  */
 struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, bool need_slot,
-					 char *why, size_t size);
+                                         char *why, size_t size);
 
 /* Lets the scheduler act now (after a push, a removal, a freed slot). */
 void sl_app_kick_scheduler(struct sl_app *app);

@@ -25,7 +25,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-enum sl_assemble_kind { SL_ASSEMBLE_NATIVE, SL_ASSEMBLE_TEXT, SL_ASSEMBLE_CHAT };
+enum sl_assemble_kind {
+	SL_ASSEMBLE_NATIVE,
+	SL_ASSEMBLE_TEXT,
+	SL_ASSEMBLE_CHAT
+};
 
 /*
  * Choices (or prompts of a prompt array) per answer; events naming a
@@ -37,16 +41,16 @@ struct sl_choice_parts;
 
 struct sl_assembler {
 	enum sl_assemble_kind kind;
-	bool return_tokens;  /* native: the client asked for token ids */
-	json_t *top[4];      /* OpenAI: id, created, model, fingerprint */
+	bool return_tokens; /* native: the client asked for token ids */
+	json_t *top[4];     /* OpenAI: id, created, model, fingerprint */
 	json_t *usage, *timings;
 	struct sl_choice_parts *choices[SL_ASSEMBLE_MAX_CHOICES];
-	unsigned n_choices;  /* highest index seen + 1 */
+	unsigned n_choices; /* highest index seen + 1 */
 	bool seen_event;
 };
 
 void sl_assembler_init(struct sl_assembler *a, enum sl_assemble_kind kind,
-		       bool return_tokens);
+                       bool return_tokens);
 void sl_assembler_free(struct sl_assembler *a);
 
 /*

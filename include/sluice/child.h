@@ -39,17 +39,17 @@ struct sl_child;
 
 /* status: exit status, or -1 when killed by `signal`. */
 typedef void (*sl_child_exit_cb)(struct sl_child *child, int64_t status,
-				 int signal);
+                                 int signal);
 
 struct sl_child {
 	uv_loop_t *loop;
 	uv_process_t process;
-	uv_pipe_t output;  /* read end of the child's stdout and stderr */
-	uv_timer_t timer;  /* SIGKILL after the grace period; output drain */
+	uv_pipe_t output; /* read end of the child's stdout and stderr */
+	uv_timer_t timer; /* SIGKILL after the grace period; output drain */
 	int pid;
-	char name[32];     /* log prefix, e.g. "llama-server" */
+	char name[32]; /* log prefix, e.g. "llama-server" */
 	sl_child_exit_cb on_exit;
-	void *data;        /* the owner's */
+	void *data; /* the owner's */
 
 	unsigned open_handles; /* freed when it reaches zero */
 	bool exited;           /* the process has exited */
@@ -72,8 +72,8 @@ struct sl_child {
  * in *out and returns 0; else returns a negative code and *out is NULL.
  */
 int sl_child_spawn(uv_loop_t *loop, const char *name, const char *file,
-		   char *const args[], char *const env[],
-		   sl_child_exit_cb on_exit, void *data, struct sl_child **out);
+                   char *const args[], char *const env[],
+                   sl_child_exit_cb on_exit, void *data, struct sl_child **out);
 
 /*
  * Asks the child to stop: SIGTERM now, SIGKILL if it is still running after

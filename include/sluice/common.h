@@ -14,8 +14,8 @@
 #include <stdint.h>
 
 /* The struct that holds `member` at address `ptr`. */
-#define sl_container_of(ptr, type, member) \
-	((type *)((char *)(ptr) - offsetof(type, member)))
+#define sl_container_of(ptr, type, member)                                     \
+	((type *)((char *)(ptr)-offsetof(type, member)))
 
 #define SL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -31,16 +31,16 @@
 #endif
 
 /* sluice's own error codes: X(NAME, value, message). */
-#define SL_ERRNO_MAP(X)                                                    \
-	X(AGAIN, -5001, "try again later")                                  \
-	X(INVAL, -5002, "invalid value")                                    \
-	X(TOOBIG, -5003, "too large")                                       \
-	X(PROTO, -5004, "protocol error")                                   \
-	X(UPSTREAM, -5005, "upstream failed")                               \
-	X(NOTREADY, -5006, "upstream not ready")                            \
-	X(TIMEOUT, -5007, "timed out")                                      \
-	X(CANCELLED, -5008, "cancelled")                                    \
-	X(FULL, -5009, "queue full")                                        \
+#define SL_ERRNO_MAP(X)                                                        \
+	X(AGAIN, -5001, "try again later")                                     \
+	X(INVAL, -5002, "invalid value")                                       \
+	X(TOOBIG, -5003, "too large")                                          \
+	X(PROTO, -5004, "protocol error")                                      \
+	X(UPSTREAM, -5005, "upstream failed")                                  \
+	X(NOTREADY, -5006, "upstream not ready")                               \
+	X(TIMEOUT, -5007, "timed out")                                         \
+	X(CANCELLED, -5008, "cancelled")                                       \
+	X(FULL, -5009, "queue full")                                           \
 	X(CURL, -5010, "libcurl failed")
 
 enum {

@@ -31,21 +31,21 @@ void sl_strlist_clear(struct sl_strlist *l);
 
 struct sl_config {
 	/* Front end */
-	char *listen;           /* "host:port" as given */
-	char *listen_host;      /* parsed from listen */
-	unsigned listen_port;   /* parsed from listen; 0 = any free port */
+	char *listen;         /* "host:port" as given */
+	char *listen_host;    /* parsed from listen */
+	unsigned listen_port; /* parsed from listen; 0 = any free port */
 
 	/* Upstreams */
 	struct sl_strlist upstreams; /* base URLs of unmanaged llama-servers */
-	char *model;                 /* GGUF for a managed llama-server, or "" */
-	char *llama_server;          /* executable, or "" to search */
-	struct sl_strlist llama_args;/* extra arguments, verbatim */
-	unsigned slots;              /* managed llama-server's -np */
-	unsigned ctx_size;           /* context per slot; -c = slots * this */
+	char *model;        /* GGUF for a managed llama-server, or "" */
+	char *llama_server; /* executable, or "" to search */
+	struct sl_strlist llama_args; /* extra arguments, verbatim */
+	unsigned slots;               /* managed llama-server's -np */
+	unsigned ctx_size;            /* context per slot; -c = slots * this */
 	uint64_t startup_timeout_ms;
-	uint64_t stop_timeout_ms;    /* SIGTERM to SIGKILL grace period */
+	uint64_t stop_timeout_ms; /* SIGTERM to SIGKILL grace period */
 	uint64_t health_interval_ms;
-	char *upstream_api_key;      /* for --upstream servers, or "" */
+	char *upstream_api_key; /* for --upstream servers, or "" */
 	uint64_t upstream_connect_timeout_ms;
 	uint64_t upstream_timeout_ms;      /* to the first response byte */
 	uint64_t upstream_idle_timeout_ms; /* between bytes afterwards */
@@ -67,11 +67,11 @@ struct sl_config {
 	uint64_t queue_timeout_ms;
 	double aging_rate;
 	uint64_t batch_window_ms;
-	unsigned max_batch;          /* 0: the free slots */
+	unsigned max_batch; /* 0: the free slots */
 	bool urgent_bypass;
-	unsigned urgent_reserve;     /* free slots kept for urgent requests */
-	unsigned max_tokens_cap;     /* /generate and /infer */
-	bool stream_upstream;        /* plain answers assembled from streams */
+	unsigned urgent_reserve; /* free slots kept for urgent requests */
+	unsigned max_tokens_cap; /* /generate and /infer */
+	bool stream_upstream;    /* plain answers assembled from streams */
 
 	/* Files */
 	char *cache_dir;        /* "" = $XDG_CACHE_HOME/sluice */
@@ -96,7 +96,7 @@ struct sl_config {
  * freed with sl_config_free(). Returns 0 on success.
  */
 int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
-		    char *const envp[], char *err, size_t err_size);
+                    char *const envp[], char *err, size_t err_size);
 
 void sl_config_free(struct sl_config *cfg);
 

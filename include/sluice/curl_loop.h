@@ -41,7 +41,7 @@ typedef void (*sl_transfer_done_cb)(struct sl_transfer *t, CURLcode result);
 struct sl_transfer {
 	CURL *easy;
 	sl_transfer_done_cb on_done;
-	void *data; /* the owner's */
+	void *data;  /* the owner's */
 	bool active; /* added to the multi handle and not yet done */
 };
 
@@ -91,7 +91,7 @@ struct sl_get {
  * start or sl_get_reset.
  */
 int sl_get_start(struct sl_curl *c, struct sl_get *g, const char *url,
-		 const char *api_key, long timeout_ms, sl_get_cb cb);
+                 const char *api_key, long timeout_ms, sl_get_cb cb);
 bool sl_get_busy(const struct sl_get *g);
 /* Aborts a running GET (no callback) and frees its memory. */
 void sl_get_reset(struct sl_curl *c, struct sl_get *g);

@@ -35,7 +35,8 @@ struct sl_demo_spec {
 
 /* Metadata key/value pairs every demo model carries. */
 #define SL_DEMO_KV_COUNT 20u
-/* Tensors outside the blocks (token_embd, output_norm, output) and per block. */
+/* Tensors outside the blocks (token_embd, output_norm, output) and per block.
+ */
 #define SL_DEMO_GLOBAL_TENSORS 3u
 #define SL_DEMO_TENSORS_PER_BLOCK 9u
 /* GGUF's default data alignment, which the writer also states explicitly. */

@@ -39,7 +39,7 @@ void sl_exposition_close(struct sl_app *app);
 struct sl_families;
 struct sl_families *sl_families_new(void);
 void sl_families_add(struct sl_families *f, const char *text,
-		     const char *upstream);
+                     const char *upstream);
 void sl_families_write(const struct sl_families *f, struct sl_text *t);
 void sl_families_free(struct sl_families *f);
 

@@ -88,12 +88,12 @@ struct sl_http_request;
 struct sl_request_info {
 	bool has_priority;
 	double priority;
-	int64_t queue_ms;    /* -1: not queued */
-	int64_t ttft_ms;     /* -1: no token */
-	unsigned tokens;     /* generated */
-	unsigned batch_size; /* 0: not batched */
-	char upstream[96];   /* "" when none */
-	const char *outcome; /* NULL: judged from the status */
+	int64_t queue_ms;          /* -1: not queued */
+	int64_t ttft_ms;           /* -1: no token */
+	unsigned tokens;           /* generated */
+	unsigned batch_size;       /* 0: not batched */
+	char upstream[96];         /* "" when none */
+	const char *outcome;       /* NULL: judged from the status */
 	const char *reject_reason; /* NULL: judged from the status */
 	const char *cancel_stage;  /* "queued" or "inflight" if cancelled */
 };
@@ -114,8 +114,8 @@ struct sl_http_request {
 	char id[SL_HTTP_REQUEST_ID_MAX + 1]; /* X-Request-Id */
 	uint64_t start_ns;                   /* first byte of the request */
 	struct sl_request_info info;
-	size_t bytes_sent;                   /* response bytes, head included */
-	int status;                          /* of the response, once begun */
+	size_t bytes_sent; /* response bytes, head included */
+	int status;        /* of the response, once begun */
 
 	/* Set by the handler when it answers later. */
 	sl_http_abort_cb on_abort; /* the client went away first */
@@ -130,7 +130,7 @@ typedef void (*sl_http_handler)(struct sl_http_request *req, void *data);
  * being parsed (their path may be NULL). `req` is valid during the call.
  */
 typedef void (*sl_http_finish_cb)(struct sl_http_request *req, bool completed,
-				  void *data);
+                                  void *data);
 
 struct sl_http_server {
 	uv_loop_t *loop;
@@ -140,7 +140,7 @@ struct sl_http_server {
 	sl_http_finish_cb on_finish;
 	void *handler_data;
 	uint64_t refused_connections; /* over --max-connections */
-	struct sl_http_conn *conns; /* all open connections, a list */
+	struct sl_http_conn *conns;   /* all open connections, a list */
 	unsigned n_conns;
 	unsigned n_busy; /* requests dispatched and not yet answered */
 	bool listening;
@@ -162,9 +162,9 @@ void sl_http_limits_default(struct sl_http_limits *l);
  * which). Returns 0 or a negative libuv code (e.g. UV_EADDRINUSE).
  */
 int sl_http_server_listen(struct sl_http_server *s, uv_loop_t *loop,
-			  const char *host, unsigned port,
-			  const struct sl_http_limits *limits,
-			  sl_http_handler handler, void *data);
+                          const char *host, unsigned port,
+                          const struct sl_http_limits *limits,
+                          sl_http_handler handler, void *data);
 
 unsigned sl_http_server_port(const struct sl_http_server *s);
 
@@ -187,11 +187,10 @@ void sl_http_server_drain(struct sl_http_server *s);
  * through their on_abort). on_closed runs when all handles are closed.
  */
 void sl_http_server_close(struct sl_http_server *s,
-			  void (*on_closed)(struct sl_http_server *));
+                          void (*on_closed)(struct sl_http_server *));
 
 /* The value of header `name` (case-insensitive), or NULL. */
-const char *sl_http_header(const struct sl_http_request *req,
-			   const char *name);
+const char *sl_http_header(const struct sl_http_request *req, const char *name);
 
 /*
  * A complete response. `extra_headers` is NULL or preformatted lines, each
@@ -199,16 +198,16 @@ const char *sl_http_header(const struct sl_http_request *req,
  * After this call `req` belongs to the server again: do not touch it.
  */
 void sl_http_respond(struct sl_http_request *req, int status,
-		     const char *content_type, const char *extra_headers,
-		     const void *body, size_t len);
+                     const char *content_type, const char *extra_headers,
+                     const void *body, size_t len);
 
 /*
  * An error in OpenAI's shape: {"error":{"message","type","code"}}, where
  * code is the status. `type` is e.g. "invalid_request_error".
  */
 void sl_http_respond_error(struct sl_http_request *req, int status,
-			   const char *type, const char *extra_headers,
-			   const char *fmt, ...) SL_PRINTF(5, 6);
+                           const char *type, const char *extra_headers,
+                           const char *fmt, ...) SL_PRINTF(5, 6);
 
 /*
  * A response sent as it is produced: start it, write, end it. With
@@ -218,10 +217,10 @@ void sl_http_respond_error(struct sl_http_request *req, int status,
  * sl_http_stream_end() `req` belongs to the server again.
  */
 int sl_http_stream_start(struct sl_http_request *req, int status,
-			 const char *content_type, const char *extra_headers,
-			 long long content_length);
+                         const char *content_type, const char *extra_headers,
+                         long long content_length);
 int sl_http_stream_write(struct sl_http_request *req, const void *data,
-			 size_t len);
+                         size_t len);
 void sl_http_stream_end(struct sl_http_request *req);
 
 /*

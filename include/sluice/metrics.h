@@ -32,7 +32,7 @@
 #define SL_HIST_EXPOSED_PER_OCTAVE 2
 
 struct sl_histogram {
-	int min_exp;   /* the range starts at 2^min_exp */
+	int min_exp; /* the range starts at 2^min_exp */
 	uint64_t buckets[SL_HIST_BUCKETS];
 	uint64_t below; /* values under 2^min_exp */
 	uint64_t above; /* values at or over the top */
@@ -55,18 +55,18 @@ struct sl_text {
 };
 
 void sl_text_printf(struct sl_text *t, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 void sl_text_free(struct sl_text *t);
 
 /* "# HELP name help" and "# TYPE name type" */
 void sl_expose_family(struct sl_text *t, const char *name, const char *type,
-		      const char *help);
+                      const char *help);
 /*
  * A histogram's _bucket, _sum and _count lines; `labels` is "" or
  * `key="value"` pairs joined by commas (without braces).
  */
 void sl_expose_histogram(struct sl_text *t, const char *name,
-			 const char *labels, const struct sl_histogram *h);
+                         const char *labels, const struct sl_histogram *h);
 
 /* Escapes a label value (backslash, quote, newline) into buf. */
 const char *sl_label_escape(const char *value, char *buf, size_t size);

@@ -51,11 +51,11 @@ extern const unsigned sl_n_endpoints;
 
 /* Starts an exchange for `req` on endpoint `ep`; answers errors itself. */
 void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
-		     const struct sl_endpoint *ep);
+                     const struct sl_endpoint *ep);
 
 /* The scheduler's callbacks: a batch leaves the queue; a wait ran out. */
 void sl_proxy_dispatch(void *app, struct sl_sched_item **items, unsigned n,
-		       uint64_t now_ms);
+                       uint64_t now_ms);
 void sl_proxy_expire(void *app, struct sl_sched_item *item, uint64_t now_ms);
 void sl_proxy_shed(void *app, struct sl_sched_item *item, uint64_t now_ms);
 

@@ -57,13 +57,13 @@
 #define SL_SCHED_NOT_QUEUED UINT32_MAX
 
 struct sl_sched_item {
-	double priority;     /* initial */
-	double key;          /* see the glossary */
-	uint64_t seq;        /* arrival order, for ties */
+	double priority; /* initial */
+	double key;      /* see the glossary */
+	uint64_t seq;    /* arrival order, for ties */
 	uint64_t arrival_ms;
-	uint64_t deadline_ms; /* queue timeout */
-	uint32_t heap_index;   /* place in the best-first heap */
-	uint32_t bottom_index; /* place in the worst-first heap */
+	uint64_t deadline_ms;              /* queue timeout */
+	uint32_t heap_index;               /* place in the best-first heap */
+	uint32_t bottom_index;             /* place in the worst-first heap */
 	struct sl_sched_item *prev, *next; /* arrival-order list */
 };
 
@@ -85,7 +85,7 @@ struct sl_sched_ops {
 	 * callee owns them again (and must start them, or fail them).
 	 */
 	void (*dispatch)(void *ctx, struct sl_sched_item **items, unsigned n,
-			 uint64_t now_ms);
+	                 uint64_t now_ms);
 	/* An item waited queue_timeout_ms; it is no longer queued. */
 	void (*expire)(void *ctx, struct sl_sched_item *item, uint64_t now_ms);
 	/*
@@ -104,22 +104,22 @@ struct sl_sched {
 	unsigned n;
 	struct sl_sched_item *oldest, *newest; /* arrival-order list */
 	uint64_t seq;
-	uint64_t epoch_ms;       /* time zero for keys, to keep them small */
+	uint64_t epoch_ms; /* time zero for keys, to keep them small */
 	bool window_open;
 	uint64_t window_deadline_ms;
-	bool running;            /* inside sl_sched_run: no re-entry */
+	bool running;                 /* inside sl_sched_run: no re-entry */
 	struct sl_sched_item **batch; /* scratch for dispatch */
 
 	/* Statistics */
-	uint64_t batches;         /* batches dispatched */
-	uint64_t dispatched;      /* items dispatched */
+	uint64_t batches;                        /* batches dispatched */
+	uint64_t dispatched;                     /* items dispatched */
 	uint64_t rate_ms[SL_SCHED_RATE_SAMPLES]; /* recent dispatch times */
 	unsigned rate_next, rate_count;
 };
 
 /* Returns 0, or SL_EINVAL for a bad config (max_queue 0). */
 int sl_sched_init(struct sl_sched *s, const struct sl_sched_config *cfg,
-		  const struct sl_sched_ops *ops, void *ctx, uint64_t now_ms);
+                  const struct sl_sched_ops *ops, void *ctx, uint64_t now_ms);
 void sl_sched_free(struct sl_sched *s);
 
 /*
@@ -129,7 +129,7 @@ void sl_sched_free(struct sl_sched *s);
  * Returns 0 when queued. Call sl_sched_run() after.
  */
 int sl_sched_push(struct sl_sched *s, struct sl_sched_item *item,
-		  double priority, uint64_t now_ms);
+                  double priority, uint64_t now_ms);
 
 /* Takes a queued item out (its client left), in O(log n). */
 void sl_sched_remove(struct sl_sched *s, struct sl_sched_item *item);

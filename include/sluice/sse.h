@@ -48,7 +48,7 @@ void sl_sse_free(struct sl_sse *s);
  * when one event grows past max_event (the stream is then unusable).
  */
 int sl_sse_feed(struct sl_sse *s, const char *data, size_t len,
-		sl_sse_event_cb cb, void *arg);
+                sl_sse_event_cb cb, void *arg);
 
 /*
  * At the end of the stream: reports an event whose final CR was the last

@@ -26,7 +26,7 @@ char *sl_cache_dir(const struct sl_config *cfg, char *err, size_t size);
  * as deploy/setup.sh provisions it.
  */
 char *sl_find_llama_server(const struct sl_config *cfg, const char *cache_dir,
-			   char *err, size_t size);
+                           char *err, size_t size);
 
 /* Whether --llama-arg already tells llama-server which model to load. */
 bool sl_llama_args_choose_model(const struct sl_config *cfg);
@@ -36,6 +36,6 @@ int sl_check_model_file(const char *path, char *err, size_t size);
 
 /* The demo model in the cache directory, written there if missing. */
 char *sl_demo_model_path(const struct sl_config *cfg, const char *cache_dir,
-			 char *err, size_t size);
+                         char *err, size_t size);
 
 #endif

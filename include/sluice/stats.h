@@ -45,8 +45,12 @@ enum sl_stats_reason {
 	SL_REJECT_COUNT
 };
 
-enum sl_stats_class { SL_CLASS_URGENT, SL_CLASS_NORMAL, SL_CLASS_BATCH,
-		      SL_CLASS_COUNT };
+enum sl_stats_class {
+	SL_CLASS_URGENT,
+	SL_CLASS_NORMAL,
+	SL_CLASS_BATCH,
+	SL_CLASS_COUNT
+};
 
 /* Status codes kept per endpoint; rarer ones are counted as code "other". */
 #define SL_STATS_CODES 24
@@ -86,8 +90,7 @@ const char *sl_stats_reason_name(enum sl_stats_reason r);
 void sl_stats_queued(struct sl_stats *s, double priority, int delta);
 void sl_stats_batch(struct sl_stats *s, unsigned size);
 void sl_stats_queue_wait(struct sl_stats *s, double priority, double seconds);
-void sl_stats_first_token(struct sl_stats *s, double priority,
-			  double seconds);
+void sl_stats_first_token(struct sl_stats *s, double priority, double seconds);
 void sl_stats_inter_token(struct sl_stats *s, double seconds);
 void sl_stats_tokens(struct sl_stats *s, uint64_t n, uint64_t now_ms);
 /* Tokens per second over the last SL_STATS_RATE_WINDOW whole seconds. */
@@ -99,7 +102,7 @@ double sl_stats_token_rate(struct sl_stats *s, uint64_t now_ms);
  * Returns its outcome for the access log.
  */
 const char *sl_stats_finished(struct sl_stats *s,
-			      const struct sl_http_request *req,
-			      bool completed, double seconds);
+                              const struct sl_http_request *req, bool completed,
+                              double seconds);
 
 #endif

@@ -101,12 +101,12 @@ struct sl_upstream {
 	struct sl_get probe;
 	/* Its own /metrics (managed only), fetched for sluice's /metrics. */
 	struct sl_get metrics_get;
-	char *metrics_text;   /* the last answer, or NULL */
-	uint64_t metrics_ms;  /* loop time it arrived */
+	char *metrics_text;        /* the last answer, or NULL */
+	uint64_t metrics_ms;       /* loop time it arrived */
 	uv_timer_t probe_timer;    /* next health check; restart backoff */
 	uv_timer_t deadline_timer; /* startup timeout */
 	unsigned failed_probes;
-	char last_probe[160];      /* what the last failed probe said */
+	char last_probe[160]; /* what the last failed probe said */
 	bool stopping;
 	unsigned open_handles;
 };
@@ -116,11 +116,11 @@ struct sl_upstream {
  * each launch), else remote at `url`. Call sl_upstream_start() next.
  */
 struct sl_upstream *sl_upstream_new(uv_loop_t *loop, struct sl_curl *curl,
-				    const struct sl_config *cfg,
-				    const struct sl_managed_spec *spec,
-				    const char *url,
-				    const struct sl_upstream_hooks *hooks,
-				    void *data);
+                                    const struct sl_config *cfg,
+                                    const struct sl_managed_spec *spec,
+                                    const char *url,
+                                    const struct sl_upstream_hooks *hooks,
+                                    void *data);
 
 /* Launches (managed) or starts checking (remote). Returns 0 or an error. */
 int sl_upstream_start(struct sl_upstream *u);
