@@ -7,6 +7,7 @@
 #include "sluice/log.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +140,25 @@ static void on_output_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	}
 }
 
+/*
+ * sluice's own executable, to run as the launcher. The path readlink gives
+ * rather than "/proc/self/exe" itself: under valgrind or another wrapper,
+ * exec'ing /proc/self/exe would start the wrapper, while readlink answers
+ * with the program it runs.
+ */
+static const char *self_exe(void)
+{
+	static char path[PATH_MAX];
+	if (!path[0]) {
+		ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+		if (n <= 0 || (size_t)n >= sizeof(path) - 1)
+			snprintf(path, sizeof(path), "/proc/self/exe");
+		else
+			path[n] = '\0';
+	}
+	return path;
+}
+
 /* sluice's environment minus the names in `extra`, plus `extra`. */
 static char **build_env(char *const extra[])
 {
@@ -210,7 +230,7 @@ int sl_child_spawn(uv_loop_t *loop, const char *name, const char *file,
 	};
 	uv_process_options_t opts = {
 	    .exit_cb = on_process_exit,
-	    .file = "/proc/self/exe",
+	    .file = self_exe(),
 	    .args = largs,
 	    .env = full_env,
 	    .stdio_count = 3,
