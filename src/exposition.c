@@ -241,7 +241,7 @@ static void expose_upstreams(struct sl_app *app, struct sl_text *t)
 			if (!u)
 				continue;
 			char label[256];
-			sl_label_escape(u->url, label, sizeof(label));
+			sl_label_escape(u->name, label, sizeof(label));
 			unsigned v = k == 0 ? u->restarts
 			             : k == 1
 			                 ? u->total_slots
@@ -368,7 +368,7 @@ static void respond_prometheus(struct sl_app *app, struct sl_http_request *req)
 	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
 		const struct sl_upstream *u = app->upstreams[i];
 		if (u && u->managed && u->metrics_text)
-			sl_families_add(f, u->metrics_text, u->url);
+			sl_families_add(f, u->metrics_text, u->name);
 	}
 	sl_families_write(f, &t);
 	sl_families_free(f);

@@ -401,8 +401,10 @@ struct sl_upstream *sl_upstream_new(uv_loop_t *loop, struct sl_curl *curl,
 		u->model = spec->model ? sl_xstrdup(spec->model) : NULL;
 		u->api_key = random_api_key();
 		u->url = sl_xstrdup("");
+		u->name = sl_xstrdup("managed");
 	} else {
 		u->url = sl_xstrdup(url);
+		u->name = sl_xstrdup(url);
 		if (cfg->upstream_api_key[0])
 			u->api_key = sl_xstrdup(cfg->upstream_api_key);
 	}
@@ -428,6 +430,7 @@ static void free_upstream(struct sl_upstream *u)
 	sl_get_reset(u->curl, &u->metrics_get);
 	free(u->metrics_text);
 	free(u->url);
+	free(u->name);
 	free(u->api_key);
 	free(u->exe);
 	free(u->model);
@@ -473,7 +476,8 @@ void sl_upstream_stop(struct sl_upstream *u, bool force)
 json_t *sl_upstream_json(const struct sl_upstream *u)
 {
 	json_t *o = json_pack(
-	    "{s:s, s:b, s:s, s:i, s:i}", "url", u->url, "managed", u->managed,
+	    "{s:s, s:s, s:b, s:s, s:i, s:i}", "name", u->name, "url", u->url,
+	    "managed", u->managed,
 	    "state", sl_upstream_state_name(u->state), "slots",
 	    (json_int_t)u->total_slots, "restarts", (json_int_t)u->restarts);
 	if (u->managed && u->child)

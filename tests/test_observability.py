@@ -95,8 +95,10 @@ class Metrics(st.TestCase):
         self.assertEqual(promcheck.value(after, "sluice_inflight"), 0)
         self.assertEqual(promcheck.value(after, "sluice_queue_depth",
                                          priority="normal"), 0)
-        # Each upstream's state, and llama-server's own metrics, labelled.
-        url = s.upstream()["url"]
+        # Each upstream's state, and llama-server's own metrics, labelled
+        # with a name that outlives restarts (the URL's port does not).
+        url = "managed"
+        self.assertEqual(s.upstream()["name"], url)
         self.assertEqual(promcheck.value(after, "sluice_upstream_up",
                                          upstream=url), 1)
         self.assertEqual(promcheck.value(after, "sluice_upstream_slots",
@@ -202,13 +204,21 @@ class Readiness(st.TestCase):
     def test_ready_during_a_restart_and_after(self):
         s = self.sluice("--model", st.MODEL_TINY)
         self.assertEqual(s.ready().status, 200)
+        before = metrics(s)
+        self.assertEqual(promcheck.value(
+            before, "sluice_upstream_restarts_total", upstream="managed"), 0)
+        self.assertIn(("sluice_upstream_restarts_total",
+                       (("upstream", "managed"),)), before)
         os.kill(s.upstream()["pid"], signal.SIGKILL)
         st.wait_until(lambda: s.ready_status() == 503, 10, "/ready 503")
         self.assertEqual(s.health().status, 200)  # alive all along
         st.wait_until(lambda: s.ready_status() == 200, 30, "/ready 200")
+        # The same series moves from 0 to 1: rate() sees the restart.
         m = metrics(s)
         self.assertEqual(promcheck.value(m, "sluice_upstream_restarts_total",
-                                         upstream=s.upstream()["url"]), 1)
+                                         upstream="managed"), 1)
+        self.assertEqual(len([k for k in m if
+                              k[0] == "sluice_upstream_restarts_total"]), 1)
 
     def test_draining_is_not_ready_and_finishes_what_is_in_flight(self):
         s = self.sluice("--model", st.MODEL_SLOW, "--slots", "1")

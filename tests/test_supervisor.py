@@ -173,6 +173,7 @@ class RemoteUpstream(st.TestCase):
         s = self.sluice("--upstream", ls.url)
         (up,) = s.health().json()["upstreams"]
         self.assertEqual(up["url"], ls.url)
+        self.assertEqual(up["name"], ls.url)
         self.assertFalse(up["managed"])
         self.assertEqual(up["state"], "ready")
         self.assertEqual(up["slots"], 2)

@@ -82,6 +82,12 @@ struct sl_upstream {
 	void *data; /* the owner's */
 
 	char *url;     /* base URL without a trailing '/' */
+	/*
+	 * A name that stays when the URL changes (a managed llama-server gets
+	 * a new port at each restart): "managed", or a remote's URL. The
+	 * metrics label their series with it.
+	 */
+	char *name;
 	char *api_key; /* sent as a bearer token; NULL for none */
 	enum sl_upstream_state state;
 	unsigned total_slots; /* from /props; 0 until known */
