@@ -68,17 +68,18 @@ elif command -v llama-server >/dev/null; then
 else
 	llama="$cache/llama.cpp/bin/llama-server"
 	if ! { [ -x "$llama" ] && "$llama" --version >/dev/null 2>&1; }; then
-		if ! command -v apt-get >/dev/null; then
+		how_to_get() {
 			cat >&2 <<'EOF'
-setup: error: no llama-server found, and this is not a Debian system where
-setup can provision one. Get llama-server from your package manager (e.g.
-Homebrew's llama.cpp), a llama.cpp release, or the official container image,
-then put it on PATH or set SLUICE_LLAMA_SERVER=/path/to/llama-server.
+setup: error: no llama-server, and setup cannot provision one here. Get
+llama-server from your package manager (e.g. Homebrew's llama.cpp), a
+llama.cpp release, or the official container image, then put it on PATH or
+set SLUICE_LLAMA_SERVER=/path/to/llama-server and run setup again.
 EOF
 			exit 1
-		fi
+		}
+		command -v apt-get >/dev/null || how_to_get
 		say "no llama-server on this machine: provisioning one from Debian unstable into $cache"
-		./deploy/provision-llama-server.sh
+		./deploy/provision-llama-server.sh || how_to_get
 	fi
 fi
 say "llama-server: $llama ($("$llama" --version 2>&1 | head -n 1))"

@@ -113,8 +113,9 @@ static const struct option_def options[] = {
 	{"upstream-timeout", "SLUICE_UPSTREAM_TIMEOUT", "DURATION",
 	 OPT_DURATION, FIELD(upstream_timeout_ms), "600", 1, 24 * 3600 * SEC,
 	 NULL,
-	 "time allowed for an upstream's first response byte; a non-streamed "
-	 "answer arrives whole, so this bounds the whole generation",
+	 "time allowed for an upstream's first response byte (its first token; "
+	 "with --stream-upstream off a plain answer arrives whole, so then it "
+	 "bounds the whole generation)",
 	 NULL},
 	{"upstream-idle-timeout", "SLUICE_UPSTREAM_IDLE_TIMEOUT", "DURATION",
 	 OPT_DURATION, FIELD(upstream_idle_timeout_ms), "60", 1,
@@ -653,6 +654,19 @@ int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
 		if (rc != 0)
 			return rc;
 	}
+	/*
+	 * Across options: a reserve that covers every slot would leave
+	 * non-urgent requests nothing (for ever, with --aging-rate 0).
+	 */
+	unsigned slots = cfg->slots_per_upstream ? cfg->slots_per_upstream
+						 : cfg->slots;
+	bool known = cfg->slots_per_upstream || cfg->model[0] ||
+		     cfg->upstreams.count == 0;
+	if (known && cfg->urgent_reserve >= slots)
+		return fail(err, size, "--urgent-reserve",
+			    "%u must be less than the %u slots of an upstream, "
+			    "or only urgent requests could run",
+			    cfg->urgent_reserve, slots);
 	return 0;
 }
 

@@ -832,8 +832,14 @@ void sl_http_want_drain(struct sl_http_request *req)
 /* ---- errors sluice raises while parsing ---- */
 
 /* Answers `status` with Connection: close and lingers; no handler saw it. */
+static void assign_request_id(struct sl_http_server *s,
+                              struct request_state *st);
+
 static void conn_reject(struct sl_http_conn *c, int status, const char *message)
 {
+	/* A refused request is traced like any other: it gets an id too. */
+	if (c->req && !c->req->pub.id[0])
+		assign_request_id(c->server, c->req);
 	const char *type = status == 408   ? "timeout_error"
 	                   : status >= 500 ? "server_error"
 	                                   : "invalid_request_error";

@@ -176,7 +176,7 @@ static void test_bad_values(void)
 {
 	/* clang-format off */
 	static const struct {
-		const char *args[4];
+		const char *args[5];
 		const char *env;
 		const char *prefix; /* the error's first words */
 		const char *detail; /* and something it must say */
@@ -224,6 +224,33 @@ static void test_bad_values(void)
 		{{"--max-body", "1T"}, NULL, "--max-body: ", "size"},
 		{{"--max-body", "2G"}, NULL, "--max-body: ", "to 1073741824"},
 		{{"--max-queue", "0"}, NULL, "--max-queue: ", "from 1"},
+		{{"--urgent-reserve", "4"}, NULL, "--urgent-reserve: ",
+		 "less than the 4 slots"},
+		{{"--urgent-reserve", "2", "--slots", "2"}, NULL,
+		 "--urgent-reserve: ", "or only urgent requests could run"},
+		{{"--max-connections", "0"}, NULL, "--max-connections: ",
+		 "from 1"},
+		{{"--max-headers", "101"}, NULL, "--max-headers: ", "to 100"},
+		{{"--drain-timeout", "-1"}, NULL, "--drain-timeout: ",
+		 "duration"},
+		{{"--send-timeout", "0"}, NULL, "--send-timeout: ", "from 0.1s"},
+		{{"--keepalive-timeout", "x"}, NULL, "--keepalive-timeout: ",
+		 "duration"},
+		{{"--slots-per-upstream", "100001"}, NULL,
+		 "--slots-per-upstream: ", "to 100000"},
+		{{"--max-tokens-cap", "0"}, NULL, "--max-tokens-cap: ", "from 1"},
+		{{"--stream-upstream", "sometimes"}, NULL, "--stream-upstream: ",
+		 "on or off"},
+		{{"--upstream-connect-timeout", "0"}, NULL,
+		 "--upstream-connect-timeout: ", "duration"},
+		{{"--upstream-idle-timeout", "1d"}, NULL,
+		 "--upstream-idle-timeout: ", "duration"},
+		{{"--max-header-size", "512"}, NULL, "--max-header-size: ",
+		 "from 1024"},
+		{{"--body-timeout", "9999"}, NULL, "--body-timeout: ", "to 3600s"},
+		{{"--header-timeout", "0.01"}, NULL, "--header-timeout: ",
+		 "from 0.1s"},
+		{{"--model"}, NULL, "--model: ", "missing value"},
 		{{"--batch-window", "11"}, NULL, "--batch-window: ", "to 10s"},
 		{{NULL}, "SLUICE_QUEUE_TIMEOUT=0", "SLUICE_QUEUE_TIMEOUT: ",
 		 "duration"},

@@ -330,6 +330,7 @@ static void expect_refused(struct server *s, const char *request, int status,
 		          request);
 	ASSERT(closed);
 	ASSERT_CONTAINS(r.head, "Connection: close");
+	ASSERT_CONTAINS(r.head, "X-Request-Id: "); /* traced like the rest */
 	ASSERT_CONTAINS(r.body, "\"error\"");
 	ASSERT_CONTAINS(r.body, message_part);
 	ASSERT_EQ(atomic_load(&s->handled), before);

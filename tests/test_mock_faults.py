@@ -464,6 +464,48 @@ class ThroughSluice(MockTestCase):
         self.assertEqual(text_of("/completion", r.json()), expected_text(3))
 
 
+class Timeouts(MockTestCase):
+
+    def test_upstream_falling_silent_mid_stream(self):
+        # A token every 3 s against --upstream-idle-timeout 1.
+        m = self.mock("--slots", "1", "--token-delay-ms", "3000",
+                      "--tokens", "5")
+        s = self.sluice("--upstream", m.url, "--upstream-idle-timeout", "1")
+        c = st.RawClient(s.port)
+        c.request("POST", "/completion", body_for("/completion", 5, True))
+        self.assertEqual(c.read_head()[0], 200)
+        events = [(t, json.loads(chunk.decode()[6:])) for t, chunk in
+                  c.chunks()]
+        c.close()
+        first, last = events[0], events[-1]
+        self.assertNotIn("error", first[1])
+        self.assertEqual(last[1]["error"]["code"], 504)
+        self.assertIn("--upstream-idle-timeout", last[1]["error"]["message"])
+        self.assertGreaterEqual(last[0] - first[0], 0.9)
+        self.assertLess(last[0] - first[0], 2.9)  # before the next token
+        st.wait_until(lambda: busy_slots(m.port) == 0, 5, "the slot freed")
+
+    def test_drain_timeout_cuts_what_is_left(self):
+        m = self.mock("--slots", "1", "--token-delay-ms", "100",
+                      "--tokens", "100")
+        s = self.sluice("--upstream", m.url, "--drain-timeout", "1")
+        c = st.RawClient(s.port)
+        c.request("POST", "/completion", body_for("/completion", 100, True))
+        self.assertEqual(c.read_head()[0], 200)
+        next(c.chunks())
+        started = time.monotonic()
+        s.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(s.wait_exit(10), 0)
+        self.assertLess(time.monotonic() - started, 4)
+        s.wait_line(r"drain timeout: 1 requests still in flight; "
+                    r"cancelling them")
+        with self.assertRaises(EOFError):  # cut, not finished
+            for _ in c.chunks():
+                pass
+        c.close()
+        st.wait_until(lambda: busy_slots(m.port) == 0, 5, "the slot freed")
+
+
 class Queueing(MockTestCase):
 
     def test_requests_beyond_the_slots_wait(self):

@@ -165,6 +165,48 @@ class Relay(st.TestCase):
                                           body_for("/completion", "relay",
                                                    False)))
 
+    def test_upstream_connections_stay_within_slots_plus_two(self):
+        # Every connection holds one of llama-server's HTTP threads.
+        port = self.ls.port
+        pid = self.sl.proc.pid
+        most = [0]
+        done = threading.Event()
+
+        def count():
+            inodes = set()
+            for fd in os.listdir("/proc/%d/fd" % pid):
+                try:
+                    link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+                except OSError:
+                    continue
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+            n = 0
+            with open("/proc/net/tcp") as f:
+                for line in f.readlines()[1:]:
+                    fields = line.split()
+                    remote_port = int(fields[2].split(":")[1], 16)
+                    if remote_port == port and fields[9] in inodes:
+                        n += 1
+            return n
+
+        def sample():
+            while not done.is_set():
+                most[0] = max(most[0], count())
+                time.sleep(0.005)  # a sampling interval, not a wait
+
+        t = threading.Thread(target=sample)
+        t.start()
+        with concurrent.futures.ThreadPoolExecutor(64) as pool:
+            list(pool.map(lambda i: plain_text(self.sl.port, "/completion",
+                                               body_for("/completion",
+                                                        "pool %d" % i, False)),
+                          range(128)))
+        done.set()
+        t.join()
+        self.assertGreaterEqual(most[0], 1)
+        self.assertLessEqual(most[0], 4 + 2)  # 4 slots, 2 spare
+
     def test_64_concurrent_requests_each_get_their_own_text(self):
         path = "/completion"
         prompts = ["request number %d says %s" % (i, PROMPTS[i % 16])
@@ -383,6 +425,24 @@ class SlowReader(st.TestCase):
         self.assertLess(grown, 3 * 1024, "sluice grew by %d KiB" % grown)
         c.close()
         self.assertEqual(s.stop(), 0)
+
+
+    def test_client_that_stops_reading_is_dropped(self):
+        # --send-timeout: no bytes taken for 2 s ends the request, and
+        # llama-server's slot with it.
+        ls = self.llama_server(st.MODEL_TINY, slots=1, ctx=16384)
+        s = self.sluice("--upstream", ls.url, "--send-timeout", "2")
+        c = st.RawClient(s.port, rcvbuf=4096)
+        c.request("POST", "/completion",
+                  body_for("/completion", "stuck", True, n=12000, n_probs=10))
+        started = time.monotonic()
+        # The client reads nothing (reading would be progress): sluice
+        # drops it once its backlog has not moved for 2 s.
+        s.wait_line(r"path=/completion status=200 .*outcome=cancelled", 60)
+        self.assertGreaterEqual(time.monotonic() - started, 2)
+        st.wait_until(lambda: not slot_busy(ls), 5, "the slot to go idle")
+        self.assertTrue(c.at_eof(5))  # what was sent, then the close
+        c.close()
 
 
 class HeaderTimeout(st.TestCase):

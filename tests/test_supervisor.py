@@ -166,6 +166,25 @@ class DemoModel(st.TestCase):
         self.assertEqual(s2.stop(), 0)
 
 
+class DemoOutput(st.TestCase):
+
+    def test_output_is_printable_text(self):
+        s = self.sluice("--model", st.MODEL_TINY)
+        texts = []
+        for body in ({"prompt": "Hello", "n_predict": 2000},  # sampling
+                     {"prompt": "Hello", "n_predict": 2000, "temperature": 0},
+                     {"prompt": "\u00e9\n\t{}", "n_predict": 500}):
+            r = s.post("/completion", body)
+            self.assertEqual(r.status, 200)
+            text = r.json()["content"]
+            # Generation runs to n_predict: the model never stops early.
+            self.assertEqual(r.json()["tokens_predicted"], body["n_predict"])
+            texts.append(text)
+        for text in texts:
+            bad = [c for c in text if not (" " <= c <= "~")]
+            self.assertEqual(bad, [], "unprintable output: %r" % bad[:10])
+
+
 class RemoteUpstream(st.TestCase):
 
     def test_upstream_flag_spawns_nothing_and_checks_the_remote(self):
