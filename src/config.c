@@ -658,15 +658,15 @@ int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
 	 * Across options: a reserve that covers every slot would leave
 	 * non-urgent requests nothing (for ever, with --aging-rate 0).
 	 */
-	unsigned slots = cfg->slots_per_upstream ? cfg->slots_per_upstream
-						 : cfg->slots;
+	unsigned slots =
+	    cfg->slots_per_upstream ? cfg->slots_per_upstream : cfg->slots;
 	bool known = cfg->slots_per_upstream || cfg->model[0] ||
-		     cfg->upstreams.count == 0;
+	             cfg->upstreams.count == 0;
 	if (known && cfg->urgent_reserve >= slots)
 		return fail(err, size, "--urgent-reserve",
-			    "%u must be less than the %u slots of an upstream, "
-			    "or only urgent requests could run",
-			    cfg->urgent_reserve, slots);
+		            "%u must be less than the %u slots of an upstream, "
+		            "or only urgent requests could run",
+		            cfg->urgent_reserve, slots);
 	return 0;
 }
 

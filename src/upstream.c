@@ -475,11 +475,11 @@ void sl_upstream_stop(struct sl_upstream *u, bool force)
 
 json_t *sl_upstream_json(const struct sl_upstream *u)
 {
-	json_t *o = json_pack(
-	    "{s:s, s:s, s:b, s:s, s:i, s:i}", "name", u->name, "url", u->url,
-	    "managed", u->managed,
-	    "state", sl_upstream_state_name(u->state), "slots",
-	    (json_int_t)u->total_slots, "restarts", (json_int_t)u->restarts);
+	json_t *o = json_pack("{s:s, s:s, s:b, s:s, s:i, s:i}", "name", u->name,
+	                      "url", u->url, "managed", u->managed, "state",
+	                      sl_upstream_state_name(u->state), "slots",
+	                      (json_int_t)u->total_slots, "restarts",
+	                      (json_int_t)u->restarts);
 	if (u->managed && u->child)
 		json_object_set_new(o, "pid", json_integer(u->child->pid));
 	return o;

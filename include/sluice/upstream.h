@@ -81,7 +81,7 @@ struct sl_upstream {
 	const struct sl_upstream_hooks *hooks;
 	void *data; /* the owner's */
 
-	char *url;     /* base URL without a trailing '/' */
+	char *url; /* base URL without a trailing '/' */
 	/*
 	 * A name that stays when the URL changes (a managed llama-server gets
 	 * a new port at each restart): "managed", or a remote's URL. The
