@@ -217,6 +217,26 @@ def sse_data(chunk):
     return joined if joined == "[DONE]" else json.loads(joined)
 
 
+def text_of(path, doc):
+    """The generated text of a whole (non-streamed) answer on path."""
+    if path == "/completion":
+        return doc["content"]
+    if path == "/v1/completions":
+        return doc["choices"][0]["text"]
+    return doc["choices"][0]["message"]["content"]
+
+
+def delta_of(path, event):
+    """The text one streamed event on path adds ("" for none)."""
+    if path == "/completion":
+        return event.get("content", "")
+    if not event.get("choices"):
+        return ""
+    if path == "/v1/completions":
+        return event["choices"][0].get("text") or ""
+    return event["choices"][0]["delta"].get("content") or ""
+
+
 def vm_hwm_kib(pid):
     """Peak resident memory of a process, in KiB."""
     with open("/proc/%d/status" % pid) as f:

@@ -38,24 +38,6 @@ def body_for(path, n, stream, prompt="one two three", **extra):
     return body
 
 
-def text_of(path, doc):
-    if path == "/completion":
-        return doc["content"]
-    if path == "/v1/completions":
-        return doc["choices"][0]["text"]
-    return doc["choices"][0]["message"]["content"]
-
-
-def delta_of(path, event):
-    if path == "/completion":
-        return event.get("content", "")
-    if not event.get("choices"):
-        return ""
-    if path == "/v1/completions":
-        return event["choices"][0].get("text") or ""
-    return event["choices"][0]["delta"].get("content") or ""
-
-
 def split_events(data):
     """The SSE events in a body: each "data: <json or [DONE]>\\n\\n"."""
     text = data.decode()
@@ -151,7 +133,8 @@ class MockFraming(MockTestCase):
                                      len(r.body))
                     doc = r.json()
                     want = 5 if n is None else n
-                    self.assertEqual(text_of(path, doc), expected_text(want))
+                    self.assertEqual(st.text_of(path, doc),
+                                     expected_text(want))
                     if path == "/completion":
                         self.assertIs(doc["stop"], True)
                         self.assertEqual(doc["stop_type"], "limit")
@@ -173,7 +156,7 @@ class MockFraming(MockTestCase):
 
     def check_stream(self, path, events, n, usage):
         """Checks one stream's events; returns its text."""
-        text = "".join(delta_of(path, e) for e in events
+        text = "".join(st.delta_of(path, e) for e in events
                        if isinstance(e, dict))
         self.assertEqual(text, expected_text(n))
         if path == "/completion":
@@ -199,7 +182,7 @@ class MockFraming(MockTestCase):
             body = body[1:]
         tokens = body[:n]
         for k, e in enumerate(tokens):
-            self.assertEqual(delta_of(path, e), " tok%d" % k)
+            self.assertEqual(st.delta_of(path, e), " tok%d" % k)
             self.assertIsNone(e["choices"][0]["finish_reason"])
             self.assertNotIn("usage", e)
         finish = body[n]
@@ -351,7 +334,7 @@ class ThroughSluice(MockTestCase):
                 with self.subTest(path=path, n=n, stream=False):
                     r = s.post(path, body_for(path, n, False))
                     self.assertEqual(r.status, 200, r.body[:300])
-                    self.assertEqual(text_of(path, r.json()), want)
+                    self.assertEqual(st.text_of(path, r.json()), want)
                 with self.subTest(path=path, n=n, stream=True):
                     status, _, chunks = read_stream(
                         s.port, path, body_for(path, n, True))
@@ -359,7 +342,7 @@ class ThroughSluice(MockTestCase):
                     events = [st.sse_data(c) for c in chunks]
                     self.assertEqual(events[-1] == "[DONE]",
                                      path != "/completion")
-                    self.assertEqual("".join(delta_of(path, e)
+                    self.assertEqual("".join(st.delta_of(path, e)
                                              for e in events
                                              if isinstance(e, dict)), want)
 
@@ -436,7 +419,7 @@ class ThroughSluice(MockTestCase):
                 last = events[-1]
                 self.assertEqual(last["error"]["code"], 502)
                 self.assertEqual(last["error"]["type"], "server_error")
-                self.assertEqual("".join(delta_of(path, e)
+                self.assertEqual("".join(st.delta_of(path, e)
                                          for e in events[:-1]),
                                  expected_text(5))
             with self.subTest(path=path, stream=False):
@@ -461,7 +444,7 @@ class ThroughSluice(MockTestCase):
         self.assertGreaterEqual(time.monotonic() - m.started, 1.5)
         self.assertEqual(m.get("/health").json(), {"status": "ok"})
         r = s.post("/completion", body_for("/completion", 3, False))
-        self.assertEqual(text_of("/completion", r.json()), expected_text(3))
+        self.assertEqual(st.text_of("/completion", r.json()), expected_text(3))
 
 
 class Timeouts(MockTestCase):

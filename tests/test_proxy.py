@@ -30,24 +30,6 @@ def body_for(path, prompt, stream, n=N_TOKENS, **extra):
             "max_tokens": n, **common}
 
 
-def text_of(path, doc):
-    if path == "/completion":
-        return doc["content"]
-    if path == "/v1/completions":
-        return doc["choices"][0]["text"]
-    return doc["choices"][0]["message"]["content"]
-
-
-def delta_of(path, event):
-    if path == "/completion":
-        return event.get("content", "")
-    if not event.get("choices"):
-        return ""
-    if path == "/v1/completions":
-        return event["choices"][0].get("text") or ""
-    return event["choices"][0]["delta"].get("content") or ""
-
-
 def is_end(path, event):
     if path == "/completion":
         return isinstance(event, dict) and event.get("stop") is True
@@ -76,7 +58,7 @@ def stream_text(port, path, body, headers=None):
                 ended = True
             if isinstance(event, dict):
                 assert "error" not in event, event
-                text += delta_of(path, event)
+                text += st.delta_of(path, event)
         assert ended, "the stream ended without its end marker"
         return text, times, head, events
     finally:
@@ -86,7 +68,7 @@ def stream_text(port, path, body, headers=None):
 def plain_text(port, path, body):
     r = st.request(port, "POST", path, body=body)
     assert r.status == 200, (r.status, r.body[:300])
-    return text_of(path, r.json())
+    return st.text_of(path, r.json())
 
 
 class Relay(st.TestCase):
@@ -153,8 +135,8 @@ class Relay(st.TestCase):
                 direct = self.ls.post(path, body)
                 r = s.post(path, body)
                 self.assertEqual(r.status, 200)
-                self.assertEqual(text_of(path, r.json()),
-                                 text_of(path, direct.json()))
+                self.assertEqual(st.text_of(path, r.json()),
+                                 st.text_of(path, direct.json()))
                 # llama-server's own Content-Type, not sluice's.
                 self.assertEqual(r.header("Content-Type"),
                                  direct.header("Content-Type"))
