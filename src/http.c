@@ -56,7 +56,6 @@ struct request_state {
 	bool headers_done; /* later fields are trailers: counted, dropped */
 	bool head_only;    /* a HEAD request: the response has no body */
 	size_t body_cap;
-	uint64_t chunk_left; /* data bytes still due in the current chunk */
 	bool keep_alive;     /* decided when the message completed */
 	bool http10;         /* HTTP/1.0 client: no chunked responses */
 	bool chunked;        /* the streamed response is chunked */
@@ -64,6 +63,49 @@ struct request_state {
 	bool finished;  /* request_finished() ran */
 	bool head_sent; /* a streamed response has started */
 };
+
+/*
+ * The frame scanner: where each part of a request ends is decided here,
+ * byte by byte, before llhttp sees the bytes. llhttp is then fed exactly one
+ * part at a time (the head, a chunk-size line, a chunk's data, the CRLF after
+ * it, the trailers), so it can never end a part anywhere else. llhttp 8.1
+ * (Debian bookworm) takes "\r\n\r" and any byte for the end of the header
+ * section (CVE-2025-23167), and "\r" and any byte for the end of a chunk-size
+ * line or of the trailers: a second request could hide behind them. The
+ * scanner refuses every CR not followed by LF and every LF not preceded by
+ * CR, whatever llhttp version is linked, and the other shapes RFC 9112 says
+ * a server must refuse in the request line and header section.
+ */
+enum frame_state {
+	FRAME_HEAD,       /* request line and header section */
+	FRAME_BODY,       /* a Content-Length body: llhttp counts it */
+	FRAME_CHUNK_SIZE, /* chunk size and extensions, up to the CRLF */
+	FRAME_CHUNK_DATA, /* data_left bytes of a chunk's data */
+	FRAME_CHUNK_CRLF, /* the CRLF after a chunk's data */
+	FRAME_TRAILERS,   /* trailer fields after the last chunk */
+};
+
+struct frame_scan {
+	enum frame_state state;
+	bool past_request_line; /* FRAME_HEAD: in the header fields */
+	bool version_prefix_ok; /* the version begins "HTTP/" so far */
+	unsigned empty_lines;   /* CRLFs before the request line */
+	unsigned spaces;        /* SPs in the request line so far */
+	size_t part_len;        /* bytes of the request line's current part */
+	size_t line_len;        /* bytes of the current line, CRLF excluded */
+	uint64_t data_left;     /* FRAME_CHUNK_DATA */
+	unsigned crlf_seen;     /* FRAME_CHUNK_CRLF: 0 to 2 */
+};
+
+/*
+ * RFC 9112, 2.2 asks servers to ignore at least one empty line before a
+ * request line (some clients send CRLF after a POST body). A few more are
+ * allowed; a stream of them is not a request.
+ */
+#define MAX_EMPTY_LINES 4u
+
+/* scan_status for an HTTP/0.9 request: closed without any answer. */
+#define SCAN_CLOSE_SILENTLY 1u
 
 struct sl_http_conn {
 	uv_tcp_t tcp;
@@ -81,9 +123,10 @@ struct sl_http_conn {
 	size_t backlog;         /* bytes in uv_write requests not yet done */
 	unsigned reject_status; /* set by a parser callback that refuses */
 	const char *reject_message;
-	/* The bytes being parsed, for checks llhttp 8 does not make. */
-	const char *parse_end;
-	unsigned crlf_due; /* bytes of a chunk's CRLF not seen yet (0-2) */
+	struct frame_scan scan;
+	/* A refusal the frame scanner made: 0 none, else the status. */
+	unsigned scan_status;
+	const char *scan_message;
 	unsigned open_handles;
 	bool reading;
 	bool parsing;             /* inside conn_parse(): do not re-enter */
@@ -92,6 +135,7 @@ struct sl_http_conn {
 	bool shutdown_started;
 	bool peer_closed;   /* EOF seen while flushing a final response */
 	bool draining_wait; /* drain callback owed once below the low mark */
+	bool flush_wait;    /* next request waits for the backlog to drain */
 	uint64_t write_progress_ms; /* loop time of the last write done */
 };
 
@@ -128,6 +172,7 @@ const char *sl_http_reason(int status)
 	case 502: return "Bad Gateway";
 	case 503: return "Service Unavailable";
 	case 504: return "Gateway Timeout";
+	case 505: return "HTTP Version Not Supported";
 	default: return "Unknown";
 	}
 }
@@ -269,6 +314,26 @@ static int on_url(llhttp_t *p, const char *at, size_t len)
 	return rc ? rc : arena_append(c, at, len);
 }
 
+/*
+ * Where the path begins in an absolute-form target ("http://host:port/p"),
+ * which RFC 9112, 3.2.2 says a server must accept: just past the
+ * authority. NULL for any other form.
+ */
+static const char *absolute_form_path(const char *target)
+{
+	const char *p = target;
+	if (!((*p | 0x20) >= 'a' && (*p | 0x20) <= 'z'))
+		return NULL;
+	while ((*p | 0x20) >= 'a' && (*p | 0x20) <= 'z')
+		p++;
+	while ((*p >= '0' && *p <= '9') || ((*p | 0x20) >= 'a' && (*p | 0x20) <= 'z') ||
+	       *p == '+' || *p == '-' || *p == '.')
+		p++;
+	if (strncmp(p, "://", 3) != 0)
+		return NULL;
+	return p + 3 + strcspn(p + 3, "/?#");
+}
+
 static int on_url_complete(llhttp_t *p)
 {
 	struct sl_http_conn *c = conn_of(p);
@@ -278,13 +343,20 @@ static int on_url_complete(llhttp_t *p)
 	size_t target_len = st->arena_len - 1 - st->target_off;
 	char *target = sl_xmalloc(target_len + 1);
 	memcpy(target, st->arena + st->target_off, target_len + 1);
-	char *q = strchr(target, '?');
+	const char *from = absolute_form_path(target);
+	if (!from)
+		from = target;
+	size_t path_len = strcspn(from, "?");
 	st->path_off = (uint32_t)st->arena_len;
-	arena_append(c, target, q ? (size_t)(q - target) : target_len);
+	if (path_len == 0)
+		arena_append(c, "/", 1); /* "http://host" and "http://host?q" */
+	else
+		arena_append(c, from, path_len);
 	arena_terminate(c);
 	st->query_off = (uint32_t)st->arena_len;
-	if (q)
-		arena_append(c, q + 1, strlen(q + 1));
+	if (from[path_len] == '?')
+		arena_append(c, from + path_len + 1,
+		             strlen(from + path_len + 1));
 	arena_terminate(c);
 	free(target);
 	st->seen_header = true;
@@ -379,6 +451,151 @@ static void resolve_pointers(struct request_state *st)
 	}
 }
 
+/* RFC 3986's unreserved and sub-delims: what a reg-name is made of. */
+static bool host_char(unsigned char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+	       (ch >= '0' && ch <= '9') ||
+	       (ch != 0 && strchr("-._~!$&'()*+,;=", ch));
+}
+
+static bool hex_digit(unsigned char ch)
+{
+	return (ch >= '0' && ch <= '9') || ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'f');
+}
+
+/*
+ * Whether a Host value matches RFC 9110's uri-host [ ":" port ]: a
+ * bracketed IP literal or a reg-name (which covers IPv4 addresses), then
+ * digits after a colon. The empty value is allowed by the grammar.
+ */
+static bool host_value_ok(const char *v, size_t len)
+{
+	while (len > 0 && (v[len - 1] == ' ' || v[len - 1] == '\t'))
+		len--; /* trailing whitespace is not part of the value */
+	size_t i = 0;
+	if (len > 0 && v[0] == '[') {
+		for (i = 1; i < len && v[i] != ']'; i++)
+			if (!host_char((unsigned char)v[i]) && v[i] != ':')
+				return false;
+		if (i == len || i == 1)
+			return false;
+		i++;
+	} else {
+		for (; i < len && v[i] != ':'; i++) {
+			if (v[i] == '%') {
+				if (i + 2 >= len ||
+				    !hex_digit((unsigned char)v[i + 1]) ||
+				    !hex_digit((unsigned char)v[i + 2]))
+					return false;
+				i += 2;
+			} else if (!host_char((unsigned char)v[i])) {
+				return false;
+			}
+		}
+	}
+	if (i < len && v[i++] != ':')
+		return false;
+	for (; i < len; i++)
+		if (v[i] < '0' || v[i] > '9')
+			return false;
+	return true;
+}
+
+/*
+ * RFC 9112, 3.2: an HTTP/1.1 request has exactly one valid Host field.
+ * Returns 0, or 400 with *why set.
+ */
+static unsigned check_host(const struct request_state *st, bool http10,
+                           const char **why)
+{
+	const struct sl_http_header *host = NULL;
+	for (unsigned i = 0; i < st->pub.n_headers; i++) {
+		if (strcasecmp(st->pub.headers[i].name, "Host") != 0)
+			continue;
+		if (host) {
+			*why = "malformed HTTP request: more than one Host "
+			       "header";
+			return 400;
+		}
+		host = &st->pub.headers[i];
+	}
+	if (!host && !http10) {
+		*why = "malformed HTTP request: no Host header";
+		return 400;
+	}
+	if (host && !host_value_ok(host->value, host->value_len)) {
+		*why = "malformed HTTP request: invalid Host header";
+		return 400;
+	}
+	return 0;
+}
+
+static bool span_is(const char *at, size_t len, const char *word)
+{
+	return strlen(word) == len && strncasecmp(at, word, len) == 0;
+}
+
+/*
+ * RFC 9112, 6.1 and 6.3: a request's transfer codings must end in one
+ * "chunked", the only coding sluice decodes. Over every Transfer-Encoding
+ * field, in order: chunked not last, twice, with parameters, an empty
+ * element or any Transfer-Encoding in HTTP/1.0 is 400 (the body's length
+ * is unknown, and a proxy in front may have framed it otherwise); another
+ * coding before a final chunked is 501. Returns 0 or the status, *why set.
+ */
+static unsigned check_transfer_coding(const struct request_state *st,
+                                      bool http10, const char **why)
+{
+	unsigned n_codings = 0, n_chunked = 0, chunked_at = 0;
+	bool fields = false, other = false, malformed = false;
+	for (unsigned i = 0; i < st->pub.n_headers; i++) {
+		const struct sl_http_header *h = &st->pub.headers[i];
+		if (strcasecmp(h->name, "Transfer-Encoding") != 0)
+			continue;
+		fields = true;
+		const char *p = h->value, *end = h->value + h->value_len;
+		for (;;) {
+			const char *comma = memchr(p, ',', (size_t)(end - p));
+			const char *stop = comma ? comma : end;
+			while (p < stop && (*p == ' ' || *p == '\t'))
+				p++;
+			const char *e = stop;
+			while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
+				e--;
+			const char *semi = memchr(p, ';', (size_t)(e - p));
+			const char *name_end = semi ? semi : e;
+			while (name_end > p &&
+			       (name_end[-1] == ' ' || name_end[-1] == '\t'))
+				name_end--;
+			n_codings++;
+			if (p == e)
+				malformed = true; /* an empty element */
+			else if (span_is(p, (size_t)(name_end - p), "chunked")) {
+				n_chunked++;
+				chunked_at = n_codings;
+				malformed |= semi != NULL;
+			} else
+				other = true;
+			if (!comma)
+				break;
+			p = comma + 1;
+		}
+	}
+	if (!fields)
+		return 0;
+	*why = "malformed HTTP request: Transfer-Encoding in an HTTP/1.0 "
+	       "request";
+	if (http10)
+		return 400;
+	*why = "malformed HTTP request: Transfer-Encoding must end in one "
+	       "\"chunked\"";
+	if (malformed || n_chunked != 1 || chunked_at != n_codings)
+		return 400;
+	*why = "transfer codings other than \"chunked\" are not supported";
+	return other ? 501 : 0;
+}
+
 static int conn_write_raw(struct sl_http_conn *c, const uv_buf_t *bufs,
                           unsigned n);
 
@@ -396,6 +613,18 @@ static int on_headers_complete(llhttp_t *p)
 
 	bool has_length = (p->flags & F_CONTENT_LENGTH) != 0;
 	bool chunked = (p->flags & F_CHUNKED) != 0;
+	const char *why = NULL;
+	unsigned status = check_host(st, st->http10, &why);
+	if (!status)
+		status = check_transfer_coding(st, st->http10, &why);
+	if (status) {
+		c->reject_status = status;
+		c->reject_message = why;
+		return -1;
+	}
+	/* The head was fed whole: the body, if any, is scanned from here. */
+	c->scan.state = chunked ? FRAME_CHUNK_SIZE : FRAME_BODY;
+	c->scan.line_len = 0;
 	if (has_length && p->content_length > lim->max_body) {
 		c->reject_status = 413;
 		c->reject_message = "request body too large";
@@ -427,28 +656,17 @@ static int on_headers_complete(llhttp_t *p)
 	return 0;
 }
 
-/*
- * Checks that the bytes after a chunk's data are CRLF, as far as this read
- * goes; the rest is checked at the start of the next (check_due_crlf).
- * llhttp 8 skips those two bytes unseen, which lets "5\r\nhelloXX" pass.
- */
-static int check_crlf_from(struct sl_http_conn *c, const char *at)
-{
-	static const char crlf[] = "\r\n";
-	while (c->crlf_due > 0 && at < c->parse_end) {
-		if (*at++ != crlf[2 - c->crlf_due])
-			return refuse_malformed(
-			    c, "malformed HTTP request: chunk data not "
-			       "followed by CRLF");
-		c->crlf_due--;
-	}
-	return 0;
-}
-
 static int on_chunk_header(llhttp_t *p)
 {
 	struct sl_http_conn *c = conn_of(p);
-	c->req->chunk_left = p->content_length;
+	/* Fed exactly one chunk-size line: what follows is data or trailers. */
+	if (p->content_length == 0) {
+		c->scan.state = FRAME_TRAILERS;
+		c->scan.line_len = 0;
+	} else {
+		c->scan.state = FRAME_CHUNK_DATA;
+		c->scan.data_left = p->content_length;
+	}
 	return 0;
 }
 
@@ -457,15 +675,6 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
 	struct sl_http_conn *c = conn_of(p);
 	struct request_state *st = c->req;
 	size_t max = c->server->limits.max_body;
-	if (p->flags & F_CHUNKED) {
-		st->chunk_left -= SL_MIN(st->chunk_left, (uint64_t)len);
-		if (st->chunk_left == 0) {
-			c->crlf_due = 2;
-			int rc = check_crlf_from(c, at + len);
-			if (rc)
-				return rc;
-		}
-	}
 	if (st->pub.body_len + len > max) {
 		c->reject_status = 413;
 		c->reject_message = "request body too large";
@@ -497,6 +706,8 @@ static int on_message_complete(llhttp_t *p)
 	                 !c->server->closing && !c->server->draining;
 	uv_timer_stop(&c->timer);
 	c->phase = PHASE_HANDLING;
+	/* The next bytes are the next request's: scan its head. */
+	memset(&c->scan, 0, sizeof(c->scan));
 	/* Never llhttp_pause() inside a callback; returning this pauses. */
 	return HPE_PAUSED;
 }
@@ -551,6 +762,12 @@ static void on_write_done(uv_write_t *w, int status)
 	    c->req->pub.on_drain) {
 		c->draining_wait = false;
 		c->req->pub.on_drain(&c->req->pub);
+	}
+	if (c->flush_wait && !c->closing &&
+	    c->backlog <= SL_HTTP_PIPELINE_BACKLOG) {
+		/* From the timer, as request_complete does: see there. */
+		c->flush_wait = false;
+		set_timer(c, 0);
 	}
 	maybe_linger(c);
 }
@@ -614,13 +831,27 @@ static int conn_write_raw(struct sl_http_conn *c, const uv_buf_t *bufs,
 	return 0;
 }
 
-/* Formats a response head; the caller frees it. body_len < 0: chunked. */
+bool sl_http_field_value_ok(const char *v, size_t max)
+{
+	for (size_t n = 0; v[n]; n++) {
+		unsigned char ch = (unsigned char)v[n];
+		if (n >= max || (ch < 0x20 && ch != '\t') || ch >= 0x7f)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Formats a response head; the caller frees it. body_len < 0: chunked.
+ * Every value is copied whole (no fixed buffers that could cut a CRLF off);
+ * a content type that could break the head's framing is replaced.
+ */
 static char *format_head(struct sl_http_conn *c, int status,
                          const char *content_type, const char *extra,
                          long long body_len, bool keep_alive, size_t *len)
 {
 	struct request_state *st = c->req;
-	char length[48];
+	char length[48]; /* fits any long long */
 	if (body_len >= 0)
 		snprintf(length, sizeof(length), "Content-Length: %lld\r\n",
 		         body_len);
@@ -629,20 +860,27 @@ static char *format_head(struct sl_http_conn *c, int status,
 	else
 		snprintf(length, sizeof(length),
 		         "Transfer-Encoding: chunked\r\n");
-	char id[SL_HTTP_REQUEST_ID_MAX + 20] = "";
-	if (st && st->pub.id[0])
-		snprintf(id, sizeof(id), "X-Request-Id: %s\r\n", st->pub.id);
-	char ctype[128] = "";
-	if (content_type)
-		snprintf(ctype, sizeof(ctype), "Content-Type: %s\r\n",
-		         content_type);
+	if (content_type &&
+	    !sl_http_field_value_ok(content_type, SL_HTTP_CONTENT_TYPE_MAX)) {
+		sl_debug("http: a Content-Type of %zu bytes is over %u bytes or "
+		         "holds control bytes; sending %s instead",
+		         strlen(content_type), SL_HTTP_CONTENT_TYPE_MAX,
+		         SL_HTTP_CONTENT_TYPE_FALLBACK);
+		content_type = SL_HTTP_CONTENT_TYPE_FALLBACK;
+	}
+	/* The id is sluice's own or was checked in assign_request_id. */
+	bool has_id = st && st->pub.id[0];
 	const char *server = c->server->limits.server_name;
 	char *head = sl_xasprintf(
-	    "HTTP/1.1 %d %s\r\nServer: %s%s\r\nDate: %s\r\n%s%s"
-	    "Connection: %s\r\n%s%s\r\n",
+	    "HTTP/1.1 %d %s\r\nServer: %s%s\r\nDate: %s\r\n%s%s%s%s"
+	    "Connection: %s\r\n%s%s%s%s\r\n",
 	    status, sl_http_reason(status), server ? server : "sluice/",
-	    server ? "" : SL_VERSION, http_date(c->server), ctype, length,
-	    keep_alive ? "keep-alive" : "close", id, extra ? extra : "");
+	    server ? "" : SL_VERSION, http_date(c->server),
+	    content_type ? "Content-Type: " : "",
+	    content_type ? content_type : "", content_type ? "\r\n" : "",
+	    length, keep_alive ? "keep-alive" : "close",
+	    has_id ? "X-Request-Id: " : "", has_id ? st->pub.id : "",
+	    has_id ? "\r\n" : "", extra ? extra : "");
 	*len = strlen(head);
 	if (st)
 		st->pub.status = status;
@@ -898,40 +1136,289 @@ static void dispatch(struct sl_http_conn *c)
 	c->server->handler(&st->pub, c->server->handler_data);
 }
 
+/* Records a refusal by the frame scanner; returns `at` for its caller. */
+static size_t scan_refuse(struct sl_http_conn *c, unsigned status,
+                          const char *why, size_t at)
+{
+	c->scan_status = status;
+	c->scan_message = why;
+	return at;
+}
+
+/*
+ * One byte of the request line, which must be method SP target SP version
+ * with single spaces (RFC 9112, 3). The target may hold no control bytes
+ * and nothing from 0x80 up; the version's major digit is judged here, before
+ * llhttp sees it: 0 is HTTP/0.9 (closed without an answer, as there is no
+ * way to answer it that its client would read as an error), 2 to 9 are
+ * versions sluice does not speak (505). Returns false when refused.
+ */
+static bool scan_request_line_byte(struct sl_http_conn *c, unsigned char ch)
+{
+	struct frame_scan *f = &c->scan;
+	static const char prefix[] = "HTTP/";
+	if (ch == ' ') {
+		if (f->part_len == 0 || f->spaces == 2) {
+			c->scan_status = 400;
+			c->scan_message = "malformed HTTP request: extra space in "
+			                  "the request line";
+			return false;
+		}
+		f->spaces++;
+		f->part_len = 0;
+		f->version_prefix_ok = true;
+		return true;
+	}
+	if (ch == '\t') {
+		c->scan_status = 400;
+		c->scan_message = "malformed HTTP request: tab in the request "
+		                  "line";
+		return false;
+	}
+	if (f->spaces == 1 && (ch < 0x21 || ch >= 0x7f)) {
+		c->scan_status = 400;
+		c->scan_message = "malformed HTTP request: control or non-ASCII "
+		                  "byte in the request target";
+		return false;
+	}
+	if (f->spaces == 2 && f->part_len < sizeof(prefix) - 1 &&
+	    ch != (unsigned char)prefix[f->part_len])
+		f->version_prefix_ok = false; /* llhttp refuses it */
+	if (f->spaces == 2 && f->part_len == sizeof(prefix) - 1 &&
+	    f->version_prefix_ok) {
+		if (ch == '0') {
+			c->scan_status = SCAN_CLOSE_SILENTLY;
+			c->scan_message = "an HTTP/0.9 request";
+			return false;
+		}
+		if (ch >= '2' && ch <= '9') {
+			c->scan_status = 505;
+			c->scan_message = "only HTTP/1.0 and HTTP/1.1 are "
+			                  "supported";
+			return false;
+		}
+	}
+	f->part_len++;
+	return true;
+}
+
+/*
+ * The end of a line in a line-based part. Returns true when the part is
+ * over (llhttp moves on with the bytes so far), false to scan on; sets
+ * scan_status when the line is refused.
+ */
+static bool scan_line_end(struct sl_http_conn *c)
+{
+	struct frame_scan *f = &c->scan;
+	size_t len = f->line_len;
+	f->line_len = 0;
+	if (f->state == FRAME_CHUNK_SIZE)
+		return true;
+	if (f->state == FRAME_TRAILERS)
+		return len == 0;
+	if (f->past_request_line)
+		return len == 0; /* an empty line ends the header section */
+	if (len == 0) {
+		if (++f->empty_lines > MAX_EMPTY_LINES)
+			scan_refuse(c, 400,
+			            "malformed HTTP request: empty lines instead "
+			            "of a request line",
+			            0);
+		return false;
+	}
+	if (f->spaces < 2)
+		scan_refuse(c, f->spaces == 1 ? SCAN_CLOSE_SILENTLY : 400,
+		            f->spaces == 1 ? "an HTTP/0.9 request"
+		                           : "malformed HTTP request: no "
+		                             "target in the request line",
+		            0);
+	else if (f->part_len == 0)
+		scan_refuse(c, 400,
+		            "malformed HTTP request: extra space in the request "
+		            "line",
+		            0);
+	f->past_request_line = true;
+	return false;
+}
+
+/*
+ * The line-based parts: request line and headers, chunk-size lines,
+ * trailers. Returns how many bytes llhttp may parse: up to the end of the
+ * part, up to a refused byte (scan_status set), or everything but a final
+ * CR whose LF has not arrived.
+ */
+static size_t scan_lines(struct sl_http_conn *c, const char *p, size_t len)
+{
+	struct frame_scan *f = &c->scan;
+	const struct sl_http_limits *lim = &c->server->limits;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char ch = (unsigned char)p[i];
+		if (ch == '\r') {
+			if (i + 1 == len)
+				return i; /* judged with the next read */
+			if (p[i + 1] != '\n')
+				return scan_refuse(c, 400,
+				                   "malformed HTTP request: CR "
+				                   "not followed by LF",
+				                   i);
+			i++;
+			bool part_over = scan_line_end(c);
+			if (c->scan_status)
+				return i - 1;
+			if (part_over)
+				return i + 1;
+			continue;
+		}
+		if (ch == '\n')
+			return scan_refuse(c, 400,
+			                   "malformed HTTP request: LF not "
+			                   "preceded by CR",
+			                   i);
+		bool first = f->line_len++ == 0;
+		if (f->state == FRAME_HEAD && !f->past_request_line) {
+			if (!scan_request_line_byte(c, ch))
+				return i;
+			continue;
+		}
+		if (first && f->state != FRAME_CHUNK_SIZE &&
+		    (ch == ' ' || ch == '\t'))
+			return scan_refuse(c, 400,
+			                   "malformed HTTP request: obsolete "
+			                   "line folding",
+			                   i);
+		if (first && f->state != FRAME_CHUNK_SIZE && ch == ':')
+			return scan_refuse(c, 400,
+			                   "malformed HTTP request: empty header "
+			                   "name",
+			                   i);
+		if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+			return scan_refuse(c, 400,
+			                   "malformed HTTP request: control "
+			                   "byte in the header section",
+			                   i);
+		/*
+		 * Chunk extensions are headers in all but name: they count
+		 * against the same limit (llhttp bounds them nowhere).
+		 */
+		if (f->state == FRAME_CHUNK_SIZE &&
+		    ++c->req->header_bytes > lim->max_header_bytes)
+			return scan_refuse(c, 431, "chunk extensions too large",
+			                   i);
+	}
+	return len;
+}
+
+/* How many of these bytes llhttp may parse now; see struct frame_scan. */
+static size_t frame_scan(struct sl_http_conn *c, const char *p, size_t len)
+{
+	struct frame_scan *f = &c->scan;
+	switch (f->state) {
+	case FRAME_BODY:
+		return len; /* llhttp pauses at the end of the message */
+	case FRAME_CHUNK_DATA: {
+		size_t n = (size_t)SL_MIN((uint64_t)len, f->data_left);
+		f->data_left -= n;
+		if (f->data_left == 0) {
+			f->state = FRAME_CHUNK_CRLF;
+			f->crlf_seen = 0;
+		}
+		return n;
+	}
+	case FRAME_CHUNK_CRLF:
+		/* llhttp 8 skips these two bytes unseen: "5\r\nhelloXX". */
+		for (size_t i = 0; i < len; i++) {
+			if (p[i] != "\r\n"[f->crlf_seen])
+				return scan_refuse(c, 400,
+				                   "malformed HTTP request: chunk "
+				                   "data not followed by CRLF",
+				                   i);
+			if (++f->crlf_seen == 2) {
+				f->state = FRAME_CHUNK_SIZE;
+				f->line_len = 0;
+				return i + 1;
+			}
+		}
+		return len;
+	case FRAME_HEAD:
+	case FRAME_CHUNK_SIZE:
+	case FRAME_TRAILERS:
+		break;
+	}
+	return scan_lines(c, p, len);
+}
+
+/*
+ * Whether the next request must wait: a client that pipelines requests
+ * without reading the answers would have sluice queue answer after answer
+ * in memory. Parsing stops until the backlog is down to
+ * SL_HTTP_PIPELINE_BACKLOG again; see on_write_done.
+ */
+static bool pipeline_blocked(const struct sl_http_conn *c)
+{
+	return c->phase == PHASE_IDLE && c->backlog > SL_HTTP_PIPELINE_BACKLOG;
+}
+
+static void arm_send_timeout(struct sl_http_conn *c);
+
+/* Refuses what the scanner or llhttp would not take, and closes. */
+static void conn_refuse(struct sl_http_conn *c, unsigned status,
+                        const char *message)
+{
+	if (status == SCAN_CLOSE_SILENTLY) {
+		sl_debug("http: closing without an answer: %s", message);
+		if (c->req) {
+			c->req->pub.info.outcome = "rejected";
+			request_finished(c, c->req, false);
+		}
+		conn_close(c);
+		return;
+	}
+	conn_reject(c, (int)status, message);
+}
+
 /*
  * Parses data and dispatches the requests in it until one is being
- * answered, the data runs out or the connection closes. Returns the bytes
- * consumed.
+ * answered, the data runs out, the connection closes or the client must
+ * read its answers first. Returns the bytes consumed.
  */
 static size_t conn_parse(struct sl_http_conn *c, const char *data, size_t len)
 {
 	size_t off = 0;
 	c->parsing = true;
-	c->parse_end = data + len;
 	while (off < len && !c->closing && c->phase <= PHASE_BODY) {
-		llhttp_errno_t e =
-		    c->crlf_due ? check_crlf_from(c, data + off) : HPE_OK;
-		if (e == HPE_OK)
-			e = llhttp_execute(&c->parser, data + off, len - off);
-		if (c->closing)
-			break;
-		if (e == HPE_OK) {
-			off = len;
+		if (pipeline_blocked(c)) {
+			c->flush_wait = true;
+			arm_send_timeout(c);
 			break;
 		}
+		size_t feed = frame_scan(c, data + off, len - off);
+		llhttp_errno_t e = HPE_OK;
+		if (feed > 0)
+			e = llhttp_execute(&c->parser, data + off, feed);
+		if (c->closing)
+			break;
 		if (e == HPE_PAUSED) {
 			off = (size_t)(llhttp_get_error_pos(&c->parser) - data);
 			dispatch(c);
 			continue;
 		}
+		if (e == HPE_OK) {
+			off += feed;
+			if (c->scan_status) {
+				conn_refuse(c, c->scan_status, c->scan_message);
+				off = len;
+			}
+			if (feed == 0)
+				break; /* a CR waits for the next read */
+			continue;
+		}
 		if (c->reject_status)
-			conn_reject(c, (int)c->reject_status,
-			            c->reject_message);
+			conn_refuse(c, c->reject_status, c->reject_message);
 		else {
 			char msg[160];
 			snprintf(msg, sizeof(msg), "malformed HTTP request: %s",
 			         llhttp_get_error_reason(&c->parser));
-			conn_reject(c, 400, msg);
+			conn_refuse(c, 400, msg);
 		}
 		off = len;
 	}
@@ -1022,6 +1509,25 @@ static void conn_update_reading(struct sl_http_conn *c)
 	}
 }
 
+/*
+ * The send timeout: closes a client that took no response bytes for
+ * send_timeout_ms, else sets the timer for when it would be that long.
+ */
+static void arm_send_timeout(struct sl_http_conn *c)
+{
+	if (c->backlog == 0)
+		return;
+	uint64_t idle = uv_now(c->server->loop) - c->write_progress_ms;
+	uint64_t limit = c->server->limits.send_timeout_ms;
+	if (idle >= limit) {
+		sl_debug("http: client took no bytes for %llu ms; closing",
+		         (unsigned long long)idle);
+		conn_close(c);
+	} else {
+		set_timer(c, limit - idle);
+	}
+}
+
 static void on_timer(uv_timer_t *t)
 {
 	struct sl_http_conn *c = t->data;
@@ -1033,6 +1539,11 @@ static void on_timer(uv_timer_t *t)
 		conn_reject(c, 408, "request body not received in time");
 		break;
 	case PHASE_IDLE:
+		if (c->flush_wait) {
+			/* Waiting for the client to read: the send timeout. */
+			arm_send_timeout(c);
+			break;
+		}
 		if (c->pending_len > 0) {
 			/* scheduled by request_complete: the next request */
 			set_timer(c, c->server->limits.idle_timeout_ms);
@@ -1050,22 +1561,9 @@ static void on_timer(uv_timer_t *t)
 		}
 		/* Still flushing the last response: as while handling. */
 		/* fall through */
-	case PHASE_HANDLING: {
-		/* The send timeout: is the client still taking bytes? */
-		if (c->backlog == 0)
-			break;
-		uint64_t idle = uv_now(c->server->loop) - c->write_progress_ms;
-		uint64_t limit = c->server->limits.send_timeout_ms;
-		if (idle >= limit) {
-			sl_debug("http: client took no bytes for %llu ms; "
-			         "closing",
-			         (unsigned long long)idle);
-			conn_close(c);
-		} else {
-			set_timer(c, limit - idle);
-		}
+	case PHASE_HANDLING:
+		arm_send_timeout(c);
 		break;
-	}
 	}
 }
 
@@ -1208,6 +1706,13 @@ int sl_http_server_listen(struct sl_http_server *s, uv_loop_t *loop,
 	memset(s, 0, sizeof(*s));
 	s->loop = loop;
 	s->limits = *limits;
+	if (s->limits.server_name &&
+	    !sl_http_field_value_ok(s->limits.server_name,
+	                            SL_HTTP_CONTENT_TYPE_MAX)) {
+		sl_warn("http: the server name holds control bytes or is too "
+		        "long; using sluice's own");
+		s->limits.server_name = NULL;
+	}
 	/* The per-request arrays are sized for the compiled-in maximum. */
 	s->limits.max_headers =
 	    SL_MIN(s->limits.max_headers, SL_HTTP_MAX_HEADERS);

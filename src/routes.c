@@ -47,11 +47,20 @@ static const struct route routes[] = {
     {"/metrics", HTTP_GET, sl_exposition_handle},
 };
 
+/*
+ * Whether a route for `route_method` answers `m`: its own method, and HEAD
+ * wherever GET is answered (RFC 9110, 9.3.2; the server drops the body).
+ */
+static bool method_matches(llhttp_method_t route_method, llhttp_method_t m)
+{
+	return route_method == m || (m == HTTP_HEAD && route_method == HTTP_GET);
+}
+
 static void add_allowed(char *allow, size_t size, llhttp_method_t m)
 {
 	size_t n = strlen(allow);
-	snprintf(allow + n, size - n, "%s%s", n ? ", " : "",
-	         llhttp_method_name(m));
+	snprintf(allow + n, size - n, "%s%s%s", n ? ", " : "",
+	         llhttp_method_name(m), m == HTTP_GET ? ", HEAD" : "");
 }
 
 void sl_routes_dispatch(struct sl_http_request *req, void *data)
@@ -61,17 +70,21 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 	for (size_t i = 0; i < SL_ARRAY_SIZE(routes); i++) {
 		if (strcmp(routes[i].path, req->path) != 0)
 			continue;
-		if (routes[i].method == req->method) {
+		if (method_matches(routes[i].method, req->method)) {
 			routes[i].handler(app, req);
 			return;
 		}
 		add_allowed(allow, sizeof(allow), routes[i].method);
 	}
+	/*
+	 * A proxied endpoint asks its upstream with the endpoint's own method
+	 * (a HEAD here is a GET upstream; the body is dropped on the way out).
+	 */
 	for (unsigned i = 0; i < sl_n_endpoints; i++) {
 		const struct sl_endpoint *ep = &sl_endpoints[i];
 		if (strcmp(ep->path, req->path) != 0)
 			continue;
-		if (ep->method == req->method) {
+		if (method_matches(ep->method, req->method)) {
 			sl_proxy_handle(app, req, ep);
 			return;
 		}

@@ -58,6 +58,23 @@
  */
 #define SL_HTTP_BACKLOG_HIGH (64u * 1024)
 #define SL_HTTP_BACKLOG_LOW (16u * 1024)
+/*
+ * A connection does not start its next pipelined request while more than
+ * this many response bytes wait for its client: a client that pipelines
+ * thousands of cheap requests without reading would otherwise have sluice
+ * hold every answer in memory. With the read-ahead (SL_HTTP_PENDING_MAX)
+ * this bounds what one connection costs, whatever it sends. One bound of
+ * the streaming marks' size: a normal client reading its answers never
+ * waits on it.
+ */
+#define SL_HTTP_PIPELINE_BACKLOG (64u * 1024)
+/*
+ * Content types longer than this, or holding bytes outside VCHAR, SP and
+ * HTAB, are not copied into a response head (they come from upstreams);
+ * SL_HTTP_CONTENT_TYPE_FALLBACK goes out instead.
+ */
+#define SL_HTTP_CONTENT_TYPE_MAX 256u
+#define SL_HTTP_CONTENT_TYPE_FALLBACK "application/octet-stream"
 
 struct sl_http_limits {
 	size_t max_header_bytes;
@@ -238,6 +255,14 @@ size_t sl_http_backlog(const struct sl_http_request *req);
  * handler that stopped producing because the backlog was high.
  */
 void sl_http_want_drain(struct sl_http_request *req);
+
+/*
+ * Whether `v` (NUL-terminated) may be copied into a response head as a
+ * field value: at most `max` bytes, each a VCHAR, SP or HTAB (no CR, LF or
+ * other control byte, nothing from 0x7f up). For checking what an upstream
+ * sends before relaying it.
+ */
+bool sl_http_field_value_ok(const char *v, size_t max);
 
 /* Standard reason phrase ("Not Found"); "Unknown" for odd codes. */
 const char *sl_http_reason(int status);

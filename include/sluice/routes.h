@@ -2,7 +2,7 @@
  * routes.h: which handler answers which method and path.
  *
  * Unknown paths get 404, known paths with another method 405 with an Allow
- * header, both as OpenAI-shaped errors.
+ * header, both as OpenAI-shaped errors. HEAD is answered wherever GET is.
  */
 #ifndef SLUICE_ROUTES_H
 #define SLUICE_ROUTES_H
