@@ -292,15 +292,21 @@ static struct sl_http_conn *conn_of(llhttp_t *p)
 	return p->data;
 }
 
-static int on_message_begin(llhttp_t *p)
+/* A new request's memory; the previous one, if any, is done with. */
+static void request_begin(struct sl_http_conn *c)
 {
-	struct sl_http_conn *c = conn_of(p);
 	request_free(c->req);
 	c->req = sl_xcalloc(1, sizeof(*c->req));
 	c->req->pub.conn = c;
 	c->req->pub.start_ns = sl_now_ns();
 	c->req->pub.info.queue_ms = -1;
 	c->req->pub.info.ttft_ms = -1;
+}
+
+static int on_message_begin(llhttp_t *p)
+{
+	struct sl_http_conn *c = conn_of(p);
+	request_begin(c);
 	c->phase = PHASE_HEADERS;
 	set_timer(c, c->server->limits.header_timeout_ms);
 	/* The request line's fixed parts: method, spaces, version, CRLF. */
@@ -1373,6 +1379,9 @@ static void conn_refuse(struct sl_http_conn *c, unsigned status,
 		conn_close(c);
 		return;
 	}
+	/* Refused before llhttp saw a request begin: traced all the same. */
+	if (!c->req)
+		request_begin(c);
 	conn_reject(c, (int)status, message);
 }
 

@@ -61,15 +61,70 @@ static void on_delayed_abort(struct sl_http_request *req)
 	d->req = NULL;
 }
 
+/* A Content-Type of `len` bytes: "text/plain; x=yyy...". */
+static char *long_type(size_t len)
+{
+	char *t = sl_xmalloc(len + 1);
+	memset(t, 'y', len);
+	memcpy(t, "text/plain; x=", 14);
+	t[len] = '\0';
+	return t;
+}
+
+/* The hostile content types /ctype?N answers with, and what goes out. */
+static const struct {
+	size_t long_len; /* > 0: a long_type() of this length */
+	const char *type;
+	bool kept; /* sent as is, else replaced by the fallback */
+} ctypes[] = {
+    {120, NULL, true}, /* 112+ bytes broke the head before */
+    {SL_HTTP_CONTENT_TYPE_MAX, NULL, true},
+    {SL_HTTP_CONTENT_TYPE_MAX + 1, NULL, false},
+    {4000, NULL, false},
+    {0, "text/plain\r\nX-Injected: yes", false},
+    {0, "text/plain\nX-Injected: yes", false},
+    {0, "text/plain\x01\x7f", false},
+    {0, "text/plain; charset=\"utf-8\"\t", true},
+};
+
+/* The body /big?N answers: BIG_BODY bytes, "N:" and then 'b's. */
+#define BIG_BODY (32u * 1024)
+
 /*
  * /echo answers "<method> <target> <body length>:<body>" at once;
  * /slow?NAME answers NAME after 50 ms; /id answers the request id;
- * /stream answers three chunks.
+ * /stream answers three chunks; /path and / answer "path=P query=Q";
+ * /big?N answers BIG_BODY bytes; /ctype?N answers "ok" with ctypes[N].
  */
 static void handler(struct sl_http_request *req, void *data)
 {
 	struct server *s = data;
 	atomic_fetch_add(&s->handled, 1);
+	if (strcmp(req->path, "/path") == 0 || strcmp(req->path, "/") == 0) {
+		char *body = sl_xasprintf("path=%s query=%s", req->path,
+		                          req->query);
+		sl_http_respond(req, 200, "text/plain", NULL, body,
+		                strlen(body));
+		free(body);
+		return;
+	}
+	if (strcmp(req->path, "/big") == 0) {
+		char *body = sl_xmalloc(BIG_BODY);
+		memset(body, 'b', BIG_BODY);
+		int n = snprintf(body, 32, "%s:", req->query);
+		body[n] = 'b'; /* no NUL inside */
+		sl_http_respond(req, 200, "text/plain", NULL, body, BIG_BODY);
+		free(body);
+		return;
+	}
+	if (strcmp(req->path, "/ctype") == 0) {
+		unsigned i = (unsigned)atoi(req->query);
+		char *type = ctypes[i].long_len ? long_type(ctypes[i].long_len)
+		                                : sl_xasprintf("%s", ctypes[i].type);
+		sl_http_respond(req, 200, type, NULL, "ok", 2);
+		free(type);
+		return;
+	}
 	if (strcmp(req->path, "/slow") == 0) {
 		struct delayed *d = sl_xcalloc(1, sizeof(*d));
 		d->req = req;
@@ -497,7 +552,6 @@ static void test_smuggling_is_refused(void)
 	    "GET /echo HTTP/1.1\r\nHost : x\r\n\r\n",
 	    /* not HTTP at all */
 	    "HELLO\r\n\r\n",
-	    "GET /echo HTTP/9.9\r\n\r\n",
 	};
 	for (size_t i = 0; i < SL_ARRAY_SIZE(cases); i++)
 		expect_refused(s, cases[i], 400, "malformed HTTP request");
@@ -638,24 +692,28 @@ static void test_head_http10_and_ids(void)
 	ASSERT_CONTAINS(r.head, "Connection: close");
 	ASSERT(closed);
 
-	exchange(s, "GET /id HTTP/1.1\r\nX-Request-Id: trace-42/a\r\n\r\n", &r,
+	exchange(s,
+	         "GET /id HTTP/1.1\r\nHost: x\r\nX-Request-Id: trace-42/a\r\n\r\n",
+	         &r,
 	         &closed);
 	ASSERT_STR_EQ(r.body, "trace-42/a");
 	ASSERT_CONTAINS(r.head, "X-Request-Id: trace-42/a\r\n");
 	/* Too long, or unprintable: replaced by sluice's own. */
 	char *long_id = repeat("i", SL_HTTP_REQUEST_ID_MAX + 1);
-	char *req = sl_xasprintf("GET /id HTTP/1.1\r\nX-Request-Id: %s\r\n\r\n",
+	char *req = sl_xasprintf(
+	    "GET /id HTTP/1.1\r\nHost: x\r\nX-Request-Id: %s\r\n\r\n",
 	                         long_id);
 	exchange(s, req, &r, &closed);
 	ASSERT_EQ(r.body_len, 16);
 	free(req);
 	free(long_id);
-	exchange(s, "GET /id HTTP/1.1\r\nX-Request-Id: a b\r\n\r\n", &r,
+	exchange(s, "GET /id HTTP/1.1\r\nHost: x\r\nX-Request-Id: a b\r\n\r\n",
+	         &r,
 	         &closed);
 	ASSERT_EQ(r.body_len, 16);
 	char other[32];
 	memcpy(other, r.body, 17); /* 16 hex digits and the NUL */
-	exchange(s, "GET /id HTTP/1.1\r\n\r\n", &r, &closed);
+	exchange(s, "GET /id HTTP/1.1\r\nHost: x\r\n\r\n", &r, &closed);
 	ASSERT_EQ(r.body_len, 16);
 	ASSERT(strcmp(other, r.body) != 0);
 	server_stop(s);
@@ -672,10 +730,10 @@ static void test_max_connections(void)
 	size_t carry_len = 0;
 	struct response r;
 	/* Both admitted connections work... */
-	send_str(a, "GET /echo HTTP/1.1\r\n\r\n");
+	send_str(a, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n");
 	read_response(a, &r, carry, &carry_len);
 	ASSERT_EQ(r.status, 200);
-	send_str(b, "GET /echo HTTP/1.1\r\n\r\n");
+	send_str(b, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n");
 	read_response(b, &r, carry, &carry_len);
 	ASSERT_EQ(r.status, 200);
 	/* ...the third is refused. */
@@ -689,6 +747,375 @@ static void test_max_connections(void)
 	server_stop(s);
 }
 
+/* A request closed without any answer: no bytes, EOF, handler never ran. */
+static void expect_no_answer(struct server *s, const char *request)
+{
+	int before = atomic_load(&s->handled);
+	int fd = client(s->port);
+	send_str(fd, request);
+	char buf[256];
+	bool eof;
+	size_t n = recv_for(fd, buf, sizeof(buf), 5000, &eof);
+	if (n != 0 || !eof)
+		TEST_FAIL("expected a close without an answer for: %.60s; got "
+		          "\"%.60s\"",
+		          request, buf);
+	ASSERT_EQ(atomic_load(&s->handled), before);
+	close(fd);
+}
+
+/* Each request answered 200 on its own connection, kept open. */
+static void expect_ok(struct server *s, const char *request, const char *body)
+{
+	struct response r;
+	bool closed;
+	exchange(s, request, &r, &closed);
+	if (r.status != 200)
+		TEST_FAIL("expected 200, got %d for: %.60s", r.status, request);
+	ASSERT(!closed);
+	if (body)
+		ASSERT_STR_EQ(r.body, body);
+}
+
+static void test_bare_cr_and_lf_are_refused(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	struct server *s = server_start(&l);
+	static const char *const cases[] = {
+	    /* CVE-2025-23167: llhttp 8 ends the head at "\r\n\r" + any byte */
+	    "GET /echo HTTP/1.1\r\nHost: x\r\n\rXPOST /echo HTTP/1.1\r\n"
+	    "Host: x\r\nContent-Length: 36\r\n\r\n{\"prompt\":\"SMUGGLED\","
+	    "\"max_tokens\":2}",
+	    /* the same at the end of chunked trailers */
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+	    "\r\n0\r\n\rXGET /echo HTTP/1.1\r\nHost: x\r\n\r\n",
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+	    "\r\n0\r\nX-T: 1\r\n\rXGET /echo HTTP/1.1\r\nHost: x\r\n\r\n",
+	    /* and of a chunk-size line */
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+	    "\r\n5\rXhello\r\n0\r\n\r\n",
+	    /* bare CR or LF anywhere else in the head */
+	    "GET /echo HTTP/1.1\rXHost: x\r\n\r\n",
+	    "GET /echo HTTP/1.1\r\nHost: x\rY\r\n\r\n",
+	    "GET /echo HTTP/1.1\r\nHost: x\r\nX-A: 1\n\r\n",
+	    "\nGET /echo HTTP/1.1\r\nHost: x\r\n\r\n",
+	    "\r\n\r\n\r\n\r\n\r\nGET /echo HTTP/1.1\r\nHost: x\r\n\r\n",
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(cases); i++)
+		expect_refused(s, cases[i], 400, "malformed HTTP request");
+
+	/* The byte after a CR comes in a later read: judged all the same. */
+	for (int bad = 0; bad < 2; bad++) {
+		int before = atomic_load(&s->handled);
+		int fd = client(s->port);
+		send_str(fd, "GET /echo HTTP/1.1\r\nHost: x\r\n\r");
+		char buf[4096];
+		bool eof;
+		recv_for(fd, buf, sizeof(buf), 100, &eof); /* a separate read */
+		send_str(fd, bad ? "XGET /echo HTTP/1.1\r\nHost: x\r\n\r\n"
+		                 : "\n");
+		recv_for(fd, buf, sizeof(buf), 2000, &eof);
+		ASSERT_CONTAINS(buf, bad ? "HTTP/1.1 400 " : "HTTP/1.1 200 ");
+		ASSERT_EQ(atomic_load(&s->handled), before + !bad);
+		close(fd);
+	}
+	/* Up to a few empty lines before a request line are ignored. */
+	expect_ok(s, "\r\n\r\nGET /echo HTTP/1.1\r\nHost: x\r\n\r\n",
+	          "GET /echo 0:");
+	server_stop(s);
+}
+
+static void test_strict_request_rules(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	struct server *s = server_start(&l);
+	static const char *const bad[] = {
+	    /* Host: missing on HTTP/1.1, twice, or not a host */
+	    "GET /echo HTTP/1.1\r\n\r\n",
+	    "GET /echo HTTP/1.1\r\nHost: x\r\nHost: x\r\n\r\n",
+	    "GET /echo HTTP/1.1\r\nHost: x\r\nhost: y\r\n\r\n",
+	    "GET /echo HTTP/1.1\r\nHost: a/b\r\n\r\n",
+	    "GET /echo HTTP/1.1\r\nHost: a b\r\n\r\n",
+	    "GET /echo HTTP/1.1\r\nHost: a@b\r\n\r\n",
+	    "GET /echo HTTP/1.1\r\nHost: x:80a\r\n\r\n",
+	    "GET /echo HTTP/1.1\r\nHost: [::1\r\n\r\n",
+	    "GET /echo HTTP/1.1\r\nHost: %zz\r\n\r\n",
+	    /* obs-fold, an empty header name */
+	    "GET /echo HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n",
+	    "GET /echo HTTP/1.1\r\nHost: x\r\nX-A: a\r\n\tb\r\n\r\n",
+	    "GET /echo HTTP/1.1\r\nHost: x\r\n: b\r\n\r\n",
+	    /* the request line's spaces */
+	    "GET  /echo HTTP/1.1\r\nHost: x\r\n\r\n",
+	    "GET /echo  HTTP/1.1\r\nHost: x\r\n\r\n",
+	    " GET /echo HTTP/1.1\r\nHost: x\r\n\r\n",
+	    "GET /echo HTTP/1.1 \r\nHost: x\r\n\r\n",
+	    "GET /echo \r\nHost: x\r\n\r\n",
+	    "GET\t/echo HTTP/1.1\r\nHost: x\r\n\r\n",
+	    /* control and non-ASCII bytes in the target */
+	    "GET /ec\x01ho HTTP/1.1\r\nHost: x\r\n\r\n",
+	    "GET /ec\x7fho HTTP/1.1\r\nHost: x\r\n\r\n",
+	    "GET /\xc3\xa9 HTTP/1.1\r\nHost: x\r\n\r\n",
+	    "GET /echo\x80 HTTP/1.1\r\nHost: x\r\n\r\n",
+	    /* chunked not last, twice, with parameters, or in HTTP/1.0 */
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, "
+	    "gzip\r\n\r\n0\r\n\r\n",
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+	    "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, "
+	    "chunked\r\n\r\n0\r\n\r\n",
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked;a=b"
+	    "\r\n\r\n0\r\n\r\n",
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n"
+	    "\r\n0\r\n\r\n",
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: , chunked"
+	    "\r\n\r\n0\r\n\r\n",
+	    "POST /echo HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"
+	    "5\r\nhello\r\n0\r\n\r\n",
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(bad); i++)
+		expect_refused(s, bad[i], 400, "malformed HTTP request");
+
+	/* Other codings before a final chunked: 501, across fields too. */
+	static const char *const codings[] = {
+	    "gzip, chunked",
+	    "identity, chunked",
+	    "gzip\r\nTransfer-Encoding: chunked",
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(codings); i++) {
+		char *req = sl_xasprintf(
+		    "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: %s"
+		    "\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+		    codings[i]);
+		expect_refused(s, req, 501, "not supported");
+		free(req);
+	}
+
+	/* Other major versions: 505, with its reason phrase. */
+	static const char *const versions[] = {"2.0", "3.0", "9.9"};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(versions); i++) {
+		char *req = sl_xasprintf(
+		    "GET /echo HTTP/%s\r\nHost: x\r\n\r\n", versions[i]);
+		expect_refused(s, req, 505, "HTTP/1.1");
+		struct response r;
+		bool closed;
+		exchange(s, req, &r, &closed);
+		ASSERT_CONTAINS(r.head,
+		                "HTTP/1.1 505 HTTP Version Not Supported\r\n");
+		free(req);
+	}
+
+	/* HTTP/0.9: no answer it could read as one; just the close. */
+	expect_no_answer(s, "GET /echo\r\n");
+	expect_no_answer(s, "GET /echo HTTP/0.9\r\nHost: x\r\n\r\n");
+	expect_no_answer(s, "GET /echo HTTP/0.1\r\n\r\n");
+
+	/* Chunk extensions count against the header limit (2048 here). */
+	char *ext = repeat("e", 3000);
+	char *req = sl_xasprintf("POST /echo HTTP/1.1\r\nHost: x\r\n"
+	                         "Transfer-Encoding: chunked\r\n\r\n"
+	                         "5;%s\r\nhello\r\n0\r\n\r\n",
+	                         ext);
+	expect_refused(s, req, 431, "chunk extensions too large");
+	free(req);
+	free(ext);
+
+	/* What the rules allow. */
+	expect_ok(s, "GET /echo HTTP/1.1\r\nHost:\r\n\r\n", "GET /echo 0:");
+	expect_ok(s, "GET /echo HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n",
+	          "GET /echo 0:");
+	expect_ok(s, "GET /echo HTTP/1.1\r\nHost: a.b-c_d~%41:\r\n\r\n",
+	          "GET /echo 0:");
+	expect_ok(s, "GET /echo HTTP/1.1\r\nHost: 127.0.0.1:80 \r\n\r\n",
+	          "GET /echo 0:");
+	expect_ok(s,
+	          "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+	          "Chunked\r\n\r\n5;a=b\r\nhello\r\n0\r\n\r\n",
+	          "POST /echo 5:hello");
+	expect_ok(s, "GET /echo?a=%C3%A9 HTTP/1.1\r\nHost: x\r\n\r\n",
+	          "GET /echo?a=%C3%A9 0:");
+	struct response r;
+	bool closed;
+	exchange(s, "GET /echo HTTP/1.0\r\n\r\n", &r, &closed);
+	ASSERT_EQ(r.status, 200);
+	ASSERT(closed);
+
+	/* Absolute-form targets: path and query come from the target. */
+	expect_ok(s,
+	          "POST http://h:1/path?x=1 HTTP/1.1\r\nHost: h:1\r\n"
+	          "Content-Length: 2\r\n\r\nhi",
+	          "path=/path query=x=1");
+	expect_ok(s, "GET https://h HTTP/1.1\r\nHost: h\r\n\r\n",
+	          "path=/ query=");
+	expect_ok(s, "GET HTTP://h?q HTTP/1.1\r\nHost: h\r\n\r\n",
+	          "path=/ query=q");
+	ASSERT_EQ(atomic_load(&s->handled), 10);
+	server_stop(s);
+}
+
+/* A client socket with small kernel buffers, so that it fills fast. */
+static int client_small_buffers(unsigned port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	ASSERT(fd >= 0);
+	int size = 16 * 1024;
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+	struct sockaddr_in a = {.sin_family = AF_INET,
+	                        .sin_port = htons((uint16_t)port),
+	                        .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	ASSERT_EQ(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	return fd;
+}
+
+struct sender {
+	int fd;
+	const char *data;
+	size_t len;
+};
+
+static void *send_rest(void *arg)
+{
+	struct sender *sd = arg;
+	send_all(sd->fd, sd->data, sd->len);
+	return NULL;
+}
+
+/*
+ * A client pipelines many requests with large answers and reads none:
+ * sluice stops reading its requests once a few answers wait, instead of
+ * queueing all of them in memory; when the client reads, every answer
+ * comes, in order.
+ */
+static void test_pipelining_is_bounded(void)
+{
+	enum { REQUESTS = 2000 };
+	struct sl_http_limits l;
+	small_limits(&l);
+	struct server *s = server_start(&l);
+	/* About 1 KiB a request: 2 MB in all, more than any buffer holds. */
+	char *pad = repeat("p", 1000);
+	size_t cap = (size_t)REQUESTS * 1100, total = 0;
+	char *all = sl_xmalloc(cap);
+	for (unsigned i = 0; i < REQUESTS; i++)
+		total += (size_t)snprintf(all + total, cap - total,
+		                          "GET /big?%u HTTP/1.1\r\nHost: x\r\n"
+		                          "X-Pad: %s\r\n\r\n",
+		                          i, pad);
+	free(pad);
+
+	/*
+	 * Send until the server stops reading: the socket stays unwritable
+	 * for a second. A server that read everything lets all of it go.
+	 */
+	int fd = client_small_buffers(s->port);
+	size_t sent = 0;
+	bool stopped = false;
+	uint64_t deadline = now_ms() + 30000;
+	while (sent < total && !stopped && now_ms() < deadline) {
+		ssize_t n = send(fd, all + sent, total - sent,
+		                 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			sent += (size_t)n;
+			continue;
+		}
+		ASSERT(n < 0 && (errno == EAGAIN || errno == EINTR));
+		struct pollfd p = {.fd = fd, .events = POLLOUT};
+		stopped = poll(&p, 1, 1000) == 0;
+	}
+	if (!stopped)
+		TEST_FAIL("the server read all %zu of %zu bytes sent", sent,
+		          total);
+	/*
+	 * The answers made so far fit in the kernel's buffers and the
+	 * pipeline bound; without the bound, one per request read.
+	 */
+	int ran = atomic_load(&s->handled);
+	fprintf(stderr, "  %d of %d requests answered before the client "
+	                "read (%zu bytes sent)\n",
+	        ran, REQUESTS, sent);
+	ASSERT(ran < REQUESTS / 4);
+
+	/* Now the client reads, and sends the rest meanwhile. */
+	struct sender sd = {fd, all + sent, total - sent};
+	pthread_t t;
+	ASSERT_EQ(pthread_create(&t, NULL, send_rest, &sd), 0);
+	static char carry[262144];
+	size_t carry_len = 0;
+	static struct response r;
+	for (unsigned i = 0; i < REQUESTS; i++) {
+		read_response(fd, &r, carry, &carry_len);
+		ASSERT_EQ(r.status, 200);
+		ASSERT_EQ(r.body_len, BIG_BODY);
+		char want[32];
+		snprintf(want, sizeof(want), "%u:b", i);
+		if (strncmp(r.body, want, strlen(want)) != 0)
+			TEST_FAIL("answer %u begins \"%.10s\"", i, r.body);
+	}
+	pthread_join(t, NULL);
+	ASSERT_EQ(atomic_load(&s->handled), REQUESTS);
+	close(fd);
+	free(all);
+	server_stop(s);
+}
+
+/*
+ * Content types an upstream might send: too long, or with CR, LF or other
+ * control bytes. The head stays well framed (the next response on the same
+ * connection parses), and what cannot go out whole is replaced.
+ */
+static void test_hostile_content_types(void)
+{
+	ASSERT(sl_http_field_value_ok("text/plain; charset=utf-8", 256));
+	ASSERT(sl_http_field_value_ok("", 0));
+	ASSERT(sl_http_field_value_ok("a\tb c", 5));
+	ASSERT(!sl_http_field_value_ok("abcdef", 5));
+	ASSERT(!sl_http_field_value_ok("a\r\nb", 256));
+	ASSERT(!sl_http_field_value_ok("a\nb", 256));
+	ASSERT(!sl_http_field_value_ok("a\x01", 256));
+	ASSERT(!sl_http_field_value_ok("a\x7f", 256));
+	ASSERT(!sl_http_field_value_ok("caf\xc3\xa9", 256));
+
+	struct sl_http_limits l;
+	small_limits(&l);
+	struct server *s = server_start(&l);
+	int fd = client(s->port);
+	static char carry[262144];
+	size_t carry_len = 0;
+	static struct response r;
+	for (unsigned i = 0; i < SL_ARRAY_SIZE(ctypes); i++) {
+		char *req = sl_xasprintf(
+		    "GET /ctype?%u HTTP/1.1\r\nHost: x\r\n\r\n"
+		    "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n",
+		    i);
+		send_str(fd, req);
+		free(req);
+		read_response(fd, &r, carry, &carry_len);
+		ASSERT_EQ(r.status, 200);
+		ASSERT_STR_EQ(r.body, "ok");
+		ASSERT(strstr(r.head, "X-Injected") == NULL);
+		char *type = ctypes[i].long_len
+		                 ? long_type(ctypes[i].long_len)
+		                 : sl_xasprintf("%s", ctypes[i].type);
+		char *line = sl_xasprintf(
+		    "\r\nContent-Type: %s\r\n",
+		    ctypes[i].kept ? type : SL_HTTP_CONTENT_TYPE_FALLBACK);
+		if (!strstr(r.head, line))
+			TEST_FAIL("case %u: no \"%.40s...\" in the head", i,
+			          line + 2);
+		free(line);
+		free(type);
+		/* The next response on the connection is where it should be. */
+		read_response(fd, &r, carry, &carry_len);
+		ASSERT_EQ(r.status, 200);
+		ASSERT_STR_EQ(r.body, "GET /echo 0:");
+	}
+	ASSERT_EQ(carry_len, 0);
+	close(fd);
+	server_stop(s);
+}
+
 int main(void)
 {
 	RUN(test_keep_alive_and_pipelining);
@@ -699,5 +1126,9 @@ int main(void)
 	RUN(test_timeouts);
 	RUN(test_head_http10_and_ids);
 	RUN(test_max_connections);
+	RUN(test_bare_cr_and_lf_are_refused);
+	RUN(test_strict_request_rules);
+	RUN(test_pipelining_is_bounded);
+	RUN(test_hostile_content_types);
 	return 0;
 }
