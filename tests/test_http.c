@@ -983,6 +983,50 @@ static void *send_rest(void *arg)
 }
 
 /*
+ * Sends until the server stops reading (the socket stays unwritable for a
+ * second, or the server closes it); returns the bytes sent. Fails if the server read everything.
+ */
+static size_t send_until_stopped(int fd, const char *data, size_t total)
+{
+	size_t sent = 0;
+	bool stopped = false;
+	uint64_t deadline = now_ms() + 30000;
+	while (sent < total && !stopped && now_ms() < deadline) {
+		ssize_t n = send(fd, data + sent, total - sent,
+		                 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			sent += (size_t)n;
+			continue;
+		}
+		if (n < 0 && (errno == EPIPE || errno == ECONNRESET))
+			return sent; /* closed on us: stopped reading, surely */
+		ASSERT(n < 0 && (errno == EAGAIN || errno == EINTR));
+		struct pollfd p = {.fd = fd, .events = POLLOUT};
+		stopped = poll(&p, 1, 1000) == 0;
+	}
+	if (!stopped)
+		TEST_FAIL("the server read all %zu of %zu bytes sent", sent,
+		          total);
+	return sent;
+}
+
+/* REQUESTS pipelined GET /big requests of about 1 KiB each. */
+static char *big_requests(unsigned requests, size_t *total)
+{
+	char *pad = repeat("p", 1000);
+	size_t cap = (size_t)requests * 1100;
+	char *all = sl_xmalloc(cap);
+	*total = 0;
+	for (unsigned i = 0; i < requests; i++)
+		*total += (size_t)snprintf(all + *total, cap - *total,
+		                           "GET /big?%u HTTP/1.1\r\nHost: x\r\n"
+		                           "X-Pad: %s\r\n\r\n",
+		                           i, pad);
+	free(pad);
+	return all;
+}
+
+/*
  * A client pipelines many requests with large answers and reads none:
  * sluice stops reading its requests once a few answers wait, instead of
  * queueing all of them in memory; when the client reads, every answer
@@ -995,38 +1039,10 @@ static void test_pipelining_is_bounded(void)
 	small_limits(&l);
 	struct server *s = server_start(&l);
 	/* About 1 KiB a request: 2 MB in all, more than any buffer holds. */
-	char *pad = repeat("p", 1000);
-	size_t cap = (size_t)REQUESTS * 1100, total = 0;
-	char *all = sl_xmalloc(cap);
-	for (unsigned i = 0; i < REQUESTS; i++)
-		total += (size_t)snprintf(all + total, cap - total,
-		                          "GET /big?%u HTTP/1.1\r\nHost: x\r\n"
-		                          "X-Pad: %s\r\n\r\n",
-		                          i, pad);
-	free(pad);
-
-	/*
-	 * Send until the server stops reading: the socket stays unwritable
-	 * for a second. A server that read everything lets all of it go.
-	 */
+	size_t total;
+	char *all = big_requests(REQUESTS, &total);
 	int fd = client_small_buffers(s->port);
-	size_t sent = 0;
-	bool stopped = false;
-	uint64_t deadline = now_ms() + 30000;
-	while (sent < total && !stopped && now_ms() < deadline) {
-		ssize_t n = send(fd, all + sent, total - sent,
-		                 MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (n > 0) {
-			sent += (size_t)n;
-			continue;
-		}
-		ASSERT(n < 0 && (errno == EAGAIN || errno == EINTR));
-		struct pollfd p = {.fd = fd, .events = POLLOUT};
-		stopped = poll(&p, 1, 1000) == 0;
-	}
-	if (!stopped)
-		TEST_FAIL("the server read all %zu of %zu bytes sent", sent,
-		          total);
+	size_t sent = send_until_stopped(fd, all, total);
 	/*
 	 * The answers made so far fit in the kernel's buffers and the
 	 * pipeline bound; without the bound, one per request read.
@@ -1055,6 +1071,31 @@ static void test_pipelining_is_bounded(void)
 	}
 	pthread_join(t, NULL);
 	ASSERT_EQ(atomic_load(&s->handled), REQUESTS);
+	close(fd);
+	free(all);
+	server_stop(s);
+}
+
+/*
+ * While a connection waits for its client to read, the send timeout
+ * applies (not the much longer idle timeout): a client that never reads is
+ * dropped, which shows as a reset on its socket.
+ */
+static void test_pipelining_wait_has_the_send_timeout(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	l.send_timeout_ms = 300;
+	l.idle_timeout_ms = 600000;
+	struct server *s = server_start(&l);
+	size_t total;
+	char *all = big_requests(2000, &total);
+	int fd = client_small_buffers(s->port);
+	send_until_stopped(fd, all, total);
+	/* Only a hang-up or an error: the client still reads nothing. */
+	struct pollfd p = {.fd = fd, .events = 0};
+	ASSERT_EQ(poll(&p, 1, 20000), 1);
+	ASSERT(p.revents & (POLLHUP | POLLERR));
 	close(fd);
 	free(all);
 	server_stop(s);
@@ -1129,6 +1170,7 @@ int main(void)
 	RUN(test_bare_cr_and_lf_are_refused);
 	RUN(test_strict_request_rules);
 	RUN(test_pipelining_is_bounded);
+	RUN(test_pipelining_wait_has_the_send_timeout);
 	RUN(test_hostile_content_types);
 	return 0;
 }

@@ -1,0 +1,158 @@
+"""Hostile and unusual clients against a real sluice (in front of the mock
+llama-server): a flood of pipelined requests from clients that never read,
+HEAD on GET endpoints, absolute-form targets, a smuggling attempt."""
+
+import os
+import re
+import select
+import socket
+import time
+
+import sluice_test as st
+from test_mock_faults import Mock
+
+# Pipelined by each flooding connection, as in the attack that was seen.
+FLOOD_REQUESTS = 10000
+FLOOD_CONNECTIONS = 4
+# What sluice may grow by while they flood: each connection holds at most
+# its read-ahead and about one answer past the pipeline bound (64 KiB each),
+# far below this; without the bound it grew by hundreds of MB.
+GROWTH_LIMIT_KIB = 64 * 1024
+
+
+def answered(port):
+    """Requests sluice has answered, from its own counter."""
+    text = st.request(port, "GET", "/metrics", timeout=30).body.decode()
+    return sum(int(v) for v in
+               re.findall(r"^sluice_requests_total\{[^}]*\} (\d+)$", text,
+                          re.M))
+
+
+def send_until_stopped(sock, data):
+    """Sends data without ever reading; returns once all of it is sent or
+    the socket stays unwritable for a second (the server stopped
+    reading)."""
+    sock.setblocking(False)
+    sent = 0
+    while sent < len(data):
+        try:
+            sent += sock.send(data[sent:])
+        except BlockingIOError:
+            _, writable, _ = select.select([], [sock], [], 1.0)
+            if not writable:
+                break
+    return sent
+
+
+class Hostile(st.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.mock = Mock()
+        self.addCleanup(self.mock.stop)
+
+    def start(self, **kw):
+        return self.sluice("--upstream", self.mock.url, **kw)
+
+    def test_pipelined_flood_without_reading_is_bounded(self):
+        # Under AddressSanitizer freed memory sits in a quarantine and
+        # would count as growth: measure live memory instead.
+        asan = os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=0"
+        s = self.start(env={"ASAN_OPTIONS": asan})
+        for _ in range(3):  # warm up: the /metrics text, the allocator
+            answered(s.port)
+        baseline = st.vm_hwm_kib(s.proc.pid)
+
+        flood = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * FLOOD_REQUESTS
+        socks = []
+        for _ in range(FLOOD_CONNECTIONS):
+            sock = socket.create_connection(("127.0.0.1", s.port))
+            socks.append(sock)
+            send_until_stopped(sock, flood)
+
+        # Another client is served meanwhile.
+        r = st.request(s.port, "GET", "/health", timeout=20)
+        self.assertEqual(r.status, 200)
+
+        # Wait until the flood stops being answered: between two readings
+        # only our own reading was answered.
+        last = [answered(s.port)]
+
+        def settled():
+            time.sleep(0.5)
+            now = answered(s.port)
+            done = now - last[0] <= 1
+            last[0] = now
+            return done
+        st.wait_until(settled, 60, "sluice to stop answering the flood")
+        flooded = last[0] - 3
+        grown = st.vm_hwm_kib(s.proc.pid) - baseline
+        said = "sluice grew by %d KiB answering %d requests" % (grown,
+                                                                flooded)
+        self.assertLess(grown, GROWTH_LIMIT_KIB, said)
+        # It stopped well short of answering everything it was sent.
+        self.assertLess(flooded, FLOOD_CONNECTIONS * FLOOD_REQUESTS / 2,
+                        said)
+        self.assertEqual(s.health().status, 200)
+        for sock in socks:
+            sock.close()
+        self.assertEqual(s.stop(), 0)
+
+    def test_head_on_get_endpoints(self):
+        s = self.start()
+        for path in ("/health", "/metrics", "/v1/models"):
+            get = s.get(path)
+            self.assertEqual(get.status, 200, path)
+            c = st.RawClient(s.port)
+            # HEAD, then GET on the same connection: the HEAD answer has
+            # no body, so the GET's status line follows its head at once.
+            c.send("HEAD %s HTTP/1.1\r\nHost: x\r\n\r\n"
+                   "GET /health HTTP/1.1\r\nHost: x\r\n\r\n" % path)
+            status, head = c.read_head()
+            self.assertEqual(status, 200, path)
+            self.assertTrue("content-length" in head
+                            or head.get("transfer-encoding") == "chunked",
+                            head)
+            if "content-length" in head and path != "/metrics":
+                self.assertEqual(int(head["content-length"]), len(get.body))
+            status, _, body = c.read_response()
+            self.assertEqual(status, 200)
+            self.assertIn(b'"status"', body)
+            c.close()
+        r = s.post("/health", "{}")
+        self.assertEqual(r.status, 405)
+        self.assertEqual(r.header("Allow"), "GET, HEAD")
+        r = s.post("/v1/models", "{}")
+        self.assertEqual(r.status, 405)
+        self.assertEqual(r.header("Allow"), "GET, HEAD")
+        self.assertEqual(s.stop(), 0)
+
+    def test_absolute_form_and_smuggling(self):
+        s = self.start()
+        c = st.RawClient(s.port)
+        c.send("GET http://127.0.0.1:%d/health?x=1 HTTP/1.1\r\nHost: x\r\n"
+               "\r\n" % s.port)
+        status, _, body = c.read_response()
+        self.assertEqual(status, 200)
+        self.assertIn(b'"status"', body)
+        c.close()
+
+        # CVE-2025-23167's shape: nothing may be dispatched, so nothing
+        # reaches the upstream.
+        c = st.RawClient(s.port)
+        c.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\rXPOST /v1/completions "
+               b"HTTP/1.1\r\nHost: x\r\nContent-Length: 36\r\n\r\n"
+               b'{"prompt":"SMUGGLED","max_tokens":2}')
+        status, head, body = c.read_response()
+        self.assertEqual(status, 400)
+        self.assertEqual(head["connection"], "close")
+        self.assertTrue(c.at_eof())
+        c.close()
+        metrics = st.request(s.port, "GET", "/metrics").body.decode()
+        self.assertNotIn('endpoint="/v1/completions"', metrics)
+        self.assertIn("sluice_generated_tokens_total 0\n", metrics)
+        self.assertEqual(s.stop(), 0)
+
+
+if __name__ == "__main__":
+    st.main()
