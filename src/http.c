@@ -56,9 +56,9 @@ struct request_state {
 	bool headers_done; /* later fields are trailers: counted, dropped */
 	bool head_only;    /* a HEAD request: the response has no body */
 	size_t body_cap;
-	bool keep_alive;     /* decided when the message completed */
-	bool http10;         /* HTTP/1.0 client: no chunked responses */
-	bool chunked;        /* the streamed response is chunked */
+	bool keep_alive; /* decided when the message completed */
+	bool http10;     /* HTTP/1.0 client: no chunked responses */
+	bool chunked;    /* the streamed response is chunked */
 	bool dispatched;
 	bool finished;  /* request_finished() ran */
 	bool head_sent; /* a streamed response has started */
@@ -332,8 +332,9 @@ static const char *absolute_form_path(const char *target)
 		return NULL;
 	while ((*p | 0x20) >= 'a' && (*p | 0x20) <= 'z')
 		p++;
-	while ((*p >= '0' && *p <= '9') || ((*p | 0x20) >= 'a' && (*p | 0x20) <= 'z') ||
-	       *p == '+' || *p == '-' || *p == '.')
+	while ((*p >= '0' && *p <= '9') ||
+	       ((*p | 0x20) >= 'a' && (*p | 0x20) <= 'z') || *p == '+' ||
+	       *p == '-' || *p == '.')
 		p++;
 	if (strncmp(p, "://", 3) != 0)
 		return NULL;
@@ -467,7 +468,8 @@ static bool host_char(unsigned char ch)
 
 static bool hex_digit(unsigned char ch)
 {
-	return (ch >= '0' && ch <= '9') || ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'f');
+	return (ch >= '0' && ch <= '9') ||
+	       ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'f');
 }
 
 /*
@@ -577,7 +579,8 @@ static unsigned check_transfer_coding(const struct request_state *st,
 			n_codings++;
 			if (p == e)
 				malformed = true; /* an empty element */
-			else if (span_is(p, (size_t)(name_end - p), "chunked")) {
+			else if (span_is(p, (size_t)(name_end - p),
+			                 "chunked")) {
 				n_chunked++;
 				chunked_at = n_codings;
 				malformed |= semi != NULL;
@@ -868,10 +871,11 @@ static char *format_head(struct sl_http_conn *c, int status,
 		         "Transfer-Encoding: chunked\r\n");
 	if (content_type &&
 	    !sl_http_field_value_ok(content_type, SL_HTTP_CONTENT_TYPE_MAX)) {
-		sl_debug("http: a Content-Type of %zu bytes is over %u bytes or "
-		         "holds control bytes; sending %s instead",
-		         strlen(content_type), SL_HTTP_CONTENT_TYPE_MAX,
-		         SL_HTTP_CONTENT_TYPE_FALLBACK);
+		sl_debug(
+		    "http: a Content-Type of %zu bytes is over %u bytes or "
+		    "holds control bytes; sending %s instead",
+		    strlen(content_type), SL_HTTP_CONTENT_TYPE_MAX,
+		    SL_HTTP_CONTENT_TYPE_FALLBACK);
 		content_type = SL_HTTP_CONTENT_TYPE_FALLBACK;
 	}
 	/* The id is sluice's own or was checked in assign_request_id. */
@@ -1166,8 +1170,9 @@ static bool scan_request_line_byte(struct sl_http_conn *c, unsigned char ch)
 	if (ch == ' ') {
 		if (f->part_len == 0 || f->spaces == 2) {
 			c->scan_status = 400;
-			c->scan_message = "malformed HTTP request: extra space in "
-			                  "the request line";
+			c->scan_message =
+			    "malformed HTTP request: extra space in "
+			    "the request line";
 			return false;
 		}
 		f->spaces++;
@@ -1183,8 +1188,9 @@ static bool scan_request_line_byte(struct sl_http_conn *c, unsigned char ch)
 	}
 	if (f->spaces == 1 && (ch < 0x21 || ch >= 0x7f)) {
 		c->scan_status = 400;
-		c->scan_message = "malformed HTTP request: control or non-ASCII "
-		                  "byte in the request target";
+		c->scan_message =
+		    "malformed HTTP request: control or non-ASCII "
+		    "byte in the request target";
 		return false;
 	}
 	if (f->spaces == 2 && f->part_len < sizeof(prefix) - 1 &&
@@ -1226,10 +1232,11 @@ static bool scan_line_end(struct sl_http_conn *c)
 		return len == 0; /* an empty line ends the header section */
 	if (len == 0) {
 		if (++f->empty_lines > MAX_EMPTY_LINES)
-			scan_refuse(c, 400,
-			            "malformed HTTP request: empty lines instead "
-			            "of a request line",
-			            0);
+			scan_refuse(
+			    c, 400,
+			    "malformed HTTP request: empty lines instead "
+			    "of a request line",
+			    0);
 		return false;
 	}
 	if (f->spaces < 2)
@@ -1239,10 +1246,11 @@ static bool scan_line_end(struct sl_http_conn *c)
 		                             "target in the request line",
 		            0);
 	else if (f->part_len == 0)
-		scan_refuse(c, 400,
-		            "malformed HTTP request: extra space in the request "
-		            "line",
-		            0);
+		scan_refuse(
+		    c, 400,
+		    "malformed HTTP request: extra space in the request "
+		    "line",
+		    0);
 	f->past_request_line = true;
 	return false;
 }
@@ -1293,10 +1301,11 @@ static size_t scan_lines(struct sl_http_conn *c, const char *p, size_t len)
 			                   "line folding",
 			                   i);
 		if (first && f->state != FRAME_CHUNK_SIZE && ch == ':')
-			return scan_refuse(c, 400,
-			                   "malformed HTTP request: empty header "
-			                   "name",
-			                   i);
+			return scan_refuse(
+			    c, 400,
+			    "malformed HTTP request: empty header "
+			    "name",
+			    i);
 		if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
 			return scan_refuse(c, 400,
 			                   "malformed HTTP request: control "
@@ -1334,10 +1343,11 @@ static size_t frame_scan(struct sl_http_conn *c, const char *p, size_t len)
 		/* llhttp 8 skips these two bytes unseen: "5\r\nhelloXX". */
 		for (size_t i = 0; i < len; i++) {
 			if (p[i] != "\r\n"[f->crlf_seen])
-				return scan_refuse(c, 400,
-				                   "malformed HTTP request: chunk "
-				                   "data not followed by CRLF",
-				                   i);
+				return scan_refuse(
+				    c, 400,
+				    "malformed HTTP request: chunk "
+				    "data not followed by CRLF",
+				    i);
 			if (++f->crlf_seen == 2) {
 				f->state = FRAME_CHUNK_SIZE;
 				f->line_len = 0;
@@ -1347,8 +1357,7 @@ static size_t frame_scan(struct sl_http_conn *c, const char *p, size_t len)
 		return len;
 	case FRAME_HEAD:
 	case FRAME_CHUNK_SIZE:
-	case FRAME_TRAILERS:
-		break;
+	case FRAME_TRAILERS: break;
 	}
 	return scan_lines(c, p, len);
 }
@@ -1570,9 +1579,7 @@ static void on_timer(uv_timer_t *t)
 		}
 		/* Still flushing the last response: as while handling. */
 		/* fall through */
-	case PHASE_HANDLING:
-		arm_send_timeout(c);
-		break;
+	case PHASE_HANDLING: arm_send_timeout(c); break;
 	}
 }
 

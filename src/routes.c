@@ -53,7 +53,8 @@ static const struct route routes[] = {
  */
 static bool method_matches(llhttp_method_t route_method, llhttp_method_t m)
 {
-	return route_method == m || (m == HTTP_HEAD && route_method == HTTP_GET);
+	return route_method == m ||
+	       (m == HTTP_HEAD && route_method == HTTP_GET);
 }
 
 static void add_allowed(char *allow, size_t size, llhttp_method_t m)

@@ -101,8 +101,8 @@ static void handler(struct sl_http_request *req, void *data)
 	struct server *s = data;
 	atomic_fetch_add(&s->handled, 1);
 	if (strcmp(req->path, "/path") == 0 || strcmp(req->path, "/") == 0) {
-		char *body = sl_xasprintf("path=%s query=%s", req->path,
-		                          req->query);
+		char *body =
+		    sl_xasprintf("path=%s query=%s", req->path, req->query);
 		sl_http_respond(req, 200, "text/plain", NULL, body,
 		                strlen(body));
 		free(body);
@@ -119,8 +119,9 @@ static void handler(struct sl_http_request *req, void *data)
 	}
 	if (strcmp(req->path, "/ctype") == 0) {
 		unsigned i = (unsigned)atoi(req->query);
-		char *type = ctypes[i].long_len ? long_type(ctypes[i].long_len)
-		                                : sl_xasprintf("%s", ctypes[i].type);
+		char *type = ctypes[i].long_len
+		                 ? long_type(ctypes[i].long_len)
+		                 : sl_xasprintf("%s", ctypes[i].type);
 		sl_http_respond(req, 200, type, NULL, "ok", 2);
 		free(type);
 		return;
@@ -692,24 +693,22 @@ static void test_head_http10_and_ids(void)
 	ASSERT_CONTAINS(r.head, "Connection: close");
 	ASSERT(closed);
 
-	exchange(s,
-	         "GET /id HTTP/1.1\r\nHost: x\r\nX-Request-Id: trace-42/a\r\n\r\n",
-	         &r,
-	         &closed);
+	exchange(
+	    s,
+	    "GET /id HTTP/1.1\r\nHost: x\r\nX-Request-Id: trace-42/a\r\n\r\n",
+	    &r, &closed);
 	ASSERT_STR_EQ(r.body, "trace-42/a");
 	ASSERT_CONTAINS(r.head, "X-Request-Id: trace-42/a\r\n");
 	/* Too long, or unprintable: replaced by sluice's own. */
 	char *long_id = repeat("i", SL_HTTP_REQUEST_ID_MAX + 1);
 	char *req = sl_xasprintf(
-	    "GET /id HTTP/1.1\r\nHost: x\r\nX-Request-Id: %s\r\n\r\n",
-	                         long_id);
+	    "GET /id HTTP/1.1\r\nHost: x\r\nX-Request-Id: %s\r\n\r\n", long_id);
 	exchange(s, req, &r, &closed);
 	ASSERT_EQ(r.body_len, 16);
 	free(req);
 	free(long_id);
 	exchange(s, "GET /id HTTP/1.1\r\nHost: x\r\nX-Request-Id: a b\r\n\r\n",
-	         &r,
-	         &closed);
+	         &r, &closed);
 	ASSERT_EQ(r.body_len, 16);
 	char other[32];
 	memcpy(other, r.body, 17); /* 16 hex digits and the NUL */
@@ -813,8 +812,8 @@ static void test_bare_cr_and_lf_are_refused(void)
 		char buf[4096];
 		bool eof;
 		recv_for(fd, buf, sizeof(buf), 100, &eof); /* a separate read */
-		send_str(fd, bad ? "XGET /echo HTTP/1.1\r\nHost: x\r\n\r\n"
-		                 : "\n");
+		send_str(fd,
+		         bad ? "XGET /echo HTTP/1.1\r\nHost: x\r\n\r\n" : "\n");
 		recv_for(fd, buf, sizeof(buf), 2000, &eof);
 		ASSERT_CONTAINS(buf, bad ? "HTTP/1.1 400 " : "HTTP/1.1 200 ");
 		ASSERT_EQ(atomic_load(&s->handled), before + !bad);
@@ -895,8 +894,8 @@ static void test_strict_request_rules(void)
 	/* Other major versions: 505, with its reason phrase. */
 	static const char *const versions[] = {"2.0", "3.0", "9.9"};
 	for (size_t i = 0; i < SL_ARRAY_SIZE(versions); i++) {
-		char *req = sl_xasprintf(
-		    "GET /echo HTTP/%s\r\nHost: x\r\n\r\n", versions[i]);
+		char *req = sl_xasprintf("GET /echo HTTP/%s\r\nHost: x\r\n\r\n",
+		                         versions[i]);
 		expect_refused(s, req, 505, "HTTP/1.1");
 		struct response r;
 		bool closed;
@@ -984,7 +983,8 @@ static void *send_rest(void *arg)
 
 /*
  * Sends until the server stops reading (the socket stays unwritable for a
- * second, or the server closes it); returns the bytes sent. Fails if the server read everything.
+ * second, or the server closes it); returns the bytes sent. Fails if the server
+ * read everything.
  */
 static size_t send_until_stopped(int fd, const char *data, size_t total)
 {
@@ -1048,8 +1048,9 @@ static void test_pipelining_is_bounded(void)
 	 * pipeline bound; without the bound, one per request read.
 	 */
 	int ran = atomic_load(&s->handled);
-	fprintf(stderr, "  %d of %d requests answered before the client "
-	                "read (%zu bytes sent)\n",
+	fprintf(stderr,
+	        "  %d of %d requests answered before the client "
+	        "read (%zu bytes sent)\n",
 	        ran, REQUESTS, sent);
 	ASSERT(ran < REQUESTS / 4);
 
@@ -1126,10 +1127,10 @@ static void test_hostile_content_types(void)
 	size_t carry_len = 0;
 	static struct response r;
 	for (unsigned i = 0; i < SL_ARRAY_SIZE(ctypes); i++) {
-		char *req = sl_xasprintf(
-		    "GET /ctype?%u HTTP/1.1\r\nHost: x\r\n\r\n"
-		    "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n",
-		    i);
+		char *req =
+		    sl_xasprintf("GET /ctype?%u HTTP/1.1\r\nHost: x\r\n\r\n"
+		                 "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n",
+		                 i);
 		send_str(fd, req);
 		free(req);
 		read_response(fd, &r, carry, &carry_len);
