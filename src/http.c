@@ -1380,11 +1380,8 @@ static void conn_refuse(struct sl_http_conn *c, unsigned status,
                         const char *message)
 {
 	if (status == SCAN_CLOSE_SILENTLY) {
+		/* Not an HTTP/1.x request: no access log line, no status. */
 		sl_debug("http: closing without an answer: %s", message);
-		if (c->req) {
-			c->req->pub.info.outcome = "rejected";
-			request_finished(c, c->req, false);
-		}
 		conn_close(c);
 		return;
 	}
