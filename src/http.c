@@ -11,8 +11,12 @@
  *
  * Input: reads land in the server's shared buffer and are parsed at once.
  * Bytes that cannot be parsed yet (the next pipelined request while one is
- * being answered) are kept in the connection's `pending` buffer, bounded by
- * SL_HTTP_PENDING_MAX; when it is full, reading pauses.
+ * being answered, or while earlier answers wait for the client to read
+ * them: see pipeline_blocked) are kept in the connection's `pending`
+ * buffer, bounded by SL_HTTP_PENDING_MAX; when it is full, reading pauses.
+ * Before llhttp sees any byte, the frame scanner (struct frame_scan)
+ * decides where each part of a request ends and refuses what RFC 9112 says
+ * a server must refuse, so that the llhttp version linked does not matter.
  *
  * Closing: uv_close() on both handles; the request in flight, if any, gets
  * on_abort from the close callback, always from the loop and never from

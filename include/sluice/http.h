@@ -6,7 +6,8 @@
  * complete request to one handler function. The handler answers through the
  * sl_http_respond*() and sl_http_stream_*() calls, at once or later from any
  * loop callback. Pipelined requests are answered in order: the next one is
- * parsed only when the current response is complete.
+ * parsed only when the current response is complete and no more than
+ * SL_HTTP_PIPELINE_BACKLOG bytes of answers wait for the client.
  *
  * Glossary:
  *   request   one parsed HTTP request; lives inside its connection from
