@@ -1674,13 +1674,9 @@ static void conn_finish(struct sl_http_conn *c)
 
 /* ---- accepting ---- */
 
-static void on_connection(uv_stream_t *listener, int status)
+/* A new connection in the server's list, its handles initialised. */
+static struct sl_http_conn *conn_new(struct sl_http_server *s)
 {
-	struct sl_http_server *s = listener->data;
-	if (status < 0) {
-		sl_warn("http: accept failed: %s", uv_strerror(status));
-		return;
-	}
 	struct sl_http_conn *c = sl_xcalloc(1, sizeof(*c));
 	c->server = s;
 	uv_tcp_init(s->loop, &c->tcp);
@@ -1693,10 +1689,13 @@ static void on_connection(uv_stream_t *listener, int status)
 		s->conns->prev = c;
 	s->conns = c;
 	s->n_conns++;
-	if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
-		conn_close(c);
-		return;
-	}
+	return c;
+}
+
+/* Starts a connection whose socket is open: the limit, then reading. */
+static void conn_start(struct sl_http_conn *c)
+{
+	struct sl_http_server *s = c->server;
 	/* Without it each streamed chunk can wait ~40 ms on delayed ACKs. */
 	uv_tcp_nodelay(&c->tcp, 1);
 	llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
@@ -1713,6 +1712,35 @@ static void on_connection(uv_stream_t *listener, int status)
 	/* A new client has the header timeout to send its first request. */
 	set_timer(c, s->limits.header_timeout_ms);
 	conn_update_reading(c);
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+	struct sl_http_server *s = listener->data;
+	if (status < 0) {
+		sl_warn("http: accept failed: %s", uv_strerror(status));
+		return;
+	}
+	struct sl_http_conn *c = conn_new(s);
+	if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
+		conn_close(c);
+		return;
+	}
+	conn_start(c);
+}
+
+int sl_http_server_adopt(struct sl_http_server *s, uv_os_sock_t fd)
+{
+	if (!s->read_buf || s->closing)
+		return UV_EINVAL;
+	struct sl_http_conn *c = conn_new(s);
+	int rc = uv_tcp_open(&c->tcp, fd);
+	if (rc != 0) {
+		conn_close(c); /* the handle never owned fd */
+		return rc;
+	}
+	conn_start(c);
+	return 0;
 }
 
 int sl_http_server_listen(struct sl_http_server *s, uv_loop_t *loop,

@@ -28,6 +28,9 @@
 struct server {
 	uv_loop_t loop;
 	uv_async_t stop;
+	uv_async_t adopt; /* hands adopt_fd to sl_http_server_adopt() */
+	atomic_int adopt_fd;
+	atomic_int adopt_rc;
 	struct sl_http_server http;
 	pthread_t thread;
 	unsigned port;
@@ -168,6 +171,14 @@ static void on_stop(uv_async_t *a)
 	struct server *s = a->data;
 	sl_http_server_close(&s->http, on_server_closed);
 	uv_close((uv_handle_t *)a, NULL);
+	uv_close((uv_handle_t *)&s->adopt, NULL);
+}
+
+static void on_adopt(uv_async_t *a)
+{
+	struct server *s = a->data;
+	int rc = sl_http_server_adopt(&s->http, atomic_load(&s->adopt_fd));
+	atomic_store(&s->adopt_rc, rc == 0 ? 1 : rc);
 }
 
 static void *server_main(void *arg)
@@ -183,6 +194,8 @@ static struct server *server_start(const struct sl_http_limits *limits)
 	ASSERT_EQ(uv_loop_init(&s->loop), 0);
 	ASSERT_EQ(uv_async_init(&s->loop, &s->stop, on_stop), 0);
 	s->stop.data = s;
+	ASSERT_EQ(uv_async_init(&s->loop, &s->adopt, on_adopt), 0);
+	s->adopt.data = s;
 	ASSERT_EQ(sl_http_server_listen(&s->http, &s->loop, "127.0.0.1", 0,
 	                                limits, handler, s),
 	          0);
@@ -1102,6 +1115,39 @@ static void test_pipelining_wait_has_the_send_timeout(void)
 	server_stop(s);
 }
 
+/* A socketpair end handed to the server is served like a TCP client. */
+static void test_adopted_socket(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	struct server *s = server_start(&l);
+	int sv[2];
+	ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	atomic_store(&s->adopt_fd, sv[1]);
+	uv_async_send(&s->adopt);
+	uint64_t deadline = now_ms() + 5000;
+	while (atomic_load(&s->adopt_rc) == 0 && now_ms() < deadline)
+		poll(NULL, 0, 1);
+	ASSERT_EQ(atomic_load(&s->adopt_rc), 1);
+	send_str(sv[0], "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n"
+	                "GET /echo?two HTTP/1.1\r\nHost: x\r\n"
+	                "Connection: close\r\n\r\n");
+	char carry[65536];
+	size_t carry_len = 0;
+	struct response r;
+	read_response(sv[0], &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 200);
+	ASSERT_STR_EQ(r.body, "GET /echo 0:");
+	read_response(sv[0], &r, carry, &carry_len);
+	ASSERT_STR_EQ(r.body, "GET /echo?two 0:");
+	char buf[64];
+	bool eof;
+	recv_for(sv[0], buf, sizeof(buf), 5000, &eof);
+	ASSERT(eof); /* closed as asked: the server owned the socket */
+	close(sv[0]);
+	server_stop(s);
+}
+
 /*
  * Content types an upstream might send: too long, or with CR, LF or other
  * control bytes. The head stays well framed (the next response on the same
@@ -1173,5 +1219,6 @@ int main(void)
 	RUN(test_pipelining_is_bounded);
 	RUN(test_pipelining_wait_has_the_send_timeout);
 	RUN(test_hostile_content_types);
+	RUN(test_adopted_socket);
 	return 0;
 }

@@ -186,6 +186,15 @@ int sl_http_server_listen(struct sl_http_server *s, uv_loop_t *loop,
 
 unsigned sl_http_server_port(const struct sl_http_server *s);
 
+/*
+ * Serves a connected stream socket that did not come through the listener
+ * (a socketpair end, for tests and fuzzing), as if just accepted; call it
+ * on the server's loop, after sl_http_server_listen() succeeded. On success
+ * the server owns fd and closes it; on error (a negative libuv code) the
+ * caller keeps it.
+ */
+int sl_http_server_adopt(struct sl_http_server *s, uv_os_sock_t fd);
+
 /* Stops accepting new connections; open ones carry on. */
 void sl_http_server_stop_accepting(struct sl_http_server *s);
 
