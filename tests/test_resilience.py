@@ -329,10 +329,6 @@ class RetryAfter(MockTestCase):
         self.assertEqual(len(set(waits)), len(waits), waits)
         for a, b in zip(waits, waits[1:]):
             self.assertGreaterEqual(b - a, 10, waits)
-        # The last is told to wait about as many steps as clients were
-        # refused before it: the waits grow with the rank.
-        step = (waits[-1] - waits[0]) / (len(waits) - 1)
-        self.assertGreater(waits[-1], waits[0] + (len(waits) - 2) * step / 2)
         ok = sum(1 for r in final if r.status == 200)
         for r in final:
             if r.status == 200:
