@@ -711,12 +711,36 @@ static void reset_for_retry(struct exchange *x)
 	x->req->info.ttft_ms = -1;
 }
 
+/* What a transfer's failure said, for the log. */
+static void describe_failure(const struct exchange *x, CURLcode result,
+                             char *buf, size_t size)
+{
+	snprintf(buf, size, "%s failed: %s", x->id,
+	         result == CURLE_OK ? "the stream ended before its end"
+	         : x->error[0]      ? x->error
+	                            : curl_easy_strerror(result));
+}
+
+/*
+ * Whether the transfer ended because the connection failed: then the
+ * upstream turns suspect, so that nothing more is sent to it until a probe
+ * says it answers, and no request is thrown at a dead port (the slot that
+ * a failed stream frees would otherwise go straight to it).
+ */
+static bool connection_failed(const struct exchange *x, CURLcode result)
+{
+	if (x->ended || x->gave_up)
+		return false; /* the answer was whole, or sluice cut it */
+	return transport_failure(result) ||
+	       (result == CURLE_OK && x->mode == MODE_SSE &&
+	        !native_stream_complete(x));
+}
+
 /*
  * A request whose upstream failed at the transport level before any byte
  * reached its client goes back to its place in the queue, to be sent again
- * when an upstream is ready (or to get 503 when its queue time runs out).
- * The upstream turns suspect, so nothing more is sent to it until a probe
- * says it answers: no request is thrown at a dead port. A refused
+ * when an upstream is ready (or to get 503 when its queue time runs out),
+ * not to the upstream that failed: it is suspect by now. A refused
  * connection means the request was never sent, so it may be sent again as
  * often as that happens; any other failure lets it go again only once,
  * since llama-server may have started working on it. Returns true when the
@@ -728,17 +752,10 @@ static bool try_again(struct exchange *x, CURLcode result)
 	if (!x->req || x->head_sent || x->ended || x->gave_up)
 		return false;
 	bool refused = result == CURLE_COULDNT_CONNECT;
-	bool cut = transport_failure(result) ||
-	           (result == CURLE_OK && x->mode == MODE_SSE &&
-	            !native_stream_complete(x));
-	if (!cut || (x->retried && !refused))
+	if (!connection_failed(x, result) || (x->retried && !refused))
 		return false;
 	char why[SL_HTTP_REQUEST_ID_MAX + CURL_ERROR_SIZE + 64];
-	snprintf(why, sizeof(why), "%s failed: %s", x->id,
-	         result == CURLE_OK ? "the stream ended before its end"
-	         : x->error[0]      ? x->error
-	                            : curl_easy_strerror(result));
-	sl_upstream_suspect(x->upstream, why);
+	describe_failure(x, result, why, sizeof(why));
 	sl_warn("%s: upstream %s%s failed before any byte reached the client "
 	        "(%s); queued to be sent again",
 	        x->id, x->upstream->url, x->ep->upstream_path, why);
@@ -771,6 +788,11 @@ static void on_transfer_done(struct sl_transfer *t, CURLcode result)
 	/* The stream's last event may be what ends it. */
 	if (x->req && result == CURLE_OK && x->mode == MODE_SSE)
 		sl_sse_finish(&x->sse, on_event, x);
+	if (connection_failed(x, result)) {
+		char why[SL_HTTP_REQUEST_ID_MAX + CURL_ERROR_SIZE + 64];
+		describe_failure(x, result, why, sizeof(why));
+		sl_upstream_suspect(x->upstream, why);
+	}
 	if (try_again(x, result))
 		return;
 	if (result != CURLE_OK && !x->ended && !x->gave_up)

@@ -61,7 +61,9 @@ int sl_app_run(const struct sl_config *cfg);
 /*
  * Starts the shutdown described above, with the given exit status. With
  * status 0 it drains first: no new connections, idle ones closed, requests
- * in flight finish within --drain-timeout.
+ * in flight finish within --drain-timeout. When it passes, each request
+ * still owed an answer gets 503 (or, for a stream under way, an error event
+ * and its end), and the front closes once those went out.
  */
 void sl_app_stop(struct sl_app *app, int exit_code);
 
