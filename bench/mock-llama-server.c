@@ -46,7 +46,8 @@
  * client leaves; --close-rate closes the connection after half the tokens
  * of a stream, or instead of a non-streamed answer. --start-delay-ms makes
  * every endpoint answer 503 "Loading model" for that long after start, as
- * llama-server does while it loads a model.
+ * llama-server does while it loads a model. --nul-pieces 1 ends every piece
+ * with a NUL character, so tests can check that such text arrives whole.
  *
  * Known gaps: no /metrics, /tokenize, /embeddings, /infill; no stop words,
  * no n_probs, no multiple prompts; unknown fields are ignored (as
@@ -99,6 +100,7 @@ struct options {
 	double close_rate;
 	uint64_t start_delay_ms;
 	uint64_t seed;
+	uint64_t nul_pieces;
 };
 
 enum opt_kind {
@@ -143,6 +145,8 @@ static const struct option_def option_defs[] = {
      "answer 503 \"Loading model\" for this long after start"},
     {"seed", "SLUICE_MOCK_SEED", OPT_UINT, FIELD(seed), "42", 0, UINT64_MAX,
      "seed of the PRNG that picks the requests to fault"},
+    {"nul-pieces", "SLUICE_MOCK_NUL_PIECES", OPT_UINT, FIELD(nul_pieces), "0",
+     0, 1, "1: each piece ends with a NUL character (\\u0000 in JSON)"},
 };
 
 static void usage(FILE *f)
@@ -388,11 +392,21 @@ static void respond_error(struct sl_http_request *req, int status,
 	free(body);
 }
 
+/*
+ * What follows " tok<k>" in a piece: nothing, or with --nul-pieces 1 a NUL
+ * character, which JSON writes as \u0000 and which must reach the client
+ * whole (text in any language may hold one).
+ */
+static const char *piece_tail(const struct mock *m)
+{
+	return m->opt.nul_pieces ? "\\u0000" : "";
+}
+
 /* The whole text of n tokens: " tok0 tok1 ...". */
-static void append_pieces(struct text *t, unsigned n)
+static void append_pieces(struct text *t, const struct mock *m, unsigned n)
 {
 	for (unsigned k = 0; k < n; k++)
-		text_printf(t, " tok%u", k);
+		text_printf(t, " tok%u%s", k, piece_tail(m));
 }
 
 /*
@@ -438,7 +452,7 @@ static void append_native_final(struct text *t, const struct generation *g,
 {
 	text_printf(t, "{\"index\":0,\"content\":\"");
 	if (with_text)
-		append_pieces(t, g->n_tokens);
+		append_pieces(t, g->mock, g->n_tokens);
 	text_printf(t,
 	            "\",\"tokens\":[],\"id_slot\":%d,\"stop\":true,"
 	            "\"model\":\"" MOCK_MODEL "\",\"tokens_predicted\":%u,"
@@ -459,7 +473,7 @@ static void append_text_final(struct text *t, const struct generation *g,
 {
 	text_printf(t, "{\"choices\":[{\"text\":\"");
 	if (with_text)
-		append_pieces(t, g->n_tokens);
+		append_pieces(t, g->mock, g->n_tokens);
 	text_printf(t,
 	            "\",\"index\":0,\"logprobs\":null,\"finish_reason\":"
 	            "\"length\"}],\"created\":%lld,\"model\":\"" MOCK_MODEL
@@ -477,7 +491,7 @@ static void append_chat_answer(struct text *t, const struct generation *g)
 	text_printf(t,
 	            "{\"choices\":[{\"finish_reason\":\"length\",\"index\":0,"
 	            "\"message\":{\"role\":\"assistant\",\"content\":\"");
-	append_pieces(t, g->n_tokens);
+	append_pieces(t, g->mock, g->n_tokens);
 	text_printf(t,
 	            "\"}}],\"created\":%lld,\"model\":\"" MOCK_MODEL "\","
 	            "\"system_fingerprint\":\"" MOCK_NAME "\","
@@ -506,26 +520,27 @@ static void append_token_event(struct text *t, const struct generation *g,
 	switch (g->api) {
 	case API_NATIVE:
 		text_printf(t,
-		            "data: {\"index\":0,\"content\":\" tok%u\","
+		            "data: {\"index\":0,\"content\":\" tok%u%s\","
 		            "\"tokens\":[%u],\"stop\":false,\"id_slot\":-1,"
 		            "\"tokens_predicted\":%u,\"tokens_evaluated\":%u}"
 		            "\n\n",
-		            k, k, k + 1, g->prompt_tokens);
+		            k, piece_tail(g->mock), k, k + 1, g->prompt_tokens);
 		break;
 	case API_TEXT:
 		text_printf(t,
-		            "data: {\"choices\":[{\"text\":\" tok%u\","
+		            "data: {\"choices\":[{\"text\":\" tok%u%s\","
 		            "\"index\":0,\"logprobs\":null,\"finish_reason\":"
 		            "null}],\"created\":%lld,\"model\":\"" MOCK_MODEL
 		            "\",\"system_fingerprint\":\"" MOCK_NAME "\","
 		            "\"object\":\"text_completion\",\"id\":\"%s\"}\n\n",
-		            k, g->created, g->id);
+		            k, piece_tail(g->mock), g->created, g->id);
 		break;
 	case API_CHAT:
-		text_printf(t,
-		            "data: {\"choices\":[{\"finish_reason\":null,"
-		            "\"index\":0,\"delta\":{\"content\":\" tok%u\"}}],",
-		            k);
+		text_printf(
+		    t,
+		    "data: {\"choices\":[{\"finish_reason\":null,"
+		    "\"index\":0,\"delta\":{\"content\":\" tok%u%s\"}}],",
+		    k, piece_tail(g->mock));
 		append_chat_chunk_tail(t, g);
 		text_printf(t, "}\n\n");
 		break;

@@ -18,6 +18,18 @@
 static void app_maybe_done(struct sl_app *app);
 static void stop_upstreams(struct sl_app *app, bool force);
 
+/*
+ * Once a drain has nothing left in flight, the last responses may still be
+ * in the connections' write queues, and closing the front would cancel
+ * them. While draining every connection closes by itself after its
+ * response (flushed, then FIN), so sluice waits for the connection count
+ * to reach zero. The HTTP server reports no event for that, hence a poll
+ * every SL_APP_FLUSH_POLL_MS; and a client that neither reads nor closes
+ * cannot hold the shutdown for longer than SL_APP_FLUSH_GRACE_MS.
+ */
+#define SL_APP_FLUSH_POLL_MS 10
+#define SL_APP_FLUSH_GRACE_MS 1000
+
 /* ---- upstream events ---- */
 
 static void announce_ready(struct sl_app *app)
@@ -73,8 +85,7 @@ static unsigned free_slots(void *ctx)
 	unsigned free = 0;
 	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
 		const struct sl_upstream *u = app->upstreams[i];
-		if (u && sl_upstream_is_ready(u) &&
-		    u->inflight < u->total_slots)
+		if (u && sl_upstream_usable(u) && u->inflight < u->total_slots)
 			free += u->total_slots - u->inflight;
 	}
 	return free;
@@ -109,7 +120,7 @@ struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, bool need_slot,
                                          char *why, size_t size)
 {
 	struct sl_upstream *best = NULL;
-	unsigned n_starting = 0, n_restarting = 0;
+	unsigned n_starting = 0, n_restarting = 0, n_suspect = 0;
 	for (unsigned k = 0; k < SL_MAX_UPSTREAMS; k++) {
 		unsigned i = (app->next_upstream + k) % SL_MAX_UPSTREAMS;
 		struct sl_upstream *u = app->upstreams[i];
@@ -117,7 +128,8 @@ struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, bool need_slot,
 			continue;
 		n_starting += u->state == SL_UPSTREAM_STARTING;
 		n_restarting += u->state == SL_UPSTREAM_RESTARTING;
-		if (!sl_upstream_is_ready(u) ||
+		n_suspect += u->state == SL_UPSTREAM_READY && u->suspect;
+		if (!sl_upstream_usable(u) ||
 		    (need_slot && u->inflight >= u->total_slots))
 			continue;
 		/* Fewest in flight per slot: compare a/b < c/d as ad < cb. */
@@ -139,11 +151,26 @@ struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, bool need_slot,
 		snprintf(why, size,
 		         "llama-server is restarting after it "
 		         "exited; retry shortly");
+	else if (n_suspect)
+		snprintf(why, size,
+		         "the upstream just failed a request and is being "
+		         "checked; retry shortly");
 	else
 		snprintf(why, size,
 		         "no upstream is ready: every llama-server "
 		         "is down or not answering");
 	return NULL;
+}
+
+bool sl_app_upstream_expected(const struct sl_app *app)
+{
+	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
+		const struct sl_upstream *u = app->upstreams[i];
+		if (u && (u->state == SL_UPSTREAM_RESTARTING ||
+		          (u->state == SL_UPSTREAM_READY && u->suspect)))
+			return true;
+	}
+	return false;
 }
 
 static void on_upstream_fatal(struct sl_upstream *u, const char *why)
@@ -216,26 +243,66 @@ static void close_front(struct sl_app *app)
 	app->front_closing = true;
 	uv_close((uv_handle_t *)&app->drain_timer, NULL);
 	uv_close((uv_handle_t *)&app->sched_timer, NULL);
+	uv_close((uv_handle_t *)&app->flush_timer, NULL);
 	if (app->http.loop)
 		sl_http_server_close(&app->http, on_http_closed);
 	else
 		stop_upstreams(app, app->force_stop);
 }
 
+static void on_flush_timer(uv_timer_t *t)
+{
+	struct sl_app *app = t->data;
+	if (app->http.n_conns > 0 &&
+	    uv_now(&app->loop) < app->flush_deadline_ms) {
+		uv_timer_start(&app->flush_timer, on_flush_timer,
+		               SL_APP_FLUSH_POLL_MS, 0);
+		return;
+	}
+	if (app->http.n_conns > 0)
+		sl_warn("%u connections still open %d ms after the last "
+		        "response; closing them",
+		        app->http.n_conns, SL_APP_FLUSH_GRACE_MS);
+	close_front(app);
+}
+
+/* Closes the front once the last responses went out (see the top). */
+static void close_front_when_flushed(struct sl_app *app)
+{
+	if (app->front_closing || app->flush_deadline_ms)
+		return;
+	if (!app->http.loop || app->http.n_conns == 0) {
+		close_front(app);
+		return;
+	}
+	app->flush_deadline_ms = uv_now(&app->loop) + SL_APP_FLUSH_GRACE_MS;
+	uv_timer_start(&app->flush_timer, on_flush_timer, SL_APP_FLUSH_POLL_MS,
+	               0);
+}
+
+/*
+ * Nothing is cut silently: every request still in flight gets its proper
+ * end (503, or an error event that ends its stream), and the front closes
+ * once those have been flushed.
+ */
 static void on_drain_timeout(uv_timer_t *t)
 {
 	struct sl_app *app = t->data;
-	sl_warn("drain timeout: %u requests still in flight; cancelling them",
+	sl_warn("drain timeout: %u requests still in flight; ending them "
+	        "with 503 or an error event",
 	        app->exchanges);
-	close_front(app);
+	app->ending_all = true;
+	sl_proxy_end_all(app);
+	app->ending_all = false;
+	close_front_when_flushed(app);
 }
 
 void sl_app_maybe_drained(struct sl_app *app)
 {
-	if (!app->stopping || app->front_closing || app->exchanges > 0 ||
-	    sl_http_server_busy(&app->http) > 0)
+	if (!app->stopping || app->front_closing || app->ending_all ||
+	    app->exchanges > 0 || sl_http_server_busy(&app->http) > 0)
 		return;
-	close_front(app);
+	close_front_when_flushed(app);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -457,6 +524,8 @@ int sl_app_run(const struct sl_config *cfg)
 	app->drain_timer.data = app;
 	uv_timer_init(&app->loop, &app->sched_timer);
 	app->sched_timer.data = app;
+	uv_timer_init(&app->loop, &app->flush_timer);
+	app->flush_timer.data = app;
 	struct sl_sched_config sched_cfg = {
 	    .aging_rate = cfg->aging_rate,
 	    .window_ms = cfg->batch_window_ms,

@@ -62,6 +62,19 @@ const unsigned sl_n_endpoints = SL_ARRAY_SIZE(sl_endpoints);
 
 /* Largest non-streamed answer sluice assembles from an upstream stream. */
 #define SL_PROXY_MAX_ANSWER (64u * 1024 * 1024)
+/*
+ * Longest upstream Content-Type copied into a client's response head.
+ * llama-server sends "application/json; charset=utf-8" or
+ * "text/event-stream"; anything far longer is not an answer to relay.
+ */
+#define SL_PROXY_MAX_CONTENT_TYPE 100u
+/* The final 503 of every request still in flight when a drain times out. */
+#define SL_PROXY_DRAIN_MESSAGE "sluice is shutting down: --drain-timeout passed"
+/*
+ * Retry-After for a 503 whose end nobody can predict (no upstream ready,
+ * shutting down): the one-second hint clients have always had.
+ */
+#define SL_PROXY_UNAVAILABLE_RETRY "Retry-After: 1\r\nretry-after-ms: 1000\r\n"
 
 enum relay_mode {
 	MODE_WAITING, /* no response byte yet */
@@ -84,7 +97,8 @@ struct exchange {
 	uint64_t arrived_ms;
 	int64_t queue_ms; /* -1 until dispatched */
 	unsigned batch_size;
-	char sched_headers[80]; /* X-Queue-Ms and X-Batch-Size, once known */
+	/* X-Queue-Ms and X-Batch-Size once known; Retry-After on refusals. */
+	char sched_headers[160];
 
 	bool stream;   /* the client wants events */
 	bool assemble; /* it wants one answer, built from upstream events */
@@ -98,6 +112,7 @@ struct exchange {
 	uv_timer_t timer;
 	uint64_t last_byte_ms;
 	bool released;
+	bool retried; /* sent again once after a transport failure */
 
 	enum relay_mode mode;
 	bool head_sent; /* the client's response has begun */
@@ -160,8 +175,9 @@ static void write_event(struct exchange *x, json_t *doc)
 static void end_stream_with_error(struct exchange *x, int code,
                                   const char *message)
 {
-	json_t *j = json_pack("{s:{s:s, s:s, s:i}}", "error", "message",
-	                      message, "type", "server_error", "code", code);
+	json_t *j = json_pack(
+	    "{s:{s:s, s:s, s:i}}", "error", "message", message, "type",
+	    code == 503 ? "unavailable_error" : "server_error", "code", code);
 	write_event(x, j);
 	json_decref(j);
 	note_totals(x);
@@ -178,7 +194,9 @@ static void fail(struct exchange *x, int status, const char *message)
 		return;
 	if (!x->head_sent)
 		respond_error(x, status,
-		              status == 504 ? "timeout_error" : "server_error",
+		              status == 504   ? "timeout_error"
+		              : status == 503 ? "unavailable_error"
+		                              : "server_error",
 		              message);
 	else if (x->mode == MODE_SSE)
 		end_stream_with_error(x, status, message);
@@ -290,13 +308,17 @@ static double ms_since(uint64_t start_ns)
 	return (double)(sl_now_ns() - start_ns) / 1e6;
 }
 
-/* /generate's totals, for its answer and its last event. */
-static json_t *generate_totals(struct exchange *x, const char *text,
-                               json_t *final)
+/*
+ * /generate's totals, for its answer and its last event. `text` is a JSON
+ * string (borrowed), or NULL for ""; kept as a JSON value, not a C string,
+ * so that a NUL in it does not cut it short.
+ */
+static json_t *generate_totals(struct exchange *x, json_t *text, json_t *final)
 {
-	return json_pack("{s:s, s:s, s:I, s:s, s:I, s:I, s:i}", "id", x->id,
-	                 "text", text, "tokens", (json_int_t)x->tokens_seen,
-	                 "finish_reason", sl_finish_reason(final), "queue_ms",
+	return json_pack("{s:s, s:o, s:I, s:s, s:I, s:I, s:i}", "id", x->id,
+	                 "text", text ? json_incref(text) : json_string(""),
+	                 "tokens", (json_int_t)x->tokens_seen, "finish_reason",
+	                 sl_finish_reason(final), "queue_ms",
 	                 (json_int_t)x->queue_ms, "latency_ms",
 	                 (json_int_t)ms_since(x->req->start_ns), "batch_size",
 	                 (int)x->batch_size);
@@ -322,12 +344,15 @@ static void finish_answer(struct exchange *x)
 		return;
 	}
 	note_totals(x);
-	const char *text = json_string_value(json_object_get(doc, "content"));
+	json_t *text = json_object_get(doc, "content");
+	if (!json_is_string(text))
+		text = NULL;
 	json_t *out = NULL;
 	if (x->ep->api == SL_API_GENERATE)
-		out = generate_totals(x, text ? text : "", doc);
+		out = generate_totals(x, text, doc);
 	else if (x->ep->api == SL_API_INFER)
-		out = json_pack("{s:s, s:s}", "response", text ? text : "",
+		out = json_pack("{s:o, s:s}", "response",
+		                text ? json_incref(text) : json_string(""),
 		                "id", x->id);
 	respond_json(x, 200, out ? out : doc);
 	json_decref(out);
@@ -343,7 +368,7 @@ static void end_ok(struct exchange *x)
 		return;
 	}
 	if (x->ep->api == SL_API_GENERATE) {
-		json_t *totals = generate_totals(x, "", x->final);
+		json_t *totals = generate_totals(x, NULL, x->final);
 		write_event(x, totals);
 		json_decref(totals);
 	}
@@ -428,23 +453,31 @@ static bool single_data_line(const char *event, size_t len, const char **data,
 	return true;
 }
 
+/*
+ * How upstream events are parsed. JSON_DECODE_ANY: a prompt array's stream
+ * opens with "null". JSON_ALLOW_NUL: "\u0000" is valid JSON, and text
+ * (or a final event echoing a prompt) may hold it; without the flag the
+ * whole event would be dropped. Strings are then read with their length
+ * (json_string_length), never as C strings.
+ */
+#define EVENT_JSON_FLAGS (JSON_DECODE_ANY | JSON_ALLOW_NUL)
+
 /* An event's data parsed, and whether it was the [DONE] marker. */
 static json_t *parse_event(const char *event, size_t len, bool *done_marker)
 {
 	const char *data;
 	size_t n;
 	*done_marker = false;
-	/* JSON_DECODE_ANY: a prompt array's stream opens with "null". */
 	if (single_data_line(event, len, &data, &n)) {
 		*done_marker = n == 6 && memcmp(data, "[DONE]", 6) == 0;
 		return *done_marker
 		           ? NULL
-		           : json_loadb(data, n, JSON_DECODE_ANY, NULL);
+		           : json_loadb(data, n, EVENT_JSON_FLAGS, NULL);
 	}
 	char *copy = event_data(event, len);
 	*done_marker = copy && strcmp(copy, "[DONE]") == 0;
 	json_t *doc = copy && !*done_marker
-	                  ? json_loads(copy, JSON_DECODE_ANY, NULL)
+	                  ? json_loads(copy, EVENT_JSON_FLAGS, NULL)
 	                  : NULL;
 	free(copy);
 	return doc;
@@ -483,8 +516,29 @@ static int on_event(const char *event, size_t len, void *arg)
 	return 0;
 }
 
-/* The first byte: answer the client's head in the right mode. */
-static void start_response(struct exchange *x)
+/*
+ * Whether an upstream's Content-Type may be copied into the client's head:
+ * not too long, and only the bytes a header value may hold (RFC 9110's
+ * field-vchar, SP and HTAB), so that it cannot end the line or the head.
+ */
+static bool content_type_ok(const char *ctype)
+{
+	size_t n = strlen(ctype);
+	if (n > SL_PROXY_MAX_CONTENT_TYPE)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)ctype[i];
+		if (c != ' ' && c != '\t' && (c < 0x21 || c > 0x7e))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The first byte: answer the client's head in the right mode. Returns
+ * false when the upstream's head cannot be relayed (the client got 502).
+ */
+static bool start_response(struct exchange *x)
 {
 	const struct sl_config *cfg = x->app->cfg;
 	long status = 0;
@@ -494,6 +548,20 @@ static void start_response(struct exchange *x)
 	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
 	curl_easy_getinfo(e, CURLINFO_CONTENT_TYPE, &ctype);
 	curl_easy_getinfo(e, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+	/* Both go into the client's head: only sane values do. */
+	if (status < 200 || status > 599) {
+		char message[96];
+		snprintf(message, sizeof(message),
+		         "upstream answered with status %ld", status);
+		fail(x, 502, message);
+		return false;
+	}
+	if (ctype && !content_type_ok(ctype)) {
+		fail(x, 502,
+		     "upstream answered with an invalid or overlong "
+		     "Content-Type");
+		return false;
+	}
 	/* From now on the upstream may not fall silent for long. */
 	uv_timer_start(&x->timer, on_timer, cfg->upstream_idle_timeout_ms, 0);
 	if ((x->stream || x->assemble) && status == 200 && ctype &&
@@ -501,16 +569,16 @@ static void start_response(struct exchange *x)
 		x->mode = MODE_SSE;
 		sl_sse_init(&x->sse, SL_SSE_MAX_EVENT);
 		if (x->assemble)
-			return; /* answered once the stream is complete */
+			return true; /* answered once the stream is complete */
 		x->head_sent = true;
-		char extra[160];
+		char extra[sizeof(x->sched_headers) + 64];
 		snprintf(extra, sizeof(extra),
 		         "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"
 		         "%s",
 		         x->sched_headers);
 		sl_http_stream_start(x->req, 200, "text/event-stream", extra,
 		                     -1);
-		return;
+		return true;
 	}
 	x->mode = MODE_BODY;
 	x->head_sent = true;
@@ -519,6 +587,7 @@ static void start_response(struct exchange *x)
 	sl_http_stream_start(x->req, (int)status,
 	                     ctype ? ctype : "application/octet-stream",
 	                     x->sched_headers, length);
+	return true;
 }
 
 /* CURLOPT_WRITEFUNCTION: the upstream's body, as it arrives. */
@@ -541,8 +610,8 @@ static size_t on_upstream_data(char *data, size_t size, size_t n, void *arg)
 		return CURL_WRITEFUNC_PAUSE;
 	}
 	x->last_byte_ms = uv_now(&x->app->loop);
-	if (x->mode == MODE_WAITING)
-		start_response(x);
+	if (x->mode == MODE_WAITING && !start_response(x))
+		return 0;
 	if (x->mode == MODE_BODY) {
 		sl_http_stream_write(x->req, data, len);
 		return len;
@@ -556,10 +625,22 @@ static size_t on_upstream_data(char *data, size_t size, size_t n, void *arg)
 
 /* ---- the end of a transfer ---- */
 
+/* /completion ends with the transfer, once every prompt stopped. */
+static bool native_stream_complete(const struct exchange *x)
+{
+	return x->ep->stream_end == SL_END_STOP && x->stopped > 0 &&
+	       x->stopped >= x->prompts;
+}
+
+/*
+ * The client's end, once the transfer is over; for a stream, after its
+ * last event was read (sl_sse_finish in on_transfer_done).
+ */
 static void finish_client(struct exchange *x, CURLcode result)
 {
-	if (result == CURLE_OK && x->mode == MODE_WAITING)
-		start_response(x); /* an empty body */
+	/* An empty body: the head, unless it cannot be relayed. */
+	if (result == CURLE_OK && x->mode == MODE_WAITING && !start_response(x))
+		return;
 	if (result == CURLE_OK && x->mode == MODE_BODY) {
 		note_totals(x);
 		sl_http_stream_end(x->req);
@@ -567,13 +648,7 @@ static void finish_client(struct exchange *x, CURLcode result)
 		return;
 	}
 	if (result == CURLE_OK && x->mode == MODE_SSE) {
-		sl_sse_finish(&x->sse, on_event, x);
-		if (!x->req)
-			return;
-		/* /completion ends with the transfer, once every prompt
-		 * stopped. */
-		if (x->ep->stream_end == SL_END_STOP && x->stopped > 0 &&
-		    x->stopped >= x->prompts)
+		if (native_stream_complete(x))
 			end_ok(x);
 		else
 			fail(x, 502,
@@ -586,10 +661,140 @@ static void finish_client(struct exchange *x, CURLcode result)
 	fail(x, result == CURLE_OPERATION_TIMEDOUT ? 504 : 502, message);
 }
 
+/*
+ * Failures of the connection rather than answers: refused, reset, nothing
+ * or only part of the answer received. A retry may cure them.
+ */
+static bool transport_failure(CURLcode result)
+{
+	switch (result) {
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_SEND_ERROR:
+	case CURLE_RECV_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_PARTIAL_FILE: return true;
+	default: return false;
+	}
+}
+
+/*
+ * Undoes a dispatch: the exchange holds no upstream slot, no transfer and
+ * nothing read from it, as if it had never left the queue. The next
+ * dispatch builds a fresh easy handle and header list.
+ */
+static void reset_for_retry(struct exchange *x)
+{
+	curl_easy_cleanup(x->transfer.easy);
+	x->transfer.easy = NULL;
+	curl_slist_free_all(x->headers);
+	x->headers = NULL;
+	x->error[0] = '\0';
+	if (x->mode == MODE_SSE)
+		sl_sse_free(&x->sse);
+	if (x->assemble) {
+		enum sl_assemble_kind kind = x->answer.kind;
+		bool return_tokens = x->answer.return_tokens;
+		sl_assembler_free(&x->answer);
+		sl_assembler_init(&x->answer, kind, return_tokens);
+	}
+	x->answer_bytes = 0;
+	json_decref(x->final);
+	x->final = NULL;
+	x->mode = MODE_WAITING;
+	x->paused = false;
+	x->first_token_ns = x->last_token_ns = 0;
+	x->tokens_seen = x->tokens_final = 0;
+	x->prompts = x->stopped = 0;
+	x->upstream->inflight--;
+	x->upstream = NULL;
+	x->req->info.upstream[0] = '\0';
+	x->req->info.ttft_ms = -1;
+}
+
+/* What a transfer's failure said, for the log. */
+static void describe_failure(const struct exchange *x, CURLcode result,
+                             char *buf, size_t size)
+{
+	snprintf(buf, size, "%s failed: %s", x->id,
+	         result == CURLE_OK ? "the stream ended before its end"
+	         : x->error[0]      ? x->error
+	                            : curl_easy_strerror(result));
+}
+
+/*
+ * Whether the transfer ended because the connection failed: then the
+ * upstream turns suspect, so that nothing more is sent to it until a probe
+ * says it answers, and no request is thrown at a dead port (the slot that
+ * a failed stream frees would otherwise go straight to it).
+ */
+static bool connection_failed(const struct exchange *x, CURLcode result)
+{
+	if (x->ended || x->gave_up)
+		return false; /* the answer was whole, or sluice cut it */
+	return transport_failure(result) ||
+	       (result == CURLE_OK && x->mode == MODE_SSE &&
+	        !native_stream_complete(x));
+}
+
+/*
+ * A request whose upstream failed at the transport level before any byte
+ * reached its client goes back to its place in the queue, to be sent again
+ * when an upstream is ready (or to get 503 when its queue time runs out),
+ * not to the upstream that failed: it is suspect by now. A refused
+ * connection means the request was never sent, so it may be sent again as
+ * often as that happens; any other failure lets it go again only once,
+ * since llama-server may have started working on it. Returns true when the
+ * exchange was requeued (or refused because the queue was full).
+ */
+static bool try_again(struct exchange *x, CURLcode result)
+{
+	struct sl_app *app = x->app;
+	if (!x->req || x->head_sent || x->ended || x->gave_up)
+		return false;
+	bool refused = result == CURLE_COULDNT_CONNECT;
+	if (!connection_failed(x, result) || (x->retried && !refused))
+		return false;
+	char why[SL_HTTP_REQUEST_ID_MAX + CURL_ERROR_SIZE + 64];
+	describe_failure(x, result, why, sizeof(why));
+	sl_warn("%s: upstream %s%s failed before any byte reached the client "
+	        "(%s); queued to be sent again",
+	        x->id, x->upstream->url, x->ep->upstream_path, why);
+	x->retried |= !refused;
+	reset_for_retry(x);
+	uint64_t now = uv_now(&app->loop);
+	if (sl_sched_requeue(&app->sched, &x->item, now) != 0) {
+		uint64_t retry = sl_sched_retry_after_ms(&app->sched, now);
+		snprintf(x->sched_headers, sizeof(x->sched_headers),
+		         "Retry-After: %u\r\nretry-after-ms: %llu\r\n",
+		         sl_sched_retry_after_s(retry),
+		         (unsigned long long)retry);
+		x->req->info.reject_reason = "queue_full";
+		respond_error(x, 503, "unavailable_error",
+		              "the upstream failed and sluice's queue is full "
+		              "of more urgent requests");
+		exchange_release(x);
+		sl_app_kick_scheduler(app); /* the slot it held is free */
+		return true;
+	}
+	sl_stats_queued(&app->stats, x->priority, +1);
+	sl_app_kick_scheduler(app);
+	return true;
+}
+
 static void on_transfer_done(struct sl_transfer *t, CURLcode result)
 {
 	struct exchange *x = t->data;
 	uv_timer_stop(&x->timer);
+	/* The stream's last event may be what ends it. */
+	if (x->req && result == CURLE_OK && x->mode == MODE_SSE)
+		sl_sse_finish(&x->sse, on_event, x);
+	if (connection_failed(x, result)) {
+		char why[SL_HTTP_REQUEST_ID_MAX + CURL_ERROR_SIZE + 64];
+		describe_failure(x, result, why, sizeof(why));
+		sl_upstream_suspect(x->upstream, why);
+	}
+	if (try_again(x, result))
+		return;
 	if (result != CURLE_OK && !x->ended && !x->gave_up)
 		sl_warn("%s: upstream %s%s: %s", x->id, x->upstream->url,
 		        x->ep->upstream_path,
@@ -669,6 +874,39 @@ static void exchange_release(struct exchange *x)
 		sl_app_kick_scheduler(app);
 	}
 	sl_app_maybe_drained(app);
+}
+
+void sl_proxy_end_all(struct sl_app *app)
+{
+	struct exchange *x, *next;
+	/* The queue first, so that no slot freed below dispatches from it. */
+	for (x = app->exchange_list; x; x = next) {
+		next = x->next;
+		if (!sl_sched_queued(&x->item))
+			continue;
+		sl_sched_remove(&app->sched, &x->item);
+		sl_stats_queued(&app->stats, x->priority, -1);
+		snprintf(x->sched_headers, sizeof(x->sched_headers), "%s",
+		         SL_PROXY_UNAVAILABLE_RETRY);
+		respond_error(x, 503, "unavailable_error",
+		              SL_PROXY_DRAIN_MESSAGE);
+		exchange_release(x);
+	}
+	for (x = app->exchange_list; x; x = next) {
+		next = x->next;
+		sl_curl_abort(&app->curl, &x->transfer);
+		uv_timer_stop(&x->timer);
+		/*
+		 * Nothing sent yet: 503. A started stream: an error event and
+		 * its end. A plain body already half relayed can only be cut,
+		 * which fail() does by closing the connection.
+		 */
+		if (x->req && !x->head_sent)
+			snprintf(x->sched_headers, sizeof(x->sched_headers),
+			         "%s", SL_PROXY_UNAVAILABLE_RETRY);
+		fail(x, 503, SL_PROXY_DRAIN_MESSAGE);
+		exchange_release(x);
+	}
 }
 
 void sl_proxy_abort_all(struct sl_app *app)
@@ -918,34 +1156,45 @@ void sl_proxy_expire(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 	struct exchange *x = exchange_of(item);
 	uint64_t waited = now_ms - x->arrived_ms;
 	sl_stats_queued(&app->stats, x->priority, -1);
+	uint64_t retry = sl_sched_retry_after_ms(&app->sched, now_ms);
 	snprintf(x->sched_headers, sizeof(x->sched_headers),
-	         "X-Queue-Ms: %llu\r\n", (unsigned long long)waited);
+	         "X-Queue-Ms: %llu\r\nRetry-After: %u\r\n"
+	         "retry-after-ms: %llu\r\n",
+	         (unsigned long long)waited, sl_sched_retry_after_s(retry),
+	         (unsigned long long)retry);
 	x->req->info.reject_reason = "queue_timeout";
 	char message[160];
 	snprintf(message, sizeof(message),
 	         "the request waited %.1f s in sluice's queue without a free "
-	         "slot (--queue-timeout %.1f s)",
+	         "slot on a ready upstream (--queue-timeout %.1f s)",
 	         (double)waited / 1000.0,
 	         (double)app->cfg->queue_timeout_ms / 1000.0);
 	respond_error(x, 503, "unavailable_error", message);
 	exchange_release(x);
 }
 
-/* 429 with Retry-After: the queue is full, of requests at least as urgent. */
+/*
+ * 429 with Retry-After: the queue is full, of requests at least as urgent.
+ * Each refused client is told its own time to come back (see
+ * sl_sched_retry_after_ms), in whole seconds and, for the OpenAI SDKs,
+ * which honour it first, in milliseconds.
+ */
 static void refuse_queue_full(struct sl_app *app, struct exchange *x,
                               uint64_t now_ms, bool displaced)
 {
-	unsigned retry = sl_sched_retry_after_s(&app->sched, now_ms);
+	uint64_t retry_ms = sl_sched_retry_after_ms(&app->sched, now_ms);
+	unsigned retry = sl_sched_retry_after_s(retry_ms);
 	snprintf(x->sched_headers, sizeof(x->sched_headers),
-	         "Retry-After: %u\r\n", retry);
+	         "Retry-After: %u\r\nretry-after-ms: %llu\r\n", retry,
+	         (unsigned long long)retry_ms);
 	char message[200];
 	snprintf(message, sizeof(message),
 	         "sluice's queue is full (%u requests waiting, --max-queue)%s; "
-	         "retry in %u s",
+	         "retry in %.1f s",
 	         sl_sched_depth(&app->sched),
 	         displaced ? " and a more urgent request took this one's place"
 	                   : "",
-	         retry);
+	         (double)retry_ms / 1000.0);
 	x->req->info.reject_reason = "queue_full";
 	respond_error(x, 429, "rate_limit_error", message);
 	exchange_release(x);
@@ -986,18 +1235,25 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 			return;
 		}
 	}
-	/* With no upstream ready at all, waiting helps nobody: say so now. */
+	/*
+	 * With no upstream ready, waiting helps nobody, so say so now: while
+	 * the first start is under way, or when every upstream is down. One
+	 * that is restarting or being checked after a failure is expected
+	 * back: what needs a slot waits for it in the queue.
+	 */
 	char why[160];
 	struct sl_upstream *u =
 	    sl_app_pick_upstream(app, false, why, sizeof(why));
+	bool wait = !u && ep->scheduled && sl_app_upstream_expected(app);
 	if (app->stopping) {
 		u = NULL;
+		wait = false;
 		snprintf(why, sizeof(why), "sluice is shutting down");
 	}
-	if (!u) {
+	if (!u && !wait) {
 		json_decref(doc);
 		sl_http_respond_error(req, 503, "unavailable_error",
-		                      "Retry-After: 1\r\n", "%s", why);
+		                      SL_PROXY_UNAVAILABLE_RETRY, "%s", why);
 		return;
 	}
 

@@ -154,6 +154,28 @@ static void list_unlink(struct sl_sched *s, struct sl_sched_item *it)
 	it->prev = it->next = NULL;
 }
 
+/*
+ * Puts an item back in the arrival-order list at the place its seq gives it,
+ * so the list stays in deadline order. Walks from the newest end: a
+ * requeued item left the queue recently, so few arrivals came after it.
+ */
+static void list_insert_in_order(struct sl_sched *s, struct sl_sched_item *it)
+{
+	struct sl_sched_item *after = s->newest;
+	while (after && after->seq > it->seq)
+		after = after->prev;
+	it->prev = after;
+	it->next = after ? after->next : s->oldest;
+	if (it->next)
+		it->next->prev = it;
+	else
+		s->newest = it;
+	if (after)
+		after->next = it;
+	else
+		s->oldest = it;
+}
+
 /* ---- public ---- */
 
 int sl_sched_init(struct sl_sched *s, const struct sl_sched_config *cfg,
@@ -226,6 +248,27 @@ int sl_sched_push(struct sl_sched *s, struct sl_sched_item *it, double priority,
 	else
 		s->oldest = it;
 	s->newest = it;
+	heaps_insert(s, it);
+	if (shed)
+		s->ops->shed(s->ctx, shed, now_ms);
+	return 0;
+}
+
+int sl_sched_requeue(struct sl_sched *s, struct sl_sched_item *it,
+                     uint64_t now_ms)
+{
+	struct sl_sched_item *shed = NULL;
+	if (s->n >= s->cfg.max_queue) {
+		/* As for an arrival, except that on equal keys the earlier
+		 * arrival (often this one) keeps its place. */
+		it->heap_index = it->bottom_index = SL_SCHED_NOT_QUEUED;
+		if (!before(it, s->bottom[0]))
+			return SL_EFULL;
+		shed = s->bottom[0];
+		heaps_remove(s, shed);
+		list_unlink(s, shed);
+	}
+	list_insert_in_order(s, it);
 	heaps_insert(s, it);
 	if (shed)
 		s->ops->shed(s->ctx, shed, now_ms);
@@ -362,23 +405,40 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 	return next;
 }
 
-unsigned sl_sched_retry_after_s(const struct sl_sched *s, uint64_t now_ms)
+/*
+ * The time between two dispatches, measured over the recent ones; the span
+ * runs to now, so a drain that stalled counts as slow.
+ */
+static double dispatch_step_ms(const struct sl_sched *s, uint64_t now_ms)
 {
-	unsigned cap = (unsigned)SL_MAX(1, s->cfg.queue_timeout_ms / 1000);
 	if (s->rate_count < 2)
-		return 1;
-	unsigned newest =
-	    (s->rate_next + SL_SCHED_RATE_SAMPLES - 1) % SL_SCHED_RATE_SAMPLES;
+		return SL_SCHED_RETRY_DEFAULT_STEP_MS;
 	unsigned oldest =
 	    (s->rate_next + SL_SCHED_RATE_SAMPLES - s->rate_count) %
 	    SL_SCHED_RATE_SAMPLES;
-	/* The span runs to now: a drain that stalled counts as slow. */
-	uint64_t span = SL_MAX(now_ms, s->rate_ms[newest]) - s->rate_ms[oldest];
-	if (span == 0)
-		return 1;
-	double per_s = (double)(s->rate_count - 1) * 1000.0 / (double)span;
-	double wait = ceil((double)s->n / per_s);
-	if (wait < 1)
-		return 1;
-	return wait > cap ? cap : (unsigned)wait;
+	uint64_t span = SL_MAX(now_ms, s->rate_ms[oldest]) - s->rate_ms[oldest];
+	return SL_MAX((double)span / (double)(s->rate_count - 1),
+	              (double)SL_SCHED_RETRY_MIN_STEP_MS);
+}
+
+uint64_t sl_sched_retry_after_ms(struct sl_sched *s, uint64_t now_ms)
+{
+	double step = dispatch_step_ms(s, now_ms);
+	/* Behind everyone queued now... */
+	double wait = (double)(s->n + 1) * step;
+	/* ...and behind every client already told to come back later. */
+	if (s->retry_horizon_ms > now_ms)
+		wait =
+		    SL_MAX(wait, (double)(s->retry_horizon_ms - now_ms) + step);
+	uint64_t ms = (uint64_t)ceil(wait);
+	ms = SL_MAX(ms, (uint64_t)SL_SCHED_RETRY_MIN_MS);
+	ms = SL_MIN(ms, (uint64_t)SL_SCHED_RETRY_MAX_MS);
+	s->retry_horizon_ms = SL_MAX(s->retry_horizon_ms, now_ms + ms);
+	return ms;
+}
+
+unsigned sl_sched_retry_after_s(uint64_t ms)
+{
+	uint64_t s = (ms + 999) / 1000;
+	return s < 1 ? 1 : (unsigned)s;
 }

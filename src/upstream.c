@@ -34,12 +34,19 @@ bool sl_upstream_is_ready(const struct sl_upstream *u)
 	return u->state == SL_UPSTREAM_READY;
 }
 
+bool sl_upstream_usable(const struct sl_upstream *u)
+{
+	return u->state == SL_UPSTREAM_READY && !u->suspect;
+}
+
 static void set_state(struct sl_upstream *u, enum sl_upstream_state s)
 {
 	enum sl_upstream_state old = u->state;
 	if (old == s)
 		return;
 	u->state = s;
+	/* Whatever the new state, it says more than the mark did. */
+	u->suspect = false;
 	if (s == SL_UPSTREAM_READY)
 		u->ready_since_ms = uv_now(u->loop);
 	if (u->hooks->on_change)
@@ -144,6 +151,13 @@ static void on_health(struct sl_get *g, long status, const char *err)
 	u->failed_probes = 0;
 	if (u->state == SL_UPSTREAM_READY) {
 		schedule_probe(u, u->cfg->health_interval_ms);
+		if (u->suspect) {
+			u->suspect = false;
+			sl_info("upstream %s answers its health check again",
+			        u->url);
+			if (u->hooks->on_change)
+				u->hooks->on_change(u, u->state);
+		}
 		return;
 	}
 	/* Newly healthy: learn its slots before sending it work. */
@@ -165,6 +179,18 @@ static void start_probe(struct sl_upstream *u)
 	free(url);
 	if (rc != 0)
 		probe_failed(u, "cannot start a request for /health");
+}
+
+void sl_upstream_suspect(struct sl_upstream *u, const char *why)
+{
+	if (u->state != SL_UPSTREAM_READY || u->suspect || u->stopping)
+		return;
+	u->suspect = true;
+	sl_warn("upstream %s: %s; holding new requests until it answers a "
+	        "health check",
+	        u->url, why);
+	/* A probe under way answers soon enough; else ask now. */
+	start_probe(u);
 }
 
 /* ---- managed llama-server: launch, exit, restart ---- */
@@ -482,5 +508,7 @@ json_t *sl_upstream_json(const struct sl_upstream *u)
 	                      (json_int_t)u->restarts);
 	if (u->managed && u->child)
 		json_object_set_new(o, "pid", json_integer(u->child->pid));
+	if (u->suspect)
+		json_object_set_new(o, "suspect", json_true());
 	return o;
 }

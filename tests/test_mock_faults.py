@@ -468,25 +468,53 @@ class Timeouts(MockTestCase):
         self.assertLess(last[0] - first[0], 2.9)  # before the next token
         st.wait_until(lambda: busy_slots(m.port) == 0, 5, "the slot freed")
 
-    def test_drain_timeout_cuts_what_is_left(self):
-        m = self.mock("--slots", "1", "--token-delay-ms", "100",
+    def test_drain_timeout_ends_what_is_left_properly(self):
+        # Two slots: a stream under way, a plain request in flight (its
+        # answer not begun), and one waiting in the queue.
+        m = self.mock("--slots", "2", "--token-delay-ms", "100",
                       "--tokens", "100")
         s = self.sluice("--upstream", m.url, "--drain-timeout", "1")
-        c = st.RawClient(s.port)
-        c.request("POST", "/completion", body_for("/completion", 100, True))
-        self.assertEqual(c.read_head()[0], 200)
-        next(c.chunks())
+        stream = st.RawClient(s.port)
+        stream.request("POST", "/completion",
+                       body_for("/completion", 100, True))
+        self.assertEqual(stream.read_head()[0], 200)
+        first = st.sse_data(next(stream.chunks())[1])
+        self.assertEqual(first["content"], " tok0")
+        plain = st.RawClient(s.port)
+        plain.request("POST", "/completion",
+                      body_for("/completion", 100, False))
+        st.wait_until(lambda: busy_slots(m.port) == 2, 5, "both slots")
+        queued = st.RawClient(s.port)
+        queued.request("POST", "/v1/completions",
+                       body_for("/v1/completions", 100, False))
+        st.wait_until(lambda: s.health().json()["queued"] == 1, 5,
+                      "a queued request")
         started = time.monotonic()
         s.proc.send_signal(signal.SIGTERM)
+        # The stream: an error event, then its terminating chunk.
+        events = [st.sse_data(chunk) for _, chunk in stream.chunks()]
+        err = events[-1]["error"]
+        self.assertEqual(err["code"], 503)
+        self.assertEqual(err["type"], "unavailable_error")
+        self.assertEqual(err["message"],
+                         "sluice is shutting down: --drain-timeout passed")
+        self.assertTrue(all("error" not in e for e in events[:-1]))
+        self.assertGreaterEqual(time.monotonic() - started, 0.9)
+        # The plain requests, in flight and queued: 503 with Retry-After.
+        for c in (plain, queued):
+            status, head, body = c.read_response()
+            self.assertEqual(status, 503, body)
+            self.assertEqual(head["retry-after"], "1")
+            self.assertEqual(head["retry-after-ms"], "1000")
+            self.assertEqual(json.loads(body)["error"], err)
+            self.assertTrue(c.at_eof())
+        for c in (stream, plain, queued):
+            c.close()
         self.assertEqual(s.wait_exit(10), 0)
-        self.assertLess(time.monotonic() - started, 4)
-        s.wait_line(r"drain timeout: 1 requests still in flight; "
-                    r"cancelling them")
-        with self.assertRaises(EOFError):  # cut, not finished
-            for _ in c.chunks():
-                pass
-        c.close()
-        st.wait_until(lambda: busy_slots(m.port) == 0, 5, "the slot freed")
+        self.assertLess(time.monotonic() - started, 5)
+        s.wait_line(r"drain timeout: 3 requests still in flight; ending "
+                    r"them with 503 or an error event")
+        st.wait_until(lambda: busy_slots(m.port) == 0, 5, "the slots freed")
 
 
 class Queueing(MockTestCase):

@@ -481,15 +481,117 @@ static void test_queue_timeout(void)
 	sl_sched_free(&s);
 }
 
+/* A request put back after a failed dispatch keeps its place and deadline. */
+static void test_requeue_keeps_place_and_deadline(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	start(&s, &f, &cfg);
+	push(&s, &f, 0, SL_PRIORITY_NORMAL, 0);
+	push(&s, &f, 1, SL_PRIORITY_NORMAL, 10);
+	push(&s, &f, 2, SL_PRIORITY_NORMAL, 20);
+	f.free = 2;
+	sl_sched_run(&s, 20);
+	ASSERT_EQ(f.n_dispatched, 2);
+	push(&s, &f, 3, SL_PRIORITY_NORMAL, 30);
+	/* 1's upstream failed: it goes back ahead of 2 and 3. */
+	struct sl_sched_item before = f.items[1];
+	ASSERT_EQ(sl_sched_requeue(&s, &f.items[1], 40), 0);
+	ASSERT(sl_sched_queued(&f.items[1]));
+	ASSERT(f.items[1].key == before.key);
+	ASSERT_EQ(f.items[1].seq, before.seq);
+	ASSERT_EQ(f.items[1].deadline_ms, before.deadline_ms);
+	ASSERT_EQ(f.items[1].arrival_ms, 10);
+	check_heap(&s);
+	/* Its deadline, not a new one, is the next thing due. */
+	ASSERT_EQ(sl_sched_run(&s, 40), 60010);
+	ASSERT_EQ(sl_sched_run(&s, 60010), 60020);
+	ASSERT_EQ(f.n_expired, 1);
+	ASSERT_EQ(f.expired[0], 1);
+	ASSERT_EQ(sl_sched_run(&s, 60030), UINT64_MAX);
+	ASSERT_EQ(f.n_expired, 3);
+	ASSERT_EQ(f.expired[1], 2);
+	ASSERT_EQ(f.expired[2], 3);
+
+	/* Requeued while others wait, it is dispatched first again. */
+	push(&s, &f, 4, SL_PRIORITY_NORMAL, 70000);
+	f.free = 1;
+	sl_sched_run(&s, 70000);
+	ASSERT_EQ(f.dispatched[f.n_dispatched - 1], 4);
+	push(&s, &f, 5, SL_PRIORITY_NORMAL, 70010);
+	push(&s, &f, 6, SL_PRIORITY_NORMAL, 70020);
+	ASSERT_EQ(sl_sched_requeue(&s, &f.items[4], 70030), 0);
+	f.free = 1;
+	sl_sched_run(&s, 70030);
+	ASSERT_EQ(f.dispatched[f.n_dispatched - 1], 4);
+	ASSERT_EQ(sl_sched_depth(&s), 2);
+	check_heap(&s);
+	sl_sched_free(&s);
+}
+
+/* A full queue: a requeued request competes as an arrival would. */
+static void test_requeue_into_a_full_queue(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	cfg.max_queue = 2;
+	start(&s, &f, &cfg);
+	push(&s, &f, 0, SL_PRIORITY_NORMAL, 0);
+	push(&s, &f, 1, SL_PRIORITY_BATCH, 10);
+	f.free = 1;
+	sl_sched_run(&s, 10);
+	ASSERT_EQ(f.dispatched[0], 0);
+	push(&s, &f, 2, SL_PRIORITY_NORMAL, 20);
+	/* Full of 1 (batch) and 2: 0 outranks 1, which is shed. */
+	ASSERT_EQ(sl_sched_requeue(&s, &f.items[0], 30), 0);
+	ASSERT_EQ(f.n_shed, 1);
+	ASSERT_EQ(f.shed[0], 1);
+	ASSERT_EQ(sl_sched_depth(&s), 2);
+	check_heap(&s);
+	f.free = 2;
+	sl_sched_run(&s, 30);
+	ASSERT_EQ(f.dispatched[1], 0);
+	ASSERT_EQ(f.dispatched[2], 2);
+	/* A batch request back into a queue full of normal ones: refused. */
+	push(&s, &f, 3, SL_PRIORITY_BATCH, 40);
+	f.free = 1;
+	sl_sched_run(&s, 40);
+	push(&s, &f, 4, SL_PRIORITY_NORMAL, 50);
+	push(&s, &f, 5, SL_PRIORITY_NORMAL, 60);
+	ASSERT_EQ(sl_sched_requeue(&s, &f.items[3], 70), SL_EFULL);
+	ASSERT(!sl_sched_queued(&f.items[3]));
+	ASSERT_EQ(f.n_shed, 1);
+	ASSERT_EQ(sl_sched_depth(&s), 2);
+	check_heap(&s);
+	sl_sched_free(&s);
+}
+
+/*
+ * Retry-After: each refused client gets its own rank, behind the queue
+ * and behind those refused before it, timed by the measured drain.
+ */
 static void test_retry_after(void)
 {
 	struct sl_sched s;
 	struct fake f;
 	struct sl_sched_config cfg = config();
 	cfg.window_ms = 0;
-	cfg.queue_timeout_ms = 30000;
 	start(&s, &f, &cfg);
-	ASSERT_EQ(sl_sched_retry_after_s(&s, 0), 1); /* no history yet */
+	/* No measure yet: a second a place. Each refusal is one further. */
+	ASSERT_EQ(sl_sched_retry_after_ms(&s, 0), 1000);
+	ASSERT_EQ(sl_sched_retry_after_ms(&s, 0), 2000);
+	ASSERT_EQ(sl_sched_retry_after_ms(&s, 0), 3000);
+	/* Those told to come back are due sooner as time passes. */
+	ASSERT_EQ(sl_sched_retry_after_ms(&s, 2500), 1500);
+	/* Once all are due, only the queue counts. */
+	ASSERT_EQ(sl_sched_retry_after_ms(&s, 10000), 1000);
+	sl_sched_free(&s);
+
+	start(&s, &f, &cfg);
 	/* 11 requests drain over 10 s: one a second. */
 	for (unsigned i = 0; i <= 10; i++) {
 		push(&s, &f, i, SL_PRIORITY_NORMAL, i * 1000);
@@ -498,12 +600,33 @@ static void test_retry_after(void)
 	}
 	for (unsigned i = 11; i < 16; i++)
 		push(&s, &f, i, SL_PRIORITY_NORMAL, 10000);
-	ASSERT_EQ(sl_sched_retry_after_s(&s, 10000), 5);
-	/* A drain that has stalled for 10 s counts: half the rate. */
-	ASSERT_EQ(sl_sched_retry_after_s(&s, 20000), 10);
-	/* Never past the queue timeout. */
-	ASSERT_EQ(sl_sched_retry_after_s(&s, 1000000), 30);
+	/* Behind 5 queued: 6 s, then one second more per refusal. */
+	ASSERT_EQ(sl_sched_retry_after_ms(&s, 10000), 6000);
+	ASSERT_EQ(sl_sched_retry_after_ms(&s, 10000), 7000);
+	ASSERT_EQ(sl_sched_retry_after_ms(&s, 10000), 8000);
+	/* A drain stalled for 1 s counts: 1.1 s a place now, and the last
+	 * one refused is due at 18 s. */
+	ASSERT_EQ(sl_sched_retry_after_ms(&s, 11000), 8100);
+	/* Never past the cap, however slow the drain. */
+	ASSERT_EQ(sl_sched_retry_after_ms(&s, 1000000), SL_SCHED_RETRY_MAX_MS);
 	sl_sched_free(&s);
+
+	/* A batch left at one instant: no step of 0, waits still spread. */
+	start(&s, &f, &cfg);
+	for (unsigned i = 0; i < 8; i++)
+		push(&s, &f, i, SL_PRIORITY_NORMAL, 0);
+	f.free = 8;
+	sl_sched_run(&s, 0);
+	ASSERT_EQ(sl_sched_retry_after_ms(&s, 0), SL_SCHED_RETRY_MIN_MS);
+	ASSERT_EQ(sl_sched_retry_after_ms(&s, 0),
+	          SL_SCHED_RETRY_MIN_MS + SL_SCHED_RETRY_MIN_STEP_MS);
+	sl_sched_free(&s);
+
+	/* Whole seconds for Retry-After: rounded up, at least 1. */
+	ASSERT_EQ(sl_sched_retry_after_s(0), 1);
+	ASSERT_EQ(sl_sched_retry_after_s(100), 1);
+	ASSERT_EQ(sl_sched_retry_after_s(1000), 1);
+	ASSERT_EQ(sl_sched_retry_after_s(1001), 2);
 }
 
 static void test_priority_parsing(void)
@@ -538,6 +661,8 @@ int main(void)
 	RUN(test_full_queue_sheds_the_least_important);
 	RUN(test_urgent_reserve);
 	RUN(test_queue_timeout);
+	RUN(test_requeue_keeps_place_and_deadline);
+	RUN(test_requeue_into_a_full_queue);
 	RUN(test_retry_after);
 	RUN(test_priority_parsing);
 	return 0;

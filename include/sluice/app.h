@@ -43,10 +43,13 @@ struct sl_app {
 	struct sl_sched sched;
 	uv_timer_t sched_timer; /* the scheduler's next deadline */
 	uv_timer_t drain_timer;
-	bool demo;          /* serving the demo model */
-	bool announced;     /* "ready" has been logged */
-	bool stopping;      /* draining, then closing */
-	bool front_closing; /* the HTTP server is being closed */
+	uv_timer_t flush_timer;     /* waits for the last responses to go */
+	uint64_t flush_deadline_ms; /* 0 until that wait begins */
+	bool ending_all;            /* sl_proxy_end_all() is running */
+	bool demo;                  /* serving the demo model */
+	bool announced;             /* "ready" has been logged */
+	bool stopping;              /* draining, then closing */
+	bool front_closing;         /* the HTTP server is being closed */
 	int exit_code;
 	uint64_t start_ms;
 	char listen_url[96];
@@ -58,7 +61,9 @@ int sl_app_run(const struct sl_config *cfg);
 /*
  * Starts the shutdown described above, with the given exit status. With
  * status 0 it drains first: no new connections, idle ones closed, requests
- * in flight finish within --drain-timeout.
+ * in flight finish within --drain-timeout. When it passes, each request
+ * still owed an answer gets 503 (or, for a stream under way, an error event
+ * and its end), and the front closes once those went out.
  */
 void sl_app_stop(struct sl_app *app, int exit_code);
 
@@ -72,6 +77,14 @@ void sl_app_maybe_drained(struct sl_app *app);
  */
 struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, bool need_slot,
                                          char *why, size_t size);
+
+/*
+ * Whether an upstream that cannot take work now is expected back soon: a
+ * managed llama-server restarting after it exited, or a ready one marked
+ * suspect and being checked. New requests then wait in the queue rather
+ * than get 503.
+ */
+bool sl_app_upstream_expected(const struct sl_app *app);
 
 /* Lets the scheduler act now (after a push, a removal, a freed slot). */
 void sl_app_kick_scheduler(struct sl_app *app);

@@ -60,6 +60,15 @@ void sl_proxy_expire(void *app, struct sl_sched_item *item, uint64_t now_ms);
 void sl_proxy_shed(void *app, struct sl_sched_item *item, uint64_t now_ms);
 
 /*
+ * A drain ran out of time: every exchange still alive gets its proper end
+ * now, and its transfer stops. Queued requests, and requests whose answer
+ * has not begun, get 503 with Retry-After; a started stream gets an SSE
+ * error event, then its terminating chunk; a plain body already half
+ * relayed is cut. The client connections stay open to flush these.
+ */
+void sl_proxy_end_all(struct sl_app *app);
+
+/*
  * Ends every exchange still alive (queued, or a transfer whose client is
  * gone) and frees them: the last step before the upstreams stop. Every
  * client connection must be closed already.

@@ -53,6 +53,19 @@
 #define SL_PRIORITY_MAX 100.0
 /* Dispatch times remembered to estimate the drain rate (Retry-After). */
 #define SL_SCHED_RATE_SAMPLES 64
+/*
+ * Retry-After: the time one place in line is assumed to take before two
+ * dispatches have been seen (1 s, what every refusal said before there was
+ * a measure), and the least step (dispatches measured at one instant,
+ * a batch, would make it 0: refused clients are still spread this far
+ * apart); the least a refused client is told to wait (a client that comes
+ * back sooner only finds the same full queue), and the most (past that the
+ * estimate means little, and clients give up anyway).
+ */
+#define SL_SCHED_RETRY_DEFAULT_STEP_MS 1000
+#define SL_SCHED_RETRY_MIN_STEP_MS 10
+#define SL_SCHED_RETRY_MIN_MS 100
+#define SL_SCHED_RETRY_MAX_MS 120000
 /* heap_index of an item that is not queued. */
 #define SL_SCHED_NOT_QUEUED UINT32_MAX
 
@@ -115,6 +128,8 @@ struct sl_sched {
 	uint64_t dispatched;                     /* items dispatched */
 	uint64_t rate_ms[SL_SCHED_RATE_SAMPLES]; /* recent dispatch times */
 	unsigned rate_next, rate_count;
+	/* The latest time a refused client was told to come back. */
+	uint64_t retry_horizon_ms;
 };
 
 /* Returns 0, or SL_EINVAL for a bad config (max_queue 0). */
@@ -130,6 +145,20 @@ void sl_sched_free(struct sl_sched *s);
  */
 int sl_sched_push(struct sl_sched *s, struct sl_sched_item *item,
                   double priority, uint64_t now_ms);
+
+/*
+ * Puts back an item that left the queue but could not be served (its
+ * upstream failed before answering), with the key, arrival order and
+ * deadline it had: it goes back to its place, not to the end. A full queue
+ * treats it as sl_sched_push() treats an arrival: it takes the place of a
+ * less important item (ops->shed) or SL_EFULL is returned. An item whose
+ * deadline has passed expires at the next sl_sched_run(). Does not open a
+ * batching window. O(log n), plus a walk of the arrival-order list from its
+ * newest end to the item's place (requeues are rare). Call sl_sched_run()
+ * after.
+ */
+int sl_sched_requeue(struct sl_sched *s, struct sl_sched_item *item,
+                     uint64_t now_ms);
 
 /* Takes a queued item out (its client left), in O(log n). */
 void sl_sched_remove(struct sl_sched *s, struct sl_sched_item *item);
@@ -148,10 +177,19 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms);
 unsigned sl_sched_depth(const struct sl_sched *s);
 
 /*
- * Seconds a refused client should wait: the queue's length over the recent
- * drain rate, at least 1, at most the queue timeout.
+ * Milliseconds a client refused now should wait before it tries again, and
+ * the refusal is remembered: each refused client is given its own place in
+ * line, so that refused clients come back spread out rather than all at
+ * once. Its rank is the queue's depth, or, when more is owed, the clients
+ * already told to come back later; the wait is (rank + 1) steps, one step
+ * being the time between dispatches measured over the recent ones (running
+ * to now, so a stalled drain counts as slow). Between SL_SCHED_RETRY_MIN_MS
+ * and SL_SCHED_RETRY_MAX_MS.
  */
-unsigned sl_sched_retry_after_s(const struct sl_sched *s, uint64_t now_ms);
+uint64_t sl_sched_retry_after_ms(struct sl_sched *s, uint64_t now_ms);
+
+/* Whole seconds for a Retry-After header: ms rounded up, at least 1. */
+unsigned sl_sched_retry_after_s(uint64_t ms);
 
 /*
  * Parses a priority: "urgent", "normal", "batch" or a number in

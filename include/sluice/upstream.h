@@ -15,6 +15,13 @@
  *   down        not answering (remote, or managed but wedged)
  *   stopped     shut down by sluice
  *
+ * Suspect: a ready upstream on which a request just failed at the transport
+ * level (connection refused or reset, nothing answered). It is probed at
+ * once, and until a probe answers (or it leaves the ready state: a managed
+ * llama-server that crashed turns restarting when its exit is seen) no new
+ * work goes to it, so requests wait in sluice's queue instead of failing
+ * one after another against a dead port.
+ *
  * Lifetime: created by sl_upstream_new(); sl_upstream_stop() begins the end
  * and hooks->on_stopped reports it, after which the upstream frees itself.
  */
@@ -94,6 +101,7 @@ struct sl_upstream {
 	unsigned restarts;    /* relaunches after unexpected exits */
 	unsigned inflight;    /* exchanges sent to it and not finished */
 	unsigned index;       /* position among sluice's upstreams */
+	bool suspect;         /* see the top of this file */
 
 	/* Managed only. */
 	bool managed;
@@ -139,6 +147,16 @@ int sl_upstream_start(struct sl_upstream *u);
 void sl_upstream_stop(struct sl_upstream *u, bool force);
 
 bool sl_upstream_is_ready(const struct sl_upstream *u);
+
+/* Ready and not suspect: new work may go to it. */
+bool sl_upstream_usable(const struct sl_upstream *u);
+
+/*
+ * A transfer to `u` failed at the transport level: marks a ready upstream
+ * suspect and probes it now. hooks->on_change reports (with old == new ==
+ * ready) when a probe clears the mark.
+ */
+void sl_upstream_suspect(struct sl_upstream *u, const char *why);
 
 /* A new JSON object describing the upstream for /health. */
 json_t *sl_upstream_json(const struct sl_upstream *u);
