@@ -154,8 +154,10 @@ unsigned sl_sched_depth(const struct sl_sched *s);
 unsigned sl_sched_retry_after_s(const struct sl_sched *s, uint64_t now_ms);
 
 /*
- * Parses a priority: "urgent", "normal", "batch" or a number in
- * [SL_PRIORITY_MIN, SL_PRIORITY_MAX]. Returns 0 or SL_EINVAL.
+ * Parses a priority, the whole NUL-terminated text: "urgent", "normal",
+ * "batch" or a plain decimal number (digits, optionally a fraction: no
+ * sign, spaces, hex or exponent) in [SL_PRIORITY_MIN, SL_PRIORITY_MAX].
+ * Returns 0 or SL_EINVAL.
  */
 int sl_priority_parse(const char *text, double *out);
 
