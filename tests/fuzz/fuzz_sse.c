@@ -132,7 +132,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	    (whole.len && memcmp(whole.bytes, split.bytes, whole.len) != 0) ||
 	    pending_whole != pending_split) {
 		fprintf(stderr,
-		        "fuzz_sse: whole: %zu events, %zu pending; in %zu "
+		        "fuzz_sse: the events differ; whole: %zu events, "
+		        "%zu pending; in %zu "
 		        "pieces: %zu events, %zu pending\n",
 		        whole.count, pending_whole, n + 1, split.count,
 		        pending_split);
