@@ -60,12 +60,15 @@ static json_t *parse_body(struct sl_request *r, const char *body, size_t len)
 static int bad_priority(struct sl_request *r, const char *where,
                         const char *text, size_t len)
 {
-	int shown = (int)SL_MIN(len, (size_t)SL_REQUEST_QUOTE_MAX);
+	size_t shown = SL_MIN(len, (size_t)SL_REQUEST_QUOTE_MAX);
+	/* Cut between characters: the message must stay valid UTF-8. */
+	while (shown > 0 && shown < len && (text[shown] & 0xc0) == 0x80)
+		shown--;
 	return refuse(r,
 	              "%s: expected urgent, normal, batch or a number from %g "
 	              "to %g, got \"%.*s\"%s",
-	              where, SL_PRIORITY_MIN, SL_PRIORITY_MAX, shown, text,
-	              len > (size_t)shown ? "..." : "");
+	              where, SL_PRIORITY_MIN, SL_PRIORITY_MAX, (int)shown, text,
+	              len > shown ? "..." : "");
 }
 
 /*

@@ -127,6 +127,14 @@ static void test_priority_messages(void)
 	ASSERT_CONTAINS(r.error, "got \"zzzz");
 	ASSERT_CONTAINS(r.error, "zzz\"...");
 	ASSERT(strlen(r.error) < 200);
+	/* ...and cut between UTF-8 characters, never inside one. */
+	char accented[200] = "{\"priority\":\"a";
+	for (int i = 0; i < 40; i++)
+		strcat(accented, "\xc3\xa9");
+	strcat(accented, "\"}");
+	ASSERT_EQ(check(&r, "/completion", NULL, accented), SL_EINVAL);
+	ASSERT_CONTAINS(r.error, "got \"a\xc3\xa9");
+	ASSERT_CONTAINS(r.error, "\xc3\xa9\"...");
 }
 
 static void test_body_checks(void)
