@@ -133,6 +133,8 @@ class ClientText(st.TestCase):
 
     def test_prompts_holding_nul_are_answered(self):
         # "\u0000" is valid JSON; llama-server takes it, so sluice must too.
+        # Plain answers also need sluice to read upstream events that echo
+        # the prompt with its NUL (JSON_ALLOW_NUL where events are parsed).
         prompt = "Hello\u0000world"
         cases = [
             ("/completion", {"prompt": prompt, "n_predict": 4}),
