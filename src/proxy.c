@@ -27,6 +27,7 @@
 #include "sluice/common.h"
 #include "sluice/log.h"
 #include "sluice/native_api.h"
+#include "sluice/request.h"
 #include "sluice/sse.h"
 #include "sluice/stats.h"
 
@@ -984,144 +985,6 @@ static void start_or_fail(struct exchange *x, struct sl_upstream *u)
 	exchange_release(x);
 }
 
-static bool refuse(struct sl_http_request *req, const char *fmt, ...)
-    SL_PRINTF(2, 3);
-
-/* Answers 400 with an OpenAI-shaped error; returns false. */
-static bool refuse(struct sl_http_request *req, const char *fmt, ...)
-{
-	char message[512];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(message, sizeof(message), fmt, ap);
-	va_end(ap);
-	sl_http_respond_error(req, 400, "invalid_request_error", NULL, "%s",
-	                      message);
-	return false;
-}
-
-/* Parses the JSON body; on a problem answers 400 and returns NULL. */
-static json_t *parse_body(struct sl_http_request *req)
-{
-	json_error_t jerr;
-	json_t *doc = json_loadb(req->body, req->body_len, 0, &jerr);
-	if (!doc) {
-		refuse(req,
-		       "malformed JSON in the request body at line %d, column "
-		       "%d (byte %d): %s",
-		       jerr.line, jerr.column, jerr.position, jerr.text);
-		return NULL;
-	}
-	json_t *v;
-	bool ok = true;
-	if (!json_is_object(doc))
-		ok = refuse(req, "the request body must be a JSON object");
-	else if ((v = json_object_get(doc, "stream")) && !json_is_boolean(v))
-		ok = refuse(req, "\"stream\" must be true or false");
-	else if ((v = json_object_get(doc, "n_discard")) &&
-	         (!json_is_integer(v) || json_integer_value(v) < 0))
-		/* A negative n_discard overflowed llama-server's heap once. */
-		ok =
-		    refuse(req, "\"n_discard\" must be a non-negative integer");
-	if (!ok) {
-		json_decref(doc);
-		return NULL;
-	}
-	return doc;
-}
-
-/*
- * The request's priority: X-Priority, else the body's "priority" (which is
- * removed: it is sluice's, not llama-server's), else normal. On a bad value
- * answers 400 and returns false.
- */
-static bool take_priority(struct sl_http_request *req, json_t *doc,
-                          double *priority)
-{
-	*priority = SL_PRIORITY_NORMAL;
-	json_t *field = json_object_get(doc, "priority");
-	char text[64] = "";
-	const char *where = NULL;
-	const char *header = sl_http_header(req, "X-Priority");
-	if (header) {
-		snprintf(text, sizeof(text), "%s", header);
-		where = "X-Priority";
-	} else if (json_is_string(field) || json_is_number(field)) {
-		if (json_is_string(field))
-			snprintf(text, sizeof(text), "%s",
-			         json_string_value(field));
-		else
-			snprintf(text, sizeof(text), "%.17g",
-			         json_number_value(field));
-		where = "\"priority\"";
-	} else if (field) {
-		return refuse(req, "\"priority\" must be urgent, normal, batch "
-		                   "or a number");
-	}
-	json_object_del(doc, "priority");
-	if (!where || sl_priority_parse(text, priority) == 0)
-		return true;
-	return refuse(req,
-	              "%s: expected urgent, normal, batch or a number from %g "
-	              "to %g, got \"%s\"",
-	              where, SL_PRIORITY_MIN, SL_PRIORITY_MAX, text);
-}
-
-/*
- * A generation the client wants as one answer is requested as a stream (see
- * assemble.h for why); OpenAI endpoints also need the usage event then.
- */
-static void ask_for_stream(struct exchange *x, json_t *doc)
-{
-	enum sl_assemble_kind kind =
-	    x->ep->stream_end == SL_END_STOP ? SL_ASSEMBLE_NATIVE
-	    : strstr(x->ep->path, "chat")    ? SL_ASSEMBLE_CHAT
-	                                     : SL_ASSEMBLE_TEXT;
-	x->assemble = true;
-	sl_assembler_init(&x->answer, kind,
-	                  json_is_true(json_object_get(doc, "return_tokens")));
-	json_object_set_new(doc, "stream", json_true());
-	if (kind != SL_ASSEMBLE_NATIVE)
-		json_object_set_new(doc, "stream_options",
-		                    json_pack("{s:b}", "include_usage", 1));
-}
-
-/*
- * The body llama-server gets, into x->body; false after answering 400.
- * Relayed bodies go as the client wrote them unless sluice changed them.
- */
-static bool build_body(struct exchange *x, struct sl_http_request *req,
-                       json_t *doc)
-{
-	unsigned cap = x->app->cfg->max_tokens_cap;
-	json_t *out = doc;
-	char err[256];
-	if (x->ep->api != SL_API_RELAY) {
-		out = x->ep->api == SL_API_GENERATE
-		          ? sl_generate_body(doc, cap, err, sizeof(err))
-		          : sl_infer_body(doc, cap, err, sizeof(err));
-		if (!out)
-			return refuse(req, "%s", err);
-		x->stream = x->ep->api == SL_API_GENERATE &&
-		            json_is_true(json_object_get(doc, "stream"));
-		if (!x->stream) {
-			x->assemble = true;
-			sl_assembler_init(&x->answer, SL_ASSEMBLE_NATIVE,
-			                  false);
-		}
-	} else {
-		x->stream = json_is_true(json_object_get(doc, "stream"));
-		if (x->ep->stream_end != SL_END_NONE && !x->stream &&
-		    x->app->cfg->stream_upstream)
-			ask_for_stream(x, doc);
-	}
-	x->body = json_dumps(out, JSON_COMPACT);
-	x->body_len = strlen(x->body);
-	if (out != doc)
-		json_decref(out);
-	return true;
-}
-
 static struct exchange *exchange_of(struct sl_sched_item *item)
 {
 	return sl_container_of(item, struct exchange, item);
@@ -1224,17 +1087,19 @@ static void enqueue(struct sl_app *app, struct exchange *x)
 void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
                      const struct sl_endpoint *ep)
 {
-	json_t *doc = NULL;
-	double priority = SL_PRIORITY_NORMAL;
-	if (ep->json_body) {
-		doc = parse_body(req);
-		if (!doc)
-			return;
-		if (!take_priority(req, doc, &priority)) {
-			json_decref(doc);
-			return;
-		}
+	struct sl_request checked;
+	const struct sl_request_options opts = {
+	    .max_tokens_cap = app->cfg->max_tokens_cap,
+	    .stream_upstream = app->cfg->stream_upstream,
+	};
+	if (sl_request_validate(&checked, ep, sl_http_header(req, "X-Priority"),
+	                        req->body, req->body_len, &opts) != 0) {
+		sl_http_respond_error(req, checked.status,
+		                      "invalid_request_error", NULL, "%s",
+		                      checked.error);
+		return;
 	}
+	double priority = checked.priority;
 	/*
 	 * With no upstream ready, waiting helps nobody, so say so now: while
 	 * the first start is under way, or when every upstream is down. One
@@ -1251,7 +1116,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		snprintf(why, sizeof(why), "sluice is shutting down");
 	}
 	if (!u && !wait) {
-		json_decref(doc);
+		sl_request_free(&checked);
 		sl_http_respond_error(req, 503, "unavailable_error",
 		                      SL_PROXY_UNAVAILABLE_RETRY, "%s", why);
 		return;
@@ -1280,13 +1145,13 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		req->info.priority = priority;
 	}
 
-	bool built = !ep->json_body || build_body(x, req, doc);
-	json_decref(doc);
-	if (!built) {
-		client_done(x); /* refuse() answered */
-		exchange_release(x);
-		return;
-	}
+	x->body = checked.body; /* the exchange owns it now */
+	x->body_len = checked.body_len;
+	x->stream = checked.stream;
+	x->assemble = checked.assemble;
+	if (x->assemble)
+		sl_assembler_init(&x->answer, checked.assemble_kind,
+		                  checked.return_tokens);
 	if (ep->scheduled)
 		enqueue(app, x);
 	else

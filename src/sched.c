@@ -4,8 +4,33 @@
 #include "sluice/common.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+
+/*
+ * A decimal number as a priority: digits, optionally a point and more
+ * digits, nothing else. strtod alone would also take leading spaces, a
+ * sign, hex ("0x10"), exponents, "inf" and "nan", none of which a client
+ * means as a priority; so the shape is checked first and strtod only
+ * converts what passed.
+ */
+static bool is_plain_decimal(const char *text)
+{
+	const char *p = text;
+	while (*p >= '0' && *p <= '9')
+		p++;
+	if (p == text)
+		return false;
+	if (*p == '.') {
+		const char *fraction = ++p;
+		while (*p >= '0' && *p <= '9')
+			p++;
+		if (p == fraction)
+			return false;
+	}
+	return *p == '\0';
+}
 
 int sl_priority_parse(const char *text, double *out)
 {
@@ -16,10 +41,10 @@ int sl_priority_parse(const char *text, double *out)
 	else if (strcmp(text, "batch") == 0)
 		*out = SL_PRIORITY_BATCH;
 	else {
-		char *end;
-		double v = strtod(text, &end);
-		if (end == text || *end != '\0' || !isfinite(v) ||
-		    v < SL_PRIORITY_MIN || v > SL_PRIORITY_MAX)
+		if (!is_plain_decimal(text))
+			return SL_EINVAL;
+		double v = strtod(text, NULL);
+		if (!isfinite(v) || v < SL_PRIORITY_MIN || v > SL_PRIORITY_MAX)
 			return SL_EINVAL;
 		*out = v;
 	}

@@ -118,6 +118,87 @@ class Generate(st.TestCase):
                 self.assertIn(message, r.json()["error"]["message"])
 
 
+class ClientText(st.TestCase):
+    """Request bodies are taken whole: NULs in text, priorities in full."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ls = st.LlamaServer(st.MODEL_TINY, slots=2, ctx=2048)
+        cls.sl = st.Sluice("--upstream", cls.ls.url)
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.sl.stop() == 0
+        cls.ls.kill()
+
+    def test_prompts_holding_nul_are_answered(self):
+        # "\u0000" is valid JSON; llama-server takes it, so sluice must too.
+        # Plain answers also need sluice to read upstream events that echo
+        # the prompt with its NUL (JSON_ALLOW_NUL where events are parsed).
+        prompt = "Hello\u0000world"
+        cases = [
+            ("/completion", {"prompt": prompt, "n_predict": 4}),
+            ("/v1/completions", {"prompt": prompt, "max_tokens": 4}),
+            ("/v1/chat/completions",
+             {"messages": [{"role": "user", "content": prompt}],
+              "max_tokens": 4}),
+            ("/generate", {"prompt": prompt, "max_tokens": 4}),
+            ("/infer", {"query": prompt}),
+        ]
+        for path, body in cases:
+            for stream in (False, True):
+                if path == "/infer" and stream:
+                    continue
+                with self.subTest(path=path, stream=stream):
+                    r = self.sl.post(path, dict(body, stream=stream))
+                    self.assertEqual(r.status, 200, r.body)
+        # The whole prompt reaches llama-server, not the text up to the NUL:
+        # it evaluates as many prompt tokens as when asked directly.
+        body = {"prompt": prompt, "n_predict": 1, "cache_prompt": False}
+        direct = self.ls.post("/completion", body).json()
+        cut = self.ls.post("/completion", dict(body, prompt="Hello")).json()
+        self.assertGreater(direct["tokens_evaluated"], cut["tokens_evaluated"])
+        r = self.sl.post("/completion", body)
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(r.json()["tokens_evaluated"],
+                         direct["tokens_evaluated"])
+
+    def test_priorities_are_parsed_whole_and_strictly(self):
+        expected = ("expected urgent, normal, batch or a number from 0 to "
+                    "100, got ")
+        long_bad = "1." + "0" * 66 + "x"
+        for header, got in (("0x10", '"0x10"'), ("1e1", '"1e1"'),
+                            ("inf", '"inf"'), ("+5", '"+5"'),
+                            (long_bad, '"%s"...' % long_bad[:64])):
+            with self.subTest(header=header):
+                r = self.sl.post("/completion", {"prompt": "x",
+                                                 "n_predict": 1},
+                                 headers={"X-Priority": header})
+                self.assertEqual(r.status, 400)
+                self.assertEqual(r.json()["error"]["message"],
+                                 "X-Priority: " + expected + got)
+        for field, got in ((" 5", '" 5"'), ("0x10", '"0x10"'),
+                           ("5 ", '"5 "'),
+                           (long_bad, '"%s"...' % long_bad[:64]),
+                           (150, "150")):
+            with self.subTest(field=field):
+                r = self.sl.post("/generate", {"prompt": "x",
+                                               "max_tokens": 1,
+                                               "priority": field})
+                self.assertEqual(r.status, 400)
+                self.assertEqual(r.json()["error"]["message"],
+                                 '"priority": ' + expected + got)
+        for header in ("7.5", "100", "batch"):
+            with self.subTest(header=header):
+                r = self.sl.post("/completion", {"prompt": "x",
+                                                 "n_predict": 1},
+                                 headers={"X-Priority": header})
+                self.assertEqual(r.status, 200)
+        r = self.sl.post("/generate", {"prompt": "x", "max_tokens": 1,
+                                       "priority": 1e1})
+        self.assertEqual(r.status, 200)
+
+
 class NativePriorities(st.TestCase):
 
     def test_urgent_infer_and_generate_go_before_normal(self):

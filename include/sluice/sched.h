@@ -192,8 +192,10 @@ uint64_t sl_sched_retry_after_ms(struct sl_sched *s, uint64_t now_ms);
 unsigned sl_sched_retry_after_s(uint64_t ms);
 
 /*
- * Parses a priority: "urgent", "normal", "batch" or a number in
- * [SL_PRIORITY_MIN, SL_PRIORITY_MAX]. Returns 0 or SL_EINVAL.
+ * Parses a priority, the whole NUL-terminated text: "urgent", "normal",
+ * "batch" or a plain decimal number (digits, optionally a fraction: no
+ * sign, spaces, hex or exponent) in [SL_PRIORITY_MIN, SL_PRIORITY_MAX].
+ * Returns 0 or SL_EINVAL.
  */
 int sl_priority_parse(const char *text, double *out);
 

@@ -1,0 +1,257 @@
+/* Unit tests for request.c: body checks, priorities, the upstream body. */
+#include "sluice/request.h"
+
+#include "test.h"
+
+#include <jansson.h>
+
+static const struct sl_request_options opts = {.max_tokens_cap = 64,
+                                               .stream_upstream = true};
+
+static const struct sl_endpoint *endpoint(const char *path)
+{
+	for (unsigned i = 0; i < sl_n_endpoints; i++)
+		if (strcmp(sl_endpoints[i].path, path) == 0)
+			return &sl_endpoints[i];
+	TEST_FAIL("no endpoint %s", path);
+}
+
+/* Validates `body` (NUL-terminated here) on `path`; returns the code. */
+static int check(struct sl_request *r, const char *path, const char *header,
+                 const char *body)
+{
+	return sl_request_validate(r, endpoint(path), header, body,
+	                           strlen(body), &opts);
+}
+
+/* The priority a request ends with, or -1 when it is refused. */
+static double priority_of(const char *header, const char *body)
+{
+	struct sl_request r;
+	int rc = check(&r, "/v1/completions", header, body);
+	double p = rc == 0 ? r.priority : -1;
+	if (rc == 0)
+		ASSERT(!strstr(r.body, "priority"));
+	else
+		ASSERT_EQ(r.status, 400);
+	sl_request_free(&r);
+	return p;
+}
+
+static void test_priority_header(void)
+{
+	ASSERT(priority_of("urgent", "{}") == 2);
+	ASSERT(priority_of("batch", "{}") == 0);
+	ASSERT(priority_of("7.25", "{}") == 7.25);
+	ASSERT(priority_of("100", "{}") == 100);
+	ASSERT(priority_of("0", "{}") == 0);
+	ASSERT(priority_of(NULL, "{}") == 1);
+	/* The header wins over the field, which is dropped either way. */
+	ASSERT(priority_of("batch", "{\"priority\":\"urgent\"}") == 0);
+	static const char *const bad[] = {
+	    "0x10",   " 5",   "5 ",  "+5",  "-0",    "1e1",   "inf",
+	    "nan",    "1.",   ".5",  "5..", "101",   "100.5", "",
+	    "Urgent", "high", "1,5", "5\t", "0x1p3",
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(bad); i++)
+		if (priority_of(bad[i], "{}") != -1)
+			TEST_FAIL("X-Priority \"%s\" was accepted", bad[i]);
+}
+
+static void test_long_priority_is_read_whole(void)
+{
+	/*
+	 * 70 characters: the old parser cut it to 63 and accepted "1.000...";
+	 * the whole value is a valid number, so it must still be read whole,
+	 * and a value that only goes wrong after character 63 must fail.
+	 */
+	char good[80], bad[80];
+	memset(good, '0', sizeof(good));
+	good[0] = '1';
+	good[1] = '.';
+	good[70] = '\0';
+	memcpy(bad, good, sizeof(bad));
+	bad[68] = 'x';
+	ASSERT(priority_of(good, "{}") == 1);
+	ASSERT(priority_of(bad, "{}") == -1);
+
+	char body[128];
+	snprintf(body, sizeof(body), "{\"priority\":\"%s\"}", bad);
+	ASSERT(priority_of(NULL, body) == -1);
+}
+
+static void test_priority_field(void)
+{
+	ASSERT(priority_of(NULL, "{\"priority\":\"urgent\"}") == 2);
+	ASSERT(priority_of(NULL, "{\"priority\":\"2.5\"}") == 2.5);
+	/* A JSON number is the number itself, exponent and all. */
+	ASSERT(priority_of(NULL, "{\"priority\":3}") == 3);
+	ASSERT(priority_of(NULL, "{\"priority\":0.1}") == 0.1);
+	ASSERT(priority_of(NULL, "{\"priority\":1e1}") == 10);
+	ASSERT(priority_of(NULL, "{\"priority\":100}") == 100);
+	ASSERT(priority_of(NULL, "{\"priority\":100.0000001}") == -1);
+	ASSERT(priority_of(NULL, "{\"priority\":-0.5}") == -1);
+	ASSERT(priority_of(NULL, "{\"priority\":1e400}") == -1);
+	ASSERT(priority_of(NULL, "{\"priority\":\" 5\"}") == -1);
+	ASSERT(priority_of(NULL, "{\"priority\":\"0x10\"}") == -1);
+	ASSERT(priority_of(NULL, "{\"priority\":true}") == -1);
+	ASSERT(priority_of(NULL, "{\"priority\":null}") == -1);
+	/* A NUL inside the string does not end it early. */
+	ASSERT(priority_of(NULL, "{\"priority\":\"urgent\\u0000x\"}") == -1);
+}
+
+static void test_priority_messages(void)
+{
+	struct sl_request r;
+	ASSERT_EQ(check(&r, "/completion", "0x10", "{}"), SL_EINVAL);
+	ASSERT_STR_EQ(r.error, "X-Priority: expected urgent, normal, batch or "
+	                       "a number from 0 to 100, got \"0x10\"");
+	ASSERT(r.body == NULL);
+	ASSERT_EQ(check(&r, "/completion", NULL, "{\"priority\":\" 5\"}"),
+	          SL_EINVAL);
+	ASSERT_STR_EQ(r.error, "\"priority\": expected urgent, normal, batch "
+	                       "or a number from 0 to 100, got \" 5\"");
+	ASSERT_EQ(check(&r, "/completion", NULL, "{\"priority\":150}"),
+	          SL_EINVAL);
+	ASSERT_STR_EQ(r.error, "\"priority\": expected urgent, normal, batch "
+	                       "or a number from 0 to 100, got 150");
+	ASSERT_EQ(check(&r, "/completion", NULL, "{\"priority\":[1]}"),
+	          SL_EINVAL);
+	ASSERT_STR_EQ(r.error,
+	              "\"priority\" must be urgent, normal, batch or a number");
+	/* A long bad value is quoted in part only. */
+	char big[300];
+	memset(big, 'z', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	ASSERT_EQ(check(&r, "/completion", big, "{}"), SL_EINVAL);
+	ASSERT_CONTAINS(r.error, "got \"zzzz");
+	ASSERT_CONTAINS(r.error, "zzz\"...");
+	ASSERT(strlen(r.error) < 200);
+	/* ...and cut between UTF-8 characters, never inside one. */
+	char accented[200] = "{\"priority\":\"a";
+	for (int i = 0; i < 40; i++)
+		strcat(accented, "\xc3\xa9");
+	strcat(accented, "\"}");
+	ASSERT_EQ(check(&r, "/completion", NULL, accented), SL_EINVAL);
+	ASSERT_CONTAINS(r.error, "got \"a\xc3\xa9");
+	ASSERT_CONTAINS(r.error, "\xc3\xa9\"...");
+}
+
+static void test_body_checks(void)
+{
+	struct sl_request r;
+	ASSERT_EQ(check(&r, "/v1/completions", NULL, "[1]"), SL_EINVAL);
+	ASSERT_STR_EQ(r.error, "the request body must be a JSON object");
+	ASSERT_EQ(check(&r, "/v1/completions", NULL, "{\"stream\":1}"),
+	          SL_EINVAL);
+	ASSERT_STR_EQ(r.error, "\"stream\" must be true or false");
+	ASSERT_EQ(check(&r, "/completion", NULL, "{\"n_discard\":-1}"),
+	          SL_EINVAL);
+	ASSERT_STR_EQ(r.error, "\"n_discard\" must be a non-negative integer");
+	ASSERT_EQ(check(&r, "/completion", NULL, "{\"a\":"), SL_EINVAL);
+	ASSERT_CONTAINS(r.error,
+	                "malformed JSON in the request body at line 1");
+	ASSERT_EQ(check(&r, "/generate", NULL, "{}"), SL_EINVAL);
+	ASSERT_STR_EQ(r.error, "\"prompt\" is required and must be a string");
+	ASSERT_EQ(r.status, 400);
+	/* Endpoints without a body take none, and ignore X-Priority. */
+	ASSERT_EQ(check(&r, "/v1/models", "junk", ""), 0);
+	ASSERT(r.body == NULL);
+	ASSERT(r.priority == 1);
+}
+
+static void test_upstream_bodies(void)
+{
+	struct sl_request r;
+	/* A plain OpenAI answer is asked for as a stream, with usage. */
+	ASSERT_EQ(check(&r, "/v1/chat/completions", NULL,
+	                "{\"messages\":[],\"priority\":\"batch\"}"),
+	          0);
+	ASSERT_STR_EQ(r.body, "{\"messages\":[],\"stream\":true,"
+	                      "\"stream_options\":{\"include_usage\":true}}");
+	ASSERT_EQ(r.body_len, strlen(r.body));
+	ASSERT(!r.stream && r.assemble);
+	ASSERT_EQ(r.assemble_kind, SL_ASSEMBLE_CHAT);
+	sl_request_free(&r);
+
+	ASSERT_EQ(check(&r, "/v1/completions", NULL, "{\"stream\":true}"), 0);
+	ASSERT_STR_EQ(r.body, "{\"stream\":true}");
+	ASSERT(r.stream && !r.assemble);
+	sl_request_free(&r);
+
+	ASSERT_EQ(check(&r, "/completion", NULL,
+	                "{\"prompt\":\"a\",\"return_tokens\":true}"),
+	          0);
+	ASSERT(r.assemble && r.return_tokens);
+	ASSERT_EQ(r.assemble_kind, SL_ASSEMBLE_NATIVE);
+	sl_request_free(&r);
+
+	/* Embeddings never stream. */
+	ASSERT_EQ(check(&r, "/v1/embeddings", NULL, "{\"input\":\"a\"}"), 0);
+	ASSERT(!r.assemble && !r.stream);
+	ASSERT_STR_EQ(r.body, "{\"input\":\"a\"}");
+	sl_request_free(&r);
+
+	/* /generate: mapped onto /completion, max_tokens capped. */
+	ASSERT_EQ(check(&r, "/generate", "urgent",
+	                "{\"prompt\":\"hi\",\"max_tokens\":1000}"),
+	          0);
+	ASSERT_STR_EQ(r.body, "{\"prompt\":\"hi\",\"n_predict\":64,"
+	                      "\"stream\":true,\"cache_prompt\":true}");
+	ASSERT(r.priority == 2 && r.assemble && !r.stream);
+	sl_request_free(&r);
+
+	ASSERT_EQ(check(&r, "/infer", NULL, "{\"query\":\"q\"}"), 0);
+	ASSERT_CONTAINS(r.body, "\"prompt\":\"q\"");
+	sl_request_free(&r);
+
+	struct sl_request_options plain = opts;
+	plain.stream_upstream = false;
+	const char *body = "{\"prompt\":\"a\"}";
+	ASSERT_EQ(sl_request_validate(&r, endpoint("/completion"), NULL, body,
+	                              strlen(body), &plain),
+	          0);
+	ASSERT(!r.assemble);
+	ASSERT_STR_EQ(r.body, body);
+	sl_request_free(&r);
+}
+
+static void test_nul_in_strings_survives(void)
+{
+	struct sl_request r;
+	/* \u0000 is valid JSON: accepted, and written back as \u0000. */
+	static const char *const paths[] = {"/completion", "/v1/completions",
+	                                    "/v1/chat/completions"};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(paths); i++) {
+		ASSERT_EQ(check(&r, paths[i], NULL,
+		                "{\"prompt\":\"a\\u0000b\",\"stream\":true}"),
+		          0);
+		ASSERT_STR_EQ(r.body,
+		              "{\"prompt\":\"a\\u0000b\",\"stream\":true}");
+		sl_request_free(&r);
+	}
+	ASSERT_EQ(check(&r, "/generate", NULL, "{\"prompt\":\"a\\u0000b\"}"),
+	          0);
+	ASSERT_CONTAINS(r.body, "\"prompt\":\"a\\u0000b\"");
+	sl_request_free(&r);
+	ASSERT_EQ(check(&r, "/infer", NULL, "{\"query\":\"\\u0000q\"}"), 0);
+	ASSERT_CONTAINS(r.body, "\"prompt\":\"\\u0000q\"");
+	sl_request_free(&r);
+	/* A raw NUL byte inside a string is not JSON. */
+	static const char raw[] = "{\"prompt\":\"a\0b\"}";
+	ASSERT_EQ(sl_request_validate(&r, endpoint("/completion"), NULL, raw,
+	                              sizeof(raw) - 1, &opts),
+	          SL_EINVAL);
+}
+
+int main(void)
+{
+	RUN(test_priority_header);
+	RUN(test_long_priority_is_read_whole);
+	RUN(test_priority_field);
+	RUN(test_priority_messages);
+	RUN(test_body_checks);
+	RUN(test_upstream_bodies);
+	RUN(test_nul_in_strings_survives);
+	return 0;
+}
