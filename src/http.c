@@ -901,12 +901,22 @@ static char *format_head(struct sl_http_conn *c, int status,
 	return head;
 }
 
+/*
+ * Whether the connection stays open after the current response: what the
+ * request asked for, unless the server is draining or closing. The head
+ * says the same, so that a client is told "close" before it happens.
+ */
+static bool will_keep_alive(const struct sl_http_conn *c)
+{
+	return c->req->keep_alive && !c->server->closing &&
+	       !c->server->draining;
+}
+
 /* The response is fully queued: on to the next request, or close. */
 static void request_complete(struct sl_http_conn *c)
 {
 	struct request_state *st = c->req;
-	bool keep_alive =
-	    st->keep_alive && !c->server->closing && !c->server->draining;
+	bool keep_alive = will_keep_alive(c);
 	request_finished(c, st, true);
 	c->req = NULL;
 	c->draining_wait = false;
@@ -959,7 +969,7 @@ void sl_http_respond(struct sl_http_request *req, int status,
 	}
 	size_t head_len;
 	char *head = format_head(c, status, content_type, extra_headers,
-	                         (long long)len, st->keep_alive, &head_len);
+	                         (long long)len, will_keep_alive(c), &head_len);
 	uv_buf_t bufs[2] = {uv_buf_init(head, (unsigned)head_len),
 	                    uv_buf_init((char *)body, (unsigned)len)};
 	conn_write_raw(c, bufs, len && !st->head_only ? 2 : 1);
@@ -1011,7 +1021,7 @@ int sl_http_stream_start(struct sl_http_request *req, int status,
 		st->keep_alive = false; /* the body ends with the connection */
 	size_t len;
 	char *head = format_head(c, status, content_type, extra_headers,
-	                         content_length, st->keep_alive, &len);
+	                         content_length, will_keep_alive(c), &len);
 	uv_buf_t b = uv_buf_init(head, (unsigned)len);
 	int rc = conn_write_raw(c, &b, 1);
 	free(head);

@@ -63,12 +63,6 @@ const unsigned sl_n_endpoints = SL_ARRAY_SIZE(sl_endpoints);
 
 /* Largest non-streamed answer sluice assembles from an upstream stream. */
 #define SL_PROXY_MAX_ANSWER (64u * 1024 * 1024)
-/*
- * Longest upstream Content-Type copied into a client's response head.
- * llama-server sends "application/json; charset=utf-8" or
- * "text/event-stream"; anything far longer is not an answer to relay.
- */
-#define SL_PROXY_MAX_CONTENT_TYPE 100u
 /* The final 503 of every request still in flight when a drain times out. */
 #define SL_PROXY_DRAIN_MESSAGE "sluice is shutting down: --drain-timeout passed"
 /*
@@ -518,24 +512,6 @@ static int on_event(const char *event, size_t len, void *arg)
 }
 
 /*
- * Whether an upstream's Content-Type may be copied into the client's head:
- * not too long, and only the bytes a header value may hold (RFC 9110's
- * field-vchar, SP and HTAB), so that it cannot end the line or the head.
- */
-static bool content_type_ok(const char *ctype)
-{
-	size_t n = strlen(ctype);
-	if (n > SL_PROXY_MAX_CONTENT_TYPE)
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)ctype[i];
-		if (c != ' ' && c != '\t' && (c < 0x21 || c > 0x7e))
-			return false;
-	}
-	return true;
-}
-
-/*
  * The first byte: answer the client's head in the right mode. Returns
  * false when the upstream's head cannot be relayed (the client got 502).
  */
@@ -557,7 +533,7 @@ static bool start_response(struct exchange *x)
 		fail(x, 502, message);
 		return false;
 	}
-	if (ctype && !content_type_ok(ctype)) {
+	if (ctype && !sl_http_field_value_ok(ctype, SL_HTTP_CONTENT_TYPE_MAX)) {
 		fail(x, 502,
 		     "upstream answered with an invalid or overlong "
 		     "Content-Type");
