@@ -1589,7 +1589,7 @@ static void on_timer(uv_timer_t *t)
 			break;
 		}
 		/* Still flushing the last response: as while handling. */
-		/* fall through */
+		SL_FALLTHROUGH;
 	case PHASE_HANDLING: arm_send_timeout(c); break;
 	}
 }

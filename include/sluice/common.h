@@ -25,9 +25,12 @@
 #if defined(__GNUC__)
 #define SL_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
 #define SL_NORETURN __attribute__((noreturn))
+/* A case that goes on into the next on purpose; clang ignores comments. */
+#define SL_FALLTHROUGH __attribute__((fallthrough))
 #else
 #define SL_PRINTF(fmt, args)
 #define SL_NORETURN
+#define SL_FALLTHROUGH
 #endif
 
 /* sluice's own error codes: X(NAME, value, message). */
