@@ -22,12 +22,10 @@ static void stop_upstreams(struct sl_app *app, bool force);
  * Once a drain has nothing left in flight, the last responses may still be
  * in the connections' write queues, and closing the front would cancel
  * them. While draining every connection closes by itself after its
- * response (flushed, then FIN), so sluice waits for the connection count
- * to reach zero. The HTTP server reports no event for that, hence a poll
- * every SL_APP_FLUSH_POLL_MS; and a client that neither reads nor closes
- * cannot hold the shutdown for longer than SL_APP_FLUSH_GRACE_MS.
+ * response (flushed, then FIN), so sluice waits for the last one to close;
+ * a client that neither reads nor closes cannot hold the shutdown for
+ * longer than this.
  */
-#define SL_APP_FLUSH_POLL_MS 10
 #define SL_APP_FLUSH_GRACE_MS 1000
 
 /* ---- upstream events ---- */
@@ -250,15 +248,10 @@ static void close_front(struct sl_app *app)
 		stop_upstreams(app, app->force_stop);
 }
 
+/* The last connection closed, or the grace for the last responses ran out. */
 static void on_flush_timer(uv_timer_t *t)
 {
 	struct sl_app *app = t->data;
-	if (app->http.n_conns > 0 &&
-	    uv_now(&app->loop) < app->flush_deadline_ms) {
-		uv_timer_start(&app->flush_timer, on_flush_timer,
-		               SL_APP_FLUSH_POLL_MS, 0);
-		return;
-	}
 	if (app->http.n_conns > 0)
 		sl_warn("%u connections still open %d ms after the last "
 		        "response; closing them",
@@ -266,17 +259,27 @@ static void on_flush_timer(uv_timer_t *t)
 	close_front(app);
 }
 
+static void on_front_empty(struct sl_http_server *s)
+{
+	struct sl_app *app = sl_container_of(s, struct sl_app, http);
+	/* Not from inside the last connection's close callback. */
+	uv_timer_start(&app->flush_timer, on_flush_timer, 0, 0);
+}
+
 /* Closes the front once the last responses went out (see the top). */
 static void close_front_when_flushed(struct sl_app *app)
 {
-	if (app->front_closing || app->flush_deadline_ms)
+	if (app->front_closing || app->flushing)
 		return;
 	if (!app->http.loop || app->http.n_conns == 0) {
 		close_front(app);
 		return;
 	}
-	app->flush_deadline_ms = uv_now(&app->loop) + SL_APP_FLUSH_GRACE_MS;
-	uv_timer_start(&app->flush_timer, on_flush_timer, SL_APP_FLUSH_POLL_MS,
+	app->flushing = true;
+	/* Nothing new would be answered now: stop taking connections. */
+	sl_http_server_stop_accepting(&app->http);
+	app->http.on_empty = on_front_empty;
+	uv_timer_start(&app->flush_timer, on_flush_timer, SL_APP_FLUSH_GRACE_MS,
 	               0);
 }
 

@@ -1630,6 +1630,8 @@ static void on_conn_closed(uv_handle_t *h)
 	s->n_conns--;
 	free(c);
 	server_maybe_closed(s);
+	if (s->n_conns == 0 && s->draining && !s->closing && s->on_empty)
+		s->on_empty(s);
 }
 
 static void conn_close(struct sl_http_conn *c)

@@ -43,13 +43,13 @@ struct sl_app {
 	struct sl_sched sched;
 	uv_timer_t sched_timer; /* the scheduler's next deadline */
 	uv_timer_t drain_timer;
-	uv_timer_t flush_timer;     /* waits for the last responses to go */
-	uint64_t flush_deadline_ms; /* 0 until that wait begins */
-	bool ending_all;            /* sl_proxy_end_all() is running */
-	bool demo;                  /* serving the demo model */
-	bool announced;             /* "ready" has been logged */
-	bool stopping;              /* draining, then closing */
-	bool front_closing;         /* the HTTP server is being closed */
+	uv_timer_t flush_timer; /* the grace for the last responses */
+	bool flushing;          /* waiting for the last connections to close */
+	bool ending_all;        /* sl_proxy_end_all() is running */
+	bool demo;              /* serving the demo model */
+	bool announced;         /* "ready" has been logged */
+	bool stopping;          /* draining, then closing */
+	bool front_closing;     /* the HTTP server is being closed */
 	int exit_code;
 	uint64_t start_ms;
 	char listen_url[96];

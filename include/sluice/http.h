@@ -165,6 +165,12 @@ struct sl_http_server {
 	bool draining; /* answering what is in flight, then closing */
 	bool closing;
 	void (*on_closed)(struct sl_http_server *);
+	/*
+	 * Set by the owner, or NULL: called when the last connection has
+	 * closed while draining, from that connection's close callback (so
+	 * the owner should act from a later loop turn).
+	 */
+	void (*on_empty)(struct sl_http_server *);
 	unsigned open_handles; /* the listener, until it closes */
 	char *read_buf;        /* SL_HTTP_READ_BUF bytes */
 	uint64_t request_counter;
