@@ -21,6 +21,8 @@ import time
 import unittest
 
 SLUICE = os.environ.get("SLUICE_BIN", "build/sluice")
+MOCK = os.environ.get("SLUICE_MOCK_BIN") or os.path.join(
+    os.path.dirname(SLUICE), "bench", "mock-llama-server")
 MODEL_TINY = os.environ.get("SLUICE_MODEL_TINY")
 MODEL_SLOW = os.environ.get("SLUICE_MODEL_SLOW")
 
@@ -392,6 +394,34 @@ class LlamaServer(Process):
         return request(self.port, "POST", path, body=body, **kw)
 
 
+class MockLlamaServer(Process):
+    """bench/mock-llama-server on a free port; extra arguments go on its
+    command line. Its timing is what it is told (--prompt-delay-ms,
+    --token-delay-ms), whatever the load on the machine: tests that measure
+    sluice's timing compare against it. Its text is fixed: token k is
+    " tok<k>" (see mock_text)."""
+
+    def __init__(self, *args):
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("SLUICE_MOCK_")}
+        super().__init__([MOCK, "--port", "0", *args], env=env,
+                         name="mock")
+        m = self.wait_line(r"^mock-llama-server listening on "
+                           r"http://127\.0\.0\.1:(\d+) ", timeout=10)
+        self.port = int(m.group(1))
+        self.url = "http://127.0.0.1:%d" % self.port
+
+    def busy_slots(self):
+        r = request(self.port, "GET", "/slots", timeout=5)
+        assert r.status == 200, r.status
+        return sum(1 for s in r.json() if s["is_processing"])
+
+
+def mock_text(n):
+    """The text of the mock's answer of n tokens."""
+    return "".join(" tok%d" % k for k in range(n))
+
+
 class TestCase(unittest.TestCase):
     """Cleans up every process and temporary directory a test made."""
 
@@ -413,6 +443,11 @@ class TestCase(unittest.TestCase):
         s = LlamaServer(*args, **kw)
         self._processes.append(s)
         return s
+
+    def mock_llama_server(self, *args):
+        m = MockLlamaServer(*args)
+        self._processes.append(m)
+        return m
 
 
 def main():

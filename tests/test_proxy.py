@@ -304,25 +304,73 @@ class Relay(st.TestCase):
         c.close()
 
 
+def timed_events(port, path, body, on_event=None):
+    """Streams one request; returns (start, [arrival times], [events]).
+    on_event(index, event), if given, runs as each event arrives."""
+    c = st.RawClient(port)
+    try:
+        start = time.monotonic()
+        c.request("POST", path, body)
+        status, _ = c.read_head()
+        assert status == 200, (status, c.buf[:300])
+        times, events = [], []
+        for t, chunk in c.chunks():
+            times.append(t)
+            events.append(st.sse_data(chunk))
+            if on_event:
+                on_event(len(events) - 1, events[-1])
+        return start, times, events
+    finally:
+        c.close()
+
+
+def median(values):
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
 class Streaming(st.TestCase):
 
+    # The mock's pace: whatever the load on the machine, its tokens come at
+    # least this far apart, so a stream of N_PACED lasts seconds.
+    TOKEN_MS = 40
+    N_PACED = 50
+
     def test_events_arrive_as_they_are_generated(self):
-        s = self.sluice("--model", st.MODEL_SLOW, "--slots", "1")
-        # The first request pages the weights in: not what is measured.
-        plain_text(s.port, "/completion", body_for("/completion", "w", False))
-        start = time.monotonic()
-        text, times, _, events = stream_text(
-            s.port, "/completion",
-            body_for("/completion", "Once upon a time", True, n=400))
-        self.assertGreater(len(events), 300)
-        first, last = times[0] - start, times[-1] - start
-        # About 400 tokens at a few hundred per second: the first event
-        # comes long before the last, not all at once at the end.
-        self.assertGreater(last, 0.4)
-        self.assertLess(first, last / 4)
-        # And they trickle in: no second-long gap in the middle, no burst.
-        gaps = [b - a for a, b in zip(times, times[1:])]
-        self.assertLess(max(gaps), 0.5)
+        m = self.mock_llama_server("--slots", "1",
+                                   "--token-delay-ms", str(self.TOKEN_MS))
+        s = self.sluice("--upstream", m.url)
+        body = body_for("/completion", "Once upon a time", True,
+                        n=self.N_PACED)
+        # The same generation straight from the mock, for its own pace on
+        # this machine now.
+        _, direct, direct_events = timed_events(m.port, "/completion", body)
+        busy_at_first = []
+
+        def on_event(index, event):
+            if index == 0:
+                busy_at_first.append(m.busy_slots())
+
+        _, relayed, events = timed_events(s.port, "/completion", body,
+                                          on_event)
+        texts = ["".join(st.delta_of("/completion", e)
+                         for e in evs if isinstance(e, dict))
+                 for evs in (direct_events, events)]
+        self.assertEqual(texts, [st.mock_text(self.N_PACED)] * 2)
+        self.assertIs(events[-1].get("stop"), True)
+        self.assertEqual(len(events), len(direct_events))
+        # The first event reached the client while the mock was still
+        # generating: sluice relays, it does not collect the answer first.
+        self.assertEqual(busy_at_first, [1])
+        # And the events trickle in at the mock's pace rather than in
+        # bursts: a relay that held events back and sent several at once
+        # would make most gaps nearly zero.
+        gap = median([b - a for a, b in zip(relayed, relayed[1:])])
+        direct_gap = median([b - a for a, b in zip(direct, direct[1:])])
+        self.assertGreaterEqual(direct_gap, self.TOKEN_MS / 1000 / 2)
+        self.assertGreater(gap, direct_gap / 2,
+                           "relayed gaps %.3f s, the mock's %.3f s"
+                           % (gap, direct_gap))
         self.assertEqual(s.stop(), 0)
 
 
@@ -429,37 +477,43 @@ class SlowReader(st.TestCase):
 
 class HeaderTimeout(st.TestCase):
 
+    HEADER_TIMEOUT = 2
+
     def test_dripping_client_is_cut_off_while_others_are_served(self):
-        s = self.sluice("--model", st.MODEL_TINY, "--header-timeout", "2")
-        result = {}
-
-        def drip():
-            c = st.RawClient(s.port)
-            start = time.monotonic()
-            try:
-                for b in b"GET /health HTTP/1.1\r\nX-Slow: yes\r\n\r\n":
-                    c.send(bytes([b]))
-                    time.sleep(1)  # the client's pace: one byte a second
-                    if c.at_eof(0):
-                        break
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-            result["reply"] = c.buf
-            result["took"] = time.monotonic() - start
-            c.close()
-
-        t = threading.Thread(target=drip)
-        t.start()
-        served = 0
-        while t.is_alive():
-            r = s.post("/completion", body_for("/completion", "hi", False, n=4))
+        s = self.sluice("--model", st.MODEL_TINY,
+                        "--header-timeout", str(self.HEADER_TIMEOUT))
+        head = b"GET /health HTTP/1.1\r\nX-Slow: yes\r\n\r\n"
+        c = st.RawClient(s.port)
+        start = time.monotonic()
+        sent, next_byte_at, served, cut = 0, start, 0, False
+        # One thread plays both parts: the dripping client sends a byte a
+        # second (its pace, not a wait), and between its bytes other
+        # requests are served. Each one counts only if the dripping client
+        # was still connected after its answer came, so it was served while
+        # that client held its connection open.
+        while not cut and sent < len(head):
+            if time.monotonic() >= next_byte_at:
+                try:
+                    c.send(head[sent:sent + 1])
+                    sent += 1
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                next_byte_at = time.monotonic() + 1
+            r = s.post("/completion", body_for("/completion", "hi", False,
+                                               n=4))
             self.assertEqual(r.status, 200)
-            served += 1
-        t.join()
-        self.assertGreater(served, 5)
-        self.assertIn(b"HTTP/1.1 408 Request Timeout", result["reply"])
-        self.assertGreaterEqual(result["took"], 2.0)
-        self.assertLess(result["took"], 4.5)
+            cut = c.at_eof(0)
+            served += not cut
+        took = time.monotonic() - start
+        cut = cut or c.at_eof(5)
+        self.assertTrue(cut, "the dripping client sent its whole head")
+        self.assertIn(b"HTTP/1.1 408 Request Timeout", c.buf)
+        c.close()
+        self.assertGreater(served, 0)
+        # Not before the timeout, and counted over the whole head, not per
+        # byte: a timer restarted by each byte would never have fired.
+        self.assertGreaterEqual(took, self.HEADER_TIMEOUT)
+        self.assertLess(sent, len(head))
 
 
 class Faults(st.TestCase):
