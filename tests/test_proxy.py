@@ -379,37 +379,62 @@ def slot_busy(ls):
     return any(s["is_processing"] for s in slots)
 
 
+def decoding(ls):
+    """(busy, tokens decoded so far) of a one-slot llama-server."""
+    slot = st.request(ls.port, "GET", "/slots").json()[0]
+    # An idle slot that has not run a task yet has no next_token.
+    tokens = (slot.get("next_token") or [{}])[0]
+    return slot["is_processing"], tokens.get("n_decoded", 0)
+
+
 class Cancellation(st.TestCase):
-    """A client that leaves frees llama-server's slot within 2 s."""
+    """A client that leaves frees llama-server's slot long before its
+    generation would have ended."""
+
+    N = 6000  # tokens asked for: far more than the test waits for
+    PACE_TOKENS = 20  # tokens timed to learn llama-server's pace
 
     def setUp(self):
         super().setUp()
         self.ls = self.llama_server(st.MODEL_SLOW, slots=1, ctx=8192)
         self.s = self.sluice("--upstream", self.ls.url)
 
+    def assert_slot_freed_after(self, leave):
+        """Times PACE_TOKENS tokens of the generation in progress, calls
+        leave(), then waits for the slot to go idle: within half the time
+        the rest of the generation would take at that pace, so the client's
+        leaving, not the end of the generation, freed it. Relative to the
+        pace measured now, this holds however busy the machine is."""
+        first = st.wait_until(
+            lambda: (lambda b, d: d if b and d > 0 else None)(
+                *decoding(self.ls)), 30, "generation to start")
+        t1 = time.monotonic()
+        later = st.wait_until(
+            lambda: (lambda b, d: d if b and d >= first + self.PACE_TOKENS
+                     else None)(*decoding(self.ls)),
+            60, "%d more tokens" % self.PACE_TOKENS)
+        per_token = (time.monotonic() - t1) / (later - first)
+        leave()
+        rest = (self.N - later) * per_token
+        st.wait_until(lambda: not slot_busy(self.ls), rest / 2,
+                      "the slot to go idle (the generation would have "
+                      "taken %.1f s more)" % rest)
+
     def test_client_leaving_mid_stream(self):
         c = st.RawClient(self.s.port)
         c.request("POST", "/completion",
-                  body_for("/completion", "go on", True, n=6000))
+                  body_for("/completion", "go on", True, n=self.N))
         self.assertEqual(c.read_head()[0], 200)
         chunks = c.chunks()
         for _ in range(3):
             next(chunks)
-        self.assertTrue(slot_busy(self.ls))
-        c.close()
-        left = time.monotonic()
-        st.wait_until(lambda: not slot_busy(self.ls), 2.0,
-                      "the slot to go idle")
-        self.assertLess(time.monotonic() - left, 2.0)
+        self.assert_slot_freed_after(c.close)
 
     def test_client_leaving_while_waiting_for_a_plain_answer(self):
         c = st.RawClient(self.s.port)
         c.request("POST", "/completion",
-                  body_for("/completion", "go on", False, n=6000))
-        st.wait_until(lambda: slot_busy(self.ls), 10, "generation to start")
-        c.close()
-        st.wait_until(lambda: not slot_busy(self.ls), 2.0,
-                      "the slot to go idle")
+                  body_for("/completion", "go on", False, n=self.N))
+        self.assert_slot_freed_after(c.close)
 
 
 class SlowReader(st.TestCase):
