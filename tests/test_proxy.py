@@ -65,8 +65,8 @@ def stream_text(port, path, body, headers=None):
         c.close()
 
 
-def plain_text(port, path, body):
-    r = st.request(port, "POST", path, body=body)
+def plain_text(port, path, body, timeout=30):
+    r = st.request(port, "POST", path, body=body, timeout=timeout)
     assert r.status == 200, (r.status, r.body[:300])
     return st.text_of(path, r.json())
 
@@ -179,11 +179,14 @@ class Relay(st.TestCase):
 
         t = threading.Thread(target=sample)
         t.start()
+        # 64 clients at once on 4 slots: the last answers come after 16
+        # rounds of generation, however long a busy machine takes for them
+        # (the timeout is a safety net, not a measure).
         with concurrent.futures.ThreadPoolExecutor(64) as pool:
-            list(pool.map(lambda i: plain_text(self.sl.port, "/completion",
-                                               body_for("/completion",
-                                                        "pool %d" % i, False)),
-                          range(128)))
+            list(pool.map(lambda i: plain_text(
+                self.sl.port, "/completion",
+                body_for("/completion", "pool %d" % i, False, n=4),
+                timeout=240), range(128)))
         done.set()
         t.join()
         self.assertGreaterEqual(most[0], 1)
@@ -492,10 +495,15 @@ class SlowReader(st.TestCase):
                   body_for("/completion", "stuck", True, n=12000, n_probs=10))
         started = time.monotonic()
         # The client reads nothing (reading would be progress): sluice
-        # drops it once its backlog has not moved for 2 s.
-        s.wait_line(r"path=/completion status=200 .*outcome=cancelled", 60)
+        # drops it once its backlog has not moved for 2 s. How soon that
+        # is depends on how fast llama-server fills the socket buffers, so
+        # what is checked is that the request ended cancelled, before its
+        # ~12 MB were generated; the deadline is only a safety net.
+        end = s.wait_line(r"path=/completion status=200 .*outcome=(\w+)",
+                          240)
+        self.assertEqual(end.group(1), "cancelled", s.output())
         self.assertGreaterEqual(time.monotonic() - started, 2)
-        st.wait_until(lambda: not slot_busy(ls), 5, "the slot to go idle")
+        st.wait_until(lambda: not slot_busy(ls), 30, "the slot to go idle")
         self.assertTrue(c.at_eof(5))  # what was sent, then the close
         c.close()
 
