@@ -378,9 +378,11 @@ class LlamaServer(Process):
         self.port = free_port()
         argv = [llama_server_path(), "--host", "127.0.0.1",
                 "--port", str(self.port), "-m", model, "-np", str(slots),
-                "-c", str(slots * ctx), "--no-kv-unified", "--no-webui",
-                *extra]
-        super().__init__(argv, name="llama-server")
+                "-c", str(slots * ctx), "--no-kv-unified", *extra]
+        # No web UI, as sluice starts it: through the environment, which
+        # builds from before and after --no-webui became --no-ui both read.
+        env = dict(os.environ, LLAMA_ARG_UI="0", LLAMA_ARG_NO_WEBUI="1")
+        super().__init__(argv, env=env, name="llama-server")
         self.url = "http://127.0.0.1:%d" % self.port
         wait_until(self._healthy, 60, "llama-server to be healthy")
 
