@@ -10,10 +10,11 @@
 #
 # Result: $CACHE/llama.cpp/bin/llama-server, with the package versions in
 # $CACHE/llama.cpp/VERSIONS. CACHE is $SLUICE_CACHE_DIR, else
-# ${XDG_CACHE_HOME:-$HOME/.cache}/sluice. The mirror comes from the system's
-# own apt configuration. SLUICE_APT_OPTIONS adds apt options, e.g.
-# "-o Acquire::Check-Valid-Until=false" for a snapshot mirror whose Release
-# files have expired.
+# ${XDG_CACHE_HOME:-$HOME/.cache}/sluice. The mirror is $SLUICE_DEBIAN_MIRROR,
+# else the one in the system's own apt configuration. SLUICE_APT_OPTIONS adds
+# apt options. When the mirror's sid Release file has expired (a snapshot
+# mirror) and that is apt's only error, the update is retried without the
+# date check; signatures are still verified.
 set -euo pipefail
 
 say() { printf 'provision: %s\n' "$*"; }
@@ -38,28 +39,32 @@ arm64) triplet=aarch64-linux-gnu loader=ld-linux-aarch64.so.1 ;;
 *) die "no recipe for the $(dpkg --print-architecture) architecture" ;;
 esac
 
-# The system's Debian mirror: the first URI whose suites include this
-# release's codename, from deb822 .sources files or the classic list.
-codename=$( . /etc/os-release && echo "${VERSION_CODENAME:-}")
-[ -n "$codename" ] || die "cannot tell the Debian release from /etc/os-release"
-mirror=$(
-	for f in /etc/apt/sources.list.d/*.sources; do
-		[ -f "$f" ] || continue
-		awk -v want="$codename" '
-			/^[[:space:]]*$/ { if (uri && ok) { print uri; exit } uri=""; ok=0; next }
-			tolower($1) == "uris:" { uri=$2 }
-			tolower($1) == "suites:" { for (i = 2; i <= NF; i++) if ($i == want) ok=1 }
-			END { if (uri && ok) print uri }' "$f"
-	done
-	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-		[ -f "$f" ] || continue
-		awk -v want="$codename" '
-			$1 == "deb" { u=2; if ($2 ~ /^\[/) { while ($u !~ /\]$/) u++; u++ }
-			              if ($(u+1) == want) print $u }' "$f"
-	done
-)
-mirror=$(printf '%s\n' "$mirror" | grep -v -- '-security' | head -n 1)
-[ -n "$mirror" ] || die "found no Debian mirror for '$codename' in /etc/apt"
+# The Debian mirror: $SLUICE_DEBIAN_MIRROR, else the system's own, the first
+# URI whose suites include this release's codename, from deb822 .sources
+# files or the classic list.
+mirror="${SLUICE_DEBIAN_MIRROR:-}"
+if [ -z "$mirror" ]; then
+	codename=$( . /etc/os-release && echo "${VERSION_CODENAME:-}")
+	[ -n "$codename" ] || die "cannot tell the Debian release from /etc/os-release"
+	mirror=$(
+		for f in /etc/apt/sources.list.d/*.sources; do
+			[ -f "$f" ] || continue
+			awk -v want="$codename" '
+				/^[[:space:]]*$/ { if (uri && ok) { print uri; exit } uri=""; ok=0; next }
+				tolower($1) == "uris:" { uri=$2 }
+				tolower($1) == "suites:" { for (i = 2; i <= NF; i++) if ($i == want) ok=1 }
+				END { if (uri && ok) print uri }' "$f"
+		done
+		for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+			[ -f "$f" ] || continue
+			awk -v want="$codename" '
+				$1 == "deb" { u=2; if ($2 ~ /^\[/) { while ($u !~ /\]$/) u++; u++ }
+				              if ($(u+1) == want) print $u }' "$f"
+		done
+	)
+	mirror=$(printf '%s\n' "$mirror" | grep -v -- '-security' | head -n 1)
+	[ -n "$mirror" ] || die "found no Debian mirror for '$codename' in /etc/apt"
+fi
 
 packages=(llama.cpp-tools libllama0 libggml0 libc6 libstdc++6 libgcc-s1
 	libgomp1 libssl3t64 libzstd1 zlib1g openssl-provider-legacy
@@ -82,13 +87,39 @@ apt_opts=(
 # shellcheck disable=SC2206 # word splitting of the options is intended
 apt_opts+=(${SLUICE_APT_OPTIONS:-})
 
+# apt's own wording (apt 2.x, acquire-item.cc) for a Release file past its
+# Valid-Until date. It is only ever printed after the signature has been
+# checked, so retrying without the date check still verifies signatures.
+expired='^E: Release file for .* is expired \(invalid since .*\)\. Updates for this repository will not be applied\.$'
+
+# Runs apt-get update into $work/update.log; fails when apt does or when it
+# reports any error.
+update() {
+	apt-get -q "${apt_opts[@]}" update >"$work/update.log" 2>&1 &&
+		! grep -q '^E: ' "$work/update.log"
+}
+
+# The errors of the last update on one line, or its last lines when it
+# named none.
+update_errors() {
+	local lines
+	lines=$(grep '^E: ' "$work/update.log" | head -n 3) ||
+		lines=$(tail -n 3 "$work/update.log")
+	printf '%s\n' "$lines" | paste -s -d ' '
+}
+
 say "fetching the package list of Debian unstable (sid) from $mirror"
-if ! apt-get -q "${apt_opts[@]}" update >"$work/update.log" 2>&1 ||
-	grep -q '^E: ' "$work/update.log"; then
-	if grep -q 'is expired' "$work/update.log"; then
-		die "the mirror's sid Release file has expired (a snapshot mirror, or a wrong clock?). If you trust $mirror, run again with SLUICE_APT_OPTIONS='-o Acquire::Check-Valid-Until=false'"
+if ! update; then
+	# A snapshot mirror serves Release files whose Valid-Until date has
+	# passed. When that is apt's only complaint, take the lists anyway.
+	if grep -q '^E: ' "$work/update.log" &&
+		! grep '^E: ' "$work/update.log" | grep -qvE "$expired"; then
+		say "the mirror's sid Release file has expired (a snapshot mirror?): retrying with Acquire::Check-Valid-Until=false (signatures are still checked)"
+		apt_opts+=(-o "Acquire::Check-Valid-Until=false")
+		update || die "apt-get update of sid failed: $(update_errors)"
+	else
+		die "apt-get update of sid failed: $(update_errors)"
 	fi
-	die "apt-get update of sid failed: $(grep '^E: ' "$work/update.log" | head -n 3)"
 fi
 say "downloading ${packages[*]}"
 (cd "$work/debs" && apt-get -q "${apt_opts[@]}" download "${packages[@]}") \

@@ -40,7 +40,26 @@ fi
 
 if [ ${#missing[@]} -gt 0 ]; then
 	say "updating the package lists"
-	$sudo apt-get -q update >/dev/null
+	update_log=$(mktemp)
+	apt_update() {
+		$sudo apt-get -q "$@" update >"$update_log" 2>&1 &&
+			! grep -q '^E: ' "$update_log"
+	}
+	if ! apt_update; then
+		# A snapshot mirror's Release files are past their Valid-Until
+		# date. When that is apt's only error, take the lists anyway
+		# (signatures are still checked), as provision-llama-server.sh does.
+		expired='^E: Release file for .* is expired \(invalid since .*\)\. Updates for this repository will not be applied\.$'
+		if grep -q '^E: ' "$update_log" &&
+			! grep '^E: ' "$update_log" | grep -qvE "$expired"; then
+			say "the mirror's Release files have expired (a snapshot mirror?): retrying with Acquire::Check-Valid-Until=false (signatures are still checked)"
+			apt_update -o Acquire::Check-Valid-Until=false ||
+				die "apt-get update failed: $(tail -n 3 "$update_log" | paste -s -d ' ')"
+		else
+			die "apt-get update failed: $(tail -n 3 "$update_log" | paste -s -d ' ')"
+		fi
+	fi
+	rm -f "$update_log"
 	for i in "${!missing[@]}"; do
 		if [ "${missing[$i]}" = llhttp ]; then
 			if apt-cache show libllhttp-dev >/dev/null 2>&1; then

@@ -105,7 +105,13 @@ static void emit_line(struct sl_child *c)
 	c->line_len = 0;
 	if (n == 0)
 		return;
-	sl_info("%s[%d]: %s", c->name, c->pid, c->line);
+	/*
+	 * The child's own chatter (a dozen lines at each llama-server start)
+	 * is for debugging: at the default level a start-up reads as a few
+	 * lines of sluice's own. When the child fails, its owner quotes the
+	 * tail kept here, so the lines that explain a failure are still seen.
+	 */
+	sl_debug("%s[%d]: %s", c->name, c->pid, c->line);
 	memcpy(c->tail[c->tail_next], c->line, n + 1);
 	c->tail_next = (c->tail_next + 1) % SL_CHILD_TAIL_LINES;
 	if (c->tail_count < SL_CHILD_TAIL_LINES)

@@ -340,25 +340,27 @@ static int launch(struct sl_upstream *u)
 	/*
 	 * Flags are pinned rather than left to the build's defaults: explicit
 	 * slots, a context per slot with no unified KV cache (one long request
-	 * cannot starve the others), metrics on, no web UI. The API key goes
-	 * in the environment so that it never shows in `ps`.
+	 * cannot starve the others), metrics on. The API key goes in the
+	 * environment so that it never shows in `ps`.
+	 *
+	 * The web UI is switched off through the environment too: builds from
+	 * late 2025 on call the flag --no-ui and report --no-webui as
+	 * deprecated, while older builds know only --no-webui and refuse
+	 * --no-ui. Each build reads its own variable and ignores the other's,
+	 * and a --llama-arg (--ui, say) still wins over both.
 	 */
+	/* clang-format off */
 	const char *fixed[] = {
 	    u->exe,
-	    "--host",
-	    "127.0.0.1",
-	    "--port",
-	    port_s,
-	    "-np",
-	    slots_s,
-	    "-c",
-	    ctx_s,
+	    "--host", "127.0.0.1",
+	    "--port", port_s,
+	    "-np", slots_s,
+	    "-c", ctx_s,
 	    "--no-kv-unified",
 	    "--metrics",
-	    "--no-webui",
-	    "--threads-http",
-	    threads_s,
+	    "--threads-http", threads_s,
 	};
+	/* clang-format on */
 	size_t n_fixed = SL_ARRAY_SIZE(fixed);
 	size_t n = n_fixed + 2 + cfg->llama_args.count + 1;
 	char **args = sl_xcalloc(n, sizeof(*args));
@@ -372,7 +374,7 @@ static int launch(struct sl_upstream *u)
 	for (unsigned i = 0; i < cfg->llama_args.count; i++)
 		args[k++] = cfg->llama_args.items[i];
 	char *key_env = sl_xasprintf("LLAMA_API_KEY=%s", u->api_key);
-	char *env[] = {key_env, NULL};
+	char *env[] = {key_env, "LLAMA_ARG_UI=0", "LLAMA_ARG_NO_WEBUI=1", NULL};
 
 	rc = sl_child_spawn(u->loop, "llama-server", u->exe, args, env,
 	                    on_child_exit, u, &u->child);

@@ -21,6 +21,8 @@ import time
 import unittest
 
 SLUICE = os.environ.get("SLUICE_BIN", "build/sluice")
+MOCK = os.environ.get("SLUICE_MOCK_BIN") or os.path.join(
+    os.path.dirname(SLUICE), "bench", "mock-llama-server")
 MODEL_TINY = os.environ.get("SLUICE_MODEL_TINY")
 MODEL_SLOW = os.environ.get("SLUICE_MODEL_SLOW")
 
@@ -376,9 +378,11 @@ class LlamaServer(Process):
         self.port = free_port()
         argv = [llama_server_path(), "--host", "127.0.0.1",
                 "--port", str(self.port), "-m", model, "-np", str(slots),
-                "-c", str(slots * ctx), "--no-kv-unified", "--no-webui",
-                *extra]
-        super().__init__(argv, name="llama-server")
+                "-c", str(slots * ctx), "--no-kv-unified", *extra]
+        # No web UI, as sluice starts it: through the environment, which
+        # builds from before and after --no-webui became --no-ui both read.
+        env = dict(os.environ, LLAMA_ARG_UI="0", LLAMA_ARG_NO_WEBUI="1")
+        super().__init__(argv, env=env, name="llama-server")
         self.url = "http://127.0.0.1:%d" % self.port
         wait_until(self._healthy, 60, "llama-server to be healthy")
 
@@ -390,6 +394,34 @@ class LlamaServer(Process):
 
     def post(self, path, body, **kw):
         return request(self.port, "POST", path, body=body, **kw)
+
+
+class MockLlamaServer(Process):
+    """bench/mock-llama-server on a free port; extra arguments go on its
+    command line. Its timing is what it is told (--prompt-delay-ms,
+    --token-delay-ms), whatever the load on the machine: tests that measure
+    sluice's timing compare against it. Its text is fixed: token k is
+    " tok<k>" (see mock_text)."""
+
+    def __init__(self, *args):
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("SLUICE_MOCK_")}
+        super().__init__([MOCK, "--port", "0", *args], env=env,
+                         name="mock")
+        m = self.wait_line(r"^mock-llama-server listening on "
+                           r"http://127\.0\.0\.1:(\d+) ", timeout=10)
+        self.port = int(m.group(1))
+        self.url = "http://127.0.0.1:%d" % self.port
+
+    def busy_slots(self):
+        r = request(self.port, "GET", "/slots", timeout=5)
+        assert r.status == 200, r.status
+        return sum(1 for s in r.json() if s["is_processing"])
+
+
+def mock_text(n):
+    """The text of the mock's answer of n tokens."""
+    return "".join(" tok%d" % k for k in range(n))
 
 
 class TestCase(unittest.TestCase):
@@ -413,6 +445,11 @@ class TestCase(unittest.TestCase):
         s = LlamaServer(*args, **kw)
         self._processes.append(s)
         return s
+
+    def mock_llama_server(self, *args):
+        m = MockLlamaServer(*args)
+        self._processes.append(m)
+        return m
 
 
 def main():

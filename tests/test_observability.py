@@ -3,6 +3,7 @@ log."""
 
 import json
 import os
+import re
 import signal
 
 import promcheck
@@ -221,12 +222,19 @@ class Readiness(st.TestCase):
                               k[0] == "sluice_upstream_restarts_total"]), 1)
 
     def test_draining_is_not_ready_and_finishes_what_is_in_flight(self):
-        s = self.sluice("--model", st.MODEL_SLOW, "--slots", "1")
+        # The mock's tokens come TOKEN_MS apart whatever the load, so its
+        # stream of N tokens is still in flight for seconds after the first
+        # one, and the drain timeout is far longer than the whole stream.
+        token_ms, n = 40, 100
+        m = self.mock_llama_server("--slots", "1",
+                                   "--token-delay-ms", str(token_ms))
+        s = self.sluice("--upstream", m.url,
+                        "--drain-timeout", str(20 * n * token_ms // 1000))
         c = st.RawClient(s.port)
-        c.request("POST", "/completion", completion("long", n=600, stream=True))
+        c.request("POST", "/completion", completion("long", n=n, stream=True))
         self.assertEqual(c.read_head()[0], 200)
         chunks = c.chunks()
-        next(chunks)
+        first = st.sse_data(next(chunks)[1])
         s.proc.send_signal(signal.SIGTERM)
         s.wait_line("draining")
         r = s.ready()
@@ -236,12 +244,76 @@ class Readiness(st.TestCase):
         r = s.post("/completion", completion("late"))
         self.assertEqual(r.status, 503)
         self.assertIn("shutting down", r.json()["error"]["message"])
+        # All that happened while the stream was still being generated.
+        self.assertEqual(m.busy_slots(), 1)
         # The stream in flight finishes whole while sluice drains.
-        rest = list(chunks)
-        self.assertTrue(st.sse_data(rest[-1][1]).get("stop"))
+        events = [first] + [st.sse_data(chunk) for _, chunk in chunks]
+        self.assertTrue(events[-1].get("stop"))
+        self.assertEqual("".join(e.get("content", "") for e in events),
+                         st.mock_text(n))
         c.close()
         self.assertEqual(s.wait_exit(15), 0)
 
+
+# A log line of sluice's text format, and one llama-server line relayed.
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z "
+                      r"(debug|info |warn |error) (.*)$")
+RELAYED = re.compile(r"^llama-server\[(\d+)\]: ")
+
+
+class StartupLog(st.TestCase):
+    """What a user sees when sluice starts: a few lines of its own;
+    llama-server's chatter only at debug level."""
+
+    def test_start_up_is_a_few_lines_of_sluices_own(self):
+        # Waiting for its log line rather than polling /ready keeps access
+        # lines out of what is read.
+        s = self.sluice("--model", st.MODEL_TINY, "--slots", "2",
+                        wait_ready=False)
+        s.wait_line(r"sluice \S+ is ready on", 60)
+        self.assertEqual(s.stop(), 0)
+        said = [LOG_LINE.match(line).group(1, 2) for line in s.lines]
+        port, up = s.port, r"http://127\.0\.0\.1:\d+"
+        expected = [
+            ("info ", r"listening on http://127\.0\.0\.1:%d" % port),
+            ("info ", r"started llama-server\[\d+\] on %s \(2 slots, 4096 "
+                      r"tokens of context each\)" % up),
+            ("info ", r"upstream %s is ready with 2 slots" % up),
+            ("info ", r"sluice \S+ is ready on http://127\.0\.0\.1:%d" % port),
+            ("info ", r"received Terminated; shutting down"),
+            ("info ", r"llama-server exited with status 0"),
+        ]
+        self.assertEqual(len(said), len(expected), s.output())
+        for (level, text), (want_level, pattern) in zip(said, expected):
+            self.assertEqual(level, want_level, text)
+            self.assertRegex(text, "^%s$" % pattern)
+
+    def test_llama_servers_lines_at_debug_level_without_deprecated_flags(self):
+        s = self.sluice("--model", st.MODEL_TINY, "--log-level", "debug")
+        pid = s.upstream()["pid"]
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            argv = f.read().decode().split("\0")
+        self.assertEqual(s.stop(), 0)
+        relayed = []
+        for line in s.lines:
+            level, text = LOG_LINE.match(line).group(1, 2)
+            m = RELAYED.match(text)
+            if m:
+                self.assertEqual(level, "debug", line)
+                self.assertEqual(int(m.group(1)), pid)
+                relayed.append(text[m.end():])
+        self.assertTrue(relayed, s.output())
+        # Whatever options llama-server itself calls deprecated (0.7.0:
+        # "Use --ui/--no-ui (or deprecated --webui/--no-webui) ..."), sluice
+        # does not pass them.
+        deprecated = set()
+        for text in relayed:
+            for group in re.findall(r"deprecated ((?:-[-\w]+/?)+)", text,
+                                    re.IGNORECASE):
+                deprecated.update(f for f in group.split("/") if f)
+        self.assertFalse(deprecated & set(argv),
+                         "passed deprecated options: %s"
+                         % sorted(deprecated & set(argv)))
 
 if __name__ == "__main__":
     st.main()

@@ -1,6 +1,7 @@
 /*
  * child.h: a supervised child process (llama-server) whose output joins
- * sluice's log and which cannot outlive sluice.
+ * sluice's log (at debug level; its last lines are kept for the error
+ * message when it fails) and which cannot outlive sluice.
  *
  * The child is started through a small launcher, sluice's own executable
  * under another argv[0], which asks the kernel to SIGKILL it when sluice
