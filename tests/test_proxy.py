@@ -287,14 +287,14 @@ class Relay(st.TestCase):
         self.assertTrue(c.at_eof())
         c.close()
         c = st.RawClient(self.sl.port)
-        c.send("POST /completion HTTP/1.1\r\nContent-Length: %d\r\n\r\n"
+        c.send("POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
                % (1024 * 1024 + 1))
         status, _, body = c.read_response()
         self.assertEqual(status, 413)
         self.assertIn(b"body too large", body)
         c.close()
         c = st.RawClient(self.sl.port)
-        c.send("POST /completion HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+        c.send("POST /completion HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
                "\r\n")
         chunk = b"%x\r\n%s\r\n" % (65536, b"x" * 65536)
         try:
