@@ -14,9 +14,15 @@
  * being answered, or while earlier answers wait for the client to read
  * them: see pipeline_blocked) are kept in the connection's `pending`
  * buffer, bounded by SL_HTTP_PENDING_MAX; when it is full, reading pauses.
- * Before llhttp sees any byte, the frame scanner (struct frame_scan)
- * decides where each part of a request ends and refuses what RFC 9112 says
- * a server must refuse, so that the llhttp version linked does not matter.
+ * Before llhttp sees any byte, the frame scanner (http_frame.c, struct
+ * sl_http_frame in the connection) decides where each part of a request
+ * ends and refuses what RFC 9112 says a server must refuse, so that the
+ * llhttp version linked does not matter. The llhttp callbacks tell it where
+ * the head ended and how long each chunk is.
+ *
+ * Once a head is parsed, the request rules (http_rules.c: Host, transfer
+ * codings, the absolute-form target) judge what it says; this file applies
+ * their verdicts and the limits.
  *
  * Closing: uv_close() on both handles; the request in flight, if any, gets
  * on_abort from the close callback, always from the loop and never from
@@ -26,6 +32,8 @@
 #include "sluice/http.h"
 
 #include "sluice/common.h"
+#include "sluice/http_frame.h"
+#include "sluice/http_rules.h"
 #include "sluice/log.h"
 
 #include <jansson.h>
@@ -68,49 +76,6 @@ struct request_state {
 	bool head_sent; /* a streamed response has started */
 };
 
-/*
- * The frame scanner: where each part of a request ends is decided here,
- * byte by byte, before llhttp sees the bytes. llhttp is then fed exactly one
- * part at a time (the head, a chunk-size line, a chunk's data, the CRLF after
- * it, the trailers), so it can never end a part anywhere else. llhttp 8.1
- * (Debian bookworm) takes "\r\n\r" and any byte for the end of the header
- * section (CVE-2025-23167), and "\r" and any byte for the end of a chunk-size
- * line or of the trailers: a second request could hide behind them. The
- * scanner refuses every CR not followed by LF and every LF not preceded by
- * CR, whatever llhttp version is linked, and the other shapes RFC 9112 says
- * a server must refuse in the request line and header section.
- */
-enum frame_state {
-	FRAME_HEAD,       /* request line and header section */
-	FRAME_BODY,       /* a Content-Length body: llhttp counts it */
-	FRAME_CHUNK_SIZE, /* chunk size and extensions, up to the CRLF */
-	FRAME_CHUNK_DATA, /* data_left bytes of a chunk's data */
-	FRAME_CHUNK_CRLF, /* the CRLF after a chunk's data */
-	FRAME_TRAILERS,   /* trailer fields after the last chunk */
-};
-
-struct frame_scan {
-	enum frame_state state;
-	bool past_request_line; /* FRAME_HEAD: in the header fields */
-	bool version_prefix_ok; /* the version begins "HTTP/" so far */
-	unsigned empty_lines;   /* CRLFs before the request line */
-	unsigned spaces;        /* SPs in the request line so far */
-	size_t part_len;        /* bytes of the request line's current part */
-	size_t line_len;        /* bytes of the current line, CRLF excluded */
-	uint64_t data_left;     /* FRAME_CHUNK_DATA */
-	unsigned crlf_seen;     /* FRAME_CHUNK_CRLF: 0 to 2 */
-};
-
-/*
- * RFC 9112, 2.2 asks servers to ignore at least one empty line before a
- * request line (some clients send CRLF after a POST body). A few more are
- * allowed; a stream of them is not a request.
- */
-#define MAX_EMPTY_LINES 4u
-
-/* scan_status for an HTTP/0.9 request: closed without any answer. */
-#define SCAN_CLOSE_SILENTLY 1u
-
 struct sl_http_conn {
 	uv_tcp_t tcp;
 	uv_timer_t timer;
@@ -127,10 +92,7 @@ struct sl_http_conn {
 	size_t backlog;         /* bytes in uv_write requests not yet done */
 	unsigned reject_status; /* set by a parser callback that refuses */
 	const char *reject_message;
-	struct frame_scan scan;
-	/* A refusal the frame scanner made: 0 none, else the status. */
-	unsigned scan_status;
-	const char *scan_message;
+	struct sl_http_frame frame; /* where the parts of a request end */
 	unsigned open_handles;
 	bool reading;
 	bool parsing;             /* inside conn_parse(): do not re-enter */
@@ -324,27 +286,6 @@ static int on_url(llhttp_t *p, const char *at, size_t len)
 	return rc ? rc : arena_append(c, at, len);
 }
 
-/*
- * Where the path begins in an absolute-form target ("http://host:port/p"),
- * which RFC 9112, 3.2.2 says a server must accept: just past the
- * authority. NULL for any other form.
- */
-static const char *absolute_form_path(const char *target)
-{
-	const char *p = target;
-	if (!((*p | 0x20) >= 'a' && (*p | 0x20) <= 'z'))
-		return NULL;
-	while ((*p | 0x20) >= 'a' && (*p | 0x20) <= 'z')
-		p++;
-	while ((*p >= '0' && *p <= '9') ||
-	       ((*p | 0x20) >= 'a' && (*p | 0x20) <= 'z') || *p == '+' ||
-	       *p == '-' || *p == '.')
-		p++;
-	if (strncmp(p, "://", 3) != 0)
-		return NULL;
-	return p + 3 + strcspn(p + 3, "/?#");
-}
-
 static int on_url_complete(llhttp_t *p)
 {
 	struct sl_http_conn *c = conn_of(p);
@@ -354,7 +295,7 @@ static int on_url_complete(llhttp_t *p)
 	size_t target_len = st->arena_len - 1 - st->target_off;
 	char *target = sl_xmalloc(target_len + 1);
 	memcpy(target, st->arena + st->target_off, target_len + 1);
-	const char *from = absolute_form_path(target);
+	const char *from = sl_http_rule_absolute_form_path(target);
 	if (!from)
 		from = target;
 	size_t path_len = strcspn(from, "?");
@@ -462,153 +403,6 @@ static void resolve_pointers(struct request_state *st)
 	}
 }
 
-/* RFC 3986's unreserved and sub-delims: what a reg-name is made of. */
-static bool host_char(unsigned char ch)
-{
-	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-	       (ch >= '0' && ch <= '9') ||
-	       (ch != 0 && strchr("-._~!$&'()*+,;=", ch));
-}
-
-static bool hex_digit(unsigned char ch)
-{
-	return (ch >= '0' && ch <= '9') ||
-	       ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'f');
-}
-
-/*
- * Whether a Host value matches RFC 9110's uri-host [ ":" port ]: a
- * bracketed IP literal or a reg-name (which covers IPv4 addresses), then
- * digits after a colon. The empty value is allowed by the grammar.
- */
-static bool host_value_ok(const char *v, size_t len)
-{
-	while (len > 0 && (v[len - 1] == ' ' || v[len - 1] == '\t'))
-		len--; /* trailing whitespace is not part of the value */
-	size_t i = 0;
-	if (len > 0 && v[0] == '[') {
-		for (i = 1; i < len && v[i] != ']'; i++)
-			if (!host_char((unsigned char)v[i]) && v[i] != ':')
-				return false;
-		if (i == len || i == 1)
-			return false;
-		i++;
-	} else {
-		for (; i < len && v[i] != ':'; i++) {
-			if (v[i] == '%') {
-				if (i + 2 >= len ||
-				    !hex_digit((unsigned char)v[i + 1]) ||
-				    !hex_digit((unsigned char)v[i + 2]))
-					return false;
-				i += 2;
-			} else if (!host_char((unsigned char)v[i])) {
-				return false;
-			}
-		}
-	}
-	if (i < len && v[i++] != ':')
-		return false;
-	for (; i < len; i++)
-		if (v[i] < '0' || v[i] > '9')
-			return false;
-	return true;
-}
-
-/*
- * RFC 9112, 3.2: an HTTP/1.1 request has exactly one valid Host field.
- * Returns 0, or 400 with *why set.
- */
-static unsigned check_host(const struct request_state *st, bool http10,
-                           const char **why)
-{
-	const struct sl_http_header *host = NULL;
-	for (unsigned i = 0; i < st->pub.n_headers; i++) {
-		if (strcasecmp(st->pub.headers[i].name, "Host") != 0)
-			continue;
-		if (host) {
-			*why = "malformed HTTP request: more than one Host "
-			       "header";
-			return 400;
-		}
-		host = &st->pub.headers[i];
-	}
-	if (!host && !http10) {
-		*why = "malformed HTTP request: no Host header";
-		return 400;
-	}
-	if (host && !host_value_ok(host->value, host->value_len)) {
-		*why = "malformed HTTP request: invalid Host header";
-		return 400;
-	}
-	return 0;
-}
-
-static bool span_is(const char *at, size_t len, const char *word)
-{
-	return strlen(word) == len && strncasecmp(at, word, len) == 0;
-}
-
-/*
- * RFC 9112, 6.1 and 6.3: a request's transfer codings must end in one
- * "chunked", the only coding sluice decodes. Over every Transfer-Encoding
- * field, in order: chunked not last, twice, with parameters, an empty
- * element or any Transfer-Encoding in HTTP/1.0 is 400 (the body's length
- * is unknown, and a proxy in front may have framed it otherwise); another
- * coding before a final chunked is 501. Returns 0 or the status, *why set.
- */
-static unsigned check_transfer_coding(const struct request_state *st,
-                                      bool http10, const char **why)
-{
-	unsigned n_codings = 0, n_chunked = 0, chunked_at = 0;
-	bool fields = false, other = false, malformed = false;
-	for (unsigned i = 0; i < st->pub.n_headers; i++) {
-		const struct sl_http_header *h = &st->pub.headers[i];
-		if (strcasecmp(h->name, "Transfer-Encoding") != 0)
-			continue;
-		fields = true;
-		const char *p = h->value, *end = h->value + h->value_len;
-		for (;;) {
-			const char *comma = memchr(p, ',', (size_t)(end - p));
-			const char *stop = comma ? comma : end;
-			while (p < stop && (*p == ' ' || *p == '\t'))
-				p++;
-			const char *e = stop;
-			while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
-				e--;
-			const char *semi = memchr(p, ';', (size_t)(e - p));
-			const char *name_end = semi ? semi : e;
-			while (name_end > p &&
-			       (name_end[-1] == ' ' || name_end[-1] == '\t'))
-				name_end--;
-			n_codings++;
-			if (p == e)
-				malformed = true; /* an empty element */
-			else if (span_is(p, (size_t)(name_end - p),
-			                 "chunked")) {
-				n_chunked++;
-				chunked_at = n_codings;
-				malformed |= semi != NULL;
-			} else
-				other = true;
-			if (!comma)
-				break;
-			p = comma + 1;
-		}
-	}
-	if (!fields)
-		return 0;
-	*why = "malformed HTTP request: Transfer-Encoding in an HTTP/1.0 "
-	       "request";
-	if (http10)
-		return 400;
-	*why = "malformed HTTP request: Transfer-Encoding must end in one "
-	       "\"chunked\"";
-	if (malformed || n_chunked != 1 || chunked_at != n_codings)
-		return 400;
-	*why = "transfer codings other than \"chunked\" are not supported";
-	return other ? 501 : 0;
-}
-
 static int conn_write_raw(struct sl_http_conn *c, const uv_buf_t *bufs,
                           unsigned n);
 
@@ -627,17 +421,18 @@ static int on_headers_complete(llhttp_t *p)
 	bool has_length = (p->flags & F_CONTENT_LENGTH) != 0;
 	bool chunked = (p->flags & F_CHUNKED) != 0;
 	const char *why = NULL;
-	unsigned status = check_host(st, st->http10, &why);
+	unsigned status = sl_http_rule_host(st->pub.headers, st->pub.n_headers,
+	                                    st->http10, &why);
 	if (!status)
-		status = check_transfer_coding(st, st->http10, &why);
+		status = sl_http_rule_transfer_coding(
+		    st->pub.headers, st->pub.n_headers, st->http10, &why);
 	if (status) {
 		c->reject_status = status;
 		c->reject_message = why;
 		return -1;
 	}
 	/* The head was fed whole: the body, if any, is scanned from here. */
-	c->scan.state = chunked ? FRAME_CHUNK_SIZE : FRAME_BODY;
-	c->scan.line_len = 0;
+	sl_http_frame_head_done(&c->frame, chunked);
 	if (has_length && p->content_length > lim->max_body) {
 		c->reject_status = 413;
 		c->reject_message = "request body too large";
@@ -673,13 +468,7 @@ static int on_chunk_header(llhttp_t *p)
 {
 	struct sl_http_conn *c = conn_of(p);
 	/* Fed exactly one chunk-size line: what follows is data or trailers. */
-	if (p->content_length == 0) {
-		c->scan.state = FRAME_TRAILERS;
-		c->scan.line_len = 0;
-	} else {
-		c->scan.state = FRAME_CHUNK_DATA;
-		c->scan.data_left = p->content_length;
-	}
+	sl_http_frame_chunk(&c->frame, p->content_length);
 	return 0;
 }
 
@@ -720,7 +509,7 @@ static int on_message_complete(llhttp_t *p)
 	uv_timer_stop(&c->timer);
 	c->phase = PHASE_HANDLING;
 	/* The next bytes are the next request's: scan its head. */
-	memset(&c->scan, 0, sizeof(c->scan));
+	sl_http_frame_reset(&c->frame);
 	/* Never llhttp_pause() inside a callback; returning this pauses. */
 	return HPE_PAUSED;
 }
@@ -842,16 +631,6 @@ static int conn_write_raw(struct sl_http_conn *c, const uv_buf_t *bufs,
 	}
 	c->backlog += rest;
 	return 0;
-}
-
-bool sl_http_field_value_ok(const char *v, size_t max)
-{
-	for (size_t n = 0; v[n]; n++) {
-		unsigned char ch = (unsigned char)v[n];
-		if (n >= max || (ch < 0x20 && ch != '\t') || ch >= 0x7f)
-			return false;
-	}
-	return true;
 }
 
 /*
@@ -1160,222 +939,6 @@ static void dispatch(struct sl_http_conn *c)
 	c->server->handler(&st->pub, c->server->handler_data);
 }
 
-/* Records a refusal by the frame scanner; returns `at` for its caller. */
-static size_t scan_refuse(struct sl_http_conn *c, unsigned status,
-                          const char *why, size_t at)
-{
-	c->scan_status = status;
-	c->scan_message = why;
-	return at;
-}
-
-/*
- * One byte of the request line, which must be method SP target SP version
- * with single spaces (RFC 9112, 3). The target may hold no control bytes
- * and nothing from 0x80 up; the version's major digit is judged here, before
- * llhttp sees it: 0 is HTTP/0.9 (closed without an answer, as there is no
- * way to answer it that its client would read as an error), 2 to 9 are
- * versions sluice does not speak (505). Returns false when refused.
- */
-static bool scan_request_line_byte(struct sl_http_conn *c, unsigned char ch)
-{
-	struct frame_scan *f = &c->scan;
-	static const char prefix[] = "HTTP/";
-	if (ch == ' ') {
-		if (f->part_len == 0 || f->spaces == 2) {
-			c->scan_status = 400;
-			c->scan_message =
-			    "malformed HTTP request: extra space in "
-			    "the request line";
-			return false;
-		}
-		f->spaces++;
-		f->part_len = 0;
-		f->version_prefix_ok = true;
-		return true;
-	}
-	if (ch == '\t') {
-		c->scan_status = 400;
-		c->scan_message = "malformed HTTP request: tab in the request "
-		                  "line";
-		return false;
-	}
-	if (f->spaces == 1 && (ch < 0x21 || ch >= 0x7f)) {
-		c->scan_status = 400;
-		c->scan_message =
-		    "malformed HTTP request: control or non-ASCII "
-		    "byte in the request target";
-		return false;
-	}
-	if (f->spaces == 2 && f->part_len < sizeof(prefix) - 1 &&
-	    ch != (unsigned char)prefix[f->part_len])
-		f->version_prefix_ok = false; /* llhttp refuses it */
-	if (f->spaces == 2 && f->part_len == sizeof(prefix) - 1 &&
-	    f->version_prefix_ok) {
-		if (ch == '0') {
-			c->scan_status = SCAN_CLOSE_SILENTLY;
-			c->scan_message = "an HTTP/0.9 request";
-			return false;
-		}
-		if (ch >= '2' && ch <= '9') {
-			c->scan_status = 505;
-			c->scan_message = "only HTTP/1.0 and HTTP/1.1 are "
-			                  "supported";
-			return false;
-		}
-	}
-	f->part_len++;
-	return true;
-}
-
-/*
- * The end of a line in a line-based part. Returns true when the part is
- * over (llhttp moves on with the bytes so far), false to scan on; sets
- * scan_status when the line is refused.
- */
-static bool scan_line_end(struct sl_http_conn *c)
-{
-	struct frame_scan *f = &c->scan;
-	size_t len = f->line_len;
-	f->line_len = 0;
-	if (f->state == FRAME_CHUNK_SIZE)
-		return true;
-	if (f->state == FRAME_TRAILERS)
-		return len == 0;
-	if (f->past_request_line)
-		return len == 0; /* an empty line ends the header section */
-	if (len == 0) {
-		if (++f->empty_lines > MAX_EMPTY_LINES)
-			scan_refuse(
-			    c, 400,
-			    "malformed HTTP request: empty lines instead "
-			    "of a request line",
-			    0);
-		return false;
-	}
-	if (f->spaces < 2)
-		scan_refuse(c, f->spaces == 1 ? SCAN_CLOSE_SILENTLY : 400,
-		            f->spaces == 1 ? "an HTTP/0.9 request"
-		                           : "malformed HTTP request: no "
-		                             "target in the request line",
-		            0);
-	else if (f->part_len == 0)
-		scan_refuse(
-		    c, 400,
-		    "malformed HTTP request: extra space in the request "
-		    "line",
-		    0);
-	f->past_request_line = true;
-	return false;
-}
-
-/*
- * The line-based parts: request line and headers, chunk-size lines,
- * trailers. Returns how many bytes llhttp may parse: up to the end of the
- * part, up to a refused byte (scan_status set), or everything but a final
- * CR whose LF has not arrived.
- */
-static size_t scan_lines(struct sl_http_conn *c, const char *p, size_t len)
-{
-	struct frame_scan *f = &c->scan;
-	const struct sl_http_limits *lim = &c->server->limits;
-	for (size_t i = 0; i < len; i++) {
-		unsigned char ch = (unsigned char)p[i];
-		if (ch == '\r') {
-			if (i + 1 == len)
-				return i; /* judged with the next read */
-			if (p[i + 1] != '\n')
-				return scan_refuse(c, 400,
-				                   "malformed HTTP request: CR "
-				                   "not followed by LF",
-				                   i);
-			i++;
-			bool part_over = scan_line_end(c);
-			if (c->scan_status)
-				return i - 1;
-			if (part_over)
-				return i + 1;
-			continue;
-		}
-		if (ch == '\n')
-			return scan_refuse(c, 400,
-			                   "malformed HTTP request: LF not "
-			                   "preceded by CR",
-			                   i);
-		bool first = f->line_len++ == 0;
-		if (f->state == FRAME_HEAD && !f->past_request_line) {
-			if (!scan_request_line_byte(c, ch))
-				return i;
-			continue;
-		}
-		if (first && f->state != FRAME_CHUNK_SIZE &&
-		    (ch == ' ' || ch == '\t'))
-			return scan_refuse(c, 400,
-			                   "malformed HTTP request: obsolete "
-			                   "line folding",
-			                   i);
-		if (first && f->state != FRAME_CHUNK_SIZE && ch == ':')
-			return scan_refuse(
-			    c, 400,
-			    "malformed HTTP request: empty header "
-			    "name",
-			    i);
-		if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
-			return scan_refuse(c, 400,
-			                   "malformed HTTP request: control "
-			                   "byte in the header section",
-			                   i);
-		/*
-		 * Chunk extensions are headers in all but name: they count
-		 * against the same limit (llhttp bounds them nowhere).
-		 */
-		if (f->state == FRAME_CHUNK_SIZE &&
-		    ++c->req->header_bytes > lim->max_header_bytes)
-			return scan_refuse(c, 431, "chunk extensions too large",
-			                   i);
-	}
-	return len;
-}
-
-/* How many of these bytes llhttp may parse now; see struct frame_scan. */
-static size_t frame_scan(struct sl_http_conn *c, const char *p, size_t len)
-{
-	struct frame_scan *f = &c->scan;
-	switch (f->state) {
-	case FRAME_BODY:
-		return len; /* llhttp pauses at the end of the message */
-	case FRAME_CHUNK_DATA: {
-		size_t n = (size_t)SL_MIN((uint64_t)len, f->data_left);
-		f->data_left -= n;
-		if (f->data_left == 0) {
-			f->state = FRAME_CHUNK_CRLF;
-			f->crlf_seen = 0;
-		}
-		return n;
-	}
-	case FRAME_CHUNK_CRLF:
-		/* llhttp 8 skips these two bytes unseen: "5\r\nhelloXX". */
-		for (size_t i = 0; i < len; i++) {
-			if (p[i] != "\r\n"[f->crlf_seen])
-				return scan_refuse(
-				    c, 400,
-				    "malformed HTTP request: chunk "
-				    "data not followed by CRLF",
-				    i);
-			if (++f->crlf_seen == 2) {
-				f->state = FRAME_CHUNK_SIZE;
-				f->line_len = 0;
-				return i + 1;
-			}
-		}
-		return len;
-	case FRAME_HEAD:
-	case FRAME_CHUNK_SIZE:
-	case FRAME_TRAILERS: break;
-	}
-	return scan_lines(c, p, len);
-}
-
 /*
  * Whether the next request must wait: a client that pipelines requests
  * without reading the answers would have sluice queue answer after answer
@@ -1393,7 +956,7 @@ static void arm_send_timeout(struct sl_http_conn *c);
 static void conn_refuse(struct sl_http_conn *c, unsigned status,
                         const char *message)
 {
-	if (status == SCAN_CLOSE_SILENTLY) {
+	if (status == SL_HTTP_FRAME_CLOSE_SILENTLY) {
 		/* Not an HTTP/1.x request: no access log line, no status. */
 		sl_debug("http: closing without an answer: %s", message);
 		conn_close(c);
@@ -1420,7 +983,10 @@ static size_t conn_parse(struct sl_http_conn *c, const char *data, size_t len)
 			arm_send_timeout(c);
 			break;
 		}
-		size_t feed = frame_scan(c, data + off, len - off);
+		size_t feed =
+		    sl_http_frame_scan(&c->frame, data + off, len - off,
+		                       c->req ? &c->req->header_bytes : NULL,
+		                       c->server->limits.max_header_bytes);
 		llhttp_errno_t e = HPE_OK;
 		if (feed > 0)
 			e = llhttp_execute(&c->parser, data + off, feed);
@@ -1433,8 +999,9 @@ static size_t conn_parse(struct sl_http_conn *c, const char *data, size_t len)
 		}
 		if (e == HPE_OK) {
 			off += feed;
-			if (c->scan_status) {
-				conn_refuse(c, c->scan_status, c->scan_message);
+			if (c->frame.status) {
+				conn_refuse(c, c->frame.status,
+				            c->frame.message);
 				off = len;
 			}
 			if (feed == 0)

@@ -24,6 +24,8 @@
 #define SLUICE_HTTP_H
 
 #include "sluice/common.h"
+/* struct sl_http_header and sl_http_field_value_ok() live there. */
+#include "sluice/http_rules.h"
 
 #include <llhttp.h>
 #include <stdbool.h>
@@ -87,12 +89,6 @@ struct sl_http_limits {
 	uint64_t send_timeout_ms;
 	unsigned max_connections;
 	const char *server_name; /* the Server header; NULL: sluice/VERSION */
-};
-
-struct sl_http_header {
-	const char *name; /* NUL-terminated, as the client spelled it */
-	const char *value;
-	size_t value_len;
 };
 
 struct sl_http_conn;
@@ -271,14 +267,6 @@ size_t sl_http_backlog(const struct sl_http_request *req);
  * handler that stopped producing because the backlog was high.
  */
 void sl_http_want_drain(struct sl_http_request *req);
-
-/*
- * Whether `v` (NUL-terminated) may be copied into a response head as a
- * field value: at most `max` bytes, each a VCHAR, SP or HTAB (no CR, LF or
- * other control byte, nothing from 0x7f up). For checking what an upstream
- * sends before relaying it.
- */
-bool sl_http_field_value_ok(const char *v, size_t max);
 
 /* Standard reason phrase ("Not Found"); "Unknown" for odd codes. */
 const char *sl_http_reason(int status);
