@@ -17,6 +17,7 @@
  * last SPLIT_SEED_BYTES bytes also seed the choice of split points. They are
  * sent too: a seed cut off would make inputs harder to read and minimise.
  */
+#include "fuzz.h"
 #include "sluice/http.h"
 #include "sluice/log.h"
 
@@ -210,16 +211,6 @@ static void run_until_quiet(void)
 	}
 }
 
-/* xorshift32: split points from the input's own bytes, reproducibly. */
-static uint32_t next_random(uint32_t *state)
-{
-	uint32_t x = *state ? *state : 0x9e3779b9u;
-	x ^= x << 13;
-	x ^= x >> 17;
-	x ^= x << 5;
-	return *state = x;
-}
-
 /* Fills cuts[] with sorted cut points in (0, size); returns how many. */
 static size_t split_points(const uint8_t *data, size_t size, size_t *cuts)
 {
@@ -227,9 +218,9 @@ static size_t split_points(const uint8_t *data, size_t size, size_t *cuts)
 		return 0;
 	uint32_t seed = 0;
 	memcpy(&seed, data + size - SPLIT_SEED_BYTES, SPLIT_SEED_BYTES);
-	size_t n = next_random(&seed) % MAX_PIECES;
+	size_t n = fuzz_next_random(&seed) % MAX_PIECES;
 	for (size_t i = 0; i < n; i++)
-		cuts[i] = 1 + next_random(&seed) % (size - 1);
+		cuts[i] = 1 + fuzz_next_random(&seed) % (size - 1);
 	/* Insertion sort: n is at most MAX_PIECES. */
 	for (size_t i = 1; i < n; i++)
 		for (size_t j = i; j > 0 && cuts[j - 1] > cuts[j]; j--) {

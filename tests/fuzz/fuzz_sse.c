@@ -7,6 +7,7 @@
  * byte for byte, and leave the same bytes pending. Each event must end in a
  * blank line: a line terminator (LF, CRLF or CR) right after another.
  */
+#include "fuzz.h"
 #include "sluice/common.h"
 #include "sluice/sse.h"
 
@@ -69,15 +70,6 @@ static int on_event(const char *data, size_t len, void *arg)
 	return 0;
 }
 
-static uint32_t next_random(uint32_t *state)
-{
-	uint32_t x = *state ? *state : 0x9e3779b9u;
-	x ^= x << 13;
-	x ^= x >> 17;
-	x ^= x << 5;
-	return *state = x;
-}
-
 /* Feeds data in the given pieces; returns what is left pending. */
 static size_t feed(const uint8_t *data, size_t size, const size_t *cuts,
                    size_t n_cuts, struct events *ev)
@@ -115,9 +107,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size > SPLIT_SEED_BYTES) {
 		uint32_t seed;
 		memcpy(&seed, data + size - SPLIT_SEED_BYTES, sizeof(seed));
-		n = next_random(&seed) % MAX_CUTS;
+		n = fuzz_next_random(&seed) % MAX_CUTS;
 		for (size_t i = 0; i < n; i++)
-			cuts[i] = next_random(&seed) % (size + 1);
+			cuts[i] = fuzz_next_random(&seed) % (size + 1);
 		for (size_t i = 1; i < n; i++)
 			for (size_t j = i; j > 0 && cuts[j - 1] > cuts[j];
 			     j--) {
