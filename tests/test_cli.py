@@ -5,12 +5,15 @@ import subprocess
 
 import sluice_test as st
 
+# Not a measure: how long a busy machine may take before a test gives up.
+SAFETY_NET_S = 240
+
 
 def run(*args, env=None):
     full = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
     full.update(env or {})
     return subprocess.run([st.SLUICE, *args], capture_output=True, text=True,
-                          env=full, timeout=30)
+                          env=full, timeout=SAFETY_NET_S)
 
 
 class Cli(st.TestCase):

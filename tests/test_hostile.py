@@ -19,10 +19,14 @@ FLOOD_CONNECTIONS = 4
 # far below this; without the bound it grew by hundreds of MB.
 GROWTH_LIMIT_KIB = 64 * 1024
 
+# Not a measure: how long a busy machine may take before a test gives up.
+SAFETY_NET_S = 240
+
 
 def answered(port):
     """Requests sluice has answered, from its own counter."""
-    text = st.request(port, "GET", "/metrics", timeout=30).body.decode()
+    text = st.request(port, "GET", "/metrics",
+                      timeout=SAFETY_NET_S).body.decode()
     return sum(int(v) for v in
                re.findall(r"^sluice_requests_total\{[^}]*\} (\d+)$", text,
                           re.M))
@@ -71,7 +75,7 @@ class Hostile(st.TestCase):
             send_until_stopped(sock, flood)
 
         # Another client is served meanwhile.
-        r = st.request(s.port, "GET", "/health", timeout=20)
+        r = st.request(s.port, "GET", "/health", timeout=SAFETY_NET_S)
         self.assertEqual(r.status, 200)
 
         # Wait until the flood stops being answered: between two readings
@@ -84,7 +88,8 @@ class Hostile(st.TestCase):
             done = now - last[0] <= 1
             last[0] = now
             return done
-        st.wait_until(settled, 60, "sluice to stop answering the flood")
+        st.wait_until(settled, SAFETY_NET_S,
+                      "sluice to stop answering the flood")
         flooded = last[0] - 3
         grown = st.vm_hwm_kib(s.proc.pid) - baseline
         said = "sluice grew by %d KiB answering %d requests" % (grown,
@@ -103,7 +108,7 @@ class Hostile(st.TestCase):
         for path in ("/health", "/metrics", "/v1/models"):
             get = s.get(path)
             self.assertEqual(get.status, 200, path)
-            c = st.RawClient(s.port)
+            c = st.RawClient(s.port, timeout=SAFETY_NET_S)
             # HEAD, then GET on the same connection: the HEAD answer has
             # no body, so the GET's status line follows its head at once.
             c.send("HEAD %s HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -129,7 +134,7 @@ class Hostile(st.TestCase):
 
     def test_absolute_form_and_smuggling(self):
         s = self.start()
-        c = st.RawClient(s.port)
+        c = st.RawClient(s.port, timeout=SAFETY_NET_S)
         c.send("GET http://127.0.0.1:%d/health?x=1 HTTP/1.1\r\nHost: x\r\n"
                "\r\n" % s.port)
         status, _, body = c.read_response()
@@ -139,7 +144,7 @@ class Hostile(st.TestCase):
 
         # CVE-2025-23167's shape: nothing may be dispatched, so nothing
         # reaches the upstream.
-        c = st.RawClient(s.port)
+        c = st.RawClient(s.port, timeout=SAFETY_NET_S)
         c.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\rXPOST /v1/completions "
                b"HTTP/1.1\r\nHost: x\r\nContent-Length: 36\r\n\r\n"
                b'{"prompt":"SMUGGLED","max_tokens":2}')

@@ -1,9 +1,14 @@
-"""The native APIs: mini-v's /generate and Forge's /infer."""
+"""The native APIs: /generate (prompt in, text and counts out) and /infer
+(query in, response out)."""
 
 import json
+import re
 import threading
 
 import sluice_test as st
+
+# Not a measure: how long a busy machine may take before a test gives up.
+SAFETY_NET_S = 240
 
 
 class Generate(st.TestCase):
@@ -37,7 +42,7 @@ class Generate(st.TestCase):
         self.assertEqual(doc["batch_size"], int(r.header("X-Batch-Size")))
         self.assertEqual(doc["queue_ms"], int(r.header("X-Queue-Ms")))
         self.assertGreaterEqual(doc["latency_ms"], doc["queue_ms"])
-        # Defaults: 16 tokens, as in mini-v; the cap bounds max_tokens.
+        # Without max_tokens, 16 tokens; the cap bounds max_tokens.
         self.assertEqual(self.sl.post("/generate", {"prompt": "x"})
                          .json()["tokens"], 16)
         self.assertEqual(self.sl.post("/generate", {"prompt": "x",
@@ -199,40 +204,67 @@ class ClientText(st.TestCase):
         self.assertEqual(r.status, 200)
 
 
+def access_order(s, ids):
+    """The ids among ids in the order sluice's access log lines name them.
+    With one slot, requests finish in the order they were dispatched, so
+    this is the order sluice chose, whatever CPU the client threads got."""
+    found = []
+    for line in s.output().splitlines():
+        m = re.search(r" access id=(\S+) ", line)
+        if m and m.group(1) in ids:
+            found.append(m.group(1))
+    return found
+
+
 class NativePriorities(st.TestCase):
 
     def test_urgent_infer_and_generate_go_before_normal(self):
-        s = self.sluice("--model", st.MODEL_SLOW, "--slots", "1")
-        holder = st.RawClient(s.port)
-        holder.request("POST", "/generate", {"prompt": "hold",
-                                             "max_tokens": 3000,
-                                             "stream": True})
+        # No aging: the normal request must not become urgent while the
+        # others arrive on a slow machine. Few tokens each: the order is the
+        # point, not the text.
+        s = self.sluice("--model", st.MODEL_SLOW, "--slots", "1",
+                        "--aging-rate", "0", "--max-tokens-cap", "8")
+        # /completion is not capped: this stream holds the one slot.
+        holder = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        holder.request("POST", "/completion", {"prompt": "hold",
+                                               "n_predict": 4000,
+                                               "stream": True})
         self.assertEqual(holder.read_head()[0], 200)
         next(holder.chunks())
-        order, lock = [], threading.Lock()
+        statuses, lock = {}, threading.Lock()
 
-        def send(path, body, name):
-            r = s.post(path, body)
-            assert r.status == 200, r.body
+        def send(path, body, rid):
+            r = s.post(path, body, headers={"X-Request-Id": rid},
+                       timeout=SAFETY_NET_S)
             with lock:
-                order.append(name)
+                statuses[rid] = r.status
 
-        threads = [threading.Thread(target=send, args=(
-            "/generate", {"prompt": "n", "max_tokens": 8, "priority": 1},
-            "normal"))]
-        threads[0].start()
-        st.wait_until(lambda: s.health().json()["queued"] == 1, 10, "queued")
-        for path, body in (("/infer", {"query": "u", "priority": 2}),
-                           ("/generate", {"prompt": "u", "max_tokens": 8,
-                                          "priority": "urgent"})):
-            t = threading.Thread(target=send, args=(path, body, path))
+        requests = [
+            ("/generate", {"prompt": "n", "max_tokens": 8, "priority": 1},
+             "normal-generate"),
+            ("/infer", {"query": "u", "priority": 2}, "urgent-infer"),
+            ("/generate", {"prompt": "u", "max_tokens": 8,
+                           "priority": "urgent"}, "urgent-generate"),
+        ]
+        threads = []
+        for i, args in enumerate(requests):
+            t = threading.Thread(target=send, args=args)
             t.start()
             threads.append(t)
-        st.wait_until(lambda: s.health().json()["queued"] == 3, 10, "queued")
-        holder.close()
+            # Each is queued before the next is sent: the normal one first.
+            st.wait_until(lambda: s.health().json()["queued"] == i + 1,
+                          SAFETY_NET_S, "%s queued" % args[2])
+        holder.close()  # the slot frees: the queue decides who goes next
         for t in threads:
-            t.join(60)
-        self.assertEqual(order[-1], "normal", order)
+            t.join(SAFETY_NET_S)
+        ids = [rid for _, _, rid in requests]
+        self.assertEqual(statuses, {rid: 200 for rid in ids})
+        st.wait_until(lambda: len(access_order(s, ids)) == 3, SAFETY_NET_S,
+                      "the three access log lines")
+        order = access_order(s, ids)
+        self.assertEqual(order[-1], "normal-generate", order)
+        self.assertEqual(sorted(order[:2]), ["urgent-generate",
+                                             "urgent-infer"])
 
 
 if __name__ == "__main__":

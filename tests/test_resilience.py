@@ -16,6 +16,9 @@ from test_mock_faults import (MockTestCase, PATHS, body_for,
 
 N_CRASH = 200  # tokens per request in the crash test: still in flight
 
+# Not a measure: how long a busy machine may take before a test gives up.
+SAFETY_NET_S = 240
+
 
 def crash_body(path, stream):
     body = {"temperature": 0, "seed": 42, "stream": stream}
@@ -38,14 +41,14 @@ class CrashSurvival(st.TestCase):
     def plain(self, port, path, out):
         try:
             r = st.request(port, "POST", path, crash_body(path, False),
-                           timeout=120)
+                           timeout=SAFETY_NET_S)
             out["status"] = r.status
             out["body"] = r.body
         except Exception as e:  # reported by the assertions below
             out["exception"] = repr(e)
 
     def stream(self, port, path, out):
-        c = st.RawClient(port, timeout=120)
+        c = st.RawClient(port, timeout=SAFETY_NET_S)
         try:
             c.request("POST", path, crash_body(path, True))
             out["status"], _ = c.read_head()
@@ -65,7 +68,7 @@ class CrashSurvival(st.TestCase):
         # The text each endpoint gives, for the exactness checks.
         want = {}
         for path in PATHS:
-            r = s.post(path, crash_body(path, False), timeout=120)
+            r = s.post(path, crash_body(path, False), timeout=SAFETY_NET_S)
             self.assertEqual(r.status, 200, r.body[:300])
             want[path] = st.text_of(path, r.json())
         pid = s.upstream()["pid"]
@@ -83,10 +86,10 @@ class CrashSurvival(st.TestCase):
         # in sluice's queue.
         st.wait_until(lambda: (lambda h: h["inflight"] >= 8
                                and h["queued"] >= 8)(s.health().json()),
-                      30, "8 requests in flight and more queued")
+                      SAFETY_NET_S, "8 requests in flight and more queued")
         os.kill(pid, signal.SIGKILL)
-        st.wait_until(lambda: s.upstream()["state"] == "restarting", 10,
-                      "the restart")
+        st.wait_until(lambda: s.upstream()["state"] == "restarting",
+                      SAFETY_NET_S, "the restart")
         # Meanwhile a new request waits for the restart instead of 503.
         late = {}
         late_thread = threading.Thread(
@@ -94,7 +97,7 @@ class CrashSurvival(st.TestCase):
             daemon=True)
         late_thread.start()
 
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + SAFETY_NET_S
         late_thread.join(deadline - time.monotonic())
         self.assertEqual(late.get("status"), 200, late)
         self.assertEqual(json.loads(late["body"])["content"],
@@ -145,11 +148,13 @@ class CrashSurvival(st.TestCase):
         self.addCleanup(m.close)
         s = self.sluice("--upstream", m.url, "--queue-timeout", "1.5",
                         "--health-interval", "30")
-        r = s.post("/completion", {"prompt": "x", "n_predict": 1})
+        r = s.post("/completion", {"prompt": "x", "n_predict": 1},
+                   timeout=SAFETY_NET_S)
         self.assertEqual(r.status, 200, r.body)
         m.refuse = True  # every connection is closed at once
         t0 = time.monotonic()
-        r = s.post("/completion", {"prompt": "x", "n_predict": 1})
+        r = s.post("/completion", {"prompt": "x", "n_predict": 1},
+                   timeout=SAFETY_NET_S)
         waited = time.monotonic() - t0
         self.assertEqual(r.status, 503, r.body)
         self.assertEqual(r.json()["error"]["type"], "unavailable_error")
@@ -194,7 +199,7 @@ class MockUpstream:
 
     def _handle(self, conn):
         with conn:
-            conn.settimeout(10)
+            conn.settimeout(SAFETY_NET_S)
             data = b""
             try:
                 while b"\r\n\r\n" not in data:
@@ -263,7 +268,7 @@ class UpstreamHead(st.TestCase):
         for what, answer in cases.items():
             with self.subTest(what):
                 m.answer = answer
-                c = st.RawClient(s.port)
+                c = st.RawClient(s.port, timeout=SAFETY_NET_S)
                 c.request("POST", "/completion", body)
                 status, head, raw = c.read_response()
                 c.close()
@@ -284,12 +289,13 @@ class RetryAfter(MockTestCase):
         s = self.sluice("--upstream", m.url, "--max-queue", "1")
         body = body_for("/completion", None, False)
         # A little history, so that sluice has a drain rate to go by.
-        warm = [threading.Thread(target=s.post, args=("/completion", body))
+        warm = [threading.Thread(target=s.post, args=("/completion", body),
+                                 kwargs={"timeout": SAFETY_NET_S})
                 for _ in range(3)]
         for t in warm:
             t.start()
         for t in warm:
-            t.join(30)
+            t.join(SAFETY_NET_S)
         n = 20
         first = [None] * n
         final = [None] * n
@@ -298,7 +304,7 @@ class RetryAfter(MockTestCase):
         def client(i):
             go.wait()
             for attempt in range(3):  # the OpenAI SDK retries twice
-                r = s.post("/completion", body, timeout=60)
+                r = s.post("/completion", body, timeout=SAFETY_NET_S)
                 if attempt == 0:
                     first[i] = r
                 if r.status != 429:
@@ -311,7 +317,7 @@ class RetryAfter(MockTestCase):
         for t in threads:
             t.start()
         for t in threads:
-            t.join(120)
+            t.join(SAFETY_NET_S)
             self.assertFalse(t.is_alive())
         refused = [r for r in first if r.status == 429]
         # Only one can run and one wait: most of a burst is refused.

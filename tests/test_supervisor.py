@@ -5,6 +5,9 @@ import signal
 
 import sluice_test as st
 
+# Not a measure: how long a busy machine may take before a test gives up.
+SAFETY_NET_S = 240
+
 
 class Supervisor(st.TestCase):
 
@@ -39,7 +42,7 @@ class Supervisor(st.TestCase):
         # check, stays 200 and says why.
         seen = st.wait_until(
             lambda: (lambda r: r if r.status == 503 else None)(s.ready()),
-            10, "/ready to report the restart")
+            SAFETY_NET_S, "/ready to report the restart")
         self.assertEqual(seen.json()["upstreams"][0]["state"], "restarting")
         self.assertEqual(seen.json()["status"], "unavailable")
         h = s.health()
@@ -47,7 +50,7 @@ class Supervisor(st.TestCase):
         self.assertIn(h.json()["upstreams"][0]["state"],
                       ("restarting", "ready"))
         # ... then ready again, on a new process, with the restart counted.
-        s.wait_ready(30)
+        s.wait_ready(SAFETY_NET_S)
         again = s.upstream()
         self.assertEqual(again["state"], "ready")
         self.assertEqual(again["restarts"], 1)
@@ -59,29 +62,29 @@ class Supervisor(st.TestCase):
     def test_sigterm_exits_0_and_stops_llama_server(self):
         s = self.sluice("--model", st.MODEL_TINY)
         pid = s.upstream()["pid"]
-        self.assertEqual(s.stop(signal.SIGTERM, timeout=5), 0)
+        self.assertEqual(s.stop(signal.SIGTERM, timeout=SAFETY_NET_S), 0)
         self.assertFalse(st.pid_alive(pid))
         s.wait_line(r"received Terminated; shutting down")
 
     def test_sigint_exits_0_too(self):
         s = self.sluice("--model", st.MODEL_TINY)
         pid = s.upstream()["pid"]
-        self.assertEqual(s.stop(signal.SIGINT, timeout=5), 0)
+        self.assertEqual(s.stop(signal.SIGINT, timeout=SAFETY_NET_S), 0)
         self.assertFalse(st.pid_alive(pid))
 
     def test_sigkill_of_sluice_leaves_no_llama_server(self):
         s = self.sluice("--model", st.MODEL_TINY)
         pid = s.upstream()["pid"]
         s.proc.kill()
-        s.wait_exit(5)
+        s.wait_exit(SAFETY_NET_S)
         # The kernel delivers the parent-death signal at once.
-        st.wait_until(lambda: not st.pid_alive(pid), 5,
+        st.wait_until(lambda: not st.pid_alive(pid), SAFETY_NET_S,
                       "llama-server %d to die with sluice" % pid)
 
     def test_nonexistent_llama_server_path(self):
         s = self.sluice("--model", st.MODEL_TINY, "--llama-server",
                         "/nonexistent/llama-server", wait_ready=None)
-        self.assertNotEqual(s.wait_exit(10), 0)
+        self.assertNotEqual(s.wait_exit(SAFETY_NET_S), 0)
         self.assertIn("--llama-server /nonexistent/llama-server: no such file",
                       s.output())
 
@@ -90,7 +93,7 @@ class Supervisor(st.TestCase):
         with open(bad, "wb") as f:
             f.write(b"this is not a model\n" * 100)
         s = self.sluice("--model", bad, wait_ready=None)
-        self.assertNotEqual(s.wait_exit(10), 0)
+        self.assertNotEqual(s.wait_exit(SAFETY_NET_S), 0)
         self.assertIn("--model %s: not a GGUF model file" % bad, s.output())
 
     def test_corrupt_model_fails_with_llama_servers_own_words(self):
@@ -99,7 +102,7 @@ class Supervisor(st.TestCase):
         with open(st.MODEL_TINY, "rb") as src, open(bad, "wb") as dst:
             dst.write(src.read(3000))
         s = self.sluice("--model", bad, wait_ready=None)
-        self.assertEqual(s.wait_exit(30), 1)
+        self.assertEqual(s.wait_exit(SAFETY_NET_S), 1)
         m = s.wait_line(r"llama-server exited with status (\d+) before it "
                         r"became ready; its last output: (.+)")
         self.assertNotEqual(m.group(1), "0")
@@ -109,7 +112,7 @@ class Supervisor(st.TestCase):
     def test_model_file_missing(self):
         missing = os.path.join(self.tmp, "missing.gguf")
         s = self.sluice("--model", missing, wait_ready=None)
-        self.assertNotEqual(s.wait_exit(10), 0)
+        self.assertNotEqual(s.wait_exit(SAFETY_NET_S), 0)
         self.assertIn("--model %s: No such file or directory" % missing,
                       s.output())
 
@@ -123,7 +126,7 @@ class Supervisor(st.TestCase):
         s = self.sluice("--model", st.MODEL_TINY, "--llama-server", fake,
                         "--startup-timeout", "1", "--stop-timeout", "2",
                         wait_ready=None)
-        self.assertEqual(s.wait_exit(15), 1)
+        self.assertEqual(s.wait_exit(SAFETY_NET_S), 1)
         m = s.wait_line(r"llama-server did not become ready within 1\.0 s "
                         r"\(last check: (.+)\); its last output: (.+)")
         self.assertIn("fake llama-server: loading forever", m.group(2))
@@ -135,7 +138,7 @@ class Supervisor(st.TestCase):
         b = self.sluice("--model", st.MODEL_TINY, "--listen",
                         "127.0.0.1:%d" % a.port, wait_ready=None)
         # sluice's own --listen comes after the helper's, so it wins.
-        self.assertEqual(b.wait_exit(10), 1)
+        self.assertEqual(b.wait_exit(SAFETY_NET_S), 1)
         self.assertIn("--listen 127.0.0.1:%d: address already in use"
                       % a.port, b.output())
 
@@ -174,7 +177,7 @@ class DemoOutput(st.TestCase):
         for body in ({"prompt": "Hello", "n_predict": 2000},  # sampling
                      {"prompt": "Hello", "n_predict": 2000, "temperature": 0},
                      {"prompt": "\u00e9\n\t{}", "n_predict": 500}):
-            r = s.post("/completion", body)
+            r = s.post("/completion", body, timeout=SAFETY_NET_S)
             self.assertEqual(r.status, 200)
             text = r.json()["content"]
             # Generation runs to n_predict: the model never stops early.
@@ -199,7 +202,7 @@ class RemoteUpstream(st.TestCase):
         self.assertNotIn("started llama-server", s.output())
         # The remote going away turns it down and /health 503.
         ls.kill()
-        st.wait_until(lambda: s.upstream()["state"] == "down", 20,
+        st.wait_until(lambda: s.upstream()["state"] == "down", SAFETY_NET_S,
                       "the upstream to be reported down")
         self.assertEqual(s.ready().status, 503)
         self.assertEqual(s.health().status, 200)
@@ -216,8 +219,8 @@ class RemoteUpstream(st.TestCase):
         ls = self.llama_server(st.MODEL_TINY, slots=1)
         s = self.sluice("--upstream", ls.url, "--model", st.MODEL_TINY)
         st.wait_until(lambda: all(u["state"] == "ready" for u in
-                                  s.health().json()["upstreams"]), 30,
-                      "both upstreams ready")
+                                  s.health().json()["upstreams"]),
+                      SAFETY_NET_S, "both upstreams ready")
         ups = s.health().json()["upstreams"]
         self.assertEqual([u["managed"] for u in ups], [True, False])
 

@@ -1,18 +1,18 @@
 /*
- * native_api.h: the APIs of the systems sluice replaces, mapped onto
- * llama-server's /completion.
+ * native_api.h: two simpler request shapes than llama-server's, mapped onto
+ * its /completion.
  *
- *   POST /generate (the mini-v seed): {"prompt", "max_tokens",
- *     "temperature", "top_p", "top_k", "seed", "stop", "stream",
- *     "priority"} -> {"id", "text", "tokens", "finish_reason", "queue_ms",
- *     "latency_ms", "batch_size"}; streamed: {"id", "text"} deltas, then
- *     one event with the totals.
- *   POST /infer (the Forge seed): {"query", "priority"} ->
- *     {"response", "id"}.
+ *   POST /generate, a prompt with sampling settings, answered with the text
+ *   and its counts: {"prompt", "max_tokens", "temperature", "top_p",
+ *     "top_k", "seed", "stop", "stream", "priority"} -> {"id", "text",
+ *     "tokens", "finish_reason", "queue_ms", "latency_ms", "batch_size"};
+ *     streamed: {"id", "text"} deltas, then one event with the totals.
+ *   POST /infer, a query answered with a response and nothing to tune:
+ *     {"query", "priority"} -> {"response", "id"}.
  *
  * Both go through the scheduler like any generation. Unknown fields are
- * ignored, as the originals did; a known field of the wrong type is a 400
- * that names it.
+ * ignored, so clients that send more still work; a known field of the wrong
+ * type is a 400 that names it.
  */
 #ifndef SLUICE_NATIVE_API_H
 #define SLUICE_NATIVE_API_H
@@ -20,9 +20,9 @@
 #include <jansson.h>
 #include <stddef.h>
 
-/* Tokens /generate makes when max_tokens is absent (mini-v's example). */
+/* Tokens /generate makes when max_tokens is absent. */
 #define SL_GENERATE_DEFAULT_TOKENS 16
-/* Tokens /infer makes: Forge had no field for it. */
+/* Tokens /infer makes: its requests have no field for it. */
 #define SL_INFER_TOKENS 256
 
 /*
