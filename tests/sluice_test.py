@@ -452,5 +452,24 @@ class TestCase(unittest.TestCase):
         return m
 
 
+class RelayTestCase(TestCase):
+    """One llama-server on the tiny demo model for the whole class, and
+    sluice in front of it (with sluice_args), so that answers straight from
+    llama-server and through sluice can be compared."""
+
+    slots = 4
+    sluice_args = ()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ls = LlamaServer(MODEL_TINY, slots=cls.slots, ctx=2048)
+        cls.sl = Sluice("--upstream", cls.ls.url, *cls.sluice_args)
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.sl.stop() == 0
+        cls.ls.kill()
+
+
 def main():
     unittest.main(verbosity=2)

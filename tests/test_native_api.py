@@ -11,17 +11,9 @@ import sluice_test as st
 SAFETY_NET_S = 240
 
 
-class Generate(st.TestCase):
+class Generate(st.RelayTestCase):
 
-    @classmethod
-    def setUpClass(cls):
-        cls.ls = st.LlamaServer(st.MODEL_TINY, slots=4, ctx=2048)
-        cls.sl = st.Sluice("--upstream", cls.ls.url, "--max-tokens-cap", "40")
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.sl.stop() == 0
-        cls.ls.kill()
+    sluice_args = ("--max-tokens-cap", "40")
 
     def direct(self, prompt, n):
         r = self.ls.post("/completion", {"prompt": prompt, "n_predict": n,
@@ -123,18 +115,10 @@ class Generate(st.TestCase):
                 self.assertIn(message, r.json()["error"]["message"])
 
 
-class ClientText(st.TestCase):
+class ClientText(st.RelayTestCase):
     """Request bodies are taken whole: NULs in text, priorities in full."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.ls = st.LlamaServer(st.MODEL_TINY, slots=2, ctx=2048)
-        cls.sl = st.Sluice("--upstream", cls.ls.url)
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.sl.stop() == 0
-        cls.ls.kill()
+    slots = 2
 
     def test_prompts_holding_nul_are_answered(self):
         # "\u0000" is valid JSON; llama-server takes it, so sluice must too.

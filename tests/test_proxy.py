@@ -71,19 +71,8 @@ def plain_text(port, path, body, timeout=30):
     return st.text_of(path, r.json())
 
 
-class Relay(st.TestCase):
-    """One llama-server started by the test, and sluice in front of it, so
-    answers straight from llama-server and through sluice can be compared."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.ls = st.LlamaServer(st.MODEL_TINY, slots=4, ctx=2048)
-        cls.sl = st.Sluice("--upstream", cls.ls.url)
-
-    @classmethod
-    def tearDownClass(cls):
-        assert cls.sl.stop() == 0
-        cls.ls.kill()
+class Relay(st.RelayTestCase):
+    """Answers straight from llama-server and through sluice, compared."""
 
     def test_exactness_streamed_and_not(self):
         for path in ("/completion", "/v1/completions", "/v1/chat/completions"):
