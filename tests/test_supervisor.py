@@ -174,8 +174,8 @@ class DemoOutput(st.TestCase):
     def test_output_is_printable_text(self):
         s = self.sluice("--model", st.MODEL_TINY)
         texts = []
-        # Enough text to meet every piece many times over, and little
-        # enough that a busy machine's llama-server makes it in time.
+        # Enough text to meet the printable pieces several times each, and
+        # little enough that a busy machine's llama-server makes it in time.
         for body in ({"prompt": "Hello", "n_predict": 600},  # sampling
                      {"prompt": "Hello", "n_predict": 600, "temperature": 0},
                      {"prompt": "\u00e9\n\t{}", "n_predict": 300}):
