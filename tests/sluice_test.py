@@ -365,6 +365,18 @@ class Sluice(Process):
     def post(self, path, body, **kw):
         return request(self.port, "POST", path, body=body, **kw)
 
+    def access_order(self, ids):
+        """The ids among ids in the order sluice's access log lines name
+        them. With one slot, requests finish in the order they were
+        dispatched, so this is the order sluice chose, whatever CPU the
+        client threads got."""
+        found = []
+        for line in self.output().splitlines():
+            m = re.search(r" access id=(\S+) ", line)
+            if m and m.group(1) in ids:
+                found.append(m.group(1))
+        return found
+
     def stop(self, sig=signal.SIGTERM, timeout=15):
         if self.proc.poll() is None:
             self.proc.send_signal(sig)

@@ -2,7 +2,6 @@
 (query in, response out)."""
 
 import json
-import re
 import threading
 
 import sluice_test as st
@@ -188,18 +187,6 @@ class ClientText(st.RelayTestCase):
         self.assertEqual(r.status, 200)
 
 
-def access_order(s, ids):
-    """The ids among ids in the order sluice's access log lines name them.
-    With one slot, requests finish in the order they were dispatched, so
-    this is the order sluice chose, whatever CPU the client threads got."""
-    found = []
-    for line in s.output().splitlines():
-        m = re.search(r" access id=(\S+) ", line)
-        if m and m.group(1) in ids:
-            found.append(m.group(1))
-    return found
-
-
 class NativePriorities(st.TestCase):
 
     def test_urgent_infer_and_generate_go_before_normal(self):
@@ -243,9 +230,9 @@ class NativePriorities(st.TestCase):
             t.join(SAFETY_NET_S)
         ids = [rid for _, _, rid in requests]
         self.assertEqual(statuses, {rid: 200 for rid in ids})
-        st.wait_until(lambda: len(access_order(s, ids)) == 3, SAFETY_NET_S,
+        st.wait_until(lambda: len(s.access_order(ids)) == 3, SAFETY_NET_S,
                       "the three access log lines")
-        order = access_order(s, ids)
+        order = s.access_order(ids)
         self.assertEqual(order[-1], "normal-generate", order)
         self.assertEqual(sorted(order[:2]), ["urgent-generate",
                                              "urgent-infer"])

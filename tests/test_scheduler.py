@@ -3,7 +3,6 @@ window, admission control, queue deadlines, cancellation while queued."""
 
 import concurrent.futures
 import json
-import re
 import threading
 import time
 
@@ -35,18 +34,6 @@ def hold_the_slot(port, n=4000):
 
 def queued(s):
     return s.health().json()["queued"]
-
-
-def access_order(s, ids):
-    """The ids among ids in the order sluice's access log lines name them.
-    With one slot, requests finish in the order they were dispatched, so
-    this is the order sluice chose, whatever CPU the client threads got."""
-    found = []
-    for line in s.output().splitlines():
-        m = re.search(r" access id=(\S+) ", line)
-        if m and m.group(1) in ids:
-            found.append(m.group(1))
-    return found
 
 
 class Priorities(st.TestCase):
@@ -81,9 +68,9 @@ class Priorities(st.TestCase):
             t.join(SAFETY_NET_S)
         self.assertEqual(statuses, {rid: 200 for rid in ids})
         # The order sluice dispatched them in, from its access log.
-        st.wait_until(lambda: len(access_order(s, ids)) == 4, SAFETY_NET_S,
+        st.wait_until(lambda: len(s.access_order(ids)) == 4, SAFETY_NET_S,
                       "the four access log lines")
-        order = access_order(s, ids)
+        order = s.access_order(ids)
         self.assertEqual(order[-1], "normal", order)
         self.assertEqual(s.stop(), 0)
 
