@@ -480,14 +480,16 @@ class SlowReader(st.TestCase):
         ls = self.llama_server(st.MODEL_TINY, slots=1, ctx=16384)
         s = self.sluice("--upstream", ls.url, "--send-timeout", "2")
         c = st.RawClient(s.port, rcvbuf=4096)
+        # n_probs 50 makes each event ~4 KB, so few tokens fill the socket
+        # buffers even when a busy machine's llama-server is slow.
         c.request("POST", "/completion",
-                  body_for("/completion", "stuck", True, n=12000, n_probs=10))
+                  body_for("/completion", "stuck", True, n=12000, n_probs=50))
         started = time.monotonic()
         # The client reads nothing (reading would be progress): sluice
         # drops it once its backlog has not moved for 2 s. How soon that
         # is depends on how fast llama-server fills the socket buffers, so
         # what is checked is that the request ended cancelled, before its
-        # ~12 MB were generated; the deadline is only a safety net.
+        # ~46 MB were generated; the deadline is only a safety net.
         end = s.wait_line(r"path=/completion status=200 .*outcome=(\w+)",
                           240)
         self.assertEqual(end.group(1), "cancelled", s.output())
