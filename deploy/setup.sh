@@ -23,7 +23,7 @@ installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install o
 
 # ---- Debian packages ----
 packages=(gcc libc6-dev pkgconf meson ninja-build python3
-	libuv1-dev libcurl4-openssl-dev libjansson-dev)
+	libuv1-dev libcurl4-openssl-dev libjansson-dev libjsmn-dev)
 missing=()
 if command -v dpkg-query >/dev/null; then
 	for p in "${packages[@]}"; do

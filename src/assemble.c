@@ -353,3 +353,9 @@ json_t *sl_assembler_result(struct sl_assembler *a)
 	return a->kind == SL_ASSEMBLE_NATIVE ? native_result(a)
 	                                     : openai_result(a);
 }
+
+bool sl_assemble_reproducible(enum sl_assemble_kind kind, const json_t *body)
+{
+	(void)body;
+	return kind != SL_ASSEMBLE_NONE;
+}

@@ -44,19 +44,19 @@
 /* clang-format off */
 const struct sl_endpoint sl_endpoints[] = {
 	{"/v1/chat/completions", HTTP_POST, "/v1/chat/completions",
-	 SL_END_DONE, true, true, SL_API_RELAY},
+	 SL_END_DONE, true, true, SL_API_RELAY, SL_ASSEMBLE_CHAT, false, false},
 	{"/v1/completions", HTTP_POST, "/v1/completions", SL_END_DONE, true,
-	 true, SL_API_RELAY},
+	 true, SL_API_RELAY, SL_ASSEMBLE_TEXT, false, false},
 	{"/completion", HTTP_POST, "/completion", SL_END_STOP, true, true,
-	 SL_API_RELAY},
+	 SL_API_RELAY, SL_ASSEMBLE_NATIVE, false, false},
 	{"/v1/embeddings", HTTP_POST, "/v1/embeddings", SL_END_NONE, true,
-	 true, SL_API_RELAY},
+	 true, SL_API_RELAY, SL_ASSEMBLE_NONE, false, false},
 	{"/v1/models", HTTP_GET, "/v1/models", SL_END_NONE, false, false,
-	 SL_API_RELAY},
+	 SL_API_RELAY, SL_ASSEMBLE_NONE, false, false},
 	{"/generate", HTTP_POST, "/completion", SL_END_STOP, true, true,
-	 SL_API_GENERATE},
+	 SL_API_GENERATE, SL_ASSEMBLE_NATIVE, false, false},
 	{"/infer", HTTP_POST, "/completion", SL_END_STOP, true, true,
-	 SL_API_INFER},
+	 SL_API_INFER, SL_ASSEMBLE_NATIVE, false, false},
 };
 /* clang-format on */
 const unsigned sl_n_endpoints = SL_ARRAY_SIZE(sl_endpoints);

@@ -26,6 +26,7 @@
 #include <stddef.h>
 
 enum sl_assemble_kind {
+	SL_ASSEMBLE_NONE, /* the endpoint's plain answers are relayed as sent */
 	SL_ASSEMBLE_NATIVE,
 	SL_ASSEMBLE_TEXT,
 	SL_ASSEMBLE_CHAT
@@ -59,6 +60,12 @@ void sl_assembler_free(struct sl_assembler *a);
  * when the event is not an object or names a choice past the limit.
  */
 int sl_assembler_add(struct sl_assembler *a, json_t *event);
+
+/*
+ * Whether the assembler rebuilds llama-server's plain answer to this
+ * request body exactly; when not, the request is relayed plain instead.
+ */
+bool sl_assemble_reproducible(enum sl_assemble_kind kind, const json_t *body);
 
 /* The whole answer, a new reference; NULL if no event came. */
 json_t *sl_assembler_result(struct sl_assembler *a);

@@ -21,6 +21,7 @@
 #define SLUICE_PROXY_H
 
 #include "sluice/app.h"
+#include "sluice/assemble.h"
 #include "sluice/http.h"
 #include "sluice/sched.h"
 
@@ -33,6 +34,7 @@ enum sl_stream_end {
 	SL_END_NONE, /* the endpoint does not stream */
 	SL_END_DONE, /* "data: [DONE]" */
 	SL_END_STOP, /* a JSON chunk with "stop": true */
+	SL_END_EOF, /* the transfer's end (Anthropic's and Responses' events) */
 };
 
 struct sl_endpoint {
@@ -43,6 +45,10 @@ struct sl_endpoint {
 	bool json_body; /* the request carries a JSON object */
 	bool scheduled; /* it takes a slot: through sluice's queue */
 	enum sl_api api;
+	/* How a plain answer is built from a stream; NONE: relayed plain. */
+	enum sl_assemble_kind assemble;
+	bool admin;  /* changes llama-server's state: needs the admin key */
+	bool prefix; /* path is a prefix: "/slots/" matches "/slots/0" */
 };
 
 /* The relayed endpoints, for the route table. */

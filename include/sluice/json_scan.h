@@ -1,0 +1,85 @@
+/*
+ * json_scan.h: finding things in JSON text without building objects.
+ *
+ * A thin layer over jsmn (Debian's libjsmn-dev), a tokenizer that splits
+ * JSON text into tokens, each a slice of the text, and allocates nothing.
+ * sluice uses it where it must read or splice a few fields of a document it
+ * otherwise passes on unchanged: an upstream event, or a client body that
+ * must reach llama-server as the client wrote it. Numbers and strings stay
+ * the bytes they were, so nothing is reformatted on the way.
+ *
+ * jsmn checks structure, not every detail of the grammar: text that must be
+ * valid JSON is validated elsewhere (request bodies by jansson), or comes
+ * from llama-server.
+ *
+ * Glossary:
+ *   token    one value, object key or primitive: its type, its byte range
+ *            in the text, and for containers its number of children
+ *            (an object's children are its keys; each key's child is its
+ *            value). Strings' ranges exclude the quotes.
+ *   index    a token's position in document order; a container's
+ *            descendants follow it.
+ */
+#ifndef SLUICE_JSON_SCAN_H
+#define SLUICE_JSON_SCAN_H
+
+#define JSMN_HEADER
+#include <jsmn.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Tokens held without allocating; larger documents take them from malloc. */
+#define SL_JSCAN_INLINE 64
+
+struct sl_jscan {
+	const char *text;
+	size_t len;
+	jsmntok_t *tok; /* inline or heap */
+	int n;          /* tokens */
+	jsmntok_t inline_tok[SL_JSCAN_INLINE];
+};
+
+/*
+ * Tokenizes `len` bytes of `text` (borrowed; it must outlive the scan).
+ * Returns 0, or SL_EINVAL when the text is not one JSON value or needs more
+ * than max_tokens tokens. Either way sl_jscan_free() it afterwards.
+ */
+int sl_jscan_parse(struct sl_jscan *s, const char *text, size_t len,
+                   unsigned max_tokens);
+void sl_jscan_free(struct sl_jscan *s);
+
+/* The index just past token i and everything inside it. */
+int sl_jscan_skip(const struct sl_jscan *s, int i);
+
+/*
+ * The value of member `key` of the object at index obj (the key compared as
+ * written, without unescaping), or -1 when absent or obj is no object.
+ */
+int sl_jscan_get(const struct sl_jscan *s, int obj, const char *key);
+
+/* Whether token i's text is exactly `literal` ("true", "[DONE]", a key). */
+bool sl_jscan_is(const struct sl_jscan *s, int i, const char *literal);
+
+/* Token i's type, text and length. */
+static inline jsmntype_t sl_jscan_type(const struct sl_jscan *s, int i)
+{
+	return s->tok[i].type;
+}
+static inline const char *sl_jscan_text(const struct sl_jscan *s, int i)
+{
+	return s->text + s->tok[i].start;
+}
+static inline size_t sl_jscan_len(const struct sl_jscan *s, int i)
+{
+	return (size_t)(s->tok[i].end - s->tok[i].start);
+}
+
+/*
+ * Token i's whole extent in the text: for a string, quotes included. The
+ * slice to copy when a value is passed on as written.
+ */
+void sl_jscan_extent(const struct sl_jscan *s, int i, size_t *start,
+                     size_t *end);
+
+#endif
