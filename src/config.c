@@ -192,6 +192,11 @@ static const struct option_def options[] = {
 	 "client left, but not a plain answer; off relays plain answers as "
 	 "they come, cheaper",
 	 NULL},
+	{"ui", "SLUICE_UI", "on|off", OPT_SWITCH, FIELD(ui), "off", 0, 0,
+	 NULL,
+	 "start the managed llama-server with its web UI on and relay the UI "
+	 "at / (a chat page in the browser, through sluice)",
+	 NULL},
 	{"max-tokens-cap", "SLUICE_MAX_TOKENS_CAP", "N", OPT_UINT,
 	 FIELD(max_tokens_cap), "4096", 1, 1u << 24, NULL,
 	 "most tokens /generate and /infer may ask for; larger requests are "

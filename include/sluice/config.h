@@ -72,6 +72,7 @@ struct sl_config {
 	unsigned urgent_reserve; /* free slots kept for urgent requests */
 	unsigned max_tokens_cap; /* /generate and /infer */
 	bool stream_upstream;    /* plain answers assembled from streams */
+	bool ui;                 /* llama-server's web UI relayed at / */
 
 	/* Files */
 	char *cache_dir;        /* "" = $XDG_CACHE_HOME/sluice */
