@@ -1,0 +1,907 @@
+"""Differential test: the same requests sent straight to llama-server and
+through sluice (--upstream, same llama-server) must get the same answers.
+
+Each row of TABLE is one request: method, path with its query, headers,
+body, and whether the client asks for a stream. Both answers are compared
+on their status, their relevant headers and their bodies: JSON as values
+(numbers as written, so that 0.923 and 0.92300000000000004 differ), event
+streams as sequences of events. What may differ is named, with a reason:
+values that change from run to run (IGNORED_KEYS), headers that are
+framing or each server's own (IGNORED_HEADERS), headers only sluice sends
+(SLUICE_HEADERS), and rows where sluice deliberately answers otherwise
+(Row.sluice, Row.wording). Everything else must match.
+
+llama-server 0.7.0's behaviour behind the rows was probed with curl; the
+notes are in /work/notes/llama-probe.md (not part of the repository).
+"""
+
+import base64
+import http.client
+import json
+import os
+import tempfile
+
+import sluice_test as st
+
+# Not a measure: how long a busy machine may take before a request fails.
+SAFETY_NET_S = 120
+
+# Small answers keep the table fast; the demo model never stops early.
+N = 3
+
+# An origin for the CORS rows: llama-server echoes it back.
+ORIGIN = "http://parity.example"
+
+# The admin key sluice gets, when its build knows --admin-key.
+ADMIN_KEY = "parity-admin-key"
+
+# JSON keys whose values change between two sends of the same request.
+# Their presence is still compared; their values are not.
+IGNORED_KEYS = {
+    "id": "answer ids (chatcmpl-..., resp_..., msg_...) are random per "
+          "answer; only string ids are ignored, token and slot ids are "
+          "compared",
+    "created": "wall-clock seconds",
+    "created_at": "wall-clock seconds",
+    "completed_at": "wall-clock seconds",
+    "timings": "measured durations (and cache_n, below)",
+    "tokens_cached": "prompt-cache state: the second send of a prompt "
+                     "finds it cached",
+    "cached_tokens": "prompt-cache state",
+    "cache_n": "prompt-cache state",
+    "cache_read_input_tokens": "prompt-cache state (/v1/messages)",
+    "id_slot": "which slot llama-server picked: cache affinity and the "
+               "order of requests",
+    "item_id": "/v1/responses item ids (msg_...), random per answer",
+}
+# Kept, although the brief allowed ignoring it: llama-server writes its
+# build ("b11669-Debian"), the same for both sends of one upstream.
+COMPARED_ON_PURPOSE = ("system_fingerprint",)
+
+# Response headers not compared, with the reason.
+IGNORED_HEADERS = {
+    "server": "each server names itself (sluice: sluice/VERSION)",
+    "date": "sluice adds Date (llama-server sends none); wall-clock",
+    "content-length": "framing: sluice may frame a body otherwise",
+    "transfer-encoding": "framing",
+    "connection": "hop-by-hop (llama-server closes after errors)",
+    "keep-alive": "hop-by-hop",
+    "accept-ranges": "cpp-httplib's own, only on HEAD and files",
+}
+# Headers only sluice sends: deliberate, documented in the README.
+SLUICE_HEADERS = {
+    "x-request-id": "sluice's request id",
+    "x-queue-ms": "time the request waited in sluice's queue",
+    "x-batch-size": "size of the batch the request was dispatched in",
+    "cache-control": "sluice marks its event streams no-cache",
+    "access-control-max-age": "sluice lets browsers cache its preflight "
+                              "answer (llama-server sends none)",
+}
+
+
+class Row:
+    """One request of the table.
+
+    name: what the row checks (the subTest label).
+    body: a dict or list (sent as JSON), str or bytes (sent as is), or None.
+    stream: the answer is an event stream.
+    any_order: a stream with several choices (prompt arrays, n, n_cmpl),
+        whose events interleave differently from run to run: compared
+        choice by choice.
+    ignore: more keys (name: reason) not compared in this row.
+    project: a function reducing both JSON bodies to what is comparable.
+    wording: a reason why an error's message is sluice's own (sluice
+        answers it before any upstream sees the request); status, type and
+        code are still compared.
+    sluice: (status, error type or None, reason): a deliberate difference;
+        sluice must answer this instead of what llama-server answers.
+    admin: send sluice's admin key when it has one; a relayed row (no
+        Row.sluice) is skipped when this build of sluice has no
+        --admin-key.
+    """
+
+    def __init__(self, name, method, path, body=None, headers=None,
+                 stream=False, any_order=False, ignore=None, project=None,
+                 wording=None, sluice=None, admin=False):
+        self.name = name
+        self.method = method
+        self.path = path
+        self.body = body
+        self.headers = dict(headers or {})
+        self.stream = stream
+        self.any_order = any_order
+        self.ignore = dict(ignore or {})
+        self.project = project
+        self.wording = wording
+        self.sluice = sluice
+        self.admin = admin
+
+    def payload(self):
+        if self.body is None:
+            return None
+        if isinstance(self.body, (dict, list)):
+            return json.dumps(self.body).encode()
+        if isinstance(self.body, str):
+            return self.body.encode()
+        return self.body
+
+
+def gen(path, stream=False, **fields):
+    """A generation body for path: a short deterministic answer."""
+    body = {"temperature": 0}
+    if path in ("/completion", "/completions", "/infill"):
+        body.update(prompt="Hello", n_predict=N)
+    elif path in ("/v1/completions",):
+        body.update(prompt="Hello", max_tokens=N)
+    elif path == "/v1/responses":
+        body.update(input="Hello", max_output_tokens=N)
+    else:
+        body.update(messages=[{"role": "user", "content": "Hello"}],
+                    max_tokens=N)
+    if stream:
+        body["stream"] = True
+    body.update(fields)
+    return body
+
+
+def slots_view(doc):
+    """What /slots says that does not depend on past requests."""
+    if not isinstance(doc, list):
+        return doc
+    return [{k: s.get(k) for k in ("id", "n_ctx", "speculative",
+                                   "is_processing")} for s in doc]
+
+
+def health_view(doc):
+    """sluice's /health is its own document; both say "status"."""
+    if not isinstance(doc, dict) or "error" in doc:
+        return doc
+    return {"status": doc.get("status")}
+
+
+def embeddings_view(doc):
+    """Embeddings with every value replaced by a marker, keeping their
+    shape (how many vectors of how many values): the demo model's
+    embeddings are noise that changes from run to run (denormals, NaN, the
+    sign of zero; measured by sending a row twice straight). base64
+    vectors are decoded to count their floats."""
+
+    def shape(v):
+        if isinstance(v, list):
+            return [shape(x) for x in v]
+        if isinstance(v, str):
+            return ["<float>"] * (len(base64.b64decode(v)) // 4)
+        return "<float>"
+
+    if isinstance(doc, list):
+        return [embeddings_view(x) for x in doc]
+    if isinstance(doc, dict):
+        return {k: shape(v) if k == "embedding" else embeddings_view(v)
+                for k, v in doc.items()}
+    return doc
+
+
+HUGE_SEED = 18446744073709551615  # 2^64 - 1: beyond int64
+HUGER_SEED = 99999999999999999999  # beyond uint64: llama-server reads a double
+CHAT = [{"role": "user", "content": "Hello"}]
+LONG_PROMPT = "hello " * 500  # ~3000 tokens, more than the 2048 of a slot
+
+OWN_JSON_CHECK = ("sluice checks that a body is one JSON object itself "
+                  "before it forwards anything (LLAMA-SERVER.md: validate "
+                  "in the gateway); its message is its own")
+ADMIN_403 = (403, "permission_error",
+             "an admin action (changes llama-server's state) without "
+             "sluice's admin key")
+
+TABLE = [
+    # Health, models, state.
+    Row("health", "GET", "/health", project=health_view),
+    Row("v1 health alias", "GET", "/v1/health", project=health_view),
+    Row("ready is sluice's own", "GET", "/ready",
+        sluice=(200, None, "sluice's readiness check; llama-server 0.7.0 "
+                           "has no /ready (404)")),
+    Row("metrics are sluice's own", "GET", "/metrics", admin=True,
+        sluice=(200, None, "sluice's own Prometheus metrics (they need the "
+                           "admin key when one is set); llama-server "
+                           "without --metrics answers 501")),
+    Row("models", "GET", "/models"),
+    Row("v1 models", "GET", "/v1/models"),
+    Row("v1 models with a query", "GET", "/v1/models?reload=1"),
+    Row("v1 models with an origin", "GET", "/v1/models",
+        headers={"Origin": ORIGIN}),
+    Row("props", "GET", "/props"),
+    Row("slots", "GET", "/slots", project=slots_view),
+    Row("slots with a query", "GET", "/slots?fail_on_no_slot=1",
+        project=slots_view),
+    Row("lora adapters", "GET", "/lora-adapters"),
+    Row("tools (disabled)", "GET", "/tools"),
+    Row("tools post (disabled)", "POST", "/tools", {}),
+
+    # Admin actions: refused without the admin key, relayed with it.
+    Row("slot erase without admin key", "POST", "/slots/0?action=erase",
+        {}, sluice=ADMIN_403),
+    Row("slot save without admin key", "POST", "/slots/0?action=save",
+        {"filename": "parity.bin"}, sluice=ADMIN_403),
+    Row("slot restore without admin key", "POST",
+        "/slots/0?action=restore", {"filename": "parity.bin"},
+        sluice=ADMIN_403),
+    Row("props post without admin key", "POST", "/props", {},
+        sluice=ADMIN_403),
+    Row("lora adapters post without admin key", "POST", "/lora-adapters",
+        [], sluice=ADMIN_403),
+    Row("cors proxy without admin key", "GET",
+        "/cors-proxy?url=http://127.0.0.1:1/", sluice=ADMIN_403),
+    Row("slot erase", "POST", "/slots/0?action=erase", {}, admin=True,
+        ignore={"n_erased": "what the slot held: the previous rows"}),
+    Row("slot save", "POST", "/slots/1?action=save",
+        {"filename": "parity.bin"}, admin=True,
+        ignore={"n_saved": "what the slot held", "n_written": "same"}),
+    Row("slot restore", "POST", "/slots/1?action=restore",
+        {"filename": "parity.bin"}, admin=True,
+        ignore={"n_restored": "what the file held", "n_read": "same"}),
+    Row("slot bad action", "POST", "/slots/0?action=bogus", {}, admin=True),
+    Row("props post", "POST", "/props", {}, admin=True),
+    Row("lora adapters post", "POST", "/lora-adapters", [], admin=True),
+    Row("cors proxy", "GET", "/cors-proxy?url=http://127.0.0.1:1/",
+        admin=True),
+
+    # Cheap endpoints.
+    Row("tokenize", "POST", "/tokenize", {"content": "Hello world"}),
+    Row("tokenize with pieces", "POST", "/tokenize",
+        {"content": "Hello world", "with_pieces": True}),
+    Row("tokenize with an origin", "POST", "/tokenize",
+        {"content": "Hi"}, headers={"Origin": ORIGIN}),
+    Row("detokenize", "POST", "/detokenize", {"tokens": [300, 301, 302]}),
+    Row("apply template", "POST", "/apply-template", {"messages": CHAT}),
+    Row("messages count tokens", "POST", "/v1/messages/count_tokens",
+        {"messages": CHAT}),
+    Row("input tokens", "POST", "/chat/completions/input_tokens",
+        {"messages": CHAT}),
+    Row("v1 input tokens", "POST", "/v1/chat/completions/input_tokens",
+        {"messages": CHAT}),
+
+    # Embeddings and reranking (the upstream has both flags).
+    Row("embedding", "POST", "/embedding", {"content": "Hello"},
+        project=embeddings_view),
+    Row("embeddings", "POST", "/embeddings", {"input": "Hello"},
+        project=embeddings_view),
+    Row("v1 embeddings", "POST", "/v1/embeddings",
+        {"input": ["Hello", "abc"]}, project=embeddings_view),
+    Row("v1 embeddings base64", "POST", "/v1/embeddings",
+        {"input": "Hello", "encoding_format": "base64"},
+        project=embeddings_view),
+    Row("rerank", "POST", "/rerank",
+        {"query": "a", "documents": ["a b", "c"], "top_n": 2}),
+    Row("v1 rerank", "POST", "/v1/rerank",
+        {"query": "a", "documents": ["a b", "c"]}),
+    Row("reranking", "POST", "/reranking",
+        {"query": "a", "documents": ["a b", "c"]}),
+    Row("v1 reranking", "POST", "/v1/reranking",
+        {"query": "a", "documents": ["a b", "c"], "return_text": True}),
+    Row("infill (the demo model has no FIM tokens)", "POST", "/infill",
+        {"input_prefix": "def f(", "input_suffix": "):\n",
+         "n_predict": N, "temperature": 0}),
+
+    # /completion and its alias.
+    Row("completion", "POST", "/completion", gen("/completion")),
+    Row("completion stream", "POST", "/completion",
+        gen("/completion", True), stream=True),
+    Row("completions alias", "POST", "/completions", gen("/completion")),
+    Row("completions alias stream", "POST", "/completions",
+        gen("/completion", True), stream=True),
+    Row("completion n_probs", "POST", "/completion",
+        gen("/completion", n_probs=2)),
+    Row("completion n_probs stream", "POST", "/completion",
+        gen("/completion", True, n_probs=2), stream=True),
+    Row("completion post_sampling_probs", "POST", "/completion",
+        gen("/completion", n_probs=2, post_sampling_probs=True)),
+    Row("completion return_tokens", "POST", "/completion",
+        gen("/completion", return_tokens=True)),
+    Row("completion __verbose", "POST", "/completion",
+        gen("/completion", __verbose=True)),
+    Row("completion response_fields", "POST", "/completion",
+        gen("/completion", response_fields=[
+            "content", "tokens_predicted", "generation_settings/n_predict"])),
+    Row("completion response_fields stream", "POST", "/completion",
+        gen("/completion", True, response_fields=["content", "stop_type"]),
+        stream=True),
+    Row("completion prompt array", "POST", "/completion",
+        gen("/completion", prompt=["Hello", "World"])),
+    Row("completion prompt array stream", "POST", "/completion",
+        gen("/completion", True, prompt=["Hello", "World"]), stream=True,
+        any_order=True),
+    Row("completion prompt of token ids", "POST", "/completion",
+        gen("/completion", prompt=[299, 328, 335])),
+    Row("completion n_cmpl", "POST", "/completion",
+        gen("/completion", n_cmpl=2)),
+    Row("completion n_cmpl stream", "POST", "/completion",
+        gen("/completion", True, n_cmpl=2), stream=True, any_order=True),
+    Row("completion stop word", "POST", "/completion",
+        gen("/completion", n_predict=12, stop=["e"])),
+    Row("completion grammar", "POST", "/completion",
+        gen("/completion", grammar='root ::= [a-c]+')),
+    Row("completion json_schema", "POST", "/completion",
+        gen("/completion", json_schema={"type": "object"})),
+    Row("completion seed, default temperature", "POST", "/completion",
+        {"prompt": "Hello", "n_predict": N, "seed": 42}),
+    Row("completion seed 2^64-1", "POST", "/completion",
+        gen("/completion", seed=HUGE_SEED)),
+    Row("completion seed beyond 2^64", "POST", "/completion",
+        gen("/completion", seed=HUGER_SEED)),
+    Row("completion seed 2^64-1 stream", "POST", "/completion",
+        gen("/completion", True, seed=HUGE_SEED), stream=True),
+
+    # OpenAI text completions.
+    Row("v1 completions", "POST", "/v1/completions", gen("/v1/completions")),
+    Row("v1 completions stream", "POST", "/v1/completions",
+        gen("/v1/completions", True), stream=True),
+    Row("v1 completions logprobs", "POST", "/v1/completions",
+        gen("/v1/completions", logprobs=2)),
+    Row("v1 completions logprobs stream", "POST", "/v1/completions",
+        gen("/v1/completions", True, logprobs=2), stream=True),
+    Row("v1 completions prompt array", "POST", "/v1/completions",
+        gen("/v1/completions", prompt=["Hello", "World"])),
+    Row("v1 completions prompt array stream", "POST", "/v1/completions",
+        gen("/v1/completions", True, prompt=["Hello", "World"]),
+        stream=True, any_order=True),
+    Row("v1 completions n", "POST", "/v1/completions",
+        gen("/v1/completions", n=2)),
+    Row("v1 completions stop", "POST", "/v1/completions",
+        gen("/v1/completions", max_tokens=12, stop="e")),
+    Row("v1 completions seed 2^64-1", "POST", "/v1/completions",
+        gen("/v1/completions", seed=HUGE_SEED)),
+
+    # OpenAI chat and its alias.
+    Row("chat", "POST", "/v1/chat/completions", gen("/v1/chat/completions")),
+    Row("chat stream", "POST", "/v1/chat/completions",
+        gen("/v1/chat/completions", True), stream=True),
+    Row("chat alias", "POST", "/chat/completions",
+        gen("/v1/chat/completions")),
+    Row("chat alias stream", "POST", "/chat/completions",
+        gen("/v1/chat/completions", True), stream=True),
+    Row("chat stream with an origin", "POST", "/v1/chat/completions",
+        gen("/v1/chat/completions", True), stream=True,
+        headers={"Origin": ORIGIN}),
+    Row("chat logprobs", "POST", "/v1/chat/completions",
+        gen("/v1/chat/completions", logprobs=True, top_logprobs=2)),
+    Row("chat logprobs stream", "POST", "/v1/chat/completions",
+        gen("/v1/chat/completions", True, logprobs=True, top_logprobs=2),
+        stream=True),
+    Row("chat n_probs", "POST", "/v1/chat/completions",
+        gen("/v1/chat/completions", n_probs=2)),
+    Row("chat n", "POST", "/v1/chat/completions",
+        gen("/v1/chat/completions", n=2)),
+    Row("chat n stream", "POST", "/v1/chat/completions",
+        gen("/v1/chat/completions", True, n=2), stream=True, any_order=True),
+    Row("chat include_usage stream", "POST", "/v1/chat/completions",
+        gen("/v1/chat/completions", True,
+            stream_options={"include_usage": True}), stream=True),
+    Row("chat __verbose", "POST", "/v1/chat/completions",
+        gen("/v1/chat/completions", __verbose=True)),
+    Row("chat response_fields and return_tokens (ignored by chat)", "POST",
+        "/v1/chat/completions",
+        gen("/v1/chat/completions", response_fields=["content"],
+            return_tokens=True)),
+    Row("chat stop", "POST", "/v1/chat/completions",
+        gen("/v1/chat/completions", max_tokens=12, stop=["e"])),
+    Row("chat json_schema", "POST", "/v1/chat/completions",
+        gen("/v1/chat/completions", response_format={
+            "type": "json_schema",
+            "json_schema": {"schema": {"type": "object"}}})),
+    Row("chat grammar", "POST", "/v1/chat/completions",
+        gen("/v1/chat/completions", grammar="root ::= [a-c]+")),
+    Row("chat seed 2^64-1", "POST", "/v1/chat/completions",
+        gen("/v1/chat/completions", seed=HUGE_SEED)),
+    Row("chat empty messages", "POST", "/v1/chat/completions",
+        gen("/v1/chat/completions", messages=[])),
+
+    # Anthropic messages and OpenAI responses.
+    Row("messages", "POST", "/v1/messages", gen("/v1/messages"),
+        ignore={"input_tokens": "/v1/messages counts the prompt minus "
+                                "the cached part (it ignores cache_prompt)"}),
+    Row("messages stream", "POST", "/v1/messages",
+        gen("/v1/messages", True), stream=True,
+        ignore={"input_tokens": "as above"}),
+    Row("responses", "POST", "/v1/responses", gen("/v1/responses")),
+    Row("responses stream", "POST", "/v1/responses",
+        gen("/v1/responses", True), stream=True),
+
+    # Bad inputs.
+    Row("malformed JSON", "POST", "/completion",
+        '{"prompt": "Hello", "n_predict": 3,', wording=OWN_JSON_CHECK),
+    Row("malformed JSON, chat", "POST", "/v1/chat/completions", "not json",
+        wording=OWN_JSON_CHECK),
+    Row("empty body", "POST", "/completion", "", wording=OWN_JSON_CHECK),
+    Row("JSON array body", "POST", "/completion", [1, 2],
+        wording=OWN_JSON_CHECK),
+    Row("JSON string body", "POST", "/v1/completions", '"Hello"',
+        wording=OWN_JSON_CHECK),
+    Row("wrong type n_predict", "POST", "/completion",
+        gen("/completion", n_predict="five")),
+    Row("wrong type temperature", "POST", "/v1/chat/completions",
+        gen("/v1/chat/completions", temperature="hot")),
+    Row("wrong type prompt", "POST", "/completion",
+        gen("/completion", prompt=123)),
+    Row("missing prompt", "POST", "/completion", {"n_predict": N}),
+    Row("missing messages", "POST", "/v1/chat/completions",
+        {"max_tokens": N}),
+    Row("messages not an array", "POST", "/v1/chat/completions",
+        {"messages": "Hello", "max_tokens": N}),
+    Row("anthropic missing messages (500)", "POST", "/v1/messages",
+        {"max_tokens": N}),
+    Row("responses missing input", "POST", "/v1/responses",
+        {"max_output_tokens": N}),
+    Row("bad grammar", "POST", "/completion",
+        gen("/completion", grammar="root ::= [a")),
+    Row("bad grammar stream", "POST", "/completion",
+        gen("/completion", True, grammar="root ::= [a")),
+    Row("prompt beyond the context", "POST", "/completion",
+        gen("/completion", prompt=LONG_PROMPT)),
+    Row("tokenize wrong type", "POST", "/tokenize", {"content": 5}),
+    Row("unknown endpoint", "GET", "/nonexistent",
+        wording="sluice answers unknown paths itself"),
+    Row("unknown endpoint with an origin", "POST", "/v1/nonexistent", {},
+        headers={"Origin": ORIGIN},
+        wording="sluice answers unknown paths itself"),
+    Row("not an endpoint: /api/tags", "GET", "/api/tags",
+        wording="sluice answers unknown paths itself"),
+    Row("web UI off: /", "GET", "/",
+        wording="sluice answers unknown paths itself"),
+    Row("web UI off: /index.html", "GET", "/index.html",
+        wording="sluice answers unknown paths itself"),
+    Row("web UI off: /bundle.js", "GET", "/bundle.js",
+        wording="sluice answers unknown paths itself"),
+    Row("web UI off: /bundle.css", "GET", "/bundle.css",
+        wording="sluice answers unknown paths itself"),
+    Row("wrong method: GET /completion", "GET", "/completion",
+        wording="sluice answers a wrong method itself"),
+    Row("wrong method: GET /v1/chat/completions", "GET",
+        "/v1/chat/completions",
+        wording="sluice answers a wrong method itself"),
+    Row("wrong method: PUT /completion", "PUT", "/completion",
+        gen("/completion"), wording="sluice answers a wrong method itself"),
+    Row("wrong method: POST /v1/models", "POST", "/v1/models", {},
+        wording="sluice answers a wrong method itself"),
+    Row("wrong method: DELETE /tokenize", "DELETE", "/tokenize",
+        wording="sluice answers a wrong method itself"),
+
+    # CORS preflights: answered without a key, for any path.
+    Row("preflight", "OPTIONS", "/v1/chat/completions", headers={
+        "Origin": ORIGIN, "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type, authorization"}),
+    Row("preflight of an unknown path", "OPTIONS", "/nonexistent", headers={
+        "Origin": ORIGIN, "Access-Control-Request-Method": "GET"}),
+]
+
+
+class Num:
+    """A JSON number as written: 0.923 and 0.92300000000000004 differ.
+    Zero is zero whatever its sign: the demo model's zero embeddings
+    change sign from run to run."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text):
+        self.text = "0.0" if float(text) == 0 else text
+
+    def __eq__(self, other):
+        return isinstance(other, Num) and other.text == self.text
+
+    def __hash__(self):
+        return hash(self.text)
+
+    def __repr__(self):
+        return self.text
+
+
+def parse_json(data):
+    return json.loads(data, parse_float=Num)
+
+
+def normalise(value, ignore):
+    """value with every ignored key's value replaced by a marker, so that
+    the key's presence is still compared."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if k in ignore and not (k == "id" and not isinstance(v, str)):
+                out[k] = "<ignored>"
+            else:
+                out[k] = normalise(v, ignore)
+        return out
+    if isinstance(value, list):
+        return [normalise(v, ignore) for v in value]
+    return value
+
+
+def diff(a, b, where="body"):
+    """Lines naming each place where a (straight) and b (sluice) differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in list(a) + [k for k in b if k not in a]:
+            at = "%s.%s" % (where, k)
+            if k not in b:
+                out.append("%s: only straight: %s" % (at, short(a[k])))
+            elif k not in a:
+                out.append("%s: only through sluice: %s" % (at, short(b[k])))
+            else:
+                out += diff(a[k], b[k], at)
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        out = []
+        for i in range(max(len(a), len(b))):
+            at = "%s[%d]" % (where, i)
+            if i >= len(b):
+                out.append("%s: only straight: %s" % (at, short(a[i])))
+            elif i >= len(a):
+                out.append("%s: only through sluice: %s" % (at, short(b[i])))
+            else:
+                out += diff(a[i], b[i], at)
+        return out
+    if type(a) is not type(b) or a != b:
+        return ["%s: straight %s, through sluice %s"
+                % (where, short(a), short(b))]
+    return []
+
+
+def short(value, limit=160):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def sse_events(data):
+    """An event stream as [(field names, event name, data)], data parsed
+    as JSON where it is JSON. Comments (keep-alives) are left out: when
+    they come depends on time. Bytes after the last blank line become an
+    event of their own, so that a torn stream shows."""
+    text = data.decode("utf-8", "replace")
+    blocks = text.split("\n\n")
+    tail = blocks.pop()
+    events = []
+    for block in blocks:
+        fields, name, lines = [], None, []
+        for line in block.split("\n"):
+            if line.startswith(":"):
+                continue
+            field, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            fields.append(field)
+            if field == "event":
+                name = value
+            elif field == "data":
+                lines.append(value)
+        if not fields:
+            continue
+        payload = "\n".join(lines)
+        try:
+            payload = parse_json(payload)
+        except ValueError:
+            pass
+        events.append((tuple(fields), name, payload))
+    if tail:
+        events.append((("<unterminated>",), None, tail))
+    return events
+
+
+def choice_index(payload):
+    """The choice an event belongs to, or None."""
+    if not isinstance(payload, dict):
+        return None
+    if isinstance(payload.get("index"), int):
+        return payload["index"]
+    choices = payload.get("choices")
+    if isinstance(choices, list) and choices and isinstance(
+            choices[0], dict):
+        return choices[0].get("index")
+    return None
+
+
+def by_choice(events):
+    """Interleaved events of several choices, choice by choice: events
+    before the first choice's, each choice's in its order, then the rest."""
+    head, tail, choices = [], [], {}
+    for event in events:
+        i = choice_index(event[2])
+        if i is None:
+            (tail if choices else head).append(event)
+        else:
+            choices.setdefault(i, []).append(event)
+    return {"before": head, "choices": {str(i): choices[i]
+                                        for i in sorted(choices)},
+            "after": tail}
+
+
+class Answer:
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers  # [(lower name, value)]
+        self.body = body
+
+    def header(self, name):
+        values = [v for k, v in self.headers if k == name]
+        return values[0] if values else None
+
+    def is_json(self):
+        return (self.header("content-type") or "").startswith(
+            "application/json")
+
+
+def send(port, row, extra_headers=None):
+    conn = http.client.HTTPConnection("127.0.0.1", port,
+                                      timeout=SAFETY_NET_S)
+    try:
+        headers = dict(row.headers)
+        payload = row.payload()
+        if payload is not None:
+            headers.setdefault("Content-Type", "application/json")
+        headers.update(extra_headers or {})
+        conn.request(row.method, row.path, body=payload, headers=headers)
+        r = conn.getresponse()
+        return Answer(r.status, [(k.lower(), v) for k, v in r.getheaders()],
+                      r.read())
+    finally:
+        conn.close()
+
+
+def compare_headers(straight, through):
+    """Differences in the headers that matter (see IGNORED_HEADERS and
+    SLUICE_HEADERS). An empty Access-Control-Allow-Origin (llama-server's
+    answer to a request without Origin) counts as none."""
+
+    def relevant(answer):
+        out = {}
+        for k, v in answer.headers:
+            if k in IGNORED_HEADERS:
+                continue
+            if k == "access-control-allow-origin" and not v.strip():
+                continue
+            out.setdefault(k, []).append(v)
+        return out
+
+    a, b = relevant(straight), relevant(through)
+    problems = []
+    for k in sorted(set(a) | set(b)):
+        if k not in b:
+            problems.append("header %s: straight %r, through sluice none"
+                            % (k, a[k]))
+        elif k not in a:
+            if k not in SLUICE_HEADERS:
+                problems.append("header %s: only through sluice: %r"
+                                % (k, b[k]))
+        elif a[k] != b[k]:
+            problems.append("header %s: straight %r, through sluice %r"
+                            % (k, a[k], b[k]))
+    return problems
+
+
+def error_view(doc):
+    """An error body without its message (see Row.wording)."""
+    if isinstance(doc, dict) and isinstance(doc.get("error"), dict):
+        return {"error": {k: v for k, v in doc["error"].items()
+                          if k != "message"}}
+    return doc
+
+
+def compare(row, straight, through):
+    """Lines describing every difference between the two answers."""
+    problems = []
+    if straight.status != through.status:
+        problems.append("status: straight %d, through sluice %d"
+                        % (straight.status, through.status))
+    problems += compare_headers(straight, through)
+    ignore = dict(IGNORED_KEYS, **row.ignore)
+    if row.stream and straight.header("content-type") == "text/event-stream":
+        a = [(f, n, normalise(d, ignore))
+             for f, n, d in sse_events(straight.body)]
+        b = [(f, n, normalise(d, ignore))
+             for f, n, d in sse_events(through.body)]
+        if row.any_order:
+            a, b = by_choice(a), by_choice(b)
+        return problems + diff(a, b, "events")
+    if straight.is_json():
+        try:
+            a = parse_json(straight.body)
+        except ValueError as e:
+            return problems + ["straight body is not JSON (%s): %r"
+                               % (e, straight.body[:200])]
+        try:
+            b = parse_json(through.body)
+        except ValueError as e:
+            return problems + ["body through sluice is not JSON (%s): %r"
+                               % (e, through.body[:200])]
+        if row.project:
+            a, b = row.project(a), row.project(b)
+        if row.wording:
+            a, b = error_view(a), error_view(b)
+        return problems + diff(normalise(a, ignore), normalise(b, ignore))
+    if straight.body != through.body:
+        problems.append("body: straight %r, through sluice %r"
+                        % (straight.body[:200], through.body[:200]))
+    return problems
+
+
+def sluice_knows(option):
+    """Whether this build of sluice has a command-line option."""
+    import subprocess
+    out = subprocess.run([st.SLUICE, "--help"], capture_output=True,
+                         text=True, timeout=30).stdout
+    return option in out
+
+
+class Parity(st.TestCase):
+    """One llama-server with embeddings, reranking and slot files (a
+    generation still works with --embeddings on: probed), and sluice in
+    front of it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.slot_dir = tempfile.mkdtemp(prefix="sluice-parity-slots-")
+        cls.ls = st.LlamaServer(
+            st.MODEL_TINY, slots=2, ctx=2048,
+            extra=("--embeddings", "--reranking",
+                   "--slot-save-path", cls.slot_dir))
+        cls.has_admin_key = sluice_knows("--admin-key")
+        admin = ("--admin-key", ADMIN_KEY) if cls.has_admin_key else ()
+        try:
+            cls.sl = st.Sluice("--upstream", cls.ls.url, "--batch-window",
+                               "0", *admin)
+        except BaseException:
+            cls.ls.kill()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            assert cls.sl.stop() == 0
+        finally:
+            cls.ls.kill()
+            st.shutil.rmtree(cls.slot_dir, ignore_errors=True)
+
+    def test_table(self):
+        failed = []
+        for row in TABLE:
+            with self.subTest(row=row.name):
+                if row.admin and row.sluice is None and \
+                        not self.has_admin_key:
+                    self.skipTest("this sluice has no --admin-key")
+                problems = self.check_row(row)
+                if problems:
+                    failed.append(row.name)
+                    self.fail("%s %s (%s):\n  %s" % (
+                        row.method, row.path, row.name,
+                        "\n  ".join(problems)))
+        if failed:
+            print("\nparity: %d of %d rows differ: %s"
+                  % (len(failed), len(TABLE), "; ".join(failed)))
+
+    def check_row(self, row):
+        straight = send(self.ls.port, row)
+        extra = {}
+        if row.admin and self.has_admin_key:
+            extra["Authorization"] = "Bearer " + ADMIN_KEY
+        through = send(self.sl.port, row, extra)
+        if row.sluice is None:
+            return compare(row, straight, through)
+        # A deliberate difference: sluice's own answer, checked for itself.
+        status, error_type, _ = row.sluice
+        problems = []
+        if through.status != status:
+            problems.append("status through sluice: %d, expected %d (%s)"
+                            % (through.status, status, row.sluice[2]))
+        if error_type is not None:
+            try:
+                got = parse_json(through.body)["error"]["type"]
+            except (ValueError, KeyError, TypeError):
+                got = through.body[:200]
+            if got != error_type:
+                problems.append("error type through sluice: %r, expected %r"
+                                % (got, error_type))
+            if through.header("content-type") != \
+                    "application/json; charset=utf-8":
+                problems.append("Content-Type through sluice: %r"
+                                % through.header("content-type"))
+        return problems
+
+    def test_rows_are_deterministic(self):
+        # The premise of the table: the same row sent twice straight to
+        # llama-server gets the same answer, up to what the table ignores.
+        # A row failing here is the table's fault, not sluice's.
+        for row in TABLE:
+            if row.sluice is not None:
+                continue
+            with self.subTest(row=row.name):
+                problems = compare(row, send(self.ls.port, row),
+                                   send(self.ls.port, row))
+                self.assertEqual(problems, [], "%s %s (%s)" % (
+                    row.method, row.path, row.name))
+
+    def test_every_llama_server_endpoint_has_a_row(self):
+        # The endpoints of issue 10, item 1: a row for each, so that a new
+        # alias cannot be forgotten in the table.
+        wanted = {
+            "/health", "/v1/health", "/models", "/v1/models", "/props",
+            "/slots", "/lora-adapters", "/tools", "/cors-proxy",
+            "/completion", "/completions", "/v1/completions",
+            "/chat/completions", "/v1/chat/completions", "/embedding",
+            "/embeddings", "/v1/embeddings", "/rerank", "/v1/rerank",
+            "/reranking", "/v1/reranking", "/infill", "/tokenize",
+            "/detokenize", "/apply-template", "/v1/messages",
+            "/v1/messages/count_tokens", "/v1/responses",
+            "/chat/completions/input_tokens",
+            "/v1/chat/completions/input_tokens", "/slots/0", "/slots/1",
+        }
+        have = {row.path.split("?")[0] for row in TABLE}
+        self.assertEqual(wanted - have, set())
+
+
+class ClientKeys(st.TestCase):
+    """sluice --api-key K against llama-server --api-key K: the same
+    statuses and error types for the same credentials."""
+
+    KEY = "parity-client-key"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ls = st.LlamaServer(st.MODEL_TINY, slots=1, ctx=1024,
+                                extra=("--api-key", cls.KEY))
+        try:
+            cls.sl = st.Sluice("--upstream", cls.ls.url,
+                               "--upstream-api-key", cls.KEY,
+                               "--api-key", cls.KEY, "--batch-window", "0")
+        except BaseException:
+            cls.ls.kill()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            assert cls.sl.stop() == 0
+        finally:
+            cls.ls.kill()
+
+    def rows(self):
+        body = gen("/completion")
+        bearer = {"Authorization": "Bearer " + self.KEY}
+        return [
+            Row("no key", "POST", "/completions", body),
+            Row("wrong key", "POST", "/completions", body,
+                headers={"Authorization": "Bearer wrong"}),
+            Row("wrong X-Api-Key", "POST", "/completions", body,
+                headers={"X-Api-Key": "wrong"}),
+            Row("Authorization: Bearer", "POST", "/completions", body,
+                headers=bearer),
+            Row("X-Api-Key", "POST", "/completions", body,
+                headers={"X-Api-Key": self.KEY}),
+            Row("a wrong Authorization wins over a right X-Api-Key", "POST",
+                "/completions", body,
+                headers={"Authorization": "Bearer wrong",
+                         "X-Api-Key": self.KEY}),
+            Row("models need the key", "GET", "/v1/models"),
+            Row("unknown path needs the key", "GET", "/nonexistent"),
+            Row("public health", "GET", "/health", project=health_view),
+            Row("public v1 health", "GET", "/v1/health",
+                project=health_view),
+            Row("preflight needs no key", "OPTIONS", "/completions",
+                headers={"Origin": ORIGIN,
+                         "Access-Control-Request-Method": "POST"}),
+            Row("401 with an origin", "POST", "/completions", body,
+                headers={"Origin": ORIGIN}),
+        ]
+
+    def test_keys(self):
+        for row in self.rows():
+            with self.subTest(row=row.name):
+                straight = send(self.ls.port, row)
+                through = send(self.sl.port, row)
+                # The message of a 401 may be sluice's own; status, type
+                # and code may not.
+                row.wording = "sluice checks client keys itself"
+                problems = compare(row, straight, through)
+                if problems:
+                    self.fail("%s %s (%s):\n  %s" % (
+                        row.method, row.path, row.name,
+                        "\n  ".join(problems)))
+
+
+if __name__ == "__main__":
+    st.main()
