@@ -221,6 +221,7 @@ TABLE = [
     Row("v1 models with a query", "GET", "/v1/models?reload=1"),
     Row("v1 models with an origin", "GET", "/v1/models",
         headers={"Origin": ORIGIN}),
+    Row("v1 models, HEAD", "HEAD", "/v1/models"),
     Row("props", "GET", "/props"),
     Row("slots", "GET", "/slots", project=slots_view),
     Row("slots with a query", "GET", "/slots?fail_on_no_slot=1",
@@ -298,6 +299,11 @@ TABLE = [
     Row("completion", "POST", "/completion", gen("/completion")),
     Row("completion stream", "POST", "/completion",
         gen("/completion", True), stream=True),
+    Row("completion with a query string", "POST", "/completion?parity=1",
+        gen("/completion")),
+    Row("completion sent as curl -d sends it", "POST", "/completion",
+        gen("/completion"),
+        headers={"Content-Type": "application/x-www-form-urlencoded"}),
     Row("completions alias", "POST", "/completions", gen("/completion")),
     Row("completions alias stream", "POST", "/completions",
         gen("/completion", True), stream=True),
@@ -713,7 +719,7 @@ def compare(row, straight, through):
         if row.any_order:
             a, b = by_choice(a), by_choice(b)
         return problems + diff(a, b, "events")
-    if straight.is_json():
+    if straight.is_json() and row.method != "HEAD":
         try:
             a = parse_json(straight.body)
         except ValueError as e:
