@@ -18,6 +18,7 @@ notes are in /work/notes/llama-probe.md (not part of the repository).
 import base64
 import http.client
 import json
+import shutil
 import subprocess
 import tempfile
 
@@ -756,17 +757,20 @@ class Parity(st.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.slot_dir = tempfile.mkdtemp(prefix="sluice-parity-slots-")
-        cls.ls = st.LlamaServer(
-            st.MODEL_TINY, slots=2, ctx=2048,
-            extra=("--embeddings", "--reranking",
-                   "--slot-save-path", cls.slot_dir))
-        cls.has_admin_key = sluice_knows("--admin-key")
-        admin = ("--admin-key", ADMIN_KEY) if cls.has_admin_key else ()
+        cls.ls = None
         try:
+            cls.ls = st.LlamaServer(
+                st.MODEL_TINY, slots=2, ctx=2048,
+                extra=("--embeddings", "--reranking",
+                       "--slot-save-path", cls.slot_dir))
+            cls.has_admin_key = sluice_knows("--admin-key")
+            admin = ("--admin-key", ADMIN_KEY) if cls.has_admin_key else ()
             cls.sl = st.Sluice("--upstream", cls.ls.url, "--batch-window",
                                "0", *admin)
         except BaseException:
-            cls.ls.kill()
+            if cls.ls:
+                cls.ls.kill()
+            shutil.rmtree(cls.slot_dir, ignore_errors=True)
             raise
 
     @classmethod
@@ -775,7 +779,7 @@ class Parity(st.TestCase):
             assert cls.sl.stop() == 0
         finally:
             cls.ls.kill()
-            st.shutil.rmtree(cls.slot_dir, ignore_errors=True)
+            shutil.rmtree(cls.slot_dir, ignore_errors=True)
 
     def test_table(self):
         failed = []
