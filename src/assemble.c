@@ -166,7 +166,6 @@ struct tool_call {
 
 struct sl_choice_parts {
 	struct sl_abuf text;      /* content / text / delta.content, inner */
-	bool text_seen;           /* chat: a content piece came, even "" */
 	struct sl_abuf reasoning; /* chat: reasoning_content, inner */
 	struct sl_abuf tokens;    /* native: token ids, joined */
 	struct sl_abuf probs;     /* probabilities / logprobs.content, joined */
@@ -307,10 +306,7 @@ static int add_openai(struct sl_assembler *a, const struct sl_jscan *s)
 		} else {
 			int delta = sl_jscan_get(s, ch, "delta");
 			int v = sl_jscan_get(s, delta, "content");
-			if (is_type(s, v, JSMN_STRING)) {
-				c->text_seen = true;
-				join_string(&c->text, s, v);
-			}
+			join_string(&c->text, s, v);
 			join_string(
 			    &c->reasoning, s,
 			    sl_jscan_get(s, delta, "reasoning_content"));
@@ -382,10 +378,9 @@ struct splice {
 	const char *pre;
 	const struct sl_abuf *body;
 	const char *post;
-	const char *raw; /* instead of pre/body/post: bytes as written */
-	size_t raw_len;
 };
 
+/* Splices into one object: emit_native makes at most four. */
 #define MAX_SPLICES 8
 
 /* Copies text with the splices (sorted here, never overlapping) applied. */
@@ -402,20 +397,16 @@ static void splice_out(struct sl_abuf *out, const char *text, size_t len,
 	size_t at = 0;
 	for (unsigned i = 0; i < n; i++) {
 		buf_add(out, text + at, sp[i].start - at);
-		if (sp[i].raw) {
-			buf_add(out, sp[i].raw, sp[i].raw_len);
-		} else {
-			buf_str(out, sp[i].pre);
-			if (sp[i].body && sp[i].body->len)
-				buf_add(out, sp[i].body->data, sp[i].body->len);
-			buf_str(out, sp[i].post);
-		}
+		buf_str(out, sp[i].pre);
+		if (sp[i].body && sp[i].body->len)
+			buf_add(out, sp[i].body->data, sp[i].body->len);
+		buf_str(out, sp[i].post);
 		at = sp[i].end;
 	}
 	buf_add(out, text + at, len - at);
 }
 
-/* Replaces the value of member `key` of object obj, when present. */
+/* Replaces value token v (when present, v >= 0) by pre + body + post. */
 static void splice_value(struct splice *sp, unsigned *n,
                          const struct sl_jscan *s, int v, const char *pre,
                          const struct sl_abuf *body, const char *post)
@@ -424,7 +415,7 @@ static void splice_value(struct splice *sp, unsigned *n,
 		return;
 	size_t start, end;
 	sl_jscan_extent(s, v, &start, &end);
-	sp[(*n)++] = (struct splice){start, end, pre, body, post, NULL, 0};
+	sp[(*n)++] = (struct splice){start, end, pre, body, post};
 }
 
 /* A native final object with the joined parts of choice c spliced in. */
@@ -456,14 +447,10 @@ static void emit_native(struct sl_abuf *out, const char *text, size_t len,
 		/* A last member, before the closing brace. */
 		size_t close = (size_t)s.tok[0].end - 1;
 		sp[n++] = (struct splice){
-		    close,
-		    close,
+		    close, close,
 		    s.tok[0].size ? ",\"completion_probabilities\":["
 		                  : "\"completion_probabilities\":[",
-		    &c->probs,
-		    "]",
-		    NULL,
-		    0};
+		    &c->probs, "]"};
 	}
 	splice_out(out, text, len, sp, n);
 	sl_jscan_free(&s);
