@@ -732,40 +732,6 @@ static bool many(const json_t *body, const char *key)
 	return json_is_number(v) && json_number_value(v) > 1;
 }
 
-/*
- * response_fields (native only) picks members of the plain answer by path.
- * The stream's final event is filtered the same way, so a path is
- * reproducible when the final event holds the plain answer's value:
- *   "tokens", "completion_probabilities": the final event has only [] or
- *     nothing; the values are in the partial events, which are not
- *     filtered but whose paths sluice would have to resolve itself;
- *   "generation_settings" (whole, or "/stream"): says "stream": true;
- *   "index" is fine, but without it a prompt array's final events cannot
- *     be told apart, so prompt arrays with response_fields are relayed.
- */
-static bool fields_reproducible(const json_t *body)
-{
-	const json_t *fields = json_object_get(body, "response_fields");
-	if (!fields)
-		return true;
-	if (!json_is_array(fields) ||
-	    json_is_array(json_object_get(body, "prompt")) ||
-	    many(body, "n_cmpl"))
-		return false;
-	size_t i;
-	const json_t *f;
-	json_array_foreach(fields, i, f)
-	{
-		const char *p = json_string_value(f);
-		if (!p || strncmp(p, "tokens", 6) == 0 ||
-		    strncmp(p, "completion_probabilities", 24) == 0 ||
-		    strcmp(p, "generation_settings") == 0 ||
-		    strcmp(p, "generation_settings/stream") == 0)
-			return false;
-	}
-	return true;
-}
-
 /* The client asked for token probabilities. */
 static bool wants_probs(const json_t *body)
 {
@@ -782,6 +748,43 @@ static bool has_stop(const json_t *body)
 	const json_t *stop = json_object_get(body, "stop");
 	return (json_is_string(stop) && json_string_length(stop) > 0) ||
 	       json_array_size(stop) > 0;
+}
+
+/*
+ * response_fields (native only) picks members of the plain answer by path.
+ * The stream's final event is filtered the same way, so a path is
+ * reproducible when the final event holds the plain answer's value:
+ *   "tokens", "completion_probabilities": the final event has only [] or
+ *     nothing; the values are in the partial events, which are not
+ *     filtered but whose paths sluice would have to resolve itself;
+ *   "generation_settings" (whole, or "/stream"): says "stream": true;
+ *   "index" is fine, but without it a prompt array's final events cannot
+ *     be told apart, so prompt arrays with response_fields are relayed;
+ *   n_probs: the plain answer has completion_probabilities only when a
+ *     path names them, which the assembler, not seeing the body, cannot
+ *     tell from a final event that merely lacks them.
+ */
+static bool fields_reproducible(const json_t *body)
+{
+	const json_t *fields = json_object_get(body, "response_fields");
+	if (!fields)
+		return true;
+	if (!json_is_array(fields) || wants_probs(body) ||
+	    json_is_array(json_object_get(body, "prompt")) ||
+	    many(body, "n_cmpl"))
+		return false;
+	size_t i;
+	const json_t *f;
+	json_array_foreach(fields, i, f)
+	{
+		const char *p = json_string_value(f);
+		if (!p || strncmp(p, "tokens", 6) == 0 ||
+		    strncmp(p, "completion_probabilities", 24) == 0 ||
+		    strcmp(p, "generation_settings") == 0 ||
+		    strcmp(p, "generation_settings/stream") == 0)
+			return false;
+	}
+	return true;
 }
 
 /*

@@ -254,6 +254,9 @@ static void test_reproducible(void)
 	ASSERT(!reproducible(SL_ASSEMBLE_NATIVE,
 	                     "{\"response_fields\":[\"content\"],"
 	                     "\"prompt\":[\"a\",\"b\"]}"));
+	ASSERT(!reproducible(SL_ASSEMBLE_NATIVE,
+	                     "{\"response_fields\":[\"content\"],"
+	                     "\"n_probs\":1}"));
 	ASSERT(!reproducible(SL_ASSEMBLE_TEXT, "{\"response_fields\":[]}"));
 	ASSERT(reproducible(SL_ASSEMBLE_TEXT, "{\"n\":2}"));
 	ASSERT(!reproducible(SL_ASSEMBLE_CHAT, "{\"n\":2}"));
