@@ -1,25 +1,55 @@
 /*
- * assemble.c: streamed events into one answer.
+ * assemble.c: streamed events into one answer, spliced from their bytes.
  *
- * Text arrives in many small pieces: it is appended to growable buffers
- * (amortised O(1) per piece) and made into JSON strings once, at the end.
+ * The rules below were measured on llama-server 0.7.0 (build 11669) by
+ * sending each request plain and streamed and comparing (recordings in
+ * tests/test_assemble.c, live comparison in tests/test_assemble_exact.py).
+ *
+ * native (/completion, /completions, /infill): the plain answer of one
+ *   prompt is the event with "stop": true, member for member in its order,
+ *   with "content" the joined pieces, "tokens" every token id when the
+ *   client asked for return_tokens (else []), generation_settings.stream
+ *   false, and, when any event carried completion_probabilities, those
+ *   joined as a last member "completion_probabilities". Several prompts
+ *   (or n_cmpl) answer as an array in index order. With response_fields
+ *   the final event holds only the fields asked for and no "stop": it is
+ *   then simply the last event.
+ * text (/v1/completions): the finish event (finish_reason set) of the
+ *   lowest index, with "choices" replaced by every choice's finish object,
+ *   in index order, its "text" the joined pieces and its "logprobs"
+ *   {"content": [joined]} when any event carried logprobs. Each finish
+ *   event carries usage and timings; the plain answer has the first's.
+ * chat (/v1/chat/completions): built in llama-server's key order: choices
+ *   (finish_reason, index, message {role, reasoning_content if any,
+ *   content (null when empty and tool calls came), tool_calls}, logprobs if
+ *   any), then created, model, system_fingerprint from the usage event,
+ *   "object": "chat.completion", usage, id, __verbose, timings.
+ * __verbose (a llama-server started with -v): OpenAI finish events carry
+ *   the native final object; the plain answer has it with the native rule.
+ *
+ * Text arrives in many small pieces: they are appended to growable buffers
+ * (amortised O(1) per piece); each finished part is copied once.
  */
 #include "sluice/assemble.h"
 
 #include "sluice/common.h"
+#include "sluice/json_scan.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-struct buf {
-	char *data;
-	size_t len, cap;
-	bool seen; /* a piece arrived, even an empty one */
-};
+/*
+ * Tokens jsmn may use for one event or final part. Events are already
+ * bounded by the SSE layer's event limit; this only stops a pathological
+ * event of tiny tokens from taking memory out of proportion (16 bytes per
+ * token against at least 2 bytes of text each).
+ */
+#define MAX_SCAN_TOKENS (1u << 20)
 
-static void buf_add(struct buf *b, const char *s, size_t n)
+/* ---- byte buffers ---- */
+
+static void buf_add(struct sl_abuf *b, const char *s, size_t n)
 {
-	b->seen = true;
 	if (b->len + n + 1 > b->cap) {
 		size_t cap = b->cap ? b->cap : 256;
 		while (cap < b->len + n + 1)
@@ -27,47 +57,123 @@ static void buf_add(struct buf *b, const char *s, size_t n)
 		b->data = sl_xrealloc(b->data, cap);
 		b->cap = cap;
 	}
-	memcpy(b->data + b->len, s, n);
+	if (n)
+		memcpy(b->data + b->len, s, n);
 	b->len += n;
 	b->data[b->len] = '\0';
 }
 
-static void buf_add_json(struct buf *b, json_t *v)
+static void buf_str(struct sl_abuf *b, const char *s)
 {
-	if (json_is_string(v))
-		buf_add(b, json_string_value(v), json_string_length(v));
+	buf_add(b, s, strlen(s));
 }
 
-static json_t *buf_json(const struct buf *b)
+static void buf_set(struct sl_abuf *b, const char *s, size_t n)
 {
-	return json_stringn(b->data ? b->data : "", b->len);
+	b->len = 0;
+	buf_add(b, s, n);
 }
 
-/* A tool call put together from its deltas. */
+static void buf_free(struct sl_abuf *b)
+{
+	free(b->data);
+	memset(b, 0, sizeof(*b));
+}
+
+/* ---- reading tokens ---- */
+
+static int scan(struct sl_jscan *s, const char *text, size_t len)
+{
+	return sl_jscan_parse(s, text, len, MAX_SCAN_TOKENS);
+}
+
+static bool is_type(const struct sl_jscan *s, int i, jsmntype_t type)
+{
+	return i >= 0 && sl_jscan_type(s, i) == type;
+}
+
+/* A present member whose value is not null. */
+static bool has_value(const struct sl_jscan *s, int i)
+{
+	return i >= 0 && !sl_jscan_is(s, i, "null");
+}
+
+/* Token i as written, quotes included for strings. */
+static void raw(const struct sl_jscan *s, int i, const char **p, size_t *n)
+{
+	size_t start, end;
+	sl_jscan_extent(s, i, &start, &end);
+	*p = s->text + start;
+	*n = end - start;
+}
+
+static void buf_raw(struct sl_abuf *b, const struct sl_jscan *s, int i)
+{
+	const char *p;
+	size_t n;
+	raw(s, i, &p, &n);
+	buf_add(b, p, n);
+}
+
+/* A small non-negative integer primitive ("index"), else -1. */
+static long small_int(const struct sl_jscan *s, int i)
+{
+	if (!is_type(s, i, JSMN_PRIMITIVE))
+		return -1;
+	const char *p = sl_jscan_text(s, i);
+	size_t n = sl_jscan_len(s, i);
+	long v = 0;
+	if (n == 0 || n > 9)
+		return -1;
+	for (size_t k = 0; k < n; k++) {
+		if (p[k] < '0' || p[k] > '9')
+			return -1;
+		v = v * 10 + (p[k] - '0');
+	}
+	return v;
+}
+
+/* Appends a string's inner bytes, escapes as written. */
+static void join_string(struct sl_abuf *b, const struct sl_jscan *s, int i)
+{
+	if (is_type(s, i, JSMN_STRING))
+		buf_add(b, sl_jscan_text(s, i), sl_jscan_len(s, i));
+}
+
+/* Appends an array's elements as written, comma-separated from before. */
+static void join_array(struct sl_abuf *b, const struct sl_jscan *s, int i)
+{
+	if (!is_type(s, i, JSMN_ARRAY) || s->tok[i].size == 0)
+		return;
+	int first = i + 1;
+	int last = first;
+	for (int k = 1; k < s->tok[i].size; k++)
+		last = sl_jscan_skip(s, last);
+	size_t start, end, unused;
+	sl_jscan_extent(s, first, &start, &unused);
+	sl_jscan_extent(s, last, &unused, &end);
+	if (b->len)
+		buf_add(b, ",", 1);
+	buf_add(b, s->text + start, end - start);
+}
+
+/* ---- choices ---- */
+
 struct tool_call {
-	json_t *id, *type, *name;
-	struct buf arguments;
+	struct sl_abuf id, type, name; /* as written, quotes included */
+	struct sl_abuf arguments;      /* inner bytes, joined */
 };
-
-#define MAX_TOOL_CALLS 32
 
 struct sl_choice_parts {
-	int index;
-	struct buf text;      /* text, or the chat message's content */
-	json_t *final;        /* native: the event with "stop": true */
-	json_t *tokens;       /* native: token ids */
-	json_t *probs;        /* native: completion_probabilities */
-	struct buf reasoning; /* chat: reasoning_content */
-	json_t *role;
-	json_t *finish_reason;
-	json_t *logprobs; /* arrays in it are joined across events */
-	struct tool_call calls[MAX_TOOL_CALLS];
+	struct sl_abuf text;      /* content / text / delta.content, inner */
+	struct sl_abuf reasoning; /* chat: reasoning_content, inner */
+	struct sl_abuf tokens;    /* native: token ids, joined */
+	struct sl_abuf probs;     /* probabilities / logprobs.content, joined */
+	struct sl_abuf final;     /* native: final event; OpenAI: the choice's
+	                             finish object */
+	struct tool_call calls[SL_ASSEMBLE_MAX_TOOL_CALLS];
 	unsigned n_calls;
 };
-
-/* Top-level fields of OpenAI answers, kept from the events that have them. */
-static const char *const top_fields[] = {"created", "model",
-                                         "system_fingerprint", "id"};
 
 void sl_assembler_init(struct sl_assembler *a, enum sl_assemble_kind kind,
                        bool return_tokens)
@@ -75,287 +181,643 @@ void sl_assembler_init(struct sl_assembler *a, enum sl_assemble_kind kind,
 	memset(a, 0, sizeof(*a));
 	a->kind = kind;
 	a->return_tokens = return_tokens;
+	a->base_index = -1;
+	a->verbose_index = -1;
 }
 
 static void choice_free(struct sl_choice_parts *c)
 {
-	free(c->text.data);
-	free(c->reasoning.data);
-	json_decref(c->final);
-	json_decref(c->tokens);
-	json_decref(c->probs);
-	json_decref(c->role);
-	json_decref(c->finish_reason);
-	json_decref(c->logprobs);
+	buf_free(&c->text);
+	buf_free(&c->reasoning);
+	buf_free(&c->tokens);
+	buf_free(&c->probs);
+	buf_free(&c->final);
 	for (unsigned i = 0; i < c->n_calls; i++) {
-		json_decref(c->calls[i].id);
-		json_decref(c->calls[i].type);
-		json_decref(c->calls[i].name);
-		free(c->calls[i].arguments.data);
+		buf_free(&c->calls[i].id);
+		buf_free(&c->calls[i].type);
+		buf_free(&c->calls[i].name);
+		buf_free(&c->calls[i].arguments);
 	}
 	free(c);
 }
 
 void sl_assembler_free(struct sl_assembler *a)
 {
-	for (size_t i = 0; i < SL_ARRAY_SIZE(top_fields); i++)
-		json_decref(a->top[i]);
-	json_decref(a->usage);
-	json_decref(a->timings);
+	buf_free(&a->last);
+	buf_free(&a->base);
+	buf_free(&a->verbose);
+	buf_free(&a->error);
 	for (unsigned i = 0; i < a->n_choices; i++)
 		if (a->choices[i])
 			choice_free(a->choices[i]);
 	memset(a, 0, sizeof(*a));
 }
 
-/* Replaces *slot with a new reference to v, when v is there and not null. */
-static void keep(json_t **slot, json_t *v)
+/* The parts of choice `index` (absent: 0), made on first use. */
+static struct sl_choice_parts *choice_at(struct sl_assembler *a,
+                                         const struct sl_jscan *s, int index,
+                                         long *out)
 {
-	if (!v || json_is_null(v))
-		return;
-	json_decref(*slot);
-	*slot = json_incref(v);
-}
-
-/* Logprobs arrive as objects of arrays; join each array. */
-static void merge_logprobs(json_t **into, json_t *lp)
-{
-	if (!json_is_object(lp))
-		return;
-	if (!*into) {
-		*into = json_deep_copy(lp);
-		return;
-	}
-	const char *key;
-	json_t *v;
-	json_object_foreach(lp, key, v)
-	{
-		json_t *have = json_object_get(*into, key);
-		if (json_is_array(have) && json_is_array(v))
-			json_array_extend(have, v);
-		else
-			json_object_set(*into, key, v);
-	}
-}
-
-/* The parts of choice `index` (an event's "index" field), made on first use. */
-static struct sl_choice_parts *choice_at(struct sl_assembler *a, json_t *index)
-{
-	json_int_t i = json_is_integer(index) ? json_integer_value(index) : 0;
+	long i = index < 0 ? 0 : small_int(s, index);
 	if (i < 0 || i >= SL_ASSEMBLE_MAX_CHOICES)
 		return NULL;
 	if (!a->choices[i]) {
 		a->choices[i] = sl_xcalloc(1, sizeof(*a->choices[i]));
-		a->choices[i]->index = (int)i;
 		a->n_choices = SL_MAX(a->n_choices, (unsigned)i + 1);
 	}
+	*out = i;
 	return a->choices[i];
 }
 
-/* Appends an array's items to *into, made on first use. */
-static void append_all(json_t **into, json_t *from)
-{
-	if (!json_is_array(from))
-		return;
-	if (!*into)
-		*into = json_array();
-	json_array_extend(*into, from);
-}
+/* ---- adding events ---- */
 
-static int add_tool_calls(struct sl_choice_parts *c, json_t *calls)
+static int add_native(struct sl_assembler *a, const struct sl_jscan *s)
 {
-	size_t i;
-	json_t *d;
-	json_array_foreach(calls, i, d)
-	{
-		json_t *idx = json_object_get(d, "index");
-		size_t k = json_is_integer(idx)
-		               ? (size_t)json_integer_value(idx)
-		               : c->n_calls;
-		if (k >= MAX_TOOL_CALLS)
-			return SL_EINVAL;
-		while (c->n_calls <= k)
-			c->n_calls++;
-		struct tool_call *t = &c->calls[k];
-		json_t *fn = json_object_get(d, "function");
-		keep(&t->id, json_object_get(d, "id"));
-		keep(&t->type, json_object_get(d, "type"));
-		keep(&t->name, json_object_get(fn, "name"));
-		buf_add_json(&t->arguments, json_object_get(fn, "arguments"));
-	}
-	return 0;
-}
-
-static int add_choices(struct sl_assembler *a, json_t *choices)
-{
-	size_t i;
-	json_t *ch;
-	json_array_foreach(choices, i, ch)
-	{
-		struct sl_choice_parts *c =
-		    choice_at(a, json_object_get(ch, "index"));
-		if (!c)
-			return SL_EINVAL;
-		keep(&c->finish_reason, json_object_get(ch, "finish_reason"));
-		merge_logprobs(&c->logprobs, json_object_get(ch, "logprobs"));
-		if (a->kind == SL_ASSEMBLE_TEXT) {
-			buf_add_json(&c->text, json_object_get(ch, "text"));
-			continue;
-		}
-		json_t *delta = json_object_get(ch, "delta");
-		keep(&c->role, json_object_get(delta, "role"));
-		buf_add_json(&c->text, json_object_get(delta, "content"));
-		buf_add_json(&c->reasoning,
-		             json_object_get(delta, "reasoning_content"));
-		json_t *calls = json_object_get(delta, "tool_calls");
-		if (json_is_array(calls) && add_tool_calls(c, calls) != 0)
-			return SL_EINVAL;
-	}
-	return 0;
-}
-
-int sl_assembler_add(struct sl_assembler *a, json_t *event)
-{
-	if (json_is_null(event))
-		return 0;
-	if (!json_is_object(event))
+	long idx;
+	struct sl_choice_parts *c =
+	    choice_at(a, s, sl_jscan_get(s, 0, "index"), &idx);
+	if (!c)
 		return SL_EINVAL;
-	keep(&a->usage, json_object_get(event, "usage"));
-	keep(&a->timings, json_object_get(event, "timings"));
-	if (a->kind == SL_ASSEMBLE_NATIVE) {
-		struct sl_choice_parts *c =
-		    choice_at(a, json_object_get(event, "index"));
-		if (!c)
+	join_string(&c->text, s, sl_jscan_get(s, 0, "content"));
+	join_array(&c->tokens, s, sl_jscan_get(s, 0, "tokens"));
+	join_array(&c->probs, s,
+	           sl_jscan_get(s, 0, "completion_probabilities"));
+	/* Partial events say "stop": false; the final one true, or, filtered
+	 * by response_fields, nothing. */
+	int stop = sl_jscan_get(s, 0, "stop");
+	if (stop < 0 || sl_jscan_is(s, stop, "true") || c->final.len == 0)
+		buf_set(&c->final, s->text, s->len);
+	return 0;
+}
+
+/* The object slice of token i, copied into *b. */
+static void keep_slice(struct sl_abuf *b, const struct sl_jscan *s, int i)
+{
+	b->len = 0;
+	buf_raw(b, s, i);
+}
+
+static int add_tool_calls(struct sl_choice_parts *c, const struct sl_jscan *s,
+                          int calls)
+{
+	int d = calls + 1;
+	for (int k = 0; k < s->tok[calls].size; k++, d = sl_jscan_skip(s, d)) {
+		long at = small_int(s, sl_jscan_get(s, d, "index"));
+		size_t i = at >= 0 ? (size_t)at : c->n_calls;
+		if (i >= SL_ASSEMBLE_MAX_TOOL_CALLS)
 			return SL_EINVAL;
-		a->seen_event = true;
-		buf_add_json(&c->text, json_object_get(event, "content"));
-		append_all(&c->tokens, json_object_get(event, "tokens"));
-		append_all(&c->probs,
-		           json_object_get(event, "completion_probabilities"));
-		if (json_is_true(json_object_get(event, "stop")) || !c->final)
-			keep(&c->final, event);
-		return 0;
+		if (c->n_calls <= i)
+			c->n_calls = (unsigned)i + 1;
+		struct tool_call *t = &c->calls[i];
+		int fn = sl_jscan_get(s, d, "function");
+		int v;
+		if (has_value(s, v = sl_jscan_get(s, d, "id")))
+			keep_slice(&t->id, s, v);
+		if (has_value(s, v = sl_jscan_get(s, d, "type")))
+			keep_slice(&t->type, s, v);
+		if (has_value(s, v = sl_jscan_get(s, fn, "name")))
+			keep_slice(&t->name, s, v);
+		join_string(&t->arguments, s, sl_jscan_get(s, fn, "arguments"));
 	}
-	for (size_t i = 0; i < SL_ARRAY_SIZE(top_fields); i++)
-		keep(&a->top[i], json_object_get(event, top_fields[i]));
-	a->seen_event = true;
-	json_t *choices = json_object_get(event, "choices");
-	return json_is_array(choices) ? add_choices(a, choices) : 0;
+	return 0;
 }
 
-static json_t *native_one(const struct sl_assembler *a,
-                          const struct sl_choice_parts *c)
-{
-	json_t *r = json_deep_copy(c->final);
-	json_object_set_new(r, "content", buf_json(&c->text));
-	json_object_set_new(r, "tokens",
-	                    a->return_tokens && c->tokens
-	                        ? json_incref(c->tokens)
-	                        : json_array());
-	if (json_array_size(c->probs) > 0)
-		json_object_set(r, "completion_probabilities", c->probs);
-	json_t *gs = json_object_get(r, "generation_settings");
-	if (json_is_object(gs))
-		json_object_set_new(gs, "stream", json_false());
-	return r;
-}
-
-/* One prompt: an object; a prompt array: an array, as llama-server does. */
-static json_t *native_result(struct sl_assembler *a)
-{
-	if (a->n_choices == 1 && a->choices[0])
-		return native_one(a, a->choices[0]);
-	json_t *all = json_array();
-	for (unsigned i = 0; i < a->n_choices; i++)
-		if (a->choices[i])
-			json_array_append_new(all,
-			                      native_one(a, a->choices[i]));
-	return all;
-}
-
-static json_t *chat_message(const struct sl_choice_parts *c)
-{
-	json_t *m = json_object();
-	json_object_set_new(m, "role",
-	                    c->role ? json_incref(c->role)
-	                            : json_string("assistant"));
-	json_object_set_new(m, "content",
-	                    c->text.seen || c->n_calls == 0 ? buf_json(&c->text)
-	                                                    : json_null());
-	if (c->reasoning.len > 0)
-		json_object_set_new(m, "reasoning_content",
-		                    buf_json(&c->reasoning));
-	if (c->n_calls > 0) {
-		json_t *calls = json_array();
-		for (unsigned i = 0; i < c->n_calls; i++) {
-			const struct tool_call *t = &c->calls[i];
-			json_array_append_new(
-			    calls,
-			    json_pack("{s:O?, s:O?, s:{s:O?, s:o}}", "id",
-			              t->id, "type", t->type, "function",
-			              "name", t->name, "arguments",
-			              buf_json(&t->arguments)));
-		}
-		json_object_set_new(m, "tool_calls", calls);
-	}
-	return m;
-}
-
-static json_t *openai_result(struct sl_assembler *a)
+static int add_openai(struct sl_assembler *a, const struct sl_jscan *s)
 {
 	bool chat = a->kind == SL_ASSEMBLE_CHAT;
-	json_t *choices = json_array();
-	for (unsigned i = 0; i < a->n_choices; i++) {
-		const struct sl_choice_parts *c = a->choices[i];
+	int choices = sl_jscan_get(s, 0, "choices");
+	int verbose = sl_jscan_get(s, 0, "__verbose");
+	if (chat && sl_jscan_get(s, 0, "usage") >= 0)
+		buf_set(&a->base, s->text, s->len);
+	if (!is_type(s, choices, JSMN_ARRAY))
+		return 0;
+	int ch = choices + 1;
+	for (int k = 0; k < s->tok[choices].size;
+	     k++, ch = sl_jscan_skip(s, ch)) {
+		long idx;
+		struct sl_choice_parts *c =
+		    choice_at(a, s, sl_jscan_get(s, ch, "index"), &idx);
 		if (!c)
+			return SL_EINVAL;
+		int lp = sl_jscan_get(s, ch, "logprobs");
+		join_array(&c->probs, s, sl_jscan_get(s, lp, "content"));
+		if (!chat) {
+			join_string(&c->text, s, sl_jscan_get(s, ch, "text"));
+		} else {
+			int delta = sl_jscan_get(s, ch, "delta");
+			int v = sl_jscan_get(s, delta, "content");
+			join_string(&c->text, s, v);
+			join_string(
+			    &c->reasoning, s,
+			    sl_jscan_get(s, delta, "reasoning_content"));
+			v = sl_jscan_get(s, delta, "tool_calls");
+			if (is_type(s, v, JSMN_ARRAY) &&
+			    add_tool_calls(c, s, v) != 0)
+				return SL_EINVAL;
+		}
+		if (!has_value(s, sl_jscan_get(s, ch, "finish_reason")))
 			continue;
-		json_t *finish = c->finish_reason
-		                     ? json_incref(c->finish_reason)
-		                     : json_null();
-		json_t *lp =
-		    c->logprobs ? json_incref(c->logprobs) : json_null();
-		if (chat)
-			json_array_append_new(
-			    choices,
-			    json_pack("{s:o, s:i, s:o, s:o}", "finish_reason",
-			              finish, "index", c->index, "message",
-			              chat_message(c), "logprobs", lp));
-		else
-			json_array_append_new(
-			    choices,
-			    json_pack("{s:o, s:i, s:o, s:o}", "text",
-			              buf_json(&c->text), "index", c->index,
-			              "logprobs", lp, "finish_reason", finish));
+		keep_slice(&c->final, s, ch);
+		/* The first choice's finish is the answer's frame. */
+		bool first = a->base_index < 0 || idx < a->base_index;
+		if (!chat && first)
+			buf_set(&a->base, s->text, s->len);
+		if (first)
+			a->base_index = (int)idx;
+		if (verbose >= 0 && (a->verbose.len == 0 || first)) {
+			keep_slice(&a->verbose, s, verbose);
+			a->verbose_index = (int)idx;
+		}
 	}
-	/* llama-server's own order: choices, created, model, fingerprint,
-	 * object, usage, id, timings. */
-	json_t *r = json_object();
-	json_object_set_new(r, "choices", choices);
-	for (size_t i = 0; i < 3; i++)
-		if (a->top[i])
-			json_object_set(r, top_fields[i], a->top[i]);
-	json_object_set_new(
-	    r, "object",
-	    json_string(chat ? "chat.completion" : "text_completion"));
-	if (a->usage)
-		json_object_set(r, "usage", a->usage);
-	if (a->top[3])
-		json_object_set(r, "id", a->top[3]);
-	if (a->timings)
-		json_object_set(r, "timings", a->timings);
-	return r;
+	return 0;
 }
 
-json_t *sl_assembler_result(struct sl_assembler *a)
+static int add_error(struct sl_assembler *a, const struct sl_jscan *s,
+                     int error)
+{
+	buf_set(&a->error, s->text, s->len);
+	long code = small_int(s, sl_jscan_get(s, error, "code"));
+	a->error_status = code >= 400 && code <= 599 ? (int)code : 500;
+	return 0;
+}
+
+int sl_assembler_add(struct sl_assembler *a, const char *data, size_t len)
+{
+	if (a->error.len)
+		return 0; /* the answer is the error already */
+	/* Compared as text: "[DONE]" is not JSON, and jsmn's strict mode
+	 * refuses a primitive at the top level. */
+	if ((len == 6 && memcmp(data, "[DONE]", 6) == 0) ||
+	    (len == 4 && memcmp(data, "null", 4) == 0))
+		return 0;
+	struct sl_jscan s;
+	int rc = scan(&s, data, len);
+	if (rc != 0 || !is_type(&s, 0, JSMN_OBJECT)) {
+		rc = SL_EINVAL;
+		goto done;
+	}
+	a->seen_event = true;
+	buf_set(&a->last, data, len);
+	int error = sl_jscan_get(&s, 0, "error");
+	if (error >= 0)
+		rc = add_error(a, &s, error);
+	else if (a->kind == SL_ASSEMBLE_NATIVE)
+		rc = add_native(a, &s);
+	else
+		rc = add_openai(a, &s);
+done:
+	sl_jscan_free(&s);
+	return rc;
+}
+
+/* ---- splicing ---- */
+
+/* One replacement of text[start, end) by pre + body + post. */
+struct splice {
+	size_t start, end;
+	const char *pre;
+	const struct sl_abuf *body;
+	const char *post;
+};
+
+/* Splices into one object: emit_native makes at most four. */
+#define MAX_SPLICES 8
+
+/* Copies text with the splices (sorted here, never overlapping) applied. */
+static void splice_out(struct sl_abuf *out, const char *text, size_t len,
+                       struct splice *sp, unsigned n)
+{
+	for (unsigned i = 1; i < n; i++)
+		for (unsigned j = i; j > 0 && sp[j].start < sp[j - 1].start;
+		     j--) {
+			struct splice t = sp[j];
+			sp[j] = sp[j - 1];
+			sp[j - 1] = t;
+		}
+	size_t at = 0;
+	for (unsigned i = 0; i < n; i++) {
+		buf_add(out, text + at, sp[i].start - at);
+		buf_str(out, sp[i].pre);
+		if (sp[i].body && sp[i].body->len)
+			buf_add(out, sp[i].body->data, sp[i].body->len);
+		buf_str(out, sp[i].post);
+		at = sp[i].end;
+	}
+	buf_add(out, text + at, len - at);
+}
+
+/* Replaces value token v (when present, v >= 0) by pre + body + post. */
+static void splice_value(struct splice *sp, unsigned *n,
+                         const struct sl_jscan *s, int v, const char *pre,
+                         const struct sl_abuf *body, const char *post)
+{
+	if (v < 0 || *n >= MAX_SPLICES)
+		return;
+	size_t start, end;
+	sl_jscan_extent(s, v, &start, &end);
+	sp[(*n)++] = (struct splice){start, end, pre, body, post};
+}
+
+/* A native final object with the joined parts of choice c spliced in. */
+static void emit_native(struct sl_abuf *out, const char *text, size_t len,
+                        const struct sl_choice_parts *c, bool return_tokens)
+{
+	struct sl_jscan s;
+	if (scan(&s, text, len) != 0 || !is_type(&s, 0, JSMN_OBJECT)) {
+		buf_add(out, text, len);
+		sl_jscan_free(&s);
+		return;
+	}
+	struct splice sp[MAX_SPLICES];
+	unsigned n = 0;
+	static const struct sl_abuf none;
+	int v = sl_jscan_get(&s, 0, "content");
+	if (is_type(&s, v, JSMN_STRING))
+		splice_value(sp, &n, &s, v, "\"", &c->text, "\"");
+	v = sl_jscan_get(&s, 0, "tokens");
+	if (is_type(&s, v, JSMN_ARRAY))
+		splice_value(sp, &n, &s, v, "[",
+		             return_tokens ? &c->tokens : &none, "]");
+	v = sl_jscan_get(&s, sl_jscan_get(&s, 0, "generation_settings"),
+	                 "stream");
+	if (v >= 0 && sl_jscan_is(&s, v, "true"))
+		splice_value(sp, &n, &s, v, "false", &none, "");
+	if (c->probs.len &&
+	    sl_jscan_get(&s, 0, "completion_probabilities") < 0) {
+		/* A last member, before the closing brace. */
+		size_t close = (size_t)s.tok[0].end - 1;
+		sp[n++] = (struct splice){
+		    close, close,
+		    s.tok[0].size ? ",\"completion_probabilities\":["
+		                  : "\"completion_probabilities\":[",
+		    &c->probs, "]"};
+	}
+	splice_out(out, text, len, sp, n);
+	sl_jscan_free(&s);
+}
+
+static void native_result(struct sl_assembler *a, struct sl_abuf *out)
+{
+	bool many = a->n_choices > 1;
+	if (many)
+		buf_add(out, "[", 1);
+	bool first = true;
+	for (unsigned i = 0; i < a->n_choices; i++) {
+		const struct sl_choice_parts *c = a->choices[i];
+		if (!c || !c->final.len)
+			continue;
+		if (!first)
+			buf_add(out, ",", 1);
+		first = false;
+		emit_native(out, c->final.data, c->final.len, c,
+		            a->return_tokens);
+	}
+	if (many)
+		buf_add(out, "]", 1);
+}
+
+/* /v1/completions: a choice's finish object with its joined parts. */
+static void emit_text_choice(struct sl_abuf *out,
+                             const struct sl_choice_parts *c)
+{
+	struct sl_jscan s;
+	if (scan(&s, c->final.data, c->final.len) != 0) {
+		buf_add(out, c->final.data, c->final.len);
+		sl_jscan_free(&s);
+		return;
+	}
+	struct splice sp[MAX_SPLICES];
+	unsigned n = 0;
+	splice_value(sp, &n, &s, sl_jscan_get(&s, 0, "text"), "\"", &c->text,
+	             "\"");
+	if (c->probs.len)
+		splice_value(sp, &n, &s, sl_jscan_get(&s, 0, "logprobs"),
+		             "{\"content\":[", &c->probs, "]}");
+	splice_out(out, c->final.data, c->final.len, sp, n);
+	sl_jscan_free(&s);
+}
+
+static void emit_chat_message(struct sl_abuf *out,
+                              const struct sl_choice_parts *c)
+{
+	buf_str(out, "{\"role\":\"assistant\"");
+	if (c->reasoning.len) {
+		buf_str(out, ",\"reasoning_content\":\"");
+		buf_add(out, c->reasoning.data, c->reasoning.len);
+		buf_str(out, "\"");
+	}
+	if (c->text.len == 0 && c->n_calls > 0) {
+		buf_str(out, ",\"content\":null");
+	} else {
+		buf_str(out, ",\"content\":\"");
+		buf_add(out, c->text.data, c->text.len);
+		buf_str(out, "\"");
+	}
+	if (c->n_calls > 0) {
+		buf_str(out, ",\"tool_calls\":[");
+		for (unsigned i = 0; i < c->n_calls; i++) {
+			const struct tool_call *t = &c->calls[i];
+			if (i)
+				buf_str(out, ",");
+			buf_str(out, "{\"type\":");
+			if (t->type.len)
+				buf_add(out, t->type.data, t->type.len);
+			else
+				buf_str(out, "\"function\"");
+			buf_str(out, ",\"function\":{\"name\":");
+			if (t->name.len)
+				buf_add(out, t->name.data, t->name.len);
+			else
+				buf_str(out, "\"\"");
+			buf_str(out, ",\"arguments\":\"");
+			buf_add(out, t->arguments.data, t->arguments.len);
+			buf_str(out, "\"},\"id\":");
+			if (t->id.len)
+				buf_add(out, t->id.data, t->id.len);
+			else
+				buf_str(out, "\"\"");
+			buf_str(out, "}");
+		}
+		buf_str(out, "]");
+	}
+	buf_str(out, "}");
+}
+
+/* A member of the object at obj, as written: ,"key":value */
+static void copy_member(struct sl_abuf *out, const struct sl_jscan *s, int obj,
+                        const char *key)
+{
+	int v = sl_jscan_get(s, obj, key);
+	if (v < 0)
+		return;
+	buf_str(out, ",\"");
+	buf_str(out, key);
+	buf_str(out, "\":");
+	buf_raw(out, s, v);
+}
+
+static void emit_chat_choice(struct sl_abuf *out,
+                             const struct sl_choice_parts *c, unsigned index)
+{
+	struct sl_jscan s;
+	bool ok = c->final.len && scan(&s, c->final.data, c->final.len) == 0;
+	buf_str(out, "{\"finish_reason\":");
+	int v = ok ? sl_jscan_get(&s, 0, "finish_reason") : -1;
+	if (v >= 0)
+		buf_raw(out, &s, v);
+	else
+		buf_str(out, "null");
+	char idx[24];
+	snprintf(idx, sizeof(idx), ",\"index\":%u", index);
+	buf_str(out, idx);
+	buf_str(out, ",\"message\":");
+	emit_chat_message(out, c);
+	if (c->probs.len) {
+		buf_str(out, ",\"logprobs\":{\"content\":[");
+		buf_add(out, c->probs.data, c->probs.len);
+		buf_str(out, "]}");
+	}
+	buf_str(out, "}");
+	if (c->final.len)
+		sl_jscan_free(&s);
+}
+
+/* The choice "__verbose" describes, for its content and probabilities. */
+static const struct sl_choice_parts *
+verbose_choice(const struct sl_assembler *a)
+{
+	static const struct sl_choice_parts none;
+	unsigned i = a->verbose_index >= 0 ? (unsigned)a->verbose_index : 0;
+	return i < a->n_choices && a->choices[i] ? a->choices[i] : &none;
+}
+
+static void emit_choices(struct sl_assembler *a, struct sl_abuf *out)
+{
+	buf_add(out, "[", 1);
+	bool first = true;
+	for (unsigned i = 0; i < a->n_choices; i++) {
+		const struct sl_choice_parts *c = a->choices[i];
+		bool chat = a->kind == SL_ASSEMBLE_CHAT;
+		/* A text choice without its finish (a stream cut short) has
+		 * no object to build on: it is left out. */
+		if (!c || (!chat && !c->final.len))
+			continue;
+		if (!first)
+			buf_add(out, ",", 1);
+		first = false;
+		if (chat)
+			emit_chat_choice(out, c, i);
+		else
+			emit_text_choice(out, c);
+	}
+	buf_add(out, "]", 1);
+}
+
+static void text_result(struct sl_assembler *a, struct sl_abuf *out)
+{
+	const struct sl_abuf *base = a->base.len ? &a->base : &a->last;
+	struct sl_jscan s;
+	if (scan(&s, base->data, base->len) != 0) {
+		buf_add(out, base->data, base->len);
+		sl_jscan_free(&s);
+		return;
+	}
+	struct sl_abuf choices = {0}, verbose = {0};
+	emit_choices(a, &choices);
+	struct splice sp[MAX_SPLICES];
+	unsigned n = 0;
+	splice_value(sp, &n, &s, sl_jscan_get(&s, 0, "choices"), "", &choices,
+	             "");
+	int v = sl_jscan_get(&s, 0, "__verbose");
+	if (v >= 0) {
+		size_t start, end;
+		sl_jscan_extent(&s, v, &start, &end);
+		emit_native(&verbose, base->data + start, end - start,
+		            verbose_choice(a), a->return_tokens);
+		splice_value(sp, &n, &s, v, "", &verbose, "");
+	}
+	splice_out(out, base->data, base->len, sp, n);
+	buf_free(&choices);
+	buf_free(&verbose);
+	sl_jscan_free(&s);
+}
+
+/* Top-level members of a chat answer, in llama-server's order. */
+static const char *const chat_order[] = {
+    "created", "model", "system_fingerprint", "object",
+    "usage",   "id",    "__verbose",          "timings"};
+
+static bool in_chat_order(const struct sl_jscan *s, int key)
+{
+	if (sl_jscan_is(s, key, "choices"))
+		return true;
+	for (size_t i = 0; i < SL_ARRAY_SIZE(chat_order); i++)
+		if (sl_jscan_is(s, key, chat_order[i]))
+			return true;
+	return false;
+}
+
+static void chat_result(struct sl_assembler *a, struct sl_abuf *out)
+{
+	const struct sl_abuf *base = a->base.len ? &a->base : &a->last;
+	struct sl_jscan s;
+	bool ok =
+	    scan(&s, base->data, base->len) == 0 && is_type(&s, 0, JSMN_OBJECT);
+	buf_str(out, "{\"choices\":");
+	emit_choices(a, out);
+	for (size_t i = 0; ok && i < SL_ARRAY_SIZE(chat_order); i++) {
+		const char *key = chat_order[i];
+		if (strcmp(key, "object") == 0) {
+			buf_str(out, ",\"object\":\"chat.completion\"");
+		} else if (strcmp(key, "__verbose") == 0) {
+			if (!a->verbose.len)
+				continue;
+			buf_str(out, ",\"__verbose\":");
+			emit_native(out, a->verbose.data, a->verbose.len,
+			            verbose_choice(a), a->return_tokens);
+		} else {
+			copy_member(out, &s, 0, key);
+		}
+	}
+	/* Members this list does not know go last, as written. */
+	int k = 1;
+	for (int m = 0; ok && m < s.tok[0].size; m++) {
+		int v = k + 1;
+		if (!in_chat_order(&s, k)) {
+			buf_str(out, ",");
+			buf_raw(out, &s, k);
+			buf_str(out, ":");
+			buf_raw(out, &s, v);
+		}
+		k = sl_jscan_skip(&s, v);
+	}
+	buf_str(out, "}");
+	sl_jscan_free(&s);
+}
+
+char *sl_assembler_result(struct sl_assembler *a, size_t *len)
 {
 	if (!a->seen_event)
 		return NULL;
-	return a->kind == SL_ASSEMBLE_NATIVE ? native_result(a)
-	                                     : openai_result(a);
+	struct sl_abuf out = {0};
+	if (a->error.len)
+		buf_add(&out, a->error.data, a->error.len);
+	else if (a->kind == SL_ASSEMBLE_NATIVE)
+		native_result(a, &out);
+	else if (a->kind == SL_ASSEMBLE_TEXT)
+		text_result(a, &out);
+	else
+		chat_result(a, &out);
+	buf_add(&out, "", 0); /* NUL-terminated even when empty */
+	*len = out.len;
+	return out.data;
 }
 
+int sl_assembler_status(const struct sl_assembler *a)
+{
+	return a->error.len ? a->error_status : 200;
+}
+
+/* ---- which requests are assembled ---- */
+
+static bool is_true(const json_t *body, const char *key)
+{
+	return json_is_true(json_object_get(body, key));
+}
+
+/* A count field ("n", "n_cmpl") asking for more than one choice. */
+static bool many(const json_t *body, const char *key)
+{
+	const json_t *v = json_object_get(body, key);
+	return json_is_number(v) && json_number_value(v) > 1;
+}
+
+/* The client asked for token probabilities. */
+static bool wants_probs(const json_t *body)
+{
+	const json_t *lp = json_object_get(body, "logprobs");
+	return json_is_true(lp) ||
+	       (json_is_number(lp) && json_number_value(lp) > 0) ||
+	       (json_is_number(json_object_get(body, "n_probs")) &&
+	        json_number_value(json_object_get(body, "n_probs")) > 0);
+}
+
+/* The client gave stop words. */
+static bool has_stop(const json_t *body)
+{
+	const json_t *stop = json_object_get(body, "stop");
+	return (json_is_string(stop) && json_string_length(stop) > 0) ||
+	       json_array_size(stop) > 0;
+}
+
+/*
+ * response_fields (native only) picks members of the plain answer by path.
+ * The stream's final event is filtered the same way, so a path is
+ * reproducible when the final event holds the plain answer's value:
+ *   "tokens", "completion_probabilities": the final event has only [] or
+ *     nothing; the values are in the partial events, which are not
+ *     filtered but whose paths sluice would have to resolve itself;
+ *   "generation_settings" (whole, or "/stream"): says "stream": true;
+ *   "index" is fine, but without it a prompt array's final events cannot
+ *     be told apart, so prompt arrays with response_fields are relayed;
+ *   n_probs: the plain answer has completion_probabilities only when a
+ *     path names them, which the assembler, not seeing the body, cannot
+ *     tell from a final event that merely lacks them.
+ */
+static bool fields_reproducible(const json_t *body)
+{
+	const json_t *fields = json_object_get(body, "response_fields");
+	if (!fields)
+		return true;
+	if (!json_is_array(fields) || wants_probs(body) ||
+	    json_is_array(json_object_get(body, "prompt")) ||
+	    many(body, "n_cmpl"))
+		return false;
+	size_t i;
+	const json_t *f;
+	json_array_foreach(fields, i, f)
+	{
+		const char *p = json_string_value(f);
+		if (!p || strncmp(p, "tokens", 6) == 0 ||
+		    strncmp(p, "completion_probabilities", 24) == 0 ||
+		    strcmp(p, "generation_settings") == 0 ||
+		    strcmp(p, "generation_settings/stream") == 0)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Relayed plain (false) for:
+ *   probabilities (n_probs, logprobs) with stop words: when a stop word
+ *     ends the answer, the plain answer drops as many trailing
+ *     probabilities as the stop word has tokens (by llama-server's own
+ *     tokenization of the word), while the stream has sent them already.
+ *   response_fields: native, see fields_reproducible(); on the OpenAI
+ *     endpoints 0.7.0 ignores it, but sluice does not rely on that.
+ *   n > 1 on chat: the stream carries one usage event for all choices
+ *     where the plain answer has the first choice's; they may differ.
+ *   return_tokens on OpenAI endpoints: it shows only inside __verbose,
+ *     whose token ids the finish event does not carry.
+ *   tools on chat: tool calls could not be checked against a live
+ *     llama-server (the demo model's template has none), so they are not
+ *     claimed exact; the assembler still joins them (tested on recorded
+ *     shapes) for sluice's other callers.
+ * Measured equal, so assembled: n_probs, post_sampling_probs, logprobs,
+ * top_logprobs, timings_per_token, stop words, return_tokens (native),
+ * prompt arrays and n_cmpl (native), n and prompt arrays
+ * (/v1/completions), __verbose (a -v llama-server), text with NUL bytes.
+ */
 bool sl_assemble_reproducible(enum sl_assemble_kind kind, const json_t *body)
 {
-	(void)body;
-	return kind != SL_ASSEMBLE_NONE;
+	if (kind == SL_ASSEMBLE_NONE || (wants_probs(body) && has_stop(body)))
+		return false;
+	if (kind == SL_ASSEMBLE_NATIVE)
+		return fields_reproducible(body);
+	if (json_object_get(body, "response_fields") ||
+	    is_true(body, "return_tokens"))
+		return false;
+	return kind == SL_ASSEMBLE_TEXT ||
+	       (!many(body, "n") &&
+	        json_array_size(json_object_get(body, "tools")) == 0);
 }

@@ -328,24 +328,39 @@ static void respond_json(struct exchange *x, int status, json_t *doc)
 	client_done(x);
 }
 
-/* The assembled answer, in the shape the client's API promises. */
+/*
+ * The assembled answer, in the shape the client's API promises: relayed
+ * APIs get the assembler's bytes unchanged; /generate and /infer take the
+ * content and totals from it, parsed once here.
+ */
 static void finish_answer(struct exchange *x)
 {
 	x->ended = true;
-	json_t *doc = sl_assembler_result(&x->answer);
-	if (!doc) {
+	size_t n;
+	char *body = sl_assembler_result(&x->answer, &n);
+	if (!body) {
 		respond_error(x, 502, "server_error",
 		              "upstream ended its answer without any content");
 		return;
 	}
 	note_totals(x);
+	if (x->ep->api != SL_API_GENERATE && x->ep->api != SL_API_INFER) {
+		sl_http_respond(x->req, sl_assembler_status(&x->answer),
+		                "application/json; charset=utf-8",
+		                x->sched_headers, body, n);
+		free(body);
+		client_done(x);
+		return;
+	}
+	json_t *doc = json_loadb(body, n, JSON_DECODE_ANY, NULL);
+	free(body);
 	json_t *text = json_object_get(doc, "content");
 	if (!json_is_string(text))
 		text = NULL;
 	json_t *out = NULL;
 	if (x->ep->api == SL_API_GENERATE)
 		out = generate_totals(x, text, doc);
-	else if (x->ep->api == SL_API_INFER)
+	else
 		out = json_pack("{s:o, s:s}", "response",
 		                text ? json_incref(text) : json_string(""),
 		                "id", x->id);
@@ -478,6 +493,19 @@ static json_t *parse_event(const char *event, size_t len, bool *done_marker)
 	return doc;
 }
 
+/* Hands one event's data, as written, to the assembler. */
+static int assemble_event(struct exchange *x, const char *event, size_t len)
+{
+	const char *data;
+	size_t n;
+	if (single_data_line(event, len, &data, &n))
+		return sl_assembler_add(&x->answer, data, n);
+	char *copy = event_data(event, len);
+	int rc = copy ? sl_assembler_add(&x->answer, copy, strlen(copy)) : 0;
+	free(copy);
+	return rc;
+}
+
 static int on_event(const char *event, size_t len, void *arg)
 {
 	struct exchange *x = arg;
@@ -496,7 +524,7 @@ static int on_event(const char *event, size_t len, void *arg)
 		x->answer_bytes += len;
 		if (x->answer_bytes > SL_PROXY_MAX_ANSWER)
 			fail(x, 502, "upstream answer too large to assemble");
-		else if (doc && sl_assembler_add(&x->answer, doc) != 0)
+		else if (doc && assemble_event(x, event, len) != 0)
 			fail(x, 502,
 			     "upstream sent an event sluice cannot read");
 	} else if (x->ep->api == SL_API_GENERATE) {

@@ -1,116 +1,209 @@
-/* test_assemble.c: streamed events gathered into one answer. */
+/*
+ * test_assemble.c: streamed events gathered into one answer, byte for byte.
+ *
+ * assemble_recordings.h holds real llama-server 0.7.0 streams and the plain
+ * answers llama-server gave to the same requests (tests/record_assemble.py
+ * says how they were recorded). The cases below them are written by hand,
+ * in the shapes llama-server uses, for what the demo model cannot produce:
+ * tool calls, reasoning, escapes and NUL bytes, an error mid-stream.
+ */
 #include "sluice/assemble.h"
 
 #include "sluice/common.h"
 #include "test.h"
 
-/* Feeds events given as JSON texts; returns the answer as compact JSON. */
-static char *assemble(enum sl_assemble_kind kind, bool tokens,
-                      const char *const *events)
+struct recording {
+	const char *name;
+	enum sl_assemble_kind kind;
+	bool return_tokens;
+	const char *stream; /* as llama-server sent it */
+	const char *want;   /* the plain answer */
+};
+
+#include "assemble_recordings.h"
+
+/* Feeds each event's data ("data: " lines; one line each here). */
+static void feed_stream(struct sl_assembler *a, const char *stream)
+{
+	const char *p = stream;
+	while (*p) {
+		const char *nl = strchr(p, '\n');
+		size_t n = nl ? (size_t)(nl - p) : strlen(p);
+		if (n > 6 && memcmp(p, "data: ", 6) == 0)
+			ASSERT_EQ(sl_assembler_add(a, p + 6, n - 6), 0);
+		p += n + (nl != NULL);
+	}
+}
+
+static char *assemble_stream(enum sl_assemble_kind kind, bool tokens,
+                             const char *stream, int *status)
 {
 	struct sl_assembler a;
 	sl_assembler_init(&a, kind, tokens);
-	for (; *events; events++) {
-		json_error_t err;
-		json_t *ev = json_loads(*events, JSON_DECODE_ANY, &err);
-		if (!ev)
-			TEST_FAIL("bad test event %s: %s", *events, err.text);
-		ASSERT_EQ(sl_assembler_add(&a, ev), 0);
-		json_decref(ev);
+	feed_stream(&a, stream);
+	size_t len = 0;
+	char *s = sl_assembler_result(&a, &len);
+	ASSERT(s != NULL);
+	ASSERT_EQ(strlen(s), len);
+	*status = sl_assembler_status(&a);
+	sl_assembler_free(&a);
+	return s;
+}
+
+static void test_recordings(void)
+{
+	for (size_t i = 0; i < SL_ARRAY_SIZE(recordings); i++) {
+		const struct recording *r = &recordings[i];
+		fprintf(stderr, "   %s\n", r->name);
+		int status;
+		char *s = assemble_stream(r->kind, r->return_tokens, r->stream,
+		                          &status);
+		ASSERT_STR_EQ(s, r->want);
+		ASSERT_EQ(status, 200);
+		free(s);
 	}
-	json_t *r = sl_assembler_result(&a);
-	ASSERT(r != NULL);
-	char *s =
-	    json_dumps(r, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
-	json_decref(r);
+}
+
+/* Events given as their data texts. */
+static char *assemble(enum sl_assemble_kind kind, const char *const *events,
+                      int *status)
+{
+	struct sl_assembler a;
+	sl_assembler_init(&a, kind, false);
+	for (; *events; events++)
+		ASSERT_EQ(sl_assembler_add(&a, *events, strlen(*events)), 0);
+	size_t len;
+	char *s = sl_assembler_result(&a, &len);
+	ASSERT(s != NULL);
+	*status = sl_assembler_status(&a);
 	sl_assembler_free(&a);
 	return s;
 }
 
 #define EVENTS(...) ((const char *const[]){__VA_ARGS__, NULL})
 
-static void test_native(void)
+/* Escapes are joined as written: a NUL, a quote, a split surrogate pair. */
+static void test_escapes_joined_as_written(void)
 {
+	int status;
 	char *s = assemble(
-	    SL_ASSEMBLE_NATIVE, false,
-	    EVENTS("{\"content\":\"He\",\"tokens\":[1],\"stop\":false}",
-	           "{\"content\":\"llo\",\"tokens\":[2],\"stop\":false}",
-	           "{\"content\":\"\",\"tokens\":[],\"stop\":true,"
-	           "\"stop_type\":\"limit\",\"generation_settings\":"
-	           "{\"stream\":true}}"));
-	ASSERT_STR_EQ(s, "{\"content\":\"Hello\",\"generation_settings\":"
-	                 "{\"stream\":false},\"stop\":true,\"stop_type\":"
-	                 "\"limit\",\"tokens\":[]}");
-	free(s);
-	s = assemble(
-	    SL_ASSEMBLE_NATIVE, true,
-	    EVENTS("{\"content\":\"a\",\"tokens\":[7]}",
-	           "{\"content\":\"b\",\"tokens\":[8],\"stop\":true}"));
-	ASSERT_CONTAINS(s, "\"tokens\":[7,8]");
-	ASSERT_CONTAINS(s, "\"content\":\"ab\"");
-	free(s);
-	/* A prompt array: a null first, interleaved indexes, an array out. */
-	s = assemble(SL_ASSEMBLE_NATIVE, false,
-	             EVENTS("null", "{\"index\":0,\"content\":\"a\"}",
-	                    "{\"index\":1,\"content\":\"x\"}",
-	                    "{\"index\":0,\"content\":\"b\"}",
-	                    "{\"index\":0,\"content\":\"\",\"stop\":true}",
-	                    "{\"index\":1,\"content\":\"y\"}",
-	                    "{\"index\":1,\"content\":\"\",\"stop\":true}"));
-	ASSERT_STR_EQ(s, "[{\"content\":\"ab\",\"index\":0,\"stop\":true,"
-	                 "\"tokens\":[]},{\"content\":\"xy\",\"index\":1,"
-	                 "\"stop\":true,\"tokens\":[]}]");
+	    SL_ASSEMBLE_NATIVE,
+	    EVENTS("{\"index\":0,\"content\":\"a\\u0000\",\"tokens\":[1],"
+	           "\"stop\":false}",
+	           "{\"index\":0,\"content\":\"\\\"\\ud83d\",\"tokens\":[2],"
+	           "\"stop\":false}",
+	           "{\"index\":0,\"content\":\"\\ude00\\n\",\"tokens\":[3],"
+	           "\"stop\":false}",
+	           "{\"index\":0,\"content\":\"\",\"tokens\":[],\"stop\":true,"
+	           "\"p\":0.923,\"generation_settings\":{\"stream\":true,"
+	           "\"top_p\":0.949999988079071}}"),
+	    &status);
+	ASSERT_STR_EQ(s, "{\"index\":0,\"content\":\"a\\u0000\\\"\\ud83d"
+	                 "\\ude00\\n\",\"tokens\":[],\"stop\":true,\"p\":0.923,"
+	                 "\"generation_settings\":{\"stream\":false,\"top_p\":"
+	                 "0.949999988079071}}");
+	ASSERT_EQ(status, 200);
 	free(s);
 }
 
-static void test_text_with_two_choices(void)
+/*
+ * Chat deltas as llama-server's common_chat_msg_diff writes them: reasoning
+ * first, then a tool call whose arguments come in pieces. The plain
+ * message (common_chat_msg::to_json_oaicompat) is role, reasoning_content,
+ * content (null: no text and a tool call), tool_calls {type, function,
+ * id}.
+ */
+static void test_chat_tool_calls_and_reasoning(void)
 {
+	int status;
 	char *s = assemble(
-	    SL_ASSEMBLE_TEXT, false,
-	    EVENTS("{\"id\":\"c1\",\"created\":5,\"model\":\"m\",\"choices\":"
-	           "[{\"index\":0,\"text\":\"A\",\"finish_reason\":null}]}",
-	           "{\"id\":\"c1\",\"choices\":[{\"index\":1,\"text\":\"X\","
-	           "\"finish_reason\":null}]}",
-	           "{\"id\":\"c1\",\"choices\":[{\"index\":0,\"text\":\"B\","
-	           "\"finish_reason\":\"length\"},{\"index\":1,\"text\":"
-	           "\"Y\",\"finish_reason\":\"stop\"}]}",
-	           "{\"id\":\"c1\",\"choices\":[],\"usage\":"
-	           "{\"completion_tokens\":4}}"));
-	ASSERT_STR_EQ(
-	    s, "{\"choices\":[{\"finish_reason\":\"length\",\"index\":0,"
-	       "\"logprobs\":null,\"text\":\"AB\"},{\"finish_reason\":"
-	       "\"stop\",\"index\":1,\"logprobs\":null,\"text\":\"XY\"}],"
-	       "\"created\":5,\"id\":\"c1\",\"model\":\"m\",\"object\":"
-	       "\"text_completion\",\"usage\":{\"completion_tokens\":4}}");
-	free(s);
-}
-
-static void test_chat_tool_calls_reasoning_logprobs(void)
-{
-	char *s = assemble(
-	    SL_ASSEMBLE_CHAT, false,
-	    EVENTS("{\"id\":\"k\",\"choices\":[{\"index\":0,\"delta\":"
-	           "{\"role\":\"assistant\",\"content\":null}}]}",
-	           "{\"id\":\"k\",\"choices\":[{\"index\":0,\"delta\":"
-	           "{\"reasoning_content\":\"think\"},\"logprobs\":"
-	           "{\"content\":[{\"t\":1}]}}]}",
-	           "{\"id\":\"k\",\"choices\":[{\"index\":0,\"delta\":"
-	           "{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":"
-	           "\"function\",\"function\":{\"name\":\"get\","
-	           "\"arguments\":\"{\\\"a\\\":\"}}]},\"logprobs\":"
-	           "{\"content\":[{\"t\":2}]}}]}",
-	           "{\"id\":\"k\",\"choices\":[{\"index\":0,\"delta\":"
-	           "{\"tool_calls\":[{\"index\":0,\"function\":"
-	           "{\"arguments\":\"1}\"}}]},\"finish_reason\":"
-	           "\"tool_calls\"}]}"));
+	    SL_ASSEMBLE_CHAT,
+	    EVENTS(
+	        "{\"choices\":[{\"finish_reason\":null,\"index\":0,"
+	        "\"delta\":{\"role\":\"assistant\",\"content\":null}}],"
+	        "\"created\":1,\"id\":\"c\",\"model\":\"m\","
+	        "\"system_fingerprint\":\"f\",\"object\":"
+	        "\"chat.completion.chunk\"}",
+	        "{\"choices\":[{\"finish_reason\":null,\"index\":0,"
+	        "\"delta\":{\"reasoning_content\":\"I think\"}}],"
+	        "\"created\":1,\"id\":\"c\"}",
+	        "{\"choices\":[{\"finish_reason\":null,\"index\":0,"
+	        "\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\","
+	        "\"type\":\"function\",\"function\":{\"name\":\"get\","
+	        "\"arguments\":\"{\\\"a\\\":\"}}]}}],\"created\":1}",
+	        "{\"choices\":[{\"finish_reason\":null,\"index\":0,"
+	        "\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":"
+	        "{\"arguments\":\"1.50}\"}}]}}],\"created\":1}",
+	        "{\"choices\":[{\"finish_reason\":\"tool_calls\",\"index\":0,"
+	        "\"delta\":{}}],\"created\":1}",
+	        "{\"choices\":[],\"created\":1,\"id\":\"c\",\"model\":\"m\","
+	        "\"system_fingerprint\":\"f\",\"object\":"
+	        "\"chat.completion.chunk\",\"usage\":{\"completion_tokens\":"
+	        "5},\"timings\":{\"prompt_ms\":0.10}}",
+	        "[DONE]"),
+	    &status);
 	ASSERT_STR_EQ(
 	    s, "{\"choices\":[{\"finish_reason\":\"tool_calls\",\"index\":0,"
-	       "\"logprobs\":{\"content\":[{\"t\":1},{\"t\":2}]},\"message\":"
-	       "{\"content\":null,\"reasoning_content\":\"think\",\"role\":"
-	       "\"assistant\",\"tool_calls\":[{\"function\":{\"arguments\":"
-	       "\"{\\\"a\\\":1}\",\"name\":\"get\"},\"id\":\"call_1\","
-	       "\"type\":\"function\"}]}}],\"id\":\"k\",\"object\":"
-	       "\"chat.completion\"}");
+	       "\"message\":{\"role\":\"assistant\",\"reasoning_content\":"
+	       "\"I think\",\"content\":null,\"tool_calls\":[{\"type\":"
+	       "\"function\",\"function\":{\"name\":\"get\",\"arguments\":"
+	       "\"{\\\"a\\\":1.50}\"},\"id\":\"call_1\"}]}}],\"created\":1,"
+	       "\"model\":\"m\",\"system_fingerprint\":\"f\",\"object\":"
+	       "\"chat.completion\",\"usage\":{\"completion_tokens\":5},"
+	       "\"id\":\"c\",\"timings\":{\"prompt_ms\":0.10}}");
+	free(s);
+}
+
+/*
+ * An error event mid-stream ends the answer: it is the answer, as written,
+ * with its code as the status; what follows is ignored.
+ */
+static void test_error_mid_stream(void)
+{
+	const char *error = "{\"error\":{\"code\":503,\"message\":\"Loading "
+	                    "model\",\"type\":\"unavailable_error\"}}";
+	int status;
+	char *s =
+	    assemble(SL_ASSEMBLE_TEXT,
+	             EVENTS("{\"choices\":[{\"text\":\"a\",\"index\":0,"
+	                    "\"logprobs\":null,\"finish_reason\":null}]}",
+	                    error,
+	                    "{\"choices\":[{\"text\":\"b\",\"index\":0,"
+	                    "\"logprobs\":null,\"finish_reason\":null}]}"),
+	             &status);
+	ASSERT_STR_EQ(s, error);
+	ASSERT_EQ(status, 503);
+	free(s);
+	/* A code that is no HTTP error status answers 500. */
+	s = assemble(SL_ASSEMBLE_NATIVE, EVENTS("{\"error\":{\"code\":7}}"),
+	             &status);
+	ASSERT_EQ(status, 500);
+	free(s);
+}
+
+/* A prompt array's stream opens with null; a missing finish is left out. */
+static void test_null_event_and_cut_stream(void)
+{
+	int status;
+	char *s =
+	    assemble(SL_ASSEMBLE_NATIVE,
+	             EVENTS("null",
+	                    "{\"index\":1,\"content\":\"x\","
+	                    "\"stop\":false}",
+	                    "{\"index\":0,\"content\":\"a\",\"stop\":false}",
+	                    "{\"index\":0,\"content\":\"\",\"stop\":true}"),
+	             &status);
+	ASSERT_STR_EQ(s, "[{\"index\":0,\"content\":\"a\",\"stop\":true},"
+	                 "{\"index\":1,\"content\":\"x\",\"stop\":false}]");
+	free(s);
+	s = assemble(SL_ASSEMBLE_TEXT,
+	             EVENTS("{\"choices\":[{\"text\":\"a\",\"index\":1,"
+	                    "\"finish_reason\":null}]}",
+	                    "{\"choices\":[{\"text\":\"b\",\"index\":0,"
+	                    "\"finish_reason\":\"stop\"}],\"usage\":{}}"),
+	             &status);
+	ASSERT_STR_EQ(s, "{\"choices\":[{\"text\":\"b\",\"index\":0,"
+	                 "\"finish_reason\":\"stop\"}],\"usage\":{}}");
 	free(s);
 }
 
@@ -118,33 +211,69 @@ static void test_refusals(void)
 {
 	struct sl_assembler a;
 	sl_assembler_init(&a, SL_ASSEMBLE_CHAT, false);
-	ASSERT(sl_assembler_result(&a) == NULL); /* nothing came */
-	json_t *arr = json_array();
-	ASSERT_EQ(sl_assembler_add(&a, arr), SL_EINVAL);
-	json_decref(arr);
-	json_t *many = json_pack("{s:[{s:i}]}", "choices", "index", 0);
-	for (int i = 0; i < SL_ASSEMBLE_MAX_CHOICES; i++) {
-		json_integer_set(
-		    json_object_get(
-		        json_array_get(json_object_get(many, "choices"), 0),
-		        "index"),
-		    i);
-		ASSERT_EQ(sl_assembler_add(&a, many), 0);
-	}
-	json_integer_set(
-	    json_object_get(json_array_get(json_object_get(many, "choices"), 0),
-	                    "index"),
-	    SL_ASSEMBLE_MAX_CHOICES);
-	ASSERT_EQ(sl_assembler_add(&a, many), SL_EINVAL);
-	json_decref(many);
+	size_t len;
+	ASSERT(sl_assembler_result(&a, &len) == NULL); /* nothing came */
+	ASSERT_EQ(sl_assembler_add(&a, "[1]", 3), SL_EINVAL);
+	ASSERT_EQ(sl_assembler_add(&a, "{\"a\":", 5), SL_EINVAL);
+	char ev[96];
+	snprintf(ev, sizeof(ev), "{\"choices\":[{\"index\":%d}]}",
+	         SL_ASSEMBLE_MAX_CHOICES - 1);
+	ASSERT_EQ(sl_assembler_add(&a, ev, strlen(ev)), 0);
+	snprintf(ev, sizeof(ev), "{\"choices\":[{\"index\":%d}]}",
+	         SL_ASSEMBLE_MAX_CHOICES);
+	ASSERT_EQ(sl_assembler_add(&a, ev, strlen(ev)), SL_EINVAL);
+	snprintf(ev, sizeof(ev),
+	         "{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":"
+	         "[{\"index\":%d}]}}]}",
+	         SL_ASSEMBLE_MAX_TOOL_CALLS);
+	ASSERT_EQ(sl_assembler_add(&a, ev, strlen(ev)), SL_EINVAL);
 	sl_assembler_free(&a);
+}
+
+static bool reproducible(enum sl_assemble_kind kind, const char *body)
+{
+	json_t *doc = json_loads(body, 0, NULL);
+	ASSERT(doc != NULL);
+	bool r = sl_assemble_reproducible(kind, doc);
+	json_decref(doc);
+	return r;
+}
+
+static void test_reproducible(void)
+{
+	ASSERT(reproducible(SL_ASSEMBLE_NATIVE, "{\"n_probs\":2}"));
+	ASSERT(reproducible(SL_ASSEMBLE_NATIVE, "{\"stop\":[\"x\"]}"));
+	ASSERT(!reproducible(SL_ASSEMBLE_NATIVE,
+	                     "{\"stop\":[\"x\"],\"n_probs\":2}"));
+	ASSERT(!reproducible(SL_ASSEMBLE_CHAT,
+	                     "{\"stop\":\"x\",\"logprobs\":true}"));
+	ASSERT(reproducible(SL_ASSEMBLE_NATIVE,
+	                    "{\"response_fields\":[\"content\"]}"));
+	ASSERT(!reproducible(SL_ASSEMBLE_NATIVE,
+	                     "{\"response_fields\":[\"tokens\"]}"));
+	ASSERT(!reproducible(SL_ASSEMBLE_NATIVE,
+	                     "{\"response_fields\":[\"content\"],"
+	                     "\"prompt\":[\"a\",\"b\"]}"));
+	ASSERT(!reproducible(SL_ASSEMBLE_NATIVE,
+	                     "{\"response_fields\":[\"content\"],"
+	                     "\"n_probs\":1}"));
+	ASSERT(!reproducible(SL_ASSEMBLE_TEXT, "{\"response_fields\":[]}"));
+	ASSERT(reproducible(SL_ASSEMBLE_TEXT, "{\"n\":2}"));
+	ASSERT(!reproducible(SL_ASSEMBLE_CHAT, "{\"n\":2}"));
+	ASSERT(!reproducible(SL_ASSEMBLE_CHAT, "{\"return_tokens\":true}"));
+	ASSERT(!reproducible(SL_ASSEMBLE_CHAT,
+	                     "{\"tools\":[{\"type\":\"function\"}]}"));
+	ASSERT(!reproducible(SL_ASSEMBLE_NONE, "{}"));
 }
 
 int main(void)
 {
-	RUN(test_native);
-	RUN(test_text_with_two_choices);
-	RUN(test_chat_tool_calls_reasoning_logprobs);
+	RUN(test_recordings);
+	RUN(test_escapes_joined_as_written);
+	RUN(test_chat_tool_calls_and_reasoning);
+	RUN(test_error_mid_stream);
+	RUN(test_null_event_and_cut_stream);
 	RUN(test_refusals);
+	RUN(test_reproducible);
 	return 0;
 }

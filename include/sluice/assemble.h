@@ -5,18 +5,30 @@
  * non-streamed request after its client has gone, although it logs that it
  * cancelled it; a streamed request stops at the next token. So sluice always
  * asks llama-server for a stream, and for a client that wanted one JSON
- * answer it gathers the events here into the shape llama-server would have
- * sent: the text joined, the final fields (usage, timings, finish reason)
- * taken from the last events. Cancellation then works for every request,
- * and per-token timings are seen for every request too.
+ * answer it gathers the events here into the bytes llama-server would have
+ * sent. Cancellation then works for every request, and per-token timings
+ * are seen for every request too.
+ *
+ * How: the answer is spliced together from byte slices of the events, never
+ * parsed into objects and printed again, so numbers, escapes and key order
+ * stay as llama-server wrote them. The members of the final event are copied
+ * as written; the text pieces are joined (the inner bytes of JSON strings
+ * concatenate as written, since every escape is self-contained); arrays such
+ * as completion_probabilities, logprobs.content and tokens are joined
+ * element by element. The rules per endpoint were measured against
+ * llama-server 0.7.0 (see assemble.c and tests/test_assemble.c).
  *
  * Glossary:
- *   native   /completion: events carry "content" and an "index" (one per
- *            prompt of a prompt array); the one with "stop": true holds
- *            the final fields. Several prompts answer as a JSON array.
- *   text     /v1/completions: choices[].text, then a usage event, [DONE].
+ *   native   /completion, /completions, /infill: events carry "content"
+ *            and an "index" (one per prompt of a prompt array); the one
+ *            with "stop": true holds the final fields. Several prompts
+ *            answer as a JSON array.
+ *   text     /v1/completions: choices[].text; each choice's finish event
+ *            carries usage and timings; then [DONE].
  *   chat     /v1/chat/completions: choices[].delta (content,
  *            reasoning_content, tool_calls), then a usage event, [DONE].
+ *   final    the event (or choice object) that ends one choice: the plain
+ *            answer is that event with the joined parts spliced in.
  */
 #ifndef SLUICE_ASSEMBLE_H
 #define SLUICE_ASSEMBLE_H
@@ -38,36 +50,70 @@ enum sl_assemble_kind {
  */
 #define SL_ASSEMBLE_MAX_CHOICES 256
 
+/* Tool calls per chat choice; a delta naming a higher index is refused. */
+#define SL_ASSEMBLE_MAX_TOOL_CALLS 32
+
+/** A growable byte buffer: appends are amortised O(1). */
+struct sl_abuf {
+	char *data;
+	size_t len, cap;
+};
+
 struct sl_choice_parts;
 
 struct sl_assembler {
 	enum sl_assemble_kind kind;
 	bool return_tokens; /* native: the client asked for token ids */
-	json_t *top[4];     /* OpenAI: id, created, model, fingerprint */
-	json_t *usage, *timings;
+	bool seen_event;
+	struct sl_abuf last;    /* the latest event, as written */
+	struct sl_abuf base;    /* OpenAI: the event whose top-level members
+	                           the answer takes (see assemble.c) */
+	int base_index;         /* text: the choice whose finish is `base` */
+	struct sl_abuf verbose; /* OpenAI: the finish event's "__verbose" */
+	int verbose_index;      /* the choice that "__verbose" describes */
+	struct sl_abuf error; /* an error event, as written; ends the answer */
+	int error_status;
 	struct sl_choice_parts *choices[SL_ASSEMBLE_MAX_CHOICES];
 	unsigned n_choices; /* highest index seen + 1 */
-	bool seen_event;
 };
 
+/*
+ * Starts an assembler for one answer. return_tokens: the client's body had
+ * "return_tokens": true (native answers then carry every token id).
+ */
 void sl_assembler_init(struct sl_assembler *a, enum sl_assemble_kind kind,
                        bool return_tokens);
 void sl_assembler_free(struct sl_assembler *a);
 
 /*
- * Adds one event's data (borrowed). A null event (llama-server opens the
- * stream of a prompt array with one) is skipped. Returns 0, or SL_EINVAL
- * when the event is not an object or names a choice past the limit.
+ * Adds one event: `data` is the JSON text after "data: " (borrowed; only
+ * what the answer needs is copied). A "null" event (llama-server opens the
+ * stream of a prompt array with one) and "[DONE]" are skipped. An error
+ * event ({"error": {...}}) ends the answer: it becomes the result, and
+ * sl_assembler_status() gives its code; later events are ignored.
+ * Returns 0, or SL_EINVAL when the event is not a JSON object or names a
+ * choice or tool call past the limits.
  */
-int sl_assembler_add(struct sl_assembler *a, json_t *event);
+int sl_assembler_add(struct sl_assembler *a, const char *data, size_t len);
+
+/*
+ * The whole answer as JSON text, malloc'd and NUL-terminated, owned by the
+ * caller; its length in *len. NULL if no event came. After an error event,
+ * the error event's text as written.
+ */
+char *sl_assembler_result(struct sl_assembler *a, size_t *len);
+
+/*
+ * The HTTP status the result goes out with: 200, or after an error event
+ * its "code" when that is a status from 400 to 599, else 500.
+ */
+int sl_assembler_status(const struct sl_assembler *a);
 
 /*
  * Whether the assembler rebuilds llama-server's plain answer to this
  * request body exactly; when not, the request is relayed plain instead.
+ * assemble.c lists the fields that make it false, each with its reason.
  */
 bool sl_assemble_reproducible(enum sl_assemble_kind kind, const json_t *body);
-
-/* The whole answer, a new reference; NULL if no event came. */
-json_t *sl_assembler_result(struct sl_assembler *a);
 
 #endif
