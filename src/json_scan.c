@@ -27,6 +27,19 @@ static bool is_space(char c)
 }
 
 /*
+ * Whether the text from `from` on is whitespace only: one value per text.
+ * jsmn stops at a NUL byte as if the text ended there, so what follows
+ * one is checked here too.
+ */
+static bool only_space_after(const struct sl_jscan *s, size_t from)
+{
+	for (size_t i = from; i < s->len; i++)
+		if (!is_space(s->text[i]))
+			return false;
+	return true;
+}
+
+/*
  * A document that is one primitive (5, true): jsmn's strict mode wants a
  * delimiter after a primitive, which the end of the text is not, so the
  * token is made here. Like jsmn, only the characters are checked.
@@ -40,9 +53,8 @@ static int scan_primitive(struct sl_jscan *s, size_t start)
 			return SL_EINVAL;
 		end++;
 	}
-	for (size_t i = end; i < s->len; i++)
-		if (!is_space(s->text[i]))
-			return SL_EINVAL;
+	if (!only_space_after(s, end))
+		return SL_EINVAL;
 	s->tok[0] = (jsmntok_t){.type = JSMN_PRIMITIVE,
 	                        .start = (int)start,
 	                        .end = (int)end,
@@ -100,15 +112,9 @@ int sl_jscan_parse(struct sl_jscan *s, const char *text, size_t len,
 	/* Nothing, an error, or a value cut short (jsmn leaves end at -1). */
 	if (n <= 0 || (unsigned)n > max_tokens || s->tok[0].end < 0)
 		return SL_EINVAL;
-	/*
-	 * One value only: trailing text other than whitespace is refused.
-	 * jsmn stops at a NUL byte as if the text ended there, so what
-	 * follows one is checked here too.
-	 */
 	size_t end = (size_t)s->tok[0].end + (s->tok[0].type == JSMN_STRING);
-	for (size_t i = end; i < len; i++)
-		if (!is_space(text[i]))
-			return SL_EINVAL;
+	if (!only_space_after(s, end))
+		return SL_EINVAL;
 	s->n = n;
 	return 0;
 }
