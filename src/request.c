@@ -38,10 +38,11 @@ static int refuse(struct sl_request *r, const char *fmt, ...)
 }
 
 /*
- * The most tokens a JSON text of `len` bytes can hold: every token but the
- * last takes at least two bytes ([1,1,1] is the densest), so this bound
- * never refuses valid JSON. It is there for jsmn's allocation to be sized
- * by the body, which http.c caps (--max-body).
+ * The most tokens a JSON text of `len` bytes can hold: every token but one
+ * takes two bytes at least (a container its brackets, a string its quotes,
+ * a primitive its byte and the comma or colon before it; [1,1,1] is the
+ * densest), so this bound never refuses valid JSON. It only sizes jsmn's
+ * allocation by the body, which http.c caps (--max-body).
  */
 static unsigned max_tokens_for(size_t len)
 {
@@ -94,8 +95,10 @@ static void put_stand_in(char *p, size_t n)
 		return;
 	const char *stand_in = NULL;
 	bool negative = p[0] == '-';
+	bool integer =
+	    !memchr(p, '.', n) && !memchr(p, 'e', n) && !memchr(p, 'E', n);
 	errno = 0;
-	if (strcspn(p, ".eE") >= n) {
+	if (integer) {
 		(void)strtoll(p, NULL, 10);
 		if (errno == ERANGE)
 			stand_in = negative ? "-9223372036854775808"
