@@ -3,9 +3,11 @@
 /*
  * jsmn is one header: its implementation is compiled here, once, so it is
  * included before json_scan.h (which includes it for declarations only;
- * jsmn's include guard then makes that a no-op). Strict mode refuses what
- * is not JSON's shape (bare words, keys without values), which sluice relies
- * on to tell objects from garbage.
+ * jsmn's include guard then makes that a no-op). Strict mode refuses bare
+ * words and containers used as keys, but not every wrong shape: it takes
+ * a key without a value ({"a"}) or a missing comma ([1 2]). So the walks
+ * below never trust a count alone: they stay inside the token array
+ * whatever the text was, and a key without a value is found by nothing.
  */
 #define JSMN_STRICT
 #include <jsmn.h>
@@ -14,8 +16,80 @@
 
 #include "sluice/common.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* JSON's whitespace; a NUL byte is not (strchr would say it is). */
+static bool is_space(char c)
+{
+	return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+/*
+ * Whether the text from `from` on is whitespace only: one value per text.
+ * jsmn stops at a NUL byte as if the text ended there, so what follows
+ * one is checked here too.
+ */
+static bool only_space_after(const struct sl_jscan *s, size_t from)
+{
+	for (size_t i = from; i < s->len; i++)
+		if (!is_space(s->text[i]))
+			return false;
+	return true;
+}
+
+/*
+ * A document that is one primitive (5, true): jsmn's strict mode wants a
+ * delimiter after a primitive, which the end of the text is not, so the
+ * token is made here. Like jsmn, only the characters are checked.
+ */
+static int scan_primitive(struct sl_jscan *s, size_t start)
+{
+	size_t end = start;
+	while (end < s->len && !is_space(s->text[end])) {
+		unsigned char c = (unsigned char)s->text[end];
+		if (c < 0x20 || c >= 0x7f || strchr("{}[],:\"", c))
+			return SL_EINVAL;
+		end++;
+	}
+	if (!only_space_after(s, end))
+		return SL_EINVAL;
+	s->tok[0] = (jsmntok_t){.type = JSMN_PRIMITIVE,
+	                        .start = (int)start,
+	                        .end = (int)end,
+	                        .size = 0};
+	s->n = 1;
+	return 0;
+}
+
+/*
+ * Runs jsmn over the text, growing the token array as it goes: jsmn stops
+ * with JSMN_ERROR_NOMEM where it ran out, and carries on from there when
+ * called again with more room, so the text is read once. Returns the
+ * token count or a negative jsmn error; SL_EINVAL past max_tokens.
+ */
+static int scan_tokens(struct sl_jscan *s, unsigned max_tokens)
+{
+	jsmn_parser p;
+	jsmn_init(&p);
+	unsigned room = SL_MIN((unsigned)SL_JSCAN_INLINE, max_tokens);
+	for (;;) {
+		int n = jsmn_parse(&p, s->text, s->len, s->tok, room);
+		if (n != JSMN_ERROR_NOMEM)
+			return n;
+		if (room == max_tokens)
+			return SL_EINVAL;
+		unsigned more = room > max_tokens / 2 ? max_tokens : room * 2;
+		if (s->tok == s->inline_tok) {
+			s->tok = sl_xmalloc(sizeof(*s->tok) * more);
+			memcpy(s->tok, s->inline_tok, sizeof(*s->tok) * room);
+		} else {
+			s->tok = sl_xrealloc(s->tok, sizeof(*s->tok) * more);
+		}
+		room = more;
+	}
+}
 
 int sl_jscan_parse(struct sl_jscan *s, const char *text, size_t len,
                    unsigned max_tokens)
@@ -24,27 +98,23 @@ int sl_jscan_parse(struct sl_jscan *s, const char *text, size_t len,
 	s->len = len;
 	s->tok = s->inline_tok;
 	s->n = 0;
-	jsmn_parser p;
-	jsmn_init(&p);
-	int n = jsmn_parse(&p, text, len, s->tok, SL_JSCAN_INLINE);
-	if (n == JSMN_ERROR_NOMEM) {
-		/* Count first, so that one allocation fits exactly. */
-		jsmn_init(&p);
-		n = jsmn_parse(&p, text, len, NULL, 0);
-		if (n <= 0 || (unsigned)n > max_tokens)
-			return SL_EINVAL;
-		s->tok = sl_xmalloc(sizeof(*s->tok) * (size_t)n);
-		jsmn_init(&p);
-		n = jsmn_parse(&p, text, len, s->tok, (unsigned)n);
-	}
+	/* jsmn keeps offsets in ints. */
+	if (len > INT_MAX || max_tokens == 0)
+		return SL_EINVAL;
+	size_t first = 0;
+	while (first < len && is_space(text[first]))
+		first++;
+	if (first == len)
+		return SL_EINVAL;
+	if (!strchr("{[\"", text[first]))
+		return scan_primitive(s, first);
+	int n = scan_tokens(s, max_tokens);
 	/* Nothing, an error, or a value cut short (jsmn leaves end at -1). */
 	if (n <= 0 || (unsigned)n > max_tokens || s->tok[0].end < 0)
 		return SL_EINVAL;
-	/* One value only: trailing text other than whitespace is refused. */
 	size_t end = (size_t)s->tok[0].end + (s->tok[0].type == JSMN_STRING);
-	for (size_t i = end; i < len; i++)
-		if (!strchr(" \t\r\n", text[i]))
-			return SL_EINVAL;
+	if (!only_space_after(s, end))
+		return SL_EINVAL;
 	s->n = n;
 	return 0;
 }
@@ -72,7 +142,11 @@ int sl_jscan_get(const struct sl_jscan *s, int obj, const char *key)
 		return -1;
 	int k = obj + 1;
 	for (int m = 0; m < s->tok[obj].size && k + 1 < s->n; m++) {
-		if (s->tok[k].type == JSMN_STRING && sl_jscan_is(s, k, key))
+		/* A key holds its value as its one child; else the text lied.
+		 */
+		if (s->tok[k].type != JSMN_STRING || s->tok[k].size != 1)
+			return -1;
+		if (sl_jscan_is(s, k, key))
 			return k + 1;
 		k = sl_jscan_skip(s, k + 1);
 	}

@@ -1,16 +1,30 @@
-/* request.c: a client's JSON body, checked and rewritten for the upstream. */
+/* request.c: a client's JSON body, checked, and spliced for the upstream. */
 #include "sluice/request.h"
 
 #include "sluice/common.h"
+#include "sluice/json_scan.h"
 #include "sluice/native_api.h"
 #include "sluice/sched.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/*
+ * llama-server reads n_discard into a 32-bit int: a larger value wraps to
+ * a negative one there, which is what the check on it exists to stop.
+ */
+#define SL_N_DISCARD_MAX INT32_MAX
+/*
+ * Room beyond the client's body for what sluice inserts ("stream" and
+ * "stream_options"), so that a splice usually needs one allocation.
+ */
+#define SL_SPLICE_SLACK 128
 
 SL_PRINTF(2, 3)
 static int refuse(struct sl_request *r, const char *fmt, ...)
@@ -24,14 +38,124 @@ static int refuse(struct sl_request *r, const char *fmt, ...)
 }
 
 /*
- * Parses the JSON body and checks the fields sluice itself relies on. A
- * string may hold \u0000 (JSON allows it; json_dumps writes it back the
- * same way), so the parser is told to accept NUL.
+ * The most tokens a JSON text of `len` bytes can hold: every token but one
+ * takes two bytes at least (a container its brackets, a string its quotes,
+ * a primitive its byte and the comma or colon before it; [1,1,1] is the
+ * densest), so this bound never refuses valid JSON. It only sizes jsmn's
+ * allocation by the body, which http.c caps (--max-body).
  */
-static json_t *parse_body(struct sl_request *r, const char *body, size_t len)
+static unsigned max_tokens_for(size_t len)
+{
+	return (unsigned)SL_MIN(len / 2 + 1, (size_t)UINT32_MAX);
+}
+
+/* Whether n bytes at p are one number in JSON's grammar. */
+static bool is_json_number(const char *p, size_t n)
+{
+	size_t i = 0;
+	if (i < n && p[i] == '-')
+		i++;
+	if (i < n && p[i] == '0')
+		i++;
+	else if (i < n && p[i] >= '1' && p[i] <= '9')
+		while (i < n && p[i] >= '0' && p[i] <= '9')
+			i++;
+	else
+		return false;
+	if (i < n && p[i] == '.') {
+		size_t digits = ++i;
+		while (i < n && p[i] >= '0' && p[i] <= '9')
+			i++;
+		if (i == digits)
+			return false;
+	}
+	if (i < n && (p[i] == 'e' || p[i] == 'E')) {
+		i++;
+		if (i < n && (p[i] == '+' || p[i] == '-'))
+			i++;
+		size_t digits = i;
+		while (i < n && p[i] >= '0' && p[i] <= '9')
+			i++;
+		if (i == digits)
+			return false;
+	}
+	return i == n;
+}
+
+/*
+ * Replaces the number of n bytes at p, when jansson cannot hold it, by a
+ * stand-in of the same kind and sign, no longer than it, padded with
+ * spaces: an integer beyond int64 (19 digits at least, 20 characters when
+ * negative) by the nearest int64, a real beyond double (2e308 at least) by
+ * 1e308. p is followed by a delimiter or the copy's terminating NUL.
+ */
+static void put_stand_in(char *p, size_t n)
+{
+	if (!is_json_number(p, n))
+		return;
+	const char *stand_in = NULL;
+	bool negative = p[0] == '-';
+	bool integer =
+	    !memchr(p, '.', n) && !memchr(p, 'e', n) && !memchr(p, 'E', n);
+	errno = 0;
+	if (integer) {
+		(void)strtoll(p, NULL, 10);
+		if (errno == ERANGE)
+			stand_in = negative ? "-9223372036854775808"
+			                    : "9223372036854775807";
+	} else {
+		double v = strtod(p, NULL);
+		if (errno == ERANGE && isinf(v))
+			stand_in = negative ? "-1e308" : "1e308";
+	}
+	if (!stand_in)
+		return;
+	size_t len = strlen(stand_in);
+	memcpy(p, stand_in, len);
+	memset(p + len, ' ', n - len);
+}
+
+/*
+ * jansson refuses numbers it cannot hold, integers beyond int64 and reals
+ * beyond double, where llama-server takes the integers (a seed of 2^64-1
+ * is accepted and wraps) and answers the reals with a 400 of its own. So a
+ * relayed body that jansson refuses for such a number is validated as a
+ * copy with stand-ins (put_stand_in) in their place, while the client's
+ * text is what goes upstream: llama-server reads the numbers as it always
+ * does. Offsets are unchanged, so a later error is reported where it is.
+ * The scan of the client's text made here is the one the splice uses.
+ */
+static json_t *load_with_stand_ins(const char *body, size_t len,
+                                   struct sl_jscan *scan, json_error_t *err)
+{
+	if (sl_jscan_parse(scan, body, len, max_tokens_for(len)) != 0)
+		return NULL;
+	char *copy = sl_xmalloc(len + 1);
+	memcpy(copy, body, len);
+	copy[len] = '\0';
+	for (int i = 0; i < scan->n; i++)
+		if (sl_jscan_type(scan, i) == JSMN_PRIMITIVE)
+			put_stand_in(copy + scan->tok[i].start,
+			             sl_jscan_len(scan, i));
+	json_t *doc = json_loadb(copy, len, JSON_ALLOW_NUL, err);
+	free(copy);
+	return doc;
+}
+
+/*
+ * Parses the JSON body and checks the fields sluice itself relies on. A
+ * string may hold \u0000 (JSON allows it), so the parser is told to accept
+ * NUL. `scan` is given for relayed bodies, which may hold numbers beyond
+ * jansson's range (load_with_stand_ins); it may come back filled.
+ */
+static json_t *parse_body(struct sl_request *r, const char *body, size_t len,
+                          struct sl_jscan *scan)
 {
 	json_error_t jerr;
 	json_t *doc = json_loadb(body, len, JSON_ALLOW_NUL, &jerr);
+	if (!doc && scan &&
+	    json_error_code(&jerr) == json_error_numeric_overflow)
+		doc = load_with_stand_ins(body, len, scan, &jerr);
 	if (!doc) {
 		refuse(r,
 		       "malformed JSON in the request body at line %d, column "
@@ -46,9 +170,11 @@ static json_t *parse_body(struct sl_request *r, const char *body, size_t len)
 	else if ((v = json_object_get(doc, "stream")) && !json_is_boolean(v))
 		rc = refuse(r, "\"stream\" must be true or false");
 	else if ((v = json_object_get(doc, "n_discard")) &&
-	         (!json_is_integer(v) || json_integer_value(v) < 0))
+	         (!json_is_integer(v) || json_integer_value(v) < 0 ||
+	          json_integer_value(v) > SL_N_DISCARD_MAX))
 		/* A negative n_discard overflowed llama-server's heap once. */
-		rc = refuse(r, "\"n_discard\" must be a non-negative integer");
+		rc = refuse(r, "\"n_discard\" must be a non-negative integer "
+		               "below 2^31");
 	if (rc != 0) {
 		json_decref(doc);
 		return NULL;
@@ -75,9 +201,12 @@ static int bad_priority(struct sl_request *r, const char *where,
  * The priority: X-Priority, else the body's "priority" (removed: it is
  * sluice's, not llama-server's), else normal. The whole value counts: a
  * string is parsed in full (one holding a NUL is refused, not cut short),
- * and a JSON number is taken as the number it is.
+ * and a JSON number is taken as the number it is. `written` is the
+ * number's text as the client wrote it when known (relayed bodies), which
+ * a refusal quotes: it may be beyond what jansson holds (1e400).
  */
-static int take_priority(struct sl_request *r, json_t *doc, const char *header)
+static int take_priority(struct sl_request *r, json_t *doc, const char *header,
+                         const char *written, size_t written_len)
 {
 	json_t *field = json_object_get(doc, "priority");
 	if (header) {
@@ -92,12 +221,23 @@ static int take_priority(struct sl_request *r, json_t *doc, const char *header)
 			return bad_priority(r, "\"priority\"", text, len);
 	} else if (json_is_number(field)) {
 		double v = json_number_value(field);
-		if (!isfinite(v) || v < SL_PRIORITY_MIN || v > SL_PRIORITY_MAX)
-			return refuse(
-			    r,
-			    "\"priority\": expected urgent, normal, "
-			    "batch or a number from %g to %g, got %.17g",
-			    SL_PRIORITY_MIN, SL_PRIORITY_MAX, v);
+		if (!isfinite(v) || v < SL_PRIORITY_MIN ||
+		    v > SL_PRIORITY_MAX) {
+			/* The number as written, or else as jansson read it. */
+			char got[SL_REQUEST_QUOTE_MAX + sizeof("...")];
+			size_t shown =
+			    SL_MIN(written_len, (size_t)SL_REQUEST_QUOTE_MAX);
+			if (written)
+				snprintf(got, sizeof(got), "%.*s%s", (int)shown,
+				         written,
+				         written_len > shown ? "..." : "");
+			else
+				snprintf(got, sizeof(got), "%.17g", v);
+			return refuse(r,
+			              "\"priority\": expected urgent, normal, "
+			              "batch or a number from %g to %g, got %s",
+			              SL_PRIORITY_MIN, SL_PRIORITY_MAX, got);
+		}
 		r->priority = v;
 	} else if (field) {
 		return refuse(r, "\"priority\" must be urgent, normal, batch "
@@ -108,54 +248,196 @@ static int take_priority(struct sl_request *r, json_t *doc, const char *header)
 }
 
 /*
- * A generation the client wants as one answer is requested as a stream (see
- * assemble.h for why); OpenAI endpoints also need the usage event then.
+ * Whether key token k names `name` once its escapes are decoded: jansson
+ * and llama-server both read "str\u0065am" as "stream", so the splice must
+ * too. The names sluice looks for are ASCII.
  */
-static void ask_for_stream(struct sl_request *r, const struct sl_endpoint *ep,
-                           json_t *doc)
+static bool key_is(const struct sl_jscan *s, int k, const char *name)
 {
-	r->assemble = true;
-	r->assemble_kind = ep->stream_end == SL_END_STOP ? SL_ASSEMBLE_NATIVE
-	                   : strstr(ep->path, "chat")    ? SL_ASSEMBLE_CHAT
-	                                                 : SL_ASSEMBLE_TEXT;
-	r->return_tokens = json_is_true(json_object_get(doc, "return_tokens"));
-	json_object_set_new(doc, "stream", json_true());
-	if (r->assemble_kind != SL_ASSEMBLE_NATIVE)
-		json_object_set_new(doc, "stream_options",
-		                    json_pack("{s:b}", "include_usage", 1));
+	static const char escaped[] = "\"\\/bfnrt";
+	static const char meant[] = "\"\\/\b\f\n\r\t";
+	const char *p = sl_jscan_text(s, k), *end = p + sl_jscan_len(s, k);
+	for (; *name; name++) {
+		if (p == end)
+			return false;
+		unsigned long c = (unsigned char)*p++;
+		if (c == '\\' && p < end && *p == 'u' && end - p >= 5) {
+			char hex[5] = {p[1], p[2], p[3], p[4], '\0'};
+			c = strtoul(hex, NULL, 16);
+			p += 5;
+		} else if (c == '\\' && p < end && strchr(escaped, *p)) {
+			c = (unsigned char)meant[strchr(escaped, *p) - escaped];
+			p++;
+		}
+		if (c != (unsigned char)*name)
+			return false;
+	}
+	return p == end;
 }
 
 /*
- * The body llama-server gets. Relayed bodies go as the client wrote them
- * unless sluice changed them; the native APIs are mapped onto /completion.
+ * The top-level members of the scanned object, in order: key token k, its
+ * value k + 1. Call with k = 1 and m = 0.
  */
-static int build_body(struct sl_request *r, const struct sl_endpoint *ep,
-                      json_t *doc, const struct sl_request_options *opts)
+#define FOR_EACH_MEMBER(s, m, k)                                               \
+	for (int m = 0, k = 1; m < (s)->tok[0].size;                           \
+	     m++, k = sl_jscan_skip((s), k + 1))
+
+/* The value of the last top-level member `name` (jansson's), or -1. */
+static int last_member(const struct sl_jscan *s, const char *name)
 {
-	json_t *out = doc;
-	if (ep->api != SL_API_RELAY) {
-		char err[256];
-		unsigned cap = opts->max_tokens_cap;
-		out = ep->api == SL_API_GENERATE
-		          ? sl_generate_body(doc, cap, err, sizeof(err))
-		          : sl_infer_body(doc, cap, err, sizeof(err));
-		if (!out)
-			return refuse(r, "%s", err);
-		r->stream = ep->api == SL_API_GENERATE &&
-		            json_is_true(json_object_get(doc, "stream"));
-		if (!r->stream) {
-			r->assemble = true;
-			r->assemble_kind = SL_ASSEMBLE_NATIVE;
+	int found = -1;
+	FOR_EACH_MEMBER(s, m, k)
+	{
+		if (key_is(s, k, name))
+			found = k + 1;
+	}
+	return found;
+}
+
+/* The upstream body as it is built: a growing copy. */
+struct splice {
+	char *p;
+	size_t len, cap;
+};
+
+static void put(struct splice *o, const char *text, size_t n)
+{
+	if (o->len + n > o->cap) {
+		o->cap = SL_MAX(o->cap * 2, o->len + n);
+		o->p = sl_xrealloc(o->p, o->cap);
+	}
+	memcpy(o->p + o->len, text, n);
+	o->len += n;
+}
+
+static void put_str(struct splice *o, const char *text)
+{
+	put(o, text, strlen(text));
+}
+
+/* What sluice changes in a relayed body. */
+struct changes {
+	bool stream;         /* "stream": true */
+	bool stream_options; /* "stream_options": {"include_usage": true} */
+};
+
+/*
+ * The upstream body of a relayed request: the client's bytes, spliced.
+ * Each top-level "priority" member is left out with the separator before
+ * it (after it, for the first), the values of "stream" and
+ * "stream_options" are replaced when asked, or the members added at the
+ * end; everything else, spacing and number spelling included, is copied
+ * as written. With nothing to change, the body is the client's, byte for
+ * byte. The text was validated by jansson, so the scan's shape is JSON's.
+ */
+static void splice_body(struct sl_request *r, const struct sl_jscan *s,
+                        struct changes want)
+{
+	static const char stream_value[] = "true";
+	static const char usage_value[] = "{\"include_usage\":true}";
+	const char *text = s->text;
+	struct splice o = {.cap = s->len + SL_SPLICE_SLACK};
+	o.p = sl_xmalloc(o.cap);
+	/* Before the first member: the '{' and any spacing around it. */
+	size_t prev_end = (size_t)s->tok[0].end - 1;
+	bool emitted = false, has_stream = false, has_options = false;
+	FOR_EACH_MEMBER(s, m, k)
+	{
+		size_t key_start, key_end, value_start, value_end;
+		sl_jscan_extent(s, k, &key_start, &key_end);
+		sl_jscan_extent(s, k + 1, &value_start, &value_end);
+		if (m == 0)
+			put(&o, text, key_start);
+		const char *value = NULL;
+		if (key_is(s, k, "priority")) {
+			prev_end = value_end;
+			continue;
+		} else if (want.stream && key_is(s, k, "stream")) {
+			value = stream_value;
+			has_stream = true;
+		} else if (want.stream_options &&
+		           key_is(s, k, "stream_options")) {
+			value = usage_value;
+			has_options = true;
 		}
-	} else {
-		r->stream = json_is_true(json_object_get(doc, "stream"));
-		if (ep->stream_end != SL_END_NONE && !r->stream &&
-		    opts->stream_upstream)
-			ask_for_stream(r, ep, doc);
+		/* The separator before it, unless all before it are gone. */
+		if (emitted)
+			put(&o, text + prev_end, key_start - prev_end);
+		if (value) {
+			put(&o, text + key_start, value_start - key_start);
+			put_str(&o, value);
+		} else {
+			put(&o, text + key_start, value_end - key_start);
+		}
+		emitted = true;
+		prev_end = value_end;
+	}
+	if (s->tok[0].size == 0)
+		put(&o, text, prev_end);
+	if (want.stream && !has_stream) {
+		put_str(&o, emitted ? ",\"stream\":" : "\"stream\":");
+		put_str(&o, stream_value);
+		emitted = true;
+	}
+	if (want.stream_options && !has_options) {
+		put_str(&o, emitted ? ",\"stream_options\":"
+		                    : "\"stream_options\":");
+		put_str(&o, usage_value);
+	}
+	/* After the last member: the '}' and any spacing around it. */
+	put(&o, text + prev_end, s->len - prev_end);
+	put(&o, "", 1);
+	r->body = o.p;
+	r->body_len = o.len - 1;
+}
+
+/*
+ * A relayed body. A generation the client wants as one answer is asked for
+ * as a stream, and assembled (see assemble.h for why), when the endpoint
+ * has an assembler and it rebuilds llama-server's plain answer to this
+ * request exactly; OpenAI endpoints also need the usage event then. Any
+ * other request goes as the client wrote it, less sluice's "priority".
+ */
+static void relay_body(struct sl_request *r, const struct sl_endpoint *ep,
+                       json_t *doc, const struct sl_jscan *scan,
+                       const struct sl_request_options *opts)
+{
+	r->stream = json_is_true(json_object_get(doc, "stream"));
+	if (ep->assemble != SL_ASSEMBLE_NONE && !r->stream &&
+	    opts->stream_upstream &&
+	    sl_assemble_reproducible(ep->assemble, doc)) {
+		r->assemble = true;
+		r->assemble_kind = ep->assemble;
+		r->return_tokens =
+		    json_is_true(json_object_get(doc, "return_tokens"));
+	}
+	struct changes want = {
+	    .stream = r->assemble,
+	    .stream_options = r->assemble && ep->assemble != SL_ASSEMBLE_NATIVE,
+	};
+	splice_body(r, scan, want);
+}
+
+/* The native APIs' body: a new one, mapped onto /completion. */
+static int native_body(struct sl_request *r, const struct sl_endpoint *ep,
+                       json_t *doc, const struct sl_request_options *opts)
+{
+	char err[256];
+	unsigned cap = opts->max_tokens_cap;
+	json_t *out = ep->api == SL_API_GENERATE
+	                  ? sl_generate_body(doc, cap, err, sizeof(err))
+	                  : sl_infer_body(doc, cap, err, sizeof(err));
+	if (!out)
+		return refuse(r, "%s", err);
+	r->stream = ep->api == SL_API_GENERATE &&
+	            json_is_true(json_object_get(doc, "stream"));
+	if (!r->stream) {
+		r->assemble = true;
+		r->assemble_kind = SL_ASSEMBLE_NATIVE;
 	}
 	r->body = json_dumps(out, JSON_COMPACT);
-	if (out != doc)
-		json_decref(out);
+	json_decref(out);
 	/* json_dumps fails only when memory is gone: sl_xmalloc's rule. */
 	if (!r->body)
 		abort();
@@ -171,13 +453,44 @@ int sl_request_validate(struct sl_request *r, const struct sl_endpoint *ep,
 	r->priority = SL_PRIORITY_NORMAL;
 	if (!ep->json_body)
 		return 0;
-	json_t *doc = parse_body(r, body, len);
+	if (ep->api != SL_API_RELAY) {
+		json_t *doc = parse_body(r, body, len, NULL);
+		if (!doc)
+			return SL_EINVAL;
+		int rc = take_priority(r, doc, priority_header, NULL, 0);
+		if (rc == 0)
+			rc = native_body(r, ep, doc, opts);
+		json_decref(doc);
+		return rc;
+	}
+
+	/* Empty until scanned; sl_jscan_free() takes it either way. */
+	struct sl_jscan scan = {.n = 0};
+	scan.tok = scan.inline_tok;
+	int rc = SL_EINVAL;
+	json_t *doc = parse_body(r, body, len, &scan);
 	if (!doc)
-		return SL_EINVAL;
-	int rc = take_priority(r, doc, priority_header);
+		goto free_scan;
+	/* Valid JSON the scanner cannot take: beyond jsmn's int offsets. */
+	if (scan.n == 0 &&
+	    sl_jscan_parse(&scan, body, len, max_tokens_for(len)) != 0) {
+		rc = refuse(r, "the request body is too large to relay");
+		goto free_doc;
+	}
+	int priority = last_member(&scan, "priority");
+	const char *written = NULL;
+	size_t written_len = 0;
+	if (priority >= 0) {
+		written = sl_jscan_text(&scan, priority);
+		written_len = sl_jscan_len(&scan, priority);
+	}
+	rc = take_priority(r, doc, priority_header, written, written_len);
 	if (rc == 0)
-		rc = build_body(r, ep, doc, opts);
+		relay_body(r, ep, doc, &scan, opts);
+free_doc:
 	json_decref(doc);
+free_scan:
+	sl_jscan_free(&scan);
 	return rc;
 }
 

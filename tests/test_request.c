@@ -147,7 +147,14 @@ static void test_body_checks(void)
 	ASSERT_STR_EQ(r.error, "\"stream\" must be true or false");
 	ASSERT_EQ(check(&r, "/completion", NULL, "{\"n_discard\":-1}"),
 	          SL_EINVAL);
-	ASSERT_STR_EQ(r.error, "\"n_discard\" must be a non-negative integer");
+	ASSERT_STR_EQ(r.error, "\"n_discard\" must be a non-negative integer "
+	                       "below 2^31");
+	/* llama-server reads it into an int32: 2^32 - 1 would be -1 there. */
+	ASSERT_EQ(check(&r, "/completion", NULL, "{\"n_discard\":4294967295}"),
+	          SL_EINVAL);
+	ASSERT_EQ(check(&r, "/completion", NULL, "{\"n_discard\":2147483647}"),
+	          0);
+	sl_request_free(&r);
 	ASSERT_EQ(check(&r, "/completion", NULL, "{\"a\":"), SL_EINVAL);
 	ASSERT_CONTAINS(r.error,
 	                "malformed JSON in the request body at line 1");
@@ -244,6 +251,215 @@ static void test_nul_in_strings_survives(void)
 	          SL_EINVAL);
 }
 
+/*
+ * Validates `body` on `path` and checks the upstream body is exactly
+ * `want`, byte for byte (NULs included: the length is compared too).
+ */
+static void expect_upstream(const char *path, const char *body,
+                            const char *want)
+{
+	struct sl_request r;
+	int rc = check(&r, path, NULL, body);
+	if (rc != 0)
+		TEST_FAIL("%s refused %s: %s", path, body, r.error);
+	if (r.body_len != strlen(want) || memcmp(r.body, want, r.body_len))
+		TEST_FAIL("%s: %s\n  went upstream as %s\n  expected       %s",
+		          path, body, r.body, want);
+	sl_request_free(&r);
+}
+
+/* The same, for a body that must go upstream unchanged. */
+static void expect_untouched(const char *path, const char *body)
+{
+	expect_upstream(path, body, body);
+}
+
+static void test_untouched_body_is_byte_identical(void)
+{
+	/* Numbers as written, spacing, key order, escapes, \u0000. */
+	static const char body[] =
+	    "  {\"stream\" : true,\n\t\"temperature\":0.1, \"top_p\":1e-7,"
+	    "\"n\":1.0, \"z\":[ 1 , {\"b\":2,\"a\":1} ],\r\n"
+	    "\"prompt\":\"caf\\u00e9 \\ud83d\\ude00 \\u0000 \\\"q\\\" \\/\","
+	    "\"a\":-0.0, \"big\":12345678901234567890123, \"e\":1E+2 }  ";
+	static const char *const paths[] = {"/completion", "/v1/completions",
+	                                    "/v1/chat/completions",
+	                                    "/v1/embeddings"};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(paths); i++)
+		expect_untouched(paths[i], body);
+	/* An endpoint that is never assembled leaves "stream" alone. */
+	expect_untouched("/v1/embeddings",
+	                 "{\"input\":\"a\",\"stream\":false}");
+	expect_untouched("/v1/embeddings", "{}");
+
+	/* Without --stream-upstream a plain request goes as written too. */
+	struct sl_request_options plain = opts;
+	plain.stream_upstream = false;
+	struct sl_request r;
+	const char *text = "{ \"prompt\":\"a\", \"temperature\":0.1 }";
+	ASSERT_EQ(sl_request_validate(&r, endpoint("/v1/completions"), NULL,
+	                              text, strlen(text), &plain),
+	          0);
+	ASSERT(!r.assemble);
+	ASSERT_STR_EQ(r.body, text);
+	sl_request_free(&r);
+}
+
+static void test_priority_member_is_cut_out(void)
+{
+	const char *path = "/v1/completions";
+	/* First, middle, last, only: the rest stays as written. */
+	expect_upstream(path,
+	                "{ \"priority\":\"batch\", \"a\":0.1,\"stream\":true}",
+	                "{ \"a\":0.1,\"stream\":true}");
+	expect_upstream(path,
+	                "{\"a\":0.1 ,\n \"priority\" : 5 ,\n \"stream\":true}",
+	                "{\"a\":0.1 ,\n \"stream\":true}");
+	expect_upstream(path,
+	                "{\"stream\":true, \"a\":[1, 2] , \"priority\":1}",
+	                "{\"stream\":true, \"a\":[1, 2]}");
+	expect_upstream(path, "{\"stream\":true,\"priority\":1 }\n",
+	                "{\"stream\":true }\n");
+	expect_upstream("/v1/embeddings", " { \"priority\" : \"urgent\" } ",
+	                " {  } ");
+	/* Every copy of a repeated key goes (jansson reads the last). */
+	expect_upstream("/v1/embeddings",
+	                "{\"priority\":1,\"input\":\"x\",\"priority\":2}",
+	                "{\"input\":\"x\"}");
+	/* A key spelled with escapes is the same key to llama-server. */
+	expect_upstream("/v1/embeddings",
+	                "{\"input\":\"x\",\"pri\\u006frity\":\"batch\"}",
+	                "{\"input\":\"x\"}");
+	ASSERT(priority_of(NULL, "{\"pri\\u006frity\":\"batch\"}") == 0);
+	/* Only sluice's top-level field: nested ones are the client's. */
+	expect_upstream("/v1/embeddings",
+	                "{\"input\":{\"priority\":1},\"priority\":2,"
+	                "\"x\":[{\"priority\":3}],\"p\":\"priority\"}",
+	                "{\"input\":{\"priority\":1},\"x\":[{\"priority\":3}],"
+	                "\"p\":\"priority\"}");
+	/* Removed when X-Priority decides too. */
+	struct sl_request r;
+	ASSERT_EQ(check(&r, "/v1/embeddings", "batch",
+	                "{\"priority\":\"urgent\",\"input\":\"a\"}"),
+	          0);
+	ASSERT_STR_EQ(r.body, "{\"input\":\"a\"}");
+	ASSERT(r.priority == 0);
+	sl_request_free(&r);
+}
+
+static void test_stream_fields_are_set_in_place(void)
+{
+	static const char usage[] = "{\"include_usage\":true}";
+	char want[256];
+	/* false becomes true where it was; stream_options is added. */
+	snprintf(want, sizeof(want),
+	         "{\"stream\" : true, \"temperature\":0.1,"
+	         "\"stream_options\":%s}",
+	         usage);
+	expect_upstream("/v1/completions",
+	                "{\"stream\" : false, \"temperature\":0.1}", want);
+	/* stream_options replaced where it was; stream added. */
+	snprintf(want, sizeof(want),
+	         "{\"stream_options\": %s ,\"messages\":[],\"stream\":true}",
+	         usage);
+	expect_upstream("/v1/chat/completions",
+	                "{\"stream_options\": {\"include_usage\":false,"
+	                "\"x\":1} ,\"messages\":[]}",
+	                want);
+	/* Both replaced, priority gone, order kept. */
+	snprintf(want, sizeof(want),
+	         "{\"stream\":true,\"n\":1e-7,\"stream_options\":%s}", usage);
+	expect_upstream("/v1/chat/completions",
+	                "{\"priority\":1,\"stream\":false,\"n\":1e-7,"
+	                "\"stream_options\":null}",
+	                want);
+	/* Only member, and an empty object. */
+	snprintf(want, sizeof(want), "{\"stream\":true,\"stream_options\":%s}",
+	         usage);
+	expect_upstream("/v1/completions", "{\"priority\":1}", want);
+	snprintf(want, sizeof(want), "{ \"stream\":true,\"stream_options\":%s}",
+	         usage);
+	expect_upstream("/v1/completions", "{ }", want);
+	/* Every copy of a repeated "stream", escaped spellings too. */
+	snprintf(
+	    want, sizeof(want),
+	    "{\"stream\":true,\"str\\u0065am\":true,\"stream_options\":%s}",
+	    usage);
+	expect_upstream("/v1/completions",
+	                "{\"stream\":false,\"str\\u0065am\":false}", want);
+	/* The native endpoint gets no stream_options; its own is kept. */
+	expect_upstream("/completion",
+	                "{\"prompt\":\"a\",\"stream_options\":{\"x\":1}}",
+	                "{\"prompt\":\"a\",\"stream_options\":{\"x\":1},"
+	                "\"stream\":true}");
+}
+
+static void test_huge_numbers_are_relayed_as_written(void)
+{
+	/*
+	 * llama-server 0.7.0 takes integers beyond int64 (a seed of
+	 * 18446744073709551615 is read, 99999999999999999999 too) and answers
+	 * 1e400 with a 400 of its own: all go upstream as written.
+	 */
+	static const char *const bodies[] = {
+	    "{\"seed\":18446744073709551615,\"stream\":true}",
+	    "{\"stream\":true, \"seed\":99999999999999999999}",
+	    "{\"seed\":-9223372036854775809,\"stream\":true}",
+	    "{\"stream\":true,\"seed\":1e400,\"x\":[-1E+999]}",
+	    "{\"stream\":true,\"a\":[18446744073709551616,1e400,"
+	    "{\"b\":-99999999999999999999}]}",
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(bodies); i++)
+		expect_untouched("/v1/completions", bodies[i]);
+	char want[256];
+	snprintf(want, sizeof(want),
+	         "{\"seed\":18446744073709551615,\"stream\":true,"
+	         "\"stream_options\":{\"include_usage\":true}}");
+	expect_upstream("/v1/chat/completions",
+	                "{\"seed\":18446744073709551615,\"priority\":1}", want);
+
+	struct sl_request r;
+	/* Sluice's own fields are still checked, with the number as written. */
+	ASSERT_EQ(check(&r, "/v1/completions", NULL,
+	                "{\"seed\":18446744073709551615,\"priority\":1e400}"),
+	          SL_EINVAL);
+	ASSERT_STR_EQ(r.error, "\"priority\": expected urgent, normal, batch "
+	                       "or a number from 0 to 100, got 1e400");
+	ASSERT_EQ(check(&r, "/v1/completions", NULL,
+	                "{\"priority\":-18446744073709551615}"),
+	          SL_EINVAL);
+	ASSERT_CONTAINS(r.error, "got -18446744073709551615");
+	ASSERT_EQ(check(&r, "/completion", NULL,
+	                "{\"n_discard\":18446744073709551615}"),
+	          SL_EINVAL);
+	ASSERT_CONTAINS(r.error, "\"n_discard\" must be");
+	/* Integers stay integers beside a huge one. */
+	ASSERT_EQ(check(&r, "/completion", NULL,
+	                "{\"n_discard\":5,\"seed\":18446744073709551615}"),
+	          0);
+	ASSERT(r.priority == 1);
+	sl_request_free(&r);
+	ASSERT_EQ(check(&r, "/v1/completions", NULL, "{\"stream\":1e400}"),
+	          SL_EINVAL);
+	ASSERT_STR_EQ(r.error, "\"stream\" must be true or false");
+	/* Malformed text after a huge number is reported where it is. */
+	ASSERT_EQ(check(&r, "/v1/completions", NULL,
+	                "{\"seed\":18446744073709551615,}"),
+	          SL_EINVAL);
+	ASSERT_CONTAINS(r.error, "column 30");
+	/* Not numbers in JSON's grammar: no stand-in makes them valid. */
+	ASSERT_EQ(
+	    check(&r, "/v1/completions", NULL, "{\"a\":1e400,\"b\":0x1p9999}"),
+	    SL_EINVAL);
+	ASSERT_EQ(check(&r, "/v1/completions", NULL, "{\"a\":1e400,\"b\":01}"),
+	          SL_EINVAL);
+	/* sluice's own native APIs keep refusing what jansson cannot hold. */
+	ASSERT_EQ(check(&r, "/generate", NULL,
+	                "{\"prompt\":\"a\",\"seed\":18446744073709551615}"),
+	          SL_EINVAL);
+	ASSERT_CONTAINS(r.error, "malformed JSON");
+}
+
 int main(void)
 {
 	RUN(test_priority_header);
@@ -253,5 +469,9 @@ int main(void)
 	RUN(test_body_checks);
 	RUN(test_upstream_bodies);
 	RUN(test_nul_in_strings_survives);
+	RUN(test_untouched_body_is_byte_identical);
+	RUN(test_priority_member_is_cut_out);
+	RUN(test_stream_fields_are_set_in_place);
+	RUN(test_huge_numbers_are_relayed_as_written);
 	return 0;
 }

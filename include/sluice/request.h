@@ -6,16 +6,31 @@
  * libuv, no HTTP calls. It takes the endpoint, the X-Priority header and
  * the body bytes, and returns either what the exchange needs (priority,
  * whether the client wants a stream, whether sluice must assemble one
- * answer from upstream events, and the rewritten upstream body) or the
- * status and message to refuse it with. proxy.c calls it for every request;
- * the unit test and the fuzz target call it directly.
+ * answer from upstream events, and the upstream body) or the status and
+ * message to refuse it with. proxy.c calls it for every request; the unit
+ * test and the fuzz target call it directly.
+ *
+ * A relayed body reaches llama-server as the client wrote it: jansson
+ * validates it and reads sluice's fields, and the upstream body is the
+ * client's bytes with only sluice's changes spliced in (json_scan.h finds
+ * the members), so numbers, spacing and key order are kept. Numbers beyond
+ * jansson's range (integers past int64, 1e400) are accepted and relayed:
+ * llama-server takes the integers and refuses the reals itself. The native
+ * APIs (/generate, /infer) get a new body, mapped onto /completion.
  *
  * Glossary:
  *   priority   X-Priority if present, else the body's "priority" field
  *              (removed from the body: it is sluice's, not llama-server's),
  *              else normal
  *   assemble   the client wants one answer but sluice asks the upstream
- *              for a stream and gathers it (assemble.h says why)
+ *              for a stream and gathers it (assemble.h says why): only on
+ *              an endpoint with an assembler, with --stream-upstream, and
+ *              when sl_assemble_reproducible() says the answer comes out
+ *              as llama-server's own; otherwise the plain answer is relayed
+ *   splice     what sluice changes in a relayed body: each top-level
+ *              "priority" member removed and, when assembled, "stream":
+ *              true and (OpenAI endpoints) "stream_options":
+ *              {"include_usage": true} set in place or added at the end
  */
 #ifndef SLUICE_REQUEST_H
 #define SLUICE_REQUEST_H
@@ -48,9 +63,10 @@ struct sl_request {
 	enum sl_assemble_kind assemble_kind; /* when assemble */
 	bool return_tokens; /* native answers: the client asked for ids */
 	/*
-	 * The upstream body, malloc'd and NUL-terminated (JSON escapes any NUL
-	 * of the client's strings as \u0000), or NULL for endpoints that take
-	 * no body. Owned by the caller: sl_request_free().
+	 * The upstream body, malloc'd and NUL-terminated (valid JSON holds no
+	 * raw NUL: a NUL in a string is written \u0000), or NULL for endpoints
+	 * that take no body. Relayed: the client's bytes, spliced. Owned by
+	 * the caller: sl_request_free().
 	 */
 	char *body;
 	size_t body_len;

@@ -9,7 +9,9 @@
  * Invariants checked: a refusal is a 400 with a message and no body; an
  * accepted request has a priority in range and an upstream body that is a
  * JSON object without "priority", whose stream field agrees with what the
- * exchange will expect.
+ * exchange will expect; a relayed body is the client's document less
+ * "priority" (plus the stream fields when assembled), and the client's
+ * bytes exactly when nothing had to change.
  */
 #include "sluice/request.h"
 
@@ -30,6 +32,64 @@
 			abort();                                               \
 		}                                                              \
 	} while (0)
+
+/*
+ * Loads JSON text as sluice's checks see it; integers beyond int64 as
+ * reals, so that both sides of a comparison read them alike. NULL when a
+ * real overflows (1e400: the text is relayed for llama-server to refuse).
+ */
+static json_t *load(const char *text, size_t len)
+{
+	json_error_t err;
+	json_t *doc = json_loadb(
+	    text, len, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &err);
+	if (!doc)
+		CHECK(json_error_code(&err) == json_error_numeric_overflow);
+	return doc;
+}
+
+/*
+ * An accepted body: a JSON object without "priority", whose "stream"
+ * agrees with what the exchange will expect. A relayed one is the client's
+ * document less "priority", with the stream fields set when assembled;
+ * and with nothing to change, the client's bytes exactly.
+ */
+static void check_upstream_body(const struct sl_endpoint *ep,
+                                const struct sl_request *r, const char *body,
+                                size_t len)
+{
+	json_t *doc = load(r->body, r->body_len);
+	if (!doc) {
+		CHECK(ep->api == SL_API_RELAY);
+		return;
+	}
+	CHECK(json_is_object(doc));
+	CHECK(!json_object_get(doc, "priority"));
+	json_t *stream = json_object_get(doc, "stream");
+	/* Whatever is assembled is asked for as a stream. */
+	if (r->assemble)
+		CHECK(json_is_true(stream));
+	CHECK(!(r->assemble && r->stream));
+	if (ep->api == SL_API_RELAY) {
+		json_t *want = load(body, len);
+		CHECK(want);
+		bool had_priority = json_object_get(want, "priority") != NULL;
+		json_object_del(want, "priority");
+		if (r->assemble) {
+			json_object_set_new(want, "stream", json_true());
+			if (r->assemble_kind != SL_ASSEMBLE_NATIVE)
+				json_object_set_new(
+				    want, "stream_options",
+				    json_pack("{s:b}", "include_usage", 1));
+		}
+		CHECK(json_equal(want, doc));
+		if (!had_priority && !r->assemble)
+			CHECK(r->body_len == len &&
+			      memcmp(r->body, body, len) == 0);
+		json_decref(want);
+	}
+	json_decref(doc);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -79,17 +139,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		} else {
 			CHECK(r.body != NULL);
 			CHECK(strlen(r.body) == r.body_len);
-			json_error_t err;
-			json_t *doc = json_loadb(r.body, r.body_len,
-			                         JSON_ALLOW_NUL, &err);
-			CHECK(json_is_object(doc));
-			CHECK(!json_object_get(doc, "priority"));
-			json_t *stream = json_object_get(doc, "stream");
-			/* Whatever is assembled is asked for as a stream. */
-			if (r.assemble)
-				CHECK(json_is_true(stream));
-			CHECK(!(r.assemble && r.stream));
-			json_decref(doc);
+			check_upstream_body(ep, &r, body, left);
 		}
 	}
 	sl_request_free(&r);

@@ -1,0 +1,263 @@
+/* Unit tests for json_scan.c: tokens, walks and extents over JSON text. */
+#include "sluice/json_scan.h"
+
+#include "sluice/common.h"
+
+#include "test.h"
+
+#include <limits.h>
+
+/* A generous token limit for texts that are not about the limit. */
+#define ANY_TOKENS 100000u
+
+/* Scans `text` (its strlen); returns sl_jscan_parse's code. */
+static int scan(struct sl_jscan *s, const char *text)
+{
+	return sl_jscan_parse(s, text, strlen(text), ANY_TOKENS);
+}
+
+/* Whether `text` is refused; the scan is freed either way. */
+static bool refused(const char *text, size_t len, unsigned max_tokens)
+{
+	struct sl_jscan s;
+	int rc = sl_jscan_parse(&s, text, len, max_tokens);
+	sl_jscan_free(&s);
+	ASSERT(rc == 0 || rc == SL_EINVAL);
+	return rc != 0;
+}
+
+/* Token i's extent as a new string, for comparing. */
+static const char *extent_of(const struct sl_jscan *s, int i)
+{
+	static char buf[256];
+	size_t start, end;
+	sl_jscan_extent(s, i, &start, &end);
+	ASSERT(end >= start && end - start < sizeof(buf));
+	memcpy(buf, s->text + start, end - start);
+	buf[end - start] = '\0';
+	return buf;
+}
+
+static void test_objects_and_arrays(void)
+{
+	struct sl_jscan s;
+	ASSERT_EQ(scan(&s, " {\"a\": [1, true, null], \"b\" : {}} "), 0);
+	/* object, "a", array, 1, true, null, "b", object */
+	ASSERT_EQ(s.n, 8);
+	ASSERT_EQ(sl_jscan_type(&s, 0), JSMN_OBJECT);
+	ASSERT_EQ(s.tok[0].size, 2);
+	ASSERT_EQ(sl_jscan_type(&s, 1), JSMN_STRING);
+	ASSERT(sl_jscan_is(&s, 1, "a"));
+	ASSERT_EQ(sl_jscan_type(&s, 2), JSMN_ARRAY);
+	ASSERT_EQ(s.tok[2].size, 3);
+	ASSERT(sl_jscan_is(&s, 3, "1"));
+	ASSERT(sl_jscan_is(&s, 4, "true"));
+	ASSERT(sl_jscan_is(&s, 5, "null"));
+	ASSERT_STR_EQ(extent_of(&s, 0), "{\"a\": [1, true, null], \"b\" : {}}");
+	ASSERT_STR_EQ(extent_of(&s, 2), "[1, true, null]");
+	ASSERT_STR_EQ(extent_of(&s, 7), "{}");
+	sl_jscan_free(&s);
+
+	ASSERT_EQ(scan(&s, "[]"), 0);
+	ASSERT_EQ(s.n, 1);
+	ASSERT_EQ(sl_jscan_type(&s, 0), JSMN_ARRAY);
+	sl_jscan_free(&s);
+}
+
+static void test_strings_with_escapes(void)
+{
+	struct sl_jscan s;
+	/* An escaped quote does not end the string; the text stays escaped. */
+	ASSERT_EQ(scan(&s, "{\"k\\\"ey\":\"a\\\\\\\"b\\u00e9\\n\"}"), 0);
+	ASSERT_EQ(s.n, 3);
+	ASSERT(sl_jscan_is(&s, 1, "k\\\"ey"));
+	ASSERT(sl_jscan_is(&s, 2, "a\\\\\\\"b\\u00e9\\n"));
+	/* A string's text excludes its quotes; its extent includes them. */
+	ASSERT_EQ(sl_jscan_len(&s, 2), strlen("a\\\\\\\"b\\u00e9\\n"));
+	ASSERT_STR_EQ(extent_of(&s, 2), "\"a\\\\\\\"b\\u00e9\\n\"");
+	ASSERT_STR_EQ(extent_of(&s, 1), "\"k\\\"ey\"");
+	sl_jscan_free(&s);
+
+	ASSERT_EQ(scan(&s, "[\"\"]"), 0);
+	ASSERT_EQ(sl_jscan_len(&s, 1), 0);
+	ASSERT_STR_EQ(extent_of(&s, 1), "\"\"");
+	sl_jscan_free(&s);
+
+	/* A whole document that is one string, with spaces around it. */
+	ASSERT_EQ(scan(&s, " \"x y\" "), 0);
+	ASSERT_EQ(s.n, 1);
+	ASSERT(sl_jscan_is(&s, 0, "x y"));
+	ASSERT_STR_EQ(extent_of(&s, 0), "\"x y\"");
+	sl_jscan_free(&s);
+
+	ASSERT(refused("\"a\\qb\"", 6, ANY_TOKENS));   /* unknown escape */
+	ASSERT(refused("\"\\u12G4\"", 8, ANY_TOKENS)); /* not hex */
+	ASSERT(refused("\"open", 5, ANY_TOKENS));
+}
+
+static void test_top_level_primitives(void)
+{
+	/* jsmn's strict mode wants a delimiter after a primitive. */
+	struct sl_jscan s;
+	ASSERT_EQ(scan(&s, "5"), 0);
+	ASSERT_EQ(s.n, 1);
+	ASSERT_EQ(sl_jscan_type(&s, 0), JSMN_PRIMITIVE);
+	ASSERT(sl_jscan_is(&s, 0, "5"));
+	sl_jscan_free(&s);
+	ASSERT_EQ(scan(&s, " true\n"), 0);
+	ASSERT(sl_jscan_is(&s, 0, "true"));
+	ASSERT_STR_EQ(extent_of(&s, 0), "true");
+	sl_jscan_free(&s);
+	ASSERT(refused("5 6", 3, ANY_TOKENS));
+	ASSERT(refused("5]", 2, ANY_TOKENS));
+	ASSERT(refused("tr\x01ue", 5, ANY_TOKENS));
+}
+
+static void test_skip_over_nested_containers(void)
+{
+	struct sl_jscan s;
+	const char *text =
+	    "{\"a\":{\"b\":[1,[2,{\"c\":\"}]\"}],3]},\"d\":\"\",\"e\":[]}";
+	ASSERT_EQ(scan(&s, text), 0);
+	/* "a"'s value holds everything up to "d". */
+	int d = sl_jscan_skip(&s, 2);
+	ASSERT(sl_jscan_is(&s, d, "d"));
+	/* An empty string value, then an empty array. */
+	int e = sl_jscan_skip(&s, d + 1);
+	ASSERT(sl_jscan_is(&s, e, "e"));
+	ASSERT_EQ(sl_jscan_skip(&s, e + 1), s.n);
+	ASSERT_EQ(sl_jscan_skip(&s, 0), s.n);
+	/* A key's skip covers the key only: its value is its child. */
+	ASSERT_EQ(sl_jscan_skip(&s, 1), 2);
+	sl_jscan_free(&s);
+}
+
+static void test_get(void)
+{
+	struct sl_jscan s;
+	const char *text =
+	    "{\"x\":{\"y\":1},\"stream\":false,\"s\":\"v\",\"n\":null}";
+	ASSERT_EQ(scan(&s, text), 0);
+	int v = sl_jscan_get(&s, 0, "stream");
+	ASSERT(v > 0 && sl_jscan_is(&s, v, "false"));
+	v = sl_jscan_get(&s, 0, "s");
+	ASSERT(v > 0 && sl_jscan_is(&s, v, "v"));
+	v = sl_jscan_get(&s, 0, "n");
+	ASSERT(v > 0 && sl_jscan_is(&s, v, "null"));
+	/* Nested keys are not the object's own. */
+	ASSERT_EQ(sl_jscan_get(&s, 0, "y"), -1);
+	int x = sl_jscan_get(&s, 0, "x");
+	v = sl_jscan_get(&s, x, "y");
+	ASSERT(v > 0 && sl_jscan_is(&s, v, "1"));
+	/* Absent, a value's text used as a key, not an object, bad index. */
+	ASSERT_EQ(sl_jscan_get(&s, 0, "absent"), -1);
+	ASSERT_EQ(sl_jscan_get(&s, 0, "v"), -1);
+	ASSERT_EQ(sl_jscan_get(&s, 0, "strea"), -1);
+	ASSERT_EQ(sl_jscan_get(&s, 2, "stream"), -1);
+	ASSERT_EQ(sl_jscan_get(&s, -1, "x"), -1);
+	ASSERT_EQ(sl_jscan_get(&s, s.n, "x"), -1);
+	sl_jscan_free(&s);
+
+	/* Keys compare as written: no unescaping. */
+	ASSERT_EQ(scan(&s, "{\"str\\u0065am\":true}"), 0);
+	ASSERT_EQ(sl_jscan_get(&s, 0, "stream"), -1);
+	ASSERT_EQ(sl_jscan_get(&s, 0, "str\\u0065am"), 2);
+	sl_jscan_free(&s);
+
+	/*
+	 * jsmn takes a key without a value; get must not hand back the
+	 * next key as its value.
+	 */
+	ASSERT_EQ(scan(&s, "{\"a\",\"b\":1}"), 0);
+	ASSERT_EQ(sl_jscan_get(&s, 0, "a"), -1);
+	sl_jscan_free(&s);
+}
+
+static void test_trailing_text_is_refused(void)
+{
+	ASSERT(refused("{} x", 4, ANY_TOKENS));
+	ASSERT(refused("{}{}", 4, ANY_TOKENS));
+	ASSERT(refused("\"a\"\"b\"", 6, ANY_TOKENS));
+	ASSERT(refused("[1]]", 4, ANY_TOKENS));
+	ASSERT(!refused("{} \t\r\n", 6, ANY_TOKENS));
+	/* jsmn stops at a NUL as if the text ended: what follows counts. */
+	ASSERT(refused("{}\0", 3, ANY_TOKENS));
+	ASSERT(refused("{}\0{}", 5, ANY_TOKENS));
+	ASSERT(refused("[1]\0 ", 5, ANY_TOKENS));
+	/* Nothing, whitespace only, cut short, unbalanced, bare words. */
+	ASSERT(refused("", 0, ANY_TOKENS));
+	ASSERT(refused("  ", 2, ANY_TOKENS));
+	ASSERT(refused("{\"a\":1", 6, ANY_TOKENS));
+	ASSERT(refused("[1,2", 4, ANY_TOKENS));
+	ASSERT(refused("[1}", 3, ANY_TOKENS));
+	ASSERT(refused("{\"a\":x}", 7, ANY_TOKENS));
+	ASSERT(refused("{1:2}", 5, ANY_TOKENS));
+	/* len is honoured: what lies beyond it is not read. */
+	ASSERT(!refused("{}garbage", 2, ANY_TOKENS));
+}
+
+static void test_token_limit(void)
+{
+	/* [1,2] is 3 tokens. */
+	ASSERT(!refused("[1,2]", 5, 3));
+	ASSERT(refused("[1,2]", 5, 2));
+	ASSERT(refused("5", 1, 0));
+	/* Past the inline array too: 100 elements are 101 tokens. */
+	char text[512] = "[";
+	for (int i = 0; i < 100; i++)
+		strcat(text, i ? ",0" : "0");
+	strcat(text, "]");
+	ASSERT(!refused(text, strlen(text), 101));
+	ASSERT(refused(text, strlen(text), 100));
+	ASSERT(refused(text, strlen(text), SL_JSCAN_INLINE));
+	ASSERT(!refused(text, strlen(text), SL_JSCAN_INLINE * 4));
+	/* Texts beyond jsmn's int offsets are refused, not misread. */
+	ASSERT(refused(text, (size_t)INT_MAX + 1, ANY_TOKENS));
+}
+
+static void test_heap_path(void)
+{
+	/* Enough tokens to grow the array several times over. */
+	enum { members = 1000 };
+	size_t cap = members * 24 + 16;
+	char *text = malloc(cap);
+	ASSERT(text);
+	size_t len = 0;
+	text[len++] = '{';
+	for (int i = 0; i < members; i++)
+		len += (size_t)snprintf(text + len, cap - len, "%s\"k%d\":[%d]",
+		                        i ? "," : "", i, i);
+	text[len++] = '}';
+	struct sl_jscan s;
+	ASSERT_EQ(sl_jscan_parse(&s, text, len, ANY_TOKENS), 0);
+	/* object + per member: key, array, number */
+	ASSERT_EQ(s.n, 1 + 3 * members);
+	ASSERT(s.tok != s.inline_tok);
+	int v = sl_jscan_get(&s, 0, "k999");
+	ASSERT(v > 0);
+	ASSERT_STR_EQ(extent_of(&s, v), "[999]");
+	v = sl_jscan_get(&s, 0, "k0");
+	ASSERT_STR_EQ(extent_of(&s, v), "[0]");
+	ASSERT_EQ(sl_jscan_skip(&s, 0), s.n);
+	sl_jscan_free(&s);
+	ASSERT(s.tok == s.inline_tok && s.n == 0);
+	/* One token fewer than needed: refused, and freed all the same. */
+	ASSERT(refused(text, len, 3 * members));
+	/* An error past the inline array, after it has grown. */
+	text[len - 1] = ']';
+	ASSERT(refused(text, len, ANY_TOKENS));
+	free(text);
+}
+
+int main(void)
+{
+	RUN(test_objects_and_arrays);
+	RUN(test_strings_with_escapes);
+	RUN(test_top_level_primitives);
+	RUN(test_skip_over_nested_containers);
+	RUN(test_get);
+	RUN(test_trailing_text_is_refused);
+	RUN(test_token_limit);
+	RUN(test_heap_path);
+	return 0;
+}

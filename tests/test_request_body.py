@@ -1,0 +1,171 @@
+"""Request bodies reach llama-server as the client wrote them: the exact
+bytes an upstream receives (a capturing upstream), and llama-server's own
+answers to numbers beyond 64 bits, straight and through sluice."""
+
+import http.server
+import json
+import threading
+
+import sluice_test as st
+
+# The bytes sluice adds to a plain OpenAI request it assembles.
+STREAM_OPTIONS = b'"stream_options":{"include_usage":true}'
+
+
+class CapturingUpstream:
+    """A stand-in llama-server on a free port that records each POST body
+    and answers it with the smallest valid answer for its endpoint: a JSON
+    object, or for a stream a chat event, a usage event and [DONE]."""
+
+    def __init__(self):
+        self.bodies = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def answer(self, status, ctype, body):
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                if self.path == "/props":
+                    body = b'{"total_slots":1}'
+                else:
+                    body = b'{"status":"ok"}'
+                self.answer(200, "application/json", body)
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(n)
+                with outer.lock:
+                    outer.bodies.append((self.path, body))
+                try:
+                    wants_stream = json.loads(body).get("stream") is True
+                except ValueError:
+                    wants_stream = False
+                if not wants_stream:
+                    self.answer(200, "application/json", b'{"ok":true}')
+                    return
+                event = {"id": "c", "object": "chat.completion.chunk",
+                         "created": 1, "model": "m",
+                         "choices": [{"index": 0, "finish_reason": "stop",
+                                      "delta": {"content": "hi"}}]}
+                usage = dict(event, choices=[], usage={
+                    "prompt_tokens": 1, "completion_tokens": 1,
+                    "total_tokens": 2})
+                sse = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n"
+                               for e in (event, usage))
+                self.answer(200, "text/event-stream", sse + b"data: [DONE]\n\n")
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       daemon=True)
+        self.thread.start()
+
+    def last(self):
+        with self.lock:
+            return self.bodies[-1]
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class ExactBytes(st.TestCase):
+    """What sluice sends upstream, byte for byte."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.up = CapturingUpstream()
+        cls.sl = st.Sluice("--upstream", cls.up.url)
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.sl.stop() == 0
+        cls.up.stop()
+
+    def send(self, path, body):
+        r = st.request(self.sl.port, "POST", path, body=body,
+                       headers={"Content-Type": "application/json"})
+        self.assertEqual(r.status, 200, r.body[:300])
+        got_path, got = self.up.last()
+        self.assertEqual(got_path, path)
+        return got
+
+    def test_untouched_body_arrives_as_written(self):
+        body = (b' {"input" : "caf\\u00e9 \\u0000",\n\t"x":0.1, "y":1e-7,'
+                b' "seed":18446744073709551615, "z":-99999999999999999999,'
+                b' "b":{"priority":1} } ')
+        self.assertEqual(self.send("/v1/embeddings", body), body)
+        stream = b'{"messages":[], "seed":18446744073709551615,"stream":true}'
+        self.assertEqual(self.send("/v1/chat/completions", stream), stream)
+
+    def test_only_sluices_changes_are_made(self):
+        body = (b'{"priority":"batch", "temperature":0.1,'
+                b' "seed":18446744073709551615 ,"messages":[]}')
+        self.assertEqual(self.send("/v1/embeddings", body),
+                         b'{"temperature":0.1, "seed":18446744073709551615'
+                         b' ,"messages":[]}')
+        # A plain chat request is asked for as a stream, in place.
+        body = b'{"stream": false, "temperature":0.1, "messages":[]}'
+        self.assertEqual(self.send("/v1/chat/completions", body),
+                         b'{"stream": true, "temperature":0.1, "messages":[],'
+                         + STREAM_OPTIONS + b'}')
+
+
+class HugeNumbers(st.RelayTestCase):
+    """llama-server 0.7.0 takes integers beyond 64 bits (a seed of 2^64-1
+    wraps to 4294967295, 99999999999999999999 gives 0) and refuses 1e400
+    with a 400 of its own: through sluice the answers are the same."""
+
+    def test_huge_seeds_are_llama_servers_to_read(self):
+        # 2^64-1 becomes 4294967295, llama.cpp's "random seed", so only
+        # the seed read is compared; 99999999999999999999 becomes 0, whose
+        # text is fixed.
+        for seed, read in (("18446744073709551615", 4294967295),
+                           ("99999999999999999999", 0)):
+            body = ('{"prompt":"Once upon a time","n_predict":8,'
+                    '"seed":%s,"stream":true}' % seed)
+            direct = self.ls.post("/completion", body)
+            via = self.sl.post("/completion", body)
+            self.assertEqual(direct.status, 200, direct.body[:300])
+            self.assertEqual(via.status, 200, via.body[:300])
+            self.assertEqual(final_seed(direct.body), read)
+            self.assertEqual(final_seed(via.body), read)
+        self.assertEqual(events_text(via.body), events_text(direct.body))
+
+    def test_overflowing_real_gets_llama_servers_own_400(self):
+        body = '{"prompt":"hi","n_predict":2,"seed":1e400}'
+        for path in ("/completion", "/v1/completions"):
+            direct = self.ls.post(path, body)
+            via = self.sl.post(path, body)
+            self.assertEqual(direct.status, 400, direct.body[:300])
+            self.assertEqual(via.status, direct.status, via.body[:300])
+            self.assertEqual(via.json(), direct.json())
+
+
+def stream_events(raw):
+    return [json.loads(line[6:]) for line in raw.decode().split("\n")
+            if line.startswith("data: {")]
+
+
+def events_text(raw):
+    return "".join(e.get("content", "") for e in stream_events(raw))
+
+
+def final_seed(raw):
+    return stream_events(raw)[-1]["generation_settings"]["seed"]
+
+
+if __name__ == "__main__":
+    st.main()
