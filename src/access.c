@@ -4,9 +4,10 @@
  * The keys come from the configuration (config.c read them once, at
  * start); this file only compares. A key is read as llama-server 0.7.0
  * reads it: the Authorization header when it is not empty, else X-Api-Key,
- * either without a leading "Bearer " (case-sensitive, as there). So
- * "Authorization: Bearer KEY", "Authorization: KEY" and "X-Api-Key: KEY"
- * all work, and a wrong Authorization is not rescued by a right X-Api-Key.
+ * either without a leading "Bearer " (case-sensitive, one space, as
+ * there). So "Authorization: Bearer KEY", "Authorization: KEY" and
+ * "X-Api-Key: KEY" all work, and a wrong Authorization is not rescued by a
+ * right X-Api-Key.
  *
  * Comparison in constant time: every key is compared over SL_API_KEY_MAX
  * bytes, zero-padded (no key holds a zero byte, and the lengths are
@@ -50,12 +51,10 @@ static const char *presented_key(const struct sl_http_request *req, size_t *len)
 		key = sl_http_header(req, "X-Api-Key");
 	if (!key)
 		return NULL;
+	/* Exactly this prefix: "Bearer  KEY" (two spaces) fails there too. */
 	static const char bearer[] = "Bearer ";
-	if (strncmp(key, bearer, sizeof(bearer) - 1) == 0) {
+	if (strncmp(key, bearer, sizeof(bearer) - 1) == 0)
 		key += sizeof(bearer) - 1;
-		while (*key == ' ' || *key == '\t')
-			key++;
-	}
 	*len = strlen(key);
 	return key;
 }

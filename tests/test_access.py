@@ -150,6 +150,11 @@ class Keys(st.TestCase):
             # The scheme is case-sensitive, as in llama-server.
             ({"Authorization": "bearer " + UPSTREAM_KEY},
              {"Authorization": "bearer " + CLIENT_KEYS[0]}),
+            # One space after the scheme, as in llama-server.
+            ({"Authorization": "Bearer  " + UPSTREAM_KEY},
+             {"Authorization": "Bearer  " + CLIENT_KEYS[0]}),
+            ({"Authorization": "Basic " + UPSTREAM_KEY},
+             {"Authorization": "Basic " + CLIENT_KEYS[0]}),
             # A wrong Authorization is not rescued by a right X-Api-Key.
             (dict(bearer("wrong"), **{"X-Api-Key": UPSTREAM_KEY}),
              dict(bearer("wrong"), **{"X-Api-Key": CLIENT_KEYS[0]})),
