@@ -22,8 +22,10 @@ fi
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 
 # ---- Debian packages ----
+# chromium: the tests drive a headless browser through sluice (CORS from a
+# page on another origin; llama-server's web UI relayed with --ui).
 packages=(gcc libc6-dev pkgconf meson ninja-build python3
-	libuv1-dev libcurl4-openssl-dev libjansson-dev libjsmn-dev)
+	libuv1-dev libcurl4-openssl-dev libjansson-dev libjsmn-dev chromium)
 missing=()
 if command -v dpkg-query >/dev/null; then
 	for p in "${packages[@]}"; do

@@ -1,18 +1,195 @@
-/* access.c: client keys, the admin key and CORS (see access.h). */
+/*
+ * access.c: client keys, the admin key and CORS preflights (see access.h).
+ *
+ * The keys come from the configuration (config.c read them once, at
+ * start); this file only compares. A key is read as llama-server 0.7.0
+ * reads it: the Authorization header when it is not empty, else X-Api-Key,
+ * either without a leading "Bearer " (case-sensitive, one space, as
+ * there). So "Authorization: Bearer KEY", "Authorization: KEY" and
+ * "X-Api-Key: KEY" all work, and a wrong Authorization is not rescued by a
+ * right X-Api-Key.
+ *
+ * Comparison in constant time: every key is compared over SL_API_KEY_MAX
+ * bytes, zero-padded (no key holds a zero byte, and the lengths are
+ * compared too), reading every byte of every configured key whatever
+ * matched. How long a check takes thus depends on how many keys there are,
+ * never on how much of one a client guessed. This needs no hash and no new
+ * library: the padding does what hashing to equal-length digests would.
+ * (The lengths still show in the cost of copying, a few nanoseconds; a key
+ * length is not a secret worth a dependency.)
+ */
 #include "sluice/access.h"
+
+#include "sluice/log.h"
+
+#include <string.h>
+
+/* What the request's key turned out to be. */
+enum key_kind {
+	KEY_NONE,   /* absent, or matches no key */
+	KEY_CLIENT, /* one of --api-key / --api-key-file */
+	KEY_ADMIN,  /* --admin-key */
+};
+
+/*
+ * The preflight's answer, as llama-server 0.7.0 sends it, plus Max-Age:
+ * browsers cache a preflight for that long (Chromium caps it at 7200 s, two
+ * hours; Firefox at a day), so that a page streaming many completions asks
+ * once. llama-server sends none, which browsers read as 5 s.
+ */
+#define SL_ACCESS_PREFLIGHT_MAX_AGE_S 7200
+#define SL_ACCESS_PREFLIGHT_METHODS "GET, POST, DELETE, OPTIONS"
+
+/* llama-server's message for a missing or wrong key, word for word. */
+#define SL_ACCESS_BAD_KEY_MESSAGE "Invalid API Key"
+
+/* The key the request carries, or NULL; *len is its length. */
+static const char *presented_key(const struct sl_http_request *req, size_t *len)
+{
+	const char *key = sl_http_header(req, "Authorization");
+	if (!key || !key[0])
+		key = sl_http_header(req, "X-Api-Key");
+	if (!key)
+		return NULL;
+	/* Exactly this prefix: "Bearer  KEY" (two spaces) fails there too. */
+	static const char bearer[] = "Bearer ";
+	if (strncmp(key, bearer, sizeof(bearer) - 1) == 0)
+		key += sizeof(bearer) - 1;
+	*len = strlen(key);
+	return key;
+}
+
+/* key into a zeroed buffer of SL_API_KEY_MAX bytes; len <= the maximum. */
+static void pad(unsigned char *out, const char *key, size_t len)
+{
+	memset(out, 0, SL_API_KEY_MAX);
+	memcpy(out, key, len);
+}
+
+/*
+ * Whether two padded keys are equal, reading all SL_API_KEY_MAX bytes
+ * whatever they hold. The volatile reads keep the compiler from stopping
+ * at the first difference it could prove.
+ */
+static bool same_key(const unsigned char *a, size_t a_len,
+                     const unsigned char *b, size_t b_len)
+{
+	const volatile unsigned char *va = a, *vb = b;
+	unsigned diff = (unsigned)(a_len ^ b_len);
+	for (size_t i = 0; i < SL_API_KEY_MAX; i++)
+		diff |= (unsigned)(va[i] ^ vb[i]);
+	return diff == 0;
+}
+
+/* Which of the configured keys the request carries, checking them all. */
+static enum key_kind key_kind(const struct sl_config *cfg,
+                              const struct sl_http_request *req)
+{
+	size_t len = 0;
+	const char *key = presented_key(req, &len);
+	/* Too long for any key: a mismatch, whatever the keys are. */
+	if (!key || len == 0 || len > SL_API_KEY_MAX)
+		return KEY_NONE;
+	unsigned char given[SL_API_KEY_MAX], known[SL_API_KEY_MAX];
+	pad(given, key, len);
+	bool client = false, admin = false;
+	for (unsigned i = 0; i < cfg->api_keys.count; i++) {
+		const char *k = cfg->api_keys.items[i];
+		size_t k_len = strlen(k);
+		pad(known, k, k_len);
+		client |= same_key(given, len, known, k_len);
+	}
+	if (cfg->admin_key[0]) {
+		size_t k_len = strlen(cfg->admin_key);
+		pad(known, cfg->admin_key, k_len);
+		admin = same_key(given, len, known, k_len);
+	}
+	/* The request's key stays in its own memory; these copies go. */
+	memset(given, 0, sizeof(given));
+	memset(known, 0, sizeof(known));
+	return admin ? KEY_ADMIN : client ? KEY_CLIENT : KEY_NONE;
+}
+
+static void refuse_unauthenticated(struct sl_http_request *req)
+{
+	sl_debug("access: %s %s refused: no valid key",
+	         llhttp_method_name(req->method), req->path);
+	sl_http_respond_error(req, 401, "authentication_error", NULL,
+	                      SL_ACCESS_BAD_KEY_MESSAGE);
+}
 
 bool sl_access_allow(struct sl_app *app, struct sl_http_request *req,
                      enum sl_access level)
 {
-	(void)app;
-	(void)req;
-	(void)level;
-	return true;
+	const struct sl_config *cfg = app->cfg;
+	bool client_keys = cfg->api_keys.count > 0;
+	bool admin_key = cfg->admin_key[0] != '\0';
+
+	/* Without an admin key, /metrics is one more client endpoint. */
+	if (level == SL_ACCESS_METRICS)
+		level = admin_key ? SL_ACCESS_ADMIN : SL_ACCESS_CLIENT;
+	if (level == SL_ACCESS_PUBLIC ||
+	    (level == SL_ACCESS_CLIENT && !client_keys))
+		return true;
+
+	enum key_kind kind = key_kind(cfg, req);
+	if (level == SL_ACCESS_CLIENT) {
+		if (kind != KEY_NONE)
+			return true;
+		refuse_unauthenticated(req);
+		return false;
+	}
+	/* SL_ACCESS_ADMIN */
+	if (kind == KEY_ADMIN)
+		return true;
+	if (client_keys && kind == KEY_NONE) {
+		refuse_unauthenticated(req);
+		return false;
+	}
+	sl_debug("access: %s %s refused: %s", llhttp_method_name(req->method),
+	         req->path,
+	         admin_key ? "not the admin key" : "no --admin-key is set");
+	if (admin_key)
+		sl_http_respond_error(req, 403, "permission_error", NULL,
+		                      "%s %s needs the admin key",
+		                      llhttp_method_name(req->method),
+		                      req->path);
+	else
+		sl_http_respond_error(
+		    req, 403, "permission_error", NULL,
+		    "%s %s is an admin action, and this sluice has no admin "
+		    "key (--admin-key): it refuses every admin action",
+		    llhttp_method_name(req->method), req->path);
+	return false;
 }
 
 bool sl_access_preflight(struct sl_app *app, struct sl_http_request *req)
 {
-	(void)app;
-	(void)req;
-	return false;
+	if (req->method != HTTP_OPTIONS)
+		return false;
+	/*
+	 * With CORS off, OPTIONS is a method like any other (the routes say
+	 * 405 or 404): a browser then refuses the cross-origin call, as it
+	 * should.
+	 */
+	if (app->cfg->cors_origins.count == 0)
+		return false;
+	/*
+	 * An origin not on the list gets a plain 200: without the allow
+	 * headers the browser refuses the call, and nothing about the list
+	 * is revealed. The server adds Access-Control-Allow-Origin itself.
+	 */
+	if (!sl_http_cors_origin(req)) {
+		sl_http_respond(req, 200, NULL, NULL, "", 0);
+		return true;
+	}
+	char extra[256];
+	snprintf(extra, sizeof(extra),
+	         "Access-Control-Allow-Credentials: true\r\n"
+	         "Access-Control-Allow-Methods: %s\r\n"
+	         "Access-Control-Allow-Headers: *\r\n"
+	         "Access-Control-Max-Age: %d\r\n",
+	         SL_ACCESS_PREFLIGHT_METHODS, SL_ACCESS_PREFLIGHT_MAX_AGE_S);
+	sl_http_respond(req, 200, NULL, extra, "", 0);
+	return true;
 }

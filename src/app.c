@@ -473,6 +473,8 @@ static int open_listener(struct sl_app *app)
 	    .idle_timeout_ms = cfg->keepalive_timeout_ms,
 	    .send_timeout_ms = cfg->send_timeout_ms,
 	    .max_connections = cfg->max_connections,
+	    .cors_origins = cfg->cors_origins.items,
+	    .n_cors_origins = cfg->cors_origins.count,
 	};
 	int rc = sl_http_server_listen(&app->http, &app->loop, cfg->listen_host,
 	                               cfg->listen_port, &limits,

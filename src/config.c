@@ -6,12 +6,15 @@
 
 #include "sluice/common.h"
 #include "sluice/demo_model.h"
+#include "sluice/http.h"
 #include "sluice/log.h"
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
@@ -27,6 +30,13 @@ enum opt_type {
 	OPT_CHOICE,   /* one of choices[], stored as its index */
 	OPT_URL_LIST, /* repeatable http(s) base URL */
 	OPT_ARG_LIST, /* repeatable verbatim argument */
+	/*
+	 * Repeatable secret: each value is a comma-separated list of keys, as
+	 * llama-server's --api-key takes. A key is never echoed in an error.
+	 */
+	OPT_KEY_LIST,
+	OPT_SECRET,      /* one key, never echoed */
+	OPT_ORIGIN_LIST, /* repeatable web origin, or "*" or "none"; commas */
 };
 
 struct option_def {
@@ -122,6 +132,30 @@ static const struct option_def options[] = {
 	 24 * 3600 * SEC, NULL,
 	 "once an upstream answer has begun, the longest silence allowed "
 	 "between its bytes",
+	 NULL},
+	{"api-key", "SLUICE_API_KEY", "KEY", OPT_KEY_LIST, FIELD(api_keys),
+	 NULL, 0, 0, NULL,
+	 "a key clients must send (Authorization: Bearer KEY, or X-Api-Key: "
+	 "KEY) for every endpoint but /health, /ready and /v1/health; "
+	 "repeatable, and a value may list several, comma-separated (so may "
+	 "the environment)",
+	 "none: no key needed"},
+	{"api-key-file", "SLUICE_API_KEY_FILE", "FILE", OPT_STRING,
+	 FIELD(api_key_file), "", 0, 0, NULL,
+	 "more client keys, one per line (blank lines and lines starting "
+	 "with # are skipped); read once, at start",
+	 "none"},
+	{"admin-key", "SLUICE_ADMIN_KEY", "KEY", OPT_SECRET, FIELD(admin_key),
+	 "", 0, 0, NULL,
+	 "the key for actions that change llama-server's state (POST /props, "
+	 "POST /slots/ID, POST /lora-adapters) and for /metrics; it also "
+	 "serves wherever a client key does",
+	 "none: admin actions are refused, /metrics follows --api-key"},
+	{"cors-origin", "SLUICE_CORS_ORIGIN", "ORIGIN", OPT_ORIGIN_LIST,
+	 FIELD(cors_origins), "*", 0, 0, NULL,
+	 "a web origin (https://app.example:8443) whose pages may call "
+	 "sluice; repeatable (environment: comma-separated); * lets any "
+	 "origin, none turns CORS off",
 	 NULL},
 	{"max-connections", "SLUICE_MAX_CONNECTIONS", "N", OPT_UINT,
 	 FIELD(max_connections), "10000", 1, 1000000, NULL,
@@ -419,6 +453,113 @@ static void join_choices(const char *const *choices, char *buf, size_t size)
 }
 
 /*
+ * Whether key[0..len) can be a client key: not empty, at most
+ * SL_API_KEY_MAX bytes, and nothing a header value loses or cannot hold
+ * (whitespace is trimmed from header values; control bytes are refused).
+ * The error never shows the key.
+ */
+static int check_key(const char *key, size_t len, const char *where, char *err,
+                     size_t size)
+{
+	if (len == 0)
+		return fail(err, size, where,
+		            "an empty key (keys are separated by commas)");
+	if (len > SL_API_KEY_MAX)
+		return fail(err, size, where,
+		            "a key of %zu bytes is over the %u allowed", len,
+		            SL_API_KEY_MAX);
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)key[i] <= 0x20 ||
+		    (unsigned char)key[i] == 0x7f)
+			return fail(err, size, where,
+			            "a key holds a space or a control byte, "
+			            "which a client cannot send in a header");
+	return 0;
+}
+
+/* Calls `each` for every comma-separated item of value, trimmed. */
+static int for_each_item(const char *value, const char *where, char *err,
+                         size_t size,
+                         int (*each)(void *, const char *, size_t, const char *,
+                                     char *, size_t),
+                         void *ctx)
+{
+	const char *p = value;
+	for (;;) {
+		const char *comma = strchr(p, ',');
+		const char *end = comma ? comma : p + strlen(p);
+		while (p < end && (*p == ' ' || *p == '\t'))
+			p++;
+		const char *e = end;
+		while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
+			e--;
+		int rc = each(ctx, p, (size_t)(e - p), where, err, size);
+		if (rc != 0)
+			return rc;
+		if (!comma)
+			return 0;
+		p = comma + 1;
+	}
+}
+
+static void push_span(struct sl_strlist *l, const char *s, size_t len)
+{
+	char *copy = sl_xmalloc(len + 1);
+	memcpy(copy, s, len);
+	copy[len] = '\0';
+	sl_strlist_push(l, copy);
+	explicit_bzero(copy, len);
+	free(copy);
+}
+
+static int add_key(void *list, const char *key, size_t len, const char *where,
+                   char *err, size_t size)
+{
+	if (check_key(key, len, where, err, size) != 0)
+		return SL_EINVAL;
+	push_span(list, key, len);
+	return 0;
+}
+
+static int apply_keys(struct sl_strlist *keys, const char *value,
+                      const char *where, char *err, size_t size)
+{
+	return for_each_item(value, where, err, size, add_key, keys);
+}
+
+/*
+ * "*", "none", or an origin as browsers send it: scheme "://" host, an
+ * optional port, nothing after (a trailing "/" would never match).
+ */
+static int add_origin(void *list, const char *origin, size_t len,
+                      const char *where, char *err, size_t size)
+{
+	const char *sep = len > 3 ? strstr(origin, "://") : NULL;
+	bool ok = (len == 1 && origin[0] == '*') ||
+	          (len == 4 && strncmp(origin, "none", 4) == 0);
+	if (!ok && sep && sep > origin && sep + 3 < origin + len) {
+		ok = len <= SL_HTTP_ORIGIN_MAX;
+		for (const char *c = sep + 3; ok && c < origin + len; c++)
+			ok = *c > 0x20 && *c < 0x7f && *c != '/' && *c != '?' &&
+			     *c != '#';
+	}
+	if (!ok)
+		return fail(err, size, where,
+		            "expected *, none or an origin such as "
+		            "https://app.example:8443 (scheme, host and port "
+		            "only), got \"%.*s\"",
+		            (int)len, origin);
+	push_span(list, origin, len);
+	return 0;
+}
+
+static int apply_origins(struct sl_strlist *origins, const char *value,
+                         const char *where, char *err, size_t size)
+{
+	return for_each_item(value, where, err, size, add_origin, origins);
+}
+
+/*
  * Applies one value to one option. `where` names the source in errors (the
  * flag or the environment variable).
  */
@@ -513,14 +654,35 @@ static int apply(struct sl_config *cfg, const struct option_def *o,
 		return 0;
 	}
 	case OPT_ARG_LIST: sl_strlist_push(field, value); return 0;
+	case OPT_KEY_LIST: return apply_keys(field, value, where, err, size);
+	case OPT_SECRET:
+		if (*value &&
+		    check_key(value, strlen(value), where, err, size) != 0)
+			return SL_EINVAL;
+		set_string(field, value);
+		return 0;
+	case OPT_ORIGIN_LIST:
+		return apply_origins(field, value, where, err, size);
 	}
 	return SL_EINVAL;
 }
 
-/* A list option's environment value holds several items. */
+static int is_list(const struct option_def *o)
+{
+	return o->type == OPT_URL_LIST || o->type == OPT_ARG_LIST ||
+	       o->type == OPT_KEY_LIST || o->type == OPT_ORIGIN_LIST;
+}
+
+/*
+ * A list option's environment value holds several items. Key and origin
+ * lists split their values on commas themselves, flags and environment
+ * alike.
+ */
 static int apply_env_list(struct sl_config *cfg, const struct option_def *o,
                           const char *value, char *err, size_t size)
 {
+	if (o->type == OPT_KEY_LIST || o->type == OPT_ORIGIN_LIST)
+		return apply(cfg, o, value, o->env, err, size);
 	const char *seps = o->type == OPT_URL_LIST ? ", \t\n" : " \t\n";
 	char *copy = sl_xstrdup(value), *save = NULL;
 	int rc = 0;
@@ -540,11 +702,6 @@ static const char *env_lookup(char *const envp[], const char *name)
 	return NULL;
 }
 
-static int is_list(const struct option_def *o)
-{
-	return o->type == OPT_URL_LIST || o->type == OPT_ARG_LIST;
-}
-
 static int apply_defaults_and_env(struct sl_config *cfg, char *const envp[],
                                   char *err, size_t size)
 {
@@ -555,6 +712,9 @@ static int apply_defaults_and_env(struct sl_config *cfg, char *const envp[],
 		const char *v = env_lookup(envp, o->env);
 		if (!v || !*v)
 			continue;
+		/* The environment replaces a list's default (--cors-origin). */
+		if (is_list(o))
+			sl_strlist_clear((void *)((char *)cfg + o->offset));
 		int rc = is_list(o) ? apply_env_list(cfg, o, v, err, size)
 		                    : apply(cfg, o, v, o->env, err, size);
 		if (rc != 0)
@@ -601,6 +761,105 @@ static int apply_action(struct sl_config *cfg, const struct action_def *a,
 	return 0;
 }
 
+/* Where an option's value came from, for an error line. */
+static const char *source_name(const bool *from_argv, const char *name,
+                               char *buf, size_t size)
+{
+	const struct option_def *o = find_option(name, strlen(name));
+	if (from_argv[o - options]) {
+		snprintf(buf, size, "--%s", o->name);
+		return buf;
+	}
+	return o->env;
+}
+
+/*
+ * Adds the keys of --api-key-file to the client keys. The file is read
+ * once, here: a key added later takes a restart (or a second sluice behind
+ * the same balancer), which keeps the check on each request free of I/O.
+ */
+static int read_key_file(struct sl_config *cfg, const bool *from_argv,
+                         char *err, size_t size)
+{
+	if (!cfg->api_key_file[0])
+		return 0;
+	char where[PATH_MAX + 32], opt[32];
+	snprintf(where, sizeof(where), "%s %s",
+	         source_name(from_argv, "api-key-file", opt, sizeof(opt)),
+	         cfg->api_key_file);
+	FILE *f = fopen(cfg->api_key_file, "r");
+	if (!f)
+		return fail(err, size, where, "cannot read it: %s",
+		            strerror(errno));
+	char *text = sl_xmalloc(SL_API_KEY_FILE_MAX + 1);
+	size_t len = fread(text, 1, SL_API_KEY_FILE_MAX + 1, f);
+	int read_error = ferror(f) ? errno : 0;
+	fclose(f);
+	int rc = 0;
+	if (read_error)
+		rc = fail(err, size, where, "cannot read it: %s",
+		          strerror(read_error));
+	else if (len > SL_API_KEY_FILE_MAX)
+		rc = fail(err, size, where, "over %u bytes: not a list of keys",
+		          SL_API_KEY_FILE_MAX);
+	text[len < SL_API_KEY_FILE_MAX ? len : SL_API_KEY_FILE_MAX] = '\0';
+
+	unsigned line_no = 0, found = 0;
+	for (char *line = text, *next; rc == 0 && line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		line_no++;
+		/* Editors leave CRs and stray spaces; no key holds either. */
+		size_t n = strlen(line);
+		while (n > 0 && (line[n - 1] == '\r' || line[n - 1] == ' ' ||
+		                 line[n - 1] == '\t'))
+			n--;
+		char *key = line;
+		while (n > 0 && (*key == ' ' || *key == '\t')) {
+			key++;
+			n--;
+		}
+		if (n == 0 || key[0] == '#')
+			continue;
+		char at[sizeof(where) + 24];
+		snprintf(at, sizeof(at), "%s, line %u", where, line_no);
+		if (check_key(key, n, at, err, size) != 0)
+			rc = SL_EINVAL;
+		else
+			push_span(&cfg->api_keys, key, n);
+		found++;
+	}
+	explicit_bzero(text,
+	               len < SL_API_KEY_FILE_MAX ? len : SL_API_KEY_FILE_MAX);
+	free(text);
+	if (rc == 0 && found == 0)
+		rc = fail(err, size, where,
+		          "no key in it (one key per line; blank lines and "
+		          "lines starting with # are skipped)");
+	return rc;
+}
+
+/*
+ * "*" and "none" stand alone; "none" leaves the list empty, which is how
+ * the HTTP server reads "no CORS".
+ */
+static int settle_origins(struct sl_config *cfg, char *err, size_t size)
+{
+	struct sl_strlist *l = &cfg->cors_origins;
+	for (unsigned i = 0; i < l->count; i++) {
+		bool special = strcmp(l->items[i], "*") == 0 ||
+		               strcmp(l->items[i], "none") == 0;
+		if (special && l->count > 1)
+			return fail(err, size, "--cors-origin",
+			            "%s cannot be combined with other origins",
+			            l->items[i]);
+	}
+	if (l->count == 1 && strcmp(l->items[0], "none") == 0)
+		sl_strlist_clear(l);
+	return 0;
+}
+
 int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
                     char *const envp[], char *err, size_t size)
 {
@@ -611,8 +870,11 @@ int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
 	if (rc != 0)
 		return rc;
 
-	/* Lists given on the command line replace their environment twin. */
-	bool list_from_argv[SL_ARRAY_SIZE(options)] = {false};
+	/*
+	 * Options given on the command line; lists given there replace their
+	 * environment twin.
+	 */
+	bool from_argv[SL_ARRAY_SIZE(options)] = {false};
 
 	for (int i = 1; i < argc; i++) {
 		const char *arg = argv[i];
@@ -651,14 +913,19 @@ int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
 			continue;
 		}
 		size_t idx = (size_t)(o - options);
-		if (is_list(o) && !list_from_argv[idx]) {
+		if (is_list(o) && !from_argv[idx])
 			sl_strlist_clear((void *)((char *)cfg + o->offset));
-			list_from_argv[idx] = true;
-		}
+		from_argv[idx] = true;
 		rc = apply(cfg, o, value, where, err, size);
 		if (rc != 0)
 			return rc;
 	}
+	rc = read_key_file(cfg, from_argv, err, size);
+	if (rc != 0)
+		return rc;
+	rc = settle_origins(cfg, err, size);
+	if (rc != 0)
+		return rc;
 	/*
 	 * Across options: a reserve that covers every slot would leave
 	 * non-urgent requests nothing (for ever, with --aging-rate 0).
@@ -682,7 +949,22 @@ void sl_config_free(struct sl_config *cfg)
 		switch (options[i].type) {
 		case OPT_STRING:
 		case OPT_ADDR: free(*(char **)field); break;
+		case OPT_SECRET:
+			if (*(char **)field)
+				explicit_bzero(*(char **)field,
+				               strlen(*(char **)field));
+			free(*(char **)field);
+			break;
+		case OPT_KEY_LIST: {
+			struct sl_strlist *keys = field;
+			for (unsigned k = 0; k < keys->count; k++)
+				explicit_bzero(keys->items[k],
+				               strlen(keys->items[k]));
+			sl_strlist_clear(keys);
+			break;
+		}
 		case OPT_URL_LIST:
+		case OPT_ORIGIN_LIST:
 		case OPT_ARG_LIST: sl_strlist_clear(field); break;
 		default: break;
 		}

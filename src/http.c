@@ -154,6 +154,8 @@ void sl_http_limits_default(struct sl_http_limits *l)
 	l->send_timeout_ms = SL_HTTP_SEND_TIMEOUT_MS;
 	l->max_connections = SL_HTTP_MAX_CONNECTIONS;
 	l->server_name = NULL;
+	l->cors_origins = NULL; /* no CORS unless the owner asks for it */
+	l->n_cors_origins = 0;
 }
 
 static struct request_state *state_of(struct sl_http_request *req)
@@ -537,6 +539,41 @@ const char *sl_http_header(const struct sl_http_request *req, const char *name)
 	return NULL;
 }
 
+/* ---- CORS ---- */
+
+/* The request's Origin when it may be echoed into a head, else NULL. */
+static const char *request_origin(const struct sl_http_request *req)
+{
+	const char *origin = req ? sl_http_header(req, "Origin") : NULL;
+	if (origin &&
+	    (!origin[0] || !sl_http_field_value_ok(origin, SL_HTTP_ORIGIN_MAX)))
+		return NULL;
+	return origin;
+}
+
+/* See sl_http_cors_origin(); `req` may be NULL (refused before a request). */
+static const char *cors_allowed(const struct sl_http_limits *l,
+                                const struct sl_http_request *req)
+{
+	if (l->n_cors_origins == 0)
+		return NULL;
+	const char *origin = request_origin(req);
+	if (l->n_cors_origins == 1 && strcmp(l->cors_origins[0], "*") == 0)
+		return origin ? origin : "*";
+	if (!origin)
+		return NULL;
+	/* Origins are compared exactly: RFC 6454 serialises them one way. */
+	for (unsigned i = 0; i < l->n_cors_origins; i++)
+		if (strcmp(l->cors_origins[i], origin) == 0)
+			return origin;
+	return NULL;
+}
+
+const char *sl_http_cors_origin(const struct sl_http_request *req)
+{
+	return cors_allowed(&req->conn->server->limits, req);
+}
+
 /* ---- writing ---- */
 
 struct write_req {
@@ -664,16 +701,26 @@ static char *format_head(struct sl_http_conn *c, int status,
 	/* The id is sluice's own or was checked in assign_request_id. */
 	bool has_id = st && st->pub.id[0];
 	const char *server = c->server->limits.server_name;
+	/*
+	 * CORS goes on every head written here, so that no answer (an error
+	 * sluice raises while parsing included) can lack it. The Origin was
+	 * checked in request_origin() before it is echoed.
+	 */
+	bool cors_on = c->server->limits.n_cors_origins > 0;
+	const char *acao =
+	    cors_allowed(&c->server->limits, st ? &st->pub : NULL);
 	char *head = sl_xasprintf(
 	    "HTTP/1.1 %d %s\r\nServer: %s%s\r\nDate: %s\r\n%s%s%s%s"
-	    "Connection: %s\r\n%s%s%s%s\r\n",
+	    "Connection: %s\r\n%s%s%s%s%s%s%s%s\r\n",
 	    status, sl_http_reason(status), server ? server : "sluice/",
 	    server ? "" : SL_VERSION, http_date(c->server),
 	    content_type ? "Content-Type: " : "",
 	    content_type ? content_type : "", content_type ? "\r\n" : "",
 	    length, keep_alive ? "keep-alive" : "close",
 	    has_id ? "X-Request-Id: " : "", has_id ? st->pub.id : "",
-	    has_id ? "\r\n" : "", extra ? extra : "");
+	    has_id ? "\r\n" : "", acao ? "Access-Control-Allow-Origin: " : "",
+	    acao ? acao : "", acao ? "\r\n" : "",
+	    cors_on ? "Vary: Origin\r\n" : "", extra ? extra : "");
 	*len = strlen(head);
 	if (st)
 		st->pub.status = status;
@@ -782,8 +829,8 @@ void sl_http_respond_error(struct sl_http_request *req, int status,
 	va_end(ap);
 	size_t len;
 	char *body = error_body(status, type, message, &len);
-	sl_http_respond(req, status, "application/json", extra_headers, body,
-	                len);
+	sl_http_respond(req, status, SL_HTTP_ERROR_CONTENT_TYPE, extra_headers,
+	                body, len);
 	free(body);
 }
 
@@ -886,7 +933,7 @@ static void conn_reject(struct sl_http_conn *c, int status, const char *message)
 	                                   : "invalid_request_error";
 	size_t body_len, head_len;
 	char *body = error_body(status, type, message, &body_len);
-	char *head = format_head(c, status, "application/json", NULL,
+	char *head = format_head(c, status, SL_HTTP_ERROR_CONTENT_TYPE, NULL,
 	                         (long long)body_len, false, &head_len);
 	uv_buf_t bufs[2] = {uv_buf_init(head, (unsigned)head_len),
 	                    uv_buf_init(body, (unsigned)body_len)};

@@ -57,6 +57,9 @@ const struct sl_endpoint sl_endpoints[] = {
 	 SL_API_GENERATE, SL_ASSEMBLE_NATIVE, false, false},
 	{"/infer", HTTP_POST, "/completion", SL_END_STOP, true, true,
 	 SL_API_INFER, SL_ASSEMBLE_NATIVE, false, false},
+	/* Local to the access branch, to test the admin key: routes owns this. */
+	{"/props", HTTP_POST, "/props", SL_END_NONE, true, false,
+	 SL_API_RELAY, SL_ASSEMBLE_NONE, true, false},
 };
 /* clang-format on */
 const unsigned sl_n_endpoints = SL_ARRAY_SIZE(sl_endpoints);

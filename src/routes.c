@@ -1,6 +1,7 @@
 /* routes.c: the route table and the small handlers that live with it. */
 #include "sluice/routes.h"
 
+#include "sluice/access.h"
 #include "sluice/common.h"
 #include "sluice/exposition.h"
 #include "sluice/proxy.h"
@@ -14,6 +15,7 @@ struct route {
 	const char *path;
 	llhttp_method_t method;
 	route_handler handler;
+	enum sl_access access;
 };
 
 static void respond_health(struct sl_app *app, struct sl_http_request *req,
@@ -42,9 +44,10 @@ static void handle_ready(struct sl_app *app, struct sl_http_request *req)
 }
 
 static const struct route routes[] = {
-    {"/health", HTTP_GET, handle_health},
-    {"/ready", HTTP_GET, handle_ready},
-    {"/metrics", HTTP_GET, sl_exposition_handle},
+    {"/health", HTTP_GET, handle_health, SL_ACCESS_PUBLIC},
+    {"/v1/health", HTTP_GET, handle_health, SL_ACCESS_PUBLIC},
+    {"/ready", HTTP_GET, handle_ready, SL_ACCESS_PUBLIC},
+    {"/metrics", HTTP_GET, sl_exposition_handle, SL_ACCESS_METRICS},
 };
 
 /*
@@ -68,11 +71,15 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 {
 	struct sl_app *app = data;
 	char allow[128] = "";
+	/* CORS preflights are answered before any key is asked for. */
+	if (sl_access_preflight(app, req))
+		return;
 	for (size_t i = 0; i < SL_ARRAY_SIZE(routes); i++) {
 		if (strcmp(routes[i].path, req->path) != 0)
 			continue;
 		if (method_matches(routes[i].method, req->method)) {
-			routes[i].handler(app, req);
+			if (sl_access_allow(app, req, routes[i].access))
+				routes[i].handler(app, req);
 			return;
 		}
 		add_allowed(allow, sizeof(allow), routes[i].method);
@@ -86,11 +93,20 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 		if (strcmp(ep->path, req->path) != 0)
 			continue;
 		if (method_matches(ep->method, req->method)) {
-			sl_proxy_handle(app, req, ep);
+			if (sl_access_allow(app, req,
+			                    ep->admin ? SL_ACCESS_ADMIN
+			                              : SL_ACCESS_CLIENT))
+				sl_proxy_handle(app, req, ep);
 			return;
 		}
 		add_allowed(allow, sizeof(allow), ep->method);
 	}
+	/*
+	 * As llama-server: with client keys set, a request without a valid
+	 * key learns nothing about which paths exist.
+	 */
+	if (!sl_access_allow(app, req, SL_ACCESS_CLIENT))
+		return;
 	if (allow[0]) {
 		char extra[160];
 		snprintf(extra, sizeof(extra), "Allow: %s\r\n", allow);

@@ -50,6 +50,14 @@ class Cli(st.TestCase):
             (["--bogus"], {}, "--bogus"),
             ([], {"SLUICE_CTX_SIZE": "tiny"}, "SLUICE_CTX_SIZE"),
             ([], {"SLUICE_LOG_LEVEL": "chatty"}, "SLUICE_LOG_LEVEL"),
+            (["--api-key", "k1,,k2"], {}, "--api-key"),
+            ([], {"SLUICE_ADMIN_KEY": "has space"}, "SLUICE_ADMIN_KEY"),
+            (["--api-key-file", "/nonexistent/keys"], {},
+             "--api-key-file /nonexistent/keys: cannot read it"),
+            ([], {"SLUICE_API_KEY_FILE": "/nonexistent/keys"},
+             "SLUICE_API_KEY_FILE /nonexistent/keys: cannot read it"),
+            (["--cors-origin", "https://app.example/"], {}, "--cors-origin"),
+            ([], {"SLUICE_CORS_ORIGIN": "*,http://a"}, "--cors-origin"),
         ]
         for args, env, name in cases:
             with self.subTest(args=args, env=env):
@@ -60,6 +68,36 @@ class Cli(st.TestCase):
                 self.assertEqual(len(lines), 1, r.stderr)
                 self.assertTrue(lines[0].startswith("sluice: %s" % name),
                                 lines[0])
+
+    def test_a_key_file_without_keys_is_one_clear_error(self):
+        path = os.path.join(self.tmp, "keys")
+        with open(path, "w") as f:
+            f.write("# keys go here, one per line\n\n")
+        r = run("--api-key-file", path)
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(
+            r.stderr,
+            "sluice: --api-key-file %s: no key in it (one key per line; "
+            "blank lines and lines starting with # are skipped)\n" % path)
+
+    def test_keys_never_show_in_help_or_errors(self):
+        secret = "s3cr3t-key-value"
+        r = run("--help", env={"SLUICE_API_KEY": secret,
+                               "SLUICE_ADMIN_KEY": secret})
+        self.assertEqual(r.returncode, 0)
+        self.assertNotIn(secret, r.stdout)
+        self.assertIn("[SLUICE_API_KEY; default: none: no key needed]",
+                      r.stdout)
+        # A refused key is described, never repeated.
+        for args in (["--api-key", secret + " x"],
+                     ["--admin-key", secret + "\x01"],
+                     ["--api-key", secret * 20]):
+            with self.subTest(args=args[0]):
+                r = run(*args)
+                self.assertEqual(r.returncode, 2)
+                self.assertNotIn(secret, r.stderr)
+                self.assertTrue(r.stderr.startswith("sluice: %s: " % args[0]),
+                                r.stderr)
 
     def test_write_demo_model(self):
         for size in ("tiny", "slow"):

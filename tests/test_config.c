@@ -6,6 +6,8 @@
 #include "sluice/log.h"
 #include "test.h"
 
+#include <unistd.h>
+
 #define MAX_ARGS 16
 
 struct parsed {
@@ -294,6 +296,167 @@ static void test_actions(void)
 }
 
 /* --help names every option with its variable and its default. */
+/* Writes text to a new temporary file; returns its path (caller frees). */
+static char *temp_file(const char *text)
+{
+	char *path = sl_xasprintf("/tmp/sluice-test-keys-XXXXXX");
+	int fd = mkstemp(path);
+	ASSERT(fd >= 0);
+	ASSERT_EQ(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+	return path;
+}
+
+static void test_keys(void)
+{
+	struct parsed p;
+	/* None by default; CORS lets any origin. */
+	parse(&p, NULL, NULL);
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.api_keys.count, 0);
+	ASSERT_STR_EQ(p.cfg.admin_key, "");
+	ASSERT_EQ(p.cfg.cors_origins.count, 1);
+	ASSERT_STR_EQ(p.cfg.cors_origins.items[0], "*");
+	sl_config_free(&p.cfg);
+
+	/* Flags repeat, and each value may list several, as llama-server. */
+	parse(&p,
+	      ARGS("--api-key", "k1,k2", "--api-key=k3", "--admin-key", "adm"),
+	      ENV("SLUICE_API_KEY=e1,e2", "SLUICE_ADMIN_KEY=eadm"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.api_keys.count, 3);
+	ASSERT_STR_EQ(p.cfg.api_keys.items[0], "k1");
+	ASSERT_STR_EQ(p.cfg.api_keys.items[1], "k2");
+	ASSERT_STR_EQ(p.cfg.api_keys.items[2], "k3");
+	ASSERT_STR_EQ(p.cfg.admin_key, "adm");
+	sl_config_free(&p.cfg);
+
+	/* The environment: comma-separated, spaces around items dropped. */
+	parse(&p, NULL, ENV("SLUICE_API_KEY=e1, e2", "SLUICE_ADMIN_KEY=eadm"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.api_keys.count, 2);
+	ASSERT_STR_EQ(p.cfg.api_keys.items[1], "e2");
+	ASSERT_STR_EQ(p.cfg.admin_key, "eadm");
+	sl_config_free(&p.cfg);
+
+	/* A key file adds to the keys: comments, blanks, CRLF, spaces. */
+	char *file = temp_file("# team keys\n\nf1\r\n  f2  \n#f3\nf4");
+	parse(&p, ARGS("--api-key", "k1", "--api-key-file", file), NULL);
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.api_keys.count, 4);
+	ASSERT_STR_EQ(p.cfg.api_keys.items[0], "k1");
+	ASSERT_STR_EQ(p.cfg.api_keys.items[1], "f1");
+	ASSERT_STR_EQ(p.cfg.api_keys.items[2], "f2");
+	ASSERT_STR_EQ(p.cfg.api_keys.items[3], "f4");
+	sl_config_free(&p.cfg);
+	char *env = sl_xasprintf("SLUICE_API_KEY_FILE=%s", file);
+	parse(&p, NULL, ENV(env));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.api_keys.count, 3);
+	sl_config_free(&p.cfg);
+	free(env);
+	unlink(file);
+	free(file);
+
+	/* A file without a key, or none at all: one line naming it. */
+	file = temp_file("# nothing yet\n\n");
+	parse(&p, ARGS("--api-key-file", file), NULL);
+	ASSERT_EQ(p.rc, SL_EINVAL);
+	char *want = sl_xasprintf("--api-key-file %s: no key in it", file);
+	ASSERT_CONTAINS(p.err, want);
+	free(want);
+	sl_config_free(&p.cfg);
+	unlink(file);
+	parse(&p, ARGS("--api-key-file", file), NULL);
+	ASSERT_EQ(p.rc, SL_EINVAL);
+	want = sl_xasprintf("--api-key-file %s: cannot read it: No such file",
+	                    file);
+	ASSERT_CONTAINS(p.err, want);
+	free(want);
+	sl_config_free(&p.cfg);
+	free(file);
+
+	/* Bad keys are refused without the key in the message. */
+	file = temp_file("good\nse cret\n");
+	parse(&p, ARGS("--api-key-file", file), NULL);
+	ASSERT_EQ(p.rc, SL_EINVAL);
+	ASSERT_CONTAINS(p.err, ", line 2: a key holds a space");
+	ASSERT(!strstr(p.err, "cret"));
+	sl_config_free(&p.cfg);
+	unlink(file);
+	free(file);
+	static const char *const bad_keys[] = {"k1,,k2", "", "k1,", "a\tb"};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(bad_keys); i++) {
+		parse(&p, ARGS("--api-key", bad_keys[i]), NULL);
+		ASSERT_EQ(p.rc, SL_EINVAL);
+		ASSERT_CONTAINS(p.err, "--api-key: ");
+		sl_config_free(&p.cfg);
+	}
+	char *huge = sl_xmalloc(SL_API_KEY_MAX + 2);
+	memset(huge, 'k', SL_API_KEY_MAX + 1);
+	huge[SL_API_KEY_MAX + 1] = '\0';
+	parse(&p, ARGS("--admin-key", huge), NULL);
+	ASSERT_EQ(p.rc, SL_EINVAL);
+	ASSERT_CONTAINS(p.err, "--admin-key: a key of 257 bytes is over the "
+	                       "256 allowed");
+	ASSERT(!strstr(p.err, "kkkk"));
+	sl_config_free(&p.cfg);
+	huge[SL_API_KEY_MAX] = '\0';
+	parse(&p, ARGS("--admin-key", huge), NULL);
+	ASSERT_EQ(p.rc, 0);
+	sl_config_free(&p.cfg);
+	free(huge);
+}
+
+static void test_cors_origins(void)
+{
+	struct parsed p;
+	parse(&p,
+	      ARGS("--cors-origin", "https://a.example",
+	           "--cors-origin=http://b.example:8080,http://[::1]:3"),
+	      ENV("SLUICE_CORS_ORIGIN=http://env.example"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.cors_origins.count, 3);
+	ASSERT_STR_EQ(p.cfg.cors_origins.items[0], "https://a.example");
+	ASSERT_STR_EQ(p.cfg.cors_origins.items[1], "http://b.example:8080");
+	ASSERT_STR_EQ(p.cfg.cors_origins.items[2], "http://[::1]:3");
+	sl_config_free(&p.cfg);
+
+	/* The environment replaces the default "*", not adds to it. */
+	parse(&p, NULL, ENV("SLUICE_CORS_ORIGIN=http://x:1, http://y:2"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.cors_origins.count, 2);
+	ASSERT_STR_EQ(p.cfg.cors_origins.items[1], "http://y:2");
+	sl_config_free(&p.cfg);
+
+	/* "none": an empty list, which the server reads as no CORS. */
+	parse(&p, ARGS("--cors-origin", "none"), NULL);
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.cors_origins.count, 0);
+	sl_config_free(&p.cfg);
+	parse(&p, NULL, ENV("SLUICE_CORS_ORIGIN=none"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.cors_origins.count, 0);
+	sl_config_free(&p.cfg);
+
+	static const struct {
+		const char *value, *err;
+	} bad[] = {
+	    {"https://a.example/", "got \"https://a.example/\""},
+	    {"a.example", "expected *, none or an origin"},
+	    {"http://", "expected *, none or an origin"},
+	    {"*,http://a:1", "* cannot be combined with other origins"},
+	    {"none,http://a:1", "none cannot be combined"},
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(bad); i++) {
+		parse(&p, ARGS("--cors-origin", bad[i].value), NULL);
+		ASSERT_EQ(p.rc, SL_EINVAL);
+		ASSERT_CONTAINS(p.err, "--cors-origin: ");
+		ASSERT_CONTAINS(p.err, bad[i].err);
+		sl_config_free(&p.cfg);
+	}
+}
+
 static void test_usage(void)
 {
 	char *text = NULL;
@@ -321,6 +484,10 @@ static void test_usage(void)
 		"[SLUICE_URGENT_BYPASS; default: on]",
 		"[SLUICE_MAX_QUEUE; default: 1024]",
 		"[SLUICE_MAX_BODY; default: 1M]",
+		"--api-key KEY", "[SLUICE_API_KEY; default: none: no key needed]",
+		"--api-key-file FILE", "[SLUICE_API_KEY_FILE; default: none]",
+		"--admin-key KEY", "[SLUICE_ADMIN_KEY; default: none:",
+		"--cors-origin ORIGIN", "[SLUICE_CORS_ORIGIN; default: *]",
 		"--write-demo-model PATH", "--help", "--version",
 	};
 	/* clang-format on */
@@ -347,6 +514,8 @@ int main(void)
 	RUN(test_durations);
 	RUN(test_bad_values);
 	RUN(test_actions);
+	RUN(test_keys);
+	RUN(test_cors_origins);
 	RUN(test_usage);
 	return 0;
 }

@@ -145,6 +145,11 @@ static void handler(struct sl_http_request *req, void *data)
 		                strlen(req->id));
 		return;
 	}
+	if (strcmp(req->path, "/error") == 0) {
+		sl_http_respond_error(req, 404, "not_found_error", NULL,
+		                      "nothing at %s", req->path);
+		return;
+	}
 	if (strcmp(req->path, "/stream") == 0) {
 		sl_http_stream_start(req, 200, "text/plain", NULL, -1);
 		sl_http_stream_write(req, "one,", 4);
@@ -1220,6 +1225,133 @@ static void test_hostile_content_types(void)
 	server_stop(s);
 }
 
+/* The head of one answer to `request`, sent on a new connection. */
+static void head_for(struct server *s, const char *request, struct response *r)
+{
+	bool closed;
+	exchange(s, request, r, &closed);
+}
+
+static void assert_lacks(const char *head, const char *what)
+{
+	if (strstr(head, what))
+		TEST_FAIL("unexpected \"%s\" in:\n%s", what, head);
+}
+
+static void test_cors_on_every_answer(void)
+{
+	struct response r;
+	/* Off by default: no CORS header at all. */
+	struct sl_http_limits l;
+	small_limits(&l);
+	struct server *s = server_start(&l);
+	head_for(s, "GET /echo HTTP/1.1\r\nHost: x\r\nOrigin: http://o\r\n\r\n",
+	         &r);
+	assert_lacks(r.head, "Access-Control");
+	assert_lacks(r.head, "Vary");
+	server_stop(s);
+
+	/* "*": the Origin echoed, or "*" without one; on every kind of answer.
+	 */
+	char *any[] = {"*"};
+	l.cors_origins = any;
+	l.n_cors_origins = 1;
+	s = server_start(&l);
+	head_for(s,
+	         "GET /echo HTTP/1.1\r\nHost: x\r\nOrigin: http://o:1\r\n\r\n",
+	         &r);
+	ASSERT_EQ(r.status, 200);
+	ASSERT_CONTAINS(r.head,
+	                "\r\nAccess-Control-Allow-Origin: http://o:1\r\n"
+	                "Vary: Origin\r\n");
+	head_for(s, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n", &r);
+	ASSERT_CONTAINS(r.head, "\r\nAccess-Control-Allow-Origin: *\r\n");
+	/* An error from the handler, in llama-server's Content-Type. */
+	head_for(s,
+	         "GET /error HTTP/1.1\r\nHost: x\r\nOrigin: http://o\r\n\r\n",
+	         &r);
+	ASSERT_EQ(r.status, 404);
+	ASSERT_CONTAINS(
+	    r.head, "\r\nContent-Type: application/json; charset=utf-8\r\n");
+	ASSERT_CONTAINS(r.head,
+	                "\r\nAccess-Control-Allow-Origin: http://o\r\n");
+	ASSERT_STR_EQ(r.body, "{\"error\":{\"message\":\"nothing at /error\","
+	                      "\"type\":\"not_found_error\",\"code\":404}}");
+	/* A streamed answer. */
+	head_for(s,
+	         "GET /stream HTTP/1.1\r\nHost: x\r\nOrigin: http://o\r\n\r\n",
+	         &r);
+	ASSERT_STR_EQ(r.body, "one,two,three");
+	ASSERT_CONTAINS(r.head,
+	                "\r\nAccess-Control-Allow-Origin: http://o\r\n");
+	/* A refusal the server writes itself while parsing (body too big). */
+	head_for(s,
+	         "POST /echo HTTP/1.1\r\nHost: x\r\nOrigin: http://o\r\n"
+	         "Content-Length: 5000\r\n\r\n",
+	         &r);
+	ASSERT_EQ(r.status, 413);
+	ASSERT_CONTAINS(
+	    r.head, "\r\nContent-Type: application/json; charset=utf-8\r\n");
+	ASSERT_CONTAINS(r.head,
+	                "\r\nAccess-Control-Allow-Origin: http://o\r\n");
+	/* An Origin too long to echo counts as none. */
+	char *long_origin = repeat("o", SL_HTTP_ORIGIN_MAX + 1);
+	char *req = sl_xasprintf(
+	    "GET /echo HTTP/1.1\r\nHost: x\r\nOrigin: %s\r\n\r\n", long_origin);
+	head_for(s, req, &r);
+	ASSERT_CONTAINS(r.head, "\r\nAccess-Control-Allow-Origin: *\r\n");
+	assert_lacks(r.head, "ooooo");
+	free(req);
+	free(long_origin);
+	server_stop(s);
+
+	/* A refusal before any request: over --max-connections. */
+	l.max_connections = 1;
+	s = server_start(&l);
+	int a = client(s->port);
+	send_str(a, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n");
+	char carry[65536];
+	size_t carry_len = 0;
+	read_response(a, &r, carry, &carry_len);
+	int b = client(s->port);
+	carry_len = 0;
+	read_response(b, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 503);
+	ASSERT_CONTAINS(r.head, "\r\nAccess-Control-Allow-Origin: *\r\n");
+	close(a);
+	close(b);
+	server_stop(s);
+
+	/* A list: only its origins are echoed, exactly; Vary on all. */
+	small_limits(&l);
+	char *list[] = {"http://a.example", "https://b.example:8443"};
+	l.cors_origins = list;
+	l.n_cors_origins = 2;
+	s = server_start(&l);
+	head_for(s,
+	         "GET /echo HTTP/1.1\r\nHost: x\r\n"
+	         "Origin: https://b.example:8443\r\n\r\n",
+	         &r);
+	ASSERT_CONTAINS(r.head, "\r\nAccess-Control-Allow-Origin: "
+	                        "https://b.example:8443\r\nVary: Origin\r\n");
+	static const char *const refused[] = {
+	    "http://c.example", "https://b.example", "http://a.example.evil",
+	    "HTTP://A.EXAMPLE"};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(refused); i++) {
+		req = sl_xasprintf(
+		    "GET /error HTTP/1.1\r\nHost: x\r\nOrigin: %s\r\n\r\n",
+		    refused[i]);
+		head_for(s, req, &r);
+		free(req);
+		ASSERT_EQ(r.status, 404);
+		assert_lacks(r.head, "Access-Control");
+		ASSERT_CONTAINS(r.head, "\r\nVary: Origin\r\n");
+	}
+	head_for(s, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n", &r);
+	assert_lacks(r.head, "Access-Control");
+	server_stop(s);
+}
+
 int main(void)
 {
 	RUN(test_keep_alive_and_pipelining);
@@ -1236,5 +1368,6 @@ int main(void)
 	RUN(test_pipelining_wait_has_the_send_timeout);
 	RUN(test_hostile_content_types);
 	RUN(test_adopted_socket);
+	RUN(test_cors_on_every_answer);
 	return 0;
 }

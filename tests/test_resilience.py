@@ -277,7 +277,7 @@ class UpstreamHead(st.TestCase):
                 self.assertEqual(err["code"], 502)
                 self.assertEqual(err["type"], "server_error")
                 self.assertIn("upstream answered with", err["message"])
-                self.assertEqual(head["content-type"], "application/json")
+                self.assertEqual(head["content-type"], "application/json; charset=utf-8")
 
 
 class RetryAfter(MockTestCase):

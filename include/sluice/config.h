@@ -61,6 +61,16 @@ struct sl_config {
 	uint64_t send_timeout_ms;
 	uint64_t drain_timeout_ms;
 
+	/*
+	 * Access (see access.h). Keys are secrets: they are never logged nor
+	 * written into an error line. The key file is read once, at start.
+	 */
+	struct sl_strlist api_keys; /* clients': --api-key and the file's */
+	char *api_key_file;         /* "" = none */
+	char *admin_key;            /* "" = none: admin actions refused */
+	/* Allowed web origins: {"*"} by default; empty after "none". */
+	struct sl_strlist cors_origins;
+
 	/* Scheduler */
 	unsigned slots_per_upstream; /* 0: total_slots from /props */
 	unsigned max_queue;
@@ -86,6 +96,15 @@ struct sl_config {
 	bool help;
 	bool version;
 };
+
+/*
+ * Longest client key accepted: keys are compared over this many bytes
+ * whatever their length (see access.c). 256 bytes holds any key a person
+ * or a secret manager makes (OpenAI's are under 200).
+ */
+#define SL_API_KEY_MAX 256u
+/* A --api-key-file larger than this is refused: it is not a key list. */
+#define SL_API_KEY_FILE_MAX (1024u * 1024u)
 
 /* Exit status for a bad command line or environment. */
 #define SL_EXIT_USAGE 2

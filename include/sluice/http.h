@@ -78,6 +78,18 @@
  */
 #define SL_HTTP_CONTENT_TYPE_MAX 256u
 #define SL_HTTP_CONTENT_TYPE_FALLBACK "application/octet-stream"
+/*
+ * sluice's own error bodies (sl_http_respond_error and the refusals the
+ * server writes itself) carry llama-server's Content-Type, so that a
+ * client cannot tell which of the two answered by the header alone.
+ */
+#define SL_HTTP_ERROR_CONTENT_TYPE "application/json; charset=utf-8"
+/*
+ * An Origin header longer than this, or holding bytes that may not go back
+ * into a response head, is treated as absent. An origin is a scheme, a host
+ * name (253 bytes at most) and a port: 512 leaves room for all three.
+ */
+#define SL_HTTP_ORIGIN_MAX 512u
 
 struct sl_http_limits {
 	size_t max_header_bytes;
@@ -89,6 +101,18 @@ struct sl_http_limits {
 	uint64_t send_timeout_ms;
 	unsigned max_connections;
 	const char *server_name; /* the Server header; NULL: sluice/VERSION */
+	/*
+	 * CORS: the web origins whose pages may read sluice's answers; the
+	 * array must outlive the server. Empty (n_cors_origins 0): no CORS
+	 * header on any answer. A single "*": any origin; the request's
+	 * Origin is echoed (llama-server does the same, which lets a page
+	 * send credentials), or "*" without one. Otherwise a list of exact
+	 * origins ("https://app.example:8443"): the Origin is echoed when it
+	 * is in the list, else no CORS header. With CORS on, every answer
+	 * also says "Vary: Origin", since its headers depend on it.
+	 */
+	char *const *cors_origins;
+	unsigned n_cors_origins;
 };
 
 struct sl_http_conn;
@@ -222,6 +246,14 @@ void sl_http_server_close(struct sl_http_server *s,
 const char *sl_http_header(const struct sl_http_request *req, const char *name);
 
 /*
+ * What Access-Control-Allow-Origin says on req's answers: the request's
+ * Origin, "*", or NULL when its answers carry no CORS header (CORS off, or
+ * an Origin not in the list). Points into req or the limits; valid while
+ * req is.
+ */
+const char *sl_http_cors_origin(const struct sl_http_request *req);
+
+/*
  * A complete response. `extra_headers` is NULL or preformatted lines, each
  * ending in "\r\n". The body is copied when needed; the caller keeps it.
  * After this call `req` belongs to the server again: do not touch it.
@@ -232,7 +264,8 @@ void sl_http_respond(struct sl_http_request *req, int status,
 
 /*
  * An error in OpenAI's shape: {"error":{"message","type","code"}}, where
- * code is the status. `type` is e.g. "invalid_request_error".
+ * code is the status. `type` is e.g. "invalid_request_error". The
+ * Content-Type is SL_HTTP_ERROR_CONTENT_TYPE.
  */
 void sl_http_respond_error(struct sl_http_request *req, int status,
                            const char *type, const char *extra_headers,

@@ -1,0 +1,588 @@
+"""Client keys, the admin key and CORS, compared with llama-server's own.
+
+llama-server 0.7.0 is the reference: its 401 bodies and its CORS preflight
+are sent straight and through sluice, and must match. A recording upstream
+shows that a client's key never leaves sluice. A headless Chromium loads a
+page from another origin that streams a chat completion through sluice: the
+text must be what llama-server streams for the same request, and with
+--cors-origin none the browser must refuse it.
+"""
+
+import http.client
+import http.server
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import urllib.parse
+
+import sluice_test as st
+
+# Not a measure: how long a busy machine may take before a test gives up.
+SAFETY_NET_S = 120
+
+UPSTREAM_KEY = "upstream-only-key"
+CLIENT_KEYS = ("client-key-1", "client-key-2")
+FILE_KEY = "client-key-from-file"
+ADMIN_KEY = "admin-key-9"
+ORIGIN = "http://page.example:8000"
+
+# What llama-server 0.7.0 answers a missing or wrong key, byte for byte.
+BAD_KEY_BODY = (b'{"error":{"message":"Invalid API Key",'
+                b'"type":"authentication_error","code":401}}')
+ERROR_TYPE = "application/json; charset=utf-8"
+
+
+def bearer(key):
+    return {"Authorization": "Bearer " + key}
+
+
+def send(port, method, path, body=None, headers=None):
+    """One request; a dict body goes as JSON, a str verbatim."""
+    return st.request(port, method, path, body=body, headers=headers,
+                      timeout=SAFETY_NET_S)
+
+
+def stream_text(port, path, body, headers=None):
+    """The text a streamed answer on path carries, events joined."""
+    conn = http.client.HTTPConnection("127.0.0.1", port,
+                                      timeout=SAFETY_NET_S)
+    try:
+        conn.request("POST", path, body=json.dumps(body),
+                     headers=dict(headers or {},
+                                  **{"Content-Type": "application/json"}))
+        r = conn.getresponse()
+        assert r.status == 200, (r.status, r.read())
+        raw = r.read().decode()
+    finally:
+        conn.close()
+    text = ""
+    for event in raw.split("\n\n"):
+        for line in event.split("\n"):
+            if line.startswith("data: ") and line != "data: [DONE]":
+                text += st.delta_of(path, json.loads(line[6:]))
+    return text
+
+
+class Recorder(http.server.BaseHTTPRequestHandler):
+    """A stand-in llama-server that keeps the headers of every request
+    sluice relays (not its own health checks)."""
+
+    protocol_version = "HTTP/1.1"
+    received = []
+    lock = threading.Lock()
+
+    def _answer(self, doc):
+        body = json.dumps(doc).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _handle(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        if self.command == "GET" and self.path == "/health":
+            return self._answer({"status": "ok"})
+        if self.command == "GET" and self.path == "/props":
+            return self._answer({"total_slots": 2,
+                                 "default_generation_settings": {"n_ctx": 512}})
+        with Recorder.lock:
+            Recorder.received.append((self.command, self.path,
+                                      list(self.headers.items())))
+        if self.path == "/v1/models":
+            return self._answer({"object": "list", "data": []})
+        return self._answer({
+            "id": "cmpl-rec", "object": "text_completion",
+            "choices": [{"index": 0, "text": "ok", "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1,
+                      "total_tokens": 2}})
+
+    do_GET = do_POST = _handle
+
+    def log_message(self, *args):
+        pass
+
+
+class Keys(st.TestCase):
+    """One llama-server with a key of its own (the upstream key) and
+    --props, and sluice in front with client keys and an admin key."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                               "sluice-access-%d" % os.getpid())
+        os.makedirs(cls.dir, exist_ok=True)
+        cls.key_file = os.path.join(cls.dir, "keys")
+        with open(cls.key_file, "w") as f:
+            f.write("# one key per line\n\n%s\n" % FILE_KEY)
+        cls.ls = st.LlamaServer(st.MODEL_TINY, slots=2, ctx=1024,
+                                extra=("--api-key", UPSTREAM_KEY, "--props"))
+        cls.sl = st.Sluice("--upstream", cls.ls.url,
+                           "--upstream-api-key", UPSTREAM_KEY,
+                           "--api-key", ",".join(CLIENT_KEYS),
+                           "--api-key-file", cls.key_file,
+                           "--admin-key", ADMIN_KEY, "--log-level", "debug")
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.sl.stop() == 0
+        cls.ls.kill()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def both(self, method, path, body=None, direct=None, through=None):
+        """The same request straight to llama-server (headers `direct`)
+        and through sluice (headers `through`)."""
+        return (send(self.ls.port, method, path, body, direct),
+                send(self.sl.port, method, path, body, through))
+
+    def test_401_equals_llama_servers(self):
+        # Each case: the headers sent straight (with llama-server's key
+        # where one is needed) and through sluice (with a client key).
+        cases = [
+            ({}, {}),
+            (bearer("wrong"), bearer("wrong")),
+            ({"X-Api-Key": "wrong"}, {"X-Api-Key": "wrong"}),
+            # The scheme is case-sensitive, as in llama-server.
+            ({"Authorization": "bearer " + UPSTREAM_KEY},
+             {"Authorization": "bearer " + CLIENT_KEYS[0]}),
+            # One space after the scheme, as in llama-server.
+            ({"Authorization": "Bearer  " + UPSTREAM_KEY},
+             {"Authorization": "Bearer  " + CLIENT_KEYS[0]}),
+            ({"Authorization": "Basic " + UPSTREAM_KEY},
+             {"Authorization": "Basic " + CLIENT_KEYS[0]}),
+            # A wrong Authorization is not rescued by a right X-Api-Key.
+            (dict(bearer("wrong"), **{"X-Api-Key": UPSTREAM_KEY}),
+             dict(bearer("wrong"), **{"X-Api-Key": CLIENT_KEYS[0]})),
+        ]
+        requests = [("POST", "/completions", {"prompt": "hi"}),
+                    ("POST", "/v1/chat/completions",
+                     {"messages": [{"role": "user", "content": "hi"}]}),
+                    ("GET", "/v1/models", None), ("GET", "/props", None),
+                    ("GET", "/no/such/endpoint", None)]
+        for method, path, body in requests:
+            for direct, through in cases:
+                with self.subTest(path=path, headers=through):
+                    d, t = self.both(method, path, body,
+                                     dict(direct, Origin=ORIGIN),
+                                     dict(through, Origin=ORIGIN))
+                    self.assertEqual(d.status, 401, d.body)
+                    self.assertEqual(t.status, 401, t.body)
+                    self.assertEqual(d.body, BAD_KEY_BODY)
+                    self.assertEqual(t.body, d.body)
+                    self.assertEqual(t.header("Content-Type"),
+                                     d.header("Content-Type"))
+                    self.assertEqual(t.header("Content-Type"), ERROR_TYPE)
+                    self.assertEqual(
+                        t.header("Access-Control-Allow-Origin"), ORIGIN)
+                    self.assertEqual(
+                        d.header("Access-Control-Allow-Origin"), ORIGIN)
+
+    def test_every_key_form_answers_as_llama_server(self):
+        body = {"prompt": "Once upon a time", "n_predict": 6,
+                "temperature": 0}
+        direct = send(self.ls.port, "POST", "/completion", body,
+                      bearer(UPSTREAM_KEY))
+        self.assertEqual(direct.status, 200, direct.body)
+        forms = [bearer(CLIENT_KEYS[0]), bearer(CLIENT_KEYS[1]),
+                 {"X-Api-Key": CLIENT_KEYS[1]}, bearer(FILE_KEY),
+                 {"Authorization": CLIENT_KEYS[0]},  # no scheme, as there
+                 {"X-Api-Key": "Bearer " + CLIENT_KEYS[0]},
+                 # An empty Authorization leaves the choice to X-Api-Key.
+                 {"Authorization": "", "X-Api-Key": FILE_KEY},
+                 bearer(ADMIN_KEY)]  # the admin key serves clients too
+        for headers in forms:
+            with self.subTest(headers=headers):
+                r = send(self.sl.port, "POST", "/completion", body, headers)
+                self.assertEqual(r.status, 200, r.body)
+                self.assertEqual(r.json()["content"],
+                                 direct.json()["content"])
+
+    def test_the_upstream_key_is_not_a_client_key(self):
+        r = send(self.sl.port, "GET", "/v1/models", None,
+                 bearer(UPSTREAM_KEY))
+        self.assertEqual(r.status, 401)
+        self.assertEqual(r.body, BAD_KEY_BODY)
+
+    def test_health_checks_are_public(self):
+        for path in ("/health", "/ready", "/v1/health"):
+            with self.subTest(path=path):
+                r = send(self.sl.port, "GET", path)
+                self.assertEqual(r.status, 200, r.body)
+                self.assertEqual(r.json()["status"], "ok")
+        # llama-server agrees on the one both serve.
+        self.assertEqual(send(self.ls.port, "GET", "/v1/health").status, 200)
+
+    def test_metrics_need_the_admin_key_when_one_is_set(self):
+        for headers, status in (({}, 401), (bearer("wrong"), 401),
+                                (bearer(CLIENT_KEYS[0]), 403),
+                                (bearer(ADMIN_KEY), 200)):
+            with self.subTest(headers=headers):
+                r = send(self.sl.port, "GET", "/metrics", None, headers)
+                self.assertEqual(r.status, status, r.body)
+                if status == 403:
+                    err = r.json()["error"]
+                    self.assertEqual(err["type"], "permission_error")
+                    self.assertEqual(err["code"], 403)
+                    self.assertEqual(err["message"],
+                                     "GET /metrics needs the admin key")
+                    self.assertEqual(r.header("Content-Type"), ERROR_TYPE)
+        r = send(self.sl.port, "GET", "/metrics", None, bearer(ADMIN_KEY))
+        self.assertIn("sluice_", r.body.decode())
+
+    def test_admin_actions_need_the_admin_key(self):
+        for headers, status in (({}, 401), (bearer("wrong"), 401),
+                                (bearer(CLIENT_KEYS[0]), 403),
+                                ({"X-Api-Key": FILE_KEY}, 403)):
+            with self.subTest(headers=headers):
+                r = send(self.sl.port, "POST", "/props", {}, headers)
+                self.assertEqual(r.status, status, r.body)
+                if status == 401:
+                    self.assertEqual(r.body, BAD_KEY_BODY)
+                else:
+                    self.assertEqual(r.json(), {"error": {
+                        "message": "POST /props needs the admin key",
+                        "type": "permission_error", "code": 403}})
+        direct = send(self.ls.port, "POST", "/props", {},
+                      bearer(UPSTREAM_KEY))
+        self.assertEqual(direct.status, 200, direct.body)
+        r = send(self.sl.port, "POST", "/props", {}, bearer(ADMIN_KEY))
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(r.json(), direct.json())
+
+    def test_preflight_equals_llama_servers_and_needs_no_key(self):
+        headers = {"Origin": ORIGIN, "Access-Control-Request-Method": "POST",
+                   "Access-Control-Request-Headers": "Authorization"}
+        for path in ("/completions", "/v1/chat/completions"):
+            with self.subTest(path=path):
+                d, t = self.both("OPTIONS", path, None, headers, headers)
+                self.assertEqual(d.status, 200)
+                self.assertEqual(t.status, d.status)
+                self.assertEqual(t.body, b"")
+                for name in ("Access-Control-Allow-Origin",
+                             "Access-Control-Allow-Credentials",
+                             "Access-Control-Allow-Methods",
+                             "Access-Control-Allow-Headers"):
+                    self.assertEqual(t.header(name), d.header(name), name)
+                self.assertEqual(t.header("Access-Control-Allow-Origin"),
+                                 ORIGIN)
+                self.assertEqual(t.header("Access-Control-Allow-Headers"),
+                                 "*")
+                # sluice's addition: browsers keep the answer two hours.
+                self.assertEqual(t.header("Access-Control-Max-Age"), "7200")
+
+    def test_keys_are_never_logged(self):
+        send(self.sl.port, "GET", "/v1/models", None, bearer("guess-key-77"))
+        send(self.sl.port, "POST", "/props", {}, bearer(CLIENT_KEYS[1]))
+        send(self.sl.port, "GET", "/metrics", None, bearer(ADMIN_KEY))
+        self.sl.wait_line(r"access id=\S+ .*/metrics")
+        log = self.sl.output()
+        self.assertIn("access: POST /props refused: not the admin key", log)
+        for secret in CLIENT_KEYS + (FILE_KEY, ADMIN_KEY, UPSTREAM_KEY,
+                                     "guess-key-77"):
+            self.assertNotIn(secret, log)
+
+
+class Sources(st.TestCase):
+    """Keys from the environment and a file; refusals without an admin
+    key. A mock upstream: nothing here generates."""
+
+    def test_keys_from_the_environment_and_a_file(self):
+        mock = self.mock_llama_server()
+        path = os.path.join(self.tmp, "keys")
+        with open(path, "w") as f:
+            f.write("file-key-1\r\n# retired: old-key\n  file-key-2  \n")
+        s = self.sluice("--upstream", mock.url, "--api-key-file", path,
+                        env={"SLUICE_API_KEY": "env-key-1, env-key-2",
+                             "SLUICE_ADMIN_KEY": "env-admin"})
+        for key, status in (("env-key-1", 200), ("env-key-2", 200),
+                            ("file-key-1", 200), ("file-key-2", 200),
+                            ("env-admin", 200), ("old-key", 401),
+                            ("env-key-1, env-key-2", 401), ("", 401)):
+            with self.subTest(key=key):
+                r = send(s.port, "GET", "/v1/models", None, bearer(key))
+                self.assertEqual(r.status, status, r.body)
+        r = send(s.port, "POST", "/props", {}, bearer("env-key-1"))
+        self.assertEqual(r.status, 403)
+
+    def test_without_an_admin_key_admin_actions_are_refused(self):
+        mock = self.mock_llama_server()
+        s = self.sluice("--upstream", mock.url, "--api-key", "k1")
+        message = ("POST /props is an admin action, and this sluice has no "
+                   "admin key (--admin-key): it refuses every admin action")
+        for headers, status in (({}, 401), (bearer("k1"), 403)):
+            r = send(s.port, "POST", "/props", {}, headers)
+            self.assertEqual(r.status, status, r.body)
+        self.assertEqual(r.json()["error"]["message"], message)
+        # /metrics then follows the client keys.
+        self.assertEqual(send(s.port, "GET", "/metrics").status, 401)
+        self.assertEqual(
+            send(s.port, "GET", "/metrics", None, bearer("k1")).status, 200)
+        # With no key of any kind set, everything is open but admin actions.
+        s2 = self.sluice("--upstream", mock.url)
+        self.assertEqual(send(s2.port, "GET", "/v1/models").status, 200)
+        self.assertEqual(send(s2.port, "GET", "/metrics").status, 200)
+        r = send(s2.port, "POST", "/props", {})
+        self.assertEqual(r.status, 403)
+        self.assertEqual(r.json()["error"]["message"], message)
+
+    def test_the_upstream_never_sees_a_clients_key(self):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            url = "http://127.0.0.1:%d" % server.server_address[1]
+            Recorder.received.clear()
+            s = self.sluice("--upstream", url, "--api-key", "client-secret",
+                            "--upstream-api-key", "up-secret",
+                            "--stream-upstream", "off")
+            self.assertEqual(send(s.port, "GET", "/v1/models", None,
+                                  bearer("client-secret")).status, 200)
+            self.assertEqual(send(s.port, "POST", "/v1/completions",
+                                  {"prompt": "x", "max_tokens": 1},
+                                  {"X-Api-Key": "client-secret",
+                                   "Origin": ORIGIN}).status, 200)
+            st.wait_until(lambda: len(Recorder.received) >= 2,
+                          SAFETY_NET_S, "both requests upstream")
+            for method, path, headers in Recorder.received:
+                with self.subTest(path=path):
+                    names = [k.lower() for k, _ in headers]
+                    self.assertIn(("Authorization", "Bearer up-secret"),
+                                  headers)
+                    self.assertEqual(names.count("authorization"), 1)
+                    self.assertNotIn("x-api-key", names)
+                    self.assertNotIn("origin", names)
+                    for _, v in headers:
+                        self.assertNotIn("client-secret", v)
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+class Cors(st.TestCase):
+    """Access-Control-Allow-Origin on every kind of answer."""
+
+    def acao(self, r):
+        return r.header("Access-Control-Allow-Origin")
+
+    def test_every_answer_names_the_origin(self):
+        mock = self.mock_llama_server("--tokens", "4")
+        s = self.sluice("--upstream", mock.url, "--api-key", "k1")
+        o = {"Origin": ORIGIN}
+        key = dict(o, **bearer("k1"))
+        ok = send(s.port, "GET", "/v1/models", None, key)
+        self.assertEqual(ok.status, 200)
+        missing = send(s.port, "GET", "/v1/nothing", None, key)
+        self.assertEqual(missing.status, 404)
+        self.assertEqual(missing.header("Content-Type"), ERROR_TYPE)
+        refused = send(s.port, "GET", "/v1/models", None, o)
+        self.assertEqual(refused.status, 401)
+        for r in (ok, missing, refused):
+            self.assertEqual(self.acao(r), ORIGIN)
+            self.assertEqual(r.header("Vary"), "Origin")
+        # Without an Origin: "*".
+        self.assertEqual(self.acao(send(s.port, "GET", "/health")), "*")
+        # A streamed answer.
+        c = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        c.request("POST", "/v1/chat/completions",
+                  {"messages": [{"role": "user", "content": "hi"}],
+                   "stream": True}, key)
+        status, head, _ = c.read_response()
+        c.close()
+        self.assertEqual(status, 200)
+        self.assertEqual(head["content-type"], "text/event-stream")
+        self.assertEqual(head["access-control-allow-origin"], ORIGIN)
+        # A 503: the only upstream is down.
+        mock.kill()
+        st.wait_until(lambda: s.ready_status() == 503, SAFETY_NET_S,
+                      "sluice to see its upstream gone")
+        for r in (send(s.port, "GET", "/ready", None, o),
+                  send(s.port, "POST", "/v1/completions",
+                       {"prompt": "x"}, key)):
+            self.assertEqual(r.status, 503, r.body)
+            self.assertEqual(self.acao(r), ORIGIN)
+
+    def test_a_list_of_origins(self):
+        mock = self.mock_llama_server()
+        s = self.sluice("--upstream", mock.url, "--cors-origin",
+                        "http://a.test", "--cors-origin=" + ORIGIN)
+        for origin in ("http://a.test", ORIGIN):
+            with self.subTest(origin=origin):
+                r = send(s.port, "GET", "/v1/models", None,
+                         {"Origin": origin})
+                self.assertEqual(self.acao(r), origin)
+                self.assertEqual(r.header("Vary"), "Origin")
+                p = send(s.port, "OPTIONS", "/v1/chat/completions", None,
+                         {"Origin": origin,
+                          "Access-Control-Request-Method": "POST"})
+                self.assertEqual(p.status, 200)
+                self.assertEqual(self.acao(p), origin)
+                self.assertEqual(p.header("Access-Control-Allow-Methods"),
+                                 "GET, POST, DELETE, OPTIONS")
+        for origin in ("http://b.test", "http://a.test:80", None):
+            with self.subTest(origin=origin):
+                h = {"Origin": origin} if origin else {}
+                r = send(s.port, "GET", "/v1/models", None, h)
+                self.assertEqual(r.status, 200)
+                self.assertIsNone(self.acao(r))
+                self.assertEqual(r.header("Vary"), "Origin")
+                p = send(s.port, "OPTIONS", "/v1/chat/completions", None, h)
+                self.assertEqual(p.status, 200)
+                self.assertEqual([k for k, _ in p.headers
+                                  if k.lower().startswith("access-control")],
+                                 [])
+
+    def test_none_turns_cors_off(self):
+        mock = self.mock_llama_server()
+        s = self.sluice("--upstream", mock.url, "--cors-origin", "none")
+        o = {"Origin": ORIGIN, "Access-Control-Request-Method": "POST"}
+        for method, path in (("GET", "/v1/models"), ("GET", "/nothing"),
+                             ("OPTIONS", "/v1/chat/completions")):
+            with self.subTest(method=method, path=path):
+                r = send(s.port, method, path, None, o)
+                self.assertEqual([k for k, _ in r.headers
+                                  if k.lower().startswith("access-control")
+                                  or k.lower() == "vary"], [])
+                if method == "OPTIONS":
+                    self.assertEqual(r.status, 405)
+
+
+PAGE = """<!doctype html>
+<html><body><pre id="out">waiting</pre><script>
+(async () => {
+  const q = new URLSearchParams(location.search);
+  const headers = {"Content-Type": "application/json",
+                   "Authorization": "Bearer " + q.get("key")};
+  let report;
+  try {
+    const r = await fetch(q.get("sluice") + "/v1/chat/completions", {
+      method: "POST", headers, body: q.get("body")});
+    const reader = r.body.getReader();
+    const decoder = new TextDecoder();
+    let buf = "", text = "";
+    for (;;) {
+      const {done, value} = await reader.read();
+      if (done) break;
+      buf += decoder.decode(value, {stream: true});
+      let end;
+      while ((end = buf.indexOf("\\n\\n")) >= 0) {
+        const event = buf.slice(0, end);
+        buf = buf.slice(end + 2);
+        for (const line of event.split("\\n")) {
+          if (!line.startsWith("data: ") || line === "data: [DONE]")
+            continue;
+          const choice = JSON.parse(line.slice(6)).choices[0];
+          if (choice && choice.delta.content) text += choice.delta.content;
+        }
+      }
+    }
+    document.getElementById("out").textContent = text;
+    report = {ok: true, status: r.status,
+              text: document.getElementById("out").textContent};
+  } catch (e) {
+    report = {ok: false, error: String(e)};
+  }
+  await fetch("/result", {method: "POST", body: JSON.stringify(report)});
+})();
+</script></body></html>
+"""
+
+
+class PageServer(http.server.BaseHTTPRequestHandler):
+    """Serves PAGE and takes the page's report back (another origin than
+    sluice's: another port)."""
+
+    protocol_version = "HTTP/1.1"
+    reports = []
+    cond = threading.Condition()
+
+    def do_GET(self):
+        body = PAGE.encode() if self.path.startswith("/page") else b""
+        self.send_response(200 if body else 404)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        report = json.loads(self.rfile.read(
+            int(self.headers.get("Content-Length") or 0)))
+        with PageServer.cond:
+            PageServer.reports.append(report)
+            PageServer.cond.notify_all()
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+class Browser(st.TestCase):
+    """A page on another origin streams a chat completion through sluice
+    in headless Chromium."""
+
+    BODY = {"messages": [{"role": "user", "content": "Tell me a story"}],
+            "stream": True, "temperature": 0, "max_tokens": 24}
+
+    def setUp(self):
+        super().setUp()
+        self.chromium = shutil.which("chromium")
+        if not self.chromium:
+            self.fail("chromium not found: deploy/setup.sh installs it")
+        self.page = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                                    PageServer)
+        threading.Thread(target=self.page.serve_forever, daemon=True).start()
+        PageServer.reports.clear()
+
+    def tearDown(self):
+        self.page.shutdown()
+        self.page.server_close()
+        super().tearDown()
+
+    def browse(self, sluice_port, key):
+        """Runs the page in Chromium until it reports; returns the report."""
+        query = "sluice=http://127.0.0.1:%d&key=%s&body=%s" % (
+            sluice_port, key,
+            urllib.parse.quote(json.dumps(self.BODY)))
+        url = "http://127.0.0.1:%d/page.html?%s" % (
+            self.page.server_address[1], query)
+        proc = subprocess.Popen(
+            [self.chromium, "--headless", "--no-sandbox", "--disable-gpu",
+             "--no-first-run", "--user-data-dir=" + os.path.join(
+                 self.tmp, "chromium-%d" % sluice_port), url],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            with PageServer.cond:
+                if not PageServer.cond.wait_for(lambda: PageServer.reports,
+                                                SAFETY_NET_S):
+                    self.fail("the page never reported back")
+                return PageServer.reports.pop()
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def test_a_page_on_another_origin_streams_through_sluice(self):
+        ls = self.llama_server(st.MODEL_TINY, slots=2, ctx=1024)
+        expected = stream_text(ls.port, "/v1/chat/completions", self.BODY)
+        self.assertTrue(expected)
+        s = self.sluice("--upstream", ls.url, "--api-key", "browser-key")
+        report = self.browse(s.port, "browser-key")
+        self.assertEqual(report, {"ok": True, "status": 200,
+                                  "text": expected})
+        # A wrong key: the page can read the 401 (it names the origin).
+        report = self.browse(s.port, "wrong")
+        self.assertEqual(report, {"ok": True, "status": 401, "text": ""})
+        # With CORS off, the browser refuses to let the page read it.
+        off = self.sluice("--upstream", ls.url, "--api-key", "browser-key",
+                          "--cors-origin", "none")
+        report = self.browse(off.port, "browser-key")
+        self.assertEqual(report, {"ok": False,
+                                  "error": "TypeError: Failed to fetch"})
+
+
+if __name__ == "__main__":
+    st.main()
