@@ -1,6 +1,7 @@
 /* routes.c: the route table and the small handlers that live with it. */
 #include "sluice/routes.h"
 
+#include "sluice/access.h"
 #include "sluice/common.h"
 #include "sluice/exposition.h"
 #include "sluice/proxy.h"
@@ -14,6 +15,7 @@ struct route {
 	const char *path;
 	llhttp_method_t method;
 	route_handler handler;
+	enum sl_access access; /* who may call it */
 };
 
 static void respond_health(struct sl_app *app, struct sl_http_request *req,
@@ -41,10 +43,12 @@ static void handle_ready(struct sl_app *app, struct sl_http_request *req)
 	respond_health(app, req, true);
 }
 
+/* /v1/health is llama-server's alias of /health, public like it. */
 static const struct route routes[] = {
-    {"/health", HTTP_GET, handle_health},
-    {"/ready", HTTP_GET, handle_ready},
-    {"/metrics", HTTP_GET, sl_exposition_handle},
+    {"/health", HTTP_GET, handle_health, SL_ACCESS_PUBLIC},
+    {"/v1/health", HTTP_GET, handle_health, SL_ACCESS_PUBLIC},
+    {"/ready", HTTP_GET, handle_ready, SL_ACCESS_PUBLIC},
+    {"/metrics", HTTP_GET, sl_exposition_handle, SL_ACCESS_METRICS},
 };
 
 /*
@@ -64,15 +68,34 @@ static void add_allowed(char *allow, size_t size, llhttp_method_t m)
 	         llhttp_method_name(m), m == HTTP_GET ? ", HEAD" : "");
 }
 
+/* Whether an endpoint answers `path`: the same, or under its prefix. */
+static bool endpoint_matches(const struct sl_endpoint *ep, const char *path)
+{
+	if (!ep->prefix)
+		return strcmp(ep->path, path) == 0;
+	size_t n = strlen(ep->path);
+	return strncmp(ep->path, path, n) == 0 && path[n] != '\0';
+}
+
+/*
+ * Routes in this order: a CORS preflight; sluice's own routes; the relayed
+ * endpoints; with --ui, any other GET goes to llama-server's web UI. Each
+ * checks the caller's key for its level before anything else, and so does
+ * an unknown path before its 404, as llama-server does (a client without
+ * the key learns nothing of which paths exist).
+ */
 void sl_routes_dispatch(struct sl_http_request *req, void *data)
 {
 	struct sl_app *app = data;
 	char allow[128] = "";
+	if (sl_access_preflight(app, req))
+		return;
 	for (size_t i = 0; i < SL_ARRAY_SIZE(routes); i++) {
 		if (strcmp(routes[i].path, req->path) != 0)
 			continue;
 		if (method_matches(routes[i].method, req->method)) {
-			routes[i].handler(app, req);
+			if (sl_access_allow(app, req, routes[i].access))
+				routes[i].handler(app, req);
 			return;
 		}
 		add_allowed(allow, sizeof(allow), routes[i].method);
@@ -83,14 +106,27 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 	 */
 	for (unsigned i = 0; i < sl_n_endpoints; i++) {
 		const struct sl_endpoint *ep = &sl_endpoints[i];
-		if (strcmp(ep->path, req->path) != 0)
+		if (!endpoint_matches(ep, req->path))
 			continue;
 		if (method_matches(ep->method, req->method)) {
-			sl_proxy_handle(app, req, ep);
+			if (sl_access_allow(app, req,
+			                    ep->admin ? SL_ACCESS_ADMIN
+			                              : SL_ACCESS_CLIENT))
+				sl_proxy_handle(app, req, ep);
 			return;
 		}
 		add_allowed(allow, sizeof(allow), ep->method);
 	}
+	/*
+	 * llama-server serves its web UI's page at / without a key (the page
+	 * asks for one); its assets, like every other path, need one.
+	 */
+	bool ui = app->cfg->ui && !allow[0] &&
+	          method_matches(HTTP_GET, req->method);
+	bool public = ui && strcmp(req->path, "/") == 0;
+	if (!sl_access_allow(app, req,
+	                     public ? SL_ACCESS_PUBLIC : SL_ACCESS_CLIENT))
+		return;
 	if (allow[0]) {
 		char extra[160];
 		snprintf(extra, sizeof(extra), "Allow: %s\r\n", allow);
@@ -98,6 +134,10 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 		    req, 405, "invalid_request_error", extra,
 		    "method %s is not allowed on %s; allowed: %s",
 		    llhttp_method_name(req->method), req->path, allow);
+		return;
+	}
+	if (ui) {
+		sl_proxy_handle(app, req, &sl_proxy_ui_endpoint);
 		return;
 	}
 	sl_http_respond_error(req, 404, "not_found_error", NULL,
