@@ -116,8 +116,8 @@ char *sl_fanout_json(const struct sl_fanout *f, size_t *len)
 		size_t body_len = p->get.body ? p->get.body_len : 0;
 		json_t *check = NULL;
 		if (p->status)
-			check = json_loadb(body, body_len, JSON_DECODE_ANY,
-			                   NULL);
+			check =
+			    json_loadb(body, body_len, JSON_DECODE_ANY, NULL);
 		if (check) {
 			/* Valid JSON: spliced as written, numbers untouched. */
 			append(&buf, len, body, body_len);

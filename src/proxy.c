@@ -56,8 +56,10 @@
  * /v1/embeddings, and /completions like /completion.
  */
 #define EP(path, method, end, json, sched, assemble, admin)                    \
-	{path, method, path, end, json, sched, SL_API_RELAY, assemble, admin, \
-	 false, false}
+	{                                                                      \
+		path, method, path, end, json, sched, SL_API_RELAY, assemble,  \
+		    admin, false, false                                        \
+	}
 /* clang-format off */
 const struct sl_endpoint sl_endpoints[] = {
 	EP("/v1/chat/completions", HTTP_POST, SL_END_DONE, true, true,
@@ -148,8 +150,8 @@ const unsigned sl_n_endpoints = SL_ARRAY_SIZE(sl_endpoints);
 
 /* Its path is the client's own: upstream_path NULL (see upstream_target). */
 const struct sl_endpoint sl_proxy_ui_endpoint = {
-    "/", HTTP_GET, NULL, SL_END_NONE, false, false, SL_API_RELAY,
-    SL_ASSEMBLE_NONE, false, true, false};
+    "/",          HTTP_GET,         NULL,  SL_END_NONE, false, false,
+    SL_API_RELAY, SL_ASSEMBLE_NONE, false, true,        false};
 
 /* Largest non-streamed answer sluice assembles from an upstream stream. */
 #define SL_PROXY_MAX_ANSWER (64u * 1024 * 1024)
@@ -176,8 +178,8 @@ struct exchange {
 	char *target;                 /* upstream path and query, malloc'd */
 	char *body;                   /* what is sent upstream */
 	size_t body_len;
-	bool has_body;          /* body goes upstream (a POST) */
-	char *accept_encoding;  /* the UI's: relayed, so gzip passes */
+	bool has_body;            /* body goes upstream (a POST) */
+	char *accept_encoding;    /* the UI's: relayed, so gzip passes */
 	struct sl_fanout *fanout; /* a GET asked of every upstream */
 	char id[SL_HTTP_REQUEST_ID_MAX + 1];
 
@@ -382,8 +384,8 @@ static void observe_typed(struct exchange *x, json_t *doc)
 	else if (strcmp(type, "message_delta") == 0)
 		usage = json_object_get(doc, "usage");
 	else if (strcmp(type, "response.completed") == 0)
-		usage = json_object_get(json_object_get(doc, "response"),
-		                        "usage");
+		usage =
+		    json_object_get(json_object_get(doc, "response"), "usage");
 	json_t *out = json_object_get(usage, "output_tokens");
 	if (json_is_integer(out))
 		x->tokens_final = (uint64_t)json_integer_value(out);
@@ -675,10 +677,21 @@ static bool header_withheld(const struct exchange *x, const char *name,
                             size_t len)
 {
 	static const char *const withheld[] = {
-	    "Connection",     "Keep-Alive",   "TE",           "Trailer",
-	    "Transfer-Encoding", "Upgrade",    "Server",       "Date",
-	    "Content-Length", "Content-Type", "X-Request-Id", "X-Queue-Ms",
-	    "X-Batch-Size",   "Retry-After",  "retry-after-ms",
+	    "Connection",
+	    "Keep-Alive",
+	    "TE",
+	    "Trailer",
+	    "Transfer-Encoding",
+	    "Upgrade",
+	    "Server",
+	    "Date",
+	    "Content-Length",
+	    "Content-Type",
+	    "X-Request-Id",
+	    "X-Queue-Ms",
+	    "X-Batch-Size",
+	    "Retry-After",
+	    "retry-after-ms",
 	};
 	for (size_t i = 0; i < SL_ARRAY_SIZE(withheld); i++)
 		if (name_is(name, len, withheld[i]))
@@ -754,7 +767,8 @@ static size_t on_upstream_header(char *line, size_t size, size_t n, void *arg)
 	if (x->passed_len + need > SL_PROXY_PASSED_HEADERS_MAX) {
 		sl_debug("%s: upstream header %.*s dropped: over %u bytes of "
 		         "passed headers",
-		         x->id, (int)name_len, line, SL_PROXY_PASSED_HEADERS_MAX);
+		         x->id, (int)name_len, line,
+		         SL_PROXY_PASSED_HEADERS_MAX);
 		return len;
 	}
 	if (!x->passed)
@@ -1236,8 +1250,8 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 	if (x->accept_encoding) {
 		/* Relayed as sent: libcurl does not decode it (no
 		 * CURLOPT_ACCEPT_ENCODING), so Content-Encoding passes too. */
-		char *ae = sl_xasprintf("Accept-Encoding: %s",
-		                        x->accept_encoding);
+		char *ae =
+		    sl_xasprintf("Accept-Encoding: %s", x->accept_encoding);
 		x->headers = curl_slist_append(x->headers, ae);
 		free(ae);
 	}
@@ -1442,7 +1456,8 @@ static char *take_upstream_param(const char *query, char *name, size_t size,
 static struct sl_upstream *find_upstream(struct sl_app *app, const char *name)
 {
 	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++)
-		if (app->upstreams[i] && strcmp(app->upstreams[i]->name, name) == 0)
+		if (app->upstreams[i] &&
+		    strcmp(app->upstreams[i]->name, name) == 0)
 			return app->upstreams[i];
 	return NULL;
 }
@@ -1515,8 +1530,7 @@ static char *upstream_target(const struct sl_endpoint *ep,
 {
 	const char *path =
 	    ep->upstream_path && !ep->prefix ? ep->upstream_path : req->path;
-	return query[0] ? sl_xasprintf("%s?%s", path, query)
-	                : sl_xstrdup(path);
+	return query[0] ? sl_xasprintf("%s?%s", path, query) : sl_xstrdup(path);
 }
 
 void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
@@ -1530,8 +1544,8 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	 */
 	const struct sl_request_options opts = {
 	    .max_tokens_cap = app->cfg->max_tokens_cap,
-	    .stream_upstream = app->cfg->stream_upstream &&
-	                       ep->assemble != SL_ASSEMBLE_NONE,
+	    .stream_upstream =
+	        app->cfg->stream_upstream && ep->assemble != SL_ASSEMBLE_NONE,
 	};
 	if (sl_request_validate(&checked, ep, sl_http_header(req, "X-Priority"),
 	                        req->body, req->body_len, &opts) != 0) {
@@ -1545,10 +1559,10 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	/* "?upstream=NAME" picks one upstream; a GET without it asks all. */
 	char name[256];
 	bool named = false;
-	char *query = ep->per_upstream
-	                  ? take_upstream_param(req->query, name, sizeof(name),
-	                                        &named)
-	                  : sl_xstrdup(req->query);
+	char *query =
+	    ep->per_upstream
+	        ? take_upstream_param(req->query, name, sizeof(name), &named)
+	        : sl_xstrdup(req->query);
 	struct sl_upstream *pinned = NULL;
 	if (named && !(pinned = find_upstream(app, name))) {
 		free(query);
@@ -1561,13 +1575,13 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	}
 	struct sl_upstream *ups[SL_MAX_UPSTREAMS];
 	unsigned n_ups = all_upstreams(app, ups);
-	if (ep->per_upstream && ep->method == HTTP_GET && !named &&
-	    n_ups > 1 && !app->stopping) {
+	if (ep->per_upstream && ep->method == HTTP_GET && !named && n_ups > 1 &&
+	    !app->stopping) {
 		struct exchange *x = exchange_new(app, req, ep, priority);
 		char *target = upstream_target(ep, req, query);
-		x->fanout = sl_fanout_start(
-		    &app->curl, ups, n_ups, target,
-		    (long)app->cfg->upstream_timeout_ms, on_fanout_done, x);
+		x->fanout = sl_fanout_start(&app->curl, ups, n_ups, target,
+		                            (long)app->cfg->upstream_timeout_ms,
+		                            on_fanout_done, x);
 		free(target);
 		free(query);
 		sl_request_free(&checked);

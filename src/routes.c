@@ -121,8 +121,8 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 	 * llama-server serves its web UI's page at / without a key (the page
 	 * asks for one); its assets, like every other path, need one.
 	 */
-	bool ui = app->cfg->ui && !allow[0] &&
-	          method_matches(HTTP_GET, req->method);
+	bool ui =
+	    app->cfg->ui && !allow[0] && method_matches(HTTP_GET, req->method);
 	bool public = ui && strcmp(req->path, "/") == 0;
 	if (!sl_access_allow(app, req,
 	                     public ? SL_ACCESS_PUBLIC : SL_ACCESS_CLIENT))

@@ -34,8 +34,7 @@ typedef void (*sl_fanout_cb)(struct sl_fanout *f, void *data);
 struct sl_fanout *sl_fanout_start(struct sl_curl *curl,
                                   struct sl_upstream *const *upstreams,
                                   unsigned n, const char *target,
-                                  long timeout_ms, sl_fanout_cb cb,
-                                  void *data);
+                                  long timeout_ms, sl_fanout_cb cb, void *data);
 
 /* Parts still waiting for their answer. */
 unsigned sl_fanout_pending(const struct sl_fanout *f);
