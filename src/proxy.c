@@ -55,12 +55,10 @@
  * /embeddings with its native embeddings handler, not the OpenAI one of
  * /v1/embeddings, and /completions like /completion.
  */
-#define EP(path, method, end, json, sched, assemble, admin)                    \
-	{                                                                      \
-		path, method, path, end, json, sched, SL_API_RELAY, assemble,  \
-		    admin, false, false                                        \
-	}
 /* clang-format off */
+#define EP(path, method, end, json, sched, assemble, admin)                    \
+	{path, method, path, end, json, sched, SL_API_RELAY, assemble, admin, \
+	 false, false}
 const struct sl_endpoint sl_endpoints[] = {
 	EP("/v1/chat/completions", HTTP_POST, SL_END_DONE, true, true,
 	   SL_ASSEMBLE_CHAT, false),
@@ -150,8 +148,14 @@ const unsigned sl_n_endpoints = SL_ARRAY_SIZE(sl_endpoints);
 
 /* Its path is the client's own: upstream_path NULL (see upstream_target). */
 const struct sl_endpoint sl_proxy_ui_endpoint = {
-    "/",          HTTP_GET,         NULL,  SL_END_NONE, false, false,
-    SL_API_RELAY, SL_ASSEMBLE_NONE, false, true,        false};
+    .path = "/",
+    .method = HTTP_GET,
+    .upstream_path = NULL,
+    .stream_end = SL_END_NONE,
+    .api = SL_API_RELAY,
+    .assemble = SL_ASSEMBLE_NONE,
+    .prefix = true,
+};
 
 /* Largest non-streamed answer sluice assembles from an upstream stream. */
 #define SL_PROXY_MAX_ANSWER (64u * 1024 * 1024)
