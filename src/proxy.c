@@ -265,23 +265,37 @@ static void respond_error(struct exchange *x, int status, const char *type,
 	client_done(x);
 }
 
-static void write_event(struct exchange *x, json_t *doc)
+/* One event, one chunk; `name` NULL for an event without a name. */
+static void write_named_event(struct exchange *x, const char *name, json_t *doc)
 {
 	char *text = json_dumps(doc, JSON_COMPACT);
-	char *event = sl_xasprintf("data: %s\n\n", text);
+	char *event = sl_xasprintf("%s%s%sdata: %s\n\n", name ? "event: " : "",
+	                           name ? name : "", name ? "\n" : "", text);
 	sl_http_stream_write(x->req, event, strlen(event));
 	free(event);
 	free(text);
 }
 
-/* An SSE event with an OpenAI-shaped error, then the end of the stream. */
+static void write_event(struct exchange *x, json_t *doc)
+{
+	write_named_event(x, NULL, doc);
+}
+
+/*
+ * An SSE event with an OpenAI-shaped error, then the end of the stream. The
+ * streams of typed events (Anthropic's, the Responses API's) get it as an
+ * "error" event of their own kind, which their clients read.
+ */
 static void end_stream_with_error(struct exchange *x, int code,
                                   const char *message)
 {
 	json_t *j = json_pack(
 	    "{s:{s:s, s:s, s:i}}", "error", "message", message, "type",
 	    code == 503 ? "unavailable_error" : "server_error", "code", code);
-	write_event(x, j);
+	bool typed = x->ep->stream_end == SL_END_EOF;
+	if (typed)
+		json_object_set_new(j, "type", json_string("error"));
+	write_named_event(x, typed ? "error" : NULL, j);
 	json_decref(j);
 	note_totals(x);
 	x->req->info.outcome = "failed";
@@ -913,7 +927,8 @@ static size_t on_upstream_data(char *data, size_t size, size_t n, void *arg)
  */
 static bool native_stream_complete(const struct exchange *x)
 {
-	if (x->ep->stream_end == SL_END_EOF)
+	/* A stream where none was expected has no end marker either. */
+	if (x->ep->stream_end == SL_END_EOF || x->ep->stream_end == SL_END_NONE)
 		return true;
 	return x->ep->stream_end == SL_END_STOP && x->stopped > 0 &&
 	       x->stopped >= x->prompts;

@@ -337,8 +337,9 @@ class Recorder(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, extra_headers=(), body=b'{"ok":true}',
-                 content_type="application/json"):
+                 content_type="application/json", cut=False):
         self.seen = []
+        self.cut = cut  # promise more body than is sent, then close
         self.extra_headers = list(extra_headers)
         self.body = body
         self.content_type = content_type
@@ -378,9 +379,12 @@ class RecorderHandler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", ctype)
         for k, v in extra:
             self.send_header(k, v)
-        self.send_header("Content-Length", str(len(out)))
+        cut = srv.cut and self.path not in ("/health", "/props")
+        self.send_header("Content-Length", str(len(out) + 100 * cut))
         self.end_headers()
         self.wfile.write(out)
+        if cut:
+            self.close_connection = True
 
     do_GET = answer
     do_POST = answer
@@ -411,6 +415,23 @@ class Relaying(st.TestCase):
                           "/slots?fail_on_no_slot=1"])
         # A body sluice need not read goes as the client wrote it.
         self.assertEqual(rec.seen[2][2], b'{"x": 1}')
+
+    def test_typed_stream_cut_short_ends_with_a_typed_error(self):
+        events = (b'event: message_start\ndata: {"type":"message_start"}\n\n'
+                  b'event: content_block_delta\ndata: {"type":'
+                  b'"content_block_delta","delta":{"text":"a"}}\n\n')
+        rec = self.recorder(body=events, content_type="text/event-stream",
+                            cut=True)
+        s = self.sluice("--upstream", rec.url)
+        r = s.post("/v1/messages", {"messages": [], "stream": True})
+        self.assertEqual(r.status, 200)
+        got = sse_events(r.body)
+        self.assertEqual(got[:2], sse_events(events))
+        name, data = got[2]
+        self.assertEqual(name, "error")
+        self.assertEqual(data["type"], "error")
+        self.assertEqual(data["error"]["type"], "server_error")
+        self.assertEqual(len(got), 3)
 
     def test_upstream_headers_pass_except_hop_by_hop_and_sluices_own(self):
         long_value = "v" * 5000
