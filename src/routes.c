@@ -78,6 +78,26 @@ static bool endpoint_matches(const struct sl_endpoint *ep, const char *path)
 }
 
 /*
+ * Whether a path may go to the web UI as is. Its assets have plain names;
+ * a percent-escape or a "." or ".." segment could reach, once llama-server
+ * (or libcurl) decodes or folds it, an endpoint that sluice routes itself
+ * with another access level (GET /cors%2Dproxy is the admin /cors-proxy).
+ */
+static bool ui_path_ok(const char *path)
+{
+	if (strchr(path, '%') || strchr(path, '\\'))
+		return false;
+	for (const char *seg = path; (seg = strchr(seg, '/'));) {
+		seg++;
+		size_t n = strcspn(seg, "/");
+		if ((n == 1 && seg[0] == '.') ||
+		    (n == 2 && seg[0] == '.' && seg[1] == '.'))
+			return false;
+	}
+	return true;
+}
+
+/*
  * Routes in this order: a CORS preflight; sluice's own routes; the relayed
  * endpoints; with --ui, any other GET goes to llama-server's web UI. Each
  * checks the caller's key for its level before anything else, and so does
@@ -121,8 +141,9 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 	 * llama-server serves its web UI's page at / without a key (the page
 	 * asks for one); its assets, like every other path, need one.
 	 */
-	bool ui =
-	    app->cfg->ui && !allow[0] && method_matches(HTTP_GET, req->method);
+	bool ui = app->cfg->ui && !allow[0] &&
+	          method_matches(HTTP_GET, req->method) &&
+	          ui_path_ok(req->path);
 	bool public = ui && strcmp(req->path, "/") == 0;
 	if (!sl_access_allow(app, req,
 	                     public ? SL_ACCESS_PUBLIC : SL_ACCESS_CLIENT))

@@ -511,6 +511,11 @@ class Relaying(st.TestCase):
         self.assertEqual(rec.targets("/"), ["/assets/app.js?v=3", "/"])
         # Only GET (and HEAD): the UI takes no other method.
         self.assertEqual(s.post("/assets/app.js", {}).status, 404)
+        # Nothing that could fold into another endpoint upstream.
+        for sneaky in ("/cors%2Dproxy", "/a/../cors-proxy", "/./props",
+                       "/a/..", "/x%2F..%2Fslots"):
+            self.assertEqual(s.get(sneaky).status, 404, sneaky)
+        self.assertEqual(rec.targets("/"), ["/assets/app.js?v=3", "/"])
         self.assertEqual(s.stop(), 0)
 
 
