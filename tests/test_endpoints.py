@@ -656,6 +656,8 @@ class WebUI(st.TestCase):
                              capture_output=True, timeout=180, text=True)
         self.assertIn("SimpleChat", dom.stdout, dom.stderr[-2000:])
         self.assertRegex(dom.stdout, r"<(div|button|textarea)[^>]*>")
+        # Written into the page by its scripts, which came through sluice.
+        self.assertIn("apiRequestOptions", dom.stdout)
         shot = os.path.join(self.tmp, "ui.png")
         run = subprocess.run(common + ["--screenshot=" + shot, url],
                              capture_output=True, timeout=180, text=True)
