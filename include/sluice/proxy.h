@@ -48,7 +48,12 @@ struct sl_endpoint {
 	llhttp_method_t method;
 	const char *upstream_path;
 	enum sl_stream_end stream_end;
-	bool json_body; /* the request carries a JSON object */
+	/*
+	 * The request carries a JSON object that sluice validates (and may
+	 * rewrite, request.h); without it a POST's body goes upstream as the
+	 * client wrote it, for llama-server to judge.
+	 */
+	bool json_body;
 	bool scheduled; /* it takes a slot: through sluice's queue */
 	enum sl_api api;
 	/* How a plain answer is built from a stream; NONE: relayed plain. */
