@@ -25,6 +25,7 @@
 
 #include "sluice/assemble.h"
 #include "sluice/common.h"
+#include "sluice/fanout.h"
 #include "sluice/log.h"
 #include "sluice/native_api.h"
 #include "sluice/request.h"
@@ -36,33 +37,125 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /*
- * Everything that occupies a llama-server slot goes through the queue;
- * embeddings do too, since llama-server runs them in slots.
+ * The endpoints llama-server 0.7.0 serves, with its methods. Everything that
+ * occupies a llama-server slot (generation, embeddings, rerank, infill,
+ * Anthropic's messages, responses) goes through sluice's queue, with
+ * priority, cancellation and metrics; the cheap ones go straight through, so
+ * that a tokenize does not wait behind a queue of generations.
+ *
+ * Bodies: a scheduled endpoint's body is a JSON object sluice validates and
+ * may rewrite (request.h); the others are relayed as the client wrote them,
+ * so that llama-server judges them and answers with its own errors (and
+ * POST /lora-adapters takes an array).
+ *
+ * Aliases keep their own path upstream: llama-server answers /embedding and
+ * /embeddings with its native embeddings handler, not the OpenAI one of
+ * /v1/embeddings, and /completions like /completion.
  */
 /* clang-format off */
+#define EP(path, method, end, json, sched, assemble, admin)                    \
+	{path, method, path, end, json, sched, SL_API_RELAY, assemble, admin, \
+	 false, false}
 const struct sl_endpoint sl_endpoints[] = {
-	{"/v1/chat/completions", HTTP_POST, "/v1/chat/completions",
-	 SL_END_DONE, true, true, SL_API_RELAY, SL_ASSEMBLE_CHAT, false, false},
-	{"/v1/completions", HTTP_POST, "/v1/completions", SL_END_DONE, true,
-	 true, SL_API_RELAY, SL_ASSEMBLE_TEXT, false, false},
-	{"/completion", HTTP_POST, "/completion", SL_END_STOP, true, true,
-	 SL_API_RELAY, SL_ASSEMBLE_NATIVE, false, false},
-	{"/v1/embeddings", HTTP_POST, "/v1/embeddings", SL_END_NONE, true,
-	 true, SL_API_RELAY, SL_ASSEMBLE_NONE, false, false},
-	{"/v1/models", HTTP_GET, "/v1/models", SL_END_NONE, false, false,
-	 SL_API_RELAY, SL_ASSEMBLE_NONE, false, false},
+	EP("/v1/chat/completions", HTTP_POST, SL_END_DONE, true, true,
+	   SL_ASSEMBLE_CHAT, false),
+	EP("/chat/completions", HTTP_POST, SL_END_DONE, true, true,
+	   SL_ASSEMBLE_CHAT, false),
+	EP("/v1/completions", HTTP_POST, SL_END_DONE, true, true,
+	   SL_ASSEMBLE_TEXT, false),
+	EP("/completion", HTTP_POST, SL_END_STOP, true, true,
+	   SL_ASSEMBLE_NATIVE, false),
+	EP("/completions", HTTP_POST, SL_END_STOP, true, true,
+	   SL_ASSEMBLE_NATIVE, false),
+	EP("/infill", HTTP_POST, SL_END_STOP, true, true, SL_ASSEMBLE_NATIVE,
+	   false),
+	/* Anthropic's events ("event: ...\ndata: ...") end with the transfer. */
+	EP("/v1/messages", HTTP_POST, SL_END_EOF, true, true,
+	   SL_ASSEMBLE_NONE, false),
+	EP("/v1/responses", HTTP_POST, SL_END_EOF, true, true,
+	   SL_ASSEMBLE_NONE, false),
+	EP("/v1/embeddings", HTTP_POST, SL_END_NONE, true, true,
+	   SL_ASSEMBLE_NONE, false),
+	EP("/embeddings", HTTP_POST, SL_END_NONE, true, true,
+	   SL_ASSEMBLE_NONE, false),
+	EP("/embedding", HTTP_POST, SL_END_NONE, true, true,
+	   SL_ASSEMBLE_NONE, false),
+	EP("/rerank", HTTP_POST, SL_END_NONE, true, true, SL_ASSEMBLE_NONE,
+	   false),
+	EP("/v1/rerank", HTTP_POST, SL_END_NONE, true, true,
+	   SL_ASSEMBLE_NONE, false),
+	EP("/reranking", HTTP_POST, SL_END_NONE, true, true,
+	   SL_ASSEMBLE_NONE, false),
+	EP("/v1/reranking", HTTP_POST, SL_END_NONE, true, true,
+	   SL_ASSEMBLE_NONE, false),
+	/* Cheap: answered by llama-server's HTTP thread, no slot. */
+	EP("/tokenize", HTTP_POST, SL_END_NONE, false, false,
+	   SL_ASSEMBLE_NONE, false),
+	EP("/detokenize", HTTP_POST, SL_END_NONE, false, false,
+	   SL_ASSEMBLE_NONE, false),
+	EP("/apply-template", HTTP_POST, SL_END_NONE, false, false,
+	   SL_ASSEMBLE_NONE, false),
+	EP("/v1/messages/count_tokens", HTTP_POST, SL_END_NONE, false, false,
+	   SL_ASSEMBLE_NONE, false),
+	EP("/chat/completions/input_tokens", HTTP_POST, SL_END_NONE, false,
+	   false, SL_ASSEMBLE_NONE, false),
+	EP("/v1/chat/completions/input_tokens", HTTP_POST, SL_END_NONE, false,
+	   false, SL_ASSEMBLE_NONE, false),
+	EP("/v1/models", HTTP_GET, SL_END_NONE, false, false,
+	   SL_ASSEMBLE_NONE, false),
+	EP("/models", HTTP_GET, SL_END_NONE, false, false, SL_ASSEMBLE_NONE,
+	   false),
+	EP("/lora-adapters", HTTP_GET, SL_END_NONE, false, false,
+	   SL_ASSEMBLE_NONE, false),
+	EP("/tools", HTTP_GET, SL_END_NONE, false, false, SL_ASSEMBLE_NONE,
+	   false),
+	/*
+	 * Admin actions change llama-server's state for every client. POST
+	 * /tools runs a built-in tool on the upstream's host (when llama-server
+	 * enables them): an admin action too, although llama-server itself
+	 * asks only for its API key.
+	 */
+	EP("/lora-adapters", HTTP_POST, SL_END_NONE, false, false,
+	   SL_ASSEMBLE_NONE, true),
+	EP("/tools", HTTP_POST, SL_END_NONE, false, false, SL_ASSEMBLE_NONE,
+	   true),
+	EP("/cors-proxy", HTTP_GET, SL_END_NONE, false, false,
+	   SL_ASSEMBLE_NONE, true),
+	EP("/cors-proxy", HTTP_POST, SL_END_NONE, false, false,
+	   SL_ASSEMBLE_NONE, true),
+	/* Each describes one llama-server: see per_upstream in proxy.h. */
+	{"/props", HTTP_GET, "/props", SL_END_NONE, false, false,
+	 SL_API_RELAY, SL_ASSEMBLE_NONE, false, false, true},
+	{"/props", HTTP_POST, "/props", SL_END_NONE, false, false,
+	 SL_API_RELAY, SL_ASSEMBLE_NONE, true, false, true},
+	{"/slots", HTTP_GET, "/slots", SL_END_NONE, false, false,
+	 SL_API_RELAY, SL_ASSEMBLE_NONE, false, false, true},
+	/* POST /slots/{id}?action=save|restore|erase */
+	{"/slots/", HTTP_POST, "/slots/", SL_END_NONE, false, false,
+	 SL_API_RELAY, SL_ASSEMBLE_NONE, true, true, true},
+	/* sluice's native APIs, mapped onto /completion. */
 	{"/generate", HTTP_POST, "/completion", SL_END_STOP, true, true,
-	 SL_API_GENERATE, SL_ASSEMBLE_NATIVE, false, false},
+	 SL_API_GENERATE, SL_ASSEMBLE_NATIVE, false, false, false},
 	{"/infer", HTTP_POST, "/completion", SL_END_STOP, true, true,
-	 SL_API_INFER, SL_ASSEMBLE_NATIVE, false, false},
-	/* Local to the access branch, to test the admin key: routes owns this. */
-	{"/props", HTTP_POST, "/props", SL_END_NONE, true, false,
-	 SL_API_RELAY, SL_ASSEMBLE_NONE, true, false},
+	 SL_API_INFER, SL_ASSEMBLE_NATIVE, false, false, false},
 };
 /* clang-format on */
+#undef EP
 const unsigned sl_n_endpoints = SL_ARRAY_SIZE(sl_endpoints);
+
+/* Its path is the client's own: upstream_path NULL (see upstream_target). */
+const struct sl_endpoint sl_proxy_ui_endpoint = {
+    .path = "/",
+    .method = HTTP_GET,
+    .upstream_path = NULL,
+    .stream_end = SL_END_NONE,
+    .api = SL_API_RELAY,
+    .assemble = SL_ASSEMBLE_NONE,
+    .prefix = true,
+};
 
 /* Largest non-streamed answer sluice assembles from an upstream stream. */
 #define SL_PROXY_MAX_ANSWER (64u * 1024 * 1024)
@@ -86,8 +179,12 @@ struct exchange {
 	struct sl_http_request *req;  /* NULL once the client side is over */
 	const struct sl_endpoint *ep;
 	struct sl_upstream *upstream; /* set when dispatched */
+	char *target;                 /* upstream path and query, malloc'd */
 	char *body;                   /* what is sent upstream */
 	size_t body_len;
+	bool has_body;            /* body goes upstream (a POST) */
+	char *accept_encoding;    /* the UI's: relayed, so gzip passes */
+	struct sl_fanout *fanout; /* a GET asked of every upstream */
 	char id[SL_HTTP_REQUEST_ID_MAX + 1];
 
 	struct sl_sched_item item; /* while waiting in sluice's queue */
@@ -106,6 +203,14 @@ struct exchange {
 
 	struct sl_transfer transfer;
 	struct curl_slist *headers;
+	/*
+	 * The upstream's response header lines worth passing on, "Name:
+	 * value\r\n" each (at most SL_PROXY_PASSED_HEADERS_MAX bytes), and the
+	 * names its Connection header lists, which are hop-by-hop too.
+	 */
+	char *passed;
+	size_t passed_len;
+	char connection[256];
 	char error[CURL_ERROR_SIZE];
 	uv_timer_t timer;
 	uint64_t last_byte_ms;
@@ -160,23 +265,37 @@ static void respond_error(struct exchange *x, int status, const char *type,
 	client_done(x);
 }
 
-static void write_event(struct exchange *x, json_t *doc)
+/* One event, one chunk; `name` NULL for an event without a name. */
+static void write_named_event(struct exchange *x, const char *name, json_t *doc)
 {
 	char *text = json_dumps(doc, JSON_COMPACT);
-	char *event = sl_xasprintf("data: %s\n\n", text);
+	char *event = sl_xasprintf("%s%s%sdata: %s\n\n", name ? "event: " : "",
+	                           name ? name : "", name ? "\n" : "", text);
 	sl_http_stream_write(x->req, event, strlen(event));
 	free(event);
 	free(text);
 }
 
-/* An SSE event with an OpenAI-shaped error, then the end of the stream. */
+static void write_event(struct exchange *x, json_t *doc)
+{
+	write_named_event(x, NULL, doc);
+}
+
+/*
+ * An SSE event with an OpenAI-shaped error, then the end of the stream. The
+ * streams of typed events (Anthropic's, the Responses API's) get it as an
+ * "error" event of their own kind, which their clients read.
+ */
 static void end_stream_with_error(struct exchange *x, int code,
                                   const char *message)
 {
 	json_t *j = json_pack(
 	    "{s:{s:s, s:s, s:i}}", "error", "message", message, "type",
 	    code == 503 ? "unavailable_error" : "server_error", "code", code);
-	write_event(x, j);
+	bool typed = x->ep->stream_end == SL_END_EOF;
+	if (typed)
+		json_object_set_new(j, "type", json_string("error"));
+	write_named_event(x, typed ? "error" : NULL, j);
 	json_decref(j);
 	note_totals(x);
 	x->req->info.outcome = "failed";
@@ -222,6 +341,10 @@ static void on_client_abort(struct sl_http_request *req)
 	}
 	/* Removing the handle closes the connection: llama-server stops. */
 	sl_curl_abort(&x->app->curl, &x->transfer);
+	if (x->fanout) {
+		sl_fanout_free(x->fanout);
+		x->fanout = NULL;
+	}
 	exchange_release(x);
 }
 
@@ -262,9 +385,37 @@ static bool nonempty_string(json_t *v)
 	return json_is_string(v) && json_string_length(v) > 0;
 }
 
+/*
+ * Anthropic's and the Responses API's events: a text delta is a token, and
+ * the final usage says how many there were. Events of any other shape are
+ * relayed without being counted.
+ */
+static void observe_typed(struct exchange *x, json_t *doc)
+{
+	const char *type = json_string_value(json_object_get(doc, "type"));
+	json_t *usage = NULL;
+	if (!type)
+		return;
+	if (strcmp(type, "content_block_delta") == 0 ||
+	    strcmp(type, "response.output_text.delta") == 0)
+		token_arrived(x, 1);
+	else if (strcmp(type, "message_delta") == 0)
+		usage = json_object_get(doc, "usage");
+	else if (strcmp(type, "response.completed") == 0)
+		usage =
+		    json_object_get(json_object_get(doc, "response"), "usage");
+	json_t *out = json_object_get(usage, "output_tokens");
+	if (json_is_integer(out))
+		x->tokens_final = (uint64_t)json_integer_value(out);
+}
+
 /* Learns from one parsed event: tokens, ends of prompts, final counts. */
 static void observe(struct exchange *x, json_t *doc)
 {
+	if (x->ep->stream_end == SL_END_EOF) {
+		observe_typed(x, doc);
+		return;
+	}
 	if (x->ep->stream_end == SL_END_STOP) {
 		json_int_t index =
 		    json_integer_value(json_object_get(doc, "index"));
@@ -542,6 +693,166 @@ static int on_event(const char *event, size_t len, void *arg)
 	return 0;
 }
 
+/* ---- the upstream's response headers ---- */
+
+/* RFC 9110, 5.6.2: the characters of a token, such as a field name. */
+static bool is_tchar(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+	       (c >= '0' && c <= '9') || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+static bool name_is(const char *name, size_t len, const char *literal)
+{
+	return strlen(literal) == len && strncasecmp(name, literal, len) == 0;
+}
+
+static bool name_has_prefix(const char *name, size_t len, const char *prefix)
+{
+	size_t n = strlen(prefix);
+	return len >= n && strncasecmp(name, prefix, n) == 0;
+}
+
+/*
+ * Whether a field is not passed on: hop-by-hop (RFC 9110, 7.6.1: they
+ * describe the upstream connection, not the answer), or one sluice writes
+ * itself (its own framing, Server, Date, CORS and scheduling headers; and
+ * for a stream the cache headers it adds).
+ */
+static bool header_withheld(const struct exchange *x, const char *name,
+                            size_t len)
+{
+	static const char *const withheld[] = {
+	    "Connection",
+	    "Keep-Alive",
+	    "TE",
+	    "Trailer",
+	    "Transfer-Encoding",
+	    "Upgrade",
+	    "Server",
+	    "Date",
+	    "Content-Length",
+	    "Content-Type",
+	    "X-Request-Id",
+	    "X-Queue-Ms",
+	    "X-Batch-Size",
+	    "Retry-After",
+	    "retry-after-ms",
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(withheld); i++)
+		if (name_is(name, len, withheld[i]))
+			return true;
+	if (name_has_prefix(name, len, "Proxy-") ||
+	    name_has_prefix(name, len, "Access-Control-"))
+		return true;
+	if (x->mode == MODE_SSE && (name_is(name, len, "Cache-Control") ||
+	                            name_is(name, len, "X-Accel-Buffering")))
+		return true;
+	/* The names the upstream's Connection header lists. */
+	const char *p = x->connection;
+	while (*p) {
+		while (*p == ',' || *p == ' ' || *p == '\t')
+			p++;
+		size_t n = strcspn(p, ", \t");
+		if (n && n == len && strncasecmp(p, name, len) == 0)
+			return true;
+		p += n;
+	}
+	return false;
+}
+
+/*
+ * CURLOPT_HEADERFUNCTION: one line of the upstream's head. The lines worth
+ * keeping are stored; which of them reach the client is decided once the
+ * whole head is in (start_response), since a Connection header may come
+ * last. A line that is malformed, overlong or holds bytes a head may not
+ * carry is dropped, never the answer: the upstream's headers are extras.
+ */
+static size_t on_upstream_header(char *line, size_t size, size_t n, void *arg)
+{
+	struct exchange *x = arg;
+	size_t len = size * n;
+	if (x->mode != MODE_WAITING)
+		return len; /* trailers after a chunked body */
+	if (len >= 5 && memcmp(line, "HTTP/", 5) == 0) {
+		/* A new head (after a 1xx): only the last one counts. */
+		x->passed_len = 0;
+		x->connection[0] = '\0';
+		return len;
+	}
+	size_t end = len;
+	while (end && (line[end - 1] == '\r' || line[end - 1] == '\n'))
+		end--;
+	const char *colon = memchr(line, ':', end);
+	if (!colon || colon == line)
+		return len; /* the blank line, a fold, or junk */
+	size_t name_len = (size_t)(colon - line);
+	for (size_t i = 0; i < name_len; i++)
+		if (!is_tchar((unsigned char)line[i]))
+			return len;
+	const char *v = colon + 1;
+	while (v < line + end && (*v == ' ' || *v == '\t'))
+		v++;
+	size_t v_len = (size_t)(line + end - v);
+	while (v_len && (v[v_len - 1] == ' ' || v[v_len - 1] == '\t'))
+		v_len--;
+	if (v_len > SL_PROXY_PASSED_VALUE_MAX)
+		return len;
+	char value[SL_PROXY_PASSED_VALUE_MAX + 1];
+	memcpy(value, v, v_len);
+	value[v_len] = '\0';
+	if (!sl_http_field_value_ok(value, SL_PROXY_PASSED_VALUE_MAX))
+		return len;
+	if (name_is(line, name_len, "Connection")) {
+		size_t have = strlen(x->connection);
+		snprintf(x->connection + have, sizeof(x->connection) - have,
+		         "%s%s", have ? "," : "", value);
+		return len;
+	}
+	size_t need = name_len + 2 + v_len + 2;
+	if (x->passed_len + need > SL_PROXY_PASSED_HEADERS_MAX) {
+		sl_debug("%s: upstream header %.*s dropped: over %u bytes of "
+		         "passed headers",
+		         x->id, (int)name_len, line,
+		         SL_PROXY_PASSED_HEADERS_MAX);
+		return len;
+	}
+	if (!x->passed)
+		x->passed = sl_xmalloc(SL_PROXY_PASSED_HEADERS_MAX + 1);
+	char *out = x->passed + x->passed_len;
+	memcpy(out, line, name_len);
+	memcpy(out + name_len, ": ", 2);
+	memcpy(out + name_len + 2, value, v_len);
+	memcpy(out + name_len + 2 + v_len, "\r\n", 2);
+	x->passed_len += need;
+	x->passed[x->passed_len] = '\0';
+	return len;
+}
+
+/*
+ * The head's extra lines for the client: the upstream's passed headers
+ * (now that the mode is known), then `own`. Malloc'd.
+ */
+static char *response_extras(const struct exchange *x, const char *own)
+{
+	size_t cap = x->passed_len + strlen(own) + 1;
+	char *out = sl_xmalloc(cap);
+	size_t k = 0;
+	for (size_t i = 0; i < x->passed_len;) {
+		const char *line = x->passed + i;
+		const char *eol = strstr(line, "\r\n");
+		size_t line_len = (size_t)(eol - line) + 2;
+		size_t name_len = (size_t)(strchr(line, ':') - line);
+		if (!header_withheld(x, line, name_len)) {
+			memcpy(out + k, line, line_len);
+			k += line_len;
+		}
+		i += line_len;
+	}
+	memcpy(out + k, own, strlen(own) + 1);
+	return out;
+}
+
 /*
  * The first byte: answer the client's head in the right mode. Returns
  * false when the upstream's head cannot be relayed (the client got 502).
@@ -579,22 +890,26 @@ static bool start_response(struct exchange *x)
 		if (x->assemble)
 			return true; /* answered once the stream is complete */
 		x->head_sent = true;
-		char extra[sizeof(x->sched_headers) + 64];
-		snprintf(extra, sizeof(extra),
+		char own[sizeof(x->sched_headers) + 64];
+		snprintf(own, sizeof(own),
 		         "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"
 		         "%s",
 		         x->sched_headers);
+		char *extra = response_extras(x, own);
 		sl_http_stream_start(x->req, 200, "text/event-stream", extra,
 		                     -1);
+		free(extra);
 		return true;
 	}
 	x->mode = MODE_BODY;
 	x->head_sent = true;
 	if (status >= 400)
 		x->req->info.outcome = "failed"; /* llama-server said no */
+	char *extra = response_extras(x, x->sched_headers);
 	sl_http_stream_start(x->req, (int)status,
-	                     ctype ? ctype : "application/octet-stream",
-	                     x->sched_headers, length);
+	                     ctype ? ctype : "application/octet-stream", extra,
+	                     length);
+	free(extra);
 	return true;
 }
 
@@ -633,9 +948,16 @@ static size_t on_upstream_data(char *data, size_t size, size_t n, void *arg)
 
 /* ---- the end of a transfer ---- */
 
-/* /completion ends with the transfer, once every prompt stopped. */
+/*
+ * Whether a stream is whole when its transfer ends: /completion's once
+ * every prompt stopped; those that end with the transfer always. (The
+ * OpenAI streams end at [DONE], before the transfer does.)
+ */
 static bool native_stream_complete(const struct exchange *x)
 {
+	/* A stream where none was expected has no end marker either. */
+	if (x->ep->stream_end == SL_END_EOF || x->ep->stream_end == SL_END_NONE)
+		return true;
 	return x->ep->stream_end == SL_END_STOP && x->stopped > 0 &&
 	       x->stopped >= x->prompts;
 }
@@ -697,6 +1019,8 @@ static void reset_for_retry(struct exchange *x)
 	curl_slist_free_all(x->headers);
 	x->headers = NULL;
 	x->error[0] = '\0';
+	x->passed_len = 0;
+	x->connection[0] = '\0';
 	if (x->mode == MODE_SSE)
 		sl_sse_free(&x->sse);
 	if (x->assemble) {
@@ -766,7 +1090,7 @@ static bool try_again(struct exchange *x, CURLcode result)
 	describe_failure(x, result, why, sizeof(why));
 	sl_warn("%s: upstream %s%s failed before any byte reached the client "
 	        "(%s); queued to be sent again",
-	        x->id, x->upstream->url, x->ep->upstream_path, why);
+	        x->id, x->upstream->url, x->target, why);
 	x->retried |= !refused;
 	reset_for_retry(x);
 	uint64_t now = uv_now(&app->loop);
@@ -805,7 +1129,7 @@ static void on_transfer_done(struct sl_transfer *t, CURLcode result)
 		return;
 	if (result != CURLE_OK && !x->ended && !x->gave_up)
 		sl_warn("%s: upstream %s%s: %s", x->id, x->upstream->url,
-		        x->ep->upstream_path,
+		        x->target,
 		        x->error[0] ? x->error : curl_easy_strerror(result));
 	if (x->req)
 		finish_client(x, result);
@@ -855,6 +1179,9 @@ static void on_timer_closed(uv_handle_t *h)
 		sl_assembler_free(&x->answer);
 	json_decref(x->final);
 	free(x->body);
+	free(x->target);
+	free(x->passed);
+	free(x->accept_encoding);
 	free(x);
 }
 
@@ -863,7 +1190,7 @@ static void exchange_release(struct exchange *x)
 {
 	struct sl_app *app = x->app;
 	if (x->req || x->transfer.active || sl_sched_queued(&x->item) ||
-	    x->released)
+	    x->fanout || x->released)
 		return;
 	x->released = true;
 	if (x->prev)
@@ -909,6 +1236,10 @@ void sl_proxy_end_all(struct sl_app *app)
 		 * its end. A plain body already half relayed can only be cut,
 		 * which fail() does by closing the connection.
 		 */
+		if (x->fanout) {
+			sl_fanout_free(x->fanout);
+			x->fanout = NULL;
+		}
 		if (x->req && !x->head_sent)
 			snprintf(x->sched_headers, sizeof(x->sched_headers),
 			         "%s", SL_PROXY_UNAVAILABLE_RETRY);
@@ -926,6 +1257,10 @@ void sl_proxy_abort_all(struct sl_app *app)
 			sl_stats_queued(&app->stats, x->priority, -1);
 		}
 		sl_curl_abort(&app->curl, &x->transfer);
+		if (x->fanout) {
+			sl_fanout_free(x->fanout);
+			x->fanout = NULL;
+		}
 		uv_timer_stop(&x->timer);
 		client_done(x); /* every connection is closed by now */
 		exchange_release(x);
@@ -949,7 +1284,7 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 	snprintf(x->req->info.upstream, sizeof(x->req->info.upstream), "%s",
 	         u->url);
 
-	char *url = sl_xasprintf("%s%s", u->url, x->ep->upstream_path);
+	char *url = sl_xasprintf("%s%s", u->url, x->target);
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	free(url);
 	sl_curl_common_options(e);
@@ -959,6 +1294,14 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 	char *id = sl_xasprintf("X-Request-Id: %s", x->id);
 	x->headers = curl_slist_append(x->headers, id);
 	free(id);
+	if (x->accept_encoding) {
+		/* Relayed as sent: libcurl does not decode it (no
+		 * CURLOPT_ACCEPT_ENCODING), so Content-Encoding passes too. */
+		char *ae =
+		    sl_xasprintf("Accept-Encoding: %s", x->accept_encoding);
+		x->headers = curl_slist_append(x->headers, ae);
+		free(ae);
+	}
 	if (u->api_key) {
 		char *auth =
 		    sl_xasprintf("Authorization: Bearer %s", u->api_key);
@@ -966,7 +1309,7 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 		free(auth);
 	}
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->headers);
-	if (x->ep->json_body) {
+	if (x->has_body) {
 		curl_easy_setopt(e, CURLOPT_POSTFIELDS, x->body);
 		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
 		                 (curl_off_t)x->body_len);
@@ -975,6 +1318,8 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 	                 (long)cfg->upstream_connect_timeout_ms);
 	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_upstream_data);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_upstream_header);
+	curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->error);
 
 	uv_timer_start(&x->timer, on_timer, cfg->upstream_timeout_ms, 0);
@@ -1091,44 +1436,115 @@ static void enqueue(struct sl_app *app, struct exchange *x)
 	refuse_queue_full(app, x, x->arrived_ms, false);
 }
 
-void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
-                     const struct sl_endpoint *ep)
-{
-	struct sl_request checked;
-	const struct sl_request_options opts = {
-	    .max_tokens_cap = app->cfg->max_tokens_cap,
-	    .stream_upstream = app->cfg->stream_upstream,
-	};
-	if (sl_request_validate(&checked, ep, sl_http_header(req, "X-Priority"),
-	                        req->body, req->body_len, &opts) != 0) {
-		sl_http_respond_error(req, checked.status,
-		                      "invalid_request_error", NULL, "%s",
-		                      checked.error);
-		return;
-	}
-	double priority = checked.priority;
-	/*
-	 * With no upstream ready, waiting helps nobody, so say so now: while
-	 * the first start is under way, or when every upstream is down. One
-	 * that is restarting or being checked after a failure is expected
-	 * back: what needs a slot waits for it in the queue.
-	 */
-	char why[160];
-	struct sl_upstream *u =
-	    sl_app_pick_upstream(app, false, why, sizeof(why));
-	bool wait = !u && ep->scheduled && sl_app_upstream_expected(app);
-	if (app->stopping) {
-		u = NULL;
-		wait = false;
-		snprintf(why, sizeof(why), "sluice is shutting down");
-	}
-	if (!u && !wait) {
-		sl_request_free(&checked);
-		sl_http_respond_error(req, 503, "unavailable_error",
-		                      SL_PROXY_UNAVAILABLE_RETRY, "%s", why);
-		return;
-	}
+/* ---- which upstream ---- */
 
+static int hex_digit(char c)
+{
+	return c >= '0' && c <= '9'   ? c - '0'
+	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+	                              : -1;
+}
+
+/* Percent-decodes n bytes of s into out (size bytes, NUL-terminated). */
+static void percent_decode(const char *s, size_t n, char *out, size_t size)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n && k + 1 < size; i++) {
+		int hi, lo;
+		if (s[i] == '%' && i + 2 < n &&
+		    (hi = hex_digit(s[i + 1])) >= 0 &&
+		    (lo = hex_digit(s[i + 2])) >= 0) {
+			out[k++] = (char)(hi * 16 + lo);
+			i += 2;
+		} else {
+			out[k++] = s[i];
+		}
+	}
+	out[k] = '\0';
+}
+
+/*
+ * The query that goes upstream for a per-upstream endpoint: the client's,
+ * without its "upstream" parameters, which are sluice's. The last one's
+ * value, percent-decoded, goes into name (found says whether there was
+ * one). Malloc'd.
+ */
+static char *take_upstream_param(const char *query, char *name, size_t size,
+                                 bool *found)
+{
+	char *out = sl_xmalloc(strlen(query) + 1);
+	size_t k = 0;
+	*found = false;
+	name[0] = '\0';
+	for (const char *p = query; *p;) {
+		size_t n = strcspn(p, "&");
+		if (n >= 9 && strncmp(p, "upstream=", 9) == 0) {
+			*found = true;
+			percent_decode(p + 9, n - 9, name, size);
+		} else if (n == 8 && strncmp(p, "upstream", 8) == 0) {
+			*found = true;
+			name[0] = '\0';
+		} else if (n > 0) {
+			if (k)
+				out[k++] = '&';
+			memcpy(out + k, p, n);
+			k += n;
+		}
+		p += n;
+		if (*p == '&')
+			p++;
+	}
+	out[k] = '\0';
+	return out;
+}
+
+/* The upstream /health calls `name`, or NULL. */
+static struct sl_upstream *find_upstream(struct sl_app *app, const char *name)
+{
+	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++)
+		if (app->upstreams[i] &&
+		    strcmp(app->upstreams[i]->name, name) == 0)
+			return app->upstreams[i];
+	return NULL;
+}
+
+/* Every upstream, in the order of the list; returns how many. */
+static unsigned all_upstreams(struct sl_app *app,
+                              struct sl_upstream *out[SL_MAX_UPSTREAMS])
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++)
+		if (app->upstreams[i])
+			out[n++] = app->upstreams[i];
+	return n;
+}
+
+/* The fanout's parts are all in: the array goes to the client. */
+static void on_fanout_done(struct sl_fanout *f, void *data)
+{
+	struct exchange *x = data;
+	size_t len;
+	char *body = sl_fanout_json(f, &len);
+	sl_fanout_free(f);
+	x->fanout = NULL;
+	if (x->req) {
+		note_totals(x);
+		sl_http_respond(x->req, 200, "application/json; charset=utf-8",
+		                NULL, body, len);
+		client_done(x);
+	}
+	free(body);
+	exchange_release(x);
+}
+
+/* ---- starting an exchange ---- */
+
+static struct exchange *exchange_new(struct sl_app *app,
+                                     struct sl_http_request *req,
+                                     const struct sl_endpoint *ep,
+                                     double priority)
+{
 	struct exchange *x = sl_xcalloc(1, sizeof(*x));
 	x->app = app;
 	x->req = req;
@@ -1147,13 +1563,134 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	req->handler_data = x;
 	req->on_abort = on_client_abort;
 	req->on_drain = on_client_drain;
+	return x;
+}
+
+/*
+ * The path and query the upstream gets: the endpoint's upstream path, or
+ * the client's own path where the endpoint matches many (the UI's assets,
+ * /slots/{id}), with the query as the client sent it.
+ */
+static char *upstream_target(const struct sl_endpoint *ep,
+                             const struct sl_http_request *req,
+                             const char *query)
+{
+	const char *path =
+	    ep->upstream_path && !ep->prefix ? ep->upstream_path : req->path;
+	return query[0] ? sl_xasprintf("%s?%s", path, query) : sl_xstrdup(path);
+}
+
+void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
+                     const struct sl_endpoint *ep)
+{
+	struct sl_request checked;
+	/*
+	 * Only an endpoint whose plain answer sluice can assemble is asked
+	 * for a stream on a plain request; the others (Anthropic's messages,
+	 * responses) have their plain answer relayed as llama-server wrote it.
+	 */
+	const struct sl_request_options opts = {
+	    .max_tokens_cap = app->cfg->max_tokens_cap,
+	    .stream_upstream =
+	        app->cfg->stream_upstream && ep->assemble != SL_ASSEMBLE_NONE,
+	};
+	if (sl_request_validate(&checked, ep, sl_http_header(req, "X-Priority"),
+	                        req->body, req->body_len, &opts) != 0) {
+		sl_http_respond_error(req, checked.status,
+		                      "invalid_request_error", NULL, "%s",
+		                      checked.error);
+		return;
+	}
+	double priority = checked.priority;
+
+	/* "?upstream=NAME" picks one upstream; a GET without it asks all. */
+	char name[256];
+	bool named = false;
+	char *query =
+	    ep->per_upstream
+	        ? take_upstream_param(req->query, name, sizeof(name), &named)
+	        : sl_xstrdup(req->query);
+	struct sl_upstream *pinned = NULL;
+	if (named && !(pinned = find_upstream(app, name))) {
+		free(query);
+		sl_request_free(&checked);
+		sl_http_respond_error(req, 404, "not_found_error", NULL,
+		                      "no upstream named \"%s\"; /health lists "
+		                      "the upstreams by name",
+		                      name);
+		return;
+	}
+	struct sl_upstream *ups[SL_MAX_UPSTREAMS];
+	unsigned n_ups = all_upstreams(app, ups);
+	if (ep->per_upstream && ep->method == HTTP_GET && !named && n_ups > 1 &&
+	    !app->stopping) {
+		struct exchange *x = exchange_new(app, req, ep, priority);
+		char *target = upstream_target(ep, req, query);
+		x->fanout = sl_fanout_start(&app->curl, ups, n_ups, target,
+		                            (long)app->cfg->upstream_timeout_ms,
+		                            on_fanout_done, x);
+		free(target);
+		free(query);
+		sl_request_free(&checked);
+		if (sl_fanout_pending(x->fanout) == 0)
+			on_fanout_done(x->fanout, x);
+		return;
+	}
+
+	/*
+	 * With no upstream ready, waiting helps nobody, so say so now: while
+	 * the first start is under way, or when every upstream is down. One
+	 * that is restarting or being checked after a failure is expected
+	 * back: what needs a slot waits for it in the queue.
+	 */
+	char why[160];
+	struct sl_upstream *u =
+	    sl_app_pick_upstream(app, false, why, sizeof(why));
+	bool wait = !u && ep->scheduled && sl_app_upstream_expected(app);
+	if (pinned) {
+		u = sl_upstream_is_ready(pinned) ? pinned : NULL;
+		wait = false;
+		snprintf(why, sizeof(why), "upstream %s is %s", pinned->name,
+		         sl_upstream_state_name(pinned->state));
+	}
+	if (app->stopping) {
+		u = NULL;
+		wait = false;
+		snprintf(why, sizeof(why), "sluice is shutting down");
+	}
+	if (!u && !wait) {
+		free(query);
+		sl_request_free(&checked);
+		sl_http_respond_error(req, 503, "unavailable_error",
+		                      SL_PROXY_UNAVAILABLE_RETRY, "%s", why);
+		return;
+	}
+
+	struct exchange *x = exchange_new(app, req, ep, priority);
 	if (ep->scheduled) {
 		req->info.has_priority = true;
 		req->info.priority = priority;
 	}
-
-	x->body = checked.body; /* the exchange owns it now */
-	x->body_len = checked.body_len;
+	x->target = upstream_target(ep, req, query);
+	free(query);
+	if (ep->json_body) {
+		x->body = checked.body; /* the exchange owns it now */
+		x->body_len = checked.body_len;
+		x->has_body = true;
+	} else if (ep->method == HTTP_POST) {
+		/* Relayed as written: llama-server judges it. */
+		x->body = sl_xmalloc(req->body_len + 1);
+		memcpy(x->body, req->body ? req->body : "", req->body_len);
+		x->body[req->body_len] = '\0';
+		x->body_len = req->body_len;
+		x->has_body = true;
+		sl_request_free(&checked);
+	}
+	if (ep == &sl_proxy_ui_endpoint) {
+		const char *ae = sl_http_header(req, "Accept-Encoding");
+		if (ae)
+			x->accept_encoding = sl_xstrdup(ae);
+	}
 	x->stream = checked.stream;
 	x->assemble = checked.assemble;
 	if (x->assemble)

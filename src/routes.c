@@ -15,7 +15,7 @@ struct route {
 	const char *path;
 	llhttp_method_t method;
 	route_handler handler;
-	enum sl_access access;
+	enum sl_access access; /* who may call it */
 };
 
 static void respond_health(struct sl_app *app, struct sl_http_request *req,
@@ -43,6 +43,7 @@ static void handle_ready(struct sl_app *app, struct sl_http_request *req)
 	respond_health(app, req, true);
 }
 
+/* /v1/health is llama-server's alias of /health, public like it. */
 static const struct route routes[] = {
     {"/health", HTTP_GET, handle_health, SL_ACCESS_PUBLIC},
     {"/v1/health", HTTP_GET, handle_health, SL_ACCESS_PUBLIC},
@@ -67,11 +68,46 @@ static void add_allowed(char *allow, size_t size, llhttp_method_t m)
 	         llhttp_method_name(m), m == HTTP_GET ? ", HEAD" : "");
 }
 
+/* Whether an endpoint answers `path`: the same, or under its prefix. */
+static bool endpoint_matches(const struct sl_endpoint *ep, const char *path)
+{
+	if (!ep->prefix)
+		return strcmp(ep->path, path) == 0;
+	size_t n = strlen(ep->path);
+	return strncmp(ep->path, path, n) == 0 && path[n] != '\0';
+}
+
+/*
+ * Whether a path may go to the web UI as is. Its assets have plain names;
+ * a percent-escape or a "." or ".." segment could reach, once llama-server
+ * (or libcurl) decodes or folds it, an endpoint that sluice routes itself
+ * with another access level (GET /cors%2Dproxy is the admin /cors-proxy).
+ */
+static bool ui_path_ok(const char *path)
+{
+	if (strchr(path, '%') || strchr(path, '\\'))
+		return false;
+	for (const char *seg = path; (seg = strchr(seg, '/'));) {
+		seg++;
+		size_t n = strcspn(seg, "/");
+		if ((n == 1 && seg[0] == '.') ||
+		    (n == 2 && seg[0] == '.' && seg[1] == '.'))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Routes in this order: a CORS preflight; sluice's own routes; the relayed
+ * endpoints; with --ui, any other GET goes to llama-server's web UI. Each
+ * checks the caller's key for its level before anything else, and so does
+ * an unknown path before its 404, as llama-server does (a client without
+ * the key learns nothing of which paths exist).
+ */
 void sl_routes_dispatch(struct sl_http_request *req, void *data)
 {
 	struct sl_app *app = data;
 	char allow[128] = "";
-	/* CORS preflights are answered before any key is asked for. */
 	if (sl_access_preflight(app, req))
 		return;
 	for (size_t i = 0; i < SL_ARRAY_SIZE(routes); i++) {
@@ -90,7 +126,7 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 	 */
 	for (unsigned i = 0; i < sl_n_endpoints; i++) {
 		const struct sl_endpoint *ep = &sl_endpoints[i];
-		if (strcmp(ep->path, req->path) != 0)
+		if (!endpoint_matches(ep, req->path))
 			continue;
 		if (method_matches(ep->method, req->method)) {
 			if (sl_access_allow(app, req,
@@ -102,10 +138,15 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 		add_allowed(allow, sizeof(allow), ep->method);
 	}
 	/*
-	 * As llama-server: with client keys set, a request without a valid
-	 * key learns nothing about which paths exist.
+	 * llama-server serves its web UI's page at / without a key (the page
+	 * asks for one); its assets, like every other path, need one.
 	 */
-	if (!sl_access_allow(app, req, SL_ACCESS_CLIENT))
+	bool ui = app->cfg->ui && !allow[0] &&
+	          method_matches(HTTP_GET, req->method) &&
+	          ui_path_ok(req->path);
+	bool public = ui && strcmp(req->path, "/") == 0;
+	if (!sl_access_allow(app, req,
+	                     public ? SL_ACCESS_PUBLIC : SL_ACCESS_CLIENT))
 		return;
 	if (allow[0]) {
 		char extra[160];
@@ -114,6 +155,10 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 		    req, 405, "invalid_request_error", extra,
 		    "method %s is not allowed on %s; allowed: %s",
 		    llhttp_method_name(req->method), req->path, allow);
+		return;
+	}
+	if (ui) {
+		sl_proxy_handle(app, req, &sl_proxy_ui_endpoint);
 		return;
 	}
 	sl_http_respond_error(req, 404, "not_found_error", NULL,

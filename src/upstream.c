@@ -343,11 +343,12 @@ static int launch(struct sl_upstream *u)
 	 * cannot starve the others), metrics on. The API key goes in the
 	 * environment so that it never shows in `ps`.
 	 *
-	 * The web UI is switched off through the environment too: builds from
-	 * late 2025 on call the flag --no-ui and report --no-webui as
-	 * deprecated, while older builds know only --no-webui and refuse
-	 * --no-ui. Each build reads its own variable and ignores the other's,
-	 * and a --llama-arg (--ui, say) still wins over both.
+	 * The web UI is set through the environment too: builds from late
+	 * 2025 on call the flag --ui/--no-ui and report --webui/--no-webui as
+	 * deprecated, while older builds know only the --webui pair and refuse
+	 * the other. Each build reads its own variable and ignores the other's,
+	 * and a --llama-arg still wins over both. It is off unless --ui asks
+	 * for it, since sluice relays the UI only then.
 	 */
 	/* clang-format off */
 	const char *fixed[] = {
@@ -374,7 +375,11 @@ static int launch(struct sl_upstream *u)
 	for (unsigned i = 0; i < cfg->llama_args.count; i++)
 		args[k++] = cfg->llama_args.items[i];
 	char *key_env = sl_xasprintf("LLAMA_API_KEY=%s", u->api_key);
-	char *env[] = {key_env, "LLAMA_ARG_UI=0", "LLAMA_ARG_NO_WEBUI=1", NULL};
+	/* With --ui: LLAMA_ARG_UI=1, and older builds keep their default. */
+	char *env_ui[] = {key_env, "LLAMA_ARG_UI=1", NULL};
+	char *env_no_ui[] = {key_env, "LLAMA_ARG_UI=0", "LLAMA_ARG_NO_WEBUI=1",
+	                     NULL};
+	char **env = cfg->ui ? env_ui : env_no_ui;
 
 	rc = sl_child_spawn(u->loop, "llama-server", u->exe, args, env,
 	                    on_child_exit, u, &u->child);

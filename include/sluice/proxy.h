@@ -15,7 +15,13 @@
  *   exchange     one relayed request, from validation to its last byte
  *   end marker   what ends a stream: "data: [DONE]" on the OpenAI
  *                endpoints; on /completion the transfer's end, once every
- *                prompt has sent its chunk with "stop": true
+ *                prompt has sent its chunk with "stop": true; on Anthropic's
+ *                /v1/messages and /v1/responses the transfer's end
+ *   passed       upstream response headers relayed to the client: all but
+ *   headers      the hop-by-hop ones and those sluice writes itself
+ *   per-upstream an endpoint that describes one llama-server (/props,
+ *                /slots): "?upstream=NAME" picks which; with several
+ *                upstreams a GET without it answers for each of them
  */
 #ifndef SLUICE_PROXY_H
 #define SLUICE_PROXY_H
@@ -42,18 +48,41 @@ struct sl_endpoint {
 	llhttp_method_t method;
 	const char *upstream_path;
 	enum sl_stream_end stream_end;
-	bool json_body; /* the request carries a JSON object */
+	/*
+	 * The request carries a JSON object that sluice validates (and may
+	 * rewrite, request.h); without it a POST's body goes upstream as the
+	 * client wrote it, for llama-server to judge.
+	 */
+	bool json_body;
 	bool scheduled; /* it takes a slot: through sluice's queue */
 	enum sl_api api;
 	/* How a plain answer is built from a stream; NONE: relayed plain. */
 	enum sl_assemble_kind assemble;
 	bool admin;  /* changes llama-server's state: needs the admin key */
 	bool prefix; /* path is a prefix: "/slots/" matches "/slots/0" */
+	/* Describes one upstream: "?upstream=NAME"; a GET answers for all. */
+	bool per_upstream;
 };
 
 /* The relayed endpoints, for the route table. */
 extern const struct sl_endpoint sl_endpoints[];
 extern const unsigned sl_n_endpoints;
+
+/*
+ * With --ui: any GET that no route matches goes to the upstream as is, for
+ * llama-server's web UI and its assets (not scheduled: a page load takes no
+ * slot).
+ */
+extern const struct sl_endpoint sl_proxy_ui_endpoint;
+
+/*
+ * Upstream response header lines relayed to a client, in bytes: a bound on
+ * what an upstream can make sluice hold and write per answer. llama-server
+ * sends a few hundred bytes; lines past the bound are dropped.
+ */
+#define SL_PROXY_PASSED_HEADERS_MAX (8u * 1024)
+/* One relayed header's value, at most: longer ones are dropped. */
+#define SL_PROXY_PASSED_VALUE_MAX 4096u
 
 /* Starts an exchange for `req` on endpoint `ep`; answers errors itself. */
 void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,

@@ -1,0 +1,783 @@
+"""Every llama-server endpoint through sluice: aliases and the Anthropic,
+Responses, rerank, tokenize and admin endpoints answer as llama-server
+does; the cheap ones skip the queue; query strings and upstream response
+headers pass; /props and /slots answer per upstream; --ui relays the web
+UI."""
+
+import glob
+import gzip
+import http.server
+import json
+import os
+import re
+import select
+import shutil
+import struct
+import subprocess
+import threading
+import time
+import zlib
+
+import sluice_test as st
+
+# Fields that differ between two runs of the same request.
+VOLATILE = {"id", "created", "created_at", "completed_at", "timings",
+            "system_fingerprint", "id_slot", "id_task", "cache_read_input_tokens",
+            "cached_tokens", "input_tokens_details", "tokens_cached"}
+
+
+# In a usage object: how much of the prompt was in llama-server's cache.
+CACHE_DEPENDENT = {"input_tokens", "prompt_tokens", "total_tokens"}
+
+
+def stable(doc, parent=None):
+    """doc without its volatile fields, at any depth (and, in usage, the
+    counts that depend on what the prompt cache held)."""
+    if isinstance(doc, dict):
+        return {k: stable(v, k) for k, v in doc.items()
+                if k not in VOLATILE and k != "item_id"
+                and not (parent == "usage" and k in CACHE_DEPENDENT)}
+    if isinstance(doc, (list, tuple)):
+        return [stable(v) for v in doc]
+    return doc
+
+
+def shape(doc):
+    """doc with every number replaced by its type: llama-server's native
+    embeddings (one vector per token, no pooling) differ from run to run
+    on the demo model, their shape does not."""
+    if isinstance(doc, dict):
+        return {k: shape(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [shape(v) for v in doc]
+    if isinstance(doc, float) or doc is None:
+        return "number"
+    return doc
+
+
+def chat(prompt, n=6, **extra):
+    return {"messages": [{"role": "user", "content": prompt}],
+            "max_tokens": n, "temperature": 0, "seed": 7, **extra}
+
+
+# (method, path, body): answered the same straight and through sluice.
+SAME_ANSWER = [
+    ("GET", "/models", None),
+    ("GET", "/v1/models", None),
+    ("GET", "/lora-adapters", None),
+    ("GET", "/tools", None),
+    ("GET", "/cors-proxy", None),
+    ("POST", "/tokenize", {"content": "hello world"}),
+    ("POST", "/tokenize", "not json"),
+    ("POST", "/detokenize", {"tokens": [300, 301, 302]}),
+    ("POST", "/apply-template", chat("hi")),
+    ("POST", "/v1/messages/count_tokens", dict(chat("hi"), model="m")),
+    ("POST", "/chat/completions/input_tokens", chat("hi")),
+    ("POST", "/v1/chat/completions/input_tokens", chat("hi")),
+    ("POST", "/embedding", {"content": "hello"}),
+    ("POST", "/embeddings", {"content": "hello"}),
+    ("POST", "/embeddings", {"input": "hello"}),
+    ("POST", "/v1/embeddings", {"input": "hello"}),
+    ("POST", "/rerank", {"query": "a", "documents": ["b", "c d"]}),
+    ("POST", "/v1/rerank", {"query": "a", "documents": ["b", "c d"]}),
+    ("POST", "/reranking", {"query": "a", "documents": ["b", "c d"]}),
+    ("POST", "/v1/reranking", {"query": "a", "documents": ["b", "c d"]}),
+    ("POST", "/infill", {"input_prefix": "a", "input_suffix": "b",
+                         "n_predict": 3}),
+    ("POST", "/completions", {"prompt": "Once", "n_predict": 6,
+                              "temperature": 0, "seed": 7}),
+    ("POST", "/v1/messages", dict(chat("Hello there"), model="m")),
+    ("POST", "/v1/responses", {"model": "m", "input": "Hello there",
+                               "max_output_tokens": 6, "temperature": 0}),
+    ("POST", "/props", {}),
+    ("POST", "/slots/0?action=erase", {}),
+    ("POST", "/lora-adapters", []),
+]
+
+
+def sse_events(body):
+    """[(event name or None, data as JSON or str)] of an SSE body."""
+    out = []
+    for block in body.decode().split("\n\n"):
+        if not block.strip():
+            continue
+        name, data = None, []
+        for line in block.split("\n"):
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].lstrip())
+        joined = "\n".join(data)
+        try:
+            out.append((name, json.loads(joined)))
+        except ValueError:
+            out.append((name, joined))
+    return out
+
+
+def metric(port, name):
+    """The sum of a metric's samples in sluice's /metrics (0 when none)."""
+    text = st.request(port, "GET", "/metrics").body.decode()
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(r"%s(\{[^}]*\})? (\S+)$" % re.escape(name), line)
+        if m:
+            total += float(m.group(2))
+    return total
+
+
+class RealEndpoints(st.RelayTestCase):
+    """One llama-server with embeddings and reranking on, sluice in front."""
+
+    slots = 2
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ls = st.LlamaServer(st.MODEL_TINY, slots=cls.slots, ctx=2048,
+                                extra=("--embeddings", "--reranking"))
+        cls.sl = st.Sluice("--upstream", cls.ls.url)
+
+    def both(self, method, path, body):
+        direct = st.request(self.ls.port, method, path, body=body)
+        relayed = st.request(self.sl.port, method, path, body=body)
+        return direct, relayed
+
+    def test_every_endpoint_answers_as_llama_server(self):
+        for method, path, body in SAME_ANSWER:
+            with self.subTest(method=method, path=path, body=body):
+                direct, relayed = self.both(method, path, body)
+                self.assertEqual(relayed.status, direct.status,
+                                 relayed.body[:300])
+                self.assertEqual(relayed.header("Content-Type"),
+                                 direct.header("Content-Type"))
+                self.assertNotEqual(relayed.status, 404, relayed.body)
+                same = shape if path in ("/embedding",
+                                         "/embeddings") else stable
+                self.assertEqual(same(relayed.json()), same(direct.json()))
+
+    def test_chat_alias_answers_as_v1(self):
+        # An OpenAI client whose base URL lacks /v1 posts here.
+        for stream in (False, True):
+            with self.subTest(stream=stream):
+                body = chat("Tell me", 8, stream=stream)
+                direct = self.ls.post("/v1/chat/completions", body)
+                relayed = self.sl.post("/chat/completions", body)
+                self.assertEqual(relayed.status, 200, relayed.body)
+                if not stream:
+                    self.assertEqual(
+                        relayed.json()["choices"][0]["message"]["content"],
+                        direct.json()["choices"][0]["message"]["content"])
+                    continue
+                def text(r):
+                    return "".join(
+                        (d["choices"][0]["delta"].get("content") or "")
+                        for _, d in sse_events(r.body)
+                        if isinstance(d, dict) and d.get("choices"))
+                self.assertEqual(text(relayed), text(direct))
+                self.assertEqual(sse_events(relayed.body)[-1],
+                                 (None, "[DONE]"))
+
+    def test_messages_stream_relayed_event_by_event(self):
+        body = dict(chat("Hello there", 7, stream=True), model="m")
+        direct = self.ls.post("/v1/messages", body)
+        c = st.RawClient(self.sl.port)
+        c.request("POST", "/v1/messages", body)
+        status, headers = c.read_head()
+        self.assertEqual(status, 200)
+        self.assertEqual(headers["content-type"], "text/event-stream")
+        chunks = [data for _, data in c.chunks()]
+        c.close()
+        # One event per chunk, "event: NAME\ndata: JSON\n\n" as sent.
+        for chunk in chunks:
+            self.assertRegex(chunk.decode(),
+                             r"^event: [a-z_]+\ndata: \{.*\}\n\n$")
+        relayed = sse_events(b"".join(chunks))
+        want = sse_events(direct.body)
+        self.assertEqual([n for n, _ in relayed], [n for n, _ in want])
+        self.assertEqual(stable(relayed), stable(want))
+        self.assertEqual(relayed[-1][0], "message_stop")
+
+    def test_responses_stream_ends_with_the_transfer(self):
+        body = {"model": "m", "input": "Hello there", "stream": True,
+                "max_output_tokens": 5, "temperature": 0}
+        direct = self.ls.post("/v1/responses", body)
+        relayed = self.sl.post("/v1/responses", body)
+        self.assertEqual(relayed.status, 200)
+        got, want = sse_events(relayed.body), sse_events(direct.body)
+        self.assertEqual(stable(got), stable(want))
+        self.assertEqual(got[-1][0], "response.completed")
+
+    def test_messages_tokens_are_counted(self):
+        before = metric(self.sl.port, "sluice_generated_tokens_total")
+        ttft = metric(self.sl.port,
+                      "sluice_time_to_first_token_seconds_count")
+        r = self.sl.post("/v1/messages",
+                         dict(chat("Count me", 5, stream=True), model="m"))
+        self.assertEqual(r.status, 200)
+        self.assertEqual(
+            metric(self.sl.port, "sluice_generated_tokens_total") - before, 5)
+        self.assertEqual(metric(
+            self.sl.port, "sluice_time_to_first_token_seconds_count") - ttft,
+            1)
+
+    def test_props_and_slots_with_one_upstream_are_relayed_as_is(self):
+        direct, relayed = self.both("GET", "/props", None)
+        self.assertEqual(relayed.status, 200)
+        self.assertEqual(relayed.json(), direct.json())
+        slots = self.sl.get("/slots").json()
+        self.assertEqual([s["id"] for s in slots], list(range(self.slots)))
+
+    def test_v1_health_is_sluices_health(self):
+        r = self.sl.get("/v1/health")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.json().keys(), self.sl.health().json().keys())
+        self.assertEqual(r.json()["upstreams"][0]["url"], self.ls.url)
+
+    def test_unknown_path_and_wrong_method(self):
+        r = self.sl.get("/no/such/thing")
+        self.assertEqual(r.status, 404)
+        self.assertEqual(r.json()["error"]["type"], "not_found_error")
+        r = self.sl.get("/")  # no --ui: no page
+        self.assertEqual(r.status, 404)
+        r = self.sl.get("/tokenize")
+        self.assertEqual(r.status, 405)
+        self.assertEqual(r.header("Allow"), "POST")
+
+
+class Queueing(st.TestCase):
+    """One slot, a long generation in it: what needs a slot waits in
+    sluice's queue, the cheap endpoints do not."""
+
+    def test_cheap_endpoints_do_not_wait_and_slot_users_queue(self):
+        ls = self.llama_server(st.MODEL_TINY, slots=1, ctx=16384,
+                               extra=("--embeddings", "--reranking"))
+        s = self.sluice("--upstream", ls.url, "--max-queue", "8",
+                        "--queue-timeout", "120")
+        busy = st.RawClient(s.port)
+        # n_probs makes each event ~4 KB, so the unread stream fills the
+        # socket buffers and holds the slot until this client reads.
+        busy.request("POST", "/completion",
+                     {"prompt": "x", "n_predict": 12000, "stream": True,
+                      "n_probs": 50})
+        busy.read_head()
+        st.wait_until(lambda: s.health().json()["inflight"] == 1, 30,
+                      "the generation to hold the slot")
+        waits_before = metric(s.port, "sluice_queue_wait_seconds_count")
+        results = {}
+
+        def post(path, body):
+            results[path] = st.request(s.port, "POST", path, body=body,
+                                       timeout=120)
+
+        queued = [("/v1/messages", dict(chat("hi", 3), model="m")),
+                  ("/v1/responses", {"model": "m", "input": "hi",
+                                     "max_output_tokens": 3}),
+                  ("/v1/rerank", {"query": "a", "documents": ["b"]}),
+                  ("/embedding", {"content": "hi"}),
+                  ("/embeddings", {"content": "hi"}),
+                  ("/chat/completions", chat("hi", 3))]
+        threads = [threading.Thread(target=post, args=q) for q in queued]
+        for t in threads:
+            t.start()
+        st.wait_until(lambda: s.health().json()["queued"] == len(queued),
+                      30, "every slot user to be queued")
+        # Straight through, while the queue holds the others.
+        for path, body in [("/tokenize", {"content": "hello"}),
+                           ("/detokenize", {"tokens": [300]}),
+                           ("/apply-template", chat("hi")),
+                           ("/v1/messages/count_tokens",
+                            dict(chat("hi"), model="m"))]:
+            r = st.request(s.port, "POST", path, body=body, timeout=10)
+            self.assertEqual(r.status, 200, (path, r.body))
+            self.assertEqual(r.json(), ls.post(path, body).json())
+        for path in ("/props", "/slots", "/v1/models", "/models",
+                     "/lora-adapters"):
+            self.assertEqual(s.get(path, timeout=10).status, 200, path)
+        self.assertEqual(s.health().json()["queued"], len(queued))
+        busy.close()  # frees the slot: the queue drains
+        for t in threads:
+            t.join(120)
+        for path, _ in queued:
+            self.assertEqual(results[path].status, 200,
+                             (path, results[path].body))
+            self.assertIsNotNone(results[path].header("X-Queue-Ms"), path)
+        self.assertEqual(
+            metric(s.port, "sluice_queue_wait_seconds_count") - waits_before,
+            len(queued))
+
+
+class Cancellation(st.TestCase):
+
+    def test_leaving_a_messages_stream_frees_the_slot(self):
+        ls = self.llama_server(st.MODEL_TINY, slots=1, ctx=16384)
+        s = self.sluice("--upstream", ls.url)
+        c = st.RawClient(s.port)
+        c.request("POST", "/v1/messages",
+                  dict(chat("go on", 12000, stream=True), model="m"))
+        self.assertEqual(c.read_head()[0], 200)
+        for _, chunk in c.chunks():
+            if b"content_block_delta" in chunk:
+                break
+        c.close()
+        end = s.wait_line(r"path=/v1/messages status=200 .*outcome=(\w+)",
+                          60)
+        self.assertEqual(end.group(1), "cancelled", s.output())
+
+        def slot():
+            return st.request(ls.port, "GET", "/slots").json()[0]
+        st.wait_until(lambda: not slot()["is_processing"], 60,
+                      "the slot to go idle")
+        # Stopped early, not run to its 12000 tokens.
+        self.assertLess(slot()["next_token"][0]["n_decoded"], 12000)
+
+
+class Recorder(http.server.ThreadingHTTPServer):
+    """An upstream that records each request's target, headers and body,
+    and answers what the test tells it to."""
+
+    daemon_threads = True
+
+    def __init__(self, extra_headers=(), body=b'{"ok":true}',
+                 content_type="application/json", cut=False):
+        self.seen = []
+        self.cut = cut  # promise more body than is sent, then close
+        self.extra_headers = list(extra_headers)
+        self.body = body
+        self.content_type = content_type
+        super().__init__(("127.0.0.1", 0), RecorderHandler)
+        self.thread = threading.Thread(target=self.serve_forever,
+                                       daemon=True)
+        self.thread.start()
+        self.url = "http://127.0.0.1:%d" % self.server_address[1]
+
+    def handle_error(self, request, client_address):
+        pass  # sluice closing a pooled connection at exit is no error
+
+    def targets(self, prefix):
+        return [t for t, _, _ in self.seen if t.startswith(prefix)]
+
+    def stop(self):
+        self.shutdown()
+        self.server_close()
+
+
+class RecorderHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def answer(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n)
+        srv = self.server
+        if self.path == "/health":
+            out, ctype, extra = b'{"status":"ok"}', "application/json", []
+        elif self.path == "/props":
+            out = b'{"total_slots":2,"default_generation_settings":{}}'
+            ctype, extra = "application/json", []
+        else:
+            srv.seen.append((self.path, dict(self.headers), body))
+            out, ctype, extra = srv.body, srv.content_type, srv.extra_headers
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        for k, v in extra:
+            self.send_header(k, v)
+        cut = srv.cut and self.path not in ("/health", "/props")
+        self.send_header("Content-Length", str(len(out) + 100 * cut))
+        self.end_headers()
+        self.wfile.write(out)
+        if cut:
+            self.close_connection = True
+
+    do_GET = answer
+    do_POST = answer
+
+
+class Relaying(st.TestCase):
+
+    def recorder(self, **kw):
+        r = Recorder(**kw)
+        self.addCleanup(r.stop)
+        return r
+
+    def test_query_strings_reach_the_upstream(self):
+        rec = self.recorder()
+        s = self.sluice("--upstream", rec.url)
+        self.assertEqual(s.get("/v1/models?reload=1").status, 200)
+        self.assertEqual(s.get("/models?a=1&b=%20x").status, 200)
+        r = s.post("/slots/0?action=erase", {"x": 1})
+        self.assertEqual(r.status, 200)
+        self.assertEqual(s.post("/slots/12?action=restore", {}).status, 200)
+        self.assertEqual(
+            s.get("/slots?fail_on_no_slot=1&upstream=%s" % rec.url).status,
+            200)
+        self.assertEqual(rec.targets("/v1/models"), ["/v1/models?reload=1"])
+        self.assertEqual(rec.targets("/models"), ["/models?a=1&b=%20x"])
+        self.assertEqual(rec.targets("/slots"),
+                         ["/slots/0?action=erase", "/slots/12?action=restore",
+                          "/slots?fail_on_no_slot=1"])
+        # A body sluice need not read goes as the client wrote it.
+        self.assertEqual(rec.seen[2][2], b'{"x": 1}')
+        self.assertEqual(s.stop(), 0)  # and nothing leaked
+
+    def test_typed_stream_cut_short_ends_with_a_typed_error(self):
+        events = (b'event: message_start\ndata: {"type":"message_start"}\n\n'
+                  b'event: content_block_delta\ndata: {"type":'
+                  b'"content_block_delta","delta":{"text":"a"}}\n\n')
+        rec = self.recorder(body=events, content_type="text/event-stream",
+                            cut=True)
+        s = self.sluice("--upstream", rec.url)
+        r = s.post("/v1/messages", {"messages": [], "stream": True})
+        self.assertEqual(r.status, 200)
+        got = sse_events(r.body)
+        self.assertEqual(got[:2], sse_events(events))
+        name, data = got[2]
+        self.assertEqual(name, "error")
+        self.assertEqual(data["type"], "error")
+        self.assertEqual(data["error"]["type"], "server_error")
+        self.assertEqual(len(got), 3)
+        self.assertEqual(s.stop(), 0)
+
+    def test_upstream_headers_pass_except_hop_by_hop_and_sluices_own(self):
+        long_value = "v" * 5000
+        rec = self.recorder(extra_headers=[
+            ("X-Custom", "kept"),
+            ("Set-Cookie", "a=b; Path=/"),
+            ("ETag", 'W/"123"'),
+            ("Connection", "X-Hop"),
+            ("X-Hop", "named in Connection"),
+            ("Keep-Alive", "timeout=5"),
+            ("Proxy-Authenticate", "Basic"),
+            ("Upgrade", "h2c"),
+            ("TE", "trailers"),
+            ("Access-Control-Allow-Origin", "https://evil.example"),
+            ("X-Request-Id", "upstreams-own"),
+            ("X-Queue-Ms", "999999"),
+            ("X-Bad", "a\x01b"),
+            ("X-Long", long_value),
+        ])
+        s = self.sluice("--upstream", rec.url)
+        r = s.post("/tokenize", {"content": "x"})
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.body, b'{"ok":true}')
+        names = [k.lower() for k, _ in r.headers]
+        self.assertEqual(r.header("X-Custom"), "kept")
+        self.assertEqual(r.header("Set-Cookie"), "a=b; Path=/")
+        self.assertEqual(r.header("ETag"), 'W/"123"')
+        for gone in ("x-hop", "keep-alive", "proxy-authenticate", "upgrade",
+                     "te", "access-control-allow-origin", "x-queue-ms",
+                     "x-bad", "x-long"):
+            self.assertNotIn(gone, names)
+        self.assertNotEqual(r.header("X-Request-Id"), "upstreams-own")
+        self.assertTrue(r.header("Server").startswith("sluice"))
+        for once in ("server", "date", "content-type", "content-length",
+                     "x-request-id", "connection"):
+            self.assertEqual(names.count(once), 1, (once, r.headers))
+        self.assertEqual(s.stop(), 0)
+
+    def test_too_many_upstream_headers_are_cut_not_refused(self):
+        many = [("X-Many-%03d" % i, "x" * 100) for i in range(200)]
+        rec = self.recorder(extra_headers=many)
+        s = self.sluice("--upstream", rec.url)
+        r = s.post("/tokenize", {"content": "x"})
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.body, b'{"ok":true}')
+        kept = [k for k, _ in r.headers if k.startswith("X-Many-")]
+        # In order, from the first, up to sluice's bound (8 KiB).
+        self.assertEqual(kept, ["X-Many-%03d" % i for i in range(len(kept))])
+        self.assertGreater(len(kept), 40)
+        self.assertLess(len(kept), 200)
+
+    def test_ui_assets_relayed_with_their_encoding(self):
+        page = b"<html>" + b"x" * 2000 + b"</html>"
+        zipped = gzip.compress(page)
+        rec = self.recorder(body=zipped, content_type="text/html",
+                            extra_headers=[("Content-Encoding", "gzip"),
+                                           ("Vary", "Accept-Encoding")])
+        plain = self.sluice("--upstream", rec.url)
+        self.assertEqual(plain.get("/").status, 404)
+        self.assertEqual(plain.get("/assets/app.js").status, 404)
+        self.assertEqual(rec.targets("/"), [])
+        s = self.sluice("--upstream", rec.url, "--ui", "on")
+        r = s.get("/assets/app.js?v=3",
+                  headers={"Accept-Encoding": "gzip, br"})
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.body, zipped)
+        self.assertEqual(r.header("Content-Encoding"), "gzip")
+        self.assertEqual(r.header("Vary"), "Accept-Encoding")
+        self.assertEqual(rec.targets("/assets"), ["/assets/app.js?v=3"])
+        self.assertEqual(rec.seen[-1][1].get("Accept-Encoding"), "gzip, br")
+        self.assertEqual(s.get("/").status, 200)
+        self.assertEqual(rec.targets("/"), ["/assets/app.js?v=3", "/"])
+        # Only GET (and HEAD): the UI takes no other method.
+        self.assertEqual(s.post("/assets/app.js", {}).status, 404)
+        # Nothing that could fold into another endpoint upstream.
+        for sneaky in ("/cors%2Dproxy", "/a/../cors-proxy", "/./props",
+                       "/a/..", "/x%2F..%2Fslots"):
+            self.assertEqual(s.get(sneaky).status, 404, sneaky)
+        self.assertEqual(rec.targets("/"), ["/assets/app.js?v=3", "/"])
+        self.assertEqual(s.stop(), 0)
+
+
+class SeveralUpstreams(st.TestCase):
+
+    def test_props_and_slots_answer_per_upstream(self):
+        a = self.llama_server(st.MODEL_TINY, slots=1, ctx=1024)
+        b = self.llama_server(st.MODEL_TINY, slots=3, ctx=512)
+        s = self.sluice("--upstream", a.url, "--upstream", b.url)
+        st.wait_until(lambda: all(u["state"] == "ready"
+                                  for u in s.health().json()["upstreams"]),
+                      30, "both upstreams ready")
+        names = [u["name"] for u in s.health().json()["upstreams"]]
+        self.assertEqual(names, [a.url, b.url])
+        for path in ("/props", "/slots"):
+            with self.subTest(path=path):
+                r = s.get(path)
+                self.assertEqual(r.status, 200, r.body)
+                got = r.json()
+                self.assertEqual([g["upstream"] for g in got], names)
+                self.assertEqual([g["status"] for g in got], [200, 200])
+                direct = [st.request(u.port, "GET", path).json()
+                          for u in (a, b)]
+                if path == "/props":
+                    self.assertEqual([g["body"] for g in got], direct)
+                else:
+                    self.assertEqual([[x["n_ctx"] for x in g["body"]]
+                                      for g in got],
+                                     [[1024], [512] * 3])
+                # One upstream's own answer, unchanged.
+                one = s.get("%s?upstream=%s" % (path, b.url))
+                self.assertEqual(one.status, 200)
+                if path == "/props":
+                    self.assertEqual(one.body,
+                                     st.request(b.port, "GET", path).body)
+                else:
+                    self.assertEqual(len(one.json()), 3)
+                r = s.get("%s?upstream=http://nowhere" % path)
+                self.assertEqual(r.status, 404)
+                self.assertEqual(r.json()["error"]["type"], "not_found_error")
+        self.assertEqual(s.stop(), 0)
+
+    def test_an_upstream_that_does_not_answer_is_reported(self):
+        a = self.llama_server(st.MODEL_TINY, slots=1, ctx=1024)
+        b = self.llama_server(st.MODEL_TINY, slots=1, ctx=1024)
+        s = self.sluice("--upstream", a.url, "--upstream", b.url)
+        st.wait_until(lambda: all(u["state"] == "ready"
+                                  for u in s.health().json()["upstreams"]),
+                      30, "both upstreams ready")
+        b.kill()
+        got = s.get("/props").json()
+        self.assertEqual([g["status"] for g in got], [200, 502])
+        self.assertEqual(got[1]["body"]["error"]["type"], "server_error")
+        self.assertEqual(s.stop(), 0)
+
+
+def simplechat_dir():
+    """Debian's legacy web UI next to the provisioned llama-server, or
+    None: the Debian build serves only what its postinst set up, so a
+    private unpacking is given the UI's directory with --path."""
+    server = os.path.realpath(st.llama_server_path())
+    roots = [os.path.join(os.path.dirname(server), "..", "prefix")]
+    roots += [os.path.join(os.path.dirname(server), "..")]
+    for root in roots:
+        for d in glob.glob(os.path.join(
+                root, "usr/share/llama.cpp/llama-server/*ui*")):
+            if os.path.exists(os.path.join(d, "index.html")):
+                return os.path.realpath(d)
+    return None
+
+
+def png_colours(path):
+    """The distinct colours of an 8-bit RGB(A) PNG."""
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width, height, ctype = 8, b"", 0, 0, 0
+    while pos < len(data):
+        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        chunk = data[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            width, height, depth, ctype = struct.unpack(">IIBB", chunk[:10])
+            assert depth == 8 and ctype in (2, 6), (depth, ctype)
+        elif kind == b"IDAT":
+            idat += chunk
+        pos += 12 + n
+    raw = zlib.decompress(idat)
+    bpp = 4 if ctype == 6 else 3
+    stride = width * bpp
+    prev = bytearray(stride)
+    colours = set()
+    i = 0
+    for _ in range(height):
+        f = raw[i]
+        line = bytearray(raw[i + 1:i + 1 + stride])
+        i += 1 + stride
+        for x in range(stride):
+            a = line[x - bpp] if x >= bpp else 0
+            b = prev[x]
+            c = prev[x - bpp] if x >= bpp else 0
+            if f == 1:
+                line[x] = (line[x] + a) & 255
+            elif f == 2:
+                line[x] = (line[x] + b) & 255
+            elif f == 3:
+                line[x] = (line[x] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                pr = a if pa <= pb and pa <= pc else b if pb <= pc else c
+                line[x] = (line[x] + pr) & 255
+        for x in range(0, stride, bpp):
+            colours.add(bytes(line[x:x + 3]))
+        prev = line
+    return colours
+
+
+class DevTools:
+    """Chromium driven over its DevTools pipe (--remote-debugging-pipe:
+    NUL-separated JSON on fds 3 and 4), to use a page as a person would."""
+
+    def __init__(self, browser, profile):
+        to_r, self.to_w = os.pipe()
+        self.from_r, from_w = os.pipe()
+
+        def wire():
+            # Through fresh copies: a pipe end may already be fd 3 or 4,
+            # and dup2 onto itself would leave it close-on-exec.
+            a, b = os.dup(to_r), os.dup(from_w)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+        self.proc = subprocess.Popen(
+            [browser, "--headless", "--no-sandbox", "--disable-gpu",
+             "--remote-debugging-pipe", "--user-data-dir=" + profile,
+             "--window-size=1200,800", "about:blank"],
+            preexec_fn=wire, close_fds=False, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        os.close(to_r)
+        os.close(from_w)
+        self.buf, self.next_id, self.session = b"", 0, None
+
+    def call(self, method, params=None, timeout=60):
+        self.next_id += 1
+        msg = {"id": self.next_id, "method": method, "params": params or {}}
+        if self.session:
+            msg["sessionId"] = self.session
+        os.write(self.to_w, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\0" in self.buf:
+                raw, self.buf = self.buf.split(b"\0", 1)
+                reply = json.loads(raw)
+                if reply.get("method") == "Page.javascriptDialogOpening":
+                    # An alert blocks the page: say what it said.
+                    raise AssertionError("the page alerted: %s"
+                                         % reply["params"]["message"])
+                if reply.get("id") == self.next_id:
+                    if "error" in reply:
+                        raise AssertionError(reply["error"])
+                    return reply["result"]
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.from_r], [], [], left)[0]:
+                raise AssertionError("no DevTools answer to " + method)
+            data = os.read(self.from_r, 1 << 16)
+            if not data:
+                raise AssertionError("chromium closed its DevTools pipe")
+            self.buf += data
+
+    def open(self, url):
+        target = self.call("Target.createTarget", {"url": url})["targetId"]
+        self.session = self.call("Target.attachToTarget",
+                                 {"targetId": target,
+                                  "flatten": True})["sessionId"]
+        self.call("Page.enable")  # to hear of alerts
+
+    def eval(self, expression):
+        r = self.call("Runtime.evaluate",
+                      {"expression": expression, "returnByValue": True})
+        return r["result"].get("value")
+
+    def close(self):
+        self.session = None
+        try:
+            self.call("Browser.close", timeout=10)
+        except AssertionError:
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.to_w)
+        os.close(self.from_r)
+
+
+class WebUI(st.TestCase):
+
+    def test_a_person_can_chat_through_the_ui(self):
+        ui = simplechat_dir()
+        browser = shutil.which("chromium")
+        if not ui or not browser:
+            self.skipTest("needs chromium and a llama-server web UI")
+        s = self.sluice("--model", st.MODEL_TINY, "--ui", "on",
+                        "--llama-arg=--path", "--llama-arg=" + ui)
+        b = DevTools(browser, os.path.join(self.tmp, "profile"))
+        self.addCleanup(b.close)
+        b.open("http://127.0.0.1:%d/" % s.port)
+        st.wait_until(lambda: b.eval(
+            "document.readyState == 'complete' && "
+            "!!document.gMe"), 60, "the page and its scripts")
+        # Debian's SimpleChat asks port 8080 of the page's host; a person
+        # sets the base URL in its settings, here to sluice's.
+        b.eval("document.gMe.baseURL = window.location.origin; true")
+        b.eval("document.getElementById('user-in').value = 'Hello';"
+               "document.getElementById('user-btn').click(); true")
+        answer = st.wait_until(lambda: b.eval(
+            "[...document.querySelectorAll('.role-assistant')]"
+            ".map(e => e.textContent).join('')"), 60, "the model's answer")
+        self.assertGreater(len(answer.strip()), 0)
+        self.assertRegex(s.output(), r"path=/chat/completions status=200")
+
+    def test_browser_loads_the_ui_through_sluice(self):
+        ui = simplechat_dir()
+        browser = shutil.which("chromium")
+        if not ui or not browser:
+            self.skipTest("needs chromium and a llama-server web UI")
+        s = self.sluice("--model", st.MODEL_TINY, "--ui", "on",
+                        "--llama-arg=--path", "--llama-arg=" + ui)
+        r = s.get("/")
+        self.assertEqual(r.status, 200)
+        self.assertTrue(r.header("Content-Type").startswith("text/html"))
+        with open(os.path.join(ui, "index.html"), "rb") as f:
+            self.assertEqual(r.body, f.read())
+        url = "http://127.0.0.1:%d/" % s.port
+        profile = os.path.join(self.tmp, "profile")
+        common = [browser, "--headless", "--no-sandbox", "--disable-gpu",
+                  "--user-data-dir=" + profile, "--window-size=1200,800",
+                  "--virtual-time-budget=5000"]
+        dom = subprocess.run(common + ["--dump-dom", url],
+                             capture_output=True, timeout=180, text=True)
+        self.assertIn("SimpleChat", dom.stdout, dom.stderr[-2000:])
+        self.assertRegex(dom.stdout, r"<(div|button|textarea)[^>]*>")
+        # Written into the page by its scripts, which came through sluice.
+        self.assertIn("apiRequestOptions", dom.stdout)
+        shot = os.path.join(self.tmp, "ui.png")
+        run = subprocess.run(common + ["--screenshot=" + shot, url],
+                             capture_output=True, timeout=180, text=True)
+        self.assertTrue(os.path.exists(shot), run.stderr[-2000:])
+        self.assertGreater(len(png_colours(shot)), 8)
+        # The page's scripts came through sluice too.
+        self.assertRegex(s.output(), r"path=/simplechat\.js status=200")
+
+    def test_without_ui_the_page_is_not_relayed(self):
+        ui = simplechat_dir()
+        if not ui:
+            self.skipTest("needs a llama-server web UI")
+        s = self.sluice("--model", st.MODEL_TINY,
+                        "--llama-arg=--path", "--llama-arg=" + ui)
+        self.assertEqual(s.get("/").status, 404)
+        self.assertEqual(s.get("/simplechat.js").status, 404)
+
+
+if __name__ == "__main__":
+    st.main()
