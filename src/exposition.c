@@ -469,7 +469,7 @@ void sl_exposition_handle(struct sl_app *app, struct sl_http_request *req)
 		char *body =
 		    json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(6));
 		json_decref(doc);
-		sl_http_respond(req, 200, "application/json",
+		sl_http_respond(req, 200, SL_HTTP_JSON,
 		                "Cache-Control: no-store\r\n", body,
 		                strlen(body));
 		free(body);

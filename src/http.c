@@ -829,8 +829,7 @@ void sl_http_respond_error(struct sl_http_request *req, int status,
 	va_end(ap);
 	size_t len;
 	char *body = error_body(status, type, message, &len);
-	sl_http_respond(req, status, SL_HTTP_ERROR_CONTENT_TYPE, extra_headers,
-	                body, len);
+	sl_http_respond(req, status, SL_HTTP_JSON, extra_headers, body, len);
 	free(body);
 }
 
@@ -933,7 +932,7 @@ static void conn_reject(struct sl_http_conn *c, int status, const char *message)
 	                                   : "invalid_request_error";
 	size_t body_len, head_len;
 	char *body = error_body(status, type, message, &body_len);
-	char *head = format_head(c, status, SL_HTTP_ERROR_CONTENT_TYPE, NULL,
+	char *head = format_head(c, status, SL_HTTP_JSON, NULL,
 	                         (long long)body_len, false, &head_len);
 	uv_buf_t bufs[2] = {uv_buf_init(head, (unsigned)head_len),
 	                    uv_buf_init(body, (unsigned)body_len)};

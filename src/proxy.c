@@ -420,7 +420,12 @@ static void observe(struct exchange *x, json_t *doc)
 		json_int_t index =
 		    json_integer_value(json_object_get(doc, "index"));
 		x->prompts = SL_MAX(x->prompts, (unsigned)index + 1);
-		if (json_is_true(json_object_get(doc, "stop"))) {
+		/*
+		 * Token events say "stop": false. The final one says true,
+		 * or, filtered by the request's response_fields, may carry
+		 * no "stop" at all: whatever is not a token event is final.
+		 */
+		if (!json_is_false(json_object_get(doc, "stop"))) {
 			x->stopped++;
 			x->tokens_final += (uint64_t)json_integer_value(
 			    json_object_get(doc, "tokens_predicted"));
@@ -476,8 +481,8 @@ static json_t *generate_totals(struct exchange *x, json_t *text, json_t *final)
 static void respond_json(struct exchange *x, int status, json_t *doc)
 {
 	char *body = json_dumps(doc, JSON_COMPACT | JSON_ENCODE_ANY);
-	sl_http_respond(x->req, status, "application/json; charset=utf-8",
-	                x->sched_headers, body, strlen(body));
+	sl_http_respond(x->req, status, SL_HTTP_JSON, x->sched_headers, body,
+	                strlen(body));
 	free(body);
 	client_done(x);
 }
@@ -498,10 +503,11 @@ static void finish_answer(struct exchange *x)
 		return;
 	}
 	note_totals(x);
-	if (x->ep->api != SL_API_GENERATE && x->ep->api != SL_API_INFER) {
-		sl_http_respond(x->req, sl_assembler_status(&x->answer),
-		                "application/json; charset=utf-8",
-		                x->sched_headers, body, n);
+	int status = sl_assembler_status(&x->answer);
+	/* An upstream error is relayed as written, whatever the API. */
+	if (status != 200 || x->ep->api == SL_API_RELAY) {
+		sl_http_respond(x->req, status, SL_HTTP_JSON, x->sched_headers,
+		                body, n);
 		free(body);
 		client_done(x);
 		return;
@@ -541,20 +547,23 @@ static void end_ok(struct exchange *x)
 	client_done(x);
 }
 
+static int assemble_event(struct exchange *x, const char *event, size_t len);
+
 /* An error event from upstream: passed on in the client's form. */
-static void upstream_error_event(struct exchange *x, json_t *doc,
-                                 const char *event, size_t len)
+static void upstream_error_event(struct exchange *x, const char *event,
+                                 size_t len)
 {
 	x->ended = true;
 	if (x->assemble) {
-		json_t *code =
-		    json_object_get(json_object_get(doc, "error"), "code");
-		json_int_t status =
-		    json_is_integer(code) ? json_integer_value(code) : 500;
-		note_totals(x);
+		/* The assembler answers with the error as llama-server wrote
+		 * it. */
+		if (assemble_event(x, event, len) != 0) {
+			fail(x, 502,
+			     "upstream sent an event sluice cannot read");
+			return;
+		}
 		x->req->info.outcome = "failed";
-		respond_json(
-		    x, status >= 400 && status <= 599 ? (int)status : 500, doc);
+		finish_answer(x);
 		return;
 	}
 	sl_http_stream_write(x->req, event, len);
@@ -668,7 +677,7 @@ static int on_event(const char *event, size_t len, void *arg)
 	bool done_marker;
 	json_t *doc = parse_event(event, len, &done_marker);
 	if (json_is_object(doc) && json_object_get(doc, "error")) {
-		upstream_error_event(x, doc, event, len);
+		upstream_error_event(x, event, len);
 		json_decref(doc);
 		return 0;
 	}
@@ -1530,8 +1539,7 @@ static void on_fanout_done(struct sl_fanout *f, void *data)
 	x->fanout = NULL;
 	if (x->req) {
 		note_totals(x);
-		sl_http_respond(x->req, 200, "application/json; charset=utf-8",
-		                NULL, body, len);
+		sl_http_respond(x->req, 200, SL_HTTP_JSON, NULL, body, len);
 		client_done(x);
 	}
 	free(body);
@@ -1584,15 +1592,9 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
                      const struct sl_endpoint *ep)
 {
 	struct sl_request checked;
-	/*
-	 * Only an endpoint whose plain answer sluice can assemble is asked
-	 * for a stream on a plain request; the others (Anthropic's messages,
-	 * responses) have their plain answer relayed as llama-server wrote it.
-	 */
 	const struct sl_request_options opts = {
 	    .max_tokens_cap = app->cfg->max_tokens_cap,
-	    .stream_upstream =
-	        app->cfg->stream_upstream && ep->assemble != SL_ASSEMBLE_NONE,
+	    .stream_upstream = app->cfg->stream_upstream,
 	};
 	if (sl_request_validate(&checked, ep, sl_http_header(req, "X-Priority"),
 	                        req->body, req->body_len, &opts) != 0) {

@@ -26,7 +26,7 @@ static void respond_health(struct sl_app *app, struct sl_http_request *req,
 	char *body = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
 	int status = !readiness || (ready && !app->stopping) ? 200 : 503;
-	sl_http_respond(req, status, "application/json",
+	sl_http_respond(req, status, SL_HTTP_JSON,
 	                "Cache-Control: no-store\r\n", body, strlen(body));
 	free(body);
 }

@@ -79,11 +79,11 @@
 #define SL_HTTP_CONTENT_TYPE_MAX 256u
 #define SL_HTTP_CONTENT_TYPE_FALLBACK "application/octet-stream"
 /*
- * sluice's own error bodies (sl_http_respond_error and the refusals the
- * server writes itself) carry llama-server's Content-Type, so that a
- * client cannot tell which of the two answered by the header alone.
+ * The Content-Type of every JSON body sluice writes itself (errors, health,
+ * assembled answers): llama-server's, so that a client cannot tell which of
+ * the two answered by the header alone.
  */
-#define SL_HTTP_ERROR_CONTENT_TYPE "application/json; charset=utf-8"
+#define SL_HTTP_JSON "application/json; charset=utf-8"
 /*
  * An Origin header longer than this, or holding bytes that may not go back
  * into a response head, is treated as absent. An origin is a scheme, a host
