@@ -157,6 +157,15 @@ const struct sl_endpoint sl_proxy_ui_endpoint = {
     .prefix = true,
 };
 
+/*
+ * How upstream events, and answers assembled from them, are parsed.
+ * JSON_DECODE_ANY: a prompt array's stream opens with "null". JSON_ALLOW_NUL:
+ * "\u0000" is valid JSON, and text (or a final event echoing a prompt) may hold
+ * it; without the flag the whole event would be dropped. Strings are then read
+ * with their length (json_string_length), never as C strings.
+ */
+#define EVENT_JSON_FLAGS (JSON_DECODE_ANY | JSON_ALLOW_NUL)
+
 /* Largest non-streamed answer sluice assembles from an upstream stream. */
 #define SL_PROXY_MAX_ANSWER (64u * 1024 * 1024)
 /* The final 503 of every request still in flight when a drain times out. */
@@ -512,7 +521,7 @@ static void finish_answer(struct exchange *x)
 		client_done(x);
 		return;
 	}
-	json_t *doc = json_loadb(body, n, JSON_DECODE_ANY, NULL);
+	json_t *doc = json_loadb(body, n, EVENT_JSON_FLAGS, NULL);
 	free(body);
 	json_t *text = json_object_get(doc, "content");
 	if (!json_is_string(text))
@@ -625,15 +634,6 @@ static bool single_data_line(const char *event, size_t len, const char **data,
 	*data_len = n;
 	return true;
 }
-
-/*
- * How upstream events are parsed. JSON_DECODE_ANY: a prompt array's stream
- * opens with "null". JSON_ALLOW_NUL: "\u0000" is valid JSON, and text
- * (or a final event echoing a prompt) may hold it; without the flag the
- * whole event would be dropped. Strings are then read with their length
- * (json_string_length), never as C strings.
- */
-#define EVENT_JSON_FLAGS (JSON_DECODE_ANY | JSON_ALLOW_NUL)
 
 /* An event's data parsed, and whether it was the [DONE] marker. */
 static json_t *parse_event(const char *event, size_t len, bool *done_marker)
