@@ -89,6 +89,10 @@ class Response:
                 return v
         return None
 
+    def headers_named(self, name):
+        """Every value of a header that may come more than once."""
+        return [v for k, v in self.headers if k.lower() == name.lower()]
+
 
 def request(port, method, path, body=None, headers=None, timeout=30):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
