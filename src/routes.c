@@ -108,6 +108,7 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 {
 	struct sl_app *app = data;
 	char allow[128] = "";
+	bool public_path = false; /* a health check's path, another method */
 	if (sl_access_preflight(app, req))
 		return;
 	for (size_t i = 0; i < SL_ARRAY_SIZE(routes); i++) {
@@ -119,6 +120,7 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 			return;
 		}
 		add_allowed(allow, sizeof(allow), routes[i].method);
+		public_path |= routes[i].access == SL_ACCESS_PUBLIC;
 	}
 	/*
 	 * A proxied endpoint asks its upstream with the endpoint's own method
@@ -144,7 +146,8 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 	bool ui = app->cfg->ui && !allow[0] &&
 	          method_matches(HTTP_GET, req->method) &&
 	          ui_path_ok(req->path);
-	bool public = ui && strcmp(req->path, "/") == 0;
+	/* POST /health is a wrong method, not a question for a key. */
+	bool public = public_path || (ui && strcmp(req->path, "/") == 0);
 	if (!sl_access_allow(app, req,
 	                     public ? SL_ACCESS_PUBLIC : SL_ACCESS_CLIENT))
 		return;

@@ -216,6 +216,14 @@ class Keys(st.TestCase):
                 self.assertEqual(r.json()["status"], "ok")
         # llama-server agrees on the one both serve.
         self.assertEqual(send(self.ls.port, "GET", "/v1/health").status, 200)
+        # Another method on a health check's path is a wrong method, not
+        # a question for a key (llama-server: 404 there, without a key).
+        for path in ("/health", "/v1/health"):
+            with self.subTest(path=path, method="POST"):
+                r = send(self.sl.port, "POST", path, {})
+                self.assertEqual(r.status, 405, r.body)
+                self.assertEqual(send(self.ls.port, "POST", path, {}).status,
+                                 404)
 
     def test_metrics_need_the_admin_key_when_one_is_set(self):
         for headers, status in (({}, 401), (bearer("wrong"), 401),
