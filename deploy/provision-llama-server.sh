@@ -24,7 +24,9 @@ cache="${SLUICE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice}"
 dest="$cache/llama.cpp"
 wrapper="$dest/bin/llama-server"
 
+# A wrapper from before the web UI line (below) is written again.
 if [ "${1:-}" != "--force" ] && [ -x "$wrapper" ] &&
+	grep -q LLAMA_ARG_STATIC_PATH "$wrapper" &&
 	"$wrapper" --version >/dev/null 2>&1; then
 	say "already provisioned: $wrapper"
 	exit 0
@@ -154,11 +156,18 @@ rm -rf "$dest/prefix"
 mv "$prefix" "$dest/prefix"
 prefix="$dest/prefix"
 mkdir -p "$dest/bin"
+# Debian's llama-server serves the web UI its package installs under
+# /usr/share; unpacked privately, it is told where that is. It serves it
+# only while its UI is on (sluice --ui on).
+ui=$(find "$prefix/usr/share/llama.cpp" -name index.html -printf '%h\n' 2>/dev/null | head -n 1)
 cat >"$wrapper.new" <<EOF
 #!/bin/sh
 # Written by sluice's deploy/provision-llama-server.sh: runs Debian sid's
 # llama-server with its own C library and loader, leaving the system alone.
 p='$prefix/usr/lib/$triplet'
+# The web UI's files, unless the caller names others (LLAMA_ARG_STATIC_PATH
+# is llama-server's --path).
+[ -n "\${LLAMA_ARG_STATIC_PATH:-}" ] || [ -z '$ui' ] || export LLAMA_ARG_STATIC_PATH='$ui'
 exec "\$p/$loader" --library-path "\$p:\$p/llama" '$prefix/usr/bin/llama-server' "\$@"
 EOF
 chmod +x "$wrapper.new"

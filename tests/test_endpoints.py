@@ -590,8 +590,9 @@ class SeveralUpstreams(st.TestCase):
 
 def simplechat_dir():
     """Debian's legacy web UI next to the provisioned llama-server, or
-    None: the Debian build serves only what its postinst set up, so a
-    private unpacking is given the UI's directory with --path."""
+    None. The Debian build serves only what its package installed under
+    /usr/share; the provisioned wrapper names that folder (as
+    LLAMA_ARG_STATIC_PATH), so `--ui on` needs nothing more."""
     server = os.path.realpath(st.llama_server_path())
     roots = [os.path.join(os.path.dirname(server), "..", "prefix")]
     roots += [os.path.join(os.path.dirname(server), "..")]
@@ -732,10 +733,9 @@ class WebUI(st.TestCase):
     def test_a_person_can_chat_through_the_ui(self):
         ui = simplechat_dir()
         browser = shutil.which("chromium")
-        if not ui or not browser:
-            self.skipTest("needs chromium and a llama-server web UI")
-        s = self.sluice("--model", st.MODEL_TINY, "--ui", "on",
-                        "--llama-arg=--path", "--llama-arg=" + ui)
+        self.assertTrue(ui and browser, "needs chromium (deploy/setup.sh "
+                        "installs it) and llama-server's web UI")
+        s = self.sluice("--model", st.MODEL_TINY, "--ui", "on")
         b = DevTools(browser, os.path.join(self.tmp, "profile"))
         self.addCleanup(b.close)
         b.open("http://127.0.0.1:%d/" % s.port)
@@ -756,10 +756,9 @@ class WebUI(st.TestCase):
     def test_browser_loads_the_ui_through_sluice(self):
         ui = simplechat_dir()
         browser = shutil.which("chromium")
-        if not ui or not browser:
-            self.skipTest("needs chromium and a llama-server web UI")
-        s = self.sluice("--model", st.MODEL_TINY, "--ui", "on",
-                        "--llama-arg=--path", "--llama-arg=" + ui)
+        self.assertTrue(ui and browser, "needs chromium (deploy/setup.sh "
+                        "installs it) and llama-server's web UI")
+        s = self.sluice("--model", st.MODEL_TINY, "--ui", "on")
         r = s.get("/")
         self.assertEqual(r.status, 200)
         self.assertTrue(r.header("Content-Type").startswith("text/html"))
@@ -785,11 +784,8 @@ class WebUI(st.TestCase):
         self.assertRegex(s.output(), r"path=/simplechat\.js status=200")
 
     def test_without_ui_the_page_is_not_relayed(self):
-        ui = simplechat_dir()
-        if not ui:
-            self.skipTest("needs a llama-server web UI")
-        s = self.sluice("--model", st.MODEL_TINY,
-                        "--llama-arg=--path", "--llama-arg=" + ui)
+        self.assertTrue(simplechat_dir(), "needs llama-server's web UI")
+        s = self.sluice("--model", st.MODEL_TINY)
         self.assertEqual(s.get("/").status, 404)
         self.assertEqual(s.get("/simplechat.js").status, 404)
 
