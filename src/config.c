@@ -148,8 +148,8 @@ static const struct option_def options[] = {
 	{"admin-key", "SLUICE_ADMIN_KEY", "KEY", OPT_SECRET, FIELD(admin_key),
 	 "", 0, 0, NULL,
 	 "the key for actions that change llama-server's state (POST /props, "
-	 "POST /slots/ID, POST /lora-adapters) and for /metrics; it also "
-	 "serves wherever a client key does",
+	 "POST /slots/ID, POST /lora-adapters, POST /tools, /cors-proxy) and "
+	 "for /metrics; it also serves wherever a client key does",
 	 "none: admin actions are refused, /metrics follows --api-key"},
 	{"cors-origin", "SLUICE_CORS_ORIGIN", "ORIGIN", OPT_ORIGIN_LIST,
 	 FIELD(cors_origins), "*", 0, 0, NULL,
