@@ -73,6 +73,14 @@ unsigned sl_fanout_pending(const struct sl_fanout *f)
 	return f->pending;
 }
 
+unsigned sl_fanout_answered(const struct sl_fanout *f)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < f->n; i++)
+		n += f->parts[i].status != 0;
+	return n;
+}
+
 /* Appends `s` to the growing text *buf of *len bytes. */
 static void append(char **buf, size_t *len, const char *s, size_t n)
 {

@@ -41,8 +41,8 @@ static size_t scan_refuse(struct sl_http_frame *f, unsigned status,
 
 /*
  * One byte of the request line, which must be method SP target SP version
- * with single spaces (RFC 9112, 3). The target may hold no control bytes
- * and nothing from 0x80 up; the version's major digit is judged here, before
+ * with single spaces (RFC 9112, 3). The target may hold no control bytes,
+ * no '#' and nothing from 0x80 up; the version's major digit is judged here, before
  * llhttp sees it: 0 is HTTP/0.9 (closed without an answer, as there is no
  * way to answer it that its client would read as an error), 2 to 9 are
  * versions sluice does not speak (505). Returns false when refused.
@@ -72,6 +72,18 @@ static bool scan_request_line_byte(struct sl_http_frame *f, unsigned char ch)
 		f->status = 400;
 		f->message = "malformed HTTP request: control or non-ASCII "
 		             "byte in the request target";
+		return false;
+	}
+	/*
+	 * A fragment is the client's own business and never part of a
+	 * request target (RFC 9112, 3.2). Let through, it would make one path
+	 * for sluice's routes ("/cors-proxy#x") and another upstream, where
+	 * libcurl drops it ("/cors-proxy").
+	 */
+	if (f->spaces == 1 && ch == '#') {
+		f->status = 400;
+		f->message = "malformed HTTP request: a fragment (#) in the "
+		             "request target";
 		return false;
 	}
 	if (f->spaces == 2 && f->part_len < sizeof(prefix) - 1 &&

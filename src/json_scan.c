@@ -10,6 +10,7 @@
  * whatever the text was, and a key without a value is found by nothing.
  */
 #define JSMN_STRICT
+#define JSMN_PARENT_LINKS /* as json_scan.h says: linear, not quadratic */
 #include <jsmn.h>
 
 #include "sluice/json_scan.h"
@@ -58,7 +59,8 @@ static int scan_primitive(struct sl_jscan *s, size_t start)
 	s->tok[0] = (jsmntok_t){.type = JSMN_PRIMITIVE,
 	                        .start = (int)start,
 	                        .end = (int)end,
-	                        .size = 0};
+	                        .size = 0,
+	                        .parent = -1};
 	s->n = 1;
 	return 0;
 }

@@ -39,7 +39,6 @@
 #include <string.h>
 #include <strings.h>
 
-
 /*
  * How upstream events, and answers assembled from them, are parsed.
  * JSON_DECODE_ANY: a prompt array's stream opens with "null". JSON_ALLOW_NUL:
@@ -48,6 +47,14 @@
  * with their length (json_string_length), never as C strings.
  */
 #define EVENT_JSON_FLAGS (JSON_DECODE_ANY | JSON_ALLOW_NUL)
+
+/*
+ * How long each upstream has to answer a fanned-out GET /props or /slots:
+ * llama-server answers both from its HTTP thread at once, so one that
+ * takes longer is reported as failed rather than hold the whole answer for
+ * --upstream-timeout.
+ */
+#define SL_PROXY_FANOUT_TIMEOUT_MS 10000L
 
 /* Largest non-streamed answer sluice assembles from an upstream stream. */
 #define SL_PROXY_MAX_ANSWER (64u * 1024 * 1024)
@@ -102,12 +109,14 @@ struct exchange {
 	 */
 	char *passed;
 	size_t passed_len;
-	char connection[256];
+	char connection[SL_PROXY_CONNECTION_MAX + 1];
+	bool connection_overflow; /* the list was too long: pass nothing */
 	char error[CURL_ERROR_SIZE];
 	uv_timer_t timer;
 	uint64_t last_byte_ms;
 	bool released;
 	bool retried; /* sent again once after a transport failure */
+	bool pinned;  /* for the upstream the client named (?upstream=) */
 
 	enum relay_mode mode;
 	bool head_sent; /* the client's response has begun */
@@ -611,8 +620,7 @@ static bool name_has_prefix(const char *name, size_t len, const char *prefix)
  * itself (its own framing, Server, Date, CORS and scheduling headers; and
  * for a stream the cache headers it adds).
  */
-static bool header_withheld(const struct exchange *x, const char *name,
-                            size_t len)
+static bool header_always_withheld(const char *name, size_t len)
 {
 	static const char *const withheld[] = {
 	    "Connection",
@@ -634,9 +642,14 @@ static bool header_withheld(const struct exchange *x, const char *name,
 	for (size_t i = 0; i < SL_ARRAY_SIZE(withheld); i++)
 		if (name_is(name, len, withheld[i]))
 			return true;
-	if (name_has_prefix(name, len, "Proxy-") ||
-	    name_has_prefix(name, len, "Access-Control-"))
-		return true;
+	return name_has_prefix(name, len, "Proxy-") ||
+	       name_has_prefix(name, len, "Access-Control-");
+}
+
+/* The rest, known once the whole head is in: the mode and Connection. */
+static bool header_withheld(const struct exchange *x, const char *name,
+                            size_t len)
+{
 	if (x->mode == MODE_SSE && (name_is(name, len, "Cache-Control") ||
 	                            name_is(name, len, "X-Accel-Buffering")))
 		return true;
@@ -670,6 +683,7 @@ static size_t on_upstream_header(char *line, size_t size, size_t n, void *arg)
 		/* A new head (after a 1xx): only the last one counts. */
 		x->passed_len = 0;
 		x->connection[0] = '\0';
+		x->connection_overflow = false;
 		return len;
 	}
 	size_t end = len;
@@ -697,10 +711,23 @@ static size_t on_upstream_header(char *line, size_t size, size_t n, void *arg)
 		return len;
 	if (name_is(line, name_len, "Connection")) {
 		size_t have = strlen(x->connection);
-		snprintf(x->connection + have, sizeof(x->connection) - have,
-		         "%s%s", have ? "," : "", value);
+		if (have + 1 + v_len > SL_PROXY_CONNECTION_MAX) {
+			sl_debug(
+			    "%s: upstream's Connection list over %u bytes: "
+			    "none of its headers is passed on",
+			    x->id, SL_PROXY_CONNECTION_MAX);
+			x->connection_overflow = true;
+			return len;
+		}
+		char *out = x->connection + have;
+		if (have)
+			*out++ = ',';
+		memcpy(out, value, v_len + 1);
 		return len;
 	}
+	/* Most of llama-server's own lines: not even stored. */
+	if (header_always_withheld(line, name_len))
+		return len;
 	size_t need = name_len + 2 + v_len + 2;
 	if (x->passed_len + need > SL_PROXY_PASSED_HEADERS_MAX) {
 		sl_debug("%s: upstream header %.*s dropped: over %u bytes of "
@@ -709,8 +736,8 @@ static size_t on_upstream_header(char *line, size_t size, size_t n, void *arg)
 		         SL_PROXY_PASSED_HEADERS_MAX);
 		return len;
 	}
-	if (!x->passed)
-		x->passed = sl_xmalloc(SL_PROXY_PASSED_HEADERS_MAX + 1);
+	/* Grown line by line: an answer holds what it passes, no more. */
+	x->passed = sl_xrealloc(x->passed, x->passed_len + need + 1);
 	char *out = x->passed + x->passed_len;
 	memcpy(out, line, name_len);
 	memcpy(out + name_len, ": ", 2);
@@ -730,7 +757,8 @@ static char *response_extras(const struct exchange *x, const char *own)
 	size_t cap = x->passed_len + strlen(own) + 1;
 	char *out = sl_xmalloc(cap);
 	size_t k = 0;
-	for (size_t i = 0; i < x->passed_len;) {
+	size_t passed = x->connection_overflow ? 0 : x->passed_len;
+	for (size_t i = 0; i < passed;) {
 		const char *line = x->passed + i;
 		const char *eol = strstr(line, "\r\n");
 		size_t line_len = (size_t)(eol - line) + 2;
@@ -913,6 +941,7 @@ static void reset_for_retry(struct exchange *x)
 	x->error[0] = '\0';
 	x->passed_len = 0;
 	x->connection[0] = '\0';
+	x->connection_overflow = false;
 	if (x->mode == MODE_SSE)
 		sl_sse_free(&x->sse);
 	if (x->assemble) {
@@ -973,7 +1002,8 @@ static bool connection_failed(const struct exchange *x, CURLcode result)
 static bool try_again(struct exchange *x, CURLcode result)
 {
 	struct sl_app *app = x->app;
-	if (!x->req || x->head_sent || x->ended || x->gave_up)
+	/* One for a named upstream (?upstream=) may go to no other. */
+	if (!x->req || x->head_sent || x->ended || x->gave_up || x->pinned)
 		return false;
 	bool refused = result == CURLE_COULDNT_CONNECT;
 	if (!connection_failed(x, result) || (x->retried && !refused))
@@ -1418,11 +1448,13 @@ static void on_fanout_done(struct sl_fanout *f, void *data)
 	struct exchange *x = data;
 	size_t len;
 	char *body = sl_fanout_json(f, &len);
+	/* The array says what each upstream did; 502 when none answered. */
+	int status = sl_fanout_answered(f) > 0 ? 200 : 502;
 	sl_fanout_free(f);
 	x->fanout = NULL;
 	if (x->req) {
 		note_totals(x);
-		sl_http_respond(x->req, 200, SL_HTTP_JSON, NULL, body, len);
+		sl_http_respond(x->req, status, SL_HTTP_JSON, NULL, body, len);
 		client_done(x);
 	}
 	free(body);
@@ -1442,6 +1474,8 @@ static struct exchange *exchange_new(struct sl_app *app,
 	x->ep = ep;
 	x->priority = priority;
 	x->queue_ms = -1;
+	/* Also for one never queued: a retry queues it (try_again). */
+	x->arrived_ms = uv_now(&app->loop);
 	x->item.heap_index = SL_SCHED_NOT_QUEUED;
 	snprintf(x->id, sizeof(x->id), "%s", req->id);
 	uv_timer_init(&app->loop, &x->timer);
@@ -1507,12 +1541,24 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	}
 	struct sl_upstream *ups[SL_MAX_UPSTREAMS];
 	unsigned n_ups = all_upstreams(app, ups);
+	/* Changing one llama-server's state must say which. */
+	if (ep->per_upstream && ep->method != HTTP_GET && !named && n_ups > 1) {
+		free(query);
+		sl_request_free(&checked);
+		sl_http_respond_error(
+		    req, 400, "invalid_request_error", NULL,
+		    "%s %s acts on one llama-server and sluice "
+		    "has %u: name it with ?upstream=NAME "
+		    "(/health lists them)",
+		    llhttp_method_name(req->method), req->path, n_ups);
+		return;
+	}
 	if (ep->per_upstream && ep->method == HTTP_GET && !named && n_ups > 1 &&
 	    !app->stopping) {
 		struct exchange *x = exchange_new(app, req, ep, priority);
 		char *target = upstream_target(ep, req, query);
 		x->fanout = sl_fanout_start(&app->curl, ups, n_ups, target,
-		                            (long)app->cfg->upstream_timeout_ms,
+		                            SL_PROXY_FANOUT_TIMEOUT_MS,
 		                            on_fanout_done, x);
 		free(target);
 		free(query);
@@ -1552,6 +1598,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	}
 
 	struct exchange *x = exchange_new(app, req, ep, priority);
+	x->pinned = pinned != NULL;
 	if (ep->scheduled) {
 		req->info.has_priority = true;
 		req->info.priority = priority;

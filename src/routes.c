@@ -78,14 +78,17 @@ static bool endpoint_matches(const struct sl_endpoint *ep, const char *path)
 }
 
 /*
- * Whether a path may go to the web UI as is. Its assets have plain names;
- * a percent-escape or a "." or ".." segment could reach, once llama-server
- * (or libcurl) decodes or folds it, an endpoint that sluice routes itself
- * with another access level (GET /cors%2Dproxy is the admin /cors-proxy).
+ * Whether a path may go to the web UI as is. Its assets have plain names,
+ * so only plain characters pass (letters, digits, "-", ".", "_", "~" and
+ * "/"), and no "." or ".." segment: a percent-escape, a backslash or a dot
+ * segment could reach, once llama-server (or libcurl) decodes or folds it,
+ * an endpoint that sluice routes itself with another access level
+ * (GET /cors%2Dproxy is the admin /cors-proxy).
  */
 static bool ui_path_ok(const char *path)
 {
-	if (strchr(path, '%') || strchr(path, '\\'))
+	if (path[strspn(path, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRS"
+	                      "TUVWXYZ0123456789-._~/")] != '\0')
 		return false;
 	for (const char *seg = path; (seg = strchr(seg, '/'));) {
 		seg++;

@@ -490,6 +490,23 @@ class Relaying(st.TestCase):
             self.assertEqual(names.count(once), 1, (once, r.headers))
         self.assertEqual(s.stop(), 0)
 
+    def test_an_overlong_connection_list_passes_nothing(self):
+        # sluice cannot know every name such a list makes hop-by-hop, so it
+        # passes none of the upstream's extra headers.
+        names = ["X-Hop-%03d" % i for i in range(40)]
+        rec = self.recorder(extra_headers=[
+            ("X-Custom", "kept"),
+            ("Connection", ", ".join(names)),
+            ("X-Hop-039", "listed last")])
+        s = self.sluice("--upstream", rec.url)
+        r = s.post("/tokenize", {"content": "x"})
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.body, b'{"ok":true}')
+        self.assertIsNone(r.header("X-Hop-039"))
+        self.assertIsNone(r.header("X-Custom"))
+        self.assertTrue(r.header("Server").startswith("sluice"))
+        self.assertEqual(s.stop(), 0)
+
     def test_too_many_upstream_headers_are_cut_not_refused(self):
         many = [("X-Many-%03d" % i, "x" * 100) for i in range(200)]
         rec = self.recorder(extra_headers=many)
@@ -529,8 +546,13 @@ class Relaying(st.TestCase):
         self.assertEqual(s.post("/assets/app.js", {}).status, 404)
         # Nothing that could fold into another endpoint upstream.
         for sneaky in ("/cors%2Dproxy", "/a/../cors-proxy", "/./props",
-                       "/a/..", "/x%2F..%2Fslots"):
+                       "/a/..", "/x%2F..%2Fslots", "/cors-proxy;x",
+                       "/metrics,", "/a\\..\\cors-proxy"):
             self.assertEqual(s.get(sneaky).status, 404, sneaky)
+        # A fragment is no part of a request target: refused before any
+        # route (libcurl would drop it, making /cors-proxy upstream).
+        for sneaky in ("/cors-proxy#x", "/metrics#"):
+            self.assertEqual(s.get(sneaky).status, 400, sneaky)
         self.assertEqual(rec.targets("/"), ["/assets/app.js?v=3", "/"])
         self.assertEqual(s.stop(), 0)
 
@@ -585,6 +607,37 @@ class SeveralUpstreams(st.TestCase):
         got = s.get("/props").json()
         self.assertEqual([g["status"] for g in got], [200, 502])
         self.assertEqual(got[1]["body"]["error"]["type"], "server_error")
+        # A request for the dead one is answered as failed, at once: it
+        # neither waits in the queue nor goes to the other upstream.
+        r = s.get("/props?upstream=%s" % b.url)
+        self.assertIn(r.status, (502, 503), r.body)
+        self.assertIsNone(r.header("X-Queue-Ms"))
+        a.kill()
+        r = s.get("/props")
+        self.assertEqual(r.status, 502)
+        self.assertEqual([g["status"] for g in r.json()], [502, 502])
+        self.assertEqual(s.stop(), 0)
+
+    def test_a_state_change_names_its_upstream(self):
+        a = self.llama_server(st.MODEL_TINY, slots=1, ctx=1024)
+        b = self.llama_server(st.MODEL_TINY, slots=1, ctx=1024)
+        s = self.sluice("--upstream", a.url, "--upstream", b.url,
+                        "--admin-key", ADMIN)
+        st.wait_until(lambda: all(u["state"] == "ready"
+                                  for u in s.health().json()["upstreams"]),
+                      30, "both upstreams ready")
+        admin = {"Authorization": "Bearer " + ADMIN}
+        for path in ("/props", "/slots/0?action=erase"):
+            with self.subTest(path=path):
+                r = s.post(path, {}, headers=admin)
+                self.assertEqual(r.status, 400, r.body)
+                self.assertIn("?upstream=NAME", r.json()["error"]["message"])
+                sep = "&" if "?" in path else "?"
+                one = s.post("%s%supstream=%s" % (path, sep, b.url), {},
+                             headers=admin)
+                direct = st.request(b.port, "POST", path, body={})
+                self.assertEqual(one.status, direct.status, one.body)
+                self.assertEqual(one.json(), direct.json())
         self.assertEqual(s.stop(), 0)
 
 

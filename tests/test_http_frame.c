@@ -445,6 +445,11 @@ static void test_request_line_refusals(void)
 	               "malformed HTTP request: control or non-ASCII byte in "
 	               "the request target",
 	               5);
+	/* A fragment: one path for sluice's routes, another upstream. */
+	expect_refused("GET /cors-proxy#x HTTP/1.1\r\n\r\n", 400,
+	               "malformed HTTP request: a fragment (#) in the request "
+	               "target",
+	               15);
 	/* SL_HTTP_FRAME_MAX_EMPTY_LINES are allowed, one more is not. */
 	expect_refused("\r\n\r\n\r\n\r\n\r\nGET / HTTP/1.1\r\n\r\n", 400,
 	               "malformed HTTP request: empty lines instead of a "

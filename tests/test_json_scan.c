@@ -249,6 +249,41 @@ static void test_heap_path(void)
 	free(text);
 }
 
+/*
+ * Parent links are on: each token names its container (json_scan.h says
+ * why: without them jsmn walks back over every earlier token at each
+ * closing bracket, and a crafted body of many flat members costs seconds).
+ * The flat shape that made it quadratic is parsed and walked here too.
+ */
+static void test_parent_links(void)
+{
+	const char *text = "{\"a\":[1,{\"b\":2}],\"c\":3}";
+	struct sl_jscan s;
+	ASSERT_EQ(sl_jscan_parse(&s, text, strlen(text), ANY_TOKENS), 0);
+	/* { "a" [ 1 { "b" 2 } ] "c" 3 }: indexes 0..8 */
+	static const int parent[] = {-1, 0, 1, 2, 2, 4, 5, 0, 7};
+	ASSERT_EQ(s.n, (int)(sizeof(parent) / sizeof(parent[0])));
+	for (int i = 0; i < s.n; i++)
+		ASSERT_EQ(s.tok[i].parent, parent[i]);
+	sl_jscan_free(&s);
+
+	enum { MEMBERS = 100000 };
+	size_t cap = 16 * MEMBERS;
+	char *flat = malloc(cap);
+	size_t len = 0;
+	flat[len++] = '{';
+	for (int i = 0; i < MEMBERS; i++)
+		len += (size_t)snprintf(flat + len, cap - len, "%s\"b\":%d",
+		                        i ? "," : "", i);
+	flat[len++] = '}';
+	ASSERT_EQ(sl_jscan_parse(&s, flat, len, 1 + 2 * MEMBERS), 0);
+	ASSERT_EQ(s.n, 1 + 2 * MEMBERS);
+	ASSERT_EQ(s.tok[s.n - 1].parent, s.n - 2);
+	ASSERT_EQ(sl_jscan_skip(&s, 0), s.n);
+	sl_jscan_free(&s);
+	free(flat);
+}
+
 int main(void)
 {
 	RUN(test_objects_and_arrays);
@@ -259,5 +294,6 @@ int main(void)
 	RUN(test_trailing_text_is_refused);
 	RUN(test_token_limit);
 	RUN(test_heap_path);
+	RUN(test_parent_links);
 	return 0;
 }

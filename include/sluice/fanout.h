@@ -39,6 +39,9 @@ struct sl_fanout *sl_fanout_start(struct sl_curl *curl,
 /* Parts still waiting for their answer. */
 unsigned sl_fanout_pending(const struct sl_fanout *f);
 
+/* Parts that got an answer (of any status) from their upstream. */
+unsigned sl_fanout_answered(const struct sl_fanout *f);
+
 /* The gathered array as JSON text, malloc'd, owned by the caller. */
 char *sl_fanout_json(const struct sl_fanout *f, size_t *len);
 

@@ -23,6 +23,14 @@
 #ifndef SLUICE_JSON_SCAN_H
 #define SLUICE_JSON_SCAN_H
 
+/*
+ * Parent links: without them jsmn finds the container of each closing
+ * bracket or comma by walking back over every token so far, which makes a
+ * crafted 1 MB body cost seconds of the event loop; with them it is one
+ * step per nesting level. They change jsmntok_t, so json_scan.c (which
+ * compiles jsmn) defines it too.
+ */
+#define JSMN_PARENT_LINKS
 #define JSMN_HEADER
 #include <jsmn.h>
 

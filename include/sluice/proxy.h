@@ -83,6 +83,12 @@ extern const struct sl_endpoint sl_proxy_ui_endpoint;
 #define SL_PROXY_PASSED_HEADERS_MAX (8u * 1024)
 /* One relayed header's value, at most: longer ones are dropped. */
 #define SL_PROXY_PASSED_VALUE_MAX 4096u
+/*
+ * The names an upstream's Connection headers list, in bytes. Those fields
+ * are hop-by-hop; a longer list cannot be honoured, so then none of the
+ * upstream's extra headers is passed on.
+ */
+#define SL_PROXY_CONNECTION_MAX 256u
 
 /* Starts an exchange for `req` on endpoint `ep`; answers errors itself. */
 void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
