@@ -6,7 +6,9 @@ Only the Python standard library is used. Every wait is for a condition
 bare sleep.
 """
 
+import collections
 import http.client
+import http.server
 import json
 import os
 import re
@@ -435,6 +437,111 @@ class MockLlamaServer(Process):
         return sum(1 for s in r.json() if s["is_processing"])
 
 
+# One request a RecordingUpstream received: its method, its target as sent
+# (path and query), its headers (an http.client.HTTPMessage: every line in
+# order, .get() ignores case) and its body.
+Received = collections.namedtuple("Received", "method target headers body")
+
+
+class RecordingUpstream(http.server.ThreadingHTTPServer):
+    """A stand-in llama-server on a free loopback port that records what
+    sluice relays. It answers sluice's own checks itself, unrecorded: /health
+    healthy and /props with total_slots. Every other request is kept in
+    `seen` as a Received and answered with status, content_type, body and
+    extra_headers, or with what answer(received) returns: a (status,
+    content type, body) triple, for a test whose answer depends on the
+    request. With cut, each answer promises more body than it sends and the
+    connection closes, as an upstream that dies mid-answer."""
+
+    daemon_threads = True
+    # What a body is promised beyond what is sent, with cut.
+    CUT_MISSING_BYTES = 100
+
+    def __init__(self, body=b'{"ok":true}', status=200,
+                 content_type="application/json", extra_headers=(),
+                 answer=None, total_slots=2, cut=False):
+        self.seen = []
+        self.lock = threading.Lock()
+        self.answer = answer or (lambda _: (status, content_type, body))
+        self.extra_headers = list(extra_headers)
+        self.props = json.dumps({"total_slots": total_slots}).encode()
+        self.cut = cut
+        super().__init__(("127.0.0.1", 0), _RecordingHandler)
+        self.port = self.server_address[1]
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.thread = threading.Thread(target=self.serve_forever,
+                                       daemon=True)
+        self.thread.start()
+
+    def handle_error(self, request, client_address):
+        pass  # sluice closing a pooled connection at exit is no error
+
+    def received(self):
+        """A copy of what has been recorded so far."""
+        with self.lock:
+            return list(self.seen)
+
+    def targets(self, prefix):
+        """The targets received that start with prefix, in order."""
+        return [r.target for r in self.received()
+                if r.target.startswith(prefix)]
+
+    def stop(self):
+        self.shutdown()
+        self.server_close()
+
+
+class _RecordingHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _handle(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        srv = self.server
+        own = self.path in ("/health", "/props")
+        if self.path == "/health":
+            status, ctype, out = 200, "application/json", b'{"status":"ok"}'
+        elif self.path == "/props":
+            status, ctype, out = 200, "application/json", srv.props
+        else:
+            got = Received(self.command, self.path, self.headers, body)
+            with srv.lock:
+                srv.seen.append(got)
+            status, ctype, out = srv.answer(got)
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        for k, v in ([] if own else srv.extra_headers):
+            self.send_header(k, v)
+        cut = srv.cut and not own
+        missing = srv.CUT_MISSING_BYTES if cut else 0
+        self.send_header("Content-Length", str(len(out) + missing))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(out)
+        if cut:
+            self.close_connection = True
+
+    do_GET = do_POST = do_HEAD = _handle
+
+
+def models_or_completion(received):
+    """A RecordingUpstream answer for tests that need llama-server's shapes:
+    an empty model list on /v1/models, a one-token text completion on any
+    other target."""
+    if received.target == "/v1/models":
+        doc = {"object": "list", "data": []}
+    else:
+        doc = {"id": "cmpl-rec", "object": "text_completion",
+               "choices": [{"index": 0, "text": "ok",
+                            "finish_reason": "stop"}],
+               "usage": {"prompt_tokens": 1, "completion_tokens": 1,
+                         "total_tokens": 2}}
+    return 200, "application/json", json.dumps(doc).encode()
+
+
 def mock_text(n):
     """The text of the mock's answer of n tokens."""
     return "".join(" tok%d" % k for k in range(n))
@@ -466,6 +573,11 @@ class TestCase(unittest.TestCase):
         m = MockLlamaServer(*args)
         self._processes.append(m)
         return m
+
+    def recording_upstream(self, **kw):
+        r = RecordingUpstream(**kw)
+        self.addCleanup(r.stop)
+        return r
 
 
 class RelayTestCase(TestCase):

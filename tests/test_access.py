@@ -66,48 +66,6 @@ def stream_text(port, path, body, headers=None):
     return text
 
 
-class Recorder(http.server.BaseHTTPRequestHandler):
-    """A stand-in llama-server that keeps the headers of every request
-    sluice relays (not its own health checks)."""
-
-    protocol_version = "HTTP/1.1"
-    received = []
-    lock = threading.Lock()
-
-    def _answer(self, doc):
-        body = json.dumps(doc).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _handle(self):
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
-        if self.command == "GET" and self.path == "/health":
-            return self._answer({"status": "ok"})
-        if self.command == "GET" and self.path == "/props":
-            return self._answer({"total_slots": 2,
-                                 "default_generation_settings": {"n_ctx": 512}})
-        with Recorder.lock:
-            Recorder.received.append((self.command, self.path,
-                                      list(self.headers.items())))
-        if self.path == "/v1/models":
-            return self._answer({"object": "list", "data": []})
-        return self._answer({
-            "id": "cmpl-rec", "object": "text_completion",
-            "choices": [{"index": 0, "text": "ok", "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1,
-                      "total_tokens": 2}})
-
-    do_GET = do_POST = _handle
-
-    def log_message(self, *args):
-        pass
-
-
 class Keys(st.TestCase):
     """One llama-server with a key of its own (the upstream key) and
     --props, and sluice in front with client keys and an admin key."""
@@ -339,35 +297,29 @@ class Sources(st.TestCase):
         self.assertEqual(r.json()["error"]["message"], message)
 
     def test_the_upstream_never_sees_a_clients_key(self):
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        try:
-            url = "http://127.0.0.1:%d" % server.server_address[1]
-            Recorder.received.clear()
-            s = self.sluice("--upstream", url, "--api-key", "client-secret",
-                            "--upstream-api-key", "up-secret",
-                            "--stream-upstream", "off")
-            self.assertEqual(send(s.port, "GET", "/v1/models", None,
-                                  bearer("client-secret")).status, 200)
-            self.assertEqual(send(s.port, "POST", "/v1/completions",
-                                  {"prompt": "x", "max_tokens": 1},
-                                  {"X-Api-Key": "client-secret",
-                                   "Origin": ORIGIN}).status, 200)
-            st.wait_until(lambda: len(Recorder.received) >= 2,
-                          SAFETY_NET_S, "both requests upstream")
-            for method, path, headers in Recorder.received:
-                with self.subTest(path=path):
-                    names = [k.lower() for k, _ in headers]
-                    self.assertIn(("Authorization", "Bearer up-secret"),
-                                  headers)
-                    self.assertEqual(names.count("authorization"), 1)
-                    self.assertNotIn("x-api-key", names)
-                    self.assertNotIn("origin", names)
-                    for _, v in headers:
-                        self.assertNotIn("client-secret", v)
-        finally:
-            server.shutdown()
-            server.server_close()
+        rec = self.recording_upstream(answer=st.models_or_completion)
+        s = self.sluice("--upstream", rec.url, "--api-key", "client-secret",
+                        "--upstream-api-key", "up-secret",
+                        "--stream-upstream", "off")
+        self.assertEqual(send(s.port, "GET", "/v1/models", None,
+                              bearer("client-secret")).status, 200)
+        self.assertEqual(send(s.port, "POST", "/v1/completions",
+                              {"prompt": "x", "max_tokens": 1},
+                              {"X-Api-Key": "client-secret",
+                               "Origin": ORIGIN}).status, 200)
+        st.wait_until(lambda: len(rec.received()) >= 2,
+                      SAFETY_NET_S, "both requests upstream")
+        for _, path, message, _ in rec.received():
+            headers = message.items()
+            with self.subTest(path=path):
+                names = [k.lower() for k, _ in headers]
+                self.assertIn(("Authorization", "Bearer up-secret"),
+                              headers)
+                self.assertEqual(names.count("authorization"), 1)
+                self.assertNotIn("x-api-key", names)
+                self.assertNotIn("origin", names)
+                for _, v in headers:
+                    self.assertNotIn("client-secret", v)
 
 
 class Cors(st.TestCase):

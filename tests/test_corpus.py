@@ -9,12 +9,8 @@ case allows: none for a refused request, and never the SMUGGLED prompt.
 Every case is checked and every failure reported together.
 """
 
-import http.server
-import json
 import os
 import socket
-import threading
-import time
 
 import sluice_test as st
 
@@ -26,46 +22,6 @@ READ_TIMEOUT = 30
 # How long a "close" case may take to close after its response: a safety
 # net for a busy machine, where sluice closes at once.
 CLOSE_TIMEOUT = 30
-
-
-class Recorder(http.server.BaseHTTPRequestHandler):
-    """A stand-in llama-server: healthy, 4 slots, and a log of every other
-    request it gets."""
-
-    protocol_version = "HTTP/1.1"
-    received = []
-    lock = threading.Lock()
-
-    def _answer(self, doc):
-        body = json.dumps(doc).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _handle(self):
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        if self.command == "GET" and self.path == "/health":
-            return self._answer({"status": "ok"})
-        if self.command == "GET" and self.path == "/props":
-            return self._answer({"total_slots": 4,
-                                 "default_generation_settings": {"n_ctx": 512}})
-        with Recorder.lock:
-            Recorder.received.append((self.command, self.path, body))
-        if self.path == "/v1/models":
-            return self._answer({"object": "list", "data": []})
-        return self._answer({
-            "id": "cmpl-corpus", "object": "text_completion",
-            "choices": [{"index": 0, "text": "ok", "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1,
-                      "total_tokens": 2}})
-
-    do_GET = do_POST = do_HEAD = _handle
-
-    def log_message(self, *args):
-        pass
 
 
 def read_manifest():
@@ -164,24 +120,14 @@ class Corpus(st.TestCase):
 
     def setUp(self):
         super().setUp()
-        Recorder.received = []
-        self.upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                                        Recorder)
-        self.upstream.daemon_threads = True
-        threading.Thread(target=self.upstream.serve_forever,
-                         daemon=True).start()
-        url = "http://127.0.0.1:%d" % self.upstream.server_address[1]
+        self.upstream = self.recording_upstream(
+            answer=st.models_or_completion, total_slots=4)
         # Plain answers relayed as they come: the recorder speaks no SSE.
-        self.sl = self.sluice("--upstream", url, "--stream-upstream", "off")
-
-    def tearDown(self):
-        self.upstream.shutdown()
-        self.upstream.server_close()
-        super().tearDown()
+        self.sl = self.sluice("--upstream", self.upstream.url,
+                              "--stream-upstream", "off")
 
     def received(self):
-        with Recorder.lock:
-            return list(Recorder.received)
+        return self.upstream.received()
 
     def run_case(self, name, statuses, forwarded, must_close):
         """Returns a list of what went wrong with one case."""
@@ -251,7 +197,7 @@ class Corpus(st.TestCase):
             failures.append("the upstream got %d requests in all, expected "
                             "%d" % (len(received), self.allowed))
         smuggled = [r for r in received
-                    if b"SMUGGLED" in r[2] or "SMUGGLED" in r[1]]
+                    if b"SMUGGLED" in r.body or "SMUGGLED" in r.target]
         if smuggled:
             failures.append("the SMUGGLED prompt reached the upstream %d "
                             "times" % len(smuggled))

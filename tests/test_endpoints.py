@@ -6,7 +6,6 @@ UI."""
 
 import glob
 import gzip
-import http.server
 import json
 import os
 import re
@@ -339,78 +338,10 @@ class Cancellation(st.TestCase):
         self.assertLess(slot()["next_token"][0]["n_decoded"], 12000)
 
 
-class Recorder(http.server.ThreadingHTTPServer):
-    """An upstream that records each request's target, headers and body,
-    and answers what the test tells it to."""
-
-    daemon_threads = True
-
-    def __init__(self, extra_headers=(), body=b'{"ok":true}',
-                 content_type="application/json", cut=False):
-        self.seen = []
-        self.cut = cut  # promise more body than is sent, then close
-        self.extra_headers = list(extra_headers)
-        self.body = body
-        self.content_type = content_type
-        super().__init__(("127.0.0.1", 0), RecorderHandler)
-        self.thread = threading.Thread(target=self.serve_forever,
-                                       daemon=True)
-        self.thread.start()
-        self.url = "http://127.0.0.1:%d" % self.server_address[1]
-
-    def handle_error(self, request, client_address):
-        pass  # sluice closing a pooled connection at exit is no error
-
-    def targets(self, prefix):
-        return [t for t, _, _ in self.seen if t.startswith(prefix)]
-
-    def stop(self):
-        self.shutdown()
-        self.server_close()
-
-
-class RecorderHandler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def answer(self):
-        n = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(n)
-        srv = self.server
-        if self.path == "/health":
-            out, ctype, extra = b'{"status":"ok"}', "application/json", []
-        elif self.path == "/props":
-            out = b'{"total_slots":2,"default_generation_settings":{}}'
-            ctype, extra = "application/json", []
-        else:
-            srv.seen.append((self.path, dict(self.headers), body))
-            out, ctype, extra = srv.body, srv.content_type, srv.extra_headers
-        self.send_response(200)
-        self.send_header("Content-Type", ctype)
-        for k, v in extra:
-            self.send_header(k, v)
-        cut = srv.cut and self.path not in ("/health", "/props")
-        self.send_header("Content-Length", str(len(out) + 100 * cut))
-        self.end_headers()
-        self.wfile.write(out)
-        if cut:
-            self.close_connection = True
-
-    do_GET = answer
-    do_POST = answer
-
-
 class Relaying(st.TestCase):
 
-    def recorder(self, **kw):
-        r = Recorder(**kw)
-        self.addCleanup(r.stop)
-        return r
-
     def test_query_strings_reach_the_upstream(self):
-        rec = self.recorder()
+        rec = self.recording_upstream()
         s = self.sluice("--upstream", rec.url, "--admin-key", ADMIN)
         admin = {"Authorization": "Bearer " + ADMIN}
         self.assertEqual(s.get("/v1/models?reload=1").status, 200)
@@ -429,15 +360,15 @@ class Relaying(st.TestCase):
                          ["/slots/0?action=erase", "/slots/12?action=restore",
                           "/slots?fail_on_no_slot=1"])
         # A body sluice need not read goes as the client wrote it.
-        self.assertEqual(rec.seen[2][2], b'{"x": 1}')
+        self.assertEqual(rec.seen[2].body, b'{"x": 1}')
         self.assertEqual(s.stop(), 0)  # and nothing leaked
 
     def test_typed_stream_cut_short_ends_with_a_typed_error(self):
         events = (b'event: message_start\ndata: {"type":"message_start"}\n\n'
                   b'event: content_block_delta\ndata: {"type":'
                   b'"content_block_delta","delta":{"text":"a"}}\n\n')
-        rec = self.recorder(body=events, content_type="text/event-stream",
-                            cut=True)
+        rec = self.recording_upstream(
+            body=events, content_type="text/event-stream", cut=True)
         s = self.sluice("--upstream", rec.url)
         r = s.post("/v1/messages", {"messages": [], "stream": True})
         self.assertEqual(r.status, 200)
@@ -452,7 +383,7 @@ class Relaying(st.TestCase):
 
     def test_upstream_headers_pass_except_hop_by_hop_and_sluices_own(self):
         long_value = "v" * 5000
-        rec = self.recorder(extra_headers=[
+        rec = self.recording_upstream(extra_headers=[
             ("X-Custom", "kept"),
             ("Set-Cookie", "a=b; Path=/"),
             ("ETag", 'W/"123"'),
@@ -494,7 +425,7 @@ class Relaying(st.TestCase):
         # sluice cannot know every name such a list makes hop-by-hop, so it
         # passes none of the upstream's extra headers.
         names = ["X-Hop-%03d" % i for i in range(40)]
-        rec = self.recorder(extra_headers=[
+        rec = self.recording_upstream(extra_headers=[
             ("X-Custom", "kept"),
             ("Connection", ", ".join(names)),
             ("X-Hop-039", "listed last")])
@@ -509,7 +440,7 @@ class Relaying(st.TestCase):
 
     def test_too_many_upstream_headers_are_cut_not_refused(self):
         many = [("X-Many-%03d" % i, "x" * 100) for i in range(200)]
-        rec = self.recorder(extra_headers=many)
+        rec = self.recording_upstream(extra_headers=many)
         s = self.sluice("--upstream", rec.url)
         r = s.post("/tokenize", {"content": "x"})
         self.assertEqual(r.status, 200)
@@ -523,9 +454,10 @@ class Relaying(st.TestCase):
     def test_ui_assets_relayed_with_their_encoding(self):
         page = b"<html>" + b"x" * 2000 + b"</html>"
         zipped = gzip.compress(page)
-        rec = self.recorder(body=zipped, content_type="text/html",
-                            extra_headers=[("Content-Encoding", "gzip"),
-                                           ("Vary", "Accept-Encoding")])
+        rec = self.recording_upstream(
+            body=zipped, content_type="text/html",
+            extra_headers=[("Content-Encoding", "gzip"),
+                           ("Vary", "Accept-Encoding")])
         plain = self.sluice("--upstream", rec.url)
         self.assertEqual(plain.get("/").status, 404)
         self.assertEqual(plain.get("/assets/app.js").status, 404)
@@ -539,7 +471,7 @@ class Relaying(st.TestCase):
         # The upstream's Vary, beside sluice's own (CORS depends on Origin).
         self.assertEqual(r.headers_named("Vary"), ["Origin", "Accept-Encoding"])
         self.assertEqual(rec.targets("/assets"), ["/assets/app.js?v=3"])
-        self.assertEqual(rec.seen[-1][1].get("Accept-Encoding"), "gzip, br")
+        self.assertEqual(rec.seen[-1].headers.get("Accept-Encoding"), "gzip, br")
         self.assertEqual(s.get("/").status, 200)
         self.assertEqual(rec.targets("/"), ["/assets/app.js?v=3", "/"])
         # Only GET (and HEAD): the UI takes no other method.

@@ -2,9 +2,7 @@
 bytes an upstream receives (a capturing upstream), and llama-server's own
 answers to numbers beyond 64 bits, straight and through sluice."""
 
-import http.server
 import json
-import threading
 
 import sluice_test as st
 
@@ -12,73 +10,24 @@ import sluice_test as st
 STREAM_OPTIONS = b'"stream_options":{"include_usage":true}'
 
 
-class CapturingUpstream:
-    """A stand-in llama-server on a free port that records each POST body
-    and answers it with the smallest valid answer for its endpoint: a JSON
-    object, or for a stream a chat event, a usage event and [DONE]."""
-
-    def __init__(self):
-        self.bodies = []
-        self.lock = threading.Lock()
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def answer(self, status, ctype, body):
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self):
-                if self.path == "/props":
-                    body = b'{"total_slots":1}'
-                else:
-                    body = b'{"status":"ok"}'
-                self.answer(200, "application/json", body)
-
-            def do_POST(self):
-                n = int(self.headers.get("Content-Length", "0"))
-                body = self.rfile.read(n)
-                with outer.lock:
-                    outer.bodies.append((self.path, body))
-                try:
-                    wants_stream = json.loads(body).get("stream") is True
-                except ValueError:
-                    wants_stream = False
-                if not wants_stream:
-                    self.answer(200, "application/json", b'{"ok":true}')
-                    return
-                event = {"id": "c", "object": "chat.completion.chunk",
-                         "created": 1, "model": "m",
-                         "choices": [{"index": 0, "finish_reason": "stop",
-                                      "delta": {"content": "hi"}}]}
-                usage = dict(event, choices=[], usage={
-                    "prompt_tokens": 1, "completion_tokens": 1,
-                    "total_tokens": 2})
-                sse = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n"
-                               for e in (event, usage))
-                self.answer(200, "text/event-stream", sse + b"data: [DONE]\n\n")
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.url = "http://127.0.0.1:%d" % self.port
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       daemon=True)
-        self.thread.start()
-
-    def last(self):
-        with self.lock:
-            return self.bodies[-1]
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+def smallest_answer(received):
+    """The smallest valid answer for a request's endpoint: a JSON object, or
+    for a stream a chat event, a usage event and [DONE]."""
+    try:
+        wants_stream = json.loads(received.body).get("stream") is True
+    except ValueError:
+        wants_stream = False
+    if not wants_stream:
+        return 200, "application/json", b'{"ok":true}'
+    event = {"id": "c", "object": "chat.completion.chunk",
+             "created": 1, "model": "m",
+             "choices": [{"index": 0, "finish_reason": "stop",
+                          "delta": {"content": "hi"}}]}
+    usage = dict(event, choices=[], usage={
+        "prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})
+    sse = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n"
+                   for e in (event, usage))
+    return 200, "text/event-stream", sse + b"data: [DONE]\n\n"
 
 
 class ExactBytes(st.TestCase):
@@ -86,7 +35,7 @@ class ExactBytes(st.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.up = CapturingUpstream()
+        cls.up = st.RecordingUpstream(answer=smallest_answer, total_slots=1)
         cls.sl = st.Sluice("--upstream", cls.up.url)
 
     @classmethod
@@ -98,9 +47,9 @@ class ExactBytes(st.TestCase):
         r = st.request(self.sl.port, "POST", path, body=body,
                        headers={"Content-Type": "application/json"})
         self.assertEqual(r.status, 200, r.body[:300])
-        got_path, got = self.up.last()
-        self.assertEqual(got_path, path)
-        return got
+        got = self.up.received()[-1]
+        self.assertEqual(got.target, path)
+        return got.body
 
     def test_untouched_body_arrives_as_written(self):
         body = (b' {"input" : "caf\\u00e9 \\u0000",\n\t"x":0.1, "y":1e-7,'
