@@ -155,8 +155,10 @@ class Window(st.TestCase):
 class Admission(st.TestCase):
 
     def test_burst_beyond_max_queue_gets_429_and_the_rest_succeed(self):
+        # The queue's wait is not what this checks: a busy machine's
+        # llama-server must not turn queued requests into 503s.
         s = self.sluice("--model", st.MODEL_SLOW, "--slots", "1",
-                        "--max-queue", "20")
+                        "--max-queue", "20", "--queue-timeout", "600")
         clients = [client(s.port) for _ in range(200)]
         for i, c in enumerate(clients):
             c.request("POST", "/completion", completion("b%d" % i, n=4))
@@ -170,7 +172,8 @@ class Admission(st.TestCase):
             answers = list(pool.map(answer, clients))
         ok = [a for a in answers if a[0] == 200]
         refused = [a for a in answers if a[0] == 429]
-        self.assertEqual(len(ok) + len(refused), 200)
+        self.assertEqual(len(ok) + len(refused), 200,
+                         sorted(a[0] for a in answers))
         self.assertGreaterEqual(len(ok), 21)   # the queue and the slot
         self.assertGreater(len(refused), 100)
         for status, head, body in refused:
