@@ -129,6 +129,10 @@ void sl_jscan_free(struct sl_jscan *s)
 
 int sl_jscan_skip(const struct sl_jscan *s, int i)
 {
+	/* Walks that count children (size) can run past the last token
+	 * when jsmn took a wrong shape ({"a"}): past the end stays there. */
+	if (i >= s->n)
+		return s->n;
 	int end = s->tok[i].end;
 	int j = i + 1;
 	while (j < s->n && s->tok[j].start < end)
