@@ -22,11 +22,16 @@
  *     events named more than one index;
  *   (an event whose "error" key is escaped is not one to jsmn, which
  *   compares keys as written: nothing is checked after one)
- *   - native, one index, events free of backslashes and of duplicate
- *     keys (so that jsmn's keys as written and jansson's agree): when the
- *     answer's "content" is a string it is every event's "content" string
- *     joined, and its "tokens" (when an array) every event's "tokens"
- *     joined when return_tokens, else [].
+ *   - when the events are free of backslashes and of duplicate keys (so
+ *     that jsmn's keys as written and jansson's agree), the text is every
+ *     piece joined: native, one index: the answer's "content" (when a
+ *     string) is every event's "content" string joined, and its "tokens"
+ *     (when an array) every event's "tokens" joined when return_tokens,
+ *     else []; text: each answer choice's "text" (when a string) is the
+ *     "text" strings of that index joined; chat: each choice's
+ *     message.content is the delta "content" strings joined (null only
+ *     when none came), and reasoning_content, present exactly when some
+ *     came, the "reasoning_content" strings joined.
  * Whatever the lines were, nothing may crash, leak or read out of bounds.
  */
 #include "sluice/assemble.h"
@@ -39,8 +44,6 @@
 
 #define RETURN_TOKENS_BIT 0x04
 #define KIND_MASK 0x03
-/* Events that matter to the checks; later lines are still fed. */
-#define MAX_EVENTS 4096
 
 #define EVENT_JSON_FLAGS (JSON_DECODE_ANY | JSON_ALLOW_NUL)
 
@@ -64,9 +67,43 @@ struct expect {
 	bool error_event; /* an error event came (the first ends it) */
 	const char *error_text;
 	size_t error_len;
-	json_t *content; /* native: the "content" strings joined */
-	json_t *tokens;  /* native: the "tokens" arrays joined */
+	/* Per choice: the text strings joined (native "content", text
+	 * "text", chat delta "content") and chat's "reasoning_content". */
+	json_t *text[SL_ASSEMBLE_MAX_CHOICES];
+	json_t *reasoning[SL_ASSEMBLE_MAX_CHOICES];
+	json_t *tokens; /* native: the "tokens" arrays joined */
 };
+
+/* Appends a piece, when it is a string, to the joined text in *slot. */
+static void join(json_t **slot, const json_t *piece)
+{
+	if (!json_is_string(piece))
+		return;
+	if (!*slot)
+		*slot = json_string("");
+	size_t have = json_string_length(*slot);
+	size_t add = json_string_length(piece);
+	char *joined = malloc(have + add + 1);
+	CHECK(joined);
+	memcpy(joined, json_string_value(*slot), have);
+	memcpy(joined + have, json_string_value(piece), add);
+	json_string_setn_nocheck(*slot, joined, have + add);
+	free(joined);
+}
+
+/* A choice's index as the assembler reads it: absent is 0. */
+static size_t index_of(const json_t *obj)
+{
+	const json_t *index = json_object_get(obj, "index");
+	return index ? (size_t)json_integer_value(index) : 0;
+}
+
+/* The joined text in a slot, "" when nothing came. */
+static bool text_is(const json_t *slot, const json_t *answer_text)
+{
+	return slot ? json_equal(slot, answer_text)
+	            : json_string_length(answer_text) == 0;
+}
 
 /* Native: notes index, content and tokens of one (plain-keyed) event. */
 static void note_native(struct expect *e, json_t *doc)
@@ -75,20 +112,35 @@ static void note_native(struct expect *e, json_t *doc)
 	if (index &&
 	    !(json_is_integer(index) && json_integer_value(index) == 0))
 		e->one_index = false;
-	json_t *content = json_object_get(doc, "content");
-	if (json_is_string(content)) {
-		size_t have = json_string_length(e->content);
-		size_t add = json_string_length(content);
-		char *joined = malloc(have + add + 1);
-		CHECK(joined);
-		memcpy(joined, json_string_value(e->content), have);
-		memcpy(joined + have, json_string_value(content), add);
-		json_string_setn_nocheck(e->content, joined, have + add);
-		free(joined);
-	}
+	join(&e->text[0], json_object_get(doc, "content"));
 	json_t *tokens = json_object_get(doc, "tokens");
 	if (json_is_array(tokens))
 		json_array_extend(e->tokens, tokens);
+}
+
+/*
+ * OpenAI: joins each choice's pieces. The assembler took the event, so
+ * every index in it is a small integer.
+ */
+static void note_openai(struct expect *e, json_t *doc,
+                        enum sl_assemble_kind kind)
+{
+	json_t *choices = json_object_get(doc, "choices");
+	size_t i;
+	json_t *ch;
+	json_array_foreach(choices, i, ch)
+	{
+		size_t at = index_of(ch);
+		CHECK(at < SL_ASSEMBLE_MAX_CHOICES);
+		if (kind == SL_ASSEMBLE_TEXT) {
+			join(&e->text[at], json_object_get(ch, "text"));
+		} else {
+			json_t *delta = json_object_get(ch, "delta");
+			join(&e->text[at], json_object_get(delta, "content"));
+			join(&e->reasoning[at],
+			     json_object_get(delta, "reasoning_content"));
+		}
+	}
 }
 
 static void feed(struct sl_assembler *a, struct expect *e, const char *line,
@@ -110,7 +162,8 @@ static void feed(struct sl_assembler *a, struct expect *e, const char *line,
 	bool was_error = e->error_event;
 	if (sl_assembler_add(a, line, len) != 0)
 		e->all_valid = false;
-	if (!json_is_object(doc) || was_error) {
+	/* After a refusal nothing is checked: the proxy answers 502. */
+	if (!e->all_valid || !json_is_object(doc) || was_error) {
 		json_decref(doc);
 		return;
 	}
@@ -132,7 +185,46 @@ static void feed(struct sl_assembler *a, struct expect *e, const char *line,
 	}
 	if (kind == SL_ASSEMBLE_NATIVE && !e->error_event)
 		note_native(e, doc);
+	else if (!e->error_event)
+		note_openai(e, doc, kind);
 	json_decref(doc);
+}
+
+/*
+ * OpenAI: each answer choice's text is its pieces joined; in chat, its
+ * reasoning too (absent when none came), and "index" the choice's own.
+ */
+static void check_openai(const struct expect *e, json_t *answer,
+                         enum sl_assemble_kind kind)
+{
+	json_t *choices = json_object_get(answer, "choices");
+	size_t i;
+	json_t *ch;
+	json_array_foreach(choices, i, ch)
+	{
+		size_t at = index_of(ch);
+		if (at >= SL_ASSEMBLE_MAX_CHOICES)
+			continue; /* a text finish object's own index */
+		if (kind == SL_ASSEMBLE_TEXT) {
+			json_t *text = json_object_get(ch, "text");
+			if (json_is_string(text))
+				CHECK(text_is(e->text[at], text));
+			continue;
+		}
+		json_t *msg = json_object_get(ch, "message");
+		json_t *content = json_object_get(msg, "content");
+		if (json_is_string(content))
+			CHECK(text_is(e->text[at], content));
+		else
+			CHECK(json_is_null(content) &&
+			      json_string_length(e->text[at]) == 0);
+		json_t *reasoning = json_object_get(msg, "reasoning_content");
+		if (reasoning)
+			CHECK(json_is_string(reasoning) &&
+			      text_is(e->reasoning[at], reasoning));
+		else
+			CHECK(json_string_length(e->reasoning[at]) == 0);
+	}
 }
 
 /* The native checks on content and tokens, for one index. */
@@ -142,7 +234,7 @@ static void check_native(const struct expect *e, json_t *answer,
 	CHECK(json_is_object(answer));
 	json_t *content = json_object_get(answer, "content");
 	if (json_is_string(content))
-		CHECK(json_equal(content, e->content));
+		CHECK(text_is(e->text[0], content));
 	json_t *tokens = json_object_get(answer, "tokens");
 	if (json_is_array(tokens)) {
 		if (return_tokens)
@@ -168,10 +260,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct expect e = {.all_valid = true,
 	                   .plain_keys = true,
 	                   .one_index = true,
-	                   .content = json_string(""),
 	                   .tokens = json_array()};
 	size_t from = 0;
-	for (unsigned n = 0; from < len && n < MAX_EVENTS; n++) {
+	while (from < len) {
 		const char *nl = memchr(text + from, '\n', len - from);
 		size_t to = nl ? (size_t)(nl - text) : len;
 		feed(&a, &e, text + from, to - from, kind);
@@ -214,11 +305,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (kind == SL_ASSEMBLE_NATIVE && e.one_index &&
 			    e.plain_keys)
 				check_native(&e, answer, return_tokens);
+			else if (kind != SL_ASSEMBLE_NATIVE && e.plain_keys)
+				check_openai(&e, answer, kind);
 			json_decref(answer);
 		}
 	}
 	free(out);
-	json_decref(e.content);
+	for (size_t i = 0; i < SL_ASSEMBLE_MAX_CHOICES; i++) {
+		json_decref(e.text[i]);
+		json_decref(e.reasoning[i]);
+	}
 	json_decref(e.tokens);
 	sl_assembler_free(&a);
 	return 0;
