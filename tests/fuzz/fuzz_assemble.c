@@ -19,12 +19,12 @@
  *   - the result is NULL exactly when no event but "null" and "[DONE]"
  *     came;
  *   - after an error event ({"error": ...}) it is that event's text as
- *     written, and the status is 400 to 599;
+ *     written, and the status is 400 to 599 (an escaped "error" key makes
+ *     no error event to jsmn, which compares keys as written: nothing is
+ *     checked after one);
  *   - else the status is 200 and the result is valid JSON (jansson, same
  *     flags): an object, or for native answers an array of objects when
  *     events named more than one index;
- *   (an event whose "error" key is escaped is not one to jsmn, which
- *   compares keys as written: nothing is checked after one)
  *   - when the events are free of backslashes and of duplicate keys (so
  *     that jsmn's keys as written and jansson's agree), the text is every
  *     piece joined: native, one index: the answer's "content" (when a
