@@ -679,9 +679,15 @@ static void chat_result(struct sl_assembler *a, struct sl_abuf *out)
 			copy_member(out, &s, 0, key);
 		}
 	}
-	/* Members this list does not know go last, as written. */
+	/*
+	 * Members this list does not know go last, as written. jsmn takes a
+	 * key without a value ({"a"}), so each key is checked to hold one,
+	 * as sl_jscan_get does: the value token may not exist at all.
+	 */
 	int k = 1;
-	for (int m = 0; ok && m < s.tok[0].size; m++) {
+	for (int m = 0; ok && m < s.tok[0].size && k + 1 < s.n; m++) {
+		if (!is_type(&s, k, JSMN_STRING) || s.tok[k].size != 1)
+			break;
 		int v = k + 1;
 		if (!in_chat_order(&s, k)) {
 			buf_str(out, ",");

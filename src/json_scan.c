@@ -21,6 +21,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+/*
+ * Under AddressSanitizer, the inline tokens past the last one are poisoned
+ * until sl_jscan_free(): they lie inside the struct, so a walk that reads
+ * past the tokens (s->tok[s->n]) would otherwise read stale tokens
+ * unnoticed, where the same walk over a grown array is caught.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#define JSCAN_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define JSCAN_ASAN 1
+#endif
+#endif
+#ifdef JSCAN_ASAN
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 /* JSON's whitespace; a NUL byte is not (strchr would say it is). */
 static bool is_space(char c)
 {
@@ -100,6 +122,7 @@ int sl_jscan_parse(struct sl_jscan *s, const char *text, size_t len,
 	s->len = len;
 	s->tok = s->inline_tok;
 	s->n = 0;
+	UNPOISON(s->inline_tok, sizeof(s->inline_tok));
 	/* jsmn keeps offsets in ints. */
 	if (len > INT_MAX || max_tokens == 0)
 		return SL_EINVAL;
@@ -118,11 +141,15 @@ int sl_jscan_parse(struct sl_jscan *s, const char *text, size_t len,
 	if (!only_space_after(s, end))
 		return SL_EINVAL;
 	s->n = n;
+	if (s->tok == s->inline_tok)
+		POISON(s->inline_tok + n,
+		       sizeof(*s->tok) * (SL_JSCAN_INLINE - (size_t)n));
 	return 0;
 }
 
 void sl_jscan_free(struct sl_jscan *s)
 {
+	UNPOISON(s->inline_tok, sizeof(s->inline_tok));
 	if (s->tok != s->inline_tok)
 		free(s->tok);
 	s->tok = s->inline_tok;
@@ -131,6 +158,10 @@ void sl_jscan_free(struct sl_jscan *s)
 
 int sl_jscan_skip(const struct sl_jscan *s, int i)
 {
+	/* Walks that count children (size) can run past the last token
+	 * when jsmn took a wrong shape ({"a"}): past the end stays there. */
+	if (i >= s->n)
+		return s->n;
 	int end = s->tok[i].end;
 	int j = i + 1;
 	while (j < s->n && s->tok[j].start < end)

@@ -230,6 +230,39 @@ static void test_refusals(void)
 	sl_assembler_free(&a);
 }
 
+/*
+ * Found by fuzz_assemble: jsmn takes a key without a value ({"a"}), and
+ * the chat answer copied the base event's unknown members by counting
+ * keys, reading the token past the last one for the missing value. The
+ * members before it are copied; the broken one ends the copying. With 62
+ * members the tokens fill a grown array of 128 exactly, so the read past
+ * it is a heap overflow under ASan; either way the answer differed.
+ */
+static void test_chat_key_without_value(void)
+{
+	int status;
+	char *s = assemble(SL_ASSEMBLE_CHAT,
+	                   EVENTS("{\"choices\":[],\"x\":1,\"a\"}"), &status);
+	ASSERT_STR_EQ(s, "{\"choices\":[],\"object\":\"chat.completion\","
+	                 "\"x\":1}");
+	ASSERT_EQ(status, 200);
+	free(s);
+
+	char event[2048] = "{\"choices\":[]";
+	char want[2048] = "{\"choices\":[],\"object\":\"chat.completion\"";
+	for (int i = 0; i < 62; i++) {
+		char member[32];
+		snprintf(member, sizeof(member), ",\"k%d\":%d", i, i);
+		strcat(event, member);
+		strcat(want, member);
+	}
+	strcat(event, ",\"a\"}");
+	strcat(want, "}");
+	s = assemble(SL_ASSEMBLE_CHAT, EVENTS(event), &status);
+	ASSERT_STR_EQ(s, want);
+	free(s);
+}
+
 static bool reproducible(enum sl_assemble_kind kind, const char *body)
 {
 	json_t *doc = json_loads(body, 0, NULL);
@@ -274,6 +307,7 @@ int main(void)
 	RUN(test_error_mid_stream);
 	RUN(test_null_event_and_cut_stream);
 	RUN(test_refusals);
+	RUN(test_chat_key_without_value);
 	RUN(test_reproducible);
 	return 0;
 }

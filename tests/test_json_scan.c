@@ -171,6 +171,16 @@ static void test_get(void)
 	ASSERT_EQ(scan(&s, "{\"a\",\"b\":1}"), 0);
 	ASSERT_EQ(sl_jscan_get(&s, 0, "a"), -1);
 	sl_jscan_free(&s);
+
+	/*
+	 * Found by fuzz_assemble: a walk over members by count ({"a"} counts
+	 * one key but has no value) skips from the token past the last one;
+	 * skip must stay at the end rather than read past the tokens.
+	 */
+	ASSERT_EQ(scan(&s, "{\"a\"}"), 0);
+	ASSERT_EQ(s.n, 2);
+	ASSERT_EQ(sl_jscan_skip(&s, 2), 2);
+	sl_jscan_free(&s);
 }
 
 static void test_trailing_text_is_refused(void)

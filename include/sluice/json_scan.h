@@ -57,7 +57,7 @@ int sl_jscan_parse(struct sl_jscan *s, const char *text, size_t len,
                    unsigned max_tokens);
 void sl_jscan_free(struct sl_jscan *s);
 
-/* The index just past token i and everything inside it. */
+/* The index just past token i and everything inside it; n when i >= n. */
 int sl_jscan_skip(const struct sl_jscan *s, int i);
 
 /*

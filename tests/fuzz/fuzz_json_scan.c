@@ -1,0 +1,190 @@
+/*
+ * fuzz_json_scan.c: the jsmn layer (json_scan.c) on any text, against
+ * jansson.
+ *
+ * The whole input is the text. Invariants checked:
+ *   - whatever the text, sl_jscan_parse either refuses it or gives tokens
+ *     whose ranges and extents lie inside the text, in document order;
+ *     sl_jscan_skip moves past a token and everything inside its extent
+ *     and stays within the tokens; sl_jscan_get finds each key of an
+ *     object (the first of duplicates) and never leaves the tokens;
+ *   - the token limit is exact: the same text parses with exactly as many
+ *     tokens as it took, and is refused with one fewer;
+ *   - when jansson (any value, NUL allowed) accepts the text, and the
+ *     text holds no NUL byte, jscan accepts it too (jansson 2.14 takes a
+ *     raw NUL right after a number or literal, "[1\0]", which is no JSON
+ *     and which jscan refuses), and the two agree on the tree: types, array
+ * lengths, object member counts (keys as written, duplicates counted, as
+ * jansson with JSON_REJECT_DUPLICATES agrees when it loads), and strings
+ * without escapes byte for byte.
+ */
+#include "sluice/json_scan.h"
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* As assemble.c asks: above any input libFuzzer makes. */
+#define MAX_TOKENS (1u << 20)
+
+#define CHECK(cond)                                                            \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			fprintf(stderr, "fuzz_json_scan: %s\n", #cond);        \
+			abort();                                               \
+		}                                                              \
+	} while (0)
+
+/* Ranges, extents, skip and get, on any text jscan accepted. */
+static void check_tokens(const struct sl_jscan *s)
+{
+	CHECK(s->n > 0);
+	size_t prev_start = 0;
+	for (int i = 0; i < s->n; i++) {
+		const jsmntok_t *t = &s->tok[i];
+		CHECK(t->start >= 0 && t->start <= t->end);
+		CHECK((size_t)t->end <= s->len);
+		size_t start, end;
+		sl_jscan_extent(s, i, &start, &end);
+		CHECK(start <= end && end <= s->len);
+		CHECK(start >= prev_start);
+		prev_start = start;
+		if (t->type == JSMN_STRING)
+			CHECK(s->text[start] == '"' && s->text[end - 1] == '"');
+		int next = sl_jscan_skip(s, i);
+		CHECK(next > i && next <= s->n);
+		for (int j = i + 1; j < next; j++) {
+			size_t js, je;
+			sl_jscan_extent(s, j, &js, &je);
+			CHECK(js >= start && je <= end);
+		}
+		CHECK(sl_jscan_get(s, i, "") >= -1);
+		if (t->type != JSMN_OBJECT) {
+			CHECK(sl_jscan_get(s, i, "a") == -1);
+			continue;
+		}
+		/* Each key found, as written, the first of duplicates. */
+		int k = i + 1;
+		for (int m = 0; m < t->size && k < s->n; m++) {
+			if (s->tok[k].type != JSMN_STRING ||
+			    s->tok[k].size != 1)
+				break;
+			size_t n = sl_jscan_len(s, k);
+			char *key = malloc(n + 1);
+			CHECK(key);
+			memcpy(key, sl_jscan_text(s, k), n);
+			key[n] = '\0';
+			int v = sl_jscan_get(s, i, key);
+			CHECK(v >= -1 && v < s->n);
+			if (strlen(key) == n) {
+				CHECK(v > i && v <= k + 1);
+				CHECK(sl_jscan_is(s, v - 1, key));
+			}
+			free(key);
+			if (k + 1 >= s->n)
+				break;
+			k = sl_jscan_skip(s, k + 1);
+		}
+	}
+	/* The top-level token spans every other one. */
+	CHECK(sl_jscan_skip(s, 0) == s->n);
+	CHECK(sl_jscan_skip(s, s->n) == s->n);
+}
+
+/* jscan's tree against jansson's, from token i; returns the next token. */
+static int compare(const struct sl_jscan *s, int i, const json_t *v,
+                   bool unique_keys)
+{
+	CHECK(i < s->n);
+	const jsmntok_t *t = &s->tok[i];
+	switch (json_typeof(v)) {
+	case JSON_OBJECT: {
+		CHECK(t->type == JSMN_OBJECT);
+		if (unique_keys)
+			CHECK((size_t)t->size == json_object_size(v));
+		int k = i + 1;
+		for (int m = 0; m < t->size; m++) {
+			CHECK(s->tok[k].type == JSMN_STRING &&
+			      s->tok[k].size == 1);
+			size_t n = sl_jscan_len(s, k);
+			const char *key = sl_jscan_text(s, k);
+			json_t *member = NULL;
+			/* Keys with escapes or NULs are not looked up. */
+			if (!memchr(key, '\\', n) && !memchr(key, '\0', n))
+				member = json_object_getn(v, key, n);
+			if (member && unique_keys)
+				k = compare(s, k + 1, member, unique_keys);
+			else
+				k = sl_jscan_skip(s, k + 1);
+		}
+		return k;
+	}
+	case JSON_ARRAY: {
+		CHECK(t->type == JSMN_ARRAY);
+		CHECK((size_t)t->size == json_array_size(v));
+		int k = i + 1;
+		for (size_t m = 0; m < json_array_size(v); m++)
+			k = compare(s, k, json_array_get(v, m), unique_keys);
+		return k;
+	}
+	case JSON_STRING: {
+		CHECK(t->type == JSMN_STRING);
+		size_t n = sl_jscan_len(s, i);
+		if (!memchr(sl_jscan_text(s, i), '\\', n))
+			CHECK(n == json_string_length(v) &&
+			      memcmp(sl_jscan_text(s, i), json_string_value(v),
+			             n) == 0);
+		return i + 1;
+	}
+	case JSON_TRUE: CHECK(sl_jscan_is(s, i, "true")); return i + 1;
+	case JSON_FALSE: CHECK(sl_jscan_is(s, i, "false")); return i + 1;
+	case JSON_NULL: CHECK(sl_jscan_is(s, i, "null")); return i + 1;
+	default: CHECK(t->type == JSMN_PRIMITIVE); return i + 1;
+	}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	const char *text = (const char *)data;
+	struct sl_jscan s;
+	int rc = sl_jscan_parse(&s, text, size, MAX_TOKENS);
+	int n = s.n;
+	if (rc == 0) {
+		check_tokens(&s);
+	} else {
+		CHECK(s.n == 0);
+	}
+
+	json_t *doc =
+	    json_loadb(text, size, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+	if (doc && !memchr(text, '\0', size)) {
+		if (rc != 0)
+			fprintf(stderr, "fuzz_json_scan: jansson took "
+			                "what jscan refused\n");
+		CHECK(rc == 0);
+		json_t *strict = json_loadb(text, size,
+		                            JSON_DECODE_ANY | JSON_ALLOW_NUL |
+		                                JSON_REJECT_DUPLICATES,
+		                            NULL);
+		CHECK(compare(&s, 0, doc, strict != NULL) <= s.n);
+		json_decref(strict);
+	}
+	json_decref(doc);
+	sl_jscan_free(&s);
+
+	/* The limit is exact. */
+	if (rc == 0) {
+		CHECK(sl_jscan_parse(&s, text, size, (unsigned)n) == 0);
+		CHECK(s.n == n);
+		sl_jscan_free(&s);
+		if (n > 1)
+			CHECK(sl_jscan_parse(&s, text, size, (unsigned)n - 1) !=
+			      0);
+		sl_jscan_free(&s);
+	}
+	return 0;
+}
