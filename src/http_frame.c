@@ -42,9 +42,9 @@ static size_t scan_refuse(struct sl_http_frame *f, unsigned status,
 /*
  * One byte of the request line, which must be method SP target SP version
  * with single spaces (RFC 9112, 3). The target may hold no control bytes,
- * no '#' and nothing from 0x80 up; the version's major digit is judged here, before
- * llhttp sees it: 0 is HTTP/0.9 (closed without an answer, as there is no
- * way to answer it that its client would read as an error), 2 to 9 are
+ * no '#' and nothing from 0x80 up; the version's major digit is judged here,
+ * before llhttp sees it: 0 is HTTP/0.9 (closed without an answer, as there is
+ * no way to answer it that its client would read as an error), 2 to 9 are
  * versions sluice does not speak (505). Returns false when refused.
  */
 static bool scan_request_line_byte(struct sl_http_frame *f, unsigned char ch)
