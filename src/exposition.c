@@ -3,6 +3,7 @@
 
 #include "sluice/common.h"
 #include "sluice/log.h"
+#include "sluice/procstat.h"
 #include "sluice/stats.h"
 
 #include <stdlib.h>
@@ -267,6 +268,10 @@ static void expose_by_class(struct sl_text *t, const char *name,
 void sl_exposition_prometheus(struct sl_app *app, struct sl_text *t)
 {
 	struct sl_stats *s = &app->stats;
+	/* Read first, so that the memory this exposition takes as it grows
+	 * is not in the figures. */
+	struct sl_procstat proc;
+	sl_procstat_read(&proc, s->start_time);
 	expose_requests(s, t);
 	sl_expose_family(t, "sluice_connections_refused_total", "counter",
 	                 "Connections refused over --max-connections.");
@@ -318,6 +323,8 @@ void sl_exposition_prometheus(struct sl_app *app, struct sl_text *t)
 	sl_expose_family(t, "sluice_batch_size", "histogram",
 	                 "Requests per batch leaving sluice's queue.");
 	sl_expose_histogram(t, "sluice_batch_size", "", &s->batch_size);
+	sl_procstat_expose(&proc, t);
+	sl_procstat_expose_build_info(t);
 }
 
 json_t *sl_exposition_summary(struct sl_app *app)
@@ -339,8 +346,10 @@ json_t *sl_exposition_summary(struct sl_app *app)
 		json_array_append_new(ups, j);
 	}
 	const struct sl_histogram *lat = &s->generation;
+	struct sl_procstat proc;
+	sl_procstat_read(&proc, s->start_time);
 	return json_pack(
-	    "{s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:o}",
+	    "{s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:o, s:o}",
 	    "queue_depth", (int)sl_sched_depth(&app->sched), "inflight",
 	    (int)inflight, "requests", (json_int_t)lat->count, "p50_latency_ms",
 	    sl_hist_quantile(lat, 0.50) * 1000, "p95_latency_ms",
@@ -350,7 +359,8 @@ json_t *sl_exposition_summary(struct sl_app *app)
 	    (json_int_t)s->batches, "avg_batch_size",
 	    s->batches ? (double)s->batched / (double)s->batches : 0.0,
 	    "tokens_per_second", sl_stats_token_rate(s, uv_now(&app->loop)),
-	    "quantile_error_bound", 1.0 / SL_HIST_SUB, "upstreams", ups);
+	    "quantile_error_bound", 1.0 / SL_HIST_SUB, "upstreams", ups,
+	    "process", sl_procstat_json(&proc));
 }
 
 /* ---- answering, with llama-server's metrics ---- */
