@@ -1,15 +1,23 @@
 /*
  * test_metrics.c: histogram quantiles stay within the documented bound on
- * known distributions; the exposition of histograms and relayed families.
+ * known distributions; the exposition of histograms and relayed families;
+ * the process families: statm parsing, descriptor counting, what is shown
+ * and what is left out.
  */
 #include "sluice/exposition.h"
 #include "sluice/metrics.h"
+#include "sluice/procstat.h"
 
 #include "sluice/common.h"
 #include "test.h"
 
+#include "sl_build_config.h"
+
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #define N 20000
 /* The bound metrics.h states: 1 / SL_HIST_SUB of the true value. */
@@ -169,11 +177,181 @@ static void test_relabelled_families(void)
 	sl_families_free(f);
 }
 
+static void test_statm_parsing(void)
+{
+	uint64_t vsz = 1, rss = 1;
+	ASSERT_EQ(sl_procstat_parse_statm("5228 2796 2386 34 0 303 0\n", 4096,
+	                                  &vsz, &rss),
+	          0);
+	ASSERT_EQ(vsz, 5228ull * 4096);
+	ASSERT_EQ(rss, 2796ull * 4096);
+	/* Only the first two numbers matter, and nothing after them. */
+	ASSERT_EQ(sl_procstat_parse_statm("7 3", 65536, &vsz, &rss), 0);
+	ASSERT_EQ(vsz, 7 * 65536);
+	ASSERT_EQ(rss, 3 * 65536);
+	/* Refused, leaving the outputs alone: */
+	static const char *const bad[] = {
+	    "",                       /* empty */
+	    "5228",                   /* one number */
+	    "5228\n2796",             /* not space-separated */
+	    "x 1",                    /* not a number */
+	    "-1 2",                   /* negative */
+	    "18446744073709551616 1", /* over 64 bits */
+	    "4503599627370496 1",     /* fits, but not in bytes */
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(bad); i++) {
+		vsz = rss = 42;
+		if (sl_procstat_parse_statm(bad[i], 4096, &vsz, &rss) !=
+		    SL_EINVAL)
+			TEST_FAIL("statm \"%s\" was accepted", bad[i]);
+		ASSERT_EQ(vsz, 42);
+		ASSERT_EQ(rss, 42);
+	}
+	ASSERT_EQ(sl_procstat_parse_statm("1 1", 0, &vsz, &rss), SL_EINVAL);
+}
+
+/* Counts /proc/self/fd by hand, as a test from outside would. */
+static int64_t fds_by_hand(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return -1;
+	int64_t n = 0;
+	const struct dirent *e;
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - 1; /* less the listing's own */
+}
+
+static void test_open_fds_counted_exactly(void)
+{
+	int64_t before = sl_procstat_count_fds("/proc/self/fd");
+	if (before == -ENOENT) {
+		printf("  (no /proc/self/fd here: skipped)\n");
+		return;
+	}
+	ASSERT(before >= 0);
+	ASSERT_EQ(before, fds_by_hand());
+	int p[2];
+	ASSERT(pipe(p) == 0);
+	ASSERT_EQ(sl_procstat_count_fds("/proc/self/fd"), before + 2);
+	close(p[0]);
+	close(p[1]);
+	ASSERT_EQ(sl_procstat_count_fds("/proc/self/fd"), before);
+	ASSERT(sl_procstat_count_fds("/nonexistent/fd") == -ENOENT);
+}
+
+static void test_process_read(void)
+{
+	struct sl_procstat p;
+	sl_procstat_read(&p, 1234.5);
+	ASSERT(p.start_time == 1234.5);
+	ASSERT(p.has_cpu);
+	ASSERT(p.cpu_seconds >= 0);
+	ASSERT(p.has_max_fds);
+	ASSERT(p.max_fds > 0);
+	if (p.has_memory) {
+		ASSERT(p.resident_bytes > 0);
+		ASSERT(p.resident_bytes <= p.virtual_bytes);
+	}
+	if (p.has_open_fds)
+		ASSERT(p.open_fds >= 1 && p.open_fds <= p.max_fds);
+	/* CPU time only grows. */
+	volatile double x = 0;
+	for (int i = 0; i < 1000000; i++)
+		x += sqrt((double)i);
+	struct sl_procstat later;
+	sl_procstat_read(&later, 1234.5);
+	ASSERT(later.cpu_seconds >= p.cpu_seconds);
+}
+
+static void test_process_exposition(void)
+{
+	struct sl_procstat p = {
+	    .cpu_seconds = 1.25,
+	    .start_time = 1700000000.5,
+	    .virtual_bytes = 8192,
+	    .resident_bytes = 4096,
+	    .open_fds = 7,
+	    .max_fds = 1024,
+	    .has_cpu = true,
+	    .has_memory = true,
+	    .has_open_fds = true,
+	    .has_max_fds = true,
+	};
+	struct sl_text t = {0};
+	sl_procstat_expose(&p, &t);
+	ASSERT_STR_EQ(
+	    t.data,
+	    "# HELP process_cpu_seconds_total Total user and system CPU time "
+	    "spent in seconds.\n"
+	    "# TYPE process_cpu_seconds_total counter\n"
+	    "process_cpu_seconds_total 1.250000\n"
+	    "# HELP process_open_fds Number of open file descriptors.\n"
+	    "# TYPE process_open_fds gauge\n"
+	    "process_open_fds 7\n"
+	    "# HELP process_max_fds Maximum number of open file descriptors.\n"
+	    "# TYPE process_max_fds gauge\n"
+	    "process_max_fds 1024\n"
+	    "# HELP process_virtual_memory_bytes Virtual memory size in "
+	    "bytes.\n"
+	    "# TYPE process_virtual_memory_bytes gauge\n"
+	    "process_virtual_memory_bytes 8192\n"
+	    "# HELP process_resident_memory_bytes Resident memory size in "
+	    "bytes.\n"
+	    "# TYPE process_resident_memory_bytes gauge\n"
+	    "process_resident_memory_bytes 4096\n"
+	    "# HELP process_start_time_seconds Start time of the process since "
+	    "unix epoch in seconds.\n"
+	    "# TYPE process_start_time_seconds gauge\n"
+	    "process_start_time_seconds 1700000000.500000\n");
+	sl_text_free(&t);
+
+	/* Without /proc: memory and descriptors are left out, not zero. */
+	p.has_memory = false;
+	p.has_open_fds = false;
+	struct sl_text none = {0};
+	sl_procstat_expose(&p, &none);
+	ASSERT(strstr(none.data, "process_cpu_seconds_total 1.25"));
+	ASSERT(strstr(none.data, "process_max_fds 1024"));
+	ASSERT(strstr(none.data, "process_start_time_seconds"));
+	ASSERT(!strstr(none.data, "memory"));
+	ASSERT(!strstr(none.data, "open_fds"));
+	sl_text_free(&none);
+
+	json_t *j = sl_procstat_json(&p);
+	char *s = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+	ASSERT_STR_EQ(s, "{\"cpu_seconds\":1.25,\"max_fds\":1024,"
+	                 "\"start_time_seconds\":1700000000}");
+	free(s);
+	json_decref(j);
+}
+
+static void test_build_info(void)
+{
+	struct sl_text t = {0};
+	sl_procstat_expose_build_info(&t);
+	ASSERT_CONTAINS(t.data, "# TYPE sluice_build_info gauge\n");
+	char want[128];
+	snprintf(want, sizeof(want), "sluice_build_info{version=\"%s\",",
+	         SL_VERSION);
+	ASSERT_CONTAINS(t.data, want);
+	ASSERT_CONTAINS(t.data, "} 1\n");
+	sl_text_free(&t);
+}
+
 int main(void)
 {
 	RUN(test_quantiles_within_bound);
 	RUN(test_edges);
 	RUN(test_histogram_exposition);
 	RUN(test_relabelled_families);
+	RUN(test_statm_parsing);
+	RUN(test_open_fds_counted_exactly);
+	RUN(test_process_read);
+	RUN(test_process_exposition);
+	RUN(test_build_info);
 	return 0;
 }

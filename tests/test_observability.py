@@ -4,7 +4,10 @@ log."""
 import json
 import os
 import re
+import resource
 import signal
+import subprocess
+import time
 
 import promcheck
 import sluice_test as st
@@ -198,6 +201,180 @@ class Metrics(st.TestCase):
                         r"total_ms=\d+ tokens=3 bytes=\d+ upstream=http://\S+ "
                         r"outcome=ok$")
         self.assertRegex(m.group(1), r"^[0-9a-f]{16}$")  # "trace 1" refused
+
+
+def exposition_types(text):
+    """{family: type} from an exposition's TYPE lines."""
+    return dict(m.groups() for m in
+                re.finditer(r"^# TYPE (\S+) (\S+)$", text, re.M))
+
+
+def proc_statm_bytes(pid):
+    """(virtual, resident) bytes as /proc/<pid>/statm says."""
+    with open("/proc/%d/statm" % pid) as f:
+        size, resident = f.read().split()[:2]
+    page = os.sysconf("SC_PAGE_SIZE")
+    return int(size) * page, int(resident) * page
+
+
+def proc_cpu_seconds(pid):
+    """utime + stime of /proc/<pid>/stat, in seconds (whole clock ticks)."""
+    with open("/proc/%d/stat" % pid) as f:
+        # After the command's closing parenthesis, field 3 (state) comes
+        # first: utime and stime, fields 14 and 15, are at 11 and 12.
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_open_fds(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+# How far a reading of sluice's memory may stray from the test's reading of
+# /proc around the same scrape: what one scrape allocates, with room to
+# spare (the sanitizers' allocators included).
+MEMORY_TOLERANCE = 2 << 20
+# utime and stime are each truncated to whole ticks in /proc/<pid>/stat.
+CPU_TICKS_TOLERANCE = 2
+
+
+class ProcessMetrics(st.TestCase):
+    """The process collector's families, checked against what /proc says
+    about sluice's pid from outside."""
+
+    def setUp(self):
+        super().setUp()
+        self.launched = time.time()
+        self.s = self.sluice("--model", st.MODEL_TINY)
+        self.ready_by = time.time()
+        self.pid = self.s.proc.pid
+
+    def scrape(self):
+        r = self.s.get("/metrics")
+        self.assertEqual(r.status, 200)
+        text = r.body.decode()
+        return promcheck.check(text), text
+
+    def test_families_are_typed_as_the_client_libraries_type_them(self):
+        samples, text = self.scrape()
+        types = exposition_types(text)
+        want = {"process_cpu_seconds_total": "counter",
+                "process_resident_memory_bytes": "gauge",
+                "process_virtual_memory_bytes": "gauge",
+                "process_open_fds": "gauge",
+                "process_max_fds": "gauge",
+                "process_start_time_seconds": "gauge",
+                "sluice_build_info": "gauge"}
+        for name, kind in want.items():
+            self.assertEqual(types.get(name), kind, name)
+            self.assertIn("# HELP %s " % name, text)
+            if name != "sluice_build_info":  # its labels: below
+                self.assertEqual([k for k in samples if k[0] == name],
+                                 [(name, ())])
+
+    def test_cpu_seconds_are_sluices_own_and_grow_with_work(self):
+        first = promcheck.value(self.scrape()[0], "process_cpu_seconds_total")
+        self.assertGreater(first, 0)
+        tick = 1 / os.sysconf("SC_CLK_TCK")
+
+        def worked():
+            for i in range(4):
+                self.assertEqual(self.s.post("/completion", completion(
+                    "w%d" % i, n=2)).status, 200)
+            now = promcheck.value(self.scrape()[0],
+                                  "process_cpu_seconds_total")
+            return now >= first + 5 * tick
+        st.wait_until(worked, 120, "sluice's CPU seconds to grow")
+        # User and system time of sluice itself (not of its llama-server),
+        # as the kernel counts them for its pid around the same scrape.
+        before = proc_cpu_seconds(self.pid)
+        cpu = promcheck.value(self.scrape()[0], "process_cpu_seconds_total")
+        after = proc_cpu_seconds(self.pid)
+        self.assertGreaterEqual(cpu, before - CPU_TICKS_TOLERANCE * tick)
+        self.assertLessEqual(cpu, after + CPU_TICKS_TOLERANCE * tick)
+
+    def test_memory_is_what_statm_says(self):
+        before = proc_statm_bytes(self.pid)
+        samples = self.scrape()[0]
+        after = proc_statm_bytes(self.pid)
+        shown = (promcheck.value(samples, "process_virtual_memory_bytes"),
+                 promcheck.value(samples, "process_resident_memory_bytes"))
+        for what, v, b, a in zip(("virtual", "resident"), shown, before,
+                                 after):
+            with self.subTest(what=what):
+                self.assertGreater(v, 0)
+                self.assertGreaterEqual(v, min(b, a) - MEMORY_TOLERANCE)
+                self.assertLessEqual(v, max(b, a) + MEMORY_TOLERANCE)
+        self.assertLessEqual(shown[1], shown[0])
+
+    def test_open_fds_follow_client_connections(self):
+        self.scrape()  # the relay of llama-server's metrics opens its own
+
+        def fds_shown():
+            before = proc_open_fds(self.pid)
+            v = promcheck.value(self.scrape()[0], "process_open_fds")
+            after = proc_open_fds(self.pid)
+            # The scrape's own connection is open while it is counted.
+            self.assertGreaterEqual(v, min(before, after))
+            self.assertLessEqual(v, max(before, after) + 1)
+            return v
+        idle = fds_shown()
+        clients = []
+        for _ in range(5):
+            c = st.RawClient(self.s.port)
+            self.addCleanup(c.close)
+            c.request("GET", "/health")
+            self.assertEqual(c.read_response()[0], 200)
+            clients.append(c)
+        self.assertEqual(fds_shown(), idle + 5)
+        for c in clients:
+            c.close()
+        st.wait_until(lambda: proc_open_fds(self.pid) <= idle, 10,
+                      "sluice to close the connections")
+        self.assertEqual(fds_shown(), idle)
+        self.assertEqual(
+            promcheck.value(self.scrape()[0], "process_max_fds"),
+            resource.prlimit(self.pid, resource.RLIMIT_NOFILE)[0])
+
+    def test_start_time_is_when_sluice_started(self):
+        start = promcheck.value(self.scrape()[0], "process_start_time_seconds")
+        # Printed with microseconds.
+        self.assertGreaterEqual(start, self.launched - 1e-6)
+        self.assertLessEqual(start, self.ready_by + 1e-6)
+        self.assertEqual(promcheck.value(self.scrape()[0],
+                                         "process_start_time_seconds"),
+                         start)
+
+    def test_build_info_names_this_build(self):
+        out = subprocess.run([st.SLUICE, "--version"], capture_output=True,
+                             text=True, check=True).stdout
+        m = re.match(r"sluice (\S+) \(libuv (\S+), libcurl/(\S+) .*, "
+                     r"llhttp (\S+)\)$", out.strip())
+        self.assertTrue(m, out)
+        samples = self.scrape()[0]
+        series = [k for k in samples if k[0] == "sluice_build_info"]
+        self.assertEqual(series, [("sluice_build_info", (
+            ("libcurl", m.group(3)), ("libuv", m.group(2)),
+            ("llhttp", m.group(4)), ("version", m.group(1))))])
+        self.assertEqual(samples[series[0]], 1)
+
+    def test_json_summary_has_the_same_process_figures(self):
+        prom = self.scrape()[0]
+        doc = self.s.get("/metrics?format=json").json()["process"]
+        self.assertEqual(
+            sorted(doc), ["cpu_seconds", "max_fds", "open_fds",
+                          "resident_memory_bytes", "start_time_seconds",
+                          "virtual_memory_bytes"])
+        self.assertEqual(doc["max_fds"],
+                         promcheck.value(prom, "process_max_fds"))
+        self.assertEqual(doc["start_time_seconds"],
+                         int(promcheck.value(prom,
+                                             "process_start_time_seconds")))
+        self.assertGreaterEqual(doc["cpu_seconds"],
+                                promcheck.value(prom,
+                                                "process_cpu_seconds_total"))
+        self.assertGreater(doc["resident_memory_bytes"], 0)
+        self.assertGreater(doc["open_fds"], 0)
 
 
 class Readiness(st.TestCase):
