@@ -271,7 +271,7 @@ void sl_exposition_prometheus(struct sl_app *app, struct sl_text *t)
 	/* Read first, so that the memory this exposition takes as it grows
 	 * is not in the figures. */
 	struct sl_procstat proc;
-	sl_procstat_read(&proc, s->start_time);
+	sl_procstat_read(&proc);
 	expose_requests(s, t);
 	sl_expose_family(t, "sluice_connections_refused_total", "counter",
 	                 "Connections refused over --max-connections.");
@@ -347,7 +347,7 @@ json_t *sl_exposition_summary(struct sl_app *app)
 	}
 	const struct sl_histogram *lat = &s->generation;
 	struct sl_procstat proc;
-	sl_procstat_read(&proc, s->start_time);
+	sl_procstat_read(&proc);
 	return json_pack(
 	    "{s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:o, s:o}",
 	    "queue_depth", (int)sl_sched_depth(&app->sched), "inflight",

@@ -36,6 +36,19 @@ double sl_procstat_wall_seconds(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/*
+ * The start time is taken as the program loads, before main(): whatever
+ * start-up does first (provisioning llama-server, writing the demo model)
+ * then lies inside the lifetime it measures, as it does for the kernel's
+ * own start time, and no module has to remember to record it.
+ */
+static double start_time;
+
+__attribute__((constructor)) static void record_start_time(void)
+{
+	start_time = sl_procstat_wall_seconds();
+}
+
 /* One decimal page count, advancing *p past it; false if there is none. */
 static bool parse_pages(const char **p, uint64_t *out)
 {
@@ -144,7 +157,7 @@ static void read_fds(struct sl_procstat *p)
 	}
 }
 
-void sl_procstat_read(struct sl_procstat *p, double start_time)
+void sl_procstat_read(struct sl_procstat *p)
 {
 	memset(p, 0, sizeof(*p));
 	p->start_time = start_time;

@@ -2,7 +2,6 @@
 #include "sluice/stats.h"
 
 #include "sluice/common.h"
-#include "sluice/procstat.h"
 #include "sluice/sched.h"
 
 #include <string.h>
@@ -50,7 +49,6 @@ void sl_stats_init(struct sl_stats *s)
 	sl_hist_init(&s->generation, SECONDS_MIN_EXP);
 	sl_hist_init(&s->inter_token, SECONDS_MIN_EXP);
 	sl_hist_init(&s->batch_size, COUNT_MIN_EXP);
-	s->start_time = sl_procstat_wall_seconds();
 }
 
 enum sl_stats_endpoint sl_stats_endpoint_of(const char *path)

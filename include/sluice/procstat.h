@@ -44,7 +44,7 @@ struct sl_procstat {
 	bool has_max_fds : 1;    /* the limit is a number, not unlimited */
 };
 
-/* The wall clock, in seconds since the Unix epoch (for the start time). */
+/* The wall clock, in seconds since the Unix epoch. */
 double sl_procstat_wall_seconds(void);
 
 /*
@@ -62,8 +62,8 @@ int sl_procstat_parse_statm(const char *text, uint64_t page_size,
  */
 int64_t sl_procstat_count_fds(const char *fd_dir);
 
-/* Reads the process now; start_time is the one recorded at start-up. */
-void sl_procstat_read(struct sl_procstat *p, double start_time);
+/* Reads the process now; the start time is the one taken as it loaded. */
+void sl_procstat_read(struct sl_procstat *p);
 
 /* The process_* families, in Prometheus text format. */
 void sl_procstat_expose(const struct sl_procstat *p, struct sl_text *t);

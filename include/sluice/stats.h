@@ -78,10 +78,6 @@ struct sl_stats {
 	/* Tokens per whole second, a ring over the last seconds. */
 	uint64_t rate_tokens[SL_STATS_RATE_WINDOW + 1];
 	uint64_t rate_second; /* the second rate_tokens[its slot] counts */
-
-	/* When sluice started (sl_stats_init), in seconds since the epoch:
-	 * process_start_time_seconds. */
-	double start_time;
 };
 
 void sl_stats_init(struct sl_stats *s);
