@@ -21,7 +21,8 @@
 /* The handler for GET /metrics. */
 void sl_exposition_handle(struct sl_app *app, struct sl_http_request *req);
 
-/* sluice's own metrics, in Prometheus text format (for tests too). */
+/* sluice's own metrics, in Prometheus text format (for tests too): its
+ * traffic, then what the process costs and sluice_build_info (procstat.h). */
 void sl_exposition_prometheus(struct sl_app *app, struct sl_text *t);
 
 /* The JSON summary: a new object. */
