@@ -87,7 +87,11 @@
  * window_ms meaning "auto" (see Micro-batching above), and how long an
  * auto window gathers at most: 50 ms, the project's micro-batch, short
  * against a generation (hundreds of ms to seconds) so a contested slot
- * idles briefly, long enough to gather the arrivals of a burst.
+ * idles briefly, long enough to gather the arrivals of a burst. Not
+ * handled yet: with generations as short as the window (the demo model's
+ * 64 tokens take about 60 ms) a slot held under mixed-priority overload
+ * idles for a large share of its time; the window could be sized from the
+ * generation times it sees.
  */
 #define SL_SCHED_WINDOW_AUTO UINT64_MAX
 #define SL_SCHED_AUTO_WINDOW_MS 50
