@@ -211,7 +211,8 @@ static const struct option_def options[] = {
 	 "how long requests are gathered into one batch; auto: only while "
 	 "free slots are contested (more requests waiting than free slots, "
 	 "of mixed priorities), for up to 50ms, else each leaves at once; a "
-	 "duration: every request waits up to that long; 0 sends each at once",
+	 "duration: a fixed window, opened by a request that arrives with "
+	 "none pending; 0 sends each at once",
 	 NULL},
 	{"max-batch", "SLUICE_MAX_BATCH", "N", OPT_UINT, FIELD(max_batch), "0",
 	 0, 100000, NULL,
