@@ -8,6 +8,7 @@
 #include "sluice/demo_model.h"
 #include "sluice/http.h"
 #include "sluice/log.h"
+#include "sluice/sched.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -24,6 +25,8 @@ enum opt_type {
 	OPT_ADDR,     /* IP:PORT to listen on */
 	OPT_UINT,     /* whole number in [min, max] */
 	OPT_DURATION, /* milliseconds in [min, max] */
+	/* "auto" (stored as SL_SCHED_WINDOW_AUTO) or an OPT_DURATION */
+	OPT_AUTO_DURATION,
 	OPT_SIZE,     /* bytes in [min, max], with an optional K, M or G */
 	OPT_NUMBER,   /* a decimal number in [min, max] */
 	OPT_SWITCH,   /* on or off */
@@ -46,7 +49,7 @@ struct option_def {
 	enum opt_type type;
 	size_t offset;     /* of the field in struct sl_config */
 	const char *def;   /* default, written as a user would */
-	uint64_t min, max; /* OPT_UINT, OPT_DURATION (in ms) */
+	uint64_t min, max; /* OPT_UINT, OPT_*DURATION (in ms) */
 	const char *const *choices;
 	const char *help;
 	const char *def_help; /* describes an empty default */
@@ -203,9 +206,13 @@ static const struct option_def options[] = {
 	 "priority a waiting request gains per second (urgent is 2, normal 1, "
 	 "batch 0), so that nothing starves",
 	 NULL},
-	{"batch-window", "SLUICE_BATCH_WINDOW", "DURATION", OPT_DURATION,
-	 FIELD(batch_window_ms), "50ms", 0, 10 * SEC, NULL,
-	 "how long requests are gathered into one batch; 0 sends each at once",
+	{"batch-window", "SLUICE_BATCH_WINDOW", "auto|DURATION",
+	 OPT_AUTO_DURATION, FIELD(batch_window_ms), "auto", 0, 10 * SEC, NULL,
+	 "how long requests are gathered into one batch; auto: only while "
+	 "free slots are contested (more requests waiting than free slots, "
+	 "of mixed priorities), for up to 50ms, else each leaves at once; a "
+	 "duration: a fixed window, opened by a request that arrives with "
+	 "none pending; 0 sends each at once",
 	 NULL},
 	{"max-batch", "SLUICE_MAX_BATCH", "N", OPT_UINT, FIELD(max_batch), "0",
 	 0, 100000, NULL,
@@ -588,6 +595,21 @@ static int apply(struct sl_config *cfg, const struct option_def *o,
 			    (unsigned long long)o->min,
 			    (unsigned long long)o->max, value);
 		*(unsigned *)field = (unsigned)n;
+		return 0;
+	case OPT_AUTO_DURATION:
+		if (strcmp(value, "auto") == 0) {
+			*(uint64_t *)field = SL_SCHED_WINDOW_AUTO;
+			return 0;
+		}
+		if (sl_parse_duration_ms(value, &n) != 0 || n < o->min ||
+		    n > o->max)
+			return fail(
+			    err, size, where,
+			    "expected auto or a duration from %gs to %gs "
+			    "(seconds, or milliseconds with \"ms\"), "
+			    "got \"%s\"",
+			    (double)o->min / SEC, (double)o->max / SEC, value);
+		*(uint64_t *)field = n;
 		return 0;
 	case OPT_DURATION:
 		if (sl_parse_duration_ms(value, &n) != 0 || n < o->min ||

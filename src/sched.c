@@ -147,12 +147,21 @@ static void heap_remove_at(struct sl_sched *s, enum which w, unsigned i,
 		sift_down(s, w, i, n - 1);
 }
 
+/* An item's class for class_count: 0 batch, 1 normal, 2 urgent. */
+static unsigned class_of(const struct sl_sched_item *it)
+{
+	if (it->priority >= SL_PRIORITY_URGENT)
+		return 2;
+	return it->priority >= SL_PRIORITY_NORMAL ? 1 : 0;
+}
+
 /* Takes an item out of both heaps. */
 static void heaps_remove(struct sl_sched *s, struct sl_sched_item *it)
 {
 	heap_remove_at(s, BEST, it->heap_index, s->n);
 	heap_remove_at(s, WORST, it->bottom_index, s->n);
 	s->n--;
+	s->class_count[class_of(it)]--;
 }
 
 static void heaps_insert(struct sl_sched *s, struct sl_sched_item *it)
@@ -160,6 +169,7 @@ static void heaps_insert(struct sl_sched *s, struct sl_sched_item *it)
 	place(s, BEST, s->n, it);
 	place(s, WORST, s->n, it);
 	s->n++;
+	s->class_count[class_of(it)]++;
 	sift_up(s, BEST, it->heap_index);
 	sift_up(s, WORST, it->bottom_index);
 }
@@ -256,8 +266,12 @@ int sl_sched_push(struct sl_sched *s, struct sl_sched_item *it, double priority,
 		heaps_remove(s, shed);
 		list_unlink(s, shed);
 	}
-	/* Nothing pending: this arrival opens a batching window. */
-	if (s->n == 0 && s->cfg.window_ms > 0 && !s->window_open) {
+	/*
+	 * Nothing pending: this arrival opens a fixed batching window. (An
+	 * auto window is opened by sl_sched_run(), which sees the slots.)
+	 */
+	if (s->n == 0 && s->cfg.window_ms > 0 &&
+	    s->cfg.window_ms != SL_SCHED_WINDOW_AUTO && !s->window_open) {
 		s->window_open = true;
 		s->window_deadline_ms = now_ms + s->cfg.window_ms;
 	}
@@ -374,6 +388,34 @@ static unsigned dispatch_batch(struct sl_sched *s, unsigned free,
 	return n;
 }
 
+static bool window_auto(const struct sl_sched *s)
+{
+	return s->cfg.window_ms == SL_SCHED_WINDOW_AUTO;
+}
+
+/*
+ * Whether `free` slots are contested, for the auto window: more requests
+ * wait than the slots can take, and not all of one class, so gathering
+ * arrivals can change who goes. O(1).
+ */
+static bool contested(const struct sl_sched *s, unsigned free)
+{
+	unsigned classes = 0;
+	for (unsigned c = 0; c < SL_SCHED_CLASSES; c++)
+		classes += s->class_count[c] > 0;
+	return s->n > free && classes > 1;
+}
+
+/*
+ * Whether the window, open with `free` slots free, still gathers: a fixed
+ * one until the pending requests fill every free slot, an auto one while
+ * the slots are contested.
+ */
+static bool window_gathers(const struct sl_sched *s, unsigned free)
+{
+	return window_auto(s) ? contested(s, free) : s->n < free;
+}
+
 uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 {
 	if (s->running)
@@ -387,8 +429,14 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 		list_unlink(s, it);
 		s->ops->expire(s->ctx, it, now_ms);
 	}
-	/* A window past its deadline is closed, slots or not. */
-	if (s->n == 0 || (s->window_open && now_ms >= s->window_deadline_ms))
+	/*
+	 * A window past its deadline is closed, slots or not; `closed_now`
+	 * keeps an auto window from reopening before its batch has left.
+	 */
+	bool closed_now = false;
+	if (s->window_open && now_ms >= s->window_deadline_ms)
+		closed_now = true;
+	if (s->n == 0 || closed_now)
 		s->window_open = false;
 
 	for (;;) {
@@ -397,6 +445,17 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 		unsigned free = s->ops->free_slots(s->ctx);
 		if (free == 0)
 			break; /* a freed slot calls us again */
+		/*
+		 * Auto: a free slot that is contested opens a window, unless
+		 * the top may not take it anyway (the urgent reserve holds
+		 * it, and aging reopens the question).
+		 */
+		if (window_auto(s) && !s->window_open && !closed_now &&
+		    contested(s, free) && may_take(s, free, now_ms)) {
+			s->window_open = true;
+			s->window_deadline_ms =
+			    now_ms + SL_SCHED_AUTO_WINDOW_MS;
+		}
 		if (s->window_open) {
 			if (s->cfg.urgent_bypass &&
 			    s->heap[0]->priority >= SL_PRIORITY_URGENT) {
@@ -404,9 +463,9 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 					break;
 				continue;
 			}
-			if (s->n < free)
+			if (window_gathers(s, free))
 				break;          /* still gathering */
-			s->window_open = false; /* full: close early */
+			s->window_open = false; /* close early */
 		}
 		if (dispatch_batch(s, free, free, now_ms) == 0)
 			break; /* what is left waits for the reserve */

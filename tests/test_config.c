@@ -4,6 +4,7 @@
 #include "sluice/common.h"
 #include "sluice/demo_model.h"
 #include "sluice/log.h"
+#include "sluice/sched.h"
 #include "test.h"
 
 #include <unistd.h>
@@ -51,7 +52,7 @@ static void test_defaults(void)
 	ASSERT_EQ(p.cfg.log_level, SL_LOG_INFO);
 	ASSERT_EQ(p.cfg.log_format, SL_LOG_TEXT);
 	ASSERT(p.cfg.aging_rate == 0.2);
-	ASSERT_EQ(p.cfg.batch_window_ms, 50);
+	ASSERT_EQ(p.cfg.batch_window_ms, SL_SCHED_WINDOW_AUTO);
 	ASSERT_EQ(p.cfg.max_queue, 1024);
 	ASSERT_EQ(p.cfg.queue_timeout_ms, 60000);
 	ASSERT_EQ(p.cfg.max_batch, 0);
@@ -88,6 +89,29 @@ static void test_flag_forms_and_env(void)
 	ASSERT_EQ(p.cfg.max_body, 2 * 1024 * 1024);
 	ASSERT_EQ(p.cfg.max_header_size, 8 * 1024);
 	ASSERT_EQ(p.cfg.batch_window_ms, 0);
+	sl_config_free(&p.cfg);
+
+	/* The batching window: auto, a fixed duration, or off; flag or
+	 * environment, the flag winning. */
+	parse(&p, ARGS("--batch-window", "50ms"), NULL);
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.batch_window_ms, 50);
+	sl_config_free(&p.cfg);
+	parse(&p, ARGS("--batch-window", "auto"), ENV("SLUICE_BATCH_WINDOW=2"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.batch_window_ms, SL_SCHED_WINDOW_AUTO);
+	sl_config_free(&p.cfg);
+	parse(&p, NULL, ENV("SLUICE_BATCH_WINDOW=0.1"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.batch_window_ms, 100);
+	sl_config_free(&p.cfg);
+	parse(&p, ARGS("--batch-window", "0"), ENV("SLUICE_BATCH_WINDOW=auto"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.batch_window_ms, 0);
+	sl_config_free(&p.cfg);
+	parse(&p, NULL, ENV("SLUICE_BATCH_WINDOW=auto"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.batch_window_ms, SL_SCHED_WINDOW_AUTO);
 	sl_config_free(&p.cfg);
 
 	/* An empty environment variable counts as unset. */
@@ -254,6 +278,10 @@ static void test_bad_values(void)
 		 "from 0.1s"},
 		{{"--model"}, NULL, "--model: ", "missing value"},
 		{{"--batch-window", "11"}, NULL, "--batch-window: ", "to 10s"},
+		{{"--batch-window", "Auto"}, NULL, "--batch-window: ",
+		 "expected auto or a duration"},
+		{{NULL}, "SLUICE_BATCH_WINDOW=automatic",
+		 "SLUICE_BATCH_WINDOW: ", "expected auto or a duration"},
 		{{NULL}, "SLUICE_QUEUE_TIMEOUT=0", "SLUICE_QUEUE_TIMEOUT: ",
 		 "duration"},
 	};
@@ -480,7 +508,8 @@ static void test_usage(void)
 		"[SLUICE_LOG_LEVEL; default: info]",
 		"[SLUICE_LOG_FORMAT; default: text]",
 		"[SLUICE_AGING_RATE; default: 0.2]",
-		"[SLUICE_BATCH_WINDOW; default: 50ms]",
+		"--batch-window auto|DURATION",
+		"[SLUICE_BATCH_WINDOW; default: auto]",
 		"[SLUICE_URGENT_BYPASS; default: on]",
 		"[SLUICE_MAX_QUEUE; default: 1024]",
 		"[SLUICE_MAX_BODY; default: 1M]",

@@ -347,6 +347,147 @@ static void test_urgent_bypass(void)
 	}
 }
 
+/* The auto window: a lone request, or any that the free slots take. */
+static void test_auto_window_never_holds_an_uncontested_request(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = SL_SCHED_WINDOW_AUTO;
+	start(&s, &f, &cfg);
+	f.free = 4;
+	/* A lone request on an idle upstream leaves at once, alone. */
+	push(&s, &f, 0, SL_PRIORITY_NORMAL, 1000);
+	ASSERT_EQ(sl_sched_run(&s, 1000), UINT64_MAX);
+	ASSERT_EQ(f.n_dispatched, 1);
+	ASSERT_EQ(f.batch_of[0], 1);
+	ASSERT_EQ(f.at[0], 1000);
+	/* Mixed priorities that the free slots all take: no one waits. */
+	push(&s, &f, 1, SL_PRIORITY_BATCH, 1010);
+	push(&s, &f, 2, SL_PRIORITY_NORMAL, 1010);
+	ASSERT_EQ(sl_sched_run(&s, 1010), UINT64_MAX);
+	ASSERT_EQ(f.n_dispatched, 3);
+	ASSERT_EQ(f.dispatched[1], 2);
+	ASSERT_EQ(f.dispatched[2], 1);
+	ASSERT_EQ(f.batch_of[1], 2);
+	ASSERT_EQ(f.at[2], 1010);
+	/*
+	 * More waiting than free slots, but all of one class: a window could
+	 * only give the arrival order the heap gives now, so each freed slot
+	 * is taken at once.
+	 */
+	f.free = 0;
+	for (unsigned i = 3; i < 6; i++) {
+		push(&s, &f, i, SL_PRIORITY_NORMAL, 2000 + i);
+		sl_sched_run(&s, 2000 + i);
+	}
+	ASSERT_EQ(f.n_dispatched, 3);
+	f.free = 1;
+	ASSERT_EQ(sl_sched_run(&s, 2100), 2004 + cfg.queue_timeout_ms);
+	ASSERT_EQ(f.n_dispatched, 4);
+	ASSERT_EQ(f.dispatched[3], 3);
+	ASSERT_EQ(f.at[3], 2100);
+	sl_sched_free(&s);
+}
+
+/* The auto window: contested slots gather arrivals, then priority order. */
+static void test_auto_window_gathers_when_slots_are_contested(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = SL_SCHED_WINDOW_AUTO;
+	start(&s, &f, &cfg);
+	/* Every slot busy: a batch, a normal and a batch request wait. */
+	push(&s, &f, 0, SL_PRIORITY_BATCH, 0);
+	push(&s, &f, 1, SL_PRIORITY_NORMAL, 5);
+	push(&s, &f, 2, SL_PRIORITY_BATCH, 10);
+	sl_sched_run(&s, 10);
+	ASSERT_EQ(f.n_dispatched, 0);
+	/* Two slots free for three of mixed classes: a window opens. */
+	f.free = 2;
+	ASSERT_EQ(sl_sched_run(&s, 100), 100 + SL_SCHED_AUTO_WINDOW_MS);
+	ASSERT_EQ(f.n_dispatched, 0);
+	/* A normal request arriving within it is gathered... */
+	push(&s, &f, 3, SL_PRIORITY_NORMAL, 120);
+	ASSERT_EQ(sl_sched_run(&s, 120), 100 + SL_SCHED_AUTO_WINDOW_MS);
+	ASSERT_EQ(f.n_dispatched, 0);
+	/* ...and at the deadline the two normal ones leave together, ahead
+	 * of the batch requests that came before them. */
+	sl_sched_run(&s, 100 + SL_SCHED_AUTO_WINDOW_MS);
+	ASSERT_EQ(f.n_dispatched, 2);
+	ASSERT_EQ(f.dispatched[0], 1);
+	ASSERT_EQ(f.dispatched[1], 3);
+	ASSERT_EQ(f.batch_of[0], 2);
+	ASSERT_EQ(f.at[0], 150);
+	ASSERT_EQ(s.batches, 1);
+	/* Left: two batch requests, one class: a freed slot takes one now. */
+	f.free = 1;
+	sl_sched_run(&s, 300);
+	ASSERT_EQ(f.n_dispatched, 3);
+	ASSERT_EQ(f.dispatched[2], 0);
+	ASSERT_EQ(f.at[2], 300);
+
+	/* The contest ends before the deadline (a second slot frees): what
+	 * waits leaves then, in priority order. */
+	push(&s, &f, 4, SL_PRIORITY_NORMAL, 400);
+	f.free = 1;
+	ASSERT_EQ(sl_sched_run(&s, 400), 400 + SL_SCHED_AUTO_WINDOW_MS);
+	ASSERT_EQ(f.n_dispatched, 3);
+	f.free = 2;
+	sl_sched_run(&s, 420);
+	ASSERT_EQ(f.n_dispatched, 5);
+	ASSERT_EQ(f.dispatched[3], 4);
+	ASSERT_EQ(f.dispatched[4], 2);
+	ASSERT_EQ(f.batch_of[3], 2);
+	ASSERT_EQ(f.at[3], 420);
+	ASSERT_EQ(sl_sched_depth(&s), 0);
+	sl_sched_free(&s);
+}
+
+/* The auto window: urgent requests skip it, and the reserve still holds. */
+static void test_auto_window_urgent_and_reserve(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = SL_SCHED_WINDOW_AUTO;
+	start(&s, &f, &cfg);
+	push(&s, &f, 0, SL_PRIORITY_BATCH, 0);
+	push(&s, &f, 1, SL_PRIORITY_NORMAL, 0);
+	push(&s, &f, 2, SL_PRIORITY_BATCH, 0);
+	f.free = 2;
+	ASSERT_EQ(sl_sched_run(&s, 0), SL_SCHED_AUTO_WINDOW_MS);
+	/* An urgent arrival overtakes the window, alone and at once. */
+	push(&s, &f, 3, SL_PRIORITY_URGENT, 10);
+	sl_sched_run(&s, 10);
+	ASSERT_EQ(f.n_dispatched, 1);
+	ASSERT_EQ(f.dispatched[0], 3);
+	ASSERT_EQ(f.batch_of[0], 1);
+	ASSERT_EQ(f.at[0], 10);
+	/* The rest still gather: one slot for three, mixed. */
+	sl_sched_run(&s, SL_SCHED_AUTO_WINDOW_MS);
+	ASSERT_EQ(f.n_dispatched, 2);
+	ASSERT_EQ(f.dispatched[1], 1);
+	sl_sched_free(&s);
+
+	/* With the one free slot kept for urgent requests, no window opens
+	 * (it could hold nothing), and the normal request waits. */
+	cfg.urgent_reserve = 1;
+	cfg.aging_rate = 0;
+	start(&s, &f, &cfg);
+	push(&s, &f, 0, SL_PRIORITY_BATCH, 0);
+	push(&s, &f, 1, SL_PRIORITY_NORMAL, 0);
+	f.free = 1;
+	ASSERT_EQ(sl_sched_run(&s, 0), cfg.queue_timeout_ms);
+	ASSERT_EQ(f.n_dispatched, 0);
+	push(&s, &f, 2, SL_PRIORITY_URGENT, 10);
+	sl_sched_run(&s, 10);
+	ASSERT_EQ(f.n_dispatched, 1);
+	ASSERT_EQ(f.dispatched[0], 2);
+	sl_sched_free(&s);
+}
+
 static void test_capacity_and_max_batch(void)
 {
 	struct sl_sched s;
@@ -656,6 +797,9 @@ int main(void)
 	RUN(test_random_operations_match_a_reference);
 	RUN(test_window_deadline_and_early_close);
 	RUN(test_urgent_bypass);
+	RUN(test_auto_window_never_holds_an_uncontested_request);
+	RUN(test_auto_window_gathers_when_slots_are_contested);
+	RUN(test_auto_window_urgent_and_reserve);
 	RUN(test_capacity_and_max_batch);
 	RUN(test_max_queue);
 	RUN(test_full_queue_sheds_the_least_important);

@@ -152,6 +152,82 @@ class Window(st.TestCase):
         self.assertEqual(sizes, [8] * 8)
 
 
+class AutoWindow(st.TestCase):
+    """The default window, auto: it holds a request only while free slots
+    are contested."""
+
+    def test_a_lone_request_waits_for_no_window(self):
+        # The same lone requests under auto (the default) and under the
+        # old fixed window of 50 ms: only the fixed window holds them.
+        fixed_ms = 50
+        waits = {}
+        for window in ("auto", "%dms" % fixed_ms):
+            args = ("--model", st.MODEL_TINY)
+            if window != "auto":
+                args += ("--batch-window", window)
+            s = self.sluice(*args)
+            waits[window] = []
+            for i in range(3):
+                r = s.post("/completion", completion("lone%d" % i, n=4),
+                           timeout=SAFETY_NET_S)
+                self.assertEqual(r.status, 200)
+                self.assertEqual(r.header("X-Batch-Size"), "1")
+                waits[window].append(queue_ms(r))
+            self.assertEqual(s.stop(), 0)
+        fixed = waits["%dms" % fixed_ms]
+        self.assertGreaterEqual(min(fixed), fixed_ms - 1, waits)
+        self.assertLess(max(waits["auto"]), min(fixed), waits)
+
+    def test_contested_slots_gather_a_batch_and_urgent_goes_first(self):
+        # Three slots, all held; two batch and two normal requests wait,
+        # then an urgent stream that will keep its slot. No aging: classes
+        # stay what they were however slow the machine.
+        s = self.sluice("--model", st.MODEL_SLOW, "--slots", "3",
+                        "--aging-rate", "0")
+        holders = [hold_the_slot(s.port) for _ in range(3)]
+        waiting = {}
+        for i, (rid, prio) in enumerate([("b0", "batch"), ("b1", "batch"),
+                                         ("n0", "normal"), ("n1", "normal"),
+                                         ("u0", "urgent")]):
+            c = client(s.port)
+            c.request("POST", "/completion",
+                      completion(rid, n=4000 if rid == "u0" else 4,
+                                 stream=rid == "u0"),
+                      headers={"X-Priority": prio, "X-Request-Id": rid})
+            waiting[rid] = c
+            st.wait_until(lambda: queued(s) == i + 1, SAFETY_NET_S,
+                          "%s queued" % rid)
+        # One slot frees: the urgent request, the last to come, takes it
+        # at once, alone, while the four others still wait.
+        holders[0].close()
+        status, head = waiting["u0"].read_head()
+        self.assertEqual(status, 200)
+        self.assertEqual(head["x-batch-size"], "1")
+        self.assertEqual(queued(s), 4)
+        # Two slots free together, contested by four requests of two
+        # classes: the window gathers, and the two normal ones leave as
+        # one batch, ahead of the batch requests that came first.
+        holders[1].close()
+        holders[2].close()
+        answers = {}
+        for rid in ("n0", "n1"):
+            status, head, _ = waiting[rid].read_response()
+            self.assertEqual(status, 200, rid)
+            answers[rid] = head
+        self.assertEqual([answers[rid]["x-batch-size"] for rid in
+                          ("n0", "n1")], ["2", "2"], answers)
+        waiting["u0"].close()
+        for rid in ("b0", "b1"):
+            status, head, _ = waiting[rid].read_response()
+            self.assertEqual(status, 200, rid)
+            # Came first, left later: waited at least as long.
+            self.assertGreaterEqual(int(head["x-queue-ms"]),
+                                    int(answers["n0"]["x-queue-ms"]))
+        for c in waiting.values():
+            c.close()
+        self.assertEqual(s.stop(), 0)
+
+
 class Admission(st.TestCase):
 
     def test_burst_beyond_max_queue_gets_429_and_the_rest_succeed(self):

@@ -76,8 +76,8 @@ struct sl_config {
 	unsigned max_queue;
 	uint64_t queue_timeout_ms;
 	double aging_rate;
-	uint64_t batch_window_ms;
-	unsigned max_batch; /* 0: the free slots */
+	uint64_t batch_window_ms; /* SL_SCHED_WINDOW_AUTO: "auto" */
+	unsigned max_batch;       /* 0: the free slots */
 	bool urgent_bypass;
 	unsigned urgent_reserve; /* free slots kept for urgent requests */
 	unsigned max_tokens_cap; /* /generate and /infer */
