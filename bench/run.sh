@@ -245,7 +245,7 @@ for c in conns:
 llama() {
 	say "real llama-server (demo model, 4 slots): the mini-v sweep"
 	start_llama ls 4
-	start_sluice win50 --upstream "http://127.0.0.1:$ls_port"
+	start_sluice win50 --upstream "http://127.0.0.1:$ls_port" --batch-window 50ms
 	start_sluice win0 --upstream "http://127.0.0.1:$ls_port" --batch-window 0
 	sweep=(--endpoint chat --stream on --max-tokens 64 --requests 200
 		--concurrency-sweep 1,2,4,8,16)
