@@ -25,6 +25,7 @@
 
 #include "sluice/assemble.h"
 #include "sluice/common.h"
+#include "sluice/event_scan.h"
 #include "sluice/fanout.h"
 #include "sluice/log.h"
 #include "sluice/native_api.h"
@@ -281,78 +282,29 @@ static void token_arrived(struct exchange *x, uint64_t n)
 	sl_stats_tokens(st, n, uv_now(&x->app->loop));
 }
 
-static bool nonempty_string(json_t *v)
+/* What one scanned event says about the generation: tokens, ends, counts. */
+static void observe(struct exchange *x, const struct sl_event_facts *f)
 {
-	return json_is_string(v) && json_string_length(v) > 0;
+	for (unsigned i = 0; i < f->arrivals; i++)
+		token_arrived(x, f->per_arrival);
+	if (f->has_count)
+		x->tokens_final = (uint64_t)f->count;
+	if (x->ep->stream_end != SL_END_STOP)
+		return;
+	x->prompts = SL_MAX(x->prompts, (unsigned)f->index + 1);
+	if (f->final) {
+		x->stopped++;
+		x->tokens_final += (uint64_t)f->tokens_predicted;
+	}
 }
 
-/*
- * Anthropic's and the Responses API's events: a text delta is a token, and
- * the final usage says how many there were. Events of any other shape are
- * relayed without being counted.
- */
-static void observe_typed(struct exchange *x, json_t *doc)
+/* The shape of the events an endpoint's stream carries. */
+static enum sl_event_dialect dialect_of(const struct exchange *x)
 {
-	const char *type = json_string_value(json_object_get(doc, "type"));
-	json_t *usage = NULL;
-	if (!type)
-		return;
-	if (strcmp(type, "content_block_delta") == 0 ||
-	    strcmp(type, "response.output_text.delta") == 0)
-		token_arrived(x, 1);
-	else if (strcmp(type, "message_delta") == 0)
-		usage = json_object_get(doc, "usage");
-	else if (strcmp(type, "response.completed") == 0)
-		usage =
-		    json_object_get(json_object_get(doc, "response"), "usage");
-	json_t *out = json_object_get(usage, "output_tokens");
-	if (json_is_integer(out))
-		x->tokens_final = (uint64_t)json_integer_value(out);
-}
-
-/* Learns from one parsed event: tokens, ends of prompts, final counts. */
-static void observe(struct exchange *x, json_t *doc)
-{
-	if (x->ep->stream_end == SL_END_EOF) {
-		observe_typed(x, doc);
-		return;
-	}
-	if (x->ep->stream_end == SL_END_STOP) {
-		json_int_t index =
-		    json_integer_value(json_object_get(doc, "index"));
-		x->prompts = SL_MAX(x->prompts, (unsigned)index + 1);
-		/*
-		 * Token events say "stop": false. The final one says true,
-		 * or, filtered by the request's response_fields, may carry
-		 * no "stop" at all: whatever is not a token event is final.
-		 */
-		if (!json_is_false(json_object_get(doc, "stop"))) {
-			x->stopped++;
-			x->tokens_final += (uint64_t)json_integer_value(
-			    json_object_get(doc, "tokens_predicted"));
-			return;
-		}
-		size_t n = json_array_size(json_object_get(doc, "tokens"));
-		if (n == 0 && nonempty_string(json_object_get(doc, "content")))
-			n = 1;
-		if (n > 0)
-			token_arrived(x, n);
-		return;
-	}
-	json_t *usage = json_object_get(doc, "usage");
-	if (json_is_object(usage))
-		x->tokens_final = (uint64_t)json_integer_value(
-		    json_object_get(usage, "completion_tokens"));
-	size_t i;
-	json_t *c;
-	json_array_foreach(json_object_get(doc, "choices"), i, c)
-	{
-		json_t *d = json_object_get(c, "delta");
-		if (nonempty_string(json_object_get(c, "text")) ||
-		    nonempty_string(json_object_get(d, "content")) ||
-		    nonempty_string(json_object_get(d, "reasoning_content")) ||
-		    json_array_size(json_object_get(d, "tool_calls")) > 0)
-			token_arrived(x, 1);
+	switch (x->ep->stream_end) {
+	case SL_END_STOP: return SL_DIALECT_NATIVE;
+	case SL_END_EOF: return SL_DIALECT_TYPED;
+	default: return SL_DIALECT_OPENAI;
 	}
 }
 
@@ -474,20 +426,27 @@ static void upstream_error_event(struct exchange *x, const char *event,
 	client_done(x);
 }
 
-/* /generate streams: {"id", "text"} per piece of text. */
-static void generate_event(struct exchange *x, json_t *doc)
+/*
+ * /generate streams: {"id", "text"} per piece of text. Its events are
+ * rebuilt, so this API alone parses each event into objects.
+ */
+static void generate_event(struct exchange *x, const char *data, size_t len)
 {
+	json_t *doc = json_loadb(data, len, EVENT_JSON_FLAGS, NULL);
 	if (json_is_true(json_object_get(doc, "stop"))) {
 		json_decref(x->final);
 		x->final = json_incref(doc);
-		return;
+	} else {
+		json_t *content = json_object_get(doc, "content");
+		if (json_is_string(content) &&
+		    json_string_length(content) > 0) {
+			json_t *ev = json_pack("{s:s, s:O}", "id", x->id,
+			                       "text", content);
+			write_event(x, ev);
+			json_decref(ev);
+		}
 	}
-	json_t *content = json_object_get(doc, "content");
-	if (!nonempty_string(content))
-		return;
-	json_t *ev = json_pack("{s:s, s:O}", "id", x->id, "text", content);
-	write_event(x, ev);
-	json_decref(ev);
+	json_decref(doc);
 }
 
 /* An event's data, malloc'd; NULL for an event without data. */
@@ -527,27 +486,6 @@ static bool single_data_line(const char *event, size_t len, const char **data,
 	return true;
 }
 
-/* An event's data parsed, and whether it was the [DONE] marker. */
-static json_t *parse_event(const char *event, size_t len, bool *done_marker)
-{
-	const char *data;
-	size_t n;
-	*done_marker = false;
-	if (single_data_line(event, len, &data, &n)) {
-		*done_marker = n == 6 && memcmp(data, "[DONE]", 6) == 0;
-		return *done_marker
-		           ? NULL
-		           : json_loadb(data, n, EVENT_JSON_FLAGS, NULL);
-	}
-	char *copy = event_data(event, len);
-	*done_marker = copy && strcmp(copy, "[DONE]") == 0;
-	json_t *doc = copy && !*done_marker
-	                  ? json_loads(copy, EVENT_JSON_FLAGS, NULL)
-	                  : NULL;
-	free(copy);
-	return doc;
-}
-
 /* Hands one event's data, as written, to the assembler. */
 static int assemble_event(struct exchange *x, const char *event, size_t len)
 {
@@ -561,36 +499,54 @@ static int assemble_event(struct exchange *x, const char *event, size_t len)
 	return rc;
 }
 
+/*
+ * One upstream event: recognised by a scan of its data (no allocation for
+ * llama-server's token events), then relayed, assembled or rebuilt.
+ */
 static int on_event(const char *event, size_t len, void *arg)
 {
 	struct exchange *x = arg;
 	if (x->ended || x->gave_up || !x->req)
 		return 0;
-	bool done_marker;
-	json_t *doc = parse_event(event, len, &done_marker);
-	if (json_is_object(doc) && json_object_get(doc, "error")) {
-		upstream_error_event(x, event, len);
-		json_decref(doc);
-		return 0;
+	const char *data = NULL;
+	size_t n = 0;
+	char *copy = NULL;
+	if (!single_data_line(event, len, &data, &n)) {
+		copy = event_data(event, len);
+		data = copy;
+		n = copy ? strlen(copy) : 0;
 	}
-	if (json_is_object(doc))
-		observe(x, doc);
+	struct sl_jscan scan;
+	struct sl_event_facts facts = {0};
+	if (data)
+		sl_event_scan(&scan, data, n, dialect_of(x), &facts);
+	else
+		scan.tok = scan.inline_tok;
+	if (facts.error) {
+		upstream_error_event(x, event, len);
+		goto done;
+	}
+	if (facts.object)
+		observe(x, &facts);
 	if (x->assemble) {
 		x->answer_bytes += len;
 		if (x->answer_bytes > SL_PROXY_MAX_ANSWER)
 			fail(x, 502, "upstream answer too large to assemble");
-		else if (doc && assemble_event(x, event, len) != 0)
+		else if (facts.json &&
+		         sl_assembler_add(&x->answer, data, n) != 0)
 			fail(x, 502,
 			     "upstream sent an event sluice cannot read");
 	} else if (x->ep->api == SL_API_GENERATE) {
-		if (json_is_object(doc))
-			generate_event(x, doc);
+		if (facts.object)
+			generate_event(x, data, n);
 	} else {
 		sl_http_stream_write(x->req, event, len);
 	}
-	json_decref(doc);
-	if (done_marker && x->req && !x->ended)
+	if (facts.done && x->req && !x->ended)
 		end_ok(x);
+done:
+	sl_jscan_free(&scan);
+	free(copy);
 	return 0;
 }
 
