@@ -122,6 +122,15 @@ struct exchange {
 	enum relay_mode mode;
 	bool head_sent; /* the client's response has begun */
 	struct sl_sse sse;
+	/*
+	 * While an upstream read is scanned (feed_data: NULL otherwise), the
+	 * run of relayed events that lie next to each other in it, written
+	 * as one when the read is done: one write per read, not per event.
+	 */
+	const char *feed_data;
+	size_t feed_len;
+	const char *relay_from;
+	size_t relay_len;
 	bool ended;   /* the stream's end went out as it should */
 	bool gave_up; /* sluice stopped relaying: the transfer must stop too */
 	bool paused;  /* the transfer waits for the client to catch up */
@@ -499,6 +508,39 @@ static int assemble_event(struct exchange *x, const char *event, size_t len)
 	return rc;
 }
 
+/* Writes the run of relayed events held back so far. */
+static void relay_flush(struct exchange *x)
+{
+	if (x->relay_len > 0 && x->req)
+		sl_http_stream_write(x->req, x->relay_from, x->relay_len);
+	x->relay_len = 0;
+}
+
+/*
+ * Relays one event unchanged. An event inside the read being scanned
+ * joins the run before it when the two are adjacent there; one from the
+ * framer's buffer (an event split across reads) is valid only now, so it
+ * goes out at once, after the run.
+ */
+static void relay_event(struct exchange *x, const char *event, size_t len)
+{
+	uintptr_t from = (uintptr_t)x->feed_data, at = (uintptr_t)event;
+	bool in_read =
+	    x->feed_data && at >= from && at + len <= from + x->feed_len;
+	if (in_read && x->relay_len > 0 &&
+	    (uintptr_t)(x->relay_from + x->relay_len) == at) {
+		x->relay_len += len;
+		return;
+	}
+	relay_flush(x);
+	if (!in_read) {
+		sl_http_stream_write(x->req, event, len);
+		return;
+	}
+	x->relay_from = event;
+	x->relay_len = len;
+}
+
 /*
  * One upstream event: recognised by a scan of its data (no allocation for
  * llama-server's token events), then relayed, assembled or rebuilt.
@@ -523,6 +565,7 @@ static int on_event(const char *event, size_t len, void *arg)
 	else
 		scan.tok = scan.inline_tok;
 	if (facts.error) {
+		relay_flush(x);
 		upstream_error_event(x, event, len);
 		goto done;
 	}
@@ -540,10 +583,12 @@ static int on_event(const char *event, size_t len, void *arg)
 		if (facts.object)
 			generate_event(x, data, n);
 	} else {
-		sl_http_stream_write(x->req, event, len);
+		relay_event(x, event, len);
 	}
-	if (facts.done && x->req && !x->ended)
+	if (facts.done && x->req && !x->ended) {
+		relay_flush(x);
 		end_ok(x);
+	}
 done:
 	sl_jscan_free(&scan);
 	free(copy);
@@ -815,7 +860,12 @@ static size_t on_upstream_data(char *data, size_t size, size_t n, void *arg)
 		sl_http_stream_write(x->req, data, len);
 		return len;
 	}
-	if (sl_sse_feed(&x->sse, data, len, on_event, x) != 0) {
+	x->feed_data = data;
+	x->feed_len = len;
+	int rc = sl_sse_feed(&x->sse, data, len, on_event, x);
+	relay_flush(x);
+	x->feed_data = NULL;
+	if (rc != 0) {
 		fail(x, 502, "upstream sent an oversized event");
 		return 0;
 	}
