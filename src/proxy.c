@@ -576,7 +576,7 @@ static int on_event(const char *event, size_t len, void *arg)
 		if (x->answer_bytes > SL_PROXY_MAX_ANSWER)
 			fail(x, 502, "upstream answer too large to assemble");
 		else if (facts.json &&
-		         sl_assembler_add(&x->answer, data, n) != 0)
+		         sl_assembler_add_scanned(&x->answer, &scan) != 0)
 			fail(x, 502,
 			     "upstream sent an event sluice cannot read");
 	} else if (x->ep->api == SL_API_GENERATE) {
