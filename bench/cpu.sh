@@ -2,7 +2,7 @@
 # sluice's own CPU per relayed token and per plain request, against the
 # zero-delay mock llama-server:
 #
-#   bench/cpu.sh [SLUICE-BINARY]
+#   bench/cpu.sh [SLUICE-BINARY]...
 #
 # stream   streams of 64 tokens at concurrency 32: CPU microseconds of the
 #          sluice process per relayed token (its /proc utime+stime over the
@@ -11,11 +11,12 @@
 #          32, in the default mode (assembled from an upstream stream) and
 #          with --stream-upstream off: CPU microseconds per request.
 #
-# Each run starts its own mock and sluice on free ports; ROUNDS (default 3)
-# alternating rounds, one line per run.
+# One mock serves every run; each run starts its own sluice on a free port.
+# ROUNDS (default 3) rounds, alternating the binaries given (default
+# build/sluice) within each round; one line per run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SLUICE=${1:-build/sluice}
+if [ $# -eq 0 ]; then set -- build/sluice; fi
 BENCH=build/bench/sluice-bench
 MOCK=build/bench/mock-llama-server
 ROUNDS=${ROUNDS:-3}
@@ -38,7 +39,7 @@ run() { # run LABEL STREAM SLUICE-ARGS...
 	local label=$1 stream=$2 port pid
 	shift 2
 	port=$(free_port)
-	"$SLUICE" --listen "127.0.0.1:$port" --log-level warn \
+	"$bin" --listen "127.0.0.1:$port" --log-level warn \
 		--upstream "http://127.0.0.1:$mport" --batch-window 0 \
 		--slots-per-upstream 4096 "$@" >"$logs/sluice" 2>&1 &
 	pid=$!
@@ -66,14 +67,16 @@ label, ticks, hz = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 cpu_us = ticks / hz * 1e6
 ok = run["success"]
 tokens = round(run["output_tokens_per_s"] * run["elapsed_s"])
-print(f"{label:14s} requests {ok} tokens {tokens} cpu {cpu_us/1e6:.2f} s "
+print(f"{label:30s} requests {ok} tokens {tokens} cpu {cpu_us/1e6:.2f} s "
       f"= {cpu_us/ok:.1f} us/request, {cpu_us/max(tokens,1):.2f} us/token, "
       f"{run['req_per_s']:.0f} req/s, fail {run['fail']}")
 PY
 }
 
 for _ in $(seq "$ROUNDS"); do
-	run stream on
-	run plain off
-	run plain-relay off --stream-upstream off
+	for bin in "$@"; do
+		run "$bin stream" on
+		run "$bin plain" off
+		run "$bin plain-relay" off --stream-upstream off
+	done
 done

@@ -124,13 +124,13 @@ struct exchange {
 	struct sl_sse sse;
 	/*
 	 * While an upstream read is scanned (feed_data: NULL otherwise), the
-	 * run of relayed events that lie next to each other in it, written
-	 * as one when the read is done: one write per read, not per event.
+	 * relayed events found in it so far, written together when the read
+	 * is done: one write per read, not per event.
 	 */
 	const char *feed_data;
 	size_t feed_len;
-	const char *relay_from;
-	size_t relay_len;
+	uv_buf_t relay[SL_HTTP_WRITEV_MAX];
+	unsigned relay_n;
 	bool ended;   /* the stream's end went out as it should */
 	bool gave_up; /* sluice stopped relaying: the transfer must stop too */
 	bool paused;  /* the transfer waits for the client to catch up */
@@ -471,28 +471,38 @@ static char *event_data(const char *event, size_t len)
 }
 
 /*
- * The data of an event that is one "data: " line, as a slice of the event
- * itself: llama-server's events all are, and parsing them in place saves a
- * copy per token. Returns false for any other shape.
+ * The data of an event with one data line, as a slice of the event itself:
+ * llama-server's events all are ("data: {...}", after an "event: " line in
+ * Anthropic's and the Responses API's streams), and reading them in place
+ * saves a copy per event. The value is what sl_sse_event_data() would give.
+ * Returns false for an event with no data line or several.
  */
 static bool single_data_line(const char *event, size_t len, const char **data,
                              size_t *data_len)
 {
-	if (len < 8 || memcmp(event, "data: ", 6) != 0)
-		return false;
-	const char *eol = memchr(event + 6, '\n', len - 6);
-	if (!eol)
-		return false;
-	size_t n = (size_t)(eol - (event + 6));
-	if (n > 0 && event[6 + n - 1] == '\r')
-		n--;
-	/* Only the blank line may follow. */
-	for (const char *p = eol; p < event + len; p++)
-		if (*p != '\r' && *p != '\n')
-			return false;
-	*data = event + 6;
-	*data_len = n;
-	return true;
+	const char *p = event, *end = event + len;
+	bool found = false;
+	while (p < end) {
+		const char *eol = p;
+		while (eol < end && *eol != '\r' && *eol != '\n')
+			eol++;
+		if (eol - p >= 5 && memcmp(p, "data:", 5) == 0) {
+			if (found)
+				return false;
+			found = true;
+			const char *v = p + 5;
+			if (v < eol && *v == ' ')
+				v++;
+			*data = v;
+			*data_len = (size_t)(eol - v);
+		}
+		p = eol;
+		if (p < end && *p == '\r')
+			p++;
+		if (p < end && *p == '\n')
+			p++;
+	}
+	return found;
 }
 
 /* Hands one event's data, as written, to the assembler. */
@@ -508,37 +518,32 @@ static int assemble_event(struct exchange *x, const char *event, size_t len)
 	return rc;
 }
 
-/* Writes the run of relayed events held back so far. */
+/* Writes the relayed events held back so far, each its own chunk. */
 static void relay_flush(struct exchange *x)
 {
-	if (x->relay_len > 0 && x->req)
-		sl_http_stream_write(x->req, x->relay_from, x->relay_len);
-	x->relay_len = 0;
+	if (x->relay_n > 0 && x->req)
+		sl_http_stream_writev(x->req, x->relay, x->relay_n);
+	x->relay_n = 0;
 }
 
 /*
- * Relays one event unchanged. An event inside the read being scanned
- * joins the run before it when the two are adjacent there; one from the
- * framer's buffer (an event split across reads) is valid only now, so it
- * goes out at once, after the run.
+ * Relays one event unchanged. An event inside the read being scanned is
+ * held until the read is done (or SL_HTTP_WRITEV_MAX are held); one from
+ * the framer's buffer (an event split across reads) is valid only now, so
+ * it goes out at once, after those held before it.
  */
 static void relay_event(struct exchange *x, const char *event, size_t len)
 {
 	uintptr_t from = (uintptr_t)x->feed_data, at = (uintptr_t)event;
 	bool in_read =
 	    x->feed_data && at >= from && at + len <= from + x->feed_len;
-	if (in_read && x->relay_len > 0 &&
-	    (uintptr_t)(x->relay_from + x->relay_len) == at) {
-		x->relay_len += len;
-		return;
-	}
-	relay_flush(x);
+	if (!in_read || x->relay_n == SL_HTTP_WRITEV_MAX)
+		relay_flush(x);
 	if (!in_read) {
 		sl_http_stream_write(x->req, event, len);
 		return;
 	}
-	x->relay_from = event;
-	x->relay_len = len;
+	x->relay[x->relay_n++] = uv_buf_init((char *)event, (unsigned)len);
 }
 
 /*
