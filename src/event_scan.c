@@ -59,9 +59,42 @@ static int array_size(const struct sl_jscan *s, int i)
 	return i >= 0 && sl_jscan_type(s, i) == JSMN_ARRAY ? s->tok[i].size : 0;
 }
 
+/*
+ * The values of several members of the object at index obj, in one walk
+ * over its members rather than one per key: vals[k] for keys[k], -1 when
+ * absent. As sl_jscan_get(), keys are compared as written and the first
+ * of duplicate keys wins.
+ */
+static void get_members(const struct sl_jscan *s, int obj,
+                        const char *const *keys, int *vals, int n_keys)
+{
+	for (int k = 0; k < n_keys; k++)
+		vals[k] = -1;
+	if (obj < 0 || obj >= s->n || sl_jscan_type(s, obj) != JSMN_OBJECT)
+		return;
+	int key = obj + 1;
+	for (int m = 0; m < s->tok[obj].size && key + 1 < s->n; m++) {
+		/* A key holds its value as its one child; else the text lied.
+		 */
+		if (sl_jscan_type(s, key) != JSMN_STRING ||
+		    s->tok[key].size != 1)
+			return;
+		for (int k = 0; k < n_keys; k++)
+			if (vals[k] < 0 && sl_jscan_is(s, key, keys[k])) {
+				vals[k] = key + 1;
+				break;
+			}
+		key = sl_jscan_skip(s, key + 1);
+	}
+}
+
 /* Anthropic's and the Responses API's events. */
 static void scan_typed(const struct sl_jscan *s, struct sl_event_facts *f)
 {
+	if (sl_jscan_get(s, 0, "error") >= 0) {
+		f->error = true;
+		return;
+	}
 	int type = sl_jscan_get(s, 0, "type");
 	int usage = -1;
 	if (type < 0 || sl_jscan_type(s, type) != JSMN_STRING)
@@ -86,17 +119,27 @@ static void scan_typed(const struct sl_jscan *s, struct sl_event_facts *f)
 /* llama-server's /completion events. */
 static void scan_native(const struct sl_jscan *s, struct sl_event_facts *f)
 {
-	f->index = int_value(s, sl_jscan_get(s, 0, "index"));
-	int stop = sl_jscan_get(s, 0, "stop");
-	if (!(stop >= 0 && sl_jscan_type(s, stop) == JSMN_PRIMITIVE &&
-	      sl_jscan_is(s, stop, "false"))) {
-		f->final = true;
-		f->tokens_predicted =
-		    int_value(s, sl_jscan_get(s, 0, "tokens_predicted"));
+	enum { ERROR, INDEX, STOP, TOKENS, CONTENT, PREDICTED, N_KEYS };
+	static const char *const keys[N_KEYS] = {
+	    [ERROR] = "error",     [INDEX] = "index",
+	    [STOP] = "stop",       [TOKENS] = "tokens",
+	    [CONTENT] = "content", [PREDICTED] = "tokens_predicted",
+	};
+	int v[N_KEYS];
+	get_members(s, 0, keys, v, N_KEYS);
+	if (v[ERROR] >= 0) {
+		f->error = true;
 		return;
 	}
-	int n = array_size(s, sl_jscan_get(s, 0, "tokens"));
-	if (n == 0 && nonempty_string(s, sl_jscan_get(s, 0, "content")))
+	f->index = int_value(s, v[INDEX]);
+	if (!(v[STOP] >= 0 && sl_jscan_type(s, v[STOP]) == JSMN_PRIMITIVE &&
+	      sl_jscan_is(s, v[STOP], "false"))) {
+		f->final = true;
+		f->tokens_predicted = int_value(s, v[PREDICTED]);
+		return;
+	}
+	int n = array_size(s, v[TOKENS]);
+	if (n == 0 && nonempty_string(s, v[CONTENT]))
 		n = 1;
 	if (n > 0) {
 		f->arrivals = 1;
@@ -107,13 +150,21 @@ static void scan_native(const struct sl_jscan *s, struct sl_event_facts *f)
 /* OpenAI's chunks: one token per choice that carries any output. */
 static void scan_openai(const struct sl_jscan *s, struct sl_event_facts *f)
 {
-	int usage = sl_jscan_get(s, 0, "usage");
+	enum { ERROR, USAGE, CHOICES, N_KEYS };
+	static const char *const keys[N_KEYS] = {
+	    [ERROR] = "error", [USAGE] = "usage", [CHOICES] = "choices"};
+	int v[N_KEYS];
+	get_members(s, 0, keys, v, N_KEYS);
+	if (v[ERROR] >= 0) {
+		f->error = true;
+		return;
+	}
+	int usage = v[USAGE], choices = v[CHOICES];
 	if (usage >= 0 && sl_jscan_type(s, usage) == JSMN_OBJECT) {
 		f->has_count = true;
 		f->count =
 		    int_value(s, sl_jscan_get(s, usage, "completion_tokens"));
 	}
-	int choices = sl_jscan_get(s, 0, "choices");
 	int n = array_size(s, choices);
 	int c = choices + 1;
 	for (int k = 0; k < n && c < s->n; k++, c = sl_jscan_skip(s, c)) {
@@ -146,10 +197,7 @@ void sl_event_scan(struct sl_jscan *s, const char *data, size_t len,
 	if (sl_jscan_type(s, 0) != JSMN_OBJECT)
 		return;
 	f->object = true;
-	if (sl_jscan_get(s, 0, "error") >= 0) {
-		f->error = true;
-		return;
-	}
+	/* Each dialect looks for "error" among the members it reads. */
 	switch (dialect) {
 	case SL_DIALECT_NATIVE: scan_native(s, f); break;
 	case SL_DIALECT_OPENAI: scan_openai(s, f); break;

@@ -480,6 +480,16 @@ static char *event_data(const char *event, size_t len)
 static bool single_data_line(const char *event, size_t len, const char **data,
                              size_t *data_len)
 {
+	/* llama-server's usual shape first, checked with memchr:
+	 * "data: " VALUE LF LF, no other line break in VALUE. */
+	if (len >= 8 && memcmp(event, "data: ", 6) == 0 &&
+	    event[len - 2] == '\n' && event[len - 1] == '\n' &&
+	    !memchr(event + 6, '\n', len - 8) &&
+	    !memchr(event + 6, '\r', len - 8)) {
+		*data = event + 6;
+		*data_len = len - 8;
+		return true;
+	}
 	const char *p = event, *end = event + len;
 	bool found = false;
 	while (p < end) {
