@@ -65,8 +65,17 @@ static int array_size(const struct sl_jscan *s, int i)
  * absent. As sl_jscan_get(), keys are compared as written and the first
  * of duplicate keys wins.
  */
+struct key {
+	const char *name;
+	size_t len;
+};
+#define KEY(literal)                                                           \
+	{                                                                      \
+		literal, sizeof(literal) - 1                                   \
+	}
+
 static void get_members(const struct sl_jscan *s, int obj,
-                        const char *const *keys, int *vals, int n_keys)
+                        const struct key *keys, int *vals, int n_keys)
 {
 	for (int k = 0; k < n_keys; k++)
 		vals[k] = -1;
@@ -80,7 +89,10 @@ static void get_members(const struct sl_jscan *s, int obj,
 		    s->tok[key].size != 1)
 			return;
 		for (int k = 0; k < n_keys; k++)
-			if (vals[k] < 0 && sl_jscan_is(s, key, keys[k])) {
+			if (vals[k] < 0 &&
+			    sl_jscan_len(s, key) == keys[k].len &&
+			    memcmp(sl_jscan_text(s, key), keys[k].name,
+			           keys[k].len) == 0) {
 				vals[k] = key + 1;
 				break;
 			}
@@ -120,10 +132,10 @@ static void scan_typed(const struct sl_jscan *s, struct sl_event_facts *f)
 static void scan_native(const struct sl_jscan *s, struct sl_event_facts *f)
 {
 	enum { ERROR, INDEX, STOP, TOKENS, CONTENT, PREDICTED, N_KEYS };
-	static const char *const keys[N_KEYS] = {
-	    [ERROR] = "error",     [INDEX] = "index",
-	    [STOP] = "stop",       [TOKENS] = "tokens",
-	    [CONTENT] = "content", [PREDICTED] = "tokens_predicted",
+	static const struct key keys[N_KEYS] = {
+	    [ERROR] = KEY("error"),     [INDEX] = KEY("index"),
+	    [STOP] = KEY("stop"),       [TOKENS] = KEY("tokens"),
+	    [CONTENT] = KEY("content"), [PREDICTED] = KEY("tokens_predicted"),
 	};
 	int v[N_KEYS];
 	get_members(s, 0, keys, v, N_KEYS);
@@ -151,8 +163,9 @@ static void scan_native(const struct sl_jscan *s, struct sl_event_facts *f)
 static void scan_openai(const struct sl_jscan *s, struct sl_event_facts *f)
 {
 	enum { ERROR, USAGE, CHOICES, N_KEYS };
-	static const char *const keys[N_KEYS] = {
-	    [ERROR] = "error", [USAGE] = "usage", [CHOICES] = "choices"};
+	static const struct key keys[N_KEYS] = {[ERROR] = KEY("error"),
+	                                        [USAGE] = KEY("usage"),
+	                                        [CHOICES] = KEY("choices")};
 	int v[N_KEYS];
 	get_members(s, 0, keys, v, N_KEYS);
 	if (v[ERROR] >= 0) {

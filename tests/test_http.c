@@ -151,11 +151,12 @@ static void handler(struct sl_http_request *req, void *data)
 		return;
 	}
 	if (strcmp(req->path, "/streamv") == 0) {
-		uv_buf_t pieces[] = {uv_buf_init("a,", 2), uv_buf_init("", 0),
-		                     uv_buf_init("bc,", 3),
-		                     uv_buf_init("d", 1)};
+		uv_buf_t pieces[] = {
+		    uv_buf_init("a,", 2), uv_buf_init("", 0),
+		    uv_buf_init("bc,", 3), uv_buf_init("d", 1),
+		    uv_buf_init(",abcdefghijklmnopqrstuvwxyz", 27)};
 		sl_http_stream_start(req, 200, "text/plain", NULL, -1);
-		sl_http_stream_writev(req, pieces, 4);
+		sl_http_stream_writev(req, pieces, 5);
 		sl_http_stream_end(req);
 		return;
 	}
@@ -495,7 +496,9 @@ static void test_stream_writev(void)
 	read_raw(fd, buf, sizeof(buf), "\r\n0\r\n\r\n");
 	const char *body = strstr(buf, "\r\n\r\n");
 	ASSERT(body);
-	ASSERT_STR_EQ(body + 4, "2\r\na,\r\n3\r\nbc,\r\n1\r\nd\r\n0\r\n\r\n");
+	ASSERT_STR_EQ(body + 4, "2\r\na,\r\n3\r\nbc,\r\n1\r\nd\r\n"
+	                        "1b\r\n,abcdefghijklmnopqrstuvwxyz\r\n"
+	                        "0\r\n\r\n");
 	close(fd);
 	/* HTTP/1.0: no chunks, the pieces as they are, then the close. */
 	fd = client(s->port);
@@ -503,7 +506,7 @@ static void test_stream_writev(void)
 	read_raw(fd, buf, sizeof(buf), NULL);
 	body = strstr(buf, "\r\n\r\n");
 	ASSERT(body);
-	ASSERT_STR_EQ(body + 4, "a,bc,d");
+	ASSERT_STR_EQ(body + 4, "a,bc,d,abcdefghijklmnopqrstuvwxyz");
 	close(fd);
 	server_stop(s);
 }
