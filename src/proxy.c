@@ -41,7 +41,9 @@
 #include <strings.h>
 
 /*
- * How upstream events, and answers assembled from them, are parsed.
+ * How the upstream events that are rebuilt (/generate's), and answers
+ * assembled from events, are parsed into objects; every other event is
+ * only scanned (event_scan.h).
  * JSON_DECODE_ANY: a prompt array's stream opens with "null". JSON_ALLOW_NUL:
  * "\u0000" is valid JSON, and text (or a final event echoing a prompt) may hold
  * it; without the flag the whole event would be dropped. Strings are then read
