@@ -341,6 +341,26 @@ static int add_error(struct sl_assembler *a, const struct sl_jscan *s,
 	return 0;
 }
 
+int sl_assembler_add_scanned(struct sl_assembler *a, const struct sl_jscan *s)
+{
+	if (a->error.len)
+		return 0; /* the answer is the error already */
+	if (s->len == 4 && memcmp(s->text, "null", 4) == 0)
+		return 0;
+	/* The same limit as a scan of its own would have had. */
+	if (s->n == 0 || (unsigned)s->n > MAX_SCAN_TOKENS ||
+	    !is_type(s, 0, JSMN_OBJECT))
+		return SL_EINVAL;
+	a->seen_event = true;
+	buf_set(&a->last, s->text, s->len);
+	int error = sl_jscan_get(s, 0, "error");
+	if (error >= 0)
+		return add_error(a, s, error);
+	if (a->kind == SL_ASSEMBLE_NATIVE)
+		return add_native(a, s);
+	return add_openai(a, s);
+}
+
 int sl_assembler_add(struct sl_assembler *a, const char *data, size_t len)
 {
 	if (a->error.len)
@@ -352,20 +372,10 @@ int sl_assembler_add(struct sl_assembler *a, const char *data, size_t len)
 		return 0;
 	struct sl_jscan s;
 	int rc = scan(&s, data, len);
-	if (rc != 0 || !is_type(&s, 0, JSMN_OBJECT)) {
-		rc = SL_EINVAL;
-		goto done;
-	}
-	a->seen_event = true;
-	buf_set(&a->last, data, len);
-	int error = sl_jscan_get(&s, 0, "error");
-	if (error >= 0)
-		rc = add_error(a, &s, error);
-	else if (a->kind == SL_ASSEMBLE_NATIVE)
-		rc = add_native(a, &s);
+	if (rc == 0)
+		rc = sl_assembler_add_scanned(a, &s);
 	else
-		rc = add_openai(a, &s);
-done:
+		rc = SL_EINVAL;
 	sl_jscan_free(&s);
 	return rc;
 }

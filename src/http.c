@@ -854,30 +854,67 @@ int sl_http_stream_start(struct sl_http_request *req, int status,
 	return rc;
 }
 
-int sl_http_stream_write(struct sl_http_request *req, const void *data,
-                         size_t len)
+/*
+ * A chunk's size line, "%zx\r\n" without printf's cost (it is written for
+ * every relayed event); `line` has room for 16 digits and CRLF. Returns
+ * its length.
+ */
+static unsigned chunk_size_line(char *line, size_t size)
+{
+	char digits[16];
+	unsigned n = 0;
+	do {
+		digits[n++] = "0123456789abcdef"[size & 0xf];
+		size >>= 4;
+	} while (size > 0);
+	for (unsigned i = 0; i < n; i++)
+		line[i] = digits[n - 1 - i];
+	line[n] = '\r';
+	line[n + 1] = '\n';
+	return n + 2;
+}
+
+int sl_http_stream_writev(struct sl_http_request *req, const uv_buf_t *pieces,
+                          unsigned n)
 {
 	struct sl_http_conn *c = req->conn;
 	struct request_state *st = state_of(req);
 	if (!can_respond(req))
 		return UV_ECANCELED;
-	if (len == 0 || st->head_only)
-		return 0; /* an empty chunk would end the stream */
-	int rc;
-	if (!st->chunked) {
-		uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
-		rc = conn_write_raw(c, &b, 1);
-	} else {
-		char size[24];
-		int n = snprintf(size, sizeof(size), "%zx\r\n", len);
-		uv_buf_t bufs[3] = {uv_buf_init(size, (unsigned)n),
-		                    uv_buf_init((char *)data, (unsigned)len),
-		                    uv_buf_init("\r\n", 2)};
-		rc = conn_write_raw(c, bufs, 3);
+	if (st->head_only || n == 0)
+		return 0;
+	if (n > SL_HTTP_WRITEV_MAX)
+		return UV_EINVAL;
+	/* Each piece's chunk: its size line, the piece, CRLF. */
+	char sizes[SL_HTTP_WRITEV_MAX][20];
+	uv_buf_t bufs[3 * SL_HTTP_WRITEV_MAX];
+	unsigned k = 0;
+	for (unsigned i = 0; i < n; i++) {
+		/* An empty chunk would end the stream. */
+		if (pieces[i].len == 0)
+			continue;
+		if (!st->chunked) {
+			bufs[k++] = pieces[i];
+			continue;
+		}
+		bufs[k++] = uv_buf_init(
+		    sizes[i], chunk_size_line(sizes[i], pieces[i].len));
+		bufs[k++] = pieces[i];
+		bufs[k++] = uv_buf_init("\r\n", 2);
 	}
+	if (k == 0)
+		return 0;
+	int rc = conn_write_raw(c, bufs, k);
 	if (rc == 0 && c->backlog > SL_HTTP_BACKLOG_HIGH)
 		c->draining_wait = true;
 	return rc;
+}
+
+int sl_http_stream_write(struct sl_http_request *req, const void *data,
+                         size_t len)
+{
+	uv_buf_t piece = uv_buf_init((char *)data, (unsigned)len);
+	return sl_http_stream_writev(req, &piece, 1);
 }
 
 void sl_http_stream_end(struct sl_http_request *req)

@@ -173,13 +173,15 @@ int sl_jscan_get(const struct sl_jscan *s, int obj, const char *key)
 {
 	if (obj < 0 || obj >= s->n || s->tok[obj].type != JSMN_OBJECT)
 		return -1;
+	size_t key_len = strlen(key);
 	int k = obj + 1;
 	for (int m = 0; m < s->tok[obj].size && k + 1 < s->n; m++) {
 		/* A key holds its value as its one child; else the text lied.
 		 */
 		if (s->tok[k].type != JSMN_STRING || s->tok[k].size != 1)
 			return -1;
-		if (sl_jscan_is(s, k, key))
+		if (sl_jscan_len(s, k) == key_len &&
+		    memcmp(sl_jscan_text(s, k), key, key_len) == 0)
 			return k + 1;
 		k = sl_jscan_skip(s, k + 1);
 	}

@@ -25,6 +25,7 @@
 
 #include "sluice/assemble.h"
 #include "sluice/common.h"
+#include "sluice/event_scan.h"
 #include "sluice/fanout.h"
 #include "sluice/log.h"
 #include "sluice/native_api.h"
@@ -40,7 +41,9 @@
 #include <strings.h>
 
 /*
- * How upstream events, and answers assembled from them, are parsed.
+ * How the upstream events that are rebuilt (/generate's), and answers
+ * assembled from events, are parsed into objects; every other event is
+ * only scanned (event_scan.h).
  * JSON_DECODE_ANY: a prompt array's stream opens with "null". JSON_ALLOW_NUL:
  * "\u0000" is valid JSON, and text (or a final event echoing a prompt) may hold
  * it; without the flag the whole event would be dropped. Strings are then read
@@ -121,6 +124,15 @@ struct exchange {
 	enum relay_mode mode;
 	bool head_sent; /* the client's response has begun */
 	struct sl_sse sse;
+	/*
+	 * While an upstream read is scanned (feed_data: NULL otherwise), the
+	 * relayed events found in it so far, written together when the read
+	 * is done: one write per read, not per event.
+	 */
+	const char *feed_data;
+	size_t feed_len;
+	uv_buf_t relay[SL_HTTP_WRITEV_MAX];
+	unsigned relay_n;
 	bool ended;   /* the stream's end went out as it should */
 	bool gave_up; /* sluice stopped relaying: the transfer must stop too */
 	bool paused;  /* the transfer waits for the client to catch up */
@@ -281,78 +293,29 @@ static void token_arrived(struct exchange *x, uint64_t n)
 	sl_stats_tokens(st, n, uv_now(&x->app->loop));
 }
 
-static bool nonempty_string(json_t *v)
+/* What one scanned event says about the generation: tokens, ends, counts. */
+static void observe(struct exchange *x, const struct sl_event_facts *f)
 {
-	return json_is_string(v) && json_string_length(v) > 0;
+	for (unsigned i = 0; i < f->arrivals; i++)
+		token_arrived(x, f->per_arrival);
+	if (f->has_count)
+		x->tokens_final = (uint64_t)f->count;
+	if (x->ep->stream_end != SL_END_STOP)
+		return;
+	x->prompts = SL_MAX(x->prompts, (unsigned)f->index + 1);
+	if (f->final) {
+		x->stopped++;
+		x->tokens_final += (uint64_t)f->tokens_predicted;
+	}
 }
 
-/*
- * Anthropic's and the Responses API's events: a text delta is a token, and
- * the final usage says how many there were. Events of any other shape are
- * relayed without being counted.
- */
-static void observe_typed(struct exchange *x, json_t *doc)
+/* The shape of the events an endpoint's stream carries. */
+static enum sl_event_dialect dialect_of(const struct exchange *x)
 {
-	const char *type = json_string_value(json_object_get(doc, "type"));
-	json_t *usage = NULL;
-	if (!type)
-		return;
-	if (strcmp(type, "content_block_delta") == 0 ||
-	    strcmp(type, "response.output_text.delta") == 0)
-		token_arrived(x, 1);
-	else if (strcmp(type, "message_delta") == 0)
-		usage = json_object_get(doc, "usage");
-	else if (strcmp(type, "response.completed") == 0)
-		usage =
-		    json_object_get(json_object_get(doc, "response"), "usage");
-	json_t *out = json_object_get(usage, "output_tokens");
-	if (json_is_integer(out))
-		x->tokens_final = (uint64_t)json_integer_value(out);
-}
-
-/* Learns from one parsed event: tokens, ends of prompts, final counts. */
-static void observe(struct exchange *x, json_t *doc)
-{
-	if (x->ep->stream_end == SL_END_EOF) {
-		observe_typed(x, doc);
-		return;
-	}
-	if (x->ep->stream_end == SL_END_STOP) {
-		json_int_t index =
-		    json_integer_value(json_object_get(doc, "index"));
-		x->prompts = SL_MAX(x->prompts, (unsigned)index + 1);
-		/*
-		 * Token events say "stop": false. The final one says true,
-		 * or, filtered by the request's response_fields, may carry
-		 * no "stop" at all: whatever is not a token event is final.
-		 */
-		if (!json_is_false(json_object_get(doc, "stop"))) {
-			x->stopped++;
-			x->tokens_final += (uint64_t)json_integer_value(
-			    json_object_get(doc, "tokens_predicted"));
-			return;
-		}
-		size_t n = json_array_size(json_object_get(doc, "tokens"));
-		if (n == 0 && nonempty_string(json_object_get(doc, "content")))
-			n = 1;
-		if (n > 0)
-			token_arrived(x, n);
-		return;
-	}
-	json_t *usage = json_object_get(doc, "usage");
-	if (json_is_object(usage))
-		x->tokens_final = (uint64_t)json_integer_value(
-		    json_object_get(usage, "completion_tokens"));
-	size_t i;
-	json_t *c;
-	json_array_foreach(json_object_get(doc, "choices"), i, c)
-	{
-		json_t *d = json_object_get(c, "delta");
-		if (nonempty_string(json_object_get(c, "text")) ||
-		    nonempty_string(json_object_get(d, "content")) ||
-		    nonempty_string(json_object_get(d, "reasoning_content")) ||
-		    json_array_size(json_object_get(d, "tool_calls")) > 0)
-			token_arrived(x, 1);
+	switch (x->ep->stream_end) {
+	case SL_END_STOP: return SL_DIALECT_NATIVE;
+	case SL_END_EOF: return SL_DIALECT_TYPED;
+	default: return SL_DIALECT_OPENAI;
 	}
 }
 
@@ -474,20 +437,27 @@ static void upstream_error_event(struct exchange *x, const char *event,
 	client_done(x);
 }
 
-/* /generate streams: {"id", "text"} per piece of text. */
-static void generate_event(struct exchange *x, json_t *doc)
+/*
+ * /generate streams: {"id", "text"} per piece of text. Its events are
+ * rebuilt, so this API alone parses each event into objects.
+ */
+static void generate_event(struct exchange *x, const char *data, size_t len)
 {
+	json_t *doc = json_loadb(data, len, EVENT_JSON_FLAGS, NULL);
 	if (json_is_true(json_object_get(doc, "stop"))) {
 		json_decref(x->final);
 		x->final = json_incref(doc);
-		return;
+	} else {
+		json_t *content = json_object_get(doc, "content");
+		if (json_is_string(content) &&
+		    json_string_length(content) > 0) {
+			json_t *ev = json_pack("{s:s, s:O}", "id", x->id,
+			                       "text", content);
+			write_event(x, ev);
+			json_decref(ev);
+		}
 	}
-	json_t *content = json_object_get(doc, "content");
-	if (!nonempty_string(content))
-		return;
-	json_t *ev = json_pack("{s:s, s:O}", "id", x->id, "text", content);
-	write_event(x, ev);
-	json_decref(ev);
+	json_decref(doc);
 }
 
 /* An event's data, malloc'd; NULL for an event without data. */
@@ -503,49 +473,48 @@ static char *event_data(const char *event, size_t len)
 }
 
 /*
- * The data of an event that is one "data: " line, as a slice of the event
- * itself: llama-server's events all are, and parsing them in place saves a
- * copy per token. Returns false for any other shape.
+ * The data of an event with one data line, as a slice of the event itself:
+ * llama-server's events all are ("data: {...}", after an "event: " line in
+ * Anthropic's and the Responses API's streams), and reading them in place
+ * saves a copy per event. The value is what sl_sse_event_data() would give.
+ * Returns false for an event with no data line or several.
  */
 static bool single_data_line(const char *event, size_t len, const char **data,
                              size_t *data_len)
 {
-	if (len < 8 || memcmp(event, "data: ", 6) != 0)
-		return false;
-	const char *eol = memchr(event + 6, '\n', len - 6);
-	if (!eol)
-		return false;
-	size_t n = (size_t)(eol - (event + 6));
-	if (n > 0 && event[6 + n - 1] == '\r')
-		n--;
-	/* Only the blank line may follow. */
-	for (const char *p = eol; p < event + len; p++)
-		if (*p != '\r' && *p != '\n')
-			return false;
-	*data = event + 6;
-	*data_len = n;
-	return true;
-}
-
-/* An event's data parsed, and whether it was the [DONE] marker. */
-static json_t *parse_event(const char *event, size_t len, bool *done_marker)
-{
-	const char *data;
-	size_t n;
-	*done_marker = false;
-	if (single_data_line(event, len, &data, &n)) {
-		*done_marker = n == 6 && memcmp(data, "[DONE]", 6) == 0;
-		return *done_marker
-		           ? NULL
-		           : json_loadb(data, n, EVENT_JSON_FLAGS, NULL);
+	/* llama-server's usual shape first, checked with memchr:
+	 * "data: " VALUE LF LF, no other line break in VALUE. */
+	if (len >= 8 && memcmp(event, "data: ", 6) == 0 &&
+	    event[len - 2] == '\n' && event[len - 1] == '\n' &&
+	    !memchr(event + 6, '\n', len - 8) &&
+	    !memchr(event + 6, '\r', len - 8)) {
+		*data = event + 6;
+		*data_len = len - 8;
+		return true;
 	}
-	char *copy = event_data(event, len);
-	*done_marker = copy && strcmp(copy, "[DONE]") == 0;
-	json_t *doc = copy && !*done_marker
-	                  ? json_loads(copy, EVENT_JSON_FLAGS, NULL)
-	                  : NULL;
-	free(copy);
-	return doc;
+	const char *p = event, *end = event + len;
+	bool found = false;
+	while (p < end) {
+		const char *eol = p;
+		while (eol < end && *eol != '\r' && *eol != '\n')
+			eol++;
+		if (eol - p >= 5 && memcmp(p, "data:", 5) == 0) {
+			if (found)
+				return false;
+			found = true;
+			const char *v = p + 5;
+			if (v < eol && *v == ' ')
+				v++;
+			*data = v;
+			*data_len = (size_t)(eol - v);
+		}
+		p = eol;
+		if (p < end && *p == '\r')
+			p++;
+		if (p < end && *p == '\n')
+			p++;
+	}
+	return found;
 }
 
 /* Hands one event's data, as written, to the assembler. */
@@ -561,36 +530,85 @@ static int assemble_event(struct exchange *x, const char *event, size_t len)
 	return rc;
 }
 
+/* Writes the relayed events held back so far, each its own chunk. */
+static void relay_flush(struct exchange *x)
+{
+	if (x->relay_n > 0 && x->req)
+		sl_http_stream_writev(x->req, x->relay, x->relay_n);
+	x->relay_n = 0;
+}
+
+/*
+ * Relays one event unchanged. An event inside the read being scanned is
+ * held until the read is done (or SL_HTTP_WRITEV_MAX are held); one from
+ * the framer's buffer (an event split across reads) is valid only now, so
+ * it goes out at once, after those held before it.
+ */
+static void relay_event(struct exchange *x, const char *event, size_t len)
+{
+	uintptr_t from = (uintptr_t)x->feed_data, at = (uintptr_t)event;
+	bool in_read =
+	    x->feed_data && at >= from && at + len <= from + x->feed_len;
+	if (!in_read || x->relay_n == SL_HTTP_WRITEV_MAX)
+		relay_flush(x);
+	if (!in_read) {
+		sl_http_stream_write(x->req, event, len);
+		return;
+	}
+	x->relay[x->relay_n++] = uv_buf_init((char *)event, (unsigned)len);
+}
+
+/*
+ * One upstream event: recognised by a scan of its data (no allocation for
+ * llama-server's token events), then relayed, assembled or rebuilt.
+ */
 static int on_event(const char *event, size_t len, void *arg)
 {
 	struct exchange *x = arg;
 	if (x->ended || x->gave_up || !x->req)
 		return 0;
-	bool done_marker;
-	json_t *doc = parse_event(event, len, &done_marker);
-	if (json_is_object(doc) && json_object_get(doc, "error")) {
-		upstream_error_event(x, event, len);
-		json_decref(doc);
-		return 0;
+	const char *data = NULL;
+	size_t n = 0;
+	char *copy = NULL;
+	if (!single_data_line(event, len, &data, &n)) {
+		copy = event_data(event, len);
+		data = copy;
+		n = copy ? strlen(copy) : 0;
 	}
-	if (json_is_object(doc))
-		observe(x, doc);
+	struct sl_jscan scan;
+	struct sl_event_facts facts = {0};
+	if (data)
+		sl_event_scan(&scan, data, n, dialect_of(x), &facts);
+	else
+		scan.tok = scan.inline_tok;
+	if (facts.error) {
+		relay_flush(x);
+		upstream_error_event(x, event, len);
+		goto done;
+	}
+	if (facts.object)
+		observe(x, &facts);
 	if (x->assemble) {
 		x->answer_bytes += len;
 		if (x->answer_bytes > SL_PROXY_MAX_ANSWER)
 			fail(x, 502, "upstream answer too large to assemble");
-		else if (doc && assemble_event(x, event, len) != 0)
+		else if (facts.json &&
+		         sl_assembler_add_scanned(&x->answer, &scan) != 0)
 			fail(x, 502,
 			     "upstream sent an event sluice cannot read");
 	} else if (x->ep->api == SL_API_GENERATE) {
-		if (json_is_object(doc))
-			generate_event(x, doc);
+		if (facts.object)
+			generate_event(x, data, n);
 	} else {
-		sl_http_stream_write(x->req, event, len);
+		relay_event(x, event, len);
 	}
-	json_decref(doc);
-	if (done_marker && x->req && !x->ended)
+	if (facts.done && x->req && !x->ended) {
+		relay_flush(x);
 		end_ok(x);
+	}
+done:
+	sl_jscan_free(&scan);
+	free(copy);
 	return 0;
 }
 
@@ -859,7 +877,12 @@ static size_t on_upstream_data(char *data, size_t size, size_t n, void *arg)
 		sl_http_stream_write(x->req, data, len);
 		return len;
 	}
-	if (sl_sse_feed(&x->sse, data, len, on_event, x) != 0) {
+	x->feed_data = data;
+	x->feed_len = len;
+	int rc = sl_sse_feed(&x->sse, data, len, on_event, x);
+	relay_flush(x);
+	x->feed_data = NULL;
+	if (rc != 0) {
 		fail(x, 502, "upstream sent an oversized event");
 		return 0;
 	}

@@ -150,6 +150,16 @@ static void handler(struct sl_http_request *req, void *data)
 		                      "nothing at %s", req->path);
 		return;
 	}
+	if (strcmp(req->path, "/streamv") == 0) {
+		uv_buf_t pieces[] = {
+		    uv_buf_init("a,", 2), uv_buf_init("", 0),
+		    uv_buf_init("bc,", 3), uv_buf_init("d", 1),
+		    uv_buf_init(",abcdefghijklmnopqrstuvwxyz", 27)};
+		sl_http_stream_start(req, 200, "text/plain", NULL, -1);
+		sl_http_stream_writev(req, pieces, 5);
+		sl_http_stream_end(req);
+		return;
+	}
 	if (strcmp(req->path, "/stream") == 0) {
 		sl_http_stream_start(req, 200, "text/plain", NULL, -1);
 		sl_http_stream_write(req, "one,", 4);
@@ -456,6 +466,47 @@ static void test_keep_alive_and_pipelining(void)
 	ASSERT_CONTAINS(r.head, "Transfer-Encoding: chunked");
 	ASSERT_STR_EQ(r.body, "one,two,three");
 	ASSERT_EQ(carry_len, 0);
+	close(fd);
+	server_stop(s);
+}
+
+/* Reads a whole response as raw bytes, until `end` or EOF. */
+static void read_raw(int fd, char *buf, size_t size, const char *end)
+{
+	size_t used = 0;
+	bool eof = false;
+	buf[0] = '\0';
+	while (!eof && !(end && strstr(buf, end)) && used + 1 < size) {
+		size_t n = recv_for(fd, buf + used, size - used, 5000, &eof);
+		if (n == 0 && !eof)
+			TEST_FAIL("no more bytes; have: %s", buf);
+		used += n;
+	}
+}
+
+/* sl_http_stream_writev: each piece is a chunk of its own; none empty. */
+static void test_stream_writev(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	struct server *s = server_start(&l);
+	char buf[4096];
+	int fd = client(s->port);
+	send_str(fd, "GET /streamv HTTP/1.1\r\nHost: x\r\n\r\n");
+	read_raw(fd, buf, sizeof(buf), "\r\n0\r\n\r\n");
+	const char *body = strstr(buf, "\r\n\r\n");
+	ASSERT(body);
+	ASSERT_STR_EQ(body + 4, "2\r\na,\r\n3\r\nbc,\r\n1\r\nd\r\n"
+	                        "1b\r\n,abcdefghijklmnopqrstuvwxyz\r\n"
+	                        "0\r\n\r\n");
+	close(fd);
+	/* HTTP/1.0: no chunks, the pieces as they are, then the close. */
+	fd = client(s->port);
+	send_str(fd, "GET /streamv HTTP/1.0\r\n\r\n");
+	read_raw(fd, buf, sizeof(buf), NULL);
+	body = strstr(buf, "\r\n\r\n");
+	ASSERT(body);
+	ASSERT_STR_EQ(body + 4, "a,bc,d,abcdefghijklmnopqrstuvwxyz");
 	close(fd);
 	server_stop(s);
 }
@@ -1356,6 +1407,7 @@ int main(void)
 {
 	RUN(test_keep_alive_and_pipelining);
 	RUN(test_chunked_body_and_trailers);
+	RUN(test_stream_writev);
 	RUN(test_size_limits);
 	RUN(test_smuggling_is_refused);
 	RUN(test_expect_continue);

@@ -212,13 +212,14 @@ static void test_token_limit(void)
 	ASSERT(!refused("[1,2]", 5, 3));
 	ASSERT(refused("[1,2]", 5, 2));
 	ASSERT(refused("5", 1, 0));
-	/* Past the inline array too: 100 elements are 101 tokens. */
-	char text[512] = "[";
-	for (int i = 0; i < 100; i++)
+	/* Past the inline array too: n elements are n + 1 tokens. */
+	enum { elements = SL_JSCAN_INLINE + 36 };
+	char text[2 * elements + 2] = "[";
+	for (int i = 0; i < elements; i++)
 		strcat(text, i ? ",0" : "0");
 	strcat(text, "]");
-	ASSERT(!refused(text, strlen(text), 101));
-	ASSERT(refused(text, strlen(text), 100));
+	ASSERT(!refused(text, strlen(text), elements + 1));
+	ASSERT(refused(text, strlen(text), elements));
 	ASSERT(refused(text, strlen(text), SL_JSCAN_INLINE));
 	ASSERT(!refused(text, strlen(text), SL_JSCAN_INLINE * 4));
 	/* Texts beyond jsmn's int offsets are refused, not misread. */

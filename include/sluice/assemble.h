@@ -37,6 +37,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+struct sl_jscan;
+
 enum sl_assemble_kind {
 	SL_ASSEMBLE_NONE, /* the endpoint's plain answers are relayed as sent */
 	SL_ASSEMBLE_NATIVE,
@@ -95,6 +97,13 @@ void sl_assembler_free(struct sl_assembler *a);
  * choice or tool call past the limits.
  */
 int sl_assembler_add(struct sl_assembler *a, const char *data, size_t len);
+
+/*
+ * The same for an event whose data the caller has scanned already (with
+ * a token limit of its own; the assembler's applies too): saves a second
+ * scan of every event. `s` is borrowed, its text the event's data.
+ */
+int sl_assembler_add_scanned(struct sl_assembler *a, const struct sl_jscan *s);
 
 /*
  * The whole answer as JSON text, malloc'd and NUL-terminated, owned by the

@@ -283,7 +283,20 @@ int sl_http_stream_start(struct sl_http_request *req, int status,
                          long long content_length);
 int sl_http_stream_write(struct sl_http_request *req, const void *data,
                          size_t len);
+
 void sl_http_stream_end(struct sl_http_request *req);
+
+/* The most pieces one sl_http_stream_writev() takes. */
+#define SL_HTTP_WRITEV_MAX 32
+
+/*
+ * Writes n (at most SL_HTTP_WRITEV_MAX) pieces at once, each its own chunk
+ * as if written one by one, in one write to the socket: a relay that has
+ * several events in hand pays one system call, not one per event. Returns
+ * as sl_http_stream_write(); UV_EINVAL for too many pieces.
+ */
+int sl_http_stream_writev(struct sl_http_request *req, const uv_buf_t *pieces,
+                          unsigned n);
 
 /*
  * Gives up on a response already started (the upstream failed mid-body):

@@ -1,0 +1,76 @@
+/*
+ * event_scan.h: what one upstream event says, read without building objects.
+ *
+ * Most upstream events are relayed unchanged or handed to the assembler as
+ * written; sluice only needs to know what each one is: a token (and how many
+ * tokens it carries), the end of a prompt's generation, the final counts,
+ * the end of the stream, or an error. sl_event_scan() learns that from the
+ * event's data with one jsmn pass (json_scan.h) and no allocation for events
+ * of up to SL_JSCAN_INLINE tokens, which llama-server's token events are.
+ *
+ * It reads what proxy.c used to read from a jansson parse, with the same
+ * meaning: absent or mistyped members count as jansson's accessors made
+ * them count (an integer that is not one reads 0, a string that is not one
+ * is empty). Unlike jansson, jsmn checks structure and not every detail of
+ * the grammar (nor UTF-8): the data comes from llama-server.
+ *
+ * Glossary:
+ *   dialect   the shape of a stream's events: llama-server's native
+ *             /completion events, OpenAI chunks, or typed events
+ *             (Anthropic's Messages and OpenAI's Responses).
+ *   arrival   one moment tokens were seen: a native event is one arrival
+ *             of its "tokens" count; an OpenAI chunk one arrival of one
+ *             token per choice with text in it.
+ *   final     a native event that is not a token event: one that does not
+ *             say "stop": false (the last, which says true or, filtered by
+ *             the request's response_fields, nothing at all).
+ */
+#ifndef SLUICE_EVENT_SCAN_H
+#define SLUICE_EVENT_SCAN_H
+
+#include "sluice/json_scan.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum sl_event_dialect {
+	SL_DIALECT_NATIVE, /* /completion: "content", "tokens", "stop" */
+	SL_DIALECT_OPENAI, /* "choices", "usage", then [DONE] */
+	SL_DIALECT_TYPED,  /* "type": content_block_delta, response.* */
+};
+
+struct sl_event_facts {
+	bool done;   /* the data is the [DONE] marker */
+	bool json;   /* the data is one JSON value */
+	bool object; /* ... and that value is an object */
+	bool error;  /* the object has a top-level "error" member */
+
+	/* Tokens seen: `arrivals` times `per_arrival` tokens. */
+	unsigned arrivals;
+	uint64_t per_arrival;
+
+	/* Native: the prompt's index, and whether this event ends it. */
+	int64_t index;
+	bool final;
+	int64_t tokens_predicted; /* of a final event; 0 when absent */
+
+	/*
+	 * The answer's token count as the upstream reports it (OpenAI's
+	 * usage.completion_tokens, the typed usage.output_tokens), when this
+	 * event carries one.
+	 */
+	bool has_count;
+	int64_t count;
+};
+
+/*
+ * Scans `len` bytes of an event's data (the text after "data: ", joined;
+ * borrowed) in `dialect`. `s` is the caller's scan, left holding the tokens
+ * until the caller's sl_jscan_free(s), which it must call whatever this
+ * returns. Fills `f`; data that is not JSON gives a zeroed f (done aside).
+ */
+void sl_event_scan(struct sl_jscan *s, const char *data, size_t len,
+                   enum sl_event_dialect dialect, struct sl_event_facts *f);
+
+#endif

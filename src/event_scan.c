@@ -1,0 +1,219 @@
+/* event_scan.c: recognising upstream events from their JSON text. */
+#include "sluice/event_scan.h"
+
+#include <string.h>
+
+/*
+ * An integer as jansson's json_integer_value() reads it: a number written
+ * without fraction or exponent, else 0. Digits past what int64 holds (which
+ * jansson refuses outright) read as 0 too.
+ */
+static int64_t int_value(const struct sl_jscan *s, int i)
+{
+	if (i < 0 || sl_jscan_type(s, i) != JSMN_PRIMITIVE)
+		return 0;
+	const char *p = sl_jscan_text(s, i);
+	size_t n = sl_jscan_len(s, i);
+	bool negative = n > 0 && p[0] == '-';
+	size_t k = negative;
+	if (k == n)
+		return 0;
+	uint64_t v = 0;
+	for (; k < n; k++) {
+		if (p[k] < '0' || p[k] > '9' || v > (UINT64_MAX - 9) / 10)
+			return 0;
+		v = v * 10 + (uint64_t)(p[k] - '0');
+	}
+	if (v > (uint64_t)INT64_MAX)
+		return 0;
+	return negative ? -(int64_t)v : (int64_t)v;
+}
+
+static bool is_integer(const struct sl_jscan *s, int i)
+{
+	if (i < 0 || sl_jscan_type(s, i) != JSMN_PRIMITIVE)
+		return false;
+	const char *p = sl_jscan_text(s, i);
+	size_t n = sl_jscan_len(s, i);
+	/* 0 is an integer; int_value's 0 for anything else is not. */
+	if (n == 1 && p[0] == '0')
+		return true;
+	if (n == 2 && p[0] == '-' && p[1] == '0')
+		return true;
+	return int_value(s, i) != 0;
+}
+
+/*
+ * A string with at least one character. Its length as written is enough:
+ * every escape stands for at least one byte ("\u0000" for one NUL).
+ */
+static bool nonempty_string(const struct sl_jscan *s, int i)
+{
+	return i >= 0 && sl_jscan_type(s, i) == JSMN_STRING &&
+	       sl_jscan_len(s, i) > 0;
+}
+
+/* An array's element count; 0 for anything else or nothing. */
+static int array_size(const struct sl_jscan *s, int i)
+{
+	return i >= 0 && sl_jscan_type(s, i) == JSMN_ARRAY ? s->tok[i].size : 0;
+}
+
+/*
+ * The values of several members of the object at index obj, in one walk
+ * over its members rather than one per key: vals[k] for keys[k], -1 when
+ * absent. As sl_jscan_get(), keys are compared as written and the first
+ * of duplicate keys wins.
+ */
+struct key {
+	const char *name;
+	size_t len;
+};
+#define KEY(literal)                                                           \
+	{                                                                      \
+		literal, sizeof(literal) - 1                                   \
+	}
+
+static void get_members(const struct sl_jscan *s, int obj,
+                        const struct key *keys, int *vals, int n_keys)
+{
+	for (int k = 0; k < n_keys; k++)
+		vals[k] = -1;
+	if (obj < 0 || obj >= s->n || sl_jscan_type(s, obj) != JSMN_OBJECT)
+		return;
+	int key = obj + 1;
+	for (int m = 0; m < s->tok[obj].size && key + 1 < s->n; m++) {
+		/* A key holds its value as its one child; else the text lied.
+		 */
+		if (sl_jscan_type(s, key) != JSMN_STRING ||
+		    s->tok[key].size != 1)
+			return;
+		for (int k = 0; k < n_keys; k++)
+			if (vals[k] < 0 &&
+			    sl_jscan_len(s, key) == keys[k].len &&
+			    memcmp(sl_jscan_text(s, key), keys[k].name,
+			           keys[k].len) == 0) {
+				vals[k] = key + 1;
+				break;
+			}
+		key = sl_jscan_skip(s, key + 1);
+	}
+}
+
+/* Anthropic's and the Responses API's events. */
+static void scan_typed(const struct sl_jscan *s, struct sl_event_facts *f)
+{
+	if (sl_jscan_get(s, 0, "error") >= 0) {
+		f->error = true;
+		return;
+	}
+	int type = sl_jscan_get(s, 0, "type");
+	int usage = -1;
+	if (type < 0 || sl_jscan_type(s, type) != JSMN_STRING)
+		return;
+	if (sl_jscan_is(s, type, "content_block_delta") ||
+	    sl_jscan_is(s, type, "response.output_text.delta")) {
+		f->arrivals = 1;
+		f->per_arrival = 1;
+	} else if (sl_jscan_is(s, type, "message_delta")) {
+		usage = sl_jscan_get(s, 0, "usage");
+	} else if (sl_jscan_is(s, type, "response.completed")) {
+		usage =
+		    sl_jscan_get(s, sl_jscan_get(s, 0, "response"), "usage");
+	}
+	int out = sl_jscan_get(s, usage, "output_tokens");
+	if (is_integer(s, out)) {
+		f->has_count = true;
+		f->count = int_value(s, out);
+	}
+}
+
+/* llama-server's /completion events. */
+static void scan_native(const struct sl_jscan *s, struct sl_event_facts *f)
+{
+	enum { ERROR, INDEX, STOP, TOKENS, CONTENT, PREDICTED, N_KEYS };
+	static const struct key keys[N_KEYS] = {
+	    [ERROR] = KEY("error"),     [INDEX] = KEY("index"),
+	    [STOP] = KEY("stop"),       [TOKENS] = KEY("tokens"),
+	    [CONTENT] = KEY("content"), [PREDICTED] = KEY("tokens_predicted"),
+	};
+	int v[N_KEYS];
+	get_members(s, 0, keys, v, N_KEYS);
+	if (v[ERROR] >= 0) {
+		f->error = true;
+		return;
+	}
+	f->index = int_value(s, v[INDEX]);
+	if (!(v[STOP] >= 0 && sl_jscan_type(s, v[STOP]) == JSMN_PRIMITIVE &&
+	      sl_jscan_is(s, v[STOP], "false"))) {
+		f->final = true;
+		f->tokens_predicted = int_value(s, v[PREDICTED]);
+		return;
+	}
+	int n = array_size(s, v[TOKENS]);
+	if (n == 0 && nonempty_string(s, v[CONTENT]))
+		n = 1;
+	if (n > 0) {
+		f->arrivals = 1;
+		f->per_arrival = (uint64_t)n;
+	}
+}
+
+/* OpenAI's chunks: one token per choice that carries any output. */
+static void scan_openai(const struct sl_jscan *s, struct sl_event_facts *f)
+{
+	enum { ERROR, USAGE, CHOICES, N_KEYS };
+	static const struct key keys[N_KEYS] = {[ERROR] = KEY("error"),
+	                                        [USAGE] = KEY("usage"),
+	                                        [CHOICES] = KEY("choices")};
+	int v[N_KEYS];
+	get_members(s, 0, keys, v, N_KEYS);
+	if (v[ERROR] >= 0) {
+		f->error = true;
+		return;
+	}
+	int usage = v[USAGE], choices = v[CHOICES];
+	if (usage >= 0 && sl_jscan_type(s, usage) == JSMN_OBJECT) {
+		f->has_count = true;
+		f->count =
+		    int_value(s, sl_jscan_get(s, usage, "completion_tokens"));
+	}
+	int n = array_size(s, choices);
+	int c = choices + 1;
+	for (int k = 0; k < n && c < s->n; k++, c = sl_jscan_skip(s, c)) {
+		int d = sl_jscan_get(s, c, "delta");
+		if (nonempty_string(s, sl_jscan_get(s, c, "text")) ||
+		    nonempty_string(s, sl_jscan_get(s, d, "content")) ||
+		    nonempty_string(s,
+		                    sl_jscan_get(s, d, "reasoning_content")) ||
+		    array_size(s, sl_jscan_get(s, d, "tool_calls")) > 0)
+			f->arrivals++;
+	}
+	f->per_arrival = f->arrivals > 0;
+}
+
+void sl_event_scan(struct sl_jscan *s, const char *data, size_t len,
+                   enum sl_event_dialect dialect, struct sl_event_facts *f)
+{
+	*f = (struct sl_event_facts){0};
+	/* A scan to free even when nothing is parsed. */
+	s->tok = s->inline_tok;
+	s->n = 0;
+	if (len == 6 && memcmp(data, "[DONE]", 6) == 0) {
+		f->done = true;
+		return;
+	}
+	/* A token takes at least one byte, so len + 1 never limits. */
+	if (sl_jscan_parse(s, data, len, (unsigned)len + 1) != 0)
+		return;
+	f->json = true;
+	if (sl_jscan_type(s, 0) != JSMN_OBJECT)
+		return;
+	f->object = true;
+	/* Each dialect looks for "error" among the members it reads. */
+	switch (dialect) {
+	case SL_DIALECT_NATIVE: scan_native(s, f); break;
+	case SL_DIALECT_OPENAI: scan_openai(s, f); break;
+	case SL_DIALECT_TYPED: scan_typed(s, f); break;
+	}
+}
