@@ -350,6 +350,13 @@ class Sluice(Process):
         return wait_until(lambda: self.ready_status() == 200, timeout,
                           "sluice to be ready")
 
+    def wait_all_upstreams_ready(self, timeout=60):
+        """Waits until every upstream /health lists is ready (/ready needs
+        only one)."""
+        return wait_until(lambda: all(u["state"] == "ready" for u in
+                                      self.health().json()["upstreams"]),
+                          timeout, "every upstream ready")
+
     def health(self):
         return request(self.port, "GET", "/health", timeout=5)
 

@@ -495,9 +495,7 @@ class SeveralUpstreams(st.TestCase):
         a = self.llama_server(st.MODEL_TINY, slots=1, ctx=1024)
         b = self.llama_server(st.MODEL_TINY, slots=3, ctx=512)
         s = self.sluice("--upstream", a.url, "--upstream", b.url)
-        st.wait_until(lambda: all(u["state"] == "ready"
-                                  for u in s.health().json()["upstreams"]),
-                      30, "both upstreams ready")
+        s.wait_all_upstreams_ready(30)
         names = [u["name"] for u in s.health().json()["upstreams"]]
         self.assertEqual(names, [a.url, b.url])
         for path in ("/props", "/slots"):
@@ -532,9 +530,7 @@ class SeveralUpstreams(st.TestCase):
         a = self.llama_server(st.MODEL_TINY, slots=1, ctx=1024)
         b = self.llama_server(st.MODEL_TINY, slots=1, ctx=1024)
         s = self.sluice("--upstream", a.url, "--upstream", b.url)
-        st.wait_until(lambda: all(u["state"] == "ready"
-                                  for u in s.health().json()["upstreams"]),
-                      30, "both upstreams ready")
+        s.wait_all_upstreams_ready(30)
         b.kill()
         got = s.get("/props").json()
         self.assertEqual([g["status"] for g in got], [200, 502])
@@ -555,9 +551,7 @@ class SeveralUpstreams(st.TestCase):
         b = self.llama_server(st.MODEL_TINY, slots=1, ctx=1024)
         s = self.sluice("--upstream", a.url, "--upstream", b.url,
                         "--admin-key", ADMIN)
-        st.wait_until(lambda: all(u["state"] == "ready"
-                                  for u in s.health().json()["upstreams"]),
-                      30, "both upstreams ready")
+        s.wait_all_upstreams_ready(30)
         admin = {"Authorization": "Bearer " + ADMIN}
         for path in ("/props", "/slots/0?action=erase"):
             with self.subTest(path=path):

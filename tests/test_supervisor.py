@@ -220,9 +220,7 @@ class RemoteUpstream(st.TestCase):
     def test_managed_and_remote_together(self):
         ls = self.llama_server(st.MODEL_TINY, slots=1)
         s = self.sluice("--upstream", ls.url, "--model", st.MODEL_TINY)
-        st.wait_until(lambda: all(u["state"] == "ready" for u in
-                                  s.health().json()["upstreams"]),
-                      SAFETY_NET_S, "both upstreams ready")
+        s.wait_all_upstreams_ready(SAFETY_NET_S)
         ups = s.health().json()["upstreams"]
         self.assertEqual([u["managed"] for u in ups], [True, False])
 
