@@ -364,21 +364,24 @@ static void on_request_finished(struct sl_http_request *req, bool completed,
 		sl_app_maybe_drained(app);
 		return;
 	}
-	json_t *f = json_pack(
-	    "{s:s, s:s, s:s, s:i, s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:s}",
-	    "id", req->id[0] ? req->id : "-", "method",
-	    req->path ? llhttp_method_name(req->method) : "-", "path",
-	    req->path ? req->path : "-", "status",
-	    req->status ? req->status : 499, "priority",
-	    in->has_priority ? sl_priority_class(in->priority) : "-",
-	    "queue_ms", (json_int_t)in->queue_ms, "ttft_ms",
-	    (json_int_t)in->ttft_ms, "total_ms", (json_int_t)(seconds * 1000),
-	    "tokens", (json_int_t)in->tokens, "bytes",
-	    (json_int_t)req->bytes_sent, "upstream",
-	    in->upstream[0] ? in->upstream : "-", "outcome", outcome);
-	if (f) /* a path that is not UTF-8 is not worth a line */
-		sl_log_fields(SL_LOG_INFO, "access", f);
-	json_decref(f);
+	const struct sl_log_field f[] = {
+	    SL_LOG_STR("id", req->id[0] ? req->id : NULL),
+	    SL_LOG_STR("method",
+	               req->path ? llhttp_method_name(req->method) : NULL),
+	    SL_LOG_STR("path", req->path),
+	    SL_LOG_NUM("status", req->status ? req->status : 499),
+	    SL_LOG_STR("priority", in->has_priority
+	                               ? sl_priority_class(in->priority)
+	                               : NULL),
+	    SL_LOG_NUM("queue_ms", (long long)in->queue_ms),
+	    SL_LOG_NUM("ttft_ms", (long long)in->ttft_ms),
+	    SL_LOG_NUM("total_ms", (long long)(seconds * 1000)),
+	    SL_LOG_NUM("tokens", (long long)in->tokens),
+	    SL_LOG_NUM("bytes", (long long)req->bytes_sent),
+	    SL_LOG_STR("upstream", in->upstream[0] ? in->upstream : NULL),
+	    SL_LOG_STR("outcome", outcome),
+	};
+	sl_log_fields(SL_LOG_INFO, "access", f, sizeof(f) / sizeof(f[0]));
 	sl_app_maybe_drained(app);
 }
 

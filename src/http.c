@@ -74,6 +74,13 @@ struct request_state {
 	bool dispatched;
 	bool finished;  /* request_finished() ran */
 	bool head_sent; /* a streamed response has started */
+	/*
+	 * A streamed response's head, held until the first body bytes (or the
+	 * end, or sl_http_flush) so that both leave in one system call: on
+	 * loopback each write wakes the client once more.
+	 */
+	char *held_head;
+	size_t held_head_len;
 };
 
 struct sl_http_conn {
@@ -212,6 +219,7 @@ static void request_free(struct request_state *st)
 		return;
 	free(st->arena);
 	free(st->pub.body);
+	free(st->held_head);
 	free(st);
 }
 
@@ -671,6 +679,26 @@ static int conn_write_raw(struct sl_http_conn *c, const uv_buf_t *bufs,
 }
 
 /*
+ * conn_write_raw, with the held head (if any) in front of bufs: the head
+ * and the body's first bytes go out together.
+ */
+static int conn_write(struct sl_http_conn *c, const uv_buf_t *bufs, unsigned n)
+{
+	struct request_state *st = c->req;
+	if (!st || !st->held_head)
+		return n ? conn_write_raw(c, bufs, n) : 0;
+	uv_buf_t all[3 * SL_HTTP_WRITEV_MAX + 1];
+	if (n >= sizeof(all) / sizeof(all[0]))
+		return UV_EINVAL;
+	all[0] = uv_buf_init(st->held_head, (unsigned)st->held_head_len);
+	memcpy(all + 1, bufs, n * sizeof(*bufs));
+	int rc = conn_write_raw(c, all, n + 1);
+	free(st->held_head);
+	st->held_head = NULL;
+	return rc;
+}
+
+/*
  * Formats a response head; the caller frees it. body_len < 0: chunked.
  * Every value is copied whole (no fixed buffers that could cut a CRLF off);
  * a content type that could break the head's framing is replaced.
@@ -845,13 +873,19 @@ int sl_http_stream_start(struct sl_http_request *req, int status,
 	if (content_length < 0 && st->http10)
 		st->keep_alive = false; /* the body ends with the connection */
 	size_t len;
-	char *head = format_head(c, status, content_type, extra_headers,
-	                         content_length, will_keep_alive(c), &len);
-	uv_buf_t b = uv_buf_init(head, (unsigned)len);
-	int rc = conn_write_raw(c, &b, 1);
-	free(head);
+	free(st->held_head);
+	st->held_head = format_head(c, status, content_type, extra_headers,
+	                            content_length, will_keep_alive(c), &len);
+	st->held_head_len = len;
 	st->head_sent = true;
-	return rc;
+	return 0;
+}
+
+int sl_http_flush(struct sl_http_request *req)
+{
+	if (!can_respond(req))
+		return UV_ECANCELED;
+	return conn_write(req->conn, NULL, 0);
 }
 
 /*
@@ -904,7 +938,7 @@ int sl_http_stream_writev(struct sl_http_request *req, const uv_buf_t *pieces,
 	}
 	if (k == 0)
 		return 0;
-	int rc = conn_write_raw(c, bufs, k);
+	int rc = conn_write(c, bufs, k);
 	if (rc == 0 && c->backlog > SL_HTTP_BACKLOG_HIGH)
 		c->draining_wait = true;
 	return rc;
@@ -925,10 +959,8 @@ void sl_http_stream_end(struct sl_http_request *req)
 		detach_handler(req);
 		return;
 	}
-	if (st->chunked && !st->head_only) {
-		uv_buf_t b = uv_buf_init("0\r\n\r\n", 5);
-		conn_write_raw(c, &b, 1);
-	}
+	uv_buf_t last = uv_buf_init("0\r\n\r\n", 5);
+	conn_write(c, &last, st->chunked && !st->head_only);
 	request_complete(c);
 }
 

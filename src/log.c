@@ -27,15 +27,36 @@ int sl_log_enabled(enum sl_log_level level)
 	return level >= log_min_level;
 }
 
-/* UTC wall-clock time with milliseconds, ISO 8601. */
+/*
+ * UTC wall-clock time with milliseconds, ISO 8601. The seconds are
+ * formatted once per second: the access log asks for a timestamp per
+ * request, and gmtime_r and strftime cost more than the rest of a line.
+ */
 static void format_timestamp(char *buf, size_t size)
 {
+	static time_t cached_sec = -1;
+	static char cached[32];
+	static size_t cached_len;
 	struct timeval tv;
-	struct tm tm;
 	gettimeofday(&tv, NULL);
-	gmtime_r(&tv.tv_sec, &tm);
-	size_t n = strftime(buf, size, "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(buf + n, size - n, ".%03dZ", (int)(tv.tv_usec / 1000));
+	if (tv.tv_sec != cached_sec) {
+		struct tm tm;
+		gmtime_r(&tv.tv_sec, &tm);
+		cached_len = strftime(cached, sizeof(cached),
+		                      "%Y-%m-%dT%H:%M:%S", &tm);
+		cached_sec = tv.tv_sec;
+	}
+	int ms = (int)(tv.tv_usec / 1000);
+	if (size < cached_len + 6)
+		return;
+	memcpy(buf, cached, cached_len);
+	char *p = buf + cached_len;
+	p[0] = '.';
+	p[1] = (char)('0' + ms / 100);
+	p[2] = (char)('0' + ms / 10 % 10);
+	p[3] = (char)('0' + ms % 10);
+	p[4] = 'Z';
+	p[5] = '\0';
 }
 
 /* One write(2), retried only for signals and short writes. */
@@ -83,71 +104,136 @@ static size_t format_json(char *line, size_t size, const char *ts,
 	return n;
 }
 
-/* A text-format value: bare when it is one plain word, else JSON-quoted. */
-static void append_value(char *line, size_t size, size_t *n, json_t *v)
+/* A line being formatted into a fixed buffer; `over` once it did not fit. */
+struct line {
+	char *buf;
+	size_t size, n;
+	bool over;
+};
+
+static void put(struct line *l, const char *s, size_t len)
 {
-	char buf[512];
-	const char *s = NULL;
-	if (json_is_string(v)) {
-		s = json_string_value(v);
-		bool plain = *s != '\0';
-		for (const char *p = s; *p && plain; p++)
-			plain = *p > ' ' && *p != '"' && *p != '\\' &&
-			        (unsigned char)*p < 0x7f;
-		if (!plain) {
-			size_t k = json_dumpb(v, buf, sizeof(buf) - 1,
-			                      JSON_ENCODE_ANY);
-			buf[SL_MIN(k, sizeof(buf) - 1)] = '\0';
-			s = buf;
-		}
-	} else if (json_is_integer(v)) {
-		snprintf(buf, sizeof(buf), "%" JSON_INTEGER_FORMAT,
-		         json_integer_value(v));
-		s = buf;
-	} else if (json_is_real(v)) {
-		snprintf(buf, sizeof(buf), "%g", json_real_value(v));
-		s = buf;
-	} else {
-		s = "-";
+	if (l->over || len > l->size - l->n) {
+		l->over = true;
+		return;
 	}
-	int k = snprintf(line + *n, size - *n, "%s", s);
-	*n = SL_MIN(size - 1, *n + (size_t)SL_MAX(k, 0));
+	memcpy(l->buf + l->n, s, len);
+	l->n += len;
 }
 
-void sl_log_fields(enum sl_log_level level, const char *msg, json_t *fields)
+static void put_str(struct line *l, const char *s)
+{
+	put(l, s, strlen(s));
+}
+
+static void put_num(struct line *l, long long v)
+{
+	char digits[24];
+	size_t k = sizeof(digits);
+	unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v
+	                              : (unsigned long long)v;
+	do {
+		digits[--k] = (char)('0' + u % 10);
+		u /= 10;
+	} while (u > 0);
+	if (v < 0)
+		digits[--k] = '-';
+	put(l, digits + k, sizeof(digits) - k);
+}
+
+/*
+ * Whether s can be written as it is: printable ASCII without quotes or
+ * backslashes, and (for a bare text value) no spaces and not empty.
+ */
+static bool plain(const char *s, bool bare)
+{
+	if (bare && *s == '\0')
+		return false;
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c < ' ' || c >= 0x7f || c == '"' || c == '\\' ||
+		    (bare && c == ' '))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * A string as a JSON value: quoted as it is when plain, else escaped by
+ * jansson. False when it is not UTF-8 (nothing written).
+ */
+static bool put_json_string(struct line *l, const char *s, bool bare)
+{
+	if (plain(s, bare)) {
+		if (!bare)
+			put(l, "\"", 1);
+		put_str(l, s);
+		if (!bare)
+			put(l, "\"", 1);
+		return true;
+	}
+	json_t *v = json_string(s);
+	if (!v)
+		return false;
+	size_t room = l->over ? 0 : l->size - l->n;
+	size_t k = json_dumpb(v, l->buf + l->n, room, JSON_ENCODE_ANY);
+	json_decref(v);
+	if (k > room)
+		l->over = true;
+	else
+		l->n += k;
+	return true;
+}
+
+void sl_log_fields(enum sl_log_level level, const char *msg,
+                   const struct sl_log_field *fields, size_t n)
 {
 	if (level < log_min_level)
 		return;
 	char ts[40];
 	format_timestamp(ts, sizeof(ts));
-	char line[SL_LOG_LINE_MAX + 128];
-	size_t n;
-	if (log_format == SL_LOG_JSON) {
-		json_t *obj = json_pack("{s:s, s:s, s:s}", "ts", ts, "level",
-		                        level_names[level], "msg", msg);
-		json_object_update(obj, fields);
-		n = json_dumpb(obj, line, sizeof(line) - 1, JSON_COMPACT);
-		json_decref(obj);
-		if (n == 0 || n > sizeof(line) - 1)
-			return; /* too long for one line: dropped, not cut */
+	char buf[SL_LOG_LINE_MAX + 128];
+	/* Room is kept for the newline. */
+	struct line l = {.buf = buf, .size = sizeof(buf) - 1};
+	bool json = log_format == SL_LOG_JSON;
+	if (json) {
+		put_str(&l, "{\"ts\":\"");
+		put_str(&l, ts);
+		put_str(&l, "\",\"level\":\"");
+		put_str(&l, level_names[level]);
+		put_str(&l, "\",\"msg\":");
+		if (!put_json_string(&l, msg, false))
+			return;
 	} else {
-		int k = snprintf(line, sizeof(line), "%s %-5s %s", ts,
-		                 level_names[level], msg);
-		n = (size_t)SL_MAX(k, 0);
-		const char *key;
-		json_t *v;
-		json_object_foreach(fields, key, v)
-		{
-			if (n + 2 >= sizeof(line) - 1)
-				break;
-			int w =
-			    snprintf(line + n, sizeof(line) - n, " %s=", key);
-			n = SL_MIN(sizeof(line) - 2, n + (size_t)SL_MAX(w, 0));
-			append_value(line, sizeof(line) - 1, &n, v);
-		}
+		put_str(&l, ts);
+		put(&l, " ", 1);
+		put_str(&l, level_names[level]);
+		put(&l, "      ", 6 - strlen(level_names[level]));
+		put_str(&l, msg);
 	}
-	line[n++] = '\n';
-	write_line(line, n);
+	for (size_t i = 0; i < n; i++) {
+		const struct sl_log_field *f = &fields[i];
+		if (json) {
+			put_str(&l, ",\"");
+			put_str(&l, f->key);
+			put_str(&l, "\":");
+		} else {
+			put(&l, " ", 1);
+			put_str(&l, f->key);
+			put(&l, "=", 1);
+		}
+		if (f->is_num)
+			put_num(&l, f->num);
+		else if (!put_json_string(&l, f->str ? f->str : "-", !json))
+			return; /* not UTF-8: not worth a line */
+	}
+	if (json)
+		put(&l, "}", 1);
+	/* Too long for one line: a JSON line is dropped, a text line cut. */
+	if (l.over && json)
+		return;
+	buf[l.n++] = '\n';
+	write_line(buf, l.n);
 }
 
 void sl_log(enum sl_log_level level, const char *fmt, ...)

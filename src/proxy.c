@@ -881,6 +881,9 @@ static size_t on_upstream_data(char *data, size_t size, size_t n, void *arg)
 	x->feed_len = len;
 	int rc = sl_sse_feed(&x->sse, data, len, on_event, x);
 	relay_flush(x);
+	/* A stream's head goes out now even if no whole event came yet. */
+	if (x->req && x->head_sent)
+		sl_http_flush(x->req);
 	x->feed_data = NULL;
 	if (rc != 0) {
 		fail(x, 502, "upstream sent an oversized event");

@@ -277,6 +277,11 @@ void sl_http_respond_error(struct sl_http_request *req, int status,
  * exactly content_length bytes must follow. Writes return 0, or a negative
  * code when the client is gone (the handler then also gets on_abort). After
  * sl_http_stream_end() `req` belongs to the server again.
+ *
+ * The head is held until the first body bytes, the end or
+ * sl_http_flush(), and leaves with them in one write: a handler that
+ * starts a response and may write nothing before it returns to the loop
+ * calls sl_http_flush() so the client is not kept waiting for the head.
  */
 int sl_http_stream_start(struct sl_http_request *req, int status,
                          const char *content_type, const char *extra_headers,
@@ -285,6 +290,9 @@ int sl_http_stream_write(struct sl_http_request *req, const void *data,
                          size_t len);
 
 void sl_http_stream_end(struct sl_http_request *req);
+
+/* Writes a held head now (see above); 0, or as sl_http_stream_write(). */
+int sl_http_flush(struct sl_http_request *req);
 
 /* The most pieces one sl_http_stream_writev() takes. */
 #define SL_HTTP_WRITEV_MAX 32

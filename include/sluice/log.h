@@ -14,6 +14,7 @@
 #include "sluice/common.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 
 enum sl_log_level { SL_LOG_DEBUG, SL_LOG_INFO, SL_LOG_WARN, SL_LOG_ERROR };
 enum sl_log_format { SL_LOG_TEXT, SL_LOG_JSON };
@@ -25,12 +26,27 @@ void sl_log_setup(enum sl_log_level min_level, enum sl_log_format format);
 int sl_log_enabled(enum sl_log_level level);
 void sl_log(enum sl_log_level level, const char *fmt, ...) SL_PRINTF(2, 3);
 
+/* One field of a line: a string (NULL reads "-") or, with is_num, a number. */
+struct sl_log_field {
+	const char *key; /* a plain word */
+	const char *str;
+	long long num;
+	bool is_num;
+};
+
+#define SL_LOG_STR(k, v) ((struct sl_log_field){.key = (k), .str = (v)})
+#define SL_LOG_NUM(k, v)                                                       \
+	((struct sl_log_field){.key = (k), .num = (v), .is_num = true})
+
 /*
  * A line with fields: text as "msg key=value ..." (values with spaces or
  * quotes are quoted), JSON as one object holding ts, level, msg and the
- * fields. `fields` is a JSON object of strings and numbers, borrowed.
+ * fields, in order. It is formatted in place, without allocating, since
+ * the access log writes one per request; a value that needs escaping goes
+ * through jansson. A line with a string that is not UTF-8 is dropped.
  */
-void sl_log_fields(enum sl_log_level level, const char *msg, json_t *fields);
+void sl_log_fields(enum sl_log_level level, const char *msg,
+                   const struct sl_log_field *fields, size_t n);
 
 #define sl_debug(...) sl_log(SL_LOG_DEBUG, __VA_ARGS__)
 #define sl_info(...) sl_log(SL_LOG_INFO, __VA_ARGS__)
