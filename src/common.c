@@ -67,6 +67,15 @@ char *sl_xstrdup(const char *s)
 	return memcpy(sl_xmalloc(n), s, n);
 }
 
+char *sl_xconcat(const char *a, const char *b)
+{
+	size_t na = strlen(a), nb = strlen(b);
+	char *s = sl_xmalloc(na + nb + 1);
+	memcpy(s, a, na);
+	memcpy(s + na, b, nb + 1);
+	return s;
+}
+
 char *sl_xasprintf(const char *fmt, ...)
 {
 	/* Most strings fit here; measuring into a real buffer, not NULL. */

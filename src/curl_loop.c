@@ -151,6 +151,8 @@ int sl_curl_init(struct sl_curl *c, uv_loop_t *loop)
 void sl_curl_close(struct sl_curl *c, void (*on_closed)(struct sl_curl *))
 {
 	c->on_closed = on_closed;
+	while (c->pooled > 0)
+		curl_easy_cleanup(c->pool[--c->pooled]);
 	/* Closes cached connections, calling on_curl_socket(REMOVE). */
 	curl_multi_cleanup(c->multi);
 	c->multi = NULL;
@@ -168,6 +170,23 @@ void sl_curl_common_options(CURL *e)
 	curl_easy_setopt(e, CURLOPT_PROXY, "");
 	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
 	curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+}
+
+CURL *sl_curl_easy(struct sl_curl *c)
+{
+	return c->pooled > 0 ? c->pool[--c->pooled] : curl_easy_init();
+}
+
+void sl_curl_easy_done(struct sl_curl *c, CURL *easy)
+{
+	if (!easy)
+		return;
+	if (c->pooled == SL_CURL_EASY_POOL || !c->multi) {
+		curl_easy_cleanup(easy);
+		return;
+	}
+	curl_easy_reset(easy);
+	c->pool[c->pooled++] = easy;
 }
 
 int sl_curl_start(struct sl_curl *c, struct sl_transfer *t)

@@ -960,7 +960,7 @@ static bool transport_failure(CURLcode result)
  */
 static void reset_for_retry(struct exchange *x)
 {
-	curl_easy_cleanup(x->transfer.easy);
+	sl_curl_easy_done(&x->app->curl, x->transfer.easy);
 	x->transfer.easy = NULL;
 	curl_slist_free_all(x->headers);
 	x->headers = NULL;
@@ -1148,7 +1148,7 @@ static void exchange_release(struct exchange *x)
 	if (x->next)
 		x->next->prev = x->prev;
 	app->exchanges--;
-	curl_easy_cleanup(x->transfer.easy);
+	sl_curl_easy_done(&app->curl, x->transfer.easy);
 	curl_slist_free_all(x->headers);
 	uv_close((uv_handle_t *)&x->timer, on_timer_closed);
 	if (x->upstream) {
@@ -1221,7 +1221,7 @@ void sl_proxy_abort_all(struct sl_app *app)
 static int start_transfer(struct exchange *x, struct sl_upstream *u)
 {
 	const struct sl_config *cfg = x->app->cfg;
-	CURL *e = curl_easy_init();
+	CURL *e = sl_curl_easy(&x->app->curl);
 	if (!e)
 		return SL_ECURL;
 	x->transfer.easy = e;
@@ -1232,27 +1232,25 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 	snprintf(x->req->info.upstream, sizeof(x->req->info.upstream), "%s",
 	         u->url);
 
-	char *url = sl_xasprintf("%s%s", u->url, x->target);
+	char *url = sl_xconcat(u->url, x->target);
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	free(url);
 	sl_curl_common_options(e);
 	x->headers = curl_slist_append(x->headers, "Expect:");
 	x->headers =
 	    curl_slist_append(x->headers, "Content-Type: application/json");
-	char *id = sl_xasprintf("X-Request-Id: %s", x->id);
+	char *id = sl_xconcat("X-Request-Id: ", x->id);
 	x->headers = curl_slist_append(x->headers, id);
 	free(id);
 	if (x->accept_encoding) {
 		/* Relayed as sent: libcurl does not decode it (no
 		 * CURLOPT_ACCEPT_ENCODING), so Content-Encoding passes too. */
-		char *ae =
-		    sl_xasprintf("Accept-Encoding: %s", x->accept_encoding);
+		char *ae = sl_xconcat("Accept-Encoding: ", x->accept_encoding);
 		x->headers = curl_slist_append(x->headers, ae);
 		free(ae);
 	}
 	if (u->api_key) {
-		char *auth =
-		    sl_xasprintf("Authorization: Bearer %s", u->api_key);
+		char *auth = sl_xconcat("Authorization: Bearer ", u->api_key);
 		x->headers = curl_slist_append(x->headers, auth);
 		free(auth);
 	}

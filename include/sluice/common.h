@@ -69,5 +69,7 @@ void *sl_xcalloc(size_t n, size_t size);
 void *sl_xrealloc(void *ptr, size_t size);
 char *sl_xstrdup(const char *s);
 char *sl_xasprintf(const char *fmt, ...) SL_PRINTF(1, 2);
+/* a then b in one new string: what sl_xasprintf("%s%s") makes, cheaper. */
+char *sl_xconcat(const char *a, const char *b);
 
 #endif

@@ -27,12 +27,22 @@
 #include <stdbool.h>
 #include <uv.h>
 
+/*
+ * Easy handles kept for reuse between transfers. An easy handle holds its
+ * receive buffer and defaults; making one per request and freeing it after
+ * costs more than resetting one. 64 covers the transfers that finish
+ * together under load; beyond that handles are freed as before.
+ */
+#define SL_CURL_EASY_POOL 64
+
 struct sl_curl {
 	CURLM *multi;
 	uv_loop_t *loop;
 	uv_timer_t timer;
 	unsigned open_handles; /* the timer and every socket's poll handle */
 	void (*on_closed)(struct sl_curl *);
+	CURL *pool[SL_CURL_EASY_POOL]; /* reset, idle easy handles */
+	unsigned pooled;
 };
 
 struct sl_transfer;
@@ -58,6 +68,20 @@ void sl_curl_close(struct sl_curl *c, void (*on_closed)(struct sl_curl *));
  * reached directly, whatever http_proxy says), HTTP/1.1, TCP_NODELAY.
  */
 void sl_curl_common_options(CURL *easy);
+
+/*
+ * An easy handle with every option at its default (a reused one, when one
+ * is idle), owned by the caller; NULL when libcurl cannot make one.
+ */
+CURL *sl_curl_easy(struct sl_curl *c);
+
+/*
+ * Gives back an easy handle that is in no multi handle (NULL is fine): it
+ * is reset for the next transfer, or freed when the pool is full. A
+ * transfer removed before its end has had its connection closed already,
+ * so a reused handle carries nothing of it.
+ */
+void sl_curl_easy_done(struct sl_curl *c, CURL *easy);
 
 /* Starts t->easy (configured by the caller). Returns 0 or SL_ECURL. */
 int sl_curl_start(struct sl_curl *c, struct sl_transfer *t);
