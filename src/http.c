@@ -743,8 +743,8 @@ static char *format_head(struct sl_http_conn *c, int status,
 	 * of its cost.
 	 */
 	char status_text[8];
-	size_t status_len = (size_t)snprintf(status_text, sizeof(status_text),
-	                                     "%d ", status);
+	size_t status_len =
+	    (size_t)snprintf(status_text, sizeof(status_text), "%d ", status);
 	const char *pieces[] = {
 	    "HTTP/1.1 ",
 	    status_text,

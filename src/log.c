@@ -42,8 +42,8 @@ static void format_timestamp(char *buf, size_t size)
 	if (tv.tv_sec != cached_sec) {
 		struct tm tm;
 		gmtime_r(&tv.tv_sec, &tm);
-		cached_len = strftime(cached, sizeof(cached),
-		                      "%Y-%m-%dT%H:%M:%S", &tm);
+		cached_len =
+		    strftime(cached, sizeof(cached), "%Y-%m-%dT%H:%M:%S", &tm);
 		cached_sec = tv.tv_sec;
 	}
 	int ms = (int)(tv.tv_usec / 1000);
@@ -130,8 +130,8 @@ static void put_num(struct line *l, long long v)
 {
 	char digits[24];
 	size_t k = sizeof(digits);
-	unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v
-	                              : (unsigned long long)v;
+	unsigned long long u =
+	    v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
 	do {
 		digits[--k] = (char)('0' + u % 10);
 		u /= 10;
