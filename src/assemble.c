@@ -282,40 +282,62 @@ static int add_tool_calls(struct sl_choice_parts *c, const struct sl_jscan *s,
 	return 0;
 }
 
-static int add_openai(struct sl_assembler *a, const struct sl_jscan *s)
+/* The top-level members add_openai reads, found in one walk. */
+enum { TOP_ERROR, TOP_CHOICES, TOP_VERBOSE, TOP_USAGE, N_TOP };
+static const struct sl_jscan_key top_keys[N_TOP] = {
+    [TOP_ERROR] = SL_JSCAN_KEY("error"),
+    [TOP_CHOICES] = SL_JSCAN_KEY("choices"),
+    [TOP_VERBOSE] = SL_JSCAN_KEY("__verbose"),
+    [TOP_USAGE] = SL_JSCAN_KEY("usage"),
+};
+
+static int add_openai(struct sl_assembler *a, const struct sl_jscan *s,
+                      const int *top)
 {
+	enum { INDEX, LOGPROBS, TEXT, DELTA, FINISH, N_CHOICE };
+	static const struct sl_jscan_key choice_keys[N_CHOICE] = {
+	    [INDEX] = SL_JSCAN_KEY("index"),
+	    [LOGPROBS] = SL_JSCAN_KEY("logprobs"),
+	    [TEXT] = SL_JSCAN_KEY("text"),
+	    [DELTA] = SL_JSCAN_KEY("delta"),
+	    [FINISH] = SL_JSCAN_KEY("finish_reason"),
+	};
+	enum { CONTENT, REASONING, TOOL_CALLS, N_DELTA };
+	static const struct sl_jscan_key delta_keys[N_DELTA] = {
+	    [CONTENT] = SL_JSCAN_KEY("content"),
+	    [REASONING] = SL_JSCAN_KEY("reasoning_content"),
+	    [TOOL_CALLS] = SL_JSCAN_KEY("tool_calls"),
+	};
 	bool chat = a->kind == SL_ASSEMBLE_CHAT;
-	int choices = sl_jscan_get(s, 0, "choices");
-	int verbose = sl_jscan_get(s, 0, "__verbose");
-	if (chat && sl_jscan_get(s, 0, "usage") >= 0)
+	int choices = top[TOP_CHOICES];
+	int verbose = top[TOP_VERBOSE];
+	if (chat && top[TOP_USAGE] >= 0)
 		buf_set(&a->base, s->text, s->len);
 	if (!is_type(s, choices, JSMN_ARRAY))
 		return 0;
 	int ch = choices + 1;
 	for (int k = 0; k < s->tok[choices].size;
 	     k++, ch = sl_jscan_skip(s, ch)) {
+		int cv[N_CHOICE];
+		sl_jscan_members(s, ch, choice_keys, cv, N_CHOICE);
 		long idx;
-		struct sl_choice_parts *c =
-		    choice_at(a, s, sl_jscan_get(s, ch, "index"), &idx);
+		struct sl_choice_parts *c = choice_at(a, s, cv[INDEX], &idx);
 		if (!c)
 			return SL_EINVAL;
-		int lp = sl_jscan_get(s, ch, "logprobs");
-		join_array(&c->probs, s, sl_jscan_get(s, lp, "content"));
+		join_array(&c->probs, s,
+		           sl_jscan_get(s, cv[LOGPROBS], "content"));
 		if (!chat) {
-			join_string(&c->text, s, sl_jscan_get(s, ch, "text"));
+			join_string(&c->text, s, cv[TEXT]);
 		} else {
-			int delta = sl_jscan_get(s, ch, "delta");
-			int v = sl_jscan_get(s, delta, "content");
-			join_string(&c->text, s, v);
-			join_string(
-			    &c->reasoning, s,
-			    sl_jscan_get(s, delta, "reasoning_content"));
-			v = sl_jscan_get(s, delta, "tool_calls");
-			if (is_type(s, v, JSMN_ARRAY) &&
-			    add_tool_calls(c, s, v) != 0)
+			int dv[N_DELTA];
+			sl_jscan_members(s, cv[DELTA], delta_keys, dv, N_DELTA);
+			join_string(&c->text, s, dv[CONTENT]);
+			join_string(&c->reasoning, s, dv[REASONING]);
+			if (is_type(s, dv[TOOL_CALLS], JSMN_ARRAY) &&
+			    add_tool_calls(c, s, dv[TOOL_CALLS]) != 0)
 				return SL_EINVAL;
 		}
-		if (!has_value(s, sl_jscan_get(s, ch, "finish_reason")))
+		if (!has_value(s, cv[FINISH]))
 			continue;
 		keep_slice(&c->final, s, ch);
 		/* The first choice's finish is the answer's frame. */
@@ -353,12 +375,15 @@ int sl_assembler_add_scanned(struct sl_assembler *a, const struct sl_jscan *s)
 		return SL_EINVAL;
 	a->seen_event = true;
 	buf_set(&a->last, s->text, s->len);
-	int error = sl_jscan_get(s, 0, "error");
-	if (error >= 0)
-		return add_error(a, s, error);
-	if (a->kind == SL_ASSEMBLE_NATIVE)
-		return add_native(a, s);
-	return add_openai(a, s);
+	if (a->kind == SL_ASSEMBLE_NATIVE) {
+		int error = sl_jscan_get(s, 0, "error");
+		return error >= 0 ? add_error(a, s, error) : add_native(a, s);
+	}
+	int top[N_TOP];
+	sl_jscan_members(s, 0, top_keys, top, N_TOP);
+	if (top[TOP_ERROR] >= 0)
+		return add_error(a, s, top[TOP_ERROR]);
+	return add_openai(a, s, top);
 }
 
 int sl_assembler_add(struct sl_assembler *a, const char *data, size_t len)

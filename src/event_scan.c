@@ -59,47 +59,6 @@ static int array_size(const struct sl_jscan *s, int i)
 	return i >= 0 && sl_jscan_type(s, i) == JSMN_ARRAY ? s->tok[i].size : 0;
 }
 
-/*
- * The values of several members of the object at index obj, in one walk
- * over its members rather than one per key: vals[k] for keys[k], -1 when
- * absent. As sl_jscan_get(), keys are compared as written and the first
- * of duplicate keys wins.
- */
-struct key {
-	const char *name;
-	size_t len;
-};
-#define KEY(literal)                                                           \
-	{                                                                      \
-		literal, sizeof(literal) - 1                                   \
-	}
-
-static void get_members(const struct sl_jscan *s, int obj,
-                        const struct key *keys, int *vals, int n_keys)
-{
-	for (int k = 0; k < n_keys; k++)
-		vals[k] = -1;
-	if (obj < 0 || obj >= s->n || sl_jscan_type(s, obj) != JSMN_OBJECT)
-		return;
-	int key = obj + 1;
-	for (int m = 0; m < s->tok[obj].size && key + 1 < s->n; m++) {
-		/* A key holds its value as its one child; else the text lied.
-		 */
-		if (sl_jscan_type(s, key) != JSMN_STRING ||
-		    s->tok[key].size != 1)
-			return;
-		for (int k = 0; k < n_keys; k++)
-			if (vals[k] < 0 &&
-			    sl_jscan_len(s, key) == keys[k].len &&
-			    memcmp(sl_jscan_text(s, key), keys[k].name,
-			           keys[k].len) == 0) {
-				vals[k] = key + 1;
-				break;
-			}
-		key = sl_jscan_skip(s, key + 1);
-	}
-}
-
 /* Anthropic's and the Responses API's events. */
 static void scan_typed(const struct sl_jscan *s, struct sl_event_facts *f)
 {
@@ -132,13 +91,16 @@ static void scan_typed(const struct sl_jscan *s, struct sl_event_facts *f)
 static void scan_native(const struct sl_jscan *s, struct sl_event_facts *f)
 {
 	enum { ERROR, INDEX, STOP, TOKENS, CONTENT, PREDICTED, N_KEYS };
-	static const struct key keys[N_KEYS] = {
-	    [ERROR] = KEY("error"),     [INDEX] = KEY("index"),
-	    [STOP] = KEY("stop"),       [TOKENS] = KEY("tokens"),
-	    [CONTENT] = KEY("content"), [PREDICTED] = KEY("tokens_predicted"),
+	static const struct sl_jscan_key keys[N_KEYS] = {
+	    [ERROR] = SL_JSCAN_KEY("error"),
+	    [INDEX] = SL_JSCAN_KEY("index"),
+	    [STOP] = SL_JSCAN_KEY("stop"),
+	    [TOKENS] = SL_JSCAN_KEY("tokens"),
+	    [CONTENT] = SL_JSCAN_KEY("content"),
+	    [PREDICTED] = SL_JSCAN_KEY("tokens_predicted"),
 	};
 	int v[N_KEYS];
-	get_members(s, 0, keys, v, N_KEYS);
+	sl_jscan_members(s, 0, keys, v, N_KEYS);
 	if (v[ERROR] >= 0) {
 		f->error = true;
 		return;
@@ -163,11 +125,12 @@ static void scan_native(const struct sl_jscan *s, struct sl_event_facts *f)
 static void scan_openai(const struct sl_jscan *s, struct sl_event_facts *f)
 {
 	enum { ERROR, USAGE, CHOICES, N_KEYS };
-	static const struct key keys[N_KEYS] = {[ERROR] = KEY("error"),
-	                                        [USAGE] = KEY("usage"),
-	                                        [CHOICES] = KEY("choices")};
+	static const struct sl_jscan_key keys[N_KEYS] = {
+	    [ERROR] = SL_JSCAN_KEY("error"),
+	    [USAGE] = SL_JSCAN_KEY("usage"),
+	    [CHOICES] = SL_JSCAN_KEY("choices")};
 	int v[N_KEYS];
-	get_members(s, 0, keys, v, N_KEYS);
+	sl_jscan_members(s, 0, keys, v, N_KEYS);
 	if (v[ERROR] >= 0) {
 		f->error = true;
 		return;
@@ -178,15 +141,24 @@ static void scan_openai(const struct sl_jscan *s, struct sl_event_facts *f)
 		f->count =
 		    int_value(s, sl_jscan_get(s, usage, "completion_tokens"));
 	}
+	enum { DELTA, TEXT, N_CHOICE };
+	static const struct sl_jscan_key choice_keys[N_CHOICE] = {
+	    [DELTA] = SL_JSCAN_KEY("delta"), [TEXT] = SL_JSCAN_KEY("text")};
+	enum { CONTENT, REASONING, TOOL_CALLS, N_DELTA };
+	static const struct sl_jscan_key delta_keys[N_DELTA] = {
+	    [CONTENT] = SL_JSCAN_KEY("content"),
+	    [REASONING] = SL_JSCAN_KEY("reasoning_content"),
+	    [TOOL_CALLS] = SL_JSCAN_KEY("tool_calls")};
 	int n = array_size(s, choices);
 	int c = choices + 1;
 	for (int k = 0; k < n && c < s->n; k++, c = sl_jscan_skip(s, c)) {
-		int d = sl_jscan_get(s, c, "delta");
-		if (nonempty_string(s, sl_jscan_get(s, c, "text")) ||
-		    nonempty_string(s, sl_jscan_get(s, d, "content")) ||
-		    nonempty_string(s,
-		                    sl_jscan_get(s, d, "reasoning_content")) ||
-		    array_size(s, sl_jscan_get(s, d, "tool_calls")) > 0)
+		int cv[N_CHOICE], dv[N_DELTA];
+		sl_jscan_members(s, c, choice_keys, cv, N_CHOICE);
+		sl_jscan_members(s, cv[DELTA], delta_keys, dv, N_DELTA);
+		if (nonempty_string(s, cv[TEXT]) ||
+		    nonempty_string(s, dv[CONTENT]) ||
+		    nonempty_string(s, dv[REASONING]) ||
+		    array_size(s, dv[TOOL_CALLS]) > 0)
 			f->arrivals++;
 	}
 	f->per_arrival = f->arrivals > 0;

@@ -188,6 +188,30 @@ int sl_jscan_get(const struct sl_jscan *s, int obj, const char *key)
 	return -1;
 }
 
+void sl_jscan_members(const struct sl_jscan *s, int obj,
+                      const struct sl_jscan_key *keys, int *vals, int n_keys)
+{
+	for (int k = 0; k < n_keys; k++)
+		vals[k] = -1;
+	if (obj < 0 || obj >= s->n || s->tok[obj].type != JSMN_OBJECT)
+		return;
+	int key = obj + 1;
+	for (int m = 0; m < s->tok[obj].size && key + 1 < s->n; m++) {
+		/* As in sl_jscan_get: a malformed key ends the walk. */
+		if (s->tok[key].type != JSMN_STRING || s->tok[key].size != 1)
+			return;
+		for (int k = 0; k < n_keys; k++)
+			if (vals[k] < 0 &&
+			    sl_jscan_len(s, key) == keys[k].len &&
+			    memcmp(sl_jscan_text(s, key), keys[k].name,
+			           keys[k].len) == 0) {
+				vals[k] = key + 1;
+				break;
+			}
+		key = sl_jscan_skip(s, key + 1);
+	}
+}
+
 bool sl_jscan_is(const struct sl_jscan *s, int i, const char *literal)
 {
 	size_t n = strlen(literal);

@@ -295,6 +295,40 @@ static void test_parent_links(void)
 	free(flat);
 }
 
+/* sl_jscan_members finds in one walk what sl_jscan_get finds key by key. */
+static void test_members_agree_with_get(void)
+{
+	static const char *const texts[] = {
+	    "{\"a\":1,\"b\":{\"a\":2},\"c\":[3,{\"b\":4}]}",
+	    "{\"a\":1,\"a\":2,\"b\":3}", /* the first of duplicates */
+	    "{\"x\":[],\"b\":\"\",\"c\":null}",
+	    "{}",
+	    "[1,2]", /* no object */
+	};
+	static const struct sl_jscan_key keys[] = {
+	    SL_JSCAN_KEY("a"), SL_JSCAN_KEY("b"), SL_JSCAN_KEY("c"),
+	    SL_JSCAN_KEY("missing")};
+	enum { N = sizeof(keys) / sizeof(keys[0]) };
+	for (size_t t = 0; t < sizeof(texts) / sizeof(texts[0]); t++) {
+		struct sl_jscan s;
+		ASSERT_EQ(scan(&s, texts[t]), 0);
+		for (int obj = -1; obj < s.n; obj++) {
+			int vals[N];
+			sl_jscan_members(&s, obj, keys, vals, N);
+			for (int k = 0; k < N; k++)
+				ASSERT_EQ(vals[k],
+				          sl_jscan_get(&s, obj, keys[k].name));
+		}
+		sl_jscan_free(&s);
+	}
+	struct sl_jscan s;
+	ASSERT_EQ(scan(&s, texts[1]), 0);
+	int vals[N];
+	sl_jscan_members(&s, 0, keys, vals, N);
+	ASSERT_STR_EQ(extent_of(&s, vals[0]), "1");
+	sl_jscan_free(&s);
+}
+
 int main(void)
 {
 	RUN(test_objects_and_arrays);
@@ -306,5 +340,6 @@ int main(void)
 	RUN(test_token_limit);
 	RUN(test_heap_path);
 	RUN(test_parent_links);
+	RUN(test_members_agree_with_get);
 	return 0;
 }

@@ -73,6 +73,25 @@ int sl_jscan_skip(const struct sl_jscan *s, int i);
  */
 int sl_jscan_get(const struct sl_jscan *s, int obj, const char *key);
 
+/* A key for sl_jscan_members(): its text as written, and its length. */
+struct sl_jscan_key {
+	const char *name;
+	size_t len;
+};
+#define SL_JSCAN_KEY(literal)                                                  \
+	{                                                                      \
+		literal, sizeof(literal) - 1                                   \
+	}
+
+/*
+ * The values of several members of the object at index obj in one walk
+ * over its members, rather than one walk per key: vals[k] is what
+ * sl_jscan_get(s, obj, keys[k].name) returns (the first of duplicate keys,
+ * -1 when absent).
+ */
+void sl_jscan_members(const struct sl_jscan *s, int obj,
+                      const struct sl_jscan_key *keys, int *vals, int n_keys);
+
 /* Whether token i's text is exactly `literal` ("true", "[DONE]", a key). */
 bool sl_jscan_is(const struct sl_jscan *s, int i, const char *literal);
 
