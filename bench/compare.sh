@@ -169,7 +169,7 @@ install_portkey() {
 	if ! (cd "$PORTKEY_DIR" && npm install --no-audit --no-fund \
 		--ignore-scripts) >"$work/npm.log" 2>&1 || [ ! -f "$PORTKEY_MAIN" ]; then
 		rm -f "$PORTKEY_DIR/package.json"
-		skip portkey "npm install failed: $(tail -n 1 "$work/npm.log")"
+		skip portkey "npm install failed: $(grep -m 2 'npm error' "$work/npm.log" | paste -sd ' ')"
 	fi
 }
 
@@ -203,6 +203,15 @@ fill() {
 		-e "s#@MOCK_PORT@#${port[direct]}#g" "$1" >"$2"
 }
 
+# The version, and the last commit that changed sluice's sources (with
+# "+changes" when the tree differs from it).
+sluice_version() {
+	local commit
+	commit=$(git log -1 --format=%h -- src include 2>/dev/null) || commit=unknown
+	git diff --quiet HEAD -- src include 2>/dev/null || commit+=+changes
+	echo "$("$SLUICE" --version | cut -d' ' -f1-2) (src/ at $commit)"
+}
+
 start_peer() {
 	local name=$1 p
 	p=$(free_port)
@@ -216,9 +225,7 @@ start_peer() {
 			--upstream "http://127.0.0.1:${port[direct]}" \
 			--slots-per-upstream 4096 "${extra[@]}"
 		wait_ready "$name" "http://127.0.0.1:$p/ready" -f || return 0
-		printf '%s (commit %s)\n' "$("$SLUICE" --version | cut -d' ' -f1-2)" \
-			"$(git describe --always --dirty 2>/dev/null || echo unknown)" \
-			>"$work/versions/sluice"
+		sluice_version >"$work/versions/sluice"
 		;;
 	nginx)
 		mkdir -p "$work/nginx"
@@ -363,6 +370,17 @@ for round in $(seq "$ROUNDS"); do
 		say "round $round of $ROUNDS: $peer"
 		measure "$peer" "$round"
 	done
+done
+
+# Proof that each gateway logged every request, as a deployment would.
+mkdir -p "$work/access"
+for peer in "${peers[@]}"; do
+	case $peer in
+	sluice | sluice-relay) grep -c ' access ' "$work/$peer.log" ;;
+	nginx) wc -l <"$work/nginx-access.log" ;;
+	haproxy) wc -l <"$work/haproxy.log" ;;
+	*) continue ;;
+	esac >"$work/access/$peer" || true
 done
 
 python3 "$HERE/report.py" "$work" "$OUT" "$ROUNDS" "$DURATION" "$(nproc)" \

@@ -138,7 +138,7 @@ def cpu_token(v):
     return "{:,.1f}".format(v)
 
 
-def svg_plot(path, peers, med):
+def svg_plot(path, peers, med, footer):
     """Four panels of horizontal bars: the medians of the headline figures."""
     panels = [
         ("added p50 at c=1, µs (log scale)", "added_p50_us", True),
@@ -150,7 +150,7 @@ def svg_plot(path, peers, med):
     bar_h, gap, label_w, bar_w, pad = 18, 6, 190, 230, 20
     panel_h = 30 + len(gateways) * (bar_h + gap)
     panel_w = label_w + bar_w + 90
-    width, height = 2 * panel_w + pad, 2 * panel_h + 40
+    width, height = 2 * panel_w + pad, 2 * panel_h + 56
     out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
            'font-family="sans-serif" font-size="12">' % (width, height),
            '<rect width="100%" height="100%" fill="white"/>',
@@ -193,6 +193,7 @@ def svg_plot(path, peers, med):
                        'stroke-dasharray="4,3"/>' % (x, y0 + 18, x, y1))
             out.append('<text x="%.1f" y="%d" font-size="10">direct {:,.0f}</text>'.format(direct)
                        % (x + 3, y0 + 18))
+    out.append('<text x="10" y="%d" font-size="10" fill="#555">%s</text>' % (height - 6, footer))
     out.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
@@ -241,7 +242,7 @@ def main():
 
     # Against nginx: the issue's targets, from the medians.
     vs = []
-    if "nginx" in peers:
+    if "nginx" in peers and len(set(peers) - {"direct", "nginx"}):
         n = med["nginx"]
         def fmt_added(m):
             if m.get("added_p50_us") is None or m.get("added_p99_us") is None:
@@ -273,7 +274,8 @@ def main():
     notes = ["", "%d round(s), each measuring every path in turn; %s s per run; ranges "
              "are the lowest and highest of the rounds. Load generator (wrk, "
              "sluice-bench), gateway and mock share this machine's %s cores; nothing "
-             "is pinned, so the figures include their competition for CPU." % (rounds, duration, cores)]
+             "is pinned but at c=1 (below), so the figures include their competition "
+             "for CPU." % (rounds, duration, cores)]
     pinned = ("with wrk, the gateway and the mock all on CPU %s (unpinned, which vCPU "
               "each wakeup lands on moves the mock's own p50 between about 11 and 75 µs "
               "from run to run)" % c1_cpu if c1_cpu != "none" else "unpinned")
@@ -289,6 +291,12 @@ def main():
     if "portkey" in peers or "portkey" in skipped:
         notes.append("Portkey holds each stream's first chunk about 25 ms by design, "
                      "which its time to first token shows; it writes no access log.")
+    logged = {p: read_line("%s/access/%s" % (work, p)) for p in peers
+              if os.path.exists("%s/access/%s" % (work, p))}
+    if logged:
+        notes.append("Access log lines written over the run: " + "; ".join(
+            "%s {:,}".format(int(n)) % LABELS[p].replace("`", "") for p, n in logged.items()
+            if n and n.isdigit()) + ".")
     if versions:
         notes.append("Versions: " + "; ".join("%s: %s" % (p, v) for p, v in versions.items()) + ".")
     if problems:
@@ -304,7 +312,9 @@ def main():
                    "skipped": skipped, "versions": versions, "errors": problems},
                   f, indent=2)
         f.write("\n")
-    svg_plot(os.path.join(out, "compare.svg"), peers, med)
+    svg_plot(os.path.join(out, "compare.svg"), peers, med,
+             "bench/compare.sh: %d round(s) of %s s runs; wrk -t1; load generator, "
+             "gateways and mock share %s cores" % (rounds, duration, cores))
 
 
 if __name__ == "__main__":
