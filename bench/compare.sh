@@ -40,8 +40,9 @@
 # cannot be had is skipped, and the output says why. Results: a Markdown
 # table on stdout and in $SLUICE_BENCH_OUT (default bench/results)/compare.md,
 # every figure per round in compare.json, and a plot, compare.svg. The load
-# generator, the gateways and the mock share the machine's cores; nothing
-# is pinned.
+# generator, the gateways and the mock share the machine's cores; only the
+# runs at concurrency 1 are pinned (C1_CPU, below). Portkey needs node (20
+# is what it was measured on) and npm; without them it is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,7 +56,8 @@ MOCK=build/bench/mock-llama-server
 HERE=bench/compare
 PORTKEY_DIR=${XDG_CACHE_HOME:-$HOME/.cache}/sluice/portkey
 PORTKEY_MAIN=$PORTKEY_DIR/node_modules/@portkey-ai/gateway/build/start-server.js
-# Concurrency of the loaded runs, and tokens per streamed answer.
+# Concurrency of the loaded runs (report.py calls it c=32), and tokens
+# per streamed answer.
 LOAD_CONCURRENCY=32
 STREAM_TOKENS=64
 # A run that has not ended this long after its DURATION has hung.
@@ -116,7 +118,8 @@ cpu_ticks() {
 set_affinity() {
 	local p
 	for p in $(family "${pid[$1]}"); do
-		taskset -a -cp "$2" "$p" >/dev/null
+		# A process that has exited has no affinity left to set.
+		taskset -a -cp "$2" "$p" >/dev/null 2>&1 || true
 	done
 }
 
