@@ -17,13 +17,13 @@
 #   portkey       Portkey's AI gateway (npm @portkey-ai/gateway) on node
 #
 # Each round measures every peer in turn, so that drift on a shared machine
-# hits them all alike; ROUNDS (default 2) rounds of six runs of DURATION
-# (default 3) seconds per peer:
-#   0. the mock alone, plain answers at concurrency 1 (wrk -t1 -c1
-#      --latency), just before the peer's own runs: latency at concurrency
-#      1 drifts with what else the machine runs, and a pair sees one drift;
-#   1. plain answers at concurrency 1 through the peer: p50 and p99, less
-#      those of run 0: the latency the path adds;
+# hits them all alike: ROUNDS (default 2) rounds, in each five
+# measurements per peer of DURATION (default 3) seconds, the first with as
+# many seconds of the mock alone beside it:
+#   1. plain answers at concurrency 1 (wrk -t1 -c1 --latency), in slices
+#      of one second, each through the peer right after one to the mock
+#      alone: the peer's p50 and p99 less the mock's, the median of the
+#      pairs, is the latency the path adds;
 #   2. plain answers at concurrency 32 (wrk -t1 -c32): requests/s, and the
 #      gateway's CPU time (/proc/PID/stat utime+stime, nginx's worker
 #      included) divided by the requests answered;
@@ -299,18 +299,22 @@ with_cpu() {
 # measure PEER ROUND: the runs of one peer in one round, their figures in
 # $work/rROUND-PEER-*.json.
 measure() {
-	local peer=$1 stem=$work/r$2-$1
+	local peer=$1 stem=$work/r$2-$1 slice
 	if [ "$C1_CPU" != none ]; then
 		set_affinity direct "$C1_CPU"
 		set_affinity "$peer" "$C1_CPU"
 		pinned=(taskset -c "$C1_CPU")
 	fi
-	# The mock alone just before: latency at concurrency 1 drifts with
-	# what else the machine runs, and the pair sees the same drift.
-	if [ "$peer" != direct ]; then
-		wrk_chat direct 1 16 off "$stem-base-c1.json"
-	fi
-	wrk_chat "$peer" 1 16 off "$stem-c1.json"
+	# Latency at concurrency 1 drifts with what else the machine runs: one
+	# second of the mock alone, then one of the peer, DURATION times over;
+	# each pair sees one drift, and the median pair leaves out a second
+	# that another process took.
+	for slice in $(seq "$DURATION"); do
+		if [ "$peer" != direct ]; then
+			DURATION=1 wrk_chat direct 1 16 off "$stem-base-c1-$slice.json"
+		fi
+		DURATION=1 wrk_chat "$peer" 1 16 off "$stem-c1-$slice.json"
+	done
 	if [ "$C1_CPU" != none ]; then
 		set_affinity direct "$all_cpus"
 		set_affinity "$peer" "$all_cpus"

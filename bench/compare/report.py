@@ -3,15 +3,16 @@
 
 usage: report.py WORK OUT ROUNDS DURATION CORES STREAM-TOKENS C1-CPU PEER...
 
-WORK holds, per round R and peer P, rR-P-base-c1.json (the mock alone, just
-before), rR-P-c1.json, rR-P-c32.json and rR-P-w32.json (wrk, from
-chat.lua), rR-P-c32-cpu.json and rR-P-w32-cpu.json (CPU ticks over those
+WORK holds, per round R and peer P, rR-P-c1-I.json and rR-P-base-c1-I.json
+(wrk, from chat.lua: second I through the peer, and of the mock alone just
+before), rR-P-c32.json and rR-P-w32.json (wrk), rR-P-c32-cpu.json and rR-P-w32-cpu.json (CPU ticks over those
 runs), rR-P-s32.json and rR-P-s1.json (sluice-bench); versions/P and
 skipped/P hold a line each. Writes OUT/compare.json (every figure, per round, and the
 medians) and OUT/compare.svg (a plot of the medians), and prints the
 Markdown report, which the script also saves as OUT/compare.md. Nothing but
 the standard library is used, so that the plot needs no package.
 """
+import itertools
 import json
 import math
 import os
@@ -46,29 +47,44 @@ def read_line(path):
         return None
 
 
+def checked(run, peer, r, what, problems):
+    """A wrk run's figures, or None, with its errors noted."""
+    if run is None:
+        problems.append("%s, round %d: %s: no result" % (peer, r, what))
+    elif run["errors"] or run["status_errors"]:
+        problems.append("%s, round %d: %s: %d socket errors, %d answers not 2xx"
+                        % (peer, r, what, run["errors"], run["status_errors"]))
+    return run if run and run["requests"] else None
+
+
 def one_round(work, r, peer, tokens, problems):
     """The figures of one peer in one round; absent where a run failed."""
     stem = "%s/r%d-%s" % (work, r, peer)
     fig = {}
     runs = {}
-    for name, what in (("base-c1", "the mock alone, plain at c=1"),
-                       ("c1", "plain at c=1"), ("c32", "plain at c=32"),
-                       ("w32", "streams at c=32 (wrk)")):
-        run = runs[name] = load("%s-%s.json" % (stem, name))
-        if run is None:
-            if name != "base-c1" or peer != "direct":
-                problems.append("%s, round %d: %s: no result" % (peer, r, what))
-        elif run["errors"] or run["status_errors"]:
-            problems.append("%s, round %d: %s: %d socket errors, %d answers not 2xx"
-                            % (peer, r, what, run["errors"], run["status_errors"]))
-        if run and not run["requests"]:
-            runs[name] = None
-    c1, base, c32, w32 = runs["c1"], runs["base-c1"], runs["c32"], runs["w32"]
-    if c1:
-        fig["p50_us"], fig["p99_us"] = c1["p50_us"], c1["p99_us"]
-        if base:
-            fig["added_p50_us"] = c1["p50_us"] - base["p50_us"]
-            fig["added_p99_us"] = c1["p99_us"] - base["p99_us"]
+    for name, what in (("c32", "plain at c=32"), ("w32", "streams at c=32 (wrk)")):
+        runs[name] = checked(load("%s-%s.json" % (stem, name)), peer, r, what, problems)
+    c32, w32 = runs["c32"], runs["w32"]
+    # Concurrency 1: slices of a second through the peer, each after one
+    # to the mock alone (not for the mock itself).
+    slices = []
+    for i in itertools.count(1):
+        # wrk's output is kept even where it wrote no figures.
+        if not os.path.exists("%s-c1-%d.txt" % (stem, i)):
+            break
+        what = "plain at c=1, second %d" % i
+        c1 = checked(load("%s-c1-%d.json" % (stem, i)), peer, r, what, problems)
+        base = load("%s-base-c1-%d.json" % (stem, i))
+        if peer != "direct":
+            base = checked(base, peer, r, "the mock alone before " + what, problems)
+        if c1:
+            slices.append((c1, base))
+    if not slices:
+        problems.append("%s, round %d: plain at c=1: no result" % (peer, r))
+    for q in ("p50", "p99"):
+        key = q + "_us"
+        fig[key] = median(c1[key] for c1, _ in slices)
+        fig["added_" + key] = median(c1[key] - base[key] for c1, base in slices if base)
     cpu = load(stem + "-c32-cpu.json")
     if c32:
         fig["req_per_s"] = c32["requests"] / c32["duration_s"]
@@ -206,7 +222,8 @@ def main():
     problems = []
     per_round = {p: [one_round(work, r, p, tokens, problems) for r in range(1, rounds + 1)]
                  for p in peers}
-    keys = sorted({k for p in peers for fig in per_round[p] for k in fig})
+    keys = sorted({k for p in peers for fig in per_round[p] for k in fig
+                   if fig[k] is not None})
     med = {p: {k: median(fig.get(k) for fig in per_round[p]) for k in keys} for p in peers}
     skipped = {p: read_line("%s/skipped/%s" % (work, p))
                for p in ORDER if os.path.exists("%s/skipped/%s" % (work, p))}
@@ -279,8 +296,9 @@ def main():
     pinned = ("with wrk, the gateway and the mock all on CPU %s (unpinned, which vCPU "
               "each wakeup lands on moves the mock's own p50 between about 11 and 75 µs "
               "from run to run)" % c1_cpu if c1_cpu != "none" else "unpinned")
-    notes.append("Added latency: the path's p50 (p99) at c=1 less the mock's own, "
-                 "measured just before it, %s. Streams/s and CPU per token: wrk, which reads "
+    notes.append("Added latency: the path's p50 (p99) at c=1 less the mock's own, in "
+                 "one-second slices, each right after one to the mock alone, the median "
+                 "of the pairs; %s. Streams/s and CPU per token: wrk, which reads "
                  "each stream of %d tokens whole. Time to first token: sluice-bench, "
                  "which times each event; its work per event holds it to a tenth of "
                  "wrk's rate, so at c=32 the first token also waits on the client."
