@@ -269,8 +269,9 @@ def main():
         vs += ["", "Against nginx (medians of the rounds; a ratio is the path's figure "
                "over nginx's):", "",
                "| path | req/s at c=32 | added p50 / p99 at c=1 (nginx: %s) | CPU per request "
-               "| streams/s at c=32 | TTFT p50 at c=32, less nginx's |" % fmt_added(n),
-               "| --- | ---: | ---: | ---: | ---: | ---: |"]
+               "| streams/s at c=32 | TTFT p50 at c=32, less nginx's "
+               "| TTFT p50 at c=1, less nginx's |" % fmt_added(n),
+               "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
 
         def ratio(p, k):
             a, b = med[p].get(k), n.get(k)
@@ -283,10 +284,11 @@ def main():
         for p in peers:
             if p in ("direct", "nginx"):
                 continue
-            vs.append("| %s | %s | %s | %s | %s | %s |" % (
+            vs.append("| %s | %s | %s | %s | %s | %s | %s |" % (
                 LABELS[p], ratio(p, "req_per_s"), fmt_added(med[p]),
                 ratio(p, "cpu_us_per_request"), ratio(p, "streams_per_s"),
-                diff(p, "ttft_p50_ms_s32", lambda v: "{:+.2f} ms".format(v))))
+                diff(p, "ttft_p50_ms_s32", "{:+.2f} ms".format),
+                diff(p, "ttft_p50_ms_s1", "{:+.2f} ms".format)))
 
     notes = ["", "%d round(s), each measuring every path in turn; %s s per run; ranges "
              "are the lowest and highest of the rounds. Load generator (wrk, "
