@@ -88,7 +88,161 @@ start_sluice() { # start_sluice NAME ARGS...
 	exit 1
 }
 
-start_llama() {
+start_llama() { # start_llama NAME SLOTS
+	local port
+	port=$(free_port)
+	start "$1" "$LLAMA" --host 127.0.0.1 --port "$port" -m "$MODEL" \
+		-np "$2" -c $(($2 * 4096)) --no-kv-unified --no-webui --metrics
+	eval "${1}_port=$port"
+	for _ in $(seq 600); do
+		curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0
+		sleep 0.1
+	done
+	echo "bench/run.sh: llama-server never became healthy" >&2
+	exit 1
+}
+
+bench() { # bench FILE-STEM ARGS...: one sluice-bench invocation
+	local stem=$1
+	shift
+	"$BENCH" --quiet on --json "$OUT/$stem.json" "$@" | tee "$OUT/$stem.md"
+}
+
+# Peak and current resident memory of a process, in KiB.
+rss_kib() { awk '/^VmRSS/ { print $2 }' "/proc/$1/status"; }
+cpu_seconds() { # user+system CPU seconds of a process
+	awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
+}
+
+# Waits until sluice reports N requests in flight (polls /health).
+wait_inflight() { # PORT N
+	for _ in $(seq 1200); do
+		n=$(curl -s "http://127.0.0.1:$1/health" |
+			python3 -c 'import json,sys; print(json.load(sys.stdin)["inflight"])' 2>/dev/null || echo 0)
+		[ "$n" -ge "$2" ] && return 0
+		sleep 0.1
+	done
+	echo "bench/run.sh: never saw $2 requests in flight" >&2
+	return 1
+}
+
+overhead() {
+	say "overhead: the same load straight to the mock and through sluice"
+	start_mock mock --slots 4096
+	# Plain answers two ways: assembled from an upstream stream (the
+	# default) and relayed as they come (--stream-upstream off).
+	start_sluice front --upstream "http://127.0.0.1:$mock_port" \
+		--batch-window 0 --slots-per-upstream 4096 --max-connections 19000
+	start_sluice relay --upstream "http://127.0.0.1:$mock_port" \
+		--batch-window 0 --slots-per-upstream 4096 --max-connections 19000 \
+		--stream-upstream off
+	for c in 1 16 256; do
+		n=$((c == 1 ? 5000 : 20000))
+		bench "overhead-direct-c$c" --url "http://127.0.0.1:$mock_port" \
+			--endpoint chat --stream off --concurrency "$c" \
+			--requests "$n" --label "direct c=$c"
+		bench "overhead-sluice-c$c" --url "http://127.0.0.1:$front_port" \
+			--endpoint chat --stream off --concurrency "$c" \
+			--requests "$n" --label "sluice c=$c"
+		bench "overhead-relay-c$c" --url "http://127.0.0.1:$relay_port" \
+			--endpoint chat --stream off --concurrency "$c" \
+			--requests "$n" --label "sluice relay c=$c"
+	done
+
+	say "throughput: sluice's CPU time per request at concurrency 64"
+	for name in front relay; do
+		pid_var="${name}_pid" port_var="${name}_port"
+		cpu0=$(cpu_seconds "${!pid_var}")
+		bench "throughput-$name" --url "http://127.0.0.1:${!port_var}" \
+			--endpoint chat --stream off --concurrency 64 \
+			--requests 50000 --label "sluice $name"
+		cpu1=$(cpu_seconds "${!pid_var}")
+		python3 -c '
+import json, sys
+cpu = float(sys.argv[2]) - float(sys.argv[1])
+run = json.load(open(sys.argv[3]))["runs"][0]
+print("%s: sluice CPU %.2f s for %d requests: %.1f us per request, "
+      "%.0f requests per CPU-second (one core)"
+      % (sys.argv[4], cpu, run["success"], cpu * 1e6 / run["success"],
+         run["success"] / cpu))' "$cpu0" "$cpu1" "$OUT/throughput-$name.json" "$name" |
+			tee "$OUT/throughput-$name-cpu.md"
+	done
+	stop relay
+	stop front
+	stop mock
+
+	say "streams: added time to first token and inter-token gaps"
+	start_mock slowmock --slots 4096 --prompt-delay-ms 20 --token-delay-ms 10 \
+		--tokens 32
+	start_sluice sfront --upstream "http://127.0.0.1:$slowmock_port" \
+		--batch-window 0 --slots-per-upstream 4096
+	for c in 1 64; do
+		bench "stream-direct-c$c" --url "http://127.0.0.1:$slowmock_port" \
+			--endpoint chat --stream on --concurrency "$c" \
+			--requests $((c * 20)) --label "direct c=$c"
+		bench "stream-sluice-c$c" --url "http://127.0.0.1:$sfront_port" \
+			--endpoint chat --stream on --concurrency "$c" \
+			--requests $((c * 20)) --label "sluice c=$c"
+	done
+	stop sfront
+	stop slowmock
+
+	say "memory: 10,000 idle connections"
+	start_mock idlemock --slots 16
+	start_sluice idle --upstream "http://127.0.0.1:$idlemock_port" \
+		--max-connections 19000 --keepalive-timeout 600 --header-timeout 600
+	python3 -c '
+import socket, sys
+port, pid = int(sys.argv[1]), int(sys.argv[2])
+def rss():
+    for line in open("/proc/%d/status" % pid):
+        if line.startswith("VmRSS"):
+            return int(line.split()[1])
+# A request first: buffers that every connection shares are warmed.
+s = socket.create_connection(("127.0.0.1", port))
+s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"); s.recv(65536); s.close()
+before = rss()
+conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(10000)]
+for c in conns:  # each sends a request, gets its answer, then idles
+    c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+for c in conns:
+    c.recv(65536)
+after = rss()
+print("10000 idle keep-alive connections: sluice RSS %d KiB -> %d KiB: "
+      "%.2f KiB per connection" % (before, after, (after - before) / 10000))
+for c in conns:
+    c.close()' "$idle_port" "$idle_pid" | tee "$OUT/memory-idle.md"
+	stop idle
+	stop idlemock
+
+	# sluice holds two descriptors per stream (client, upstream): with the
+	# hard limit of 20000 here (ulimit -Hn), 9,900 streams fit.
+	max_streams=${SLUICE_BENCH_MAX_STREAMS:-9900}
+	for n in 1000 "$max_streams"; do
+		say "memory: $n concurrent streams (10 s each)"
+		start_mock "longmock$n" --slots 20000 --token-delay-ms 100 --tokens 100
+		port_var="longmock${n}_port"
+		start_sluice "streams$n" --upstream "http://127.0.0.1:${!port_var}" \
+			--batch-window 0 --slots-per-upstream 20000 \
+			--max-connections 19000 --max-queue 20000
+		pid_var="streams${n}_pid" sport_var="streams${n}_port"
+		rss0=$(rss_kib "${!pid_var}")
+		bench "streams-$n" --url "http://127.0.0.1:${!sport_var}" \
+			--endpoint chat --stream on --max-tokens 100 \
+			--concurrency "$n" --requests "$n" --timeout 120 \
+			--label "$n streams" &
+		bench_pid=$!
+		wait_inflight "${!sport_var}" "$n"
+		rss1=$(rss_kib "${!pid_var}")
+		wait "$bench_pid"
+		echo "$n concurrent streams: sluice RSS $rss0 KiB -> $rss1 KiB with all in flight: $(((rss1 - rss0) / n)) KiB per stream" |
+			tee "$OUT/memory-streams-$n.md"
+		stop "streams$n"
+		stop "longmock$n"
+	done
+}
+
+llama() {
 	say "real llama-server (demo model, 4 slots): the mini-v sweep"
 	start_llama ls 4
 	start_sluice auto --upstream "http://127.0.0.1:$ls_port"
