@@ -906,6 +906,7 @@ static void test_auto_reserve_decays_after_urgent_traffic_stops(void)
 	ASSERT(zero_at < 20000 + 30000);
 	sim_run(&m, t, t + 1000);
 	ASSERT_EQ(m.busy, m.slots);
+	sl_sched_free(&m.s);
 
 	/* Held back with slots free and nothing else happening: the queue
 	 * asks to run again, and at those times alone the request leaves. */
