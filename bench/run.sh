@@ -284,7 +284,10 @@ PY
 
 priority() {
 	say "priority under saturation: twice capacity, open loop"
-	start_llama pls 4
+	# One thread: llama-server's threads spin at every barrier, so on a
+	# shared two-core machine a second thread turns a neighbour's load
+	# into stalls of seconds; one thread slows in proportion instead.
+	LLAMA_ARG_THREADS=1 start_llama pls 4
 	# One sluice per urgent reserve: none, one slot, two slots, and the
 	# default (auto: sized from the urgent traffic it sees).
 	common_sluice=(--upstream "http://127.0.0.1:$pls_port" --max-queue 64

@@ -891,7 +891,8 @@ static void test_auto_reserve_decays_after_urgent_traffic_stops(void)
 	/* Still kept a second later: the traffic may come back. */
 	sim_run(&m, 20000, 21000);
 	ASSERT(sl_sched_urgent_reserve(&m.s) > 0);
-	/* About 50 arrivals in memory forget in 5 s * ln 50, about 20 s. */
+	/* About 50 arrivals in memory fall below half of one in
+	 * 5 s * ln 100, about 23 s. */
 	uint64_t t = 21000, zero_at = 0;
 	unsigned last = sl_sched_urgent_reserve(&m.s);
 	for (; t < 60000 && !zero_at; t++) {
@@ -928,6 +929,30 @@ static void test_auto_reserve_decays_after_urgent_traffic_stops(void)
 	}
 	ASSERT_EQ(m.normal_served, 1);
 	ASSERT_EQ(sl_sched_urgent_reserve(&m.s), 0);
+	sl_sched_free(&m.s);
+}
+
+/*
+ * A lone urgent request under overload: it finds no slot kept, keeps one
+ * for whoever may follow, and after 5 s * ln 2 (3.47 s) of quiet the slot
+ * goes back to the rest.
+ */
+static void test_auto_reserve_after_a_lone_urgent_request(void)
+{
+	struct sim m;
+	sim_start(&m, 4, SL_SCHED_RESERVE_AUTO);
+	sim_run(&m, 0, 10000);
+	sim_push(&m, true, 10000);
+	sim_run(&m, 10000, 10001);
+	ASSERT_EQ(m.urgent_served, 0); /* no slot was kept for it */
+	ASSERT_EQ(sl_sched_urgent_reserve(&m.s), 1);
+	sim_run(&m, 10001, 13400);
+	ASSERT_EQ(m.urgent_served, 1);
+	ASSERT_EQ(sl_sched_urgent_reserve(&m.s), 1);
+	ASSERT_EQ(m.busy, m.slots - 1);
+	sim_run(&m, 13400, 13600);
+	ASSERT_EQ(sl_sched_urgent_reserve(&m.s), 0);
+	ASSERT_EQ(m.busy, m.slots);
 	sl_sched_free(&m.s);
 }
 
@@ -1175,6 +1200,7 @@ int main(void)
 	RUN(test_auto_reserve_reacts_within_a_second);
 	RUN(test_auto_reserve_spares_urgent_requests_the_wait);
 	RUN(test_auto_reserve_decays_after_urgent_traffic_stops);
+	RUN(test_auto_reserve_after_a_lone_urgent_request);
 	RUN(test_auto_reserve_never_reaches_the_slots);
 	RUN(test_queue_timeout);
 	RUN(test_requeue_keeps_place_and_deadline);
