@@ -307,13 +307,13 @@ priority() {
 	rate=$(python3 -c "import json; r=json.load(open('$OUT/prio-capacity.json'))['runs'][0]; print(round(2 * r['req_per_s'], 1))")
 	load=(--rate "$rate" --duration 20 --requests 100000)
 	# Overload makes some requests fail (429): not an error of the run.
-	# All normal first, through the default sluice before it has seen an
-	# urgent request (what auto costs without urgent traffic), then
-	# through the one without a reserve.
-	bench prio-normal-auto --url "http://127.0.0.1:$auto_port" \
-		"${common[@]}" "${load[@]}" --label "all normal, default" || true
+	# All normal first, through the sluice without a reserve, then through
+	# the default one before it has seen an urgent request (what auto
+	# costs without urgent traffic).
 	bench prio-normal --url "http://127.0.0.1:$prio_port" "${common[@]}" \
 		"${load[@]}" --label "all normal" || true
+	bench prio-normal-auto --url "http://127.0.0.1:$auto_port" \
+		"${common[@]}" "${load[@]}" --label "all normal, default" || true
 	mix=(--priority-mix urgent=0.1,normal=0.9)
 	bench prio-mixed --url "http://127.0.0.1:$prio_port" "${common[@]}" \
 		"${load[@]}" "${mix[@]}" --label "mixed, reserve 0" || true

@@ -933,9 +933,10 @@ static void test_auto_reserve_decays_after_urgent_traffic_stops(void)
 }
 
 /*
- * A lone urgent request under overload: it finds no slot kept, keeps one
- * for whoever may follow, and after 5 s * ln 2 (3.47 s) of quiet the slot
- * goes back to the rest.
+ * A lone urgent request under overload: it finds no slot kept, keeps some
+ * for whoever may follow (one, once its rate is read over more than the
+ * first moments), and after 5 s * ln 2 (3.47 s) of quiet the slot goes
+ * back to the rest.
  */
 static void test_auto_reserve_after_a_lone_urgent_request(void)
 {
@@ -945,7 +946,7 @@ static void test_auto_reserve_after_a_lone_urgent_request(void)
 	sim_push(&m, true, 10000);
 	sim_run(&m, 10000, 10001);
 	ASSERT_EQ(m.urgent_served, 0); /* no slot was kept for it */
-	ASSERT_EQ(sl_sched_urgent_reserve(&m.s), 1);
+	ASSERT(sl_sched_urgent_reserve(&m.s) >= 1);
 	sim_run(&m, 10001, 13400);
 	ASSERT_EQ(m.urgent_served, 1);
 	ASSERT_EQ(sl_sched_urgent_reserve(&m.s), 1);
