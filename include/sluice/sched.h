@@ -40,7 +40,7 @@
  * SL_SCHED_URGENT_WAIT_TARGET, within [1, n - 1]: each step adds one term,
  * so it costs O(R). With fewer than SL_SCHED_URGENT_MIN_SEEN urgent
  * arrivals in memory the reserve is 0, so it decays back to 0 after
- * urgent traffic stops (from 13 a second, in about 25 s). The estimate is
+ * urgent traffic stops (from 13 a second, in about 20 s). The estimate is
  * refreshed at every sl_sched_run(), which also samples the slots once
  * (two owner calls) and decays the sums (an exp()): O(1). The model
  * assumes overload; below it the reserve is larger than needed, and costs
@@ -131,13 +131,12 @@
  * about 12%, and forgets a finished burst within tens of seconds.
  *
  * A first urgent arrival after a quiet spell opens a new measure of the
- * rate, counted over at least SL_SCHED_URGENT_MIN_SPAN_MS. One arrival in
- * 250 ms reads as 4 a second, so the first of a spell already keeps slots
- * for those that follow while the normal requests holding them finish
- * (in test_sched's simulation, 8 urgent a second on 4 slots of 65 ms:
- * 1.7 of a spell's first 16 urgent requests wait, against 2.1 with 1 s,
- * the first one always). A shorter span would read two close arrivals as
- * a flood.
+ * rate, counted over at least SL_SCHED_URGENT_MIN_SPAN_MS. Two arrivals
+ * in 250 ms read as 8 a second, so the reserve a spell needs is kept from
+ * its second arrival on, while the normal requests holding the slots
+ * finish (in test_sched's simulation, 8 urgent a second on 4 slots of 65 ms:
+ * 2.6 of a spell's first 16 urgent requests wait, against 2.9 with 1 s).
+ * A shorter span would read two close arrivals as a flood.
  *
  * The share of urgent arrivals allowed to find no free slot under
  * overload: 1 in 20. Such an arrival waits for the next slot to free, a
@@ -146,13 +145,14 @@
  * other traffic a whole slot, so a tighter target is dear (on 4 slots,
  * 1% would reserve 3 where 5% reserves 2 at the load above).
  *
- * Urgent arrivals in memory (decayed) below which the reserve is 0: half
- * of one. The first urgent request after a quiet spell finds no slot kept
- * (nothing told sluice to keep one), but it keeps one for those that may
- * follow, for 5 s * ln 2, about 3.5 s; the next arrivals then size the
- * reserve. With the threshold at one whole arrival the reserve would fall
- * back to 0 the moment after the first, and the second would wait too,
- * which a measured 150 urgent requests' p99 could not hide.
+ * Urgent arrivals in memory (decayed) below which the reserve is 0: one.
+ * A lone urgent request is not traffic worth idling a slot for; from a
+ * second one on the reserve holds, for up to 3.5 s (5 s * ln 2) after
+ * two close arrivals. Not handled: so the first two urgent requests of a
+ * spell find nothing kept. Half an arrival would keep a slot after the first
+ * one for 3.5 s (in test_sched's simulation, 1.7 of a spell's first 16 urgent
+ * requests wait rather than 2.6), but then every lone urgent request
+ * under overload holds a slot from other traffic for seconds.
  *
  * While free slots sit reserved and other requests wait, sl_sched_run()
  * asks to be called again after SL_SCHED_RESERVE_RECHECK_MS, as the
@@ -163,7 +163,7 @@
 #define SL_SCHED_LOAD_MEMORY_MS 5000
 #define SL_SCHED_URGENT_MIN_SPAN_MS 250
 #define SL_SCHED_URGENT_WAIT_TARGET 0.05
-#define SL_SCHED_URGENT_MIN_SEEN 0.5
+#define SL_SCHED_URGENT_MIN_SEEN 1.0
 #define SL_SCHED_RESERVE_RECHECK_MS 100
 /* heap_index of an item that is not queued. */
 #define SL_SCHED_NOT_QUEUED UINT32_MAX
