@@ -126,9 +126,9 @@
 /*
  * urgent_reserve meaning "auto" (see Urgent reserve, auto, above).
  *
- * The estimates' memory: 5 s holds about 65 arrivals at the 13 urgent
- * requests a second of bench/RESULTS.md (c), so lambda is known within
- * about 12%, and forgets a finished burst within tens of seconds.
+ * The estimates' memory: 5 s holds about 65 arrivals at 13 urgent
+ * requests a second (10% of twice a 67/s capacity), so lambda is known
+ * within about 12%, and forgets a finished burst within tens of seconds.
  *
  * A first urgent arrival after a quiet spell opens a new measure of the
  * rate, counted over at least SL_SCHED_URGENT_MIN_SPAN_MS. Two arrivals
