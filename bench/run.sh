@@ -300,11 +300,18 @@ PY
 
 priority() {
 	say "priority under saturation: twice capacity, open loop"
-	start_llama pls 4
-	start_sluice prio --upstream "http://127.0.0.1:$pls_port" \
-		--max-queue 64 --queue-timeout 30
-	start_sluice reserve --upstream "http://127.0.0.1:$pls_port" \
-		--max-queue 64 --queue-timeout 30 --urgent-reserve 1
+	# One thread: llama-server's threads spin at every barrier, so on a
+	# shared two-core machine a second thread turns a neighbour's load
+	# into stalls of seconds; one thread slows in proportion instead.
+	LLAMA_ARG_THREADS=1 start_llama pls 4
+	# One sluice per urgent reserve: none, one slot, two slots, and the
+	# default (auto: sized from the urgent traffic it sees).
+	common_sluice=(--upstream "http://127.0.0.1:$pls_port" --max-queue 64
+		--queue-timeout 30)
+	start_sluice prio "${common_sluice[@]}" --urgent-reserve 0
+	start_sluice reserve "${common_sluice[@]}" --urgent-reserve 1
+	start_sluice reserve2 "${common_sluice[@]}" --urgent-reserve 2
+	start_sluice auto "${common_sluice[@]}"
 	common=(--endpoint chat --stream on --max-tokens 128)
 	# Unloaded: one at a time.
 	bench prio-unloaded --url "http://127.0.0.1:$prio_port" "${common[@]}" \
@@ -316,15 +323,28 @@ priority() {
 	rate=$(python3 -c "import json; r=json.load(open('$OUT/prio-capacity.json'))['runs'][0]; print(round(2 * r['req_per_s'], 1))")
 	load=(--rate "$rate" --duration 20 --requests 100000)
 	# Overload makes some requests fail (429): not an error of the run.
-	bench prio-mixed --url "http://127.0.0.1:$prio_port" "${common[@]}" \
-		"${load[@]}" --priority-mix urgent=0.1,normal=0.9 \
-		--label "mixed" || true
-	bench prio-mixed-reserve --url "http://127.0.0.1:$reserve_port" \
-		"${common[@]}" "${load[@]}" --priority-mix urgent=0.1,normal=0.9 \
-		--label "mixed, reserve 1" || true
+	# All normal first, through the sluice without a reserve, then through
+	# the default one before it has seen an urgent request (what auto
+	# costs without urgent traffic).
 	bench prio-normal --url "http://127.0.0.1:$prio_port" "${common[@]}" \
 		"${load[@]}" --label "all normal" || true
+	bench prio-normal-auto --url "http://127.0.0.1:$auto_port" \
+		"${common[@]}" "${load[@]}" --label "all normal, default" || true
+	mix=(--priority-mix urgent=0.1,normal=0.9)
+	bench prio-mixed --url "http://127.0.0.1:$prio_port" "${common[@]}" \
+		"${load[@]}" "${mix[@]}" --label "mixed, reserve 0" || true
+	bench prio-mixed-reserve --url "http://127.0.0.1:$reserve_port" \
+		"${common[@]}" "${load[@]}" "${mix[@]}" \
+		--label "mixed, reserve 1" || true
+	bench prio-mixed-reserve2 --url "http://127.0.0.1:$reserve2_port" \
+		"${common[@]}" "${load[@]}" "${mix[@]}" \
+		--label "mixed, reserve 2" || true
+	bench prio-mixed-auto --url "http://127.0.0.1:$auto_port" \
+		"${common[@]}" "${load[@]}" "${mix[@]}" \
+		--label "mixed, default (auto)" || true
 	echo "twice capacity: $rate requests/s" | tee "$OUT/prio-rate.md"
+	stop auto
+	stop reserve2
 	stop reserve
 	stop prio
 	stop pls

@@ -49,7 +49,12 @@ static void shed(void *ctx, struct sl_sched_item *item, uint64_t now)
 	expire(ctx, item, now);
 }
 
-static const struct sl_sched_ops ops = {free_slots, dispatch, expire, shed};
+static const struct sl_sched_ops ops = {
+    .free_slots = free_slots,
+    .dispatch = dispatch,
+    .expire = expire,
+    .shed = shed,
+};
 
 static double ns_per(uint64_t start, uint64_t end, unsigned n)
 {

@@ -89,11 +89,25 @@ static unsigned free_slots(void *ctx)
 	return free;
 }
 
+/* Slots in all across every ready upstream, for the auto urgent reserve. */
+static unsigned total_slots(void *ctx)
+{
+	struct sl_app *app = ctx;
+	unsigned total = 0;
+	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
+		const struct sl_upstream *u = app->upstreams[i];
+		if (u && sl_upstream_usable(u))
+			total += u->total_slots;
+	}
+	return total;
+}
+
 static const struct sl_sched_ops sched_ops = {
     .free_slots = free_slots,
     .dispatch = sl_proxy_dispatch,
     .expire = sl_proxy_expire,
     .shed = sl_proxy_shed,
+    .total_slots = total_slots,
 };
 
 static void on_sched_timer(uv_timer_t *t)

@@ -27,6 +27,8 @@ enum opt_type {
 	OPT_DURATION, /* milliseconds in [min, max] */
 	/* "auto" (stored as SL_SCHED_WINDOW_AUTO) or an OPT_DURATION */
 	OPT_AUTO_DURATION,
+	/* "auto" (stored as SL_SCHED_RESERVE_AUTO) or an OPT_UINT */
+	OPT_AUTO_UINT,
 	OPT_SIZE,     /* bytes in [min, max], with an optional K, M or G */
 	OPT_NUMBER,   /* a decimal number in [min, max] */
 	OPT_SWITCH,   /* on or off */
@@ -49,7 +51,7 @@ struct option_def {
 	enum opt_type type;
 	size_t offset;     /* of the field in struct sl_config */
 	const char *def;   /* default, written as a user would */
-	uint64_t min, max; /* OPT_UINT, OPT_*DURATION (in ms) */
+	uint64_t min, max; /* OPT_*UINT, OPT_*DURATION (in ms) */
 	const char *const *choices;
 	const char *help;
 	const char *def_help; /* describes an empty default */
@@ -218,10 +220,12 @@ static const struct option_def options[] = {
 	 0, 100000, NULL,
 	 "requests in one batch at most; 0: as many as there are free slots",
 	 NULL},
-	{"urgent-reserve", "SLUICE_URGENT_RESERVE", "N", OPT_UINT,
-	 FIELD(urgent_reserve), "0", 0, 100000, NULL,
+	{"urgent-reserve", "SLUICE_URGENT_RESERVE", "auto|N", OPT_AUTO_UINT,
+	 FIELD(urgent_reserve), "auto", 0, 100000, NULL,
 	 "free slots kept for urgent requests (and requests aged to urgent), "
-	 "so that they need not wait for a generation to end",
+	 "so that they need not wait for a generation to end; auto: sized "
+	 "from the urgent traffic of the last seconds so that at most 1 in 20 "
+	 "finds no free slot under overload, 0 while none comes",
 	 NULL},
 	{"urgent-bypass", "SLUICE_URGENT_BYPASS", "on|off", OPT_SWITCH,
 	 FIELD(urgent_bypass), "on", 0, 0, NULL,
@@ -596,6 +600,19 @@ static int apply(struct sl_config *cfg, const struct option_def *o,
 			    (unsigned long long)o->max, value);
 		*(unsigned *)field = (unsigned)n;
 		return 0;
+	case OPT_AUTO_UINT:
+		if (strcmp(value, "auto") == 0) {
+			*(unsigned *)field = SL_SCHED_RESERVE_AUTO;
+			return 0;
+		}
+		if (parse_uint(value, &n) != 0 || n < o->min || n > o->max)
+			return fail(err, size, where,
+			            "expected auto or a whole number from %llu "
+			            "to %llu, got \"%s\"",
+			            (unsigned long long)o->min,
+			            (unsigned long long)o->max, value);
+		*(unsigned *)field = (unsigned)n;
+		return 0;
 	case OPT_AUTO_DURATION:
 		if (strcmp(value, "auto") == 0) {
 			*(uint64_t *)field = SL_SCHED_WINDOW_AUTO;
@@ -950,13 +967,15 @@ int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
 		return rc;
 	/*
 	 * Across options: a reserve that covers every slot would leave
-	 * non-urgent requests nothing (for ever, with --aging-rate 0).
+	 * non-urgent requests nothing (for ever, with --aging-rate 0). The
+	 * auto reserve keeps below the slots by itself.
 	 */
 	unsigned slots =
 	    cfg->slots_per_upstream ? cfg->slots_per_upstream : cfg->slots;
 	bool known = cfg->slots_per_upstream || cfg->model[0] ||
 	             cfg->upstreams.count == 0;
-	if (known && cfg->urgent_reserve >= slots)
+	if (known && cfg->urgent_reserve != SL_SCHED_RESERVE_AUTO &&
+	    cfg->urgent_reserve >= slots)
 		return fail(err, size, "--urgent-reserve",
 		            "%u must be less than the %u slots of an upstream, "
 		            "or only urgent requests could run",

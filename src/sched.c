@@ -211,6 +211,74 @@ static void list_insert_in_order(struct sl_sched *s, struct sl_sched_item *it)
 		s->oldest = it;
 }
 
+/* ---- the auto urgent reserve ---- */
+
+static bool reserve_auto(const struct sl_sched *s)
+{
+	return s->cfg.urgent_reserve == SL_SCHED_RESERVE_AUTO;
+}
+
+/*
+ * Brings the decayed sums to now_ms: each decays by exp(-dt / memory), and
+ * the busy slots held since the last sample add their integral over dt
+ * under the same decay (busy * memory * (1 - exp(-dt / memory))).
+ */
+static void load_advance(struct sl_sched_load *l, uint64_t now_ms)
+{
+	if (now_ms <= l->at_ms)
+		return;
+	double memory = SL_SCHED_LOAD_MEMORY_MS;
+	double decay = exp(-(double)(now_ms - l->at_ms) / memory);
+	l->urgent *= decay;
+	l->dispatched *= decay;
+	l->busy_ms = l->busy_ms * decay + l->busy * memory * (1 - decay);
+	l->at_ms = now_ms;
+}
+
+/*
+ * The slots' state after a run. Busy slots change only when a request is
+ * dispatched (in the run) or gives its slot back (after which the owner
+ * runs the queue again), so a sample at the end of each run holds until
+ * the next.
+ */
+static void load_sample(struct sl_sched *s, unsigned free)
+{
+	unsigned slots = s->ops->total_slots(s->ctx);
+	s->load.slots = slots;
+	s->load.busy = slots > free ? slots - free : 0;
+}
+
+/*
+ * The smallest reserve that lets at most SL_SCHED_URGENT_WAIT_TARGET of
+ * urgent arrivals find no free slot under overload (see the header), in
+ * [1, slots - 1]; 0 without urgent traffic or with fewer than 2 slots.
+ */
+static unsigned auto_reserve(const struct sl_sched_load *l, uint64_t now_ms)
+{
+	if (l->urgent < SL_SCHED_URGENT_MIN_SEEN || l->slots < 2)
+		return 0;
+	/* Arrivals per ms, over the memory or the spell if it is younger. */
+	double span = (double)SL_MAX(now_ms - l->urgent_since_ms,
+	                             (uint64_t)SL_SCHED_URGENT_MIN_SPAN_MS);
+	double memory = SL_SCHED_LOAD_MEMORY_MS;
+	double rate = l->urgent / (memory * (1 - exp(-span / memory)));
+	/* Little's law over the same memory: ms a slot is held. */
+	double hold = l->dispatched > 0 ? l->busy_ms / l->dispatched : 0;
+	double load = rate * hold; /* urgent slots offered, a */
+	unsigned most = l->slots - 1;
+	if (!(load > 0))
+		return 1; /* any urgent traffic waits without one */
+	/* 1 / P(wait) for R = 0, 1, ...: term j = n (n-1) ... (n-j+1) / a^j. */
+	double inverse = 1, term = 1;
+	for (unsigned r = 1; r < most; r++) {
+		term *= (double)(l->slots - r + 1) / load;
+		inverse += term;
+		if (inverse * SL_SCHED_URGENT_WAIT_TARGET >= 1)
+			return r;
+	}
+	return most;
+}
+
 /* ---- public ---- */
 
 int sl_sched_init(struct sl_sched *s, const struct sl_sched_config *cfg,
@@ -223,6 +291,9 @@ int sl_sched_init(struct sl_sched *s, const struct sl_sched_config *cfg,
 	s->ops = ops;
 	s->ctx = ctx;
 	s->epoch_ms = now_ms;
+	s->load.at_ms = now_ms;
+	if (!reserve_auto(s))
+		s->reserve = cfg->urgent_reserve;
 	s->heap = sl_xcalloc(cfg->max_queue, sizeof(*s->heap));
 	s->bottom = sl_xcalloc(cfg->max_queue, sizeof(*s->bottom));
 	s->batch = sl_xcalloc(cfg->max_queue, sizeof(*s->batch));
@@ -245,6 +316,11 @@ bool sl_sched_queued(const struct sl_sched_item *item)
 unsigned sl_sched_depth(const struct sl_sched *s)
 {
 	return s->n;
+}
+
+unsigned sl_sched_urgent_reserve(const struct sl_sched *s)
+{
+	return s->reserve;
 }
 
 int sl_sched_push(struct sl_sched *s, struct sl_sched_item *it, double priority,
@@ -274,6 +350,12 @@ int sl_sched_push(struct sl_sched *s, struct sl_sched_item *it, double priority,
 	    s->cfg.window_ms != SL_SCHED_WINDOW_AUTO && !s->window_open) {
 		s->window_open = true;
 		s->window_deadline_ms = now_ms + s->cfg.window_ms;
+	}
+	if (reserve_auto(s) && priority >= SL_PRIORITY_URGENT) {
+		load_advance(&s->load, now_ms);
+		if (s->load.urgent < SL_SCHED_URGENT_MIN_SEEN)
+			s->load.urgent_since_ms = now_ms; /* a new spell */
+		s->load.urgent += 1;
 	}
 	it->priority = priority;
 	it->arrival_ms = now_ms;
@@ -336,6 +418,7 @@ static void record_dispatch(struct sl_sched *s, uint64_t now_ms, unsigned n)
 {
 	s->batches++;
 	s->dispatched += n;
+	s->load.dispatched += n; /* brought to now_ms by sl_sched_run */
 	for (unsigned i = 0; i < n; i++) {
 		s->rate_ms[s->rate_next] = now_ms;
 		s->rate_next = (s->rate_next + 1) % SL_SCHED_RATE_SAMPLES;
@@ -360,7 +443,7 @@ static double effective(const struct sl_sched *s,
  */
 static bool may_take(const struct sl_sched *s, unsigned free, uint64_t now_ms)
 {
-	return free > s->cfg.urgent_reserve ||
+	return free > s->reserve ||
 	       (free > 0 &&
 	        effective(s, s->heap[0], now_ms) >= SL_PRIORITY_URGENT);
 }
@@ -421,6 +504,11 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 	if (s->running)
 		return UINT64_MAX; /* the running call picks the change up */
 	s->running = true;
+	if (reserve_auto(s)) {
+		load_advance(&s->load, now_ms);
+		s->reserve =
+		    s->ops->total_slots ? auto_reserve(&s->load, now_ms) : 0;
+	}
 
 	/* Deadlines are in arrival order: the oldest expires first. */
 	while (s->oldest && s->oldest->deadline_ms <= now_ms) {
@@ -477,8 +565,16 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 		next = s->window_deadline_ms;
 	if (s->oldest)
 		next = SL_MIN(next, s->oldest->deadline_ms);
+	if (reserve_auto(s) && s->ops->total_slots) {
+		unsigned free = s->ops->free_slots(s->ctx);
+		load_sample(s, free);
+		/* Held back by a reserve that may shrink as it forgets. */
+		if (s->n > 0 && free > 0 && free <= s->reserve)
+			next =
+			    SL_MIN(next, now_ms + SL_SCHED_RESERVE_RECHECK_MS);
+	}
 	/* Held back by the urgent reserve: it may take it once aged enough. */
-	if (s->n > 0 && s->cfg.urgent_reserve > 0 && s->cfg.aging_rate > 0) {
+	if (s->n > 0 && s->reserve > 0 && s->cfg.aging_rate > 0) {
 		double gap =
 		    SL_PRIORITY_URGENT - effective(s, s->heap[0], now_ms);
 		if (gap > 0)

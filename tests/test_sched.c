@@ -68,8 +68,12 @@ static void fake_shed(void *ctx, struct sl_sched_item *it, uint64_t now)
 	f->shed[f->n_shed++] = id_of(f, it);
 }
 
-static const struct sl_sched_ops ops = {fake_free, fake_dispatch, fake_expire,
-                                        fake_shed};
+static const struct sl_sched_ops ops = {
+    .free_slots = fake_free,
+    .dispatch = fake_dispatch,
+    .expire = fake_expire,
+    .shed = fake_shed,
+};
 
 static struct sl_sched_config config(void)
 {
@@ -601,6 +605,399 @@ static void test_urgent_reserve(void)
 	sl_sched_free(&s);
 }
 
+/* ---- the auto urgent reserve, against a simulated pool of slots ---- */
+
+#define SIM_ITEMS 128
+
+/*
+ * A pool of slots that holds every request hold_ms, a backlog of normal
+ * requests kept full (overload), and urgent arrivals of a Poisson stream,
+ * stepped one millisecond at a time.
+ */
+struct sim {
+	struct sl_sched s;
+	unsigned slots, busy;
+	uint64_t hold_ms;
+	unsigned backlog;        /* normal requests kept waiting */
+	double urgent_per_s;     /* 0: none */
+	double next_urgent_ms;   /* the next urgent arrival */
+	uint64_t rng;            /* xorshift64 state */
+	unsigned normal_waiting; /* queued normal requests */
+	struct sl_sched_item items[SIM_ITEMS];
+	bool urgent[SIM_ITEMS], in_use[SIM_ITEMS];
+	uint64_t arrived[SIM_ITEMS], ends[SIM_ITEMS]; /* ends 0: not running */
+	/* Tallies */
+	unsigned urgent_served, urgent_waited, normal_served;
+};
+
+static unsigned sim_free(void *ctx)
+{
+	struct sim *m = ctx;
+	return m->slots - m->busy;
+}
+
+static unsigned sim_total(void *ctx)
+{
+	return ((struct sim *)ctx)->slots;
+}
+
+static void sim_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
+                         uint64_t now)
+{
+	struct sim *m = ctx;
+	for (unsigned i = 0; i < n; i++) {
+		unsigned id = (unsigned)(items[i] - m->items);
+		unsigned free = m->slots - m->busy;
+		ASSERT(free > 0);
+		if (m->urgent[id]) {
+			m->urgent_served++;
+			m->urgent_waited += now > m->arrived[id];
+		} else {
+			/* Never into the reserve (no aging in these runs). */
+			ASSERT(free > sl_sched_urgent_reserve(&m->s));
+			m->normal_served++;
+			m->normal_waiting--;
+		}
+		m->busy++;
+		m->ends[id] = now + m->hold_ms;
+	}
+}
+
+static void sim_unexpected(void *ctx, struct sl_sched_item *it, uint64_t now)
+{
+	(void)ctx, (void)it, (void)now;
+	TEST_FAIL("no request should expire or be shed here");
+}
+
+static const struct sl_sched_ops sim_ops = {
+    .free_slots = sim_free,
+    .dispatch = sim_dispatch,
+    .expire = sim_unexpected,
+    .shed = sim_unexpected,
+    .total_slots = sim_total,
+};
+
+static void sim_start(struct sim *m, unsigned slots, unsigned reserve)
+{
+	memset(m, 0, sizeof(*m));
+	m->slots = slots;
+	m->hold_ms = 60; /* the demo model's 128 tokens, about */
+	m->backlog = 2 * slots;
+	m->rng = 88172645463325252ull;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	cfg.aging_rate = 0; /* so only urgent requests take the reserve */
+	cfg.urgent_reserve = reserve;
+	ASSERT_EQ(sl_sched_init(&m->s, &cfg, &sim_ops, m, 0), 0);
+}
+
+/* Exponential gaps with the given mean, from a fixed seed. */
+static double sim_gap_ms(struct sim *m, double mean_ms)
+{
+	m->rng ^= m->rng << 13;
+	m->rng ^= m->rng >> 7;
+	m->rng ^= m->rng << 17;
+	double u = ((double)(m->rng >> 11) + 1) / 9007199254740993.0;
+	return -log(u) * mean_ms;
+}
+
+static void sim_push(struct sim *m, bool urgent, uint64_t now)
+{
+	unsigned id = 0;
+	while (m->in_use[id])
+		id++;
+	ASSERT(id < SIM_ITEMS);
+	m->in_use[id] = true;
+	m->urgent[id] = urgent;
+	m->arrived[id] = now;
+	m->ends[id] = 0;
+	double priority = urgent ? SL_PRIORITY_URGENT : SL_PRIORITY_NORMAL;
+	ASSERT_EQ(sl_sched_push(&m->s, &m->items[id], priority, now), 0);
+	m->normal_waiting += !urgent;
+}
+
+/* Urgent arrivals from now on at this rate (0: none). */
+static void sim_set_urgent(struct sim *m, double per_s, uint64_t now)
+{
+	m->urgent_per_s = per_s;
+	if (per_s > 0)
+		m->next_urgent_ms = (double)now + sim_gap_ms(m, 1000 / per_s);
+}
+
+/* Runs [from, to): ends, arrivals, then the queue, each millisecond. */
+static void sim_run(struct sim *m, uint64_t from, uint64_t to)
+{
+	for (uint64_t t = from; t < to; t++) {
+		for (unsigned i = 0; i < SIM_ITEMS; i++)
+			if (m->in_use[i] && m->ends[i] && m->ends[i] <= t) {
+				m->in_use[i] = false;
+				m->busy--;
+			}
+		while (m->urgent_per_s > 0 && m->next_urgent_ms <= (double)t) {
+			sim_push(m, true, t);
+			m->next_urgent_ms +=
+			    sim_gap_ms(m, 1000 / m->urgent_per_s);
+		}
+		while (m->normal_waiting < m->backlog)
+			sim_push(m, false, t);
+		sl_sched_run(&m->s, t);
+	}
+}
+
+/*
+ * The reserve the birth-death chain of sched.h asks for, solved directly
+ * (stationary probabilities, state by state) rather than by the closed
+ * form sched.c uses: the smallest R in [1, slots - 1] whose P(wait) is at
+ * most the target.
+ */
+static unsigned chain_reserve(unsigned slots, double load)
+{
+	for (unsigned r = 1; r < slots - 1; r++) {
+		double p = 1, sum = 1; /* p: state d relative to state 0 */
+		for (unsigned d = 0; d < r; d++) {
+			p *= load / (double)(slots - r + d + 1);
+			sum += p;
+		}
+		if (p / sum <= SL_SCHED_URGENT_WAIT_TARGET)
+			return r;
+	}
+	return slots - 1;
+}
+
+/* The smallest and largest reserve over [from, to), sampled each ms. */
+static void sim_reserve_range(struct sim *m, uint64_t from, uint64_t to,
+                              unsigned *lo, unsigned *hi)
+{
+	*lo = UINT32_MAX, *hi = 0;
+	for (uint64_t t = from; t < to; t++) {
+		sim_run(m, t, t + 1);
+		unsigned r = sl_sched_urgent_reserve(&m->s);
+		*lo = SL_MIN(*lo, r);
+		*hi = SL_MAX(*hi, r);
+	}
+}
+
+/* Overload without urgent traffic: no reserve, every slot busy. */
+static void test_auto_reserve_is_zero_without_urgent_traffic(void)
+{
+	struct sim m;
+	sim_start(&m, 4, SL_SCHED_RESERVE_AUTO);
+	for (uint64_t t = 0; t < 20000; t++) {
+		sim_run(&m, t, t + 1);
+		ASSERT_EQ(sl_sched_urgent_reserve(&m.s), 0);
+		ASSERT_EQ(m.busy, m.slots);
+	}
+	/* 4 slots of 60 ms for 20 s. */
+	ASSERT(m.normal_served >= 4 * 20000 / 60 - 4);
+	sl_sched_free(&m.s);
+}
+
+/*
+ * The reserve follows the urgent load a = lambda * S: 1 for a trickle, and
+ * what the chain asks for at 30 and 90 a second (a = 1.8 and 5.4, a
+ * quarter or more from the loads where the answer changes, 0.85, 4.0 and
+ * 6.7, so the estimates' noise cannot move it), on 16 slots so that
+ * nothing is clamped.
+ */
+static void test_auto_reserve_grows_with_urgent_load(void)
+{
+	static const struct {
+		double per_s;
+		unsigned want;
+	} cases[] = {{1, 1}, {30, 2}, {90, 3}};
+	unsigned before = 0;
+	for (size_t i = 0; i < SL_ARRAY_SIZE(cases); i++) {
+		struct sim m;
+		sim_start(&m, 16, SL_SCHED_RESERVE_AUTO);
+		double load = cases[i].per_s * (double)m.hold_ms / 1000;
+		ASSERT_EQ(chain_reserve(m.slots, load), cases[i].want);
+		sim_set_urgent(&m, cases[i].per_s, 0);
+		sim_run(&m, 0, 10000);
+		unsigned lo, hi;
+		sim_reserve_range(&m, 10000, 30000, &lo, &hi);
+		ASSERT_EQ(lo, cases[i].want);
+		ASSERT_EQ(hi, cases[i].want);
+		ASSERT(lo > before);
+		before = lo;
+		sl_sched_free(&m.s);
+	}
+}
+
+/*
+ * A spell of urgent traffic after a quiet one is measured from its start:
+ * within a second the reserve is what the load asks for.
+ */
+static void test_auto_reserve_reacts_within_a_second(void)
+{
+	struct sim m;
+	sim_start(&m, 16, SL_SCHED_RESERVE_AUTO);
+	sim_run(&m, 0, 10000);
+	ASSERT_EQ(sl_sched_urgent_reserve(&m.s), 0);
+	sim_set_urgent(&m, 30, 10000);
+	sim_run(&m, 10000, 11000);
+	unsigned lo, hi;
+	sim_reserve_range(&m, 11000, 15000, &lo, &hi);
+	ASSERT_EQ(lo, 2);
+	ASSERT_EQ(hi, 2);
+	sl_sched_free(&m.s);
+}
+
+/*
+ * Under overload, the reserve is what lets urgent requests in without
+ * waiting: with none, nearly every one waits for a generation to end.
+ * Normal requests never take a reserved slot (sim_dispatch checks each),
+ * and what the reserve costs them is about the slots it holds.
+ */
+static void test_auto_reserve_spares_urgent_requests_the_wait(void)
+{
+	struct sim none, with;
+	sim_start(&none, 4, 0);
+	sim_start(&with, 4, SL_SCHED_RESERVE_AUTO);
+	sim_set_urgent(&none, 10, 0);
+	sim_set_urgent(&with, 10, 0);
+	sim_run(&none, 0, 60000);
+	sim_run(&with, 0, 60000);
+	ASSERT_EQ(sl_sched_urgent_reserve(&with.s), 2);
+	ASSERT(none.urgent_served > 500 && with.urgent_served > 500);
+	ASSERT(none.urgent_waited * 10 > none.urgent_served * 9);
+	/* The chain promises at most 5% under exponential holds; these are
+	 * fixed, which waits less. */
+	ASSERT(with.urgent_waited * 20 <= with.urgent_served);
+	/*
+	 * The cost: the reserve idles at most its slots, so over the 60 s
+	 * the busy slot-time is at least (4 - 2) slots' worth. (Here normal
+	 * requests get 1.6 slots against 3.4 without a reserve.)
+	 */
+	ASSERT(with.normal_served < none.normal_served);
+	ASSERT((with.normal_served + with.urgent_served) * with.hold_ms >=
+	       (with.slots - 2) * 60000);
+	sl_sched_free(&none.s);
+	sl_sched_free(&with.s);
+}
+
+/*
+ * After urgent traffic stops the reserve shrinks back to 0, and normal
+ * requests have every slot again; a normal request held back while slots
+ * sit free is looked at again without any other event.
+ */
+static void test_auto_reserve_decays_after_urgent_traffic_stops(void)
+{
+	struct sim m;
+	sim_start(&m, 4, SL_SCHED_RESERVE_AUTO);
+	sim_set_urgent(&m, 10, 0);
+	sim_run(&m, 0, 20000);
+	ASSERT_EQ(sl_sched_urgent_reserve(&m.s), 2);
+	sim_set_urgent(&m, 0, 20000);
+	/* Still kept a second later: the traffic may come back. */
+	sim_run(&m, 20000, 21000);
+	ASSERT(sl_sched_urgent_reserve(&m.s) > 0);
+	/* About 50 arrivals in memory fall below one in 5 s * ln 50, about
+	 * 20 s. */
+	uint64_t t = 21000, zero_at = 0;
+	unsigned last = sl_sched_urgent_reserve(&m.s);
+	for (; t < 60000 && !zero_at; t++) {
+		sim_run(&m, t, t + 1);
+		unsigned r = sl_sched_urgent_reserve(&m.s);
+		ASSERT(r <= last); /* it only shrinks */
+		last = r;
+		if (r == 0)
+			zero_at = t;
+	}
+	ASSERT(zero_at > 0);
+	ASSERT(zero_at < 20000 + 30000);
+	sim_run(&m, t, t + 1000);
+	ASSERT_EQ(m.busy, m.slots);
+	sl_sched_free(&m.s);
+
+	/* Held back with slots free and nothing else happening: the queue
+	 * asks to run again, and at those times alone the request leaves. */
+	sim_start(&m, 4, SL_SCHED_RESERVE_AUTO);
+	m.backlog = 0;
+	sim_set_urgent(&m, 10, 0);
+	sim_run(&m, 0, 20000);
+	sim_set_urgent(&m, 0, 20000);
+	sim_run(&m, 20000, 20100); /* everyone done */
+	ASSERT_EQ(m.busy, 0);
+	m.busy = m.slots - 1; /* one slot free, kept */
+	sim_push(&m, false, 20100);
+	uint64_t now = 20100, next = sl_sched_run(&m.s, now);
+	ASSERT_EQ(m.normal_served, 0);
+	while (m.normal_served == 0 && now < 60000) {
+		ASSERT(next > now && next <= now + SL_SCHED_RESERVE_RECHECK_MS);
+		now = next;
+		next = sl_sched_run(&m.s, now);
+	}
+	ASSERT_EQ(m.normal_served, 1);
+	ASSERT_EQ(sl_sched_urgent_reserve(&m.s), 0);
+	sl_sched_free(&m.s);
+}
+
+/*
+ * A lone urgent request under overload finds no slot kept and keeps none:
+ * the slot it leaves goes back to normal traffic. A second one soon after
+ * makes a spell, and the reserve holds until about 3.5 s after the two.
+ */
+static void test_auto_reserve_after_a_lone_urgent_request(void)
+{
+	struct sim m;
+	sim_start(&m, 4, SL_SCHED_RESERVE_AUTO);
+	sim_run(&m, 0, 10000);
+	sim_push(&m, true, 10000);
+	sim_run(&m, 10000, 10001);
+	ASSERT_EQ(m.urgent_served, 0); /* no slot was kept for it */
+	sim_run(&m, 10001, 10200);
+	ASSERT_EQ(m.urgent_served, 1);
+	ASSERT_EQ(sl_sched_urgent_reserve(&m.s), 0);
+	ASSERT_EQ(m.busy, m.slots);
+	sim_push(&m, true, 10200);
+	sim_run(&m, 10200, 10300);
+	ASSERT_EQ(m.urgent_served, 2);
+	ASSERT(sl_sched_urgent_reserve(&m.s) >= 1);
+	ASSERT(m.busy < m.slots);
+	sim_run(&m, 10300, 13400);
+	ASSERT(sl_sched_urgent_reserve(&m.s) >= 1);
+	sim_run(&m, 13400, 13700);
+	ASSERT_EQ(sl_sched_urgent_reserve(&m.s), 0);
+	ASSERT_EQ(m.busy, m.slots);
+	sl_sched_free(&m.s);
+}
+
+/*
+ * However heavy the urgent traffic, a slot stays for the rest; with one
+ * or no slot there is no reserve; and without the owner's slot count
+ * (no total_slots) auto keeps none.
+ */
+static void test_auto_reserve_never_reaches_the_slots(void)
+{
+	static const unsigned slot_counts[] = {1, 2, 4};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(slot_counts); i++) {
+		struct sim m;
+		sim_start(&m, slot_counts[i], SL_SCHED_RESERVE_AUTO);
+		m.backlog = 2;
+		sim_set_urgent(&m, 1000.0 / 60 * slot_counts[i] * 0.9, 0);
+		unsigned lo, hi;
+		sim_reserve_range(&m, 0, 20000, &lo, &hi);
+		ASSERT_EQ(hi, slot_counts[i] - 1);
+		ASSERT(m.normal_served > 0);
+		sl_sched_free(&m.s);
+	}
+	struct sl_sched_ops no_total = sim_ops;
+	no_total.total_slots = NULL;
+	struct sim m;
+	sim_start(&m, 4, SL_SCHED_RESERVE_AUTO);
+	sl_sched_free(&m.s);
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	cfg.aging_rate = 0;
+	cfg.urgent_reserve = SL_SCHED_RESERVE_AUTO;
+	ASSERT_EQ(sl_sched_init(&m.s, &cfg, &no_total, &m, 0), 0);
+	sim_set_urgent(&m, 10, 0);
+	unsigned lo, hi;
+	sim_reserve_range(&m, 0, 10000, &lo, &hi);
+	ASSERT_EQ(hi, 0);
+	sl_sched_free(&m.s);
+}
+
 static void test_queue_timeout(void)
 {
 	struct sl_sched s;
@@ -804,6 +1201,13 @@ int main(void)
 	RUN(test_max_queue);
 	RUN(test_full_queue_sheds_the_least_important);
 	RUN(test_urgent_reserve);
+	RUN(test_auto_reserve_is_zero_without_urgent_traffic);
+	RUN(test_auto_reserve_grows_with_urgent_load);
+	RUN(test_auto_reserve_reacts_within_a_second);
+	RUN(test_auto_reserve_spares_urgent_requests_the_wait);
+	RUN(test_auto_reserve_decays_after_urgent_traffic_stops);
+	RUN(test_auto_reserve_after_a_lone_urgent_request);
+	RUN(test_auto_reserve_never_reaches_the_slots);
 	RUN(test_queue_timeout);
 	RUN(test_requeue_keeps_place_and_deadline);
 	RUN(test_requeue_into_a_full_queue);

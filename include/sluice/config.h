@@ -79,7 +79,8 @@ struct sl_config {
 	uint64_t batch_window_ms; /* SL_SCHED_WINDOW_AUTO: "auto" */
 	unsigned max_batch;       /* 0: the free slots */
 	bool urgent_bypass;
-	unsigned urgent_reserve; /* free slots kept for urgent requests */
+	/* Free slots kept for urgent requests; SL_SCHED_RESERVE_AUTO: auto. */
+	unsigned urgent_reserve;
 	unsigned max_tokens_cap; /* /generate and /infer */
 	bool stream_upstream;    /* plain answers assembled from streams */
 	bool ui;                 /* llama-server's web UI relayed at / */

@@ -19,6 +19,32 @@
  * Urgent reserve: the last urgent_reserve free slots go only to requests
  * whose priority is urgent by now (aging included), so an urgent request
  * finds a slot without waiting for someone else's generation to end.
+ * A reserved slot that no urgent request takes sits idle: under overload
+ * each one costs other traffic a slot's worth of throughput.
+ *
+ * Urgent reserve, auto (urgent_reserve SL_SCHED_RESERVE_AUTO): the reserve
+ * is sized from the traffic seen, and is 0 while no urgent requests come.
+ * Three decayed sums, all with a memory of SL_SCHED_LOAD_MEMORY_MS, give
+ * the urgent arrival rate lambda, and, by Little's law (mean busy slots =
+ * dispatch rate * hold), the mean time S a request holds its slot. The
+ * owner says how many slots there are in all (n). Under overload, with
+ * other requests always waiting, the reserve behaves as a small queue: an
+ * urgent arrival takes a reserved slot (the deficit d, reserved slots
+ * taken, grows by one) and any slot that frees, urgent or not, goes back
+ * to the reserve (d shrinks) until it is full again; n - R + d slots are
+ * busy, each freeing at rate 1/S. An urgent request waits only when it
+ * arrives with d = R. With load a = lambda * S and exponential holds this
+ * birth-death chain gives
+ *     1 / P(wait) = sum over j = 0..R of  n (n-1) ... (n-j+1) / a^j
+ * and the reserve is the smallest R with P(wait) at most
+ * SL_SCHED_URGENT_WAIT_TARGET, within [1, n - 1]: each step adds one term,
+ * so it costs O(R). With fewer than SL_SCHED_URGENT_MIN_SEEN urgent
+ * arrivals in memory the reserve is 0, so it decays back to 0 after
+ * urgent traffic stops (from 13 a second, in about 20 s). The estimate is
+ * refreshed at every sl_sched_run(), which also samples the slots once
+ * (two owner calls) and decays the sums (an exp()): O(1). The model
+ * assumes overload; below it the reserve is larger than needed, and costs
+ * only what other traffic would have used beyond n - R slots.
  *
  * Micro-batching, fixed window (window_ms a duration): a window opens when
  * a request arrives and nothing is pending. When it closes (at its
@@ -97,6 +123,48 @@
 #define SL_SCHED_AUTO_WINDOW_MS 50
 /* Priority classes counted for the auto window: batch, normal, urgent. */
 #define SL_SCHED_CLASSES 3
+/*
+ * urgent_reserve meaning "auto" (see Urgent reserve, auto, above).
+ *
+ * The estimates' memory: 5 s holds about 65 arrivals at 13 urgent
+ * requests a second (10% of twice a 67/s capacity), so lambda is known
+ * within about 12%, and forgets a finished burst within tens of seconds.
+ *
+ * A first urgent arrival after a quiet spell opens a new measure of the
+ * rate, counted over at least SL_SCHED_URGENT_MIN_SPAN_MS. Two arrivals
+ * in 250 ms read as 8 a second, so the reserve a spell needs is kept from
+ * its second arrival on, while the normal requests holding the slots
+ * finish (in test_sched's simulation, 8 urgent a second on 4 slots of 65 ms:
+ * 2.6 of a spell's first 16 urgent requests wait, against 2.9 with 1 s).
+ * A shorter span would read two close arrivals as a flood.
+ *
+ * The share of urgent arrivals allowed to find no free slot under
+ * overload: 1 in 20. Such an arrival waits for the next slot to free, a
+ * fraction of one generation (S / n on average), so the p99 of urgent
+ * waits falls inside that short tail; each further reserved slot costs
+ * other traffic a whole slot, so a tighter target is dear (on 4 slots,
+ * 1% would reserve 3 where 5% reserves 2 at the load above).
+ *
+ * Urgent arrivals in memory (decayed) below which the reserve is 0: one.
+ * A lone urgent request is not traffic worth idling a slot for; from a
+ * second one on the reserve holds, for up to 3.5 s (5 s * ln 2) after
+ * two close arrivals. Not handled: so the first two urgent requests of a
+ * spell find nothing kept. Half an arrival would keep a slot after the first
+ * one for 3.5 s (in test_sched's simulation, 1.7 of a spell's first 16 urgent
+ * requests wait rather than 2.6), but then every lone urgent request
+ * under overload holds a slot from other traffic for seconds.
+ *
+ * While free slots sit reserved and other requests wait, sl_sched_run()
+ * asks to be called again after SL_SCHED_RESERVE_RECHECK_MS, as the
+ * reserve may have shrunk; so a request held back by a reserve that no
+ * longer holds it waits at most that long.
+ */
+#define SL_SCHED_RESERVE_AUTO UINT32_MAX
+#define SL_SCHED_LOAD_MEMORY_MS 5000
+#define SL_SCHED_URGENT_MIN_SPAN_MS 250
+#define SL_SCHED_URGENT_WAIT_TARGET 0.05
+#define SL_SCHED_URGENT_MIN_SEEN 1.0
+#define SL_SCHED_RESERVE_RECHECK_MS 100
 /* heap_index of an item that is not queued. */
 #define SL_SCHED_NOT_QUEUED UINT32_MAX
 
@@ -118,7 +186,8 @@ struct sl_sched_config {
 	unsigned max_queue;        /* waiting requests at most */
 	uint64_t queue_timeout_ms; /* longest wait */
 	bool urgent_bypass;        /* urgent requests skip the window */
-	unsigned urgent_reserve;   /* free slots only urgent requests take */
+	/* Free slots only urgent requests take; SL_SCHED_RESERVE_AUTO: auto. */
+	unsigned urgent_reserve;
 };
 
 struct sl_sched_ops {
@@ -137,6 +206,25 @@ struct sl_sched_ops {
 	 * it is no longer queued. Called from inside sl_sched_push().
 	 */
 	void (*shed)(void *ctx, struct sl_sched_item *item, uint64_t now_ms);
+	/*
+	 * Slots in all, busy or free, across every upstream. Asked only by
+	 * the auto urgent reserve; NULL keeps that reserve at 0.
+	 */
+	unsigned (*total_slots)(void *ctx);
+};
+
+/*
+ * What the auto urgent reserve has seen: sums decayed by
+ * exp(-age / SL_SCHED_LOAD_MEMORY_MS), brought to at_ms.
+ */
+struct sl_sched_load {
+	uint64_t at_ms;
+	double urgent;     /* urgent arrivals */
+	double dispatched; /* requests dispatched, any priority */
+	double busy_ms;    /* busy slots integrated over time */
+	unsigned busy;     /* busy slots since at_ms (sampled at each run) */
+	unsigned slots;    /* slots in all, at the last sample */
+	uint64_t urgent_since_ms; /* first arrival of this urgent spell */
 };
 
 struct sl_sched {
@@ -153,7 +241,9 @@ struct sl_sched {
 	uint64_t window_deadline_ms;
 	/* Waiting requests per priority class (sl_priority_class order). */
 	unsigned class_count[SL_SCHED_CLASSES];
-	bool running;                 /* inside sl_sched_run: no re-entry */
+	bool running;     /* inside sl_sched_run: no re-entry */
+	unsigned reserve; /* the urgent reserve now (auto: as last sized) */
+	struct sl_sched_load load;    /* for the auto reserve */
 	struct sl_sched_item **batch; /* scratch for dispatch */
 
 	/* Statistics */
@@ -208,6 +298,12 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms);
 
 /* Waiting requests. */
 unsigned sl_sched_depth(const struct sl_sched *s);
+
+/*
+ * Free slots kept for urgent requests now: the configured number, or the
+ * auto reserve as the latest sl_sched_run() sized it.
+ */
+unsigned sl_sched_urgent_reserve(const struct sl_sched *s);
 
 /*
  * Milliseconds a client refused now should wait before it tries again, and
