@@ -292,6 +292,10 @@ void sl_exposition_prometheus(struct sl_app *app, struct sl_text *t)
 	sl_expose_family(t, "sluice_inflight", "gauge",
 	                 "Requests sent to upstreams and not finished.");
 	sl_text_printf(t, "sluice_inflight %u\n", inflight);
+	sl_expose_family(t, "sluice_urgent_reserve", "gauge",
+	                 "Free slots kept for urgent requests now.");
+	sl_text_printf(t, "sluice_urgent_reserve %u\n",
+	               sl_sched_urgent_reserve(&app->sched));
 	sl_expose_family(t, "sluice_connections", "gauge",
 	                 "Open client connections.");
 	sl_text_printf(t, "sluice_connections %u\n", app->http.n_conns);

@@ -58,6 +58,7 @@ static void test_defaults(void)
 	ASSERT_EQ(p.cfg.max_batch, 0);
 	ASSERT_EQ(p.cfg.slots_per_upstream, 0);
 	ASSERT(p.cfg.urgent_bypass);
+	ASSERT_EQ(p.cfg.urgent_reserve, SL_SCHED_RESERVE_AUTO);
 	ASSERT_EQ(p.cfg.max_body, 1024 * 1024);
 	ASSERT_EQ(p.cfg.max_header_size, 16 * 1024);
 	ASSERT(!p.cfg.help && !p.cfg.version && !p.cfg.write_demo_model);
@@ -112,6 +113,16 @@ static void test_flag_forms_and_env(void)
 	parse(&p, NULL, ENV("SLUICE_BATCH_WINDOW=auto"));
 	ASSERT_EQ(p.rc, 0);
 	ASSERT_EQ(p.cfg.batch_window_ms, SL_SCHED_WINDOW_AUTO);
+	sl_config_free(&p.cfg);
+	/* The reserve: auto, or a number below the slots. */
+	parse(&p, ARGS("--urgent-reserve", "1"),
+	      ENV("SLUICE_URGENT_RESERVE=auto"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.urgent_reserve, 1);
+	sl_config_free(&p.cfg);
+	parse(&p, NULL, ENV("SLUICE_URGENT_RESERVE=auto"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.urgent_reserve, SL_SCHED_RESERVE_AUTO);
 	sl_config_free(&p.cfg);
 
 	/* An empty environment variable counts as unset. */
@@ -252,6 +263,9 @@ static void test_bad_values(void)
 		{{"--max-queue", "0"}, NULL, "--max-queue: ", "from 1"},
 		{{"--urgent-reserve", "4"}, NULL, "--urgent-reserve: ",
 		 "less than the 4 slots"},
+		{{"--urgent-reserve", "lots"}, NULL, "--urgent-reserve: ",
+		 "expected auto or a whole number from 0 to 100000, got "
+		 "\"lots\""},
 		{{"--urgent-reserve", "2", "--slots", "2"}, NULL,
 		 "--urgent-reserve: ", "or only urgent requests could run"},
 		{{"--max-connections", "0"}, NULL, "--max-connections: ",

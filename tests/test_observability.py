@@ -97,6 +97,8 @@ class Metrics(st.TestCase):
                                endpoint="/completion"), 10)
         self.assertGreaterEqual(moved("sluice_batch_size_count"), 1)
         self.assertEqual(promcheck.value(after, "sluice_inflight"), 0)
+        # No urgent request came: the auto reserve keeps nothing.
+        self.assertEqual(promcheck.value(after, "sluice_urgent_reserve"), 0)
         self.assertEqual(promcheck.value(after, "sluice_queue_depth",
                                          priority="normal"), 0)
         # Each upstream's state, and llama-server's own metrics, labelled
