@@ -72,8 +72,7 @@ struct request_state {
 	bool http10;     /* HTTP/1.0 client: no chunked responses */
 	bool chunked;    /* the streamed response is chunked */
 	bool dispatched;
-	bool finished;  /* request_finished() ran */
-	bool head_sent; /* a streamed response has started */
+	bool finished; /* request_finished() ran */
 	/*
 	 * A streamed response's head, held until the first body bytes (or the
 	 * end, or sl_http_flush) so that both leave in one system call: on
@@ -691,7 +690,8 @@ static int conn_write(struct sl_http_conn *c, const uv_buf_t *bufs, unsigned n)
 	if (n >= sizeof(all) / sizeof(all[0]))
 		return UV_EINVAL;
 	all[0] = uv_buf_init(st->held_head, (unsigned)st->held_head_len);
-	memcpy(all + 1, bufs, n * sizeof(*bufs));
+	if (n)
+		memcpy(all + 1, bufs, n * sizeof(*bufs));
 	int rc = conn_write_raw(c, all, n + 1);
 	free(st->held_head);
 	st->held_head = NULL;
@@ -742,9 +742,11 @@ static char *format_head(struct sl_http_conn *c, int status,
 	 * request, and printf's parsing of a long format was the larger part
 	 * of its cost.
 	 */
+	/* Every caller passes a three-digit status; a longer one is cut. */
 	char status_text[8];
 	size_t status_len =
 	    (size_t)snprintf(status_text, sizeof(status_text), "%d ", status);
+	status_len = SL_MIN(status_len, sizeof(status_text) - 1);
 	const char *pieces[] = {
 	    "HTTP/1.1 ",
 	    status_text,
@@ -911,7 +913,6 @@ int sl_http_stream_start(struct sl_http_request *req, int status,
 	st->held_head = format_head(c, status, content_type, extra_headers,
 	                            content_length, will_keep_alive(c), &len);
 	st->held_head_len = len;
-	st->head_sent = true;
 	return 0;
 }
 
@@ -949,7 +950,10 @@ int sl_http_stream_writev(struct sl_http_request *req, const uv_buf_t *pieces,
 	struct request_state *st = state_of(req);
 	if (!can_respond(req))
 		return UV_ECANCELED;
-	if (st->head_only || n == 0)
+	/* A HEAD response's body is never written: its head goes now. */
+	if (st->head_only)
+		return conn_write(c, NULL, 0);
+	if (n == 0)
 		return 0;
 	if (n > SL_HTTP_WRITEV_MAX)
 		return UV_EINVAL;

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
@@ -111,11 +112,13 @@ struct line {
 	bool over;
 };
 
+/* Appends what fits; a text line cut short ends in "..." (see below). */
 static void put(struct line *l, const char *s, size_t len)
 {
-	if (l->over || len > l->size - l->n) {
+	size_t room = l->size - l->n;
+	if (len > room) {
+		len = room;
 		l->over = true;
-		return;
 	}
 	memcpy(l->buf + l->n, s, len);
 	l->n += len;
@@ -175,13 +178,12 @@ static bool put_json_string(struct line *l, const char *s, bool bare)
 	json_t *v = json_string(s);
 	if (!v)
 		return false;
-	size_t room = l->over ? 0 : l->size - l->n;
-	size_t k = json_dumpb(v, l->buf + l->n, room, JSON_ENCODE_ANY);
+	char *quoted = json_dumps(v, JSON_ENCODE_ANY);
 	json_decref(v);
-	if (k > room)
-		l->over = true;
-	else
-		l->n += k;
+	if (!quoted)
+		return false;
+	put_str(l, quoted);
+	free(quoted);
 	return true;
 }
 
@@ -232,6 +234,8 @@ void sl_log_fields(enum sl_log_level level, const char *msg,
 	/* Too long for one line: a JSON line is dropped, a text line cut. */
 	if (l.over && json)
 		return;
+	if (l.over)
+		memcpy(buf + l.n - 3, "...", 3);
 	buf[l.n++] = '\n';
 	write_line(buf, l.n);
 }
