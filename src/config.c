@@ -8,6 +8,7 @@
 #include "sluice/demo_model.h"
 #include "sluice/http.h"
 #include "sluice/log.h"
+#include "sluice/probe.h"
 #include "sluice/sched.h"
 
 #include <curl/curl.h>
@@ -63,6 +64,10 @@ static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const demo_sizes[] = {"tiny", "slow", NULL};
 static const char *const switch_on[] = {"on", "true", "yes", "1", NULL};
 static const char *const switch_off[] = {"off", "false", "no", "0", NULL};
+
+/* A number macro as text, for help lines that quote a constant. */
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 #define FIELD(f) offsetof(struct sl_config, f)
 #define SEC 1000u
@@ -277,6 +282,10 @@ static const struct action_def actions[] = {
 	{"version", NULL, "print the version and exit"},
 	{"write-demo-model", "PATH",
 	 "write the demo model (see --demo-model-size) to PATH and exit"},
+	{"probe", "URL",
+	 "GET URL (e.g. http://127.0.0.1:8080/health) and exit 0 when it "
+	 "answers 2xx within " STR(SL_PROBE_TIMEOUT_S) " s, else 1 with the cause on stderr: a health "
+	 "check that needs no curl or wget"},
 };
 /* clang-format on */
 
@@ -795,6 +804,8 @@ static int apply_action(struct sl_config *cfg, const struct action_def *a,
 		cfg->help = true;
 	else if (strcmp(a->name, "version") == 0)
 		cfg->version = true;
+	else if (strcmp(a->name, "probe") == 0)
+		set_string(&cfg->probe, value);
 	else
 		set_string(&cfg->write_demo_model, value);
 	return 0;
@@ -1012,6 +1023,7 @@ void sl_config_free(struct sl_config *cfg)
 	}
 	free(cfg->listen_host);
 	free(cfg->write_demo_model);
+	free(cfg->probe);
 	memset(cfg, 0, sizeof(*cfg));
 }
 

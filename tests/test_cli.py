@@ -1,6 +1,7 @@
 """The sluice command line: help, version, bad values, one-shot actions."""
 
 import os
+import socket
 import subprocess
 
 import sluice_test as st
@@ -28,7 +29,8 @@ class Cli(st.TestCase):
         # Each option (not action) is followed by its [VARIABLE; default: ...].
         text = r.stdout
         for flag in flags:
-            if flag in ("--help", "--version", "--write-demo-model"):
+            if flag in ("--help", "--version", "--write-demo-model",
+                        "--probe"):
                 continue
             var = "SLUICE_" + flag[2:].upper().replace("-", "_")
             if flag == "--llama-arg":
@@ -119,6 +121,57 @@ class Cli(st.TestCase):
         self.assertEqual(r.stderr.strip(),
                          "sluice: --write-demo-model /nonexistent/dir/m.gguf: "
                          "no such file or directory")
+
+
+class Probe(st.TestCase):
+    """sluice --probe URL: a container's health check without curl."""
+
+    def test_2xx_exits_0_silently(self):
+        up = self.recording_upstream()
+        sl = self.sluice("--upstream", up.url)
+        for path in ("/health", "/ready"):
+            with self.subTest(path=path):
+                r = run("--probe", "http://127.0.0.1:%d%s" % (sl.port, path))
+                self.assertEqual((r.returncode, r.stdout, r.stderr),
+                                 (0, "", ""))
+
+    def test_another_status_exits_1_naming_it(self):
+        up = self.recording_upstream()
+        sl = self.sluice("--upstream", up.url)
+        url = "http://127.0.0.1:%d/no/such/path" % sl.port
+        r = run("--probe", url)
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stdout, "")
+        self.assertEqual(r.stderr, "sluice: --probe %s: answered HTTP 404, "
+                         "not 2xx\n" % url)
+
+    def test_a_closed_port_exits_1_naming_the_connection_error(self):
+        # Bound and not listening: connecting to it is refused for certain.
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            url = "http://127.0.0.1:%d/health" % s.getsockname()[1]
+            r = run("--probe", url)
+        self.assertEqual(r.returncode, 1)
+        lines = r.stderr.splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertTrue(lines[0].startswith("sluice: --probe %s: no answer: "
+                                            % url), lines[0])
+        self.assertIn("Couldn't connect to server", lines[0])
+
+    def test_a_server_that_never_answers_is_given_up_on(self):
+        # Listening, never accepting: the connection completes in the
+        # kernel's backlog and no answer ever comes.
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen(1)
+            url = "http://127.0.0.1:%d/health" % s.getsockname()[1]
+            r = run("--probe", url)
+        self.assertEqual(r.returncode, 1)
+        lines = r.stderr.splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertRegex(lines[0], r"^sluice: --probe %s: no answer: "
+                         r"Operation timed out after \d+ milliseconds"
+                         % url.replace(".", r"\."))
 
 
 if __name__ == "__main__":

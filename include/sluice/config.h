@@ -89,6 +89,7 @@ struct sl_config {
 	char *cache_dir;        /* "" = $XDG_CACHE_HOME/sluice */
 	int demo_model_size;    /* enum sl_demo_size */
 	char *write_demo_model; /* write the demo model here and exit */
+	char *probe;            /* GET this URL, exit 0 on 2xx (probe.h) */
 
 	/* Logging */
 	int log_level;  /* enum sl_log_level */
