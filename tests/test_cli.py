@@ -174,5 +174,52 @@ class Probe(st.TestCase):
                          % url.replace(".", r"\."))
 
 
+class ExposureWarning(st.TestCase):
+    """A warning at start when sluice listens beyond loopback and no client
+    key is set."""
+
+    WARNING = (r"warn  listening on http://0\.0\.0\.0:%d, which other hosts "
+               r"can reach, and no client key is set: anyone who can connect "
+               r"may use this gateway; set --api-key \(or --api-key-file\), "
+               r"or listen on loopback only with --listen 127\.0\.0\.1:%d$")
+    ANY_WARNING = r"which other hosts can reach"
+
+    def started(self, *args, env=None):
+        up = self.recording_upstream()
+        # Not polled for readiness, which takes 127.0.0.1: the upstream's
+        # readiness is logged after the warning's place, so once that line
+        # is in, every start-up line is.
+        s = self.sluice("--upstream", up.url, *args, env=env,
+                        wait_ready=False)
+        s.wait_line(r"info  sluice \S+ is ready on ", timeout=SAFETY_NET_S)
+        return s
+
+    def test_all_interfaces_without_a_key_warn_once(self):
+        for listen in ("0.0.0.0:0", ":0"):
+            with self.subTest(listen=listen):
+                s = self.started("--listen", listen)
+                s.wait_line(self.WARNING % (s.port, s.port))
+                self.assertEqual(s.count_lines(self.ANY_WARNING), 1)
+
+    def test_a_key_or_loopback_is_quiet(self):
+        path = os.path.join(self.tmp, "keys")
+        with open(path, "w") as f:
+            f.write("file-key\n")
+        cases = [
+            (("--listen", "0.0.0.0:0", "--api-key", "k1"), None),
+            (("--listen", "0.0.0.0:0", "--api-key-file", path), None),
+            (("--listen", "0.0.0.0:0"), {"SLUICE_API_KEY": "k2"}),
+            # The test helper's own --listen 127.0.0.1:0, and another
+            # loopback address.
+            ((), None),
+            (("--listen", "127.0.0.9:0"), None),
+        ]
+        for args, env in cases:
+            with self.subTest(args=args, env=env):
+                s = self.started(*args, env=env)
+                self.assertEqual(s.count_lines(self.ANY_WARNING), 0,
+                                 s.output())
+
+
 if __name__ == "__main__":
     st.main()

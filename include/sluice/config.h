@@ -70,6 +70,8 @@ struct sl_config {
 	char *admin_key;            /* "" = none: admin actions refused */
 	/* Allowed web origins: {"*"} by default; empty after "none". */
 	struct sl_strlist cors_origins;
+	/* Proxies whose X-Forwarded-For is believed: CIDRs, as written. */
+	struct sl_strlist trusted_proxies;
 
 	/* Scheduler */
 	unsigned slots_per_upstream; /* 0: total_slots from /props */
