@@ -60,6 +60,12 @@ class Cli(st.TestCase):
              "SLUICE_API_KEY_FILE /nonexistent/keys: cannot read it"),
             (["--cors-origin", "https://app.example/"], {}, "--cors-origin"),
             ([], {"SLUICE_CORS_ORIGIN": "*,http://a"}, "--cors-origin"),
+            (["--trusted-proxy", "10.0.0.0/33"], {}, "--trusted-proxy"),
+            (["--trusted-proxy", "127.0.0.1,proxy.example"], {},
+             "--trusted-proxy: expected an IP address or a CIDR range such "
+             "as 10.0.0.0/8 or fd00::/8, got \"proxy.example\""),
+            ([], {"SLUICE_TRUSTED_PROXY": "::1, fd00::/8/8"},
+             "SLUICE_TRUSTED_PROXY"),
         ]
         for args, env, name in cases:
             with self.subTest(args=args, env=env):
