@@ -352,7 +352,7 @@ class Deploy(unittest.TestCase):
         if code != 0:
             raise Skip("no Docker daemon to use: not root (so none of the "
                        "test's own) and none reachable: %s"
-                       % out.strip().splitlines()[-1:])
+                       % (out.strip().splitlines() or ["?"])[-1])
 
     @classmethod
     def image_exists(cls, name):
