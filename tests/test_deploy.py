@@ -66,7 +66,8 @@ BUILD_S = 900
 HEALTHY_S = 180
 COMPOSE_S = 120
 # Tokens of the answer that is under way while sluice drains: on the slow
-# demo model that takes seconds, far longer than a SIGTERM takes to arrive.
+# demo model that takes seconds, and its events are far more than the
+# client's receive buffer holds.
 DRAIN_TOKENS = 1000
 
 
@@ -672,11 +673,16 @@ class Deploy(unittest.TestCase):
         sluice = self.container("sluice")
         body = self.chat(DRAIN_TOKENS, True, ignore_eos=True)
         want = self.direct(body)["choices"][0]["message"]["content"]
-        c = st.RawClient(self.port, timeout=120)
+        # A small receive buffer, and no reading until sluice says it
+        # drains: the answer stays under way (sluice holds what the client
+        # does not take) however fast it is generated.
+        c = st.RawClient(self.port, rcvbuf=4096, timeout=120)
         stopped = {}
+        # docker stop, as compose's stop does: SIGTERM, then SIGKILL after
+        # the grace period (60 s here, to see a drain take its time).
         stopper = threading.Thread(target=lambda: stopped.update(
-            result=run(self.compose_cmd("stop", "-t", "60", "sluice"),
-                       self.env, check=False)))
+            result=run([self.docker, "stop", "-t", "60", sluice], self.env,
+                       check=False)))
         try:
             c.request("POST", "/v1/chat/completions", body)
             self.assertEqual(c.read_head()[0], 200)
@@ -732,8 +738,10 @@ def main():
         print("deploy suite skipped: %s" % e)
         status = 77
     finally:
+        finishing = time.monotonic()
         Deploy.finish()
-    log("%.0f s in all" % (time.monotonic() - started))
+        log("cleaned up in %.0f s; %.0f s in all"
+            % (time.monotonic() - finishing, time.monotonic() - started))
     sys.exit(status)
 
 
