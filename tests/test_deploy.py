@@ -604,7 +604,8 @@ class Deploy(unittest.TestCase):
         """Both health checks pass (llama-server's curl, sluice's --probe);
         sluice started only once llama-server was healthy, runs as its own
         user, and no bridge network exists."""
-        llama, sluice = self.container("llama-server"), self.container("sluice")
+        llama = self.container("llama-server")
+        sluice = self.container("sluice")
         try:
             st.wait_until(
                 lambda: all(self.state(c).get("Health", {}).get("Status") ==
