@@ -1,6 +1,7 @@
 /* app.c: start-up, shutdown, and the glue between the modules. */
 #include "sluice/app.h"
 
+#include "sluice/client_addr.h"
 #include "sluice/common.h"
 #include "sluice/exposition.h"
 #include "sluice/log.h"
@@ -380,6 +381,7 @@ static void on_request_finished(struct sl_http_request *req, bool completed,
 	}
 	const struct sl_log_field f[] = {
 	    SL_LOG_STR("id", req->id[0] ? req->id : NULL),
+	    SL_LOG_STR("client", req->client[0] ? req->client : NULL),
 	    SL_LOG_STR("method",
 	               req->path ? llhttp_method_name(req->method) : NULL),
 	    SL_LOG_STR("path", req->path),
@@ -478,9 +480,55 @@ static int add_upstream(struct sl_app *app, const struct sl_managed_spec *spec,
 	return rc;
 }
 
+/*
+ * --trusted-proxy's ranges, parsed once for the HTTP server; the options
+ * were checked when read, so a failure here is a bug.
+ */
+static int parse_trusted_proxies(struct sl_app *app)
+{
+	const struct sl_strlist *l = &app->cfg->trusted_proxies;
+	if (l->count == 0)
+		return 0;
+	app->trusted_proxies = sl_xcalloc(l->count, sizeof(struct sl_cidr));
+	for (unsigned i = 0; i < l->count; i++) {
+		if (sl_cidr_parse(l->items[i], strlen(l->items[i]),
+		                  &app->trusted_proxies[i]) != 0) {
+			sl_error("--trusted-proxy %s: not an address range",
+			         l->items[i]);
+			return SL_EINVAL;
+		}
+	}
+	app->n_trusted_proxies = l->count;
+	return 0;
+}
+
+/*
+ * A gateway reachable from other hosts with no client key serves anyone
+ * who finds it (and spends its GPU): say so once, with the two ways out.
+ */
+static void warn_if_exposed(const struct sl_app *app, unsigned port)
+{
+	const struct sl_config *cfg = app->cfg;
+	struct sl_ip host;
+	if (cfg->api_keys.count > 0)
+		return; /* --api-key and --api-key-file both land here */
+	if (sl_ip_parse(cfg->listen_host, strlen(cfg->listen_host), &host) ==
+	        0 &&
+	    sl_ip_is_loopback(&host))
+		return;
+	sl_warn("listening on %s, which other hosts can reach, and no client "
+	        "key is set: anyone who can connect may use this gateway; set "
+	        "--api-key (or --api-key-file), or listen on loopback only "
+	        "with --listen 127.0.0.1:%u",
+	        app->listen_url, port);
+}
+
 static int open_listener(struct sl_app *app)
 {
 	const struct sl_config *cfg = app->cfg;
+	int rc = parse_trusted_proxies(app);
+	if (rc != 0)
+		return rc;
 	struct sl_http_limits limits = {
 	    .max_header_bytes = cfg->max_header_size,
 	    .max_headers = cfg->max_headers,
@@ -492,10 +540,12 @@ static int open_listener(struct sl_app *app)
 	    .max_connections = cfg->max_connections,
 	    .cors_origins = cfg->cors_origins.items,
 	    .n_cors_origins = cfg->cors_origins.count,
+	    .trusted_proxies = app->trusted_proxies,
+	    .n_trusted_proxies = app->n_trusted_proxies,
 	};
-	int rc = sl_http_server_listen(&app->http, &app->loop, cfg->listen_host,
-	                               cfg->listen_port, &limits,
-	                               sl_routes_dispatch, app);
+	rc = sl_http_server_listen(&app->http, &app->loop, cfg->listen_host,
+	                           cfg->listen_port, &limits,
+	                           sl_routes_dispatch, app);
 	if (rc != 0) {
 		sl_error("--listen %s: %s", cfg->listen, uv_strerror(rc));
 		return rc;
@@ -506,6 +556,7 @@ static int open_listener(struct sl_app *app)
 	snprintf(app->listen_url, sizeof(app->listen_url), "http://%s%s%s:%u",
 	         v6 ? "[" : "", cfg->listen_host, v6 ? "]" : "", port);
 	sl_info("listening on %s", app->listen_url);
+	warn_if_exposed(app, port);
 	return 0;
 }
 
@@ -576,6 +627,7 @@ int sl_app_run(const struct sl_config *cfg)
 	run_loop_to_end(app);
 	sl_sched_free(&app->sched);
 	int code = app->exit_code;
+	free(app->trusted_proxies);
 	free(app);
 	return code;
 }

@@ -4,10 +4,12 @@
  */
 #include "sluice/config.h"
 
+#include "sluice/client_addr.h"
 #include "sluice/common.h"
 #include "sluice/demo_model.h"
 #include "sluice/http.h"
 #include "sluice/log.h"
+#include "sluice/probe.h"
 #include "sluice/sched.h"
 
 #include <curl/curl.h>
@@ -42,6 +44,7 @@ enum opt_type {
 	OPT_KEY_LIST,
 	OPT_SECRET,      /* one key, never echoed */
 	OPT_ORIGIN_LIST, /* repeatable web origin, or "*" or "none"; commas */
+	OPT_CIDR_LIST,   /* repeatable address range (client_addr.h); commas */
 };
 
 struct option_def {
@@ -63,6 +66,10 @@ static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const demo_sizes[] = {"tiny", "slow", NULL};
 static const char *const switch_on[] = {"on", "true", "yes", "1", NULL};
 static const char *const switch_off[] = {"off", "false", "no", "0", NULL};
+
+/* A number macro as text, for help lines that quote a constant. */
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 #define FIELD(f) offsetof(struct sl_config, f)
 #define SEC 1000u
@@ -162,6 +169,14 @@ static const struct option_def options[] = {
 	 "sluice; repeatable (environment: comma-separated); * lets any "
 	 "origin, none turns CORS off",
 	 NULL},
+	{"trusted-proxy", "SLUICE_TRUSTED_PROXY", "CIDR", OPT_CIDR_LIST,
+	 FIELD(trusted_proxies), NULL, 0, 0, NULL,
+	 "a proxy (an address, or a range such as 10.0.0.0/8 or fd00::/8) "
+	 "whose X-Forwarded-For is believed: a request from it is logged "
+	 "with the address found by walking that header from the right past "
+	 "trusted addresses; repeatable, and a value may list several, "
+	 "comma-separated (so may the environment)",
+	 "none: the TCP peer is the client"},
 	{"max-connections", "SLUICE_MAX_CONNECTIONS", "N", OPT_UINT,
 	 FIELD(max_connections), "10000", 1, 1000000, NULL,
 	 "client connections open at once; more are refused with 503", NULL},
@@ -277,6 +292,10 @@ static const struct action_def actions[] = {
 	{"version", NULL, "print the version and exit"},
 	{"write-demo-model", "PATH",
 	 "write the demo model (see --demo-model-size) to PATH and exit"},
+	{"probe", "URL",
+	 "GET URL (e.g. http://127.0.0.1:8080/health) and exit 0 when it "
+	 "answers 2xx within " STR(SL_PROBE_TIMEOUT_S) " s, else 1 with the cause on stderr: a health "
+	 "check that needs no curl or wget"},
 };
 /* clang-format on */
 
@@ -570,6 +589,20 @@ static int apply_origins(struct sl_strlist *origins, const char *value,
 	return for_each_item(value, where, err, size, add_origin, origins);
 }
 
+/* An address range, kept as written; the HTTP server parses it again. */
+static int add_cidr(void *list, const char *cidr, size_t len, const char *where,
+                    char *err, size_t size)
+{
+	struct sl_cidr c;
+	if (sl_cidr_parse(cidr, len, &c) != 0)
+		return fail(err, size, where,
+		            "expected an IP address or a CIDR range such as "
+		            "10.0.0.0/8 or fd00::/8, got \"%.*s\"",
+		            (int)len, cidr);
+	push_span(list, cidr, len);
+	return 0;
+}
+
 /*
  * Applies one value to one option. `where` names the source in errors (the
  * flag or the environment variable).
@@ -702,6 +735,8 @@ static int apply(struct sl_config *cfg, const struct option_def *o,
 		return 0;
 	case OPT_ORIGIN_LIST:
 		return apply_origins(field, value, where, err, size);
+	case OPT_CIDR_LIST:
+		return for_each_item(value, where, err, size, add_cidr, field);
 	}
 	return SL_EINVAL;
 }
@@ -709,18 +744,20 @@ static int apply(struct sl_config *cfg, const struct option_def *o,
 static int is_list(const struct option_def *o)
 {
 	return o->type == OPT_URL_LIST || o->type == OPT_ARG_LIST ||
-	       o->type == OPT_KEY_LIST || o->type == OPT_ORIGIN_LIST;
+	       o->type == OPT_KEY_LIST || o->type == OPT_ORIGIN_LIST ||
+	       o->type == OPT_CIDR_LIST;
 }
 
 /*
- * A list option's environment value holds several items. Key and origin
- * lists split their values on commas themselves, flags and environment
- * alike.
+ * A list option's environment value holds several items. Key, origin and
+ * range lists split their values on commas themselves, flags and
+ * environment alike.
  */
 static int apply_env_list(struct sl_config *cfg, const struct option_def *o,
                           const char *value, char *err, size_t size)
 {
-	if (o->type == OPT_KEY_LIST || o->type == OPT_ORIGIN_LIST)
+	if (o->type == OPT_KEY_LIST || o->type == OPT_ORIGIN_LIST ||
+	    o->type == OPT_CIDR_LIST)
 		return apply(cfg, o, value, o->env, err, size);
 	const char *seps = o->type == OPT_URL_LIST ? ", \t\n" : " \t\n";
 	char *copy = sl_xstrdup(value), *save = NULL;
@@ -795,6 +832,8 @@ static int apply_action(struct sl_config *cfg, const struct action_def *a,
 		cfg->help = true;
 	else if (strcmp(a->name, "version") == 0)
 		cfg->version = true;
+	else if (strcmp(a->name, "probe") == 0)
+		set_string(&cfg->probe, value);
 	else
 		set_string(&cfg->write_demo_model, value);
 	return 0;
@@ -1006,12 +1045,14 @@ void sl_config_free(struct sl_config *cfg)
 		}
 		case OPT_URL_LIST:
 		case OPT_ORIGIN_LIST:
+		case OPT_CIDR_LIST:
 		case OPT_ARG_LIST: sl_strlist_clear(field); break;
 		default: break;
 		}
 	}
 	free(cfg->listen_host);
 	free(cfg->write_demo_model);
+	free(cfg->probe);
 	memset(cfg, 0, sizeof(*cfg));
 }
 

@@ -91,6 +91,9 @@ struct sl_http_conn {
 	struct sl_http_conn *prev, *next;
 	enum conn_phase phase;
 	struct request_state *req; /* NULL between requests */
+	/* The TCP peer, read once at accept; family 0 when unknown. */
+	struct sl_ip peer;
+	char peer_text[SL_CLIENT_ADDR_MAX]; /* "" when unknown */
 
 	char *pending; /* SL_HTTP_PENDING_MAX bytes once allocated */
 	size_t pending_len;
@@ -162,6 +165,8 @@ void sl_http_limits_default(struct sl_http_limits *l)
 	l->server_name = NULL;
 	l->cors_origins = NULL; /* no CORS unless the owner asks for it */
 	l->n_cors_origins = 0;
+	l->trusted_proxies = NULL; /* no proxy believed unless named */
+	l->n_trusted_proxies = 0;
 }
 
 static struct request_state *state_of(struct sl_http_request *req)
@@ -276,6 +281,7 @@ static void request_begin(struct sl_http_conn *c)
 	c->req->pub.start_ns = sl_now_ns();
 	c->req->pub.info.queue_ms = -1;
 	c->req->pub.info.ttft_ms = -1;
+	memcpy(c->req->pub.client, c->peer_text, sizeof(c->peer_text));
 }
 
 static int on_message_begin(llhttp_t *p)
@@ -1082,11 +1088,27 @@ static void assign_request_id(struct sl_http_server *s,
 	         (unsigned long long)z);
 }
 
+/*
+ * The client behind a trusted proxy, from X-Forwarded-For; only complete
+ * requests get this far, so a refused one keeps the peer.
+ */
+static void resolve_client(struct sl_http_conn *c, struct request_state *st)
+{
+	const struct sl_http_limits *l = &c->server->limits;
+	if (l->n_trusted_proxies == 0)
+		return;
+	struct sl_ip client = sl_client_addr_resolve(
+	    l->trusted_proxies, l->n_trusted_proxies, &c->peer, st->pub.headers,
+	    st->pub.n_headers);
+	sl_ip_format(&client, st->pub.client, sizeof(st->pub.client));
+}
+
 static void dispatch(struct sl_http_conn *c)
 {
 	struct request_state *st = c->req;
 	llhttp_resume(&c->parser);
 	assign_request_id(c->server, st);
+	resolve_client(c, st);
 	st->dispatched = true;
 	c->server->n_busy++;
 	c->server->handler(&st->pub, c->server->handler_data);
@@ -1430,6 +1452,13 @@ static void conn_start(struct sl_http_conn *c)
 	struct sl_http_server *s = c->server;
 	/* Without it each streamed chunk can wait ~40 ms on delayed ACKs. */
 	uv_tcp_nodelay(&c->tcp, 1);
+	/* Once per connection: every request on it has the same peer. */
+	struct sockaddr_storage addr;
+	int addr_len = sizeof(addr);
+	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&addr, &addr_len) ==
+	        0 &&
+	    sl_ip_from_sockaddr((struct sockaddr *)&addr, &c->peer) == 0)
+		sl_ip_format(&c->peer, c->peer_text, sizeof(c->peer_text));
 	llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
 	c->parser.data = c;
 	c->phase = PHASE_IDLE;

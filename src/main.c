@@ -5,6 +5,7 @@
 #include "sluice/config.h"
 #include "sluice/demo_model.h"
 #include "sluice/log.h"
+#include "sluice/probe.h"
 
 #include <curl/curl.h>
 #include <signal.h>
@@ -35,6 +36,21 @@ static void raise_fd_limit(unsigned max_connections)
 		sl_warn("only %llu file descriptors (ulimit -n): fewer than "
 		        "--max-connections %u needs",
 		        (unsigned long long)rl.rlim_cur, max_connections);
+}
+
+/* --probe URL: the exit status a container's HEALTHCHECK reads. */
+static int probe(const char *url)
+{
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+		fprintf(stderr, "sluice: libcurl failed to initialise\n");
+		return EXIT_FAILURE;
+	}
+	char err[CURL_ERROR_SIZE + 64];
+	int rc = sl_probe(url, err, sizeof(err));
+	if (rc != 0)
+		fprintf(stderr, "sluice: --probe %s: %s\n", url, err);
+	curl_global_cleanup();
+	return rc == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
 int main(int argc, char **argv)
@@ -72,6 +88,10 @@ int main(int argc, char **argv)
 			        cfg.write_demo_model, sl_strerror(rc));
 			code = EXIT_FAILURE;
 		}
+		goto out;
+	}
+	if (cfg.probe) {
+		code = probe(cfg.probe);
 		goto out;
 	}
 

@@ -5,7 +5,8 @@ are sent straight and through sluice, and must match. A recording upstream
 shows that a client's key never leaves sluice. A headless Chromium loads a
 page from another origin that streams a chat completion through sluice: the
 text must be what llama-server streams for the same request, and with
---cors-origin none the browser must refuse it.
+--cors-origin none the browser must refuse it. Client addresses: the TCP
+peer, or X-Forwarded-For from a trusted proxy, as the access log shows.
 """
 
 import http.client
@@ -14,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import urllib.parse
@@ -320,6 +322,110 @@ class Sources(st.TestCase):
                 self.assertNotIn("origin", names)
                 for _, v in headers:
                     self.assertNotIn("client-secret", v)
+
+
+class ClientAddress(st.TestCase):
+    """The client address in the access log: the TCP peer, or, from a
+    --trusted-proxy, X-Forwarded-For read from the right past trusted
+    addresses. A recording upstream: nothing here generates."""
+
+    def setUp(self):
+        super().setUp()
+        self.n = 0
+
+    def client_of(self, s, extra=b"", source="127.0.0.1", path="/health"):
+        """Sends GET path from source with the raw header lines `extra`
+        and returns the client its access line names."""
+        self.n += 1
+        rid = "xff-%d" % self.n
+        with socket.socket() as c:
+            c.settimeout(SAFETY_NET_S)
+            c.bind((source, 0))
+            c.connect(("127.0.0.1", s.port))
+            c.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: t\r\n"
+                      b"X-Request-Id: " + rid.encode() + b"\r\n" + extra +
+                      b"Connection: close\r\n\r\n")
+            answer = b""
+            while True:
+                data = c.recv(65536)
+                if not data:
+                    break
+                answer += data
+        self.assertTrue(answer.startswith(b"HTTP/1.1 200 "), answer[:200])
+        m = s.wait_line(r" access id=%s client=(\S+) method=GET path=%s "
+                        % (rid, path), timeout=SAFETY_NET_S)
+        return m.group(1)
+
+    def xff(self, *values):
+        return b"".join(b"X-Forwarded-For: " + v + b"\r\n" for v in values)
+
+    def test_without_trusted_proxies_the_peer_is_the_client(self):
+        rec = self.recording_upstream()
+        s = self.sluice("--upstream", rec.url)
+        self.assertEqual(self.client_of(s), "127.0.0.1")
+        self.assertEqual(self.client_of(s, source="127.0.0.2"), "127.0.0.2")
+        # The header is not believed from anyone.
+        self.assertEqual(self.client_of(s, self.xff(b"203.0.113.7")),
+                         "127.0.0.1")
+
+    def test_a_trusted_proxy_names_the_client(self):
+        rec = self.recording_upstream()
+        s = self.sluice("--upstream", rec.url, "--trusted-proxy",
+                        "127.0.0.0/8")
+        cases = [
+            # No header: the peer.
+            (b"", "127.0.0.1"),
+            (self.xff(b"203.0.113.7"), "203.0.113.7"),
+            # A spoofed chain: the first untrusted from the right.
+            (self.xff(b"1.2.3.4, 127.0.0.5"), "1.2.3.4"),
+            (self.xff(b"6.6.6.6, 1.2.3.4, 127.0.0.5"), "1.2.3.4"),
+            # Several lines are one list.
+            (self.xff(b"5.5.5.5, 127.0.0.3", b"127.0.0.4"), "5.5.5.5"),
+            (self.xff(b"2001:db8::7"), "2001:db8::7"),
+            (self.xff(b"::ffff:198.51.100.1"), "198.51.100.1"),
+            # Garbage stops the walk: the last good address stands.
+            (self.xff(b"not an address"), "127.0.0.1"),
+            (self.xff(b"9.9.9.9, junk, 127.0.0.7"), "127.0.0.7"),
+            (self.xff(b"9.9.9.9:443"), "127.0.0.1"),
+            (self.xff(b"\xff\xfe\x80, ::::, " + b"1" * 4000), "127.0.0.1"),
+            (self.xff(b",,, ,"), "127.0.0.1"),
+        ]
+        for extra, want in cases:
+            with self.subTest(extra=extra[:60]):
+                self.assertEqual(self.client_of(s, extra), want)
+        # sluice lived through all of it.
+        self.assertEqual(s.health().status, 200)
+
+    def test_only_the_trusted_peers_header_counts(self):
+        rec = self.recording_upstream()
+        s = self.sluice("--upstream", rec.url,
+                        env={"SLUICE_TRUSTED_PROXY": "10.0.0.0/8, 127.0.0.1"})
+        extra = self.xff(b"203.0.113.9")
+        self.assertEqual(self.client_of(s, extra), "203.0.113.9")
+        self.assertEqual(self.client_of(s, extra, source="127.0.0.2"),
+                         "127.0.0.2")
+        # 127.0.0.2 is no trusted hop: the walk stops there.
+        self.assertEqual(self.client_of(s, self.xff(b"203.0.113.9, "
+                                                    b"127.0.0.2")),
+                         "127.0.0.2")
+
+    def test_x_forwarded_for_never_goes_upstream(self):
+        rec = self.recording_upstream(answer=st.models_or_completion)
+        s = self.sluice("--upstream", rec.url, "--trusted-proxy",
+                        "127.0.0.1", "--stream-upstream", "off")
+        r = send(s.port, "POST", "/v1/completions",
+                 {"prompt": "x", "max_tokens": 1},
+                 {"X-Forwarded-For": "203.0.113.9",
+                  "X-Request-Id": "relayed-1"})
+        self.assertEqual(r.status, 200, r.body)
+        s.wait_line(r" access id=relayed-1 client=203\.0\.113\.9 ",
+                    timeout=SAFETY_NET_S)
+        got = rec.received()
+        self.assertEqual([g.target for g in got], ["/v1/completions"])
+        names = [k.lower() for k in got[0].headers.keys()]
+        self.assertNotIn("x-forwarded-for", names)
+        for v in got[0].headers.values():
+            self.assertNotIn("203.0.113.9", v)
 
 
 class Cors(st.TestCase):

@@ -181,10 +181,11 @@ class Metrics(st.TestCase):
         mine = [a for a in access if a["path"] in paths][-len(paths):]
         self.assertEqual([a["path"] for a in mine], paths)
         first = mine[0]
-        for key in ("id", "method", "path", "status", "priority", "queue_ms",
-                    "ttft_ms", "total_ms", "tokens", "bytes", "upstream",
-                    "outcome"):
-            self.assertIn(key, first)
+        self.assertEqual(list(first)[3:], [
+            "id", "client", "method", "path", "status", "priority",
+            "queue_ms", "ttft_ms", "total_ms", "tokens", "bytes", "upstream",
+            "outcome"])
+        self.assertEqual(first["client"], "127.0.0.1")
         self.assertEqual(first["status"], 200)
         self.assertEqual(first["tokens"], 4)
         self.assertEqual(first["priority"], "normal")
@@ -198,7 +199,8 @@ class Metrics(st.TestCase):
         s = self.sluice("--model", st.MODEL_TINY)
         s.post("/completion", completion("text", n=3),
                headers={"X-Request-Id": "trace 1"})
-        m = s.wait_line(r"info  access id=(\S+) method=POST path=/completion "
+        m = s.wait_line(r"info  access id=(\S+) client=127\.0\.0\.1 "
+                        r"method=POST path=/completion "
                         r"status=200 priority=normal queue_ms=\d+ ttft_ms=\d+ "
                         r"total_ms=\d+ tokens=3 bytes=\d+ upstream=http://\S+ "
                         r"outcome=ok$")

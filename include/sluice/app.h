@@ -37,6 +37,9 @@ struct sl_app {
 	unsigned exchanges;             /* relayed requests not yet finished */
 	struct exchange *exchange_list; /* all of them (proxy.c) */
 	struct sl_stats stats;
+	/* --trusted-proxy, parsed: the HTTP server's limits point here. */
+	struct sl_cidr *trusted_proxies;
+	unsigned n_trusted_proxies;
 	struct sl_metrics_waiter *metrics_waiters; /* /metrics (exposition.c) */
 	unsigned metrics_fetching; /* llama-server metrics fetches running */
 	bool force_stop;           /* a second signal: SIGKILL llama-server */

@@ -70,6 +70,8 @@ struct sl_config {
 	char *admin_key;            /* "" = none: admin actions refused */
 	/* Allowed web origins: {"*"} by default; empty after "none". */
 	struct sl_strlist cors_origins;
+	/* Proxies whose X-Forwarded-For is believed: CIDRs, as written. */
+	struct sl_strlist trusted_proxies;
 
 	/* Scheduler */
 	unsigned slots_per_upstream; /* 0: total_slots from /props */
@@ -89,6 +91,7 @@ struct sl_config {
 	char *cache_dir;        /* "" = $XDG_CACHE_HOME/sluice */
 	int demo_model_size;    /* enum sl_demo_size */
 	char *write_demo_model; /* write the demo model here and exit */
+	char *probe;            /* GET this URL, exit 0 on 2xx (probe.h) */
 
 	/* Logging */
 	int log_level;  /* enum sl_log_level */

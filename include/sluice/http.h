@@ -23,6 +23,7 @@
 #ifndef SLUICE_HTTP_H
 #define SLUICE_HTTP_H
 
+#include "sluice/client_addr.h"
 #include "sluice/common.h"
 /* struct sl_http_header and sl_http_field_value_ok() live there. */
 #include "sluice/http_rules.h"
@@ -113,6 +114,13 @@ struct sl_http_limits {
 	 */
 	char *const *cors_origins;
 	unsigned n_cors_origins;
+	/*
+	 * Proxies whose X-Forwarded-For sets a request's client address (see
+	 * client_addr.h); the array must outlive the server. None: the TCP
+	 * peer is every request's client.
+	 */
+	const struct sl_cidr *trusted_proxies;
+	unsigned n_trusted_proxies;
 };
 
 struct sl_http_conn;
@@ -150,7 +158,16 @@ struct sl_http_request {
 	char *body; /* NUL-terminated; body_len bytes */
 	size_t body_len;
 	char id[SL_HTTP_REQUEST_ID_MAX + 1]; /* X-Request-Id */
-	uint64_t start_ns;                   /* first byte of the request */
+	/*
+	 * Who sent the request, as text: the connection's peer, or the
+	 * address X-Forwarded-For names when the peer is a trusted proxy
+	 * (client_addr.h); "" when unknown (a socket that is not TCP). Set
+	 * from the peer when the request begins and from the header when
+	 * it is dispatched. It is logged, and it is what per-client limits
+	 * would key on; sluice has no per-address limit yet.
+	 */
+	char client[SL_CLIENT_ADDR_MAX];
+	uint64_t start_ns; /* first byte of the request */
 	struct sl_request_info info;
 	size_t bytes_sent; /* response bytes, head included */
 	int status;        /* of the response, once begun */
