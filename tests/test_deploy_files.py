@@ -76,6 +76,12 @@ def env_file_lines():
         return re.findall(r"^#(SLUICE_\w+)=(.*)$", f.read(), re.MULTILINE)
 
 
+def systemd_analyze(*args):
+    tool = shutil.which("systemd-analyze")
+    assert tool, "no systemd-analyze: deploy/setup.sh installs systemd"
+    return subprocess.run([tool, *args], capture_output=True, text=True)
+
+
 class Systemd(st.TestCase):
 
     def test_systemd_analyze_verify_says_nothing(self):
@@ -90,12 +96,9 @@ class Systemd(st.TestCase):
         path = os.path.join(self.tmp, "sluice.service")
         with open(path, "w") as f:
             f.write(unit)
-        r = subprocess.run(["systemd-analyze", "verify", "--man=no", path],
-                           capture_output=True, text=True)
+        r = systemd_analyze("verify", "--man=no", path)
         self.assertEqual((r.returncode, r.stdout + r.stderr), (0, ""))
-        r = subprocess.run(["systemd-analyze", "security", "--offline=yes",
-                            "--no-pager", path], capture_output=True,
-                           text=True)
+        r = systemd_analyze("security", "--offline=yes", "--no-pager", path)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertRegex(r.stdout, r"Overall exposure level for "
                          r"sluice\.service: \d+\.\d+ OK\b")

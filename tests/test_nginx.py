@@ -121,8 +121,10 @@ class Nginx(st.Process):
     """Debian's nginx with one site file, on a free loopback port."""
 
     def __init__(self, tmp, upstream_port, read_timeout_s=None):
+        if not os.access(NGINX, os.X_OK):
+            raise AssertionError("no nginx at %s: deploy/setup.sh installs "
+                                 "Debian's" % NGINX)
         self.port = st.free_port()
-        self.prefix = tmp
         os.makedirs(tmp, exist_ok=True)
         site = os.path.join(tmp, "sluice.conf")
         with open(site, "w") as f:
@@ -171,7 +173,8 @@ http {
 
 
 def client(port, source=CLIENT_ADDR):
-    """A RawClient connected from source (a loopback address)."""
+    """A RawClient connected from source (a loopback address): made
+    without its constructor, which connects from 127.0.0.1."""
     c = st.RawClient.__new__(st.RawClient)
     c.sock = socket.socket()
     c.sock.settimeout(SAFETY_NET_S)
