@@ -24,8 +24,15 @@ installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install o
 # ---- Debian packages ----
 # chromium: the tests drive a headless browser through sluice (CORS from a
 # page on another origin; llama-server's web UI relayed with --ui).
+# nginx: tests/test_nginx.py runs deploy/nginx/sluice.conf in front of sluice
+# (Debian's plain nginx package has the proxy, upstream keepalive and map
+# modules it uses), as a process of its own: the service Debian starts on
+# installing it is not used (systemctl disable --now nginx). python3-yaml: tests/test_deploy_files.py parses the
+# Kubernetes manifests. systemd: its systemd-analyze checks the unit file
+# (nothing is started; containers often lack it).
 packages=(gcc libc6-dev pkgconf meson ninja-build python3
-	libuv1-dev libcurl4-openssl-dev libjansson-dev libjsmn-dev chromium)
+	libuv1-dev libcurl4-openssl-dev libjansson-dev libjsmn-dev chromium
+	nginx python3-yaml systemd)
 missing=()
 if command -v dpkg-query >/dev/null; then
 	for p in "${packages[@]}"; do
