@@ -7,6 +7,8 @@
 #   SLUICE_LLAMA_SERVER    llama-server to use (else: on PATH, else one is
 #                          provisioned into the cache directory)
 #   SLUICE_MESON_OPTIONS   extra options for meson (e.g. --werror)
+#   SLUICE_EXTRA_PACKAGES  more Debian packages to install with the rest,
+#                          space-separated (.ci/run: the deploy suite's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,13 +28,15 @@ installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install o
 # page on another origin; llama-server's web UI relayed with --ui).
 # nginx: tests/test_nginx.py runs deploy/nginx/sluice.conf in front of sluice
 # (Debian's plain nginx package has the proxy, upstream keepalive and map
-# modules it uses), as a process of its own: the service Debian starts on
-# installing it is not used (systemctl disable --now nginx). python3-yaml: tests/test_deploy_files.py parses the
-# Kubernetes manifests. systemd: its systemd-analyze checks the unit file
-# (nothing is started; containers often lack it).
+# modules it uses), as a process of its own; see "services" below.
+# python3-yaml: tests/test_deploy_files.py parses the Kubernetes manifests.
+# systemd: its systemd-analyze checks the unit file (nothing is started;
+# containers often lack it).
 packages=(gcc libc6-dev pkgconf meson ninja-build python3
 	libuv1-dev libcurl4-openssl-dev libjansson-dev libjsmn-dev chromium
 	nginx python3-yaml systemd)
+read -r -a extra <<<"${SLUICE_EXTRA_PACKAGES:-}"
+packages+=("${extra[@]}")
 missing=()
 if command -v dpkg-query >/dev/null; then
 	for p in "${packages[@]}"; do
@@ -78,10 +82,33 @@ if [ ${#missing[@]} -gt 0 ]; then
 			fi
 		fi
 	done
+	# Services: Debian starts and enables a package's daemon as it
+	# installs it (nginx: a web server on port 80; docker.io: dockerd and
+	# its bridge network). The tests run their own, so while setup
+	# installs packages, a policy-rc.d (Debian's switch for this) keeps any
+	# from starting, unless the machine has its own policy; the services
+	# of the packages setup installed are then disabled at boot too. A
+	# service that was there before is left alone.
+	policy=/usr/sbin/policy-rc.d
+	own_policy=""
+	if [ ! -e "$policy" ]; then
+		printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null &&
+			$sudo chmod 755 "$policy" && own_policy=1
+	fi
 	say "installing: ${missing[*]}"
+	rc=0
 	$sudo env DEBIAN_FRONTEND=noninteractive apt-get -q install -y \
-		--no-install-recommends "${missing[@]}" >/dev/null 2>&1 ||
-		die "apt-get install ${missing[*]} failed"
+		--no-install-recommends "${missing[@]}" >/dev/null 2>&1 || rc=$?
+	[ -z "$own_policy" ] || $sudo rm -f "$policy"
+	[ "$rc" -eq 0 ] || die "apt-get install ${missing[*]} failed"
+	if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+		for p in "${missing[@]}"; do
+			case "$p" in
+			nginx) $sudo systemctl disable --quiet nginx || true ;;
+			docker.io) $sudo systemctl disable --quiet docker docker.socket || true ;;
+			esac
+		done
+	fi
 else
 	say "packages: all present"
 fi
