@@ -36,11 +36,14 @@ packages=(gcc libc6-dev pkgconf meson ninja-build python3
 	libuv1-dev libcurl4-openssl-dev libjansson-dev libjsmn-dev chromium
 	nginx python3-yaml systemd)
 read -r -a extra <<<"${SLUICE_EXTRA_PACKAGES:-}"
-packages+=("${extra[@]}")
 missing=()
+extra_missing=()
 if command -v dpkg-query >/dev/null; then
 	for p in "${packages[@]}"; do
 		installed "$p" || missing+=("$p")
+	done
+	for p in "${extra[@]}"; do
+		installed "$p" || extra_missing+=("$p")
 	done
 	# llhttp: trixie and later ship a library; bookworm only the generated
 	# sources in node-llhttp, which subprojects/llhttp builds.
@@ -51,7 +54,7 @@ elif ! pkg-config --exists libuv libcurl jansson; then
 	die "not a Debian system: install a C compiler, meson, ninja, pkg-config, libuv, libcurl, jansson and llhttp, then run this again"
 fi
 
-if [ ${#missing[@]} -gt 0 ]; then
+if [ $((${#missing[@]} + ${#extra_missing[@]})) -gt 0 ]; then
 	say "updating the package lists"
 	update_log=$(mktemp)
 	apt_update() {
@@ -91,18 +94,34 @@ if [ ${#missing[@]} -gt 0 ]; then
 	# service that was there before is left alone.
 	policy=/usr/sbin/policy-rc.d
 	own_policy=""
+	drop_policy() { [ -z "$own_policy" ] || $sudo rm -f "$policy"; own_policy=""; }
+	# Removed however setup ends, so that an interrupted install does not
+	# leave every later package's service kept from starting.
+	trap drop_policy EXIT
+	trap 'exit 130' INT TERM
 	if [ ! -e "$policy" ]; then
 		printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null &&
 			$sudo chmod 755 "$policy" && own_policy=1
 	fi
-	say "installing: ${missing[*]}"
-	rc=0
-	$sudo env DEBIAN_FRONTEND=noninteractive apt-get -q install -y \
-		--no-install-recommends "${missing[@]}" >/dev/null 2>&1 || rc=$?
-	[ -z "$own_policy" ] || $sudo rm -f "$policy"
-	[ "$rc" -eq 0 ] || die "apt-get install ${missing[*]} failed"
+	apt_install() {
+		$sudo env DEBIAN_FRONTEND=noninteractive apt-get -q install -y \
+			--no-install-recommends "$@" >/dev/null 2>&1
+	}
+	if [ ${#missing[@]} -gt 0 ]; then
+		say "installing: ${missing[*]}"
+		apt_install "${missing[@]}" || die "apt-get install ${missing[*]} failed"
+	fi
+	# The extras serve tests of their own (the deploy suite), which skip
+	# without them: one that cannot be installed (docker.io beside Docker
+	# CE, say) must not stop the build.
+	if [ ${#extra_missing[@]} -gt 0 ]; then
+		say "installing: ${extra_missing[*]}"
+		apt_install "${extra_missing[@]}" ||
+			say "warning: apt-get install ${extra_missing[*]} failed; going on without them"
+	fi
+	drop_policy
 	if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
-		for p in "${missing[@]}"; do
+		for p in "${missing[@]}" "${extra_missing[@]}"; do
 			case "$p" in
 			nginx) $sudo systemctl disable --quiet nginx || true ;;
 			docker.io) $sudo systemctl disable --quiet docker docker.socket || true ;;

@@ -131,13 +131,19 @@ int sl_cidr_parse(const char *s, size_t len, struct sl_cidr *out)
 		if (prefix > max)
 			return SL_EINVAL;
 	}
-	mask(&ip, prefix);
-	/* A mapped range of /96 or more holds IPv4 addresses only. */
-	if (ip.family == 6 && prefix >= 96 &&
+	/*
+	 * A mapped range of /96 or more holds IPv4 addresses only. One
+	 * shorter ("::ffff:10.0.0.0/8" meant as 10/8) would be the IPv6
+	 * range ::/8 once masked, holding ::1 and no IPv4 peer: refused.
+	 */
+	if (ip.family == 6 &&
 	    memcmp(ip.bytes, mapped_prefix, sizeof(mapped_prefix)) == 0) {
+		if (prefix < 96)
+			return SL_EINVAL;
 		unmap(&ip);
 		prefix -= 96;
 	}
+	mask(&ip, prefix);
 	out->net = ip;
 	out->prefix = prefix;
 	return 0;

@@ -26,7 +26,12 @@ int sl_probe(const char *url, char *err, size_t err_size)
 		return SL_ECURL;
 	}
 	curl_easy_setopt(e, CURLOPT_URL, url);
+#if LIBCURL_VERSION_NUM >= 0x075500 /* 7.85: the string form */
 	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+#else
+	curl_easy_setopt(e, CURLOPT_PROTOCOLS,
+	                 (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
 	curl_easy_setopt(e, CURLOPT_TIMEOUT, (long)SL_PROBE_TIMEOUT_S);
 	/* No signals: the timeout must not rely on SIGALRM around DNS. */
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);

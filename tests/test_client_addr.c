@@ -138,6 +138,10 @@ static void test_cidr_parse(void)
 	ASSERT_EQ(c.net.family, 4);
 	ASSERT_EQ(c.prefix, 8);
 	ASSERT_STR_EQ(text(c.net), "10.0.0.0");
+	ASSERT_EQ(parse_cidr("::ffff:10.1.2.3/104", &c), 0);
+	ASSERT_STR_EQ(text(c.net), "10.0.0.0");
+	/* Shorter, it would be the IPv6 range ::/8 (::1 in it): refused. */
+	ASSERT_EQ(parse_cidr("::ffff:10.0.0.0/8", &c), SL_EINVAL);
 	ASSERT_EQ(parse_cidr("0.0.0.0/0", &c), 0);
 	ASSERT_EQ(c.prefix, 0);
 	ASSERT_EQ(parse_cidr("::/0", &c), 0);

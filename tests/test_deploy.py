@@ -632,13 +632,18 @@ class Deploy(unittest.TestCase):
         with open("/proc/%d/status" % ss["Pid"]) as f:
             uid = re.search(r"^Uid:\s+(\d+)", f.read(), re.M).group(1)
         self.assertEqual(int(uid), SLUICE_UID)
-        self.assertIn("sluice 0.1.0 is ready on http://127.0.0.1:%d"
-                      % self.port, self.logs(sluice))
+        version = subprocess.run([st.SLUICE, "--version"], check=True,
+                                 capture_output=True,
+                                 text=True).stdout.split()[1]
+        self.assertIn("sluice %s is ready on http://127.0.0.1:%d"
+                      % (version, self.port), self.logs(sluice))
         drivers = run([self.docker, "network", "ls", "--format",
                        "{{.Driver}}"], self.env).split()
         self.assertNotIn("bridge", drivers)
         # llama-server wants the key that compose handed it.
-        r = st.request(self.llama_port, "GET", "/v1/models")
+        r = st.request(self.llama_port, "POST", "/v1/chat/completions",
+                       {"messages": [{"role": "user", "content": "hi"}],
+                        "max_tokens": 1})
         self.assertEqual(r.status, 401)
 
     def test_3_chat_completion(self):
