@@ -1,11 +1,12 @@
 /*
- * config.c: the option table, and parsing of defaults, environment and argv
- * through one code path.
+ * config.c: the option table, and parsing of defaults, the configuration
+ * file, environment and argv through one code path.
  */
 #include "sluice/config.h"
 
 #include "sluice/client_addr.h"
 #include "sluice/common.h"
+#include "sluice/config_file.h"
 #include "sluice/demo_model.h"
 #include "sluice/http.h"
 #include "sluice/log.h"
@@ -83,6 +84,12 @@ static const char *const switch_off[] = {"off", "false", "no", "0", NULL};
  */
 /* clang-format off */
 static const struct option_def options[] = {
+	{"config", "SLUICE_CONFIG", "FILE", OPT_STRING, FIELD(config_file), "",
+	 0, 0, NULL,
+	 "a YAML file of options, one name: value line each (a list for a "
+	 "repeatable one), e.g. listen: 127.0.0.1:8080; a flag or the "
+	 "environment wins over it; read once, at start",
+	 "none"},
 	{"listen", "SLUICE_LISTEN", "ADDR", OPT_ADDR, FIELD(listen),
 	 "127.0.0.1:8080", 0, 0, NULL,
 	 "address to accept clients on: IP:PORT, [IPv6]:PORT or :PORT (all "
@@ -124,7 +131,7 @@ static const struct option_def options[] = {
 	{"health-interval", "SLUICE_HEALTH_INTERVAL", "DURATION", OPT_DURATION,
 	 FIELD(health_interval_ms), "2", 100, 3600 * SEC, NULL,
 	 "how often each ready upstream's /health is checked", NULL},
-	{"upstream-api-key", "SLUICE_UPSTREAM_API_KEY", "KEY", OPT_STRING,
+	{"upstream-api-key", "SLUICE_UPSTREAM_API_KEY", "KEY", OPT_SECRET,
 	 FIELD(upstream_api_key), "", 0, 0, NULL,
 	 "API key sent to --upstream servers (a spawned llama-server gets a "
 	 "random one of its own)",
@@ -279,6 +286,9 @@ static const struct option_def options[] = {
 };
 /* clang-format on */
 
+_Static_assert(SL_ARRAY_SIZE(options) <= SL_CONFIG_OPTIONS_MAX,
+               "sl_config.source has no room for every option");
+
 /* Actions: flags that make sluice do one thing and exit; no environment. */
 struct action_def {
 	const char *name;
@@ -296,6 +306,10 @@ static const struct action_def actions[] = {
 	 "GET URL (e.g. http://127.0.0.1:8080/health) and exit 0 when it "
 	 "answers 2xx within " STR(SL_PROBE_TIMEOUT_S) " s, else 1 with the cause on stderr: a health "
 	 "check that needs no curl or wget"},
+	{"check-config", "FILE",
+	 "read FILE as --config does, with the environment and the other "
+	 "flags, and print the effective configuration (where each value "
+	 "came from, keys masked), exit 0; or exit 2 with the first error"},
 };
 /* clang-format on */
 
@@ -778,35 +792,6 @@ static const char *env_lookup(char *const envp[], const char *name)
 	return NULL;
 }
 
-static int apply_defaults_and_env(struct sl_config *cfg, char *const envp[],
-                                  char *err, size_t size)
-{
-	for (size_t i = 0; i < SL_ARRAY_SIZE(options); i++) {
-		const struct option_def *o = &options[i];
-		if (o->def && apply(cfg, o, o->def, o->name, err, size) != 0)
-			return SL_EINVAL; /* a bad default is a bug */
-		const char *v = env_lookup(envp, o->env);
-		if (!v || !*v)
-			continue;
-		/* The environment replaces a list's default (--cors-origin). */
-		if (is_list(o))
-			sl_strlist_clear((void *)((char *)cfg + o->offset));
-		int rc = is_list(o) ? apply_env_list(cfg, o, v, err, size)
-		                    : apply(cfg, o, v, o->env, err, size);
-		if (rc != 0)
-			return rc;
-	}
-	/* The mini-v seed's variable: one more upstream. */
-	const char *v = env_lookup(envp, "LLAMA_SERVER_URL");
-	if (v && *v) {
-		for (size_t i = 0; i < SL_ARRAY_SIZE(options); i++)
-			if (options[i].type == OPT_URL_LIST)
-				return apply(cfg, &options[i], v,
-				             "LLAMA_SERVER_URL", err, size);
-	}
-	return 0;
-}
-
 static const struct option_def *find_option(const char *name, size_t len)
 {
 	for (size_t i = 0; i < SL_ARRAY_SIZE(options); i++)
@@ -825,8 +810,13 @@ static const struct action_def *find_action(const char *name, size_t len)
 	return NULL;
 }
 
-static int apply_action(struct sl_config *cfg, const struct action_def *a,
-                        const char *value)
+static const struct option_def *option_named(const char *name)
+{
+	return find_option(name, strlen(name));
+}
+
+static void apply_action(struct sl_config *cfg, const struct action_def *a,
+                         const char *value)
 {
 	if (strcmp(a->name, "help") == 0)
 		cfg->help = true;
@@ -834,21 +824,216 @@ static int apply_action(struct sl_config *cfg, const struct action_def *a,
 		cfg->version = true;
 	else if (strcmp(a->name, "probe") == 0)
 		set_string(&cfg->probe, value);
+	else if (strcmp(a->name, "check-config") == 0)
+		set_string(&cfg->check_config, value);
 	else
 		set_string(&cfg->write_demo_model, value);
+}
+
+/* An option given on the command line, kept until its turn comes. */
+struct flag_value {
+	const struct option_def *o;
+	const char *value;
+	char where[64]; /* "--NAME", for an error line */
+};
+
+/* What parsing carries from one source to the next. */
+struct parse_state {
+	struct sl_config *cfg;
+	const char *file; /* the configuration file read, or NULL */
+	/* Each option's line in that file, where the file set it. */
+	unsigned file_line[SL_ARRAY_SIZE(options)];
+	char *err;
+	size_t size;
+};
+
+/*
+ * Makes `source` the source of option `o`. A list given by a source
+ * replaces what the sources below it gave (their items are dropped the
+ * first time this source names the option), so a flag's --upstream is the
+ * whole list, not one more upstream.
+ */
+static void take_over(struct sl_config *cfg, const struct option_def *o,
+                      enum sl_config_source source)
+{
+	size_t idx = (size_t)(o - options);
+	if (is_list(o) && cfg->source[idx] != source)
+		sl_strlist_clear((void *)((char *)cfg + o->offset));
+	cfg->source[idx] = (unsigned char)source;
+}
+
+/*
+ * Names where option `name` was set, for an error found after every
+ * source was read: "FILE:LINE: name" for the file, else the flag (or the
+ * environment variable, where `env_as_itself`).
+ */
+static const char *source_name(const struct parse_state *st, const char *name,
+                               bool env_as_itself, char *buf, size_t size)
+{
+	const struct option_def *o = option_named(name);
+	size_t idx = (size_t)(o - options);
+	switch (st->cfg->source[idx]) {
+	case SL_CONFIG_FROM_FILE:
+		snprintf(buf, size, "%s:%u: %s", st->file, st->file_line[idx],
+		         o->name);
+		return buf;
+	case SL_CONFIG_FROM_ENV:
+		if (env_as_itself)
+			return o->env;
+		break;
+	default: break;
+	}
+	snprintf(buf, size, "--%s", o->name);
+	return buf;
+}
+
+/* One key of the configuration file (config_file.h's callback). */
+static int apply_file_item(void *ctx, enum sl_config_file_item item,
+                           const char *key, const char *value,
+                           const char *where, unsigned line, char *err,
+                           size_t size)
+{
+	struct parse_state *st = ctx;
+	const struct option_def *o = option_named(key);
+	/* The file's own name in it would be a loop; actions are one-shot. */
+	if (find_action(key, strlen(key)) ||
+	    (o && o->offset == FIELD(config_file)))
+		return fail(err, size, where,
+		            "a one-shot flag, not an option a configuration "
+		            "file can set");
+	if (!o)
+		return fail(err, size, where, "unknown option (see --help)");
+	if (item == SL_CONFIG_FILE_LIST && !is_list(o))
+		return fail(err, size, where,
+		            "takes one value, not a list (only repeatable "
+		            "options take lists)");
+	if (item != SL_CONFIG_FILE_LIST_ITEM) {
+		take_over(st->cfg, o, SL_CONFIG_FROM_FILE);
+		st->file_line[o - options] = line;
+	}
+	if (item == SL_CONFIG_FILE_LIST)
+		return 0;
+	return apply(st->cfg, o, value, where, err, size);
+}
+
+/*
+ * The configuration file named by --config, else --check-config, else
+ * SLUICE_CONFIG; none when all are empty.
+ */
+static int read_config_file(struct parse_state *st,
+                            const struct flag_value *flags, int nflags,
+                            char *const envp[])
+{
+	const char *path = NULL, *source = NULL;
+	for (int i = 0; i < nflags; i++)
+		if (flags[i].o->offset == FIELD(config_file)) {
+			path = flags[i].value;
+			source = "--config";
+		}
+	if (path && st->cfg->check_config)
+		return fail(st->err, st->size, "--check-config",
+		            "names the file to check: leave out --config");
+	if (st->cfg->check_config) {
+		path = st->cfg->check_config;
+		source = "--check-config";
+	}
+	if (!path) {
+		path = env_lookup(envp, "SLUICE_CONFIG");
+		source = "SLUICE_CONFIG";
+	}
+	if (!path || !*path)
+		return 0;
+	st->file = path;
+	return sl_config_file_read(path, source, apply_file_item, st, st->err,
+	                           st->size);
+}
+
+static int apply_defaults(struct sl_config *cfg, char *err, size_t size)
+{
+	for (size_t i = 0; i < SL_ARRAY_SIZE(options); i++) {
+		const struct option_def *o = &options[i];
+		if (o->def && apply(cfg, o, o->def, o->name, err, size) != 0)
+			return SL_EINVAL; /* a bad default is a bug */
+	}
 	return 0;
 }
 
-/* Where an option's value came from, for an error line. */
-static const char *source_name(const bool *from_argv, const char *name,
-                               char *buf, size_t size)
+static int apply_env(struct sl_config *cfg, char *const envp[], char *err,
+                     size_t size)
 {
-	const struct option_def *o = find_option(name, strlen(name));
-	if (from_argv[o - options]) {
-		snprintf(buf, size, "--%s", o->name);
-		return buf;
+	for (size_t i = 0; i < SL_ARRAY_SIZE(options); i++) {
+		const struct option_def *o = &options[i];
+		const char *v = env_lookup(envp, o->env);
+		if (!v || !*v)
+			continue;
+		take_over(cfg, o, SL_CONFIG_FROM_ENV);
+		int rc = is_list(o) ? apply_env_list(cfg, o, v, err, size)
+		                    : apply(cfg, o, v, o->env, err, size);
+		if (rc != 0)
+			return rc;
 	}
-	return o->env;
+	/* The mini-v seed's variable: one more upstream. */
+	const char *v = env_lookup(envp, "LLAMA_SERVER_URL");
+	if (v && *v) {
+		for (size_t i = 0; i < SL_ARRAY_SIZE(options); i++)
+			if (options[i].type == OPT_URL_LIST) {
+				take_over(cfg, &options[i], SL_CONFIG_FROM_ENV);
+				return apply(cfg, &options[i], v,
+				             "LLAMA_SERVER_URL", err, size);
+			}
+	}
+	return 0;
+}
+
+/*
+ * Reads argv into `flags` (options, kept for their turn) and applies the
+ * actions at once: they come from nowhere else. Returns the count of
+ * options, or SL_EINVAL.
+ */
+static int read_argv(struct sl_config *cfg, int argc, char *const argv[],
+                     struct flag_value *flags, char *err, size_t size)
+{
+	int n = 0;
+	for (int i = 1; i < argc; i++) {
+		const char *arg = argv[i];
+		if (strcmp(arg, "-h") == 0)
+			arg = "--help";
+		if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0')
+			return fail(err, size, arg,
+			            "unexpected argument (options are --NAME "
+			            "VALUE or --NAME=VALUE; see --help)");
+		const char *name = arg + 2;
+		const char *eq = strchr(name, '=');
+		size_t len = eq ? (size_t)(eq - name) : strlen(name);
+
+		const struct action_def *a = find_action(name, len);
+		const struct option_def *o = a ? NULL : find_option(name, len);
+		if (!a && !o)
+			return fail(err, size, arg,
+			            "unknown option (see --help)");
+
+		const char *value = eq ? eq + 1 : NULL;
+		bool wants_value = o || a->metavar;
+		if (!wants_value && value)
+			return fail(err, size, arg, "takes no value");
+		if (wants_value && !value) {
+			if (i + 1 >= argc)
+				return fail(err, size, arg,
+				            "missing value (expected %s)",
+				            o ? o->metavar : a->metavar);
+			value = argv[++i];
+		}
+		if (a) {
+			apply_action(cfg, a, value);
+			continue;
+		}
+		flags[n].o = o;
+		flags[n].value = value;
+		snprintf(flags[n].where, sizeof(flags[n].where), "--%.*s",
+		         (int)len, name);
+		n++;
+	}
+	return n;
 }
 
 /*
@@ -856,14 +1041,16 @@ static const char *source_name(const bool *from_argv, const char *name,
  * once, here: a key added later takes a restart (or a second sluice behind
  * the same balancer), which keeps the check on each request free of I/O.
  */
-static int read_key_file(struct sl_config *cfg, const bool *from_argv,
-                         char *err, size_t size)
+static int read_key_file(const struct parse_state *st)
 {
+	struct sl_config *cfg = st->cfg;
+	char *err = st->err;
+	size_t size = st->size;
 	if (!cfg->api_key_file[0])
 		return 0;
-	char where[PATH_MAX + 32], opt[32];
+	char where[2 * PATH_MAX + 64], opt[PATH_MAX + 64];
 	snprintf(where, sizeof(where), "%s %s",
-	         source_name(from_argv, "api-key-file", opt, sizeof(opt)),
+	         source_name(st, "api-key-file", true, opt, sizeof(opt)),
 	         cfg->api_key_file);
 	FILE *f = fopen(cfg->api_key_file, "r");
 	if (!f)
@@ -922,14 +1109,17 @@ static int read_key_file(struct sl_config *cfg, const bool *from_argv,
  * "*" and "none" stand alone; "none" leaves the list empty, which is how
  * the HTTP server reads "no CORS".
  */
-static int settle_origins(struct sl_config *cfg, char *err, size_t size)
+static int settle_origins(const struct parse_state *st)
 {
-	struct sl_strlist *l = &cfg->cors_origins;
+	struct sl_strlist *l = &st->cfg->cors_origins;
+	char where[PATH_MAX + 64];
 	for (unsigned i = 0; i < l->count; i++) {
 		bool special = strcmp(l->items[i], "*") == 0 ||
 		               strcmp(l->items[i], "none") == 0;
 		if (special && l->count > 1)
-			return fail(err, size, "--cors-origin",
+			return fail(st->err, st->size,
+			            source_name(st, "cors-origin", false, where,
+			                        sizeof(where)),
 			            "%s cannot be combined with other origins",
 			            l->items[i]);
 	}
@@ -938,88 +1128,68 @@ static int settle_origins(struct sl_config *cfg, char *err, size_t size)
 	return 0;
 }
 
+/*
+ * Across options: a reserve that covers every slot would leave non-urgent
+ * requests nothing (for ever, with --aging-rate 0). The auto reserve keeps
+ * below the slots by itself.
+ */
+static int check_reserve(const struct parse_state *st)
+{
+	const struct sl_config *cfg = st->cfg;
+	unsigned slots =
+	    cfg->slots_per_upstream ? cfg->slots_per_upstream : cfg->slots;
+	bool known = cfg->slots_per_upstream || cfg->model[0] ||
+	             cfg->upstreams.count == 0;
+	char where[PATH_MAX + 64];
+	if (known && cfg->urgent_reserve != SL_SCHED_RESERVE_AUTO &&
+	    cfg->urgent_reserve >= slots)
+		return fail(st->err, st->size,
+		            source_name(st, "urgent-reserve", false, where,
+		                        sizeof(where)),
+		            "%u must be less than the %u slots of an upstream, "
+		            "or only urgent requests could run",
+		            cfg->urgent_reserve, slots);
+	return 0;
+}
+
+/*
+ * The sources in rising precedence: defaults, the file, the environment,
+ * the flags. Argv is read first all the same, since it may name the file.
+ */
 int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
                     char *const envp[], char *err, size_t size)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	err[0] = '\0';
+	struct parse_state st = {.cfg = cfg, .err = err, .size = size};
+	struct flag_value *flags =
+	    sl_xcalloc(argc > 0 ? (size_t)argc : 1, sizeof(*flags));
 
-	int rc = apply_defaults_and_env(cfg, envp, err, size);
-	if (rc != 0)
-		return rc;
-
-	/*
-	 * Options given on the command line; lists given there replace their
-	 * environment twin.
-	 */
-	bool from_argv[SL_ARRAY_SIZE(options)] = {false};
-
-	for (int i = 1; i < argc; i++) {
-		const char *arg = argv[i];
-		if (strcmp(arg, "-h") == 0)
-			arg = "--help";
-		if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0')
-			return fail(err, size, arg,
-			            "unexpected argument (options are --NAME "
-			            "VALUE or --NAME=VALUE; see --help)");
-		const char *name = arg + 2;
-		const char *eq = strchr(name, '=');
-		size_t len = eq ? (size_t)(eq - name) : strlen(name);
-
-		const struct action_def *a = find_action(name, len);
-		const struct option_def *o = a ? NULL : find_option(name, len);
-		if (!a && !o)
-			return fail(err, size, arg,
-			            "unknown option (see --help)");
-
-		const char *value = eq ? eq + 1 : NULL;
-		bool wants_value = o || a->metavar;
-		if (!wants_value && value)
-			return fail(err, size, arg, "takes no value");
-		if (wants_value && !value) {
-			if (i + 1 >= argc)
-				return fail(err, size, arg,
-				            "missing value (expected %s)",
-				            o ? o->metavar : a->metavar);
-			value = argv[++i];
-		}
-
-		char where[64];
-		snprintf(where, sizeof(where), "--%.*s", (int)len, name);
-		if (a) {
-			apply_action(cfg, a, value);
-			continue;
-		}
-		size_t idx = (size_t)(o - options);
-		if (is_list(o) && !from_argv[idx])
-			sl_strlist_clear((void *)((char *)cfg + o->offset));
-		from_argv[idx] = true;
-		rc = apply(cfg, o, value, where, err, size);
-		if (rc != 0)
-			return rc;
+	int n = read_argv(cfg, argc, argv, flags, err, size);
+	int rc = n < 0 ? n : apply_defaults(cfg, err, size);
+	if (rc == 0)
+		rc = read_config_file(&st, flags, n, envp);
+	if (rc == 0)
+		rc = apply_env(cfg, envp, err, size);
+	for (int i = 0; rc == 0 && i < n; i++) {
+		take_over(cfg, flags[i].o, SL_CONFIG_FROM_FLAG);
+		rc = apply(cfg, flags[i].o, flags[i].value, flags[i].where, err,
+		           size);
 	}
-	rc = read_key_file(cfg, from_argv, err, size);
-	if (rc != 0)
-		return rc;
-	rc = settle_origins(cfg, err, size);
-	if (rc != 0)
-		return rc;
-	/*
-	 * Across options: a reserve that covers every slot would leave
-	 * non-urgent requests nothing (for ever, with --aging-rate 0). The
-	 * auto reserve keeps below the slots by itself.
-	 */
-	unsigned slots =
-	    cfg->slots_per_upstream ? cfg->slots_per_upstream : cfg->slots;
-	bool known = cfg->slots_per_upstream || cfg->model[0] ||
-	             cfg->upstreams.count == 0;
-	if (known && cfg->urgent_reserve != SL_SCHED_RESERVE_AUTO &&
-	    cfg->urgent_reserve >= slots)
-		return fail(err, size, "--urgent-reserve",
-		            "%u must be less than the %u slots of an upstream, "
-		            "or only urgent requests could run",
-		            cfg->urgent_reserve, slots);
-	return 0;
+	if (rc == 0 && cfg->check_config) {
+		/* --check-config FILE stands for --config FILE. */
+		const struct option_def *o = option_named("config");
+		take_over(cfg, o, SL_CONFIG_FROM_FLAG);
+		set_string(&cfg->config_file, cfg->check_config);
+	}
+	free(flags);
+	if (rc == 0)
+		rc = read_key_file(&st);
+	if (rc == 0)
+		rc = settle_origins(&st);
+	if (rc == 0)
+		rc = check_reserve(&st);
+	return rc;
 }
 
 void sl_config_free(struct sl_config *cfg)
@@ -1053,6 +1223,7 @@ void sl_config_free(struct sl_config *cfg)
 	free(cfg->listen_host);
 	free(cfg->write_demo_model);
 	free(cfg->probe);
+	free(cfg->check_config);
 	memset(cfg, 0, sizeof(*cfg));
 }
 
@@ -1091,8 +1262,9 @@ void sl_config_usage(FILE *out)
 	    "responses.\n\n"
 	    "With neither --model nor --upstream, sluice serves a small "
 	    "demo model\nthat generates random text.\n\n"
-	    "Options (each also read from the environment variable shown; "
-	    "a flag wins):\n");
+	    "Options (each also read from the environment variable shown, "
+	    "and from\n--config's file; a flag wins over the environment, "
+	    "which wins over the file):\n");
 	for (size_t i = 0; i < SL_ARRAY_SIZE(options); i++) {
 		const struct option_def *o = &options[i];
 		char head[80];
@@ -1115,4 +1287,109 @@ void sl_config_usage(FILE *out)
 	        "\nDurations are seconds (\"2\", \"0.5\") or milliseconds "
 	        "(\"50ms\"). Sizes are bytes, or\nKiB, MiB, GiB with a K, M "
 	        "or G suffix (\"16K\", \"1M\").\n");
+}
+
+/* A duration as a user writes it: seconds when whole, else milliseconds. */
+static void print_duration(FILE *out, uint64_t ms)
+{
+	if (ms % SEC == 0)
+		fprintf(out, "%llu", (unsigned long long)(ms / SEC));
+	else
+		fprintf(out, "%llums", (unsigned long long)ms);
+}
+
+/* A size with the largest suffix that divides it ("16K", "1M"). */
+static void print_size(FILE *out, uint64_t bytes)
+{
+	static const char suffix[] = "GMK";
+	for (int i = 0; i < 3 && bytes > 0; i++) {
+		uint64_t unit = (uint64_t)1 << (10 * (3 - i));
+		if (bytes % unit == 0) {
+			fprintf(out, "%llu%c",
+			        (unsigned long long)(bytes / unit), suffix[i]);
+			return;
+		}
+	}
+	fprintf(out, "%llu", (unsigned long long)bytes);
+}
+
+/* What stands for a secret in --check-config's output. */
+#define MASKED "********"
+
+/* A list as a YAML flow sequence; secrets masked item by item. */
+static void print_list(FILE *out, const struct sl_strlist *l, bool secret)
+{
+	fputc('[', out);
+	for (unsigned i = 0; i < l->count; i++) {
+		if (i > 0)
+			fputs(", ", out);
+		sl_config_file_write_scalar(out, secret ? MASKED : l->items[i]);
+	}
+	fputc(']', out);
+}
+
+static void print_value(FILE *out, const struct sl_config *cfg,
+                        const struct option_def *o)
+{
+	const void *field = (const char *)cfg + o->offset;
+	switch (o->type) {
+	case OPT_STRING:
+	case OPT_ADDR:
+		sl_config_file_write_scalar(out, *(char *const *)field);
+		return;
+	case OPT_SECRET:
+		sl_config_file_write_scalar(out, **(char *const *)field ? MASKED
+		                                                        : "");
+		return;
+	case OPT_UINT: fprintf(out, "%u", *(const unsigned *)field); return;
+	case OPT_AUTO_UINT:
+		if (*(const unsigned *)field == SL_SCHED_RESERVE_AUTO)
+			fputs("auto", out);
+		else
+			fprintf(out, "%u", *(const unsigned *)field);
+		return;
+	case OPT_AUTO_DURATION:
+		if (*(const uint64_t *)field == SL_SCHED_WINDOW_AUTO) {
+			fputs("auto", out);
+			return;
+		}
+		print_duration(out, *(const uint64_t *)field);
+		return;
+	case OPT_DURATION:
+		print_duration(out, *(const uint64_t *)field);
+		return;
+	case OPT_SIZE: print_size(out, *(const uint64_t *)field); return;
+	case OPT_NUMBER: fprintf(out, "%g", *(const double *)field); return;
+	case OPT_SWITCH:
+		fputs(*(const bool *)field ? "on" : "off", out);
+		return;
+	case OPT_CHOICE: fputs(o->choices[*(const int *)field], out); return;
+	case OPT_ORIGIN_LIST:
+		/* "none" was settled into an empty list; say it as given. */
+		if (((const struct sl_strlist *)field)->count == 0) {
+			fputs("none", out);
+			return;
+		}
+		print_list(out, field, false);
+		return;
+	case OPT_KEY_LIST: print_list(out, field, true); return;
+	case OPT_URL_LIST:
+	case OPT_ARG_LIST:
+	case OPT_CIDR_LIST: print_list(out, field, false); return;
+	}
+}
+
+void sl_config_print(const struct sl_config *cfg, FILE *out)
+{
+	static const char *const sources[] = {
+	    [SL_CONFIG_FROM_DEFAULT] = "default",
+	    [SL_CONFIG_FROM_FILE] = "file",
+	    [SL_CONFIG_FROM_ENV] = "env",
+	    [SL_CONFIG_FROM_FLAG] = "flag",
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(options); i++) {
+		fprintf(out, "%s: ", options[i].name);
+		print_value(out, cfg, &options[i]);
+		fprintf(out, "  # %s\n", sources[cfg->source[i]]);
+	}
 }

@@ -78,6 +78,10 @@ int main(int argc, char **argv)
 		       LLHTTP_VERSION_PATCH);
 		goto out;
 	}
+	if (cfg.check_config) {
+		sl_config_print(&cfg, stdout);
+		goto out;
+	}
 	sl_log_setup((enum sl_log_level)cfg.log_level,
 	             (enum sl_log_format)cfg.log_format);
 	if (cfg.write_demo_model) {

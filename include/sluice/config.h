@@ -2,14 +2,19 @@
  * config.h: sluice's options, from the command line and the environment.
  *
  * Every option is a long flag with an environment-variable twin
- * (--listen / SLUICE_LISTEN); when both are given the flag wins. Defaults
- * live in one table in config.c and are parsed by the same code as user
- * input, so `--help` always shows what sluice really uses.
+ * (--listen / SLUICE_LISTEN), and a key of the configuration file
+ * (--config FILE, see config_file.h). A flag wins over the environment,
+ * which wins over the file, which wins over the default. Defaults live in
+ * one table in config.c and are parsed by the same code as user input, so
+ * `--help` always shows what sluice really uses.
  *
  * Glossary:
  *   list option  an option that may be repeated (--upstream, --llama-arg);
- *                its environment twin holds several values, and any flag
- *                replaces the whole environment list.
+ *                its environment twin holds several values, its file key
+ *                takes a YAML list, and each source replaces the whole list
+ *                of the sources below it (flags replace the environment's).
+ *   source       where an option's value came from: its default, the file,
+ *                the environment or a flag (--check-config shows it).
  *   duration     a number of seconds ("2", "0.5") or of milliseconds with an
  *                "ms" suffix ("50ms"); stored in milliseconds.
  */
@@ -29,7 +34,21 @@ struct sl_strlist {
 void sl_strlist_push(struct sl_strlist *l, const char *s);
 void sl_strlist_clear(struct sl_strlist *l);
 
+/* Where an option's value came from, in rising precedence. */
+enum sl_config_source {
+	SL_CONFIG_FROM_DEFAULT,
+	SL_CONFIG_FROM_FILE,
+	SL_CONFIG_FROM_ENV,
+	SL_CONFIG_FROM_FLAG,
+};
+
+/* Room for the options in sl_config.source; config.c asserts it is enough. */
+#define SL_CONFIG_OPTIONS_MAX 64
+
 struct sl_config {
+	/* The configuration file (--config): "" = none. Read once, at start. */
+	char *config_file;
+
 	/* Front end */
 	char *listen;         /* "host:port" as given */
 	char *listen_host;    /* parsed from listen */
@@ -92,6 +111,7 @@ struct sl_config {
 	int demo_model_size;    /* enum sl_demo_size */
 	char *write_demo_model; /* write the demo model here and exit */
 	char *probe;            /* GET this URL, exit 0 on 2xx (probe.h) */
+	char *check_config;     /* print the configuration with this file */
 
 	/* Logging */
 	int log_level;  /* enum sl_log_level */
@@ -99,6 +119,9 @@ struct sl_config {
 
 	bool help;
 	bool version;
+
+	/* Each option's enum sl_config_source, in --help's order. */
+	unsigned char source[SL_CONFIG_OPTIONS_MAX];
 };
 
 /*
@@ -114,10 +137,13 @@ struct sl_config {
 #define SL_EXIT_USAGE 2
 
 /*
- * Fills `cfg` from the defaults, then `envp` (a NULL-terminated array of
- * "NAME=value", as in environ), then argv. On a bad value, writes one line
- * naming the option into `err` and returns SL_EINVAL; `cfg` must still be
- * freed with sl_config_free(). Returns 0 on success.
+ * Fills `cfg` from the defaults, then the configuration file (--config,
+ * --check-config or SLUICE_CONFIG), then `envp` (a NULL-terminated array
+ * of "NAME=value", as in environ), then argv. On a bad value, writes one
+ * line naming the option (and, for the file, the file and the line) into
+ * `err` and returns SL_EINVAL; `cfg` must still be freed with
+ * sl_config_free(). Returns 0 on success. Reads files (the configuration
+ * file, --api-key-file) with blocking calls: for start-up only.
  */
 int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
                     char *const envp[], char *err, size_t err_size);
@@ -126,6 +152,13 @@ void sl_config_free(struct sl_config *cfg);
 
 /* Writes the --help text. */
 void sl_config_usage(FILE *out);
+
+/*
+ * Writes the effective configuration, for --check-config: every option as
+ * a YAML "name: value" line, its source as a trailing comment, secrets
+ * (client, admin and upstream keys) masked.
+ */
+void sl_config_print(const struct sl_config *cfg, FILE *out);
 
 /*
  * Parses a duration ("2", "0.5", "50ms") into milliseconds; returns 0 or
