@@ -2,6 +2,7 @@
 #include "sluice/config.h"
 
 #include "sluice/common.h"
+#include "sluice/config_file.h"
 #include "sluice/demo_model.h"
 #include "sluice/log.h"
 #include "sluice/sched.h"
@@ -532,6 +533,8 @@ static void test_usage(void)
 		"--admin-key KEY", "[SLUICE_ADMIN_KEY; default: none:",
 		"--cors-origin ORIGIN", "[SLUICE_CORS_ORIGIN; default: *]",
 		"--write-demo-model PATH", "--help", "--version",
+		"--config FILE", "[SLUICE_CONFIG; default: none]",
+		"--check-config FILE",
 	};
 	/* clang-format on */
 	for (size_t i = 0; i < SL_ARRAY_SIZE(expected); i++)
@@ -548,6 +551,368 @@ static void test_usage(void)
 	free(text);
 }
 
+/* --check-config's text for a parsed configuration; the caller frees it. */
+static char *printed(const struct sl_config *cfg)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	sl_config_print(cfg, f);
+	fclose(f);
+	return text;
+}
+
+/*
+ * Parses with the YAML `text` as --config's file, `args` after it. Returns
+ * the file's path, for the error lines that name it (caller frees, and
+ * unlinks).
+ */
+static char *parse_file(struct parsed *p, const char *text,
+                        const char *const *args, const char *const *env)
+{
+	char *path = temp_file(text);
+	const char *all[MAX_ARGS] = {"--config", path};
+	size_t n = 2;
+	for (; args && args[n - 2]; n++)
+		all[n] = args[n - 2];
+	all[n] = NULL;
+	parse(p, all, env);
+	return path;
+}
+
+static void done_file(struct parsed *p, char *path)
+{
+	sl_config_free(&p->cfg);
+	unlink(path);
+	free(path);
+}
+
+static void test_file_values_and_lists(void)
+{
+	struct parsed p;
+	char *path = parse_file(&p,
+	                        "# sluice\n"
+	                        "listen: 127.0.0.1:9090\n"
+	                        "batch-window: 50ms\n"
+	                        "slots: \"8\"\n"
+	                        "ui: on\n"
+	                        "upstream:\n"
+	                        "  - http://a:1\n"
+	                        "  - http://b:2/\n"
+	                        "llama-arg: [--temp, \"0.5\"]\n"
+	                        "api-key: k1, k2\n"
+	                        "cors-origin: https://app.example\n"
+	                        "trusted-proxy: []\n",
+	                        NULL, NULL);
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_STR_EQ(p.cfg.listen_host, "127.0.0.1");
+	ASSERT_EQ(p.cfg.listen_port, 9090);
+	ASSERT_EQ(p.cfg.batch_window_ms, 50);
+	ASSERT_EQ(p.cfg.slots, 8);
+	ASSERT(p.cfg.ui);
+	/* A sequence gives items; a single scalar is a one-item list. */
+	ASSERT_EQ(p.cfg.upstreams.count, 2);
+	ASSERT_STR_EQ(p.cfg.upstreams.items[1], "http://b:2");
+	ASSERT_EQ(p.cfg.llama_args.count, 2);
+	ASSERT_STR_EQ(p.cfg.llama_args.items[0], "--temp");
+	ASSERT_STR_EQ(p.cfg.llama_args.items[1], "0.5");
+	/* A key list's scalar splits on commas, as the flag's value does. */
+	ASSERT_EQ(p.cfg.api_keys.count, 2);
+	ASSERT_STR_EQ(p.cfg.api_keys.items[1], "k2");
+	ASSERT_EQ(p.cfg.cors_origins.count, 1);
+	ASSERT_STR_EQ(p.cfg.cors_origins.items[0], "https://app.example");
+	ASSERT_EQ(p.cfg.trusted_proxies.count, 0);
+	ASSERT_STR_EQ(p.cfg.config_file, path);
+	done_file(&p, path);
+
+	/* A file of comments, or nothing, is an empty configuration. */
+	path = parse_file(&p, "# nothing yet\n", NULL, NULL);
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.slots, 4);
+	done_file(&p, path);
+	path = parse_file(&p, "", NULL, NULL);
+	ASSERT_EQ(p.rc, 0);
+	done_file(&p, path);
+	path = parse_file(&p, "---\n", NULL, NULL);
+	ASSERT_EQ(p.rc, 0);
+	done_file(&p, path);
+	/* An empty --config or SLUICE_CONFIG names no file. */
+	parse(&p, ARGS("--config", ""), ENV("SLUICE_CONFIG="));
+	ASSERT_EQ(p.rc, 0);
+	sl_config_free(&p.cfg);
+}
+
+static void test_file_precedence(void)
+{
+	static const char yaml[] = "slots: 8\n"
+	                           "ctx-size: 1024\n"
+	                           "max-queue: 7\n"
+	                           "upstream: [http://file:1, http://file:2]\n"
+	                           "llama-arg: [-t, \"2\"]\n";
+	struct parsed p;
+	/* Flag, then environment, then file, then default. */
+	char *path = parse_file(&p, yaml, ARGS("--slots", "3"),
+	                        ENV("SLUICE_SLOTS=6", "SLUICE_CTX_SIZE=2048"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.slots, 3);
+	ASSERT_EQ(p.cfg.ctx_size, 2048);
+	ASSERT_EQ(p.cfg.max_queue, 7);
+	ASSERT_EQ(p.cfg.max_batch, 0);
+	char *text = printed(&p.cfg);
+	ASSERT_CONTAINS(text, "\nslots: 3  # flag\n");
+	ASSERT_CONTAINS(text, "\nctx-size: 2048  # env\n");
+	ASSERT_CONTAINS(text, "\nmax-queue: 7  # file\n");
+	ASSERT_CONTAINS(text, "\nmax-batch: 0  # default\n");
+	ASSERT_CONTAINS(text, "\nupstream: [http://file:1, http://file:2]  "
+	                      "# file\n");
+	free(text);
+	done_file(&p, path);
+
+	/* A list from a higher source replaces the file's, whole. */
+	path = parse_file(
+	    &p, yaml, ARGS("--upstream", "http://flag:1"),
+	    ENV("SLUICE_UPSTREAM=http://env:1", "SLUICE_LLAMA_ARGS=--temp 0"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.upstreams.count, 1);
+	ASSERT_STR_EQ(p.cfg.upstreams.items[0], "http://flag:1");
+	ASSERT_EQ(p.cfg.llama_args.count, 2);
+	ASSERT_STR_EQ(p.cfg.llama_args.items[0], "--temp");
+	done_file(&p, path);
+	path = parse_file(&p, yaml, NULL, ENV("LLAMA_SERVER_URL=http://env:2"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.upstreams.count, 1);
+	ASSERT_STR_EQ(p.cfg.upstreams.items[0], "http://env:2");
+	done_file(&p, path);
+	/* The file's list replaces the default (cors-origin's "*"). */
+	path = parse_file(&p, "cors-origin: [http://a:1, http://b:2]\n", NULL,
+	                  NULL);
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.cors_origins.count, 2);
+	ASSERT_STR_EQ(p.cfg.cors_origins.items[0], "http://a:1");
+	done_file(&p, path);
+
+	/* SLUICE_CONFIG names the file; --config wins over it. */
+	path = temp_file("slots: 9\n");
+	char *env = sl_xasprintf("SLUICE_CONFIG=%s", path);
+	parse(&p, NULL, ENV(env));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.slots, 9);
+	text = printed(&p.cfg);
+	ASSERT_CONTAINS(text, "config: ");
+	ASSERT_CONTAINS(text, "  # env\n");
+	free(text);
+	sl_config_free(&p.cfg);
+	parse(&p, ARGS("--config", "/nonexistent/sluice.yaml"), ENV(env));
+	ASSERT_EQ(p.rc, SL_EINVAL);
+	ASSERT_STR_EQ(p.err, "--config /nonexistent/sluice.yaml: cannot read "
+	                     "it: No such file or directory");
+	sl_config_free(&p.cfg);
+	/* --check-config FILE reads FILE, and is the file shown. */
+	parse(&p, ARGS("--check-config", path),
+	      ENV("SLUICE_CONFIG=/nonexistent"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.slots, 9);
+	ASSERT_STR_EQ(p.cfg.check_config, path);
+	ASSERT_STR_EQ(p.cfg.config_file, path);
+	sl_config_free(&p.cfg);
+	parse(&p, ARGS("--check-config", path, "--config", path), NULL);
+	ASSERT_EQ(p.rc, SL_EINVAL);
+	ASSERT_STR_EQ(p.err, "--check-config: names the file to check: leave "
+	                     "out --config");
+	sl_config_free(&p.cfg);
+	free(env);
+	unlink(path);
+	free(path);
+}
+
+/* Every class of bad file, with its exact line. */
+static void test_file_errors(void)
+{
+	static const struct {
+		const char *yaml;
+		const char *err; /* after "PATH:" */
+	} cases[] = {
+	    {"slots: 4\nbogus: 1\n", "2: bogus: unknown option (see --help)"},
+	    {"slots: 0\n",
+	     "1: slots: expected a whole number from 1 to 256, got \"0\""},
+	    {"listen: 127.0.0.1:80\nbatch-window: soon\n",
+	     "2: batch-window: expected auto or a duration from 0s to 10s "
+	     "(seconds, or milliseconds with \"ms\"), got \"soon\""},
+	    {"upstream:\n  - http://a:1\n  - ftp://b\n",
+	     "3: upstream: expected an http:// or https:// URL, got "
+	     "\"ftp://b\""},
+	    {"slots: [1, 2]\n",
+	     "1: slots: takes one value, not a list (only repeatable options "
+	     "take lists)"},
+	    {"\nslots:\n  a: 1\n",
+	     "3: slots: expected a value or a list, got a mapping"},
+	    {"upstream:\n  - [http://a:1]\n",
+	     "2: upstream: a list item must be a single value, not a list"},
+	    {"upstream:\n  - {a: 1}\n",
+	     "2: upstream: a list item must be a single value, not a mapping"},
+	    {"slots: 4\nlisten: :1\nslots: 5\n",
+	     "3: slots: given twice (first on line 1)"},
+	    {"[a]: 1\n", "1: a key must be an option's name, not a list"},
+	    {"- slots\n",
+	     "1: expected option names with their values (name: value), got "
+	     "a list"},
+	    {"slots\n",
+	     "1: expected option names with their values (name: value), got "
+	     "a value"},
+	    {"slots: 4\nlisten: \"127.0.0.1:1\n",
+	     "3: not valid YAML: found unexpected end of stream (while "
+	     "scanning a quoted scalar)"},
+	    {"slots: 4\n\tctx-size: 1\n",
+	     "2: not valid YAML: found a tab character that violates "
+	     "indentation (while scanning a plain scalar)"},
+	    {"# fine\nslots: \xff\n",
+	     "2: not valid YAML: invalid leading UTF-8 octet"},
+	    {"slots: 4\n---\nslots: 5\n",
+	     "2: a second document: the file holds one mapping of options"},
+	    {"ctx-size: &n 1024\nslots: *n\n",
+	     "2: slots: an alias (*NAME): anchors are not expanded, write the "
+	     "value out"},
+	    {"model: \"a\\0b\"\n", "1: model: a NUL byte in the value"},
+	    {"help: true\n",
+	     "1: help: a one-shot flag, not an option a configuration file "
+	     "can set"},
+	    {"version: 1\n",
+	     "1: version: a one-shot flag, not an option a configuration file "
+	     "can set"},
+	    {"write-demo-model: /tmp/x\n",
+	     "1: write-demo-model: a one-shot flag, not an option a "
+	     "configuration file can set"},
+	    {"probe: http://a\n",
+	     "1: probe: a one-shot flag, not an option a configuration file "
+	     "can set"},
+	    {"check-config: x\n",
+	     "1: check-config: a one-shot flag, not an option a configuration "
+	     "file can set"},
+	    {"config: other.yaml\n",
+	     "1: config: a one-shot flag, not an option a configuration file "
+	     "can set"},
+	    /* Checks across options name the file's line too. */
+	    {"cors-origin:\n  - \"*\"\n  - http://a\n",
+	     "2: cors-origin: * cannot be combined with other origins"},
+	    {"slots: 2\nurgent-reserve: 2\n",
+	     "2: urgent-reserve: 2 must be less than the 2 slots of an "
+	     "upstream, or only urgent requests could run"},
+	    {"api-key-file: /nonexistent/keys\n",
+	     "1: api-key-file /nonexistent/keys: cannot read it: No such file "
+	     "or directory"},
+	    /* A key is never shown. */
+	    {"api-key: [good, \"bad key\"]\n",
+	     "1: api-key: a key holds a space or a control byte, which a "
+	     "client cannot send in a header"},
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(cases); i++) {
+		struct parsed p;
+		char *path = parse_file(&p, cases[i].yaml, NULL, NULL);
+		char *want = sl_xasprintf("%s:%s", path, cases[i].err);
+		if (p.rc != SL_EINVAL || strcmp(p.err, want) != 0)
+			TEST_FAIL("case %zu: rc %d, error\n  \"%s\", not\n  "
+			          "\"%s\"",
+			          i, p.rc, p.err, want);
+		free(want);
+		done_file(&p, path);
+	}
+}
+
+/* The file's size is bounded; a file at the bound is read. */
+static void test_file_size_bound(void)
+{
+	char *text = sl_xmalloc(SL_CONFIG_FILE_MAX + 2);
+	static const char head[] = "slots: 5\n";
+	memcpy(text, head, sizeof(head) - 1);
+	memset(text + sizeof(head) - 1, '#',
+	       SL_CONFIG_FILE_MAX - (sizeof(head) - 1));
+	text[SL_CONFIG_FILE_MAX - 1] = '\n';
+	text[SL_CONFIG_FILE_MAX] = '\0';
+	struct parsed p;
+	char *path = parse_file(&p, text, NULL, NULL);
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.slots, 5);
+	done_file(&p, path);
+
+	text[SL_CONFIG_FILE_MAX] = '\n';
+	text[SL_CONFIG_FILE_MAX + 1] = '\0';
+	path = parse_file(&p, text, NULL, NULL);
+	ASSERT_EQ(p.rc, SL_EINVAL);
+	char *want = sl_xasprintf("--config %s: over %u bytes: not a "
+	                          "configuration file",
+	                          path, SL_CONFIG_FILE_MAX);
+	ASSERT_STR_EQ(p.err, want);
+	free(want);
+	done_file(&p, path);
+	free(text);
+}
+
+/* --check-config's lines: each option once, values as written, keys masked. */
+static void test_print(void)
+{
+	struct parsed p;
+	char *path = parse_file(
+	    &p,
+	    "api-key: [client-secret-1, client-secret-2]\n"
+	    "upstream-api-key: upstream-secret\n"
+	    "cors-origin: none\n"
+	    "max-body: 2M\n"
+	    "header-timeout: 1500ms\n"
+	    "llama-arg: [\"--alias\", \"a b\", \"q\\\"\"]\n",
+	    ARGS("--admin-key", "admin-secret", "--batch-window", "0"), NULL);
+	ASSERT_EQ(p.rc, 0);
+	char *text = printed(&p.cfg);
+	ASSERT(!strstr(text, "secret"));
+	ASSERT_CONTAINS(text,
+	                "\napi-key: [\"********\", \"********\"]  # file\n");
+	ASSERT_CONTAINS(text, "\nupstream-api-key: \"********\"  # file\n");
+	ASSERT_CONTAINS(text, "\nadmin-key: \"********\"  # flag\n");
+	ASSERT_CONTAINS(text, "\ncors-origin: none  # file\n");
+	ASSERT_CONTAINS(text, "\nmax-body: 2M  # file\n");
+	ASSERT_CONTAINS(text, "\nmax-header-size: 16K  # default\n");
+	ASSERT_CONTAINS(text, "\nheader-timeout: 1500ms  # file\n");
+	ASSERT_CONTAINS(text, "\nbatch-window: 0  # flag\n");
+	ASSERT_CONTAINS(text, "\nurgent-reserve: auto  # default\n");
+	ASSERT_CONTAINS(text, "\nllama-arg: [\"--alias\", \"a b\", \"q\\\"\"]  "
+	                      "# file\n");
+	ASSERT_CONTAINS(text, "\nmodel: \"\"  # default\n");
+	ASSERT(strncmp(text, "config: ", 8) == 0);
+	/* One line per option, in --help's order. */
+	unsigned lines = 0;
+	for (const char *c = text; *c; c++)
+		lines += *c == '\n';
+	char *help = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&help, &len);
+	sl_config_usage(f);
+	fclose(f);
+	unsigned options = 0;
+	for (const char *c = strstr(help, "\n  --");
+	     c && c < strstr(help, "Actions:"); c = strstr(c + 1, "\n  --"))
+		options++;
+	ASSERT_EQ(lines, options);
+	free(help);
+
+	/* What --check-config prints reads back as the same configuration. */
+	char *again_path = temp_file(strstr(text, "\n") + 1);
+	free(text);
+	struct parsed q;
+	const char *args[] = {"--config", again_path, "--admin-key",
+	                      "admin-secret", NULL};
+	parse(&q, args, NULL);
+	/* Masked keys read back as keys, "********"; the rest is equal. */
+	ASSERT_EQ(q.rc, 0);
+	ASSERT_EQ(q.cfg.max_body, p.cfg.max_body);
+	ASSERT_EQ(q.cfg.header_timeout_ms, 1500);
+	ASSERT_EQ(q.cfg.cors_origins.count, 0);
+	ASSERT_EQ(q.cfg.llama_args.count, 3);
+	ASSERT_STR_EQ(q.cfg.llama_args.items[2], "q\"");
+	sl_config_free(&q.cfg);
+	unlink(again_path);
+	free(again_path);
+	done_file(&p, path);
+}
+
 int main(void)
 {
 	RUN(test_defaults);
@@ -560,5 +925,10 @@ int main(void)
 	RUN(test_keys);
 	RUN(test_cors_origins);
 	RUN(test_usage);
+	RUN(test_file_values_and_lists);
+	RUN(test_file_precedence);
+	RUN(test_file_errors);
+	RUN(test_file_size_bound);
+	RUN(test_print);
 	return 0;
 }
