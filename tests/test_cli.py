@@ -1,8 +1,15 @@
-"""The sluice command line: help, version, bad values, one-shot actions."""
+"""The sluice command line: help, version, bad values, one-shot actions,
+the configuration file (--config, --check-config) and its example,
+deploy/sluice.yaml."""
 
+import http.client
+import json
 import os
+import re
 import socket
 import subprocess
+
+import yaml
 
 import sluice_test as st
 
@@ -30,7 +37,7 @@ class Cli(st.TestCase):
         text = r.stdout
         for flag in flags:
             if flag in ("--help", "--version", "--write-demo-model",
-                        "--probe"):
+                        "--probe", "--check-config"):
                 continue
             var = "SLUICE_" + flag[2:].upper().replace("-", "_")
             if flag == "--llama-arg":
@@ -225,6 +232,263 @@ class ExposureWarning(st.TestCase):
                 s = self.started(*args, env=env)
                 self.assertEqual(s.count_lines(self.ANY_WARNING), 0,
                                  s.output())
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                       "deploy", "sluice.yaml")
+
+# The lines of --check-config: "name: value  # source".
+CHECK_LINE = re.compile(r"^([a-z-]+): (.*)  # (default|file|env|flag)$")
+
+
+def help_options():
+    """[(name, default)] of every option --help lists, in its order."""
+    text = run("--help").stdout.split("\nActions:")[0]
+    text = re.sub(r"\n {6}", " ", text)
+    return re.findall(r"^  --([a-z-]+) \S+ .*?\[SLUICE_\w+; default: "
+                      r"([^\]]*)\]", text, re.MULTILINE)
+
+
+def check_config(path, *args, env=None):
+    """Runs --check-config; returns (result, {name: (value, source)})."""
+    r = run("--check-config", path, *args, env=env)
+    found = {}
+    for line in r.stdout.splitlines():
+        m = CHECK_LINE.match(line)
+        assert m, "not a name: value  # source line: %r" % line
+        found[m.group(1)] = (m.group(2), m.group(3))
+    return r, found
+
+
+class ConfigFile(st.TestCase):
+    """--config and --check-config, through the real executable."""
+
+    def write(self, text, name="sluice.yaml"):
+        path = os.path.join(self.tmp, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def started(self, *args, env=None, host="127.0.0.1"):
+        """A sluice whose --listen may come from its file (the helper's
+        Sluice always passes one): started as a bare process."""
+        full = {k: v for k, v in os.environ.items()
+                if not k.startswith("SLUICE_")}
+        full.update(env or {})
+        p = st.Process([st.SLUICE, "--llama-server", st.llama_server_path(),
+                        *args], env=full, name="sluice")
+        self._processes.append(p)
+        m = p.wait_line(r"listening on http://%s:(\d+)" % re.escape(host),
+                        SAFETY_NET_S)
+        p.host, p.port = host, int(m.group(1))
+        p.wait_line(r"info  sluice \S+ is ready on ", SAFETY_NET_S)
+        return p
+
+    @staticmethod
+    def get(p, path, key=None):
+        conn = http.client.HTTPConnection(p.host, p.port,
+                                          timeout=SAFETY_NET_S)
+        try:
+            conn.request("GET", path, headers=(
+                {"Authorization": "Bearer " + key} if key else {}))
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    def test_a_file_configures_a_real_sluice_and_flag_and_env_override_it(self):
+        path = self.write("# a sluice of two slots, keyed\n"
+                          "listen: 127.0.0.9:0\n"
+                          "model: %s\n"
+                          "slots: 2\n"
+                          "api-key:\n"
+                          "  - file-key\n" % json.dumps(st.MODEL_TINY))
+        s = self.started("--config", path, host="127.0.0.9")
+        self.assertEqual(self.get(s, "/props")[0], 401)
+        status, body = self.get(s, "/props", "file-key")
+        self.assertEqual(status, 200)
+        self.assertEqual(json.loads(body)["total_slots"], 2)
+        s.kill()
+
+        # SLUICE_CONFIG names the file; the environment's key replaces the
+        # file's list; flags win over both.
+        s = self.started("--listen", "127.0.0.1:0", "--slots", "3",
+                         env={"SLUICE_CONFIG": path,
+                              "SLUICE_API_KEY": "env-key"})
+        self.assertEqual(self.get(s, "/props", "file-key")[0], 401)
+        status, body = self.get(s, "/props", "env-key")
+        self.assertEqual(status, 200)
+        self.assertEqual(json.loads(body)["total_slots"], 3)
+
+    def test_check_config_prints_every_option_with_its_source(self):
+        path = self.write("listen: 127.0.0.1:9\n"
+                          "batch-window: 50ms\n"
+                          "upstream: http://127.0.0.1:1\n"
+                          "max-queue: 5\n"
+                          "cors-origin: [\"https://a.example\", "
+                          "\"https://b.example:8443\"]\n")
+        r, found = check_config(path, "--max-queue", "6",
+                                env={"SLUICE_BATCH_WINDOW": "auto",
+                                     "SLUICE_SLOTS": "7"})
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        # Every option, once, in --help's order.
+        self.assertEqual(list(found), [n for n, _ in help_options()])
+        self.assertEqual(found["config"], (path, "flag"))
+        self.assertEqual(found["listen"], ("127.0.0.1:9", "file"))
+        self.assertEqual(found["upstream"], ("[http://127.0.0.1:1]", "file"))
+        self.assertEqual(found["batch-window"], ("auto", "env"))
+        self.assertEqual(found["slots"], ("7", "env"))
+        self.assertEqual(found["max-queue"], ("6", "flag"))
+        self.assertEqual(found["cors-origin"],
+                         ("[https://a.example, https://b.example:8443]",
+                          "file"))
+        self.assertEqual(found["max-body"], ("1M", "default"))
+        # The output is YAML that says the same.
+        loaded = yaml.load(r.stdout, Loader=yaml.BaseLoader)
+        self.assertEqual(loaded["cors-origin"],
+                         ["https://a.example", "https://b.example:8443"])
+        self.assertEqual(loaded["max-queue"], "6")
+
+    def test_check_config_masks_every_secret(self):
+        keys = self.write("file-client-key\n", name="keys")
+        path = self.write("api-key: [yaml-client-key]\n"
+                          "admin-key: yaml-admin-key\n"
+                          "api-key-file: %s\n" % keys)
+        r, found = check_config(
+            path, "--api-key", "flag-client-key",
+            env={"SLUICE_UPSTREAM_API_KEY": "env-upstream-key"})
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        for secret in ("file-client-key", "yaml-client-key",
+                       "flag-client-key", "yaml-admin-key",
+                       "env-upstream-key"):
+            self.assertNotIn(secret, r.stdout)
+        # The flag's key and the key file's, each masked.
+        self.assertEqual(found["api-key"],
+                         ('["********", "********"]', "flag"))
+        self.assertEqual(found["admin-key"], ('"********"', "file"))
+        self.assertEqual(found["upstream-api-key"], ('"********"', "env"))
+        _, found = check_config(self.write("slots: 2\n", name="plain.yaml"))
+        self.assertEqual(found["admin-key"], ('""', "default"))
+        self.assertEqual(found["api-key"], ("[]", "default"))
+
+    def test_a_bad_file_exits_2_naming_file_line_and_option(self):
+        cases = [
+            ("slots: 4\nbogus: 1\n", ":2: bogus: unknown option"),
+            ("slots: 4\nctx-size: 10\n",
+             ":2: ctx-size: expected a whole number from 64 to 16777216, "
+             "got \"10\""),
+            ("upstream:\n  - http://a:1\n  - ftp://b\n",
+             ":3: upstream: expected an http:// or https:// URL"),
+            ("slots: [1, 2]\n", ":1: slots: takes one value, not a list"),
+            ("listen:\n  host: 127.0.0.1\n",
+             ":2: listen: expected a value or a list, got a mapping"),
+            ("slots: 2\nmax-queue: 3\nslots: 2\n",
+             ":3: slots: given twice (first on line 1)"),
+            ("slots: 2\nlisten: \"127.0.0.1:8080\n",
+             ":3: not valid YAML: found unexpected end of stream"),
+            ("help: yes\n", ":1: help: a one-shot flag"),
+            ("config: other.yaml\n", ":1: config: a one-shot flag"),
+            ("admin-key: \"two words\"\n", ":1: admin-key: a key holds a "
+             "space"),
+        ]
+        for text, error in cases:
+            with self.subTest(text=text):
+                path = self.write(text)
+                for how in (("--check-config", path), ("--config", path)):
+                    r = run(*how)
+                    self.assertEqual((r.returncode, r.stdout), (2, ""))
+                    self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+                    self.assertTrue(r.stderr.startswith(
+                        "sluice: " + path + error), r.stderr)
+                    self.assertNotIn("two words", r.stderr)
+        # A file that cannot be read, or is too large, is named with the
+        # flag or variable that named it.
+        r = run("--check-config", "/nonexistent/sluice.yaml")
+        self.assertEqual((r.returncode, r.stderr),
+                         (2, "sluice: --check-config /nonexistent/"
+                          "sluice.yaml: cannot read it: No such file or "
+                          "directory\n"))
+        r = run("--slots", "2", env={"SLUICE_CONFIG": "/nonexistent/x"})
+        self.assertEqual((r.returncode, r.stderr),
+                         (2, "sluice: SLUICE_CONFIG /nonexistent/x: cannot "
+                          "read it: No such file or directory\n"))
+        big = self.write("#" * (16 << 20) + "\n", name="big.yaml")
+        r = run("--config", big)
+        self.assertEqual(r.returncode, 2)
+        self.assertRegex(r.stderr, r"^sluice: --config %s: over \d+ bytes: "
+                         r"not a configuration file\n$" % re.escape(big))
+
+
+class ExampleFile(st.TestCase):
+    """deploy/sluice.yaml says what --help says, and works."""
+
+    def example_lines(self):
+        with open(EXAMPLE) as f:
+            return f.read().splitlines()
+
+    def test_every_option_is_there_with_its_default(self):
+        lines = self.example_lines()
+        settings = [(i, line) for i, line in enumerate(lines)
+                    if re.match(r"^#[a-z-]+: ", line)]
+        names = [line[1:].split(":")[0] for _, line in settings]
+        options = help_options()
+        # Each option once, in --help's order; --config names the file and
+        # cannot be in it, so the file says so instead.
+        self.assertEqual(names, [n for n, _ in options if n != "config"])
+        self.assertIn("--config itself cannot", " ".join(lines))
+        defaults = dict(options)
+        for i, line in settings:
+            name, value = line[1:].split(": ", 1)
+            # The comment above says what --help says: its default...
+            start = i
+            while start > 0 and lines[start - 1].startswith("# "):
+                start -= 1
+            comment = " ".join(l[2:] for l in lines[start:i])
+            with self.subTest(name=name):
+                self.assertIn("default: " + defaults[name], comment)
+                # ...and where --help's default is a value, the setting
+                # shows it.
+                if (re.fullmatch(r"[\w.:*/-]+", defaults[name])
+                        and defaults[name] != "none"):
+                    self.assertEqual(
+                        yaml.load(name + ": " + value,
+                                  Loader=yaml.BaseLoader)[name],
+                        defaults[name])
+
+    def test_uncommented_it_passes_check_config(self):
+        lines = self.example_lines()
+        defaults = dict(help_options())
+        # Two settings changed from their defaults...
+        text = "\n".join(lines).replace("\n#slots: 4\n", "\nslots: 8\n")
+        text = text.replace("\n#batch-window: auto\n",
+                            "\nbatch-window: 50ms\n")
+        path = os.path.join(self.tmp, "two.yaml")
+        with open(path, "w") as f:
+            f.write(text)
+        r, found = check_config(path)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        self.assertEqual(found["slots"], ("8", "file"))
+        self.assertEqual(found["batch-window"], ("50ms", "file"))
+        self.assertEqual(found["max-queue"], ("1024", "default"))
+        # ...and every setting that shows its default, all at once: the
+        # same configuration as none, each value now from the file.
+        text = "\n".join(
+            line[1:] if re.match(r"^#([a-z-]+): ", line) and
+            defaults[line[1:].split(":")[0]] not in ("none", "") and
+            re.fullmatch(r"[\w.:*/-]+",
+                         defaults[line[1:].split(":")[0]]) else line
+            for line in lines)
+        with open(path, "w") as f:
+            f.write(text)
+        r, found = check_config(path)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        empty = os.path.join(self.tmp, "empty.yaml")
+        with open(empty, "w"):
+            pass
+        _, plain = check_config(empty)
+        from_file = [n for n, (_, src) in found.items() if src == "file"]
+        self.assertGreater(len(from_file), 30)
+        for name in from_file:
+            self.assertEqual(found[name][0], plain[name][0], name)
 
 
 if __name__ == "__main__":
