@@ -29,11 +29,13 @@ installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install o
 # nginx: tests/test_nginx.py runs deploy/nginx/sluice.conf in front of sluice
 # (Debian's plain nginx package has the proxy, upstream keepalive and map
 # modules it uses), as a process of its own; see "services" below.
-# python3-yaml: tests/test_deploy_files.py parses the Kubernetes manifests.
+# python3-yaml: tests/test_deploy_files.py parses the Kubernetes manifests,
+# tests/test_cli.py what --check-config prints.
 # systemd: its systemd-analyze checks the unit file (nothing is started;
 # containers often lack it).
+# libyaml-dev: sluice reads its configuration file (--config) with libyaml.
 packages=(gcc libc6-dev pkgconf meson ninja-build python3
-	libuv1-dev libcurl4-openssl-dev libjansson-dev libjsmn-dev chromium
+	libuv1-dev libcurl4-openssl-dev libjansson-dev libjsmn-dev libyaml-dev chromium
 	nginx python3-yaml systemd)
 read -r -a extra <<<"${SLUICE_EXTRA_PACKAGES:-}"
 missing=()
@@ -50,8 +52,8 @@ if command -v dpkg-query >/dev/null; then
 	if ! installed libllhttp-dev && ! installed node-llhttp; then
 		missing+=(llhttp)
 	fi
-elif ! pkg-config --exists libuv libcurl jansson; then
-	die "not a Debian system: install a C compiler, meson, ninja, pkg-config, libuv, libcurl, jansson and llhttp, then run this again"
+elif ! pkg-config --exists libuv libcurl jansson yaml-0.1; then
+	die "not a Debian system: install a C compiler, meson, ninja, pkg-config, libuv, libcurl, jansson, libyaml and llhttp, then run this again"
 fi
 
 if [ $((${#missing[@]} + ${#extra_missing[@]})) -gt 0 ]; then
