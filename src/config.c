@@ -167,8 +167,8 @@ static const struct option_def options[] = {
 	 NULL},
 	{"eject-time", "SLUICE_EJECT_TIME", "DURATION", OPT_DURATION,
 	 FIELD(eject_time_ms), "5", 100, SL_EJECT_TIME_MAX_MS, NULL,
-	 "first ejection period; it doubles with each ejection in a row, up "
-	 "to " STR(SL_EJECT_TIME_MAX_S) " s",
+	 "how long an ejection lasts at first; doubled at each ejection in a "
+	 "row, to at most " STR(SL_EJECT_TIME_MAX_S) " s",
 	 NULL},
 	{"api-key", "SLUICE_API_KEY", "KEY", OPT_KEY_LIST, FIELD(api_keys),
 	 NULL, 0, 0, NULL,
