@@ -13,12 +13,13 @@ uint64_t sl_outlier_period_ms(uint64_t base_ms, unsigned n)
 	return period < SL_EJECT_TIME_MAX_MS ? period : SL_EJECT_TIME_MAX_MS;
 }
 
-bool sl_outlier_failed(struct sl_outlier *o, unsigned eject_after,
+bool sl_outlier_failed(struct sl_outlier *o, bool check, unsigned eject_after,
                        uint64_t base_ms, bool may_eject, uint64_t now_ms)
 {
 	if (o->ejected)
 		return false;
 	o->failures++;
+	o->last_was_check = check;
 	if (eject_after == 0 || o->failures < eject_after || !may_eject)
 		return false;
 	o->streak++;
@@ -38,7 +39,8 @@ void sl_outlier_request_ok(struct sl_outlier *o)
 
 bool sl_outlier_check_ok(struct sl_outlier *o, uint64_t now_ms)
 {
-	o->failures = 0;
+	if (o->last_was_check)
+		o->failures = 0;
 	if (!o->ejected || now_ms < o->until_ms)
 		return false;
 	o->ejected = false;

@@ -88,11 +88,11 @@ static bool starting(const struct sl_upstream *u)
 }
 
 /* A failed request or health check: it may eject the upstream. */
-static void count_failure(struct sl_upstream *u, const char *why)
+static void count_failure(struct sl_upstream *u, bool check, const char *why)
 {
 	bool may = !u->hooks->may_eject || u->hooks->may_eject(u);
 	uint64_t now = uv_now(u->loop);
-	if (!sl_outlier_failed(&u->outlier, u->cfg->eject_after,
+	if (!sl_outlier_failed(&u->outlier, check, u->cfg->eject_after,
 	                       u->cfg->eject_time_ms, may, now))
 		return;
 	sl_warn("upstream %s ejected for %.1f s after %u failures in a row, "
@@ -105,7 +105,7 @@ static void count_failure(struct sl_upstream *u, const char *why)
 void sl_upstream_request_failed(struct sl_upstream *u, const char *why)
 {
 	if (u->state == SL_UPSTREAM_READY && !u->stopping)
-		count_failure(u, why);
+		count_failure(u, false, why);
 }
 
 void sl_upstream_request_ok(struct sl_upstream *u)
@@ -148,7 +148,7 @@ static void probe_failed(struct sl_upstream *u, const char *what)
 		sl_warn("upstream %s is down: %s", u->url, what);
 		set_state(u, SL_UPSTREAM_DOWN);
 	} else if (u->state == SL_UPSTREAM_READY) {
-		count_failure(u, what);
+		count_failure(u, true, what);
 		if (++u->failed_probes >= SL_PROBE_FAILURES_DOWN) {
 			sl_warn("upstream %s is down: %u health checks "
 			        "failed, the last with: %s",

@@ -7,8 +7,9 @@
  * (--eject-time) and doubles with each ejection in a row, up to
  * SL_EJECT_TIME_MAX_MS. It returns only through a successful health check
  * once the period is over. A successful request resets both the count and
- * the period; a health check resets only the count, since an upstream that
- * answers /health can still fail every request.
+ * the period. A passing health check forgives only failed health checks:
+ * an upstream that answers /health can still fail every request, and its
+ * checks must not hide that.
  */
 #ifndef SLUICE_OUTLIER_H
 #define SLUICE_OUTLIER_H
@@ -20,6 +21,7 @@ struct sl_outlier {
 	unsigned failures; /* consecutive failed requests or checks */
 	unsigned streak;   /* ejections since the last good request */
 	unsigned long long ejections; /* ever, for the metrics */
+	bool last_was_check; /* the last failure was a health check's */
 	bool ejected;
 	uint64_t until_ms; /* while ejected: the period's end */
 };
@@ -28,10 +30,11 @@ struct sl_outlier {
 uint64_t sl_outlier_period_ms(uint64_t base_ms, unsigned n);
 
 /*
- * A failure at `now_ms`. Returns true when it ejects the upstream (never
- * when eject_after is 0, when already ejected, or when !may_eject).
+ * A failure at `now_ms`, of a health check or of a request. Returns true
+ * when it ejects the upstream (never when eject_after is 0, when already
+ * ejected, or when !may_eject).
  */
-bool sl_outlier_failed(struct sl_outlier *o, unsigned eject_after,
+bool sl_outlier_failed(struct sl_outlier *o, bool check, unsigned eject_after,
                        uint64_t base_ms, bool may_eject, uint64_t now_ms);
 
 /* A request succeeded: the count and the period start over. */
