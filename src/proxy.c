@@ -1057,8 +1057,8 @@ static bool connection_failed(const struct exchange *x, CURLcode result)
  * ready. A refused connection means the request was never sent, so it may
  * be sent again as often as that happens; any other failure (a reset, a
  * 5xx held by hold_5xx) uses up one of --retries, since llama-server may
- * have started working on it. Returns true when the
- * exchange was requeued (or refused because the queue was full).
+ * have started working on it. Returns true when the exchange was requeued
+ * (or refused because the queue was full).
  */
 static bool try_again(struct exchange *x, CURLcode result)
 {
