@@ -130,10 +130,12 @@ void sl_app_kick_scheduler(struct sl_app *app)
 }
 
 struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, bool need_slot,
+                                         const struct sl_upstream *avoid,
                                          char *why, size_t size)
 {
-	struct sl_upstream *best = NULL;
+	struct sl_upstream *best = NULL, *fallback = NULL;
 	unsigned n_starting = 0, n_restarting = 0, n_suspect = 0;
+	unsigned n_ejected = 0;
 	for (unsigned k = 0; k < SL_MAX_UPSTREAMS; k++) {
 		unsigned i = (app->next_upstream + k) % SL_MAX_UPSTREAMS;
 		struct sl_upstream *u = app->upstreams[i];
@@ -142,18 +144,24 @@ struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, bool need_slot,
 		n_starting += u->state == SL_UPSTREAM_STARTING;
 		n_restarting += u->state == SL_UPSTREAM_RESTARTING;
 		n_suspect += u->state == SL_UPSTREAM_READY && u->suspect;
+		n_ejected +=
+		    u->state == SL_UPSTREAM_READY && u->outlier.ejected;
 		if (!sl_upstream_usable(u) ||
 		    (need_slot && u->inflight >= u->total_slots))
 			continue;
+		if (u == avoid) {
+			fallback = u;
+			continue;
+		}
 		/* Fewest in flight per slot: compare a/b < c/d as ad < cb. */
 		if (!best || (uint64_t)u->inflight * best->total_slots <
 		                 (uint64_t)best->inflight * u->total_slots)
 			best = u;
 	}
-	if (best) {
-		app->next_upstream = best->index + 1;
+	if (!best)
+		best = fallback;
+	if (best)
 		return best;
-	}
 	if (need_slot)
 		snprintf(why, size, "no upstream has a free slot");
 	else if (n_starting)
@@ -168,6 +176,10 @@ struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, bool need_slot,
 		snprintf(why, size,
 		         "the upstream just failed a request and is being "
 		         "checked; retry shortly");
+	else if (n_ejected)
+		snprintf(why, size,
+		         "every ready upstream is ejected after failing "
+		         "requests in a row; retry shortly");
 	else
 		snprintf(why, size,
 		         "no upstream is ready: every llama-server "
@@ -180,7 +192,8 @@ bool sl_app_upstream_expected(const struct sl_app *app)
 	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
 		const struct sl_upstream *u = app->upstreams[i];
 		if (u && (u->state == SL_UPSTREAM_RESTARTING ||
-		          (u->state == SL_UPSTREAM_READY && u->suspect)))
+		          (u->state == SL_UPSTREAM_READY &&
+		           (u->suspect || u->outlier.ejected))))
 			return true;
 	}
 	return false;
@@ -201,7 +214,20 @@ static void on_upstream_stopped(struct sl_upstream *u)
 	app_maybe_done(app);
 }
 
+/* Ejecting the last usable upstream would serve nobody: see upstream.h. */
+static bool may_eject(const struct sl_upstream *u)
+{
+	const struct sl_app *app = u->data;
+	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
+		const struct sl_upstream *other = app->upstreams[i];
+		if (other && other != u && sl_upstream_usable(other))
+			return true;
+	}
+	return false;
+}
+
 static const struct sl_upstream_hooks upstream_hooks = {
+    .may_eject = may_eject,
     .on_change = on_upstream_change,
     .on_fatal = on_upstream_fatal,
     .on_stopped = on_upstream_stopped,

@@ -152,6 +152,24 @@ static const struct option_def options[] = {
 	 "once an upstream answer has begun, the longest silence allowed "
 	 "between its bytes",
 	 NULL},
+	{"retries", "SLUICE_RETRIES", "N", OPT_UINT, FIELD(retries), "1", 0,
+	 SL_RETRIES_MAX, NULL,
+	 "times a queued request is sent again, to another ready upstream "
+	 "where there is one, after its upstream failed (connection reset, "
+	 "5xx) before any byte reached the client; a refused connection "
+	 "does not use one up",
+	 NULL},
+	{"eject-after", "SLUICE_EJECT_AFTER", "N", OPT_UINT, FIELD(eject_after),
+	 "3", 0, SL_EJECT_AFTER_MAX, NULL,
+	 "consecutive failed requests or health checks after which an "
+	 "upstream is ejected: it takes no work until --eject-time has "
+	 "passed and a health check succeeds; 0 never ejects",
+	 NULL},
+	{"eject-time", "SLUICE_EJECT_TIME", "DURATION", OPT_DURATION,
+	 FIELD(eject_time_ms), "5", 100, SL_EJECT_TIME_MAX_MS, NULL,
+	 "how long an ejection lasts at first; doubled at each ejection in a "
+	 "row, to at most " STR(SL_EJECT_TIME_MAX_S) " s",
+	 NULL},
 	{"api-key", "SLUICE_API_KEY", "KEY", OPT_KEY_LIST, FIELD(api_keys),
 	 NULL, 0, 0, NULL,
 	 "a key clients must send (Authorization: Bearer KEY, or X-Api-Key: "

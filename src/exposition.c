@@ -233,6 +233,10 @@ static void expose_upstreams(struct sl_app *app, struct sl_text *t)
 	    {"sluice_upstream_slots", "gauge",
 	     "Requests an upstream takes at once."},
 	    {"sluice_upstream_up", "gauge", "1 when an upstream is ready."},
+	    {"sluice_upstream_ejections_total", "counter",
+	     "Times an upstream was ejected after failures in a row."},
+	    {"sluice_upstream_ejected", "gauge",
+	     "1 while an upstream is ejected."},
 	};
 	for (size_t k = 0; k < SL_ARRAY_SIZE(families); k++) {
 		sl_expose_family(t, families[k].name, families[k].type,
@@ -243,13 +247,29 @@ static void expose_upstreams(struct sl_app *app, struct sl_text *t)
 				continue;
 			char label[256];
 			sl_label_escape(u->name, label, sizeof(label));
-			unsigned v = k == 0 ? u->restarts
-			             : k == 1
-			                 ? u->total_slots
-			                 : (unsigned)sl_upstream_is_ready(u);
-			sl_text_printf(t, "%s{upstream=\"%s\"} %u\n",
-			               families[k].name, label, v);
+			unsigned long long v[] = {u->restarts, u->total_slots,
+			                          sl_upstream_is_ready(u),
+			                          u->outlier.ejections,
+			                          u->outlier.ejected};
+			sl_text_printf(t, "%s{upstream=\"%s\"} %llu\n",
+			               families[k].name, label, v[k]);
 		}
+	}
+	sl_expose_family(t, "sluice_upstream_retries_total", "counter",
+	                 "Requests sent again after failing on an upstream "
+	                 "before any byte reached the client.");
+	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
+		const struct sl_upstream *u = app->upstreams[i];
+		if (!u)
+			continue;
+		char label[256];
+		sl_label_escape(u->name, label, sizeof(label));
+		for (int r = 0; r < SL_RETRY_REASONS; r++)
+			sl_text_printf(
+			    t,
+			    "sluice_upstream_retries_total{upstream=\"%s\","
+			    "reason=\"%s\"} %llu\n",
+			    label, sl_retry_reason_name(r), u->retries[r]);
 	}
 }
 

@@ -118,8 +118,15 @@ struct exchange {
 	uv_timer_t timer;
 	uint64_t last_byte_ms;
 	bool released;
-	bool retried; /* sent again once after a transport failure */
-	bool pinned;  /* for the upstream the client named (?upstream=) */
+	/* Resends after failures that used one up (--retries). */
+	unsigned retries;
+	/*
+	 * The upstream the last attempt failed on, avoided by the next while
+	 * another is ready; only compared, never followed.
+	 */
+	const struct sl_upstream *failed_on;
+	long failed_status; /* its 5xx, kept from the client to resend */
+	bool pinned;        /* for the upstream the client named (?upstream=) */
 
 	enum relay_mode mode;
 	bool head_sent; /* the client's response has begun */
@@ -851,6 +858,30 @@ static bool start_response(struct exchange *x)
 	return true;
 }
 
+static long upstream_status(const struct exchange *x)
+{
+	long status = 0;
+	curl_easy_getinfo(x->transfer.easy, CURLINFO_RESPONSE_CODE, &status);
+	return status;
+}
+
+/*
+ * Whether the upstream's 5xx, before any byte of it went to the client,
+ * is kept from the client so that the request is sent again. Only a
+ * queued generation request is, since sluice owns its body and its
+ * place; one for a named upstream (?upstream=) may go to no other.
+ */
+static bool hold_5xx(struct exchange *x)
+{
+	long status = upstream_status(x);
+	if (status < 500 || status > 599 || !x->req || x->head_sent ||
+	    x->pinned || !x->ep->scheduled ||
+	    x->retries >= x->app->cfg->retries)
+		return false;
+	x->failed_status = status;
+	return true;
+}
+
 /* CURLOPT_WRITEFUNCTION: the upstream's body, as it arrives. */
 static size_t on_upstream_data(char *data, size_t size, size_t n, void *arg)
 {
@@ -871,6 +902,8 @@ static size_t on_upstream_data(char *data, size_t size, size_t n, void *arg)
 		return CURL_WRITEFUNC_PAUSE;
 	}
 	x->last_byte_ms = uv_now(&x->app->loop);
+	if (x->mode == MODE_WAITING && hold_5xx(x))
+		return 0; /* ends the transfer; on_transfer_done resends */
 	if (x->mode == MODE_WAITING && !start_response(x))
 		return 0;
 	if (x->mode == MODE_BODY) {
@@ -1019,11 +1052,13 @@ static bool connection_failed(const struct exchange *x, CURLcode result)
  * A request whose upstream failed at the transport level before any byte
  * reached its client goes back to its place in the queue, to be sent again
  * when an upstream is ready (or to get 503 when its queue time runs out),
- * not to the upstream that failed: it is suspect by now. A refused
- * connection means the request was never sent, so it may be sent again as
- * often as that happens; any other failure lets it go again only once,
- * since llama-server may have started working on it. Returns true when the
- * exchange was requeued (or refused because the queue was full).
+ * preferably not to the upstream that failed: after a transport failure
+ * it is suspect by now, and after a 5xx it is avoided while another is
+ * ready. A refused connection means the request was never sent, so it may
+ * be sent again as often as that happens; any other failure (a reset, a
+ * 5xx held by hold_5xx) uses up one of --retries, since llama-server may
+ * have started working on it. Returns true when the exchange was requeued
+ * (or refused because the queue was full).
  */
 static bool try_again(struct exchange *x, CURLcode result)
 {
@@ -1032,14 +1067,29 @@ static bool try_again(struct exchange *x, CURLcode result)
 	if (!x->req || x->head_sent || x->ended || x->gave_up || x->pinned)
 		return false;
 	bool refused = result == CURLE_COULDNT_CONNECT;
-	if (!connection_failed(x, result) || (x->retried && !refused))
+	enum sl_retry_reason reason;
+	if (x->failed_status)
+		reason = SL_RETRY_5XX; /* hold_5xx checked the count */
+	else if (!connection_failed(x, result))
+		return false;
+	else if (refused)
+		reason = SL_RETRY_REFUSED;
+	else if (x->retries < app->cfg->retries)
+		reason = SL_RETRY_TRANSPORT;
+	else
 		return false;
 	char why[SL_HTTP_REQUEST_ID_MAX + CURL_ERROR_SIZE + 64];
-	describe_failure(x, result, why, sizeof(why));
+	if (x->failed_status)
+		snprintf(why, sizeof(why), "it answered %ld", x->failed_status);
+	else
+		describe_failure(x, result, why, sizeof(why));
 	sl_warn("%s: upstream %s%s failed before any byte reached the client "
 	        "(%s); queued to be sent again",
 	        x->id, x->upstream->url, x->target, why);
-	x->retried |= !refused;
+	x->retries += !refused;
+	x->upstream->retries[reason]++;
+	x->failed_on = x->upstream;
+	x->failed_status = 0;
 	reset_for_retry(x);
 	uint64_t now = uv_now(&app->loop);
 	if (sl_sched_requeue(&app->sched, &x->item, now) != 0) {
@@ -1061,6 +1111,32 @@ static bool try_again(struct exchange *x, CURLcode result)
 	return true;
 }
 
+/*
+ * What the attempt says of its upstream's health: a connection failure
+ * makes it suspect, and that or a 5xx counts towards its ejection; a whole
+ * answer restarts the count. An answer sluice cut short says nothing.
+ */
+static void note_outcome(struct exchange *x, CURLcode result)
+{
+	char why[SL_HTTP_REQUEST_ID_MAX + CURL_ERROR_SIZE + 64];
+	if (connection_failed(x, result)) {
+		describe_failure(x, result, why, sizeof(why));
+		sl_upstream_suspect(x->upstream, why);
+		sl_upstream_request_failed(x->upstream, why);
+		return;
+	}
+	if (result != CURLE_OK && !x->failed_status)
+		return;
+	long status = x->failed_status ? x->failed_status : upstream_status(x);
+	if (status >= 500) {
+		snprintf(why, sizeof(why), "%s: it answered %ld", x->id,
+		         status);
+		sl_upstream_request_failed(x->upstream, why);
+	} else {
+		sl_upstream_request_ok(x->upstream);
+	}
+}
+
 static void on_transfer_done(struct sl_transfer *t, CURLcode result)
 {
 	struct exchange *x = t->data;
@@ -1068,11 +1144,10 @@ static void on_transfer_done(struct sl_transfer *t, CURLcode result)
 	/* The stream's last event may be what ends it. */
 	if (x->req && result == CURLE_OK && x->mode == MODE_SSE)
 		sl_sse_finish(&x->sse, on_event, x);
-	if (connection_failed(x, result)) {
-		char why[SL_HTTP_REQUEST_ID_MAX + CURL_ERROR_SIZE + 64];
-		describe_failure(x, result, why, sizeof(why));
-		sl_upstream_suspect(x->upstream, why);
-	}
+	/* An empty 5xx body: no byte came, so hold it here. */
+	if (x->req && result == CURLE_OK && x->mode == MODE_WAITING)
+		hold_5xx(x);
+	note_outcome(x, result);
 	if (try_again(x, result))
 		return;
 	if (result != CURLE_OK && !x->ended && !x->gave_up)
@@ -1224,6 +1299,8 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 	CURL *e = sl_curl_easy(&x->app->curl);
 	if (!e)
 		return SL_ECURL;
+	/* The next tie goes to the upstream after this one. */
+	x->app->next_upstream = u->index + 1;
 	x->transfer.easy = e;
 	x->transfer.on_done = on_transfer_done;
 	x->transfer.data = x;
@@ -1306,8 +1383,8 @@ void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
 		         "X-Queue-Ms: %lld\r\nX-Batch-Size: %u\r\n",
 		         (long long)x->queue_ms, n);
 		char why[160];
-		start_or_fail(
-		    x, sl_app_pick_upstream(app, true, why, sizeof(why)));
+		start_or_fail(x, sl_app_pick_upstream(app, true, x->failed_on,
+		                                      why, sizeof(why)));
 	}
 }
 
@@ -1600,7 +1677,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	 */
 	char why[160];
 	struct sl_upstream *u =
-	    sl_app_pick_upstream(app, false, why, sizeof(why));
+	    sl_app_pick_upstream(app, false, NULL, why, sizeof(why));
 	bool wait = !u && ep->scheduled && sl_app_upstream_expected(app);
 	if (pinned) {
 		u = sl_upstream_is_ready(pinned) ? pinned : NULL;

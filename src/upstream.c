@@ -29,6 +29,17 @@ const char *sl_upstream_state_name(enum sl_upstream_state s)
 	return state_names[s];
 }
 
+static const char *const retry_reason_names[] = {
+    [SL_RETRY_REFUSED] = "refused",
+    [SL_RETRY_TRANSPORT] = "transport",
+    [SL_RETRY_5XX] = "5xx",
+};
+
+const char *sl_retry_reason_name(enum sl_retry_reason r)
+{
+	return retry_reason_names[r];
+}
+
 bool sl_upstream_is_ready(const struct sl_upstream *u)
 {
 	return u->state == SL_UPSTREAM_READY;
@@ -36,7 +47,8 @@ bool sl_upstream_is_ready(const struct sl_upstream *u)
 
 bool sl_upstream_usable(const struct sl_upstream *u)
 {
-	return u->state == SL_UPSTREAM_READY && !u->suspect;
+	return u->state == SL_UPSTREAM_READY && !u->suspect &&
+	       !u->outlier.ejected;
 }
 
 static void set_state(struct sl_upstream *u, enum sl_upstream_state s)
@@ -75,6 +87,54 @@ static bool starting(const struct sl_upstream *u)
 	       u->state == SL_UPSTREAM_RESTARTING;
 }
 
+/* A failed request or health check: it may eject the upstream. */
+static void count_failure(struct sl_upstream *u, bool check, const char *why)
+{
+	bool may = !u->hooks->may_eject || u->hooks->may_eject(u);
+	uint64_t now = uv_now(u->loop);
+	if (!sl_outlier_failed(&u->outlier, check, u->cfg->eject_after,
+	                       u->cfg->eject_time_ms, may, now))
+		return;
+	sl_warn("upstream %s ejected for %.1f s after %u failures in a row, "
+	        "the last: %s",
+	        u->url,
+	        (double)sl_outlier_remaining_ms(&u->outlier, now) / 1000.0,
+	        u->cfg->eject_after, why);
+}
+
+void sl_upstream_request_failed(struct sl_upstream *u, const char *why)
+{
+	if (u->state == SL_UPSTREAM_READY && !u->stopping)
+		count_failure(u, false, why);
+}
+
+void sl_upstream_request_ok(struct sl_upstream *u)
+{
+	sl_outlier_request_ok(&u->outlier);
+}
+
+/*
+ * A health check passed: an ejection whose period is over ends. Returns
+ * true when it did.
+ */
+static bool check_passed(struct sl_upstream *u)
+{
+	if (!sl_outlier_check_ok(&u->outlier, uv_now(u->loop)))
+		return false;
+	sl_info("upstream %s returns from ejection: it answers its health "
+	        "check",
+	        u->url);
+	return true;
+}
+
+/* The next health check: at the interval, or when an ejection ends. */
+static uint64_t next_check_ms(const struct sl_upstream *u)
+{
+	uint64_t left = sl_outlier_remaining_ms(&u->outlier, uv_now(u->loop));
+	uint64_t every = u->cfg->health_interval_ms;
+	return u->outlier.ejected && left < every ? left : every;
+}
+
 /* A probe failed: keep polling while starting, count failures when ready. */
 static void probe_failed(struct sl_upstream *u, const char *what)
 {
@@ -87,12 +147,14 @@ static void probe_failed(struct sl_upstream *u, const char *what)
 		/* A remote upstream that does not answer is down. */
 		sl_warn("upstream %s is down: %s", u->url, what);
 		set_state(u, SL_UPSTREAM_DOWN);
-	} else if (u->state == SL_UPSTREAM_READY &&
-	           ++u->failed_probes >= SL_PROBE_FAILURES_DOWN) {
-		sl_warn("upstream %s is down: %u health checks failed, the "
-		        "last with: %s",
-		        u->url, u->failed_probes, what);
-		set_state(u, SL_UPSTREAM_DOWN);
+	} else if (u->state == SL_UPSTREAM_READY) {
+		count_failure(u, true, what);
+		if (++u->failed_probes >= SL_PROBE_FAILURES_DOWN) {
+			sl_warn("upstream %s is down: %u health checks "
+			        "failed, the last with: %s",
+			        u->url, u->failed_probes, what);
+			set_state(u, SL_UPSTREAM_DOWN);
+		}
 	}
 	schedule_probe(u, u->cfg->health_interval_ms);
 }
@@ -105,9 +167,10 @@ static void became_ready(struct sl_upstream *u, unsigned slots)
 	u->total_slots = slots;
 	u->failed_probes = 0;
 	u->ever_ready = true;
+	check_passed(u);
 	sl_info("upstream %s is ready with %u slots", u->url, slots);
 	set_state(u, SL_UPSTREAM_READY);
-	schedule_probe(u, u->cfg->health_interval_ms);
+	schedule_probe(u, next_check_ms(u));
 }
 
 static unsigned parse_total_slots(const char *body)
@@ -150,14 +213,16 @@ static void on_health(struct sl_get *g, long status, const char *err)
 	}
 	u->failed_probes = 0;
 	if (u->state == SL_UPSTREAM_READY) {
-		schedule_probe(u, u->cfg->health_interval_ms);
+		bool back = check_passed(u);
+		schedule_probe(u, next_check_ms(u));
 		if (u->suspect) {
 			u->suspect = false;
+			back = true;
 			sl_info("upstream %s answers its health check again",
 			        u->url);
-			if (u->hooks->on_change)
-				u->hooks->on_change(u, u->state);
 		}
+		if (back && u->hooks->on_change)
+			u->hooks->on_change(u, u->state);
 		return;
 	}
 	/* Newly healthy: learn its slots before sending it work. */
@@ -517,5 +582,16 @@ json_t *sl_upstream_json(const struct sl_upstream *u)
 		json_object_set_new(o, "pid", json_integer(u->child->pid));
 	if (u->suspect)
 		json_object_set_new(o, "suspect", json_true());
+	json_object_set_new(o, "consecutive_failures",
+	                    json_integer(u->outlier.failures));
+	json_object_set_new(o, "ejections",
+	                    json_integer((json_int_t)u->outlier.ejections));
+	if (u->outlier.ejected)
+		json_object_set_new(o, "ejected", json_true());
+	if (u->outlier.ejected)
+		json_object_set_new(
+		    o, "ejected_ms",
+		    json_integer((json_int_t)sl_outlier_remaining_ms(
+		        &u->outlier, uv_now(u->loop))));
 	return o;
 }

@@ -76,16 +76,22 @@ void sl_app_maybe_drained(struct sl_app *app);
 /*
  * The ready upstream with the most room (fewest requests in flight per
  * slot; ties in turn), or NULL with the reason, for the client, in `why`.
- * With need_slot, only one with a free slot qualifies.
+ * With need_slot, only one with a free slot qualifies. Ties go in turn
+ * from next_upstream, which the caller advances past the one it sends a
+ * request to (a pick only to see that one is ready takes no turn). `avoid`
+ * (or NULL),
+ * the upstream a request just failed on, is picked only when no other
+ * qualifies.
  */
 struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, bool need_slot,
+                                         const struct sl_upstream *avoid,
                                          char *why, size_t size);
 
 /*
  * Whether an upstream that cannot take work now is expected back soon: a
  * managed llama-server restarting after it exited, or a ready one marked
- * suspect and being checked. New requests then wait in the queue rather
- * than get 503.
+ * suspect and being checked, or ejected for a while after failures. New
+ * requests then wait in the queue rather than get 503.
  */
 bool sl_app_upstream_expected(const struct sl_app *app);
 

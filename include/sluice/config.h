@@ -44,6 +44,16 @@ enum sl_config_source {
 
 /* Room for the options in sl_config.source; config.c asserts it is enough. */
 #define SL_CONFIG_OPTIONS_MAX 64
+/* --retries: more than a few resends only multiplies a failure's load. */
+#define SL_RETRIES_MAX 5
+/* --eject-after: a bound so that the option is read as intended. */
+#define SL_EJECT_AFTER_MAX 1000
+/*
+ * The longest ejection: an upstream that keeps failing is still tried
+ * every few minutes, as Envoy's outlier detection does by default.
+ */
+#define SL_EJECT_TIME_MAX_S 300
+#define SL_EJECT_TIME_MAX_MS (SL_EJECT_TIME_MAX_S * 1000u)
 
 struct sl_config {
 	/* The configuration file (--config): "" = none. Read once, at start. */
@@ -68,6 +78,9 @@ struct sl_config {
 	uint64_t upstream_connect_timeout_ms;
 	uint64_t upstream_timeout_ms;      /* to the first response byte */
 	uint64_t upstream_idle_timeout_ms; /* between bytes afterwards */
+	unsigned retries;       /* resends after a failure, see --retries */
+	unsigned eject_after;   /* consecutive failures; 0: never eject */
+	uint64_t eject_time_ms; /* the first ejection period */
 
 	/* Client side */
 	unsigned max_connections;

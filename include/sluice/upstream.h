@@ -22,6 +22,11 @@
  * work goes to it, so requests wait in sluice's queue instead of failing
  * one after another against a dead port.
  *
+ * Ejected: an upstream that failed --eject-after requests or health checks
+ * in a row (see outlier.h). It takes no work until its period is over and
+ * a health check succeeds. The last usable upstream is never ejected: that
+ * would only turn its failures into refusals.
+ *
  * Lifetime: created by sl_upstream_new(); sl_upstream_stop() begins the end
  * and hooks->on_stopped reports it, after which the upstream frees itself.
  */
@@ -31,6 +36,7 @@
 #include "sluice/child.h"
 #include "sluice/config.h"
 #include "sluice/curl_loop.h"
+#include "sluice/outlier.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -64,6 +70,16 @@ enum sl_upstream_state {
 
 const char *sl_upstream_state_name(enum sl_upstream_state s);
 
+/* Why a request was sent again after its upstream failed, for the metrics. */
+enum sl_retry_reason {
+	SL_RETRY_REFUSED,   /* the connection was refused: nothing was sent */
+	SL_RETRY_TRANSPORT, /* reset, or it closed before the answer's end */
+	SL_RETRY_5XX,       /* it answered 5xx */
+	SL_RETRY_REASONS,
+};
+
+const char *sl_retry_reason_name(enum sl_retry_reason r);
+
 struct sl_upstream;
 
 struct sl_upstream_hooks {
@@ -71,6 +87,11 @@ struct sl_upstream_hooks {
 	void (*on_change)(struct sl_upstream *u, enum sl_upstream_state old);
 	/* A managed llama-server failed its first start; `why` says how. */
 	void (*on_fatal)(struct sl_upstream *u, const char *why);
+	/*
+	 * Whether `u` may be ejected now: false when no other upstream would
+	 * be left to take work. NULL: always.
+	 */
+	bool (*may_eject)(const struct sl_upstream *u);
 	/* Stopped and closed; `u` is freed when this returns. */
 	void (*on_stopped)(struct sl_upstream *u);
 };
@@ -97,11 +118,14 @@ struct sl_upstream {
 	char *name;
 	char *api_key; /* sent as a bearer token; NULL for none */
 	enum sl_upstream_state state;
-	unsigned total_slots; /* from /props; 0 until known */
-	unsigned restarts;    /* relaunches after unexpected exits */
-	unsigned inflight;    /* exchanges sent to it and not finished */
-	unsigned index;       /* position among sluice's upstreams */
-	bool suspect;         /* see the top of this file */
+	unsigned total_slots;      /* from /props; 0 until known */
+	unsigned restarts;         /* relaunches after unexpected exits */
+	unsigned inflight;         /* exchanges sent to it and not finished */
+	unsigned index;            /* position among sluice's upstreams */
+	bool suspect;              /* see the top of this file */
+	struct sl_outlier outlier; /* failures in a row; ejection */
+	/* Requests sent again after failing on this upstream, by reason. */
+	unsigned long long retries[SL_RETRY_REASONS];
 
 	/* Managed only. */
 	bool managed;
@@ -148,7 +172,7 @@ void sl_upstream_stop(struct sl_upstream *u, bool force);
 
 bool sl_upstream_is_ready(const struct sl_upstream *u);
 
-/* Ready and not suspect: new work may go to it. */
+/* Ready, neither suspect nor ejected: new work may go to it. */
 bool sl_upstream_usable(const struct sl_upstream *u);
 
 /*
@@ -157,6 +181,15 @@ bool sl_upstream_usable(const struct sl_upstream *u);
  * ready) when a probe clears the mark.
  */
 void sl_upstream_suspect(struct sl_upstream *u, const char *why);
+
+/*
+ * A request sent to `u` failed (transport failure or 5xx; `why` says how):
+ * counts towards its ejection.
+ */
+void sl_upstream_request_failed(struct sl_upstream *u, const char *why);
+
+/* A request sent to `u` got its whole answer: the failure count restarts. */
+void sl_upstream_request_ok(struct sl_upstream *u);
 
 /* A new JSON object describing the upstream for /health. */
 json_t *sl_upstream_json(const struct sl_upstream *u);
