@@ -29,6 +29,14 @@ MODEL_TINY = os.environ.get("SLUICE_MODEL_TINY")
 MODEL_SLOW = os.environ.get("SLUICE_MODEL_SLOW")
 
 
+# llama-server on one thread, for tests that run several generations at
+# once: on a busy machine its pace then drops in proportion, where with a
+# thread per core a generation can stall for seconds whenever one of them
+# loses its core (two 600-token generations at once took 100 s instead of
+# 4 beside two busy loops on two cores).
+LLAMA_ONE_THREAD = ("--threads", "1")
+
+
 def cache_dir():
     return os.environ.get("SLUICE_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
@@ -57,6 +65,43 @@ def wait_until(predicate, timeout, what, interval=0.02):
             raise AssertionError("timed out after %.1f s waiting for %s"
                                  % (timeout, what))
         time.sleep(interval)
+
+
+def slot_busy(ls):
+    """Whether any slot of llama-server ls is processing."""
+    slots = request(ls.port, "GET", "/slots").json()
+    return any(s["is_processing"] for s in slots)
+
+
+def decoding(ls):
+    """(busy, tokens decoded so far) of a one-slot llama-server."""
+    slot = request(ls.port, "GET", "/slots").json()[0]
+    # An idle slot that has not run a task yet has no next_token.
+    tokens = (slot.get("next_token") or [{}])[0]
+    return slot["is_processing"], tokens.get("n_decoded", 0)
+
+
+def assert_slot_freed_after(ls, leave, n_tokens, pace_tokens, timeout):
+    """Times pace_tokens tokens of the generation of n_tokens in progress
+    on one-slot llama-server ls, calls leave(), then waits for the slot to
+    go idle: within half the time the rest of the generation would take at
+    that pace, so the client's leaving, not the end of the generation,
+    freed it. Relative to the pace measured now, this holds however busy
+    the machine is. timeout bounds each wait for tokens."""
+    first = wait_until(
+        lambda: (lambda b, d: d if b and d > 0 else None)(*decoding(ls)),
+        timeout, "generation to start")
+    t1 = time.monotonic()
+    later = wait_until(
+        lambda: (lambda b, d: d if b and d >= first + pace_tokens
+                 else None)(*decoding(ls)),
+        timeout, "%d more tokens" % pace_tokens)
+    per_token = (time.monotonic() - t1) / (later - first)
+    leave()
+    rest = (n_tokens - later) * per_token
+    wait_until(lambda: not slot_busy(ls), rest / 2,
+               "the slot to go idle (the generation would have taken "
+               "%.1f s more)" % rest)
 
 
 def pid_alive(pid):

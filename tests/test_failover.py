@@ -45,8 +45,10 @@ def busy(ls):
 class KillOneReplica(st.TestCase):
 
     def test_every_plain_request_survives_a_kill(self):
-        a = self.llama_server(st.MODEL_TINY, slots=4)
-        b = self.llama_server(st.MODEL_TINY, slots=4)
+        a = self.llama_server(st.MODEL_TINY, slots=4,
+                              extra=st.LLAMA_ONE_THREAD)
+        b = self.llama_server(st.MODEL_TINY, slots=4,
+                              extra=st.LLAMA_ONE_THREAD)
         s = self.sluice("--upstream", a.url, "--upstream", b.url,
                         "--queue-timeout", "300")
         s.wait_all_upstreams_ready(SAFETY_NET_S)

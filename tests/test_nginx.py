@@ -52,11 +52,7 @@ DIRECT_ADDR = "127.0.0.3"
 # (the whole generation).
 FIRST_TOKEN_TOLERANCE_S = 0.030
 
-# llama-server on one thread: on a busy machine its pace then drops in
-# proportion, where with a thread per core a generation can stall for
-# seconds whenever one of them loses its core (two 600-token generations at
-# once took 100 s instead of 4 beside two busy loops on two cores).
-ONE_THREAD = ("--threads", "1")
+ONE_THREAD = st.LLAMA_ONE_THREAD
 SLUICE_ONE_THREAD = ["--llama-arg=" + a for a in ONE_THREAD]
 
 
@@ -221,19 +217,6 @@ def text_of(events):
     return "".join(e["content"] for e in events if isinstance(e, dict))
 
 
-def slot_busy(ls):
-    return any(s["is_processing"] for s in
-               st.request(ls.port, "GET", "/slots").json())
-
-
-def decoding(ls):
-    """(busy, tokens decoded so far) of a one-slot llama-server."""
-    slot = st.request(ls.port, "GET", "/slots").json()[0]
-    # An idle slot that has not run a task yet has no next_token.
-    tokens = (slot.get("next_token") or [{}])[0]
-    return slot["is_processing"], tokens.get("n_decoded", 0)
-
-
 def access_line(s, rid):
     """sluice's access log line for request id rid, once written."""
     return s.wait_line(r" access id=%s .*" % re.escape(rid),
@@ -267,7 +250,7 @@ class Streaming(NginxTestCase):
 
         def on_event(index):
             if index in sampled:
-                seen.append((index, *decoding(ls)))
+                seen.append((index, *st.decoding(ls)))
 
         runs = {"direct": [], "nginx": []}
         for _ in range(self.PAIRS):
@@ -385,24 +368,10 @@ class Disconnect(NginxTestCase):
         self.ng = self.nginx(self.s.port)
 
     def assert_slot_freed_after(self, leave):
-        """Times PACE_TOKENS tokens of the generation in progress, calls
-        leave(), then waits for the slot to go idle: within half the time
-        the rest of the generation would take at that pace, so the client's
-        leaving, not the end of the generation, freed it."""
-        first = st.wait_until(
-            lambda: (lambda b, d: d if b and d > 0 else None)(
-                *decoding(self.ls)), SAFETY_NET_S, "generation to start")
-        t1 = time.monotonic()
-        later = st.wait_until(
-            lambda: (lambda b, d: d if b and d >= first + self.PACE_TOKENS
-                     else None)(*decoding(self.ls)),
-            SAFETY_NET_S, "%d more tokens" % self.PACE_TOKENS)
-        per_token = (time.monotonic() - t1) / (later - first)
-        leave()
-        rest = (self.N - later) * per_token
-        st.wait_until(lambda: not slot_busy(self.ls), rest / 2,
-                      "the slot to go idle (the generation would have "
-                      "taken %.1f s more)" % rest)
+        """The slot goes idle once the client leaves, well before the
+        generation would end; then sluice counts nothing in flight."""
+        st.assert_slot_freed_after(self.ls, leave, self.N, self.PACE_TOKENS,
+                                   SAFETY_NET_S)
         st.wait_until(lambda: self.s.health().json()["inflight"] == 0,
                       SAFETY_NET_S, "sluice to count nothing in flight")
 

@@ -366,19 +366,6 @@ class Streaming(st.TestCase):
         self.assertEqual(s.stop(), 0)
 
 
-def slot_busy(ls):
-    slots = st.request(ls.port, "GET", "/slots").json()
-    return any(s["is_processing"] for s in slots)
-
-
-def decoding(ls):
-    """(busy, tokens decoded so far) of a one-slot llama-server."""
-    slot = st.request(ls.port, "GET", "/slots").json()[0]
-    # An idle slot that has not run a task yet has no next_token.
-    tokens = (slot.get("next_token") or [{}])[0]
-    return slot["is_processing"], tokens.get("n_decoded", 0)
-
-
 class Cancellation(st.TestCase):
     """A client that leaves frees llama-server's slot long before its
     generation would have ended."""
@@ -392,25 +379,8 @@ class Cancellation(st.TestCase):
         self.s = self.sluice("--upstream", self.ls.url)
 
     def assert_slot_freed_after(self, leave):
-        """Times PACE_TOKENS tokens of the generation in progress, calls
-        leave(), then waits for the slot to go idle: within half the time
-        the rest of the generation would take at that pace, so the client's
-        leaving, not the end of the generation, freed it. Relative to the
-        pace measured now, this holds however busy the machine is."""
-        first = st.wait_until(
-            lambda: (lambda b, d: d if b and d > 0 else None)(
-                *decoding(self.ls)), 30, "generation to start")
-        t1 = time.monotonic()
-        later = st.wait_until(
-            lambda: (lambda b, d: d if b and d >= first + self.PACE_TOKENS
-                     else None)(*decoding(self.ls)),
-            60, "%d more tokens" % self.PACE_TOKENS)
-        per_token = (time.monotonic() - t1) / (later - first)
-        leave()
-        rest = (self.N - later) * per_token
-        st.wait_until(lambda: not slot_busy(self.ls), rest / 2,
-                      "the slot to go idle (the generation would have "
-                      "taken %.1f s more)" % rest)
+        st.assert_slot_freed_after(self.ls, leave, self.N, self.PACE_TOKENS,
+                                   60)
 
     def test_client_leaving_mid_stream(self):
         c = st.RawClient(self.s.port)
@@ -494,7 +464,7 @@ class SlowReader(st.TestCase):
                           240)
         self.assertEqual(end.group(1), "cancelled", s.output())
         self.assertGreaterEqual(time.monotonic() - started, 2)
-        st.wait_until(lambda: not slot_busy(ls), 30, "the slot to go idle")
+        st.wait_until(lambda: not st.slot_busy(ls), 30, "the slot to go idle")
         self.assertTrue(c.at_eof(5))  # what was sent, then the close
         c.close()
 
