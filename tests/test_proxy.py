@@ -178,6 +178,10 @@ class Relay(st.RelayTestCase):
                 timeout=240), range(128)))
         done.set()
         t.join()
+        # With 64 client threads holding the GIL the sampler may get no
+        # turn while the answers come; the connections stay pooled after
+        # them, so one more look always sees them.
+        most[0] = max(most[0], count())
         self.assertGreaterEqual(most[0], 1)
         self.assertLessEqual(most[0], 4 + 2)  # 4 slots, 2 spare
 
