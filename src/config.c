@@ -905,13 +905,49 @@ static const char *source_name(const struct parse_state *st, const char *name,
 	return buf;
 }
 
+/*
+ * Sections of the configuration file (a key whose value is a mapping, such
+ * as `models:`). Each belongs to the module that owns what it configures:
+ * `apply` reads the tree into the configuration (checking every value, and
+ * naming the node at fault with sl_config_node_fail), `print` writes it
+ * back for --check-config with secrets masked. The table ends with a NULL
+ * name.
+ */
+struct section_def {
+	const char *name;
+	int (*apply)(struct sl_config *cfg, const struct sl_config_node *n,
+	             char *err, size_t size);
+	void (*print)(FILE *out, const struct sl_config *cfg);
+};
+
+static const struct section_def sections[] = {
+    {NULL, NULL, NULL},
+};
+
+static const struct section_def *section_named(const char *name)
+{
+	for (const struct section_def *d = sections; d->name; d++)
+		if (strcmp(d->name, name) == 0)
+			return d;
+	return NULL;
+}
+
 /* One key of the configuration file (config_file.h's callback). */
 static int apply_file_item(void *ctx, enum sl_config_file_item item,
                            const char *key, const char *value,
-                           const char *where, unsigned line, char *err,
-                           size_t size)
+                           const struct sl_config_node *node, const char *where,
+                           unsigned line, char *err, size_t size)
 {
 	struct parse_state *st = ctx;
+	if (item == SL_CONFIG_FILE_SECTION) {
+		const struct section_def *d = section_named(key);
+		if (d)
+			return d->apply(st->cfg, node, err, size);
+		return fail(err, size, where,
+		            option_named(key)
+		                ? "takes a value, not a mapping"
+		                : "unknown section (see deploy/sluice.yaml)");
+	}
 	const struct option_def *o = option_named(key);
 	/* The file's own name in it would be a loop; actions are one-shot. */
 	if (find_action(key, strlen(key)) ||
@@ -1410,4 +1446,6 @@ void sl_config_print(const struct sl_config *cfg, FILE *out)
 		print_value(out, cfg, &options[i]);
 		fprintf(out, "  # %s\n", sources[cfg->source[i]]);
 	}
+	for (const struct section_def *d = sections; d->name; d++)
+		d->print(out, cfg);
 }

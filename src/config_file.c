@@ -1,6 +1,7 @@
 /*
  * config_file.c: the YAML configuration file, read with libyaml's event
- * parser (no document tree is built: the file is one flat mapping).
+ * parser. The top level is walked event by event; only a section (a key
+ * whose value is a mapping) is built into a tree, freed after its call.
  */
 #include "sluice/config_file.h"
 
@@ -140,19 +141,191 @@ static int note_key(struct walker *w, const char *key, size_t line)
 }
 
 static int call(struct walker *w, enum sl_config_file_item item,
-                const char *key, const char *value, size_t line)
+                const char *key, const char *value,
+                const struct sl_config_node *node, size_t line)
 {
 	char where[PATH_MAX + KEY_SHOWN_MAX + 32];
 	snprintf(where, sizeof(where), "%s:%zu: %.*s", w->path, line,
 	         KEY_SHOWN_MAX, key);
-	return w->fn(w->ctx, item, key, value, where, (unsigned)line, w->err,
-	             w->size);
+	return w->fn(w->ctx, item, key, value, node, where, (unsigned)line,
+	             w->err, w->size);
+}
+
+/* ---- sections ---- */
+
+static void node_free(struct sl_config_node *n)
+{
+	for (unsigned i = 0; i < n->n; i++)
+		node_free(&n->child[i]);
+	free(n->child);
+	if (n->text)
+		explicit_bzero(n->text, strlen(n->text)); /* keys' hashes */
+	free(n->text);
+	free(n->key);
+}
+
+/* The node's name from the top: "models.tiny.args[2]". */
+static void node_path(const struct sl_config_node *n, char *buf, size_t size)
+{
+	if (n->parent)
+		node_path(n->parent, buf, size);
+	else
+		buf[0] = '\0';
+	size_t used = strlen(buf);
+	if (n->key)
+		snprintf(buf + used, size - used, "%s%.*s", used ? "." : "",
+		         KEY_SHOWN_MAX, n->key);
+	else if (n->parent)
+		snprintf(buf + used, size - used, "[%u]", n->index);
+}
+
+int sl_config_node_fail(char *err, size_t size, const struct sl_config_node *n,
+                        const char *fmt, ...)
+{
+	char path[4 * KEY_SHOWN_MAX + 64];
+	node_path(n, path, sizeof(path));
+	int k = snprintf(err, size, "%s:%u: %s: ", n->file, n->line, path);
+	if (k < 0 || (size_t)k >= size)
+		return SL_EINVAL;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err + k, size - (size_t)k, fmt, ap);
+	va_end(ap);
+	return SL_EINVAL;
+}
+
+const struct sl_config_node *sl_config_node_get(const struct sl_config_node *m,
+                                                const char *key)
+{
+	if (!m || m->kind != SL_CONFIG_NODE_MAP)
+		return NULL;
+	for (unsigned i = 0; i < m->n; i++)
+		if (strcmp(m->child[i].key, key) == 0)
+			return &m->child[i];
+	return NULL;
+}
+
+static int read_node(struct walker *w, yaml_event_t *first,
+                     struct sl_config_node *n, unsigned depth);
+
+/* A new last child of `parent`, started by event `ev`. */
+static int read_child(struct walker *w, struct sl_config_node *parent,
+                      yaml_event_t *ev, char *key, unsigned depth)
+{
+	parent->child = sl_xrealloc(parent->child,
+	                            (parent->n + 1) * sizeof(*parent->child));
+	struct sl_config_node *c = &parent->child[parent->n];
+	*c = (struct sl_config_node){.key = key,
+	                             .index = parent->n,
+	                             .file = w->path,
+	                             .line = (unsigned)line_of(ev)};
+	parent->n++;
+	/* Parents are final only once the tree is whole: fixed up below. */
+	return read_node(w, ev, c, depth);
+}
+
+/* Children point at their parents; reallocs moved them while reading. */
+static void link_parents(struct sl_config_node *n)
+{
+	for (unsigned i = 0; i < n->n; i++) {
+		n->child[i].parent = n;
+		link_parents(&n->child[i]);
+	}
+}
+
+/*
+ * The value that starts with event `first` (consumed here), read whole
+ * into `n`. Errors name the node: its parent links are not set yet, so
+ * they are given the top-level key through the walker's fail_at.
+ */
+static int read_node(struct walker *w, yaml_event_t *first,
+                     struct sl_config_node *n, unsigned depth)
+{
+	const char *top = w->keys[w->key_count - 1];
+	if (first->type == YAML_SCALAR_EVENT) {
+		n->kind = SL_CONFIG_NODE_SCALAR;
+		int rc = scalar_text(w, first, top);
+		if (rc == 0)
+			n->text =
+			    sl_xstrdup((const char *)first->data.scalar.value);
+		return rc;
+	}
+	if (depth >= SL_CONFIG_FILE_MAX_DEPTH)
+		return fail_at(w, n->line, top,
+		               "nested more than %d levels deep",
+		               SL_CONFIG_FILE_MAX_DEPTH);
+	bool map = first->type == YAML_MAPPING_START_EVENT;
+	n->kind = map ? SL_CONFIG_NODE_MAP : SL_CONFIG_NODE_LIST;
+	for (;;) {
+		yaml_event_t ev;
+		int rc = next_event(w, &ev, top);
+		if (rc != 0)
+			return rc;
+		if (ev.type == YAML_MAPPING_END_EVENT ||
+		    ev.type == YAML_SEQUENCE_END_EVENT) {
+			event_done(&ev);
+			return 0;
+		}
+		char *key = NULL;
+		if (map) {
+			if (ev.type != YAML_SCALAR_EVENT)
+				rc =
+				    fail_at(w, line_of(&ev), top,
+				            "a key must be a single value, not "
+				            "%s",
+				            kind_of(&ev));
+			if (rc == 0)
+				rc = scalar_text(w, &ev, top);
+			for (unsigned i = 0; rc == 0 && i < n->n; i++)
+				if (strcmp(
+				        n->child[i].key,
+				        (const char *)ev.data.scalar.value) ==
+				    0)
+					rc = fail_at(w, line_of(&ev), top,
+					             "key \"%.*s\" given twice "
+					             "(first on "
+					             "line %u)",
+					             KEY_SHOWN_MAX,
+					             n->child[i].key,
+					             n->child[i].line);
+			if (rc == 0)
+				key = sl_xstrdup(
+				    (const char *)ev.data.scalar.value);
+			event_done(&ev);
+			if (rc == 0)
+				rc = next_event(w, &ev, top);
+			if (rc != 0) {
+				free(key);
+				return rc;
+			}
+		}
+		rc = read_child(w, n, &ev, key, depth + 1);
+		event_done(&ev);
+		if (rc != 0)
+			return rc;
+	}
+}
+
+/* `key:` holds a mapping: the whole of it is read and handed over. */
+static int walk_section(struct walker *w, const char *key, yaml_event_t *ev)
+{
+	struct sl_config_node root = {.file = w->path,
+	                              .key = sl_xstrdup(key),
+	                              .line = (unsigned)line_of(ev)};
+	int rc = read_node(w, ev, &root, 1);
+	if (rc == 0) {
+		link_parents(&root);
+		rc = call(w, SL_CONFIG_FILE_SECTION, key, NULL, &root,
+		          root.line);
+	}
+	node_free(&root);
+	return rc;
 }
 
 /* The items of a list, up to its end; `start` is the list's own line. */
 static int walk_list(struct walker *w, const char *key, size_t start)
 {
-	int rc = call(w, SL_CONFIG_FILE_LIST, key, NULL, start);
+	int rc = call(w, SL_CONFIG_FILE_LIST, key, NULL, NULL, start);
 	while (rc == 0) {
 		yaml_event_t ev;
 		rc = next_event(w, &ev, key);
@@ -171,7 +344,7 @@ static int walk_list(struct walker *w, const char *key, size_t start)
 			rc = scalar_text(w, &ev, key);
 		if (rc == 0)
 			rc = call(w, SL_CONFIG_FILE_LIST_ITEM, key,
-			          (const char *)ev.data.scalar.value,
+			          (const char *)ev.data.scalar.value, NULL,
 			          line_of(&ev));
 		event_done(&ev);
 	}
@@ -212,16 +385,14 @@ static int walk_entry(struct walker *w, bool *end)
 		rc = scalar_text(w, &ev, key);
 		if (rc == 0)
 			rc = call(w, SL_CONFIG_FILE_SCALAR, key,
-			          (const char *)ev.data.scalar.value,
+			          (const char *)ev.data.scalar.value, NULL,
 			          line_of(&ev));
 		break;
 	case YAML_SEQUENCE_START_EVENT:
 		rc = walk_list(w, key, line_of(&ev));
 		break;
-	default:
-		rc =
-		    fail_at(w, line_of(&ev), key,
-		            "expected a value or a list, got %s", kind_of(&ev));
+	default: /* a mapping: the only other event a value starts with */
+		rc = walk_section(w, key, &ev);
 		break;
 	}
 	event_done(&ev);

@@ -380,7 +380,7 @@ class ConfigFile(st.TestCase):
              ":3: upstream: expected an http:// or https:// URL"),
             ("slots: [1, 2]\n", ":1: slots: takes one value, not a list"),
             ("listen:\n  host: 127.0.0.1\n",
-             ":2: listen: expected a value or a list, got a mapping"),
+             ":2: listen: takes a value, not a mapping"),
             ("slots: 2\nmax-queue: 3\nslots: 2\n",
              ":3: slots: given twice (first on line 1)"),
             ("slots: 2\nlisten: \"127.0.0.1:8080\n",

@@ -744,8 +744,9 @@ static void test_file_errors(void)
 	    {"slots: [1, 2]\n",
 	     "1: slots: takes one value, not a list (only repeatable options "
 	     "take lists)"},
-	    {"\nslots:\n  a: 1\n",
-	     "3: slots: expected a value or a list, got a mapping"},
+	    {"\nslots:\n  a: 1\n", "3: slots: takes a value, not a mapping"},
+	    {"bogus:\n  a: 1\n",
+	     "2: bogus: unknown section (see deploy/sluice.yaml)"},
 	    {"upstream:\n  - [http://a:1]\n",
 	     "2: upstream: a list item must be a single value, not a list"},
 	    {"upstream:\n  - {a: 1}\n",
@@ -815,6 +816,107 @@ static void test_file_errors(void)
 			          i, p.rc, p.err, want);
 		free(want);
 		done_file(&p, path);
+	}
+}
+
+/* What a section callback saw: the tree, written out, or the error. */
+struct seen_section {
+	char text[512];
+	size_t used;
+};
+
+static void write_node(struct seen_section *seen,
+                       const struct sl_config_node *n)
+{
+	static const char kinds[] = "slm";
+	int k =
+	    snprintf(seen->text + seen->used, sizeof(seen->text) - seen->used,
+	             "(%c%u%s%s", kinds[n->kind], n->line, n->key ? " " : "",
+	             n->key ? n->key : "");
+	seen->used += (size_t)k;
+	if (n->text) {
+		k = snprintf(seen->text + seen->used,
+		             sizeof(seen->text) - seen->used, "=%s", n->text);
+		seen->used += (size_t)k;
+	}
+	for (unsigned i = 0; i < n->n; i++) {
+		ASSERT(n->child[i].parent == n);
+		ASSERT_EQ(n->child[i].index, i);
+		write_node(seen, &n->child[i]);
+	}
+	seen->text[seen->used++] = ')';
+	seen->text[seen->used] = '\0';
+}
+
+static int record_section(void *ctx, enum sl_config_file_item item,
+                          const char *key, const char *value,
+                          const struct sl_config_node *node, const char *where,
+                          unsigned line, char *err, size_t size)
+{
+	(void)key, (void)value, (void)where, (void)line;
+	struct seen_section *seen = ctx;
+	if (item != SL_CONFIG_FILE_SECTION)
+		return 0;
+	write_node(seen, node);
+	/* A node deep inside is named by its path from the top. */
+	const struct sl_config_node *args =
+	    sl_config_node_get(sl_config_node_get(node, "tiny"), "args");
+	if (args && args->n > 1)
+		return sl_config_node_fail(err, size, &args->child[1], "bad %s",
+		                           args->child[1].text);
+	return 0;
+}
+
+/*
+ * A section (a key holding a mapping) arrives whole, as a tree with lines,
+ * keys and parents; its errors name their node; bounds hold inside it.
+ */
+static void test_file_sections(void)
+{
+	static const struct {
+		const char *yaml;
+		const char *tree; /* NULL: an error */
+		const char *err;  /* after "PATH:" */
+	} cases[] = {
+	    {"slots: 2\nmodels:\n  tiny:\n    slots: 4\n"
+	     "    aliases: [a, b]\n  chat: {}\n",
+	     "(m3 models(m4 tiny(s4 slots=4)(l5 aliases(s5=a)(s5=b)))"
+	     "(m6 chat))",
+	     NULL},
+	    {"models:\n  tiny:\n    args: [--x, --y]\n", NULL,
+	     "3: models.tiny.args[1]: bad --y"},
+	    {"models:\n  a: 1\n  b: 2\n  a: 3\n", NULL,
+	     "4: models: key \"a\" given twice (first on line 2)"},
+	    {"models:\n  ? [a]\n  : 1\n", NULL,
+	     "2: models: a key must be a single value, not a list"},
+	    {"models:\n  a:\n    b:\n      c: [[1]]\n", NULL,
+	     "4: models: nested more than 4 levels deep"},
+	    {"models:\n  a: *x\n", NULL,
+	     "2: models: an alias (*NAME): anchors are not expanded, write "
+	     "the value out"},
+	    {"models:\n  a: \"\\0\"\n", NULL,
+	     "2: models: a NUL byte in the value"},
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(cases); i++) {
+		char *path = temp_file(cases[i].yaml);
+		struct seen_section seen = {.used = 0};
+		char err[256] = "";
+		int rc = sl_config_file_read(path, "--config", record_section,
+		                             &seen, err, sizeof(err));
+		if (cases[i].tree) {
+			if (rc != 0)
+				TEST_FAIL("case %zu: %s", i, err);
+			ASSERT_STR_EQ(seen.text, cases[i].tree);
+		} else {
+			char *want = sl_xasprintf("%s:%s", path, cases[i].err);
+			if (rc != SL_EINVAL || strcmp(err, want) != 0)
+				TEST_FAIL("case %zu: rc %d, error\n  \"%s\", "
+				          "not\n  \"%s\"",
+				          i, rc, err, want);
+			free(want);
+		}
+		unlink(path);
+		free(path);
 	}
 }
 
@@ -928,6 +1030,7 @@ int main(void)
 	RUN(test_file_values_and_lists);
 	RUN(test_file_precedence);
 	RUN(test_file_errors);
+	RUN(test_file_sections);
 	RUN(test_file_size_bound);
 	RUN(test_print);
 	return 0;
