@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "sl_build_config.h"
 
@@ -77,30 +78,18 @@ static void on_upstream_change(struct sl_upstream *u,
 	}
 }
 
-/* Free slots across every ready upstream: the scheduler's capacity. */
+/* Free slots across the model's usable upstreams: its capacity. */
 static unsigned free_slots(void *ctx)
 {
-	struct sl_app *app = ctx;
-	unsigned free = 0;
-	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
-		const struct sl_upstream *u = app->upstreams[i];
-		if (u && sl_upstream_usable(u) && u->inflight < u->total_slots)
-			free += u->total_slots - u->inflight;
-	}
-	return free;
+	const struct sl_model *m = ctx;
+	return sl_pool_free_slots(&m->pool);
 }
 
-/* Slots in all across every ready upstream, for the auto urgent reserve. */
+/* Slots in all across the model's usable upstreams, for the auto reserve. */
 static unsigned total_slots(void *ctx)
 {
-	struct sl_app *app = ctx;
-	unsigned total = 0;
-	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
-		const struct sl_upstream *u = app->upstreams[i];
-		if (u && sl_upstream_usable(u))
-			total += u->total_slots;
-	}
-	return total;
+	const struct sl_model *m = ctx;
+	return sl_pool_total_slots(&m->pool);
 }
 
 static const struct sl_sched_ops sched_ops = {
@@ -111,92 +100,92 @@ static const struct sl_sched_ops sched_ops = {
     .total_slots = total_slots,
 };
 
-static void on_sched_timer(uv_timer_t *t)
+static void kick_model_timer(uv_timer_t *t);
+
+static void kick_model(struct sl_model *m)
 {
-	sl_app_kick_scheduler(t->data);
+	uint64_t now = uv_now(&m->app->loop);
+	uint64_t next = sl_sched_run(&m->sched, now);
+	if (next == UINT64_MAX)
+		uv_timer_stop(&m->sched_timer);
+	else
+		uv_timer_start(&m->sched_timer, kick_model_timer,
+		               next > now ? next - now : 0, 0);
+}
+
+static void kick_model_timer(uv_timer_t *t)
+{
+	kick_model(t->data);
 }
 
 void sl_app_kick_scheduler(struct sl_app *app)
 {
 	if (app->front_closing)
 		return;
-	uint64_t now = uv_now(&app->loop);
-	uint64_t next = sl_sched_run(&app->sched, now);
-	if (next == UINT64_MAX)
-		uv_timer_stop(&app->sched_timer);
-	else
-		uv_timer_start(&app->sched_timer, on_sched_timer,
-		               next > now ? next - now : 0, 0);
+	for (unsigned i = 0; i < app->n_models; i++)
+		kick_model(app->models[i]);
 }
 
-struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, bool need_slot,
-                                         const struct sl_upstream *avoid,
-                                         char *why, size_t size)
+struct sl_model *sl_app_find_model(struct sl_app *app, const char *name)
 {
-	struct sl_upstream *best = NULL, *fallback = NULL;
-	unsigned n_starting = 0, n_restarting = 0, n_suspect = 0;
-	unsigned n_ejected = 0;
-	for (unsigned k = 0; k < SL_MAX_UPSTREAMS; k++) {
-		unsigned i = (app->next_upstream + k) % SL_MAX_UPSTREAMS;
-		struct sl_upstream *u = app->upstreams[i];
-		if (!u)
-			continue;
-		n_starting += u->state == SL_UPSTREAM_STARTING;
-		n_restarting += u->state == SL_UPSTREAM_RESTARTING;
-		n_suspect += u->state == SL_UPSTREAM_READY && u->suspect;
-		n_ejected +=
-		    u->state == SL_UPSTREAM_READY && u->outlier.ejected;
-		if (!sl_upstream_usable(u) ||
-		    (need_slot && u->inflight >= u->total_slots))
-			continue;
-		if (u == avoid) {
-			fallback = u;
-			continue;
-		}
-		/* Fewest in flight per slot: compare a/b < c/d as ad < cb. */
-		if (!best || (uint64_t)u->inflight * best->total_slots <
-		                 (uint64_t)best->inflight * u->total_slots)
-			best = u;
+	if (!name || !name[0] || !app->model_section)
+		return app->default_model;
+	for (unsigned i = 0; i < app->n_models; i++) {
+		struct sl_model *m = app->models[i];
+		if (strcmp(m->name, name) == 0)
+			return m;
+		for (unsigned k = 0; m->aliases && k < m->aliases->count; k++)
+			if (strcmp(m->aliases->items[k], name) == 0)
+				return m;
 	}
-	if (!best)
-		best = fallback;
-	if (best)
-		return best;
-	if (need_slot)
-		snprintf(why, size, "no upstream has a free slot");
-	else if (n_starting)
-		snprintf(why, size,
-		         "llama-server is starting and not ready "
-		         "yet; retry shortly");
-	else if (n_restarting)
-		snprintf(why, size,
-		         "llama-server is restarting after it "
-		         "exited; retry shortly");
-	else if (n_suspect)
-		snprintf(why, size,
-		         "the upstream just failed a request and is being "
-		         "checked; retry shortly");
-	else if (n_ejected)
-		snprintf(why, size,
-		         "every ready upstream is ejected after failing "
-		         "requests in a row; retry shortly");
-	else
-		snprintf(why, size,
-		         "no upstream is ready: every llama-server "
-		         "is down or not answering");
 	return NULL;
 }
 
-bool sl_app_upstream_expected(const struct sl_app *app)
+struct sl_model *sl_app_model_of(const struct sl_app *app,
+                                 const struct sl_upstream *u)
 {
-	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
-		const struct sl_upstream *u = app->upstreams[i];
-		if (u && (u->state == SL_UPSTREAM_RESTARTING ||
-		          (u->state == SL_UPSTREAM_READY &&
-		           (u->suspect || u->outlier.ejected))))
-			return true;
+	for (unsigned i = 0; i < app->n_models; i++)
+		if (sl_pool_contains(&app->models[i]->pool, u))
+			return app->models[i];
+	return NULL;
+}
+
+unsigned sl_app_queue_depth(const struct sl_app *app)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < app->n_models; i++)
+		n += sl_sched_depth(&app->models[i]->sched);
+	return n;
+}
+
+const char *sl_model_state(const struct sl_model *m)
+{
+	bool starting = false;
+	for (unsigned i = 0; i < m->pool.n; i++) {
+		enum sl_upstream_state s = m->pool.members[i]->state;
+		if (s == SL_UPSTREAM_READY)
+			return "ready";
+		starting |=
+		    s == SL_UPSTREAM_STARTING || s == SL_UPSTREAM_RESTARTING;
 	}
-	return false;
+	return starting ? "starting" : "down";
+}
+
+struct sl_upstream *sl_app_pick_upstream(struct sl_app *app,
+                                         const struct sl_model *m,
+                                         bool need_slot,
+                                         const struct sl_upstream *avoid,
+                                         char *why, size_t size)
+{
+	return sl_pool_pick(&m->pool, need_slot, avoid, app->next_upstream, why,
+	                    size);
+}
+
+bool sl_app_upstream_expected(const struct sl_app *app,
+                              const struct sl_model *m)
+{
+	(void)app;
+	return sl_pool_expected(&m->pool);
 }
 
 static void on_upstream_fatal(struct sl_upstream *u, const char *why)
@@ -209,21 +198,23 @@ static void on_upstream_fatal(struct sl_upstream *u, const char *why)
 static void on_upstream_stopped(struct sl_upstream *u)
 {
 	struct sl_app *app = u->data;
+	struct sl_model *m = sl_app_model_of(app, u);
+	if (m)
+		sl_pool_remove(&m->pool, u);
 	app->upstreams[u->index] = NULL;
 	app->n_upstreams--;
 	app_maybe_done(app);
 }
 
-/* Ejecting the last usable upstream would serve nobody: see upstream.h. */
+/*
+ * Ejecting the last usable upstream of a model would serve nobody: see
+ * upstream.h. Another model's upstreams cannot take its requests.
+ */
 static bool may_eject(const struct sl_upstream *u)
 {
 	const struct sl_app *app = u->data;
-	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
-		const struct sl_upstream *other = app->upstreams[i];
-		if (other && other != u && sl_upstream_usable(other))
-			return true;
-	}
-	return false;
+	const struct sl_model *m = sl_app_model_of(app, u);
+	return m && sl_pool_other_usable(&m->pool, u);
 }
 
 static const struct sl_upstream_hooks upstream_hooks = {
@@ -281,7 +272,8 @@ static void close_front(struct sl_app *app)
 		return;
 	app->front_closing = true;
 	uv_close((uv_handle_t *)&app->drain_timer, NULL);
-	uv_close((uv_handle_t *)&app->sched_timer, NULL);
+	for (unsigned i = 0; i < app->n_models; i++)
+		uv_close((uv_handle_t *)&app->models[i]->sched_timer, NULL);
 	uv_close((uv_handle_t *)&app->flush_timer, NULL);
 	if (app->http.loop)
 		sl_http_server_close(&app->http, on_http_closed);
@@ -429,9 +421,28 @@ static void on_request_finished(struct sl_http_request *req, bool completed,
 
 /* ---- /health ---- */
 
+/* A model for /health: its state, names, queue and upstreams. */
+static json_t *model_json(const struct sl_model *m)
+{
+	json_t *aliases = json_array(), *ups = json_array();
+	for (unsigned k = 0; m->aliases && k < m->aliases->count; k++)
+		json_array_append_new(aliases,
+		                      json_string(m->aliases->items[k]));
+	unsigned inflight = 0;
+	for (unsigned i = 0; i < m->pool.n; i++) {
+		json_array_append_new(ups,
+		                      json_string(m->pool.members[i]->name));
+		inflight += m->pool.members[i]->inflight;
+	}
+	return json_pack("{s:s, s:s, s:o, s:i, s:i, s:o}", "name", m->name,
+	                 "state", sl_model_state(m), "aliases", aliases,
+	                 "queued", (json_int_t)sl_sched_depth(&m->sched),
+	                 "inflight", (json_int_t)inflight, "upstreams", ups);
+}
+
 json_t *sl_app_health_json(const struct sl_app *app, bool *any_ready)
 {
-	json_t *ups = json_array();
+	json_t *ups = json_array(), *models = json_array();
 	*any_ready = false;
 	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
 		const struct sl_upstream *u = app->upstreams[i];
@@ -440,69 +451,275 @@ json_t *sl_app_health_json(const struct sl_app *app, bool *any_ready)
 		*any_ready |= sl_upstream_is_ready(u);
 		json_array_append_new(ups, sl_upstream_json(u));
 	}
+	for (unsigned i = 0; i < app->n_models; i++)
+		json_array_append_new(models, model_json(app->models[i]));
 	uint64_t uptime =
 	    (uv_now((uv_loop_t *)&app->loop) - app->start_ms) / 1000;
-	return json_pack(
-	    "{s:s, s:s, s:s, s:i, s:i, s:i, s:b, s:o}", "status",
-	    *any_ready ? "ok" : "unavailable", "state",
-	    app->stopping ? "draining" : "running", "version", SL_VERSION,
-	    "uptime_s", (json_int_t)uptime, "queued",
-	    (json_int_t)sl_sched_depth(&app->sched), "inflight",
-	    (json_int_t)(app->exchanges - sl_sched_depth(&app->sched)),
-	    "demo_model", app->demo, "upstreams", ups);
+	unsigned queued = sl_app_queue_depth(app);
+	return json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:b, s:s, s:o, s:o}",
+	                 "status", *any_ready ? "ok" : "unavailable", "state",
+	                 app->stopping ? "draining" : "running", "version",
+	                 SL_VERSION, "uptime_s", (json_int_t)uptime, "queued",
+	                 (json_int_t)queued, "inflight",
+	                 (json_int_t)(app->exchanges - queued), "demo_model",
+	                 app->demo, "default_model",
+	                 app->default_model ? app->default_model->name : "",
+	                 "models", models, "upstreams", ups);
 }
 
 /* ---- start-up ---- */
 
-/* Decides what to run and checks it, before the loop starts. */
-static int plan_managed(struct sl_app *app, struct sl_managed_spec *spec,
-                        char **exe, char **model)
+/* Whether `args` already give llama-server its model's alias. */
+static bool args_name_model(const struct sl_strlist *args)
+{
+	for (unsigned i = 0; i < args->count; i++)
+		if (strcmp(args->items[i], "--alias") == 0 ||
+		    strcmp(args->items[i], "-a") == 0 ||
+		    strncmp(args->items[i], "--alias=", 8) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * The one model's name without a models: section: --model-name, else the
+ * GGUF file's base name without ".gguf" (its path says where it lies, not
+ * what it is), "demo" for the demo model, and "default" otherwise.
+ */
+static char *one_model_name(const struct sl_app *app, const char *file)
+{
+	const struct sl_config *cfg = app->cfg;
+	if (cfg->model_name[0])
+		return sl_xstrdup(cfg->model_name);
+	if (app->demo)
+		return sl_xstrdup("demo");
+	if (!file || !file[0])
+		return sl_xstrdup("default");
+	const char *base = strrchr(file, '/');
+	base = base ? base + 1 : file;
+	size_t n = strlen(base);
+	if (n > 5 && strcmp(base + n - 5, ".gguf") == 0)
+		n -= 5;
+	return n ? sl_xasprintf("%.*s", (int)n, base) : sl_xstrdup("default");
+}
+
+static struct sl_model *model_new(struct sl_app *app, char *name,
+                                  const struct sl_model_config *conf)
+{
+	const struct sl_config *cfg = app->cfg;
+	struct sl_model *m = sl_xcalloc(1, sizeof(*m));
+	m->app = app;
+	m->name = name;
+	m->conf = conf;
+	m->aliases = conf ? &conf->aliases : NULL;
+	struct sl_sched_config sched_cfg = {
+	    .aging_rate = cfg->aging_rate,
+	    .window_ms = cfg->batch_window_ms,
+	    .max_batch = cfg->max_batch,
+	    .max_queue =
+	        conf && conf->has_max_queue ? conf->max_queue : cfg->max_queue,
+	    .queue_timeout_ms = conf && conf->has_queue_timeout
+	                            ? conf->queue_timeout_ms
+	                            : cfg->queue_timeout_ms,
+	    .urgent_bypass = cfg->urgent_bypass,
+	    .urgent_reserve = cfg->urgent_reserve,
+	};
+	sl_sched_init(&m->sched, &sched_cfg, &sched_ops, m, uv_now(&app->loop));
+	uv_timer_init(&app->loop, &m->sched_timer);
+	m->sched_timer.data = m;
+	app->models[app->n_models++] = m;
+	return m;
+}
+
+static void model_free(struct sl_model *m)
+{
+	sl_sched_free(&m->sched);
+	sl_strlist_clear(&m->llama_args);
+	free(m->upstream_cfg);
+	free(m->exe);
+	free(m->file);
+	free(m->name);
+	free(m);
+}
+
+/*
+ * What a managed model's llama-servers are started with: the global
+ * options, with the model's slots, ctx-size and args, its hf-repo, and
+ * its name as llama-server's alias, so that llama-server's own /v1/models
+ * and /props name it as clients do.
+ */
+static void plan_upstream_cfg(struct sl_model *m)
+{
+	const struct sl_config *cfg = m->app->cfg;
+	const struct sl_model_config *conf = m->conf;
+	struct sl_config *c = sl_xmalloc(sizeof(*c));
+	*c = *cfg;
+	for (unsigned i = 0; i < cfg->llama_args.count; i++)
+		sl_strlist_push(&m->llama_args, cfg->llama_args.items[i]);
+	if (conf) {
+		c->slots = conf->slots ? conf->slots : cfg->slots;
+		c->ctx_size = conf->ctx_size ? conf->ctx_size : cfg->ctx_size;
+		for (unsigned i = 0; i < conf->args.count; i++)
+			sl_strlist_push(&m->llama_args, conf->args.items[i]);
+		if (conf->hf_repo) {
+			sl_strlist_push(&m->llama_args, "--hf-repo");
+			sl_strlist_push(&m->llama_args, conf->hf_repo);
+		}
+	}
+	if (!args_name_model(&m->llama_args)) {
+		sl_strlist_push(&m->llama_args, "--alias");
+		sl_strlist_push(&m->llama_args, m->name);
+	}
+	c->llama_args = m->llama_args;
+	m->upstream_cfg = c;
+}
+
+/* Decides what a managed model runs and checks it, before the loop. */
+static int plan_managed(struct sl_app *app, struct sl_model *m,
+                        const char *cache, const char *file)
 {
 	const struct sl_config *cfg = app->cfg;
 	char err[512];
-	char *cache = sl_cache_dir(cfg, err, sizeof(err));
-	if (!cache)
+	m->managed = true;
+	m->exe = sl_find_llama_server(cfg, cache, err, sizeof(err));
+	if (!m->exe)
 		goto fail;
-	*exe = sl_find_llama_server(cfg, cache, err, sizeof(err));
-	if (!*exe)
-		goto fail_cache;
-	if (cfg->model[0]) {
-		if (sl_check_model_file(cfg->model, err, sizeof(err)) != 0)
-			goto fail_cache;
-		*model = sl_xstrdup(cfg->model);
-	} else if (!sl_llama_args_choose_model(cfg)) {
-		*model = sl_demo_model_path(cfg, cache, err, sizeof(err));
-		if (!*model)
-			goto fail_cache;
-		app->demo = true;
+	if (file) {
+		if (sl_check_model_file(file, err, sizeof(err)) != 0)
+			goto fail;
+		m->file = sl_xstrdup(file);
 	}
-	free(cache);
-	spec->exe = *exe;
-	spec->model = *model;
+	plan_upstream_cfg(m);
 	return 0;
 
-fail_cache:
-	free(cache);
 fail:
-	sl_error("%s", err);
+	if (m->conf)
+		sl_error("models.%s: %s", m->name, err);
+	else
+		sl_error("%s", err);
 	return SL_EINVAL;
 }
 
-static int add_upstream(struct sl_app *app, const struct sl_managed_spec *spec,
-                        const char *url)
+/* The one model of --model, --upstream or the demo (no models: section). */
+static int plan_one_model(struct sl_app *app, const char *cache)
+{
+	const struct sl_config *cfg = app->cfg;
+	bool managed = cfg->model[0] || cfg->upstreams.count == 0;
+	char *demo_file = NULL;
+	char err[512];
+	if (managed && !cfg->model[0] && !sl_llama_args_choose_model(cfg)) {
+		demo_file = sl_demo_model_path(cfg, cache, err, sizeof(err));
+		if (!demo_file) {
+			sl_error("%s", err);
+			return SL_EINVAL;
+		}
+		app->demo = true;
+	}
+	const char *file = cfg->model[0] ? cfg->model : demo_file;
+	struct sl_model *m = model_new(app, one_model_name(app, file), NULL);
+	int rc = managed ? plan_managed(app, m, cache, file) : 0;
+	free(demo_file);
+	app->default_model = m;
+	return rc;
+}
+
+/* The models of a models: section, and the default among them. */
+static int plan_models(struct sl_app *app, const char *cache)
+{
+	const struct sl_config *cfg = app->cfg;
+	app->model_section = true;
+	for (unsigned i = 0; i < cfg->n_models; i++) {
+		const struct sl_model_config *conf = &cfg->models[i];
+		struct sl_model *m =
+		    model_new(app, sl_xstrdup(conf->name), conf);
+		if (sl_model_config_managed(conf) &&
+		    plan_managed(app, m, cache, conf->file) != 0)
+			return SL_EINVAL;
+	}
+	app->default_model = app->models[0];
+	if (cfg->default_model[0])
+		app->default_model = sl_app_find_model(app, cfg->default_model);
+	return 0;
+}
+
+static int plan(struct sl_app *app)
+{
+	char err[512];
+	char *cache = sl_cache_dir(app->cfg, err, sizeof(err));
+	if (!cache) {
+		sl_error("%s", err);
+		return SL_EINVAL;
+	}
+	int rc = app->cfg->n_models ? plan_models(app, cache)
+	                            : plan_one_model(app, cache);
+	free(cache);
+	return rc;
+}
+
+/*
+ * Starts one upstream of `m`: a managed llama-server when url is NULL.
+ * `name`, when given, replaces the upstream's own ("managed" or its URL)
+ * in /health, the metrics and ?upstream=.
+ */
+static int add_upstream(struct sl_app *app, struct sl_model *m, const char *url,
+                        const char *name)
 {
 	if (app->n_upstreams >= SL_MAX_UPSTREAMS) {
 		sl_error("too many upstreams: at most %d", SL_MAX_UPSTREAMS);
 		return SL_EINVAL;
 	}
+	struct sl_managed_spec spec = {.exe = m->exe, .model = m->file};
 	struct sl_upstream *u = sl_upstream_new(
-	    &app->loop, &app->curl, app->cfg, spec, url, &upstream_hooks, app);
+	    &app->loop, &app->curl, url ? app->cfg : m->upstream_cfg,
+	    url ? NULL : &spec, url, &upstream_hooks, app);
+	if (name) {
+		free(u->name);
+		u->name = sl_xstrdup(name);
+	}
 	u->index = app->n_upstreams;
 	app->upstreams[app->n_upstreams++] = u;
+	if (sl_pool_add(&m->pool, u) != 0) {
+		sl_error("model %s: too many upstreams: at most %d", m->name,
+		         SL_POOL_MAX);
+		return SL_EINVAL;
+	}
 	int rc = sl_upstream_start(u);
 	if (rc != 0)
-		sl_error("cannot start %s: %s", spec ? spec->exe : url,
+		sl_error("cannot start %s: %s", url ? url : m->exe,
 		         sl_strerror(rc));
+	return rc;
+}
+
+/* Every model's upstreams, in the order of the configuration. */
+static int start_models(struct sl_app *app)
+{
+	const struct sl_config *cfg = app->cfg;
+	int rc = 0;
+	if (!app->model_section) {
+		struct sl_model *m = app->models[0];
+		if (m->managed)
+			rc = add_upstream(app, m, NULL, NULL);
+		for (unsigned i = 0; rc == 0 && i < cfg->upstreams.count; i++)
+			rc =
+			    add_upstream(app, m, cfg->upstreams.items[i], NULL);
+		return rc;
+	}
+	for (unsigned i = 0; rc == 0 && i < app->n_models; i++) {
+		struct sl_model *m = app->models[i];
+		const struct sl_model_config *conf = m->conf;
+		for (unsigned r = 0;
+		     rc == 0 && m->managed && r < conf->replicas; r++) {
+			/* One replica is the model; more are MODEL/1, ... */
+			char *name =
+			    conf->replicas == 1
+			        ? sl_xstrdup(m->name)
+			        : sl_xasprintf("%s/%u", m->name, r + 1);
+			rc = add_upstream(app, m, NULL, name);
+			free(name);
+		}
+		for (unsigned k = 0; rc == 0 && k < conf->upstreams.count; k++)
+			rc = add_upstream(app, m, conf->upstreams.items[k],
+			                  NULL);
+	}
 	return rc;
 }
 
@@ -601,18 +818,22 @@ int sl_app_run(const struct sl_config *cfg)
 {
 	struct sl_app *app = sl_xcalloc(1, sizeof(*app));
 	app->cfg = cfg;
-	struct sl_managed_spec spec = {0};
-	char *exe = NULL, *model = NULL;
-	bool managed = cfg->model[0] || cfg->upstreams.count == 0;
 	int rc;
-
-	if (managed && plan_managed(app, &spec, &exe, &model) != 0) {
-		free(app);
-		return EXIT_FAILURE;
-	}
 
 	uv_loop_init(&app->loop);
 	app->start_ms = uv_now(&app->loop);
+	app->created_s = (uint64_t)time(NULL);
+	if (plan(app) != 0) {
+		for (unsigned i = 0; i < app->n_models; i++)
+			uv_close((uv_handle_t *)&app->models[i]->sched_timer,
+			         NULL);
+		uv_run(&app->loop, UV_RUN_DEFAULT);
+		uv_loop_close(&app->loop);
+		for (unsigned i = 0; i < app->n_models; i++)
+			model_free(app->models[i]);
+		free(app);
+		return EXIT_FAILURE;
+	}
 	uv_signal_init(&app->loop, &app->sigint);
 	uv_signal_init(&app->loop, &app->sigterm);
 	app->sigint.data = app;
@@ -621,38 +842,22 @@ int sl_app_run(const struct sl_config *cfg)
 	uv_signal_start(&app->sigterm, on_signal, SIGTERM);
 	uv_timer_init(&app->loop, &app->drain_timer);
 	app->drain_timer.data = app;
-	uv_timer_init(&app->loop, &app->sched_timer);
-	app->sched_timer.data = app;
 	uv_timer_init(&app->loop, &app->flush_timer);
 	app->flush_timer.data = app;
-	struct sl_sched_config sched_cfg = {
-	    .aging_rate = cfg->aging_rate,
-	    .window_ms = cfg->batch_window_ms,
-	    .max_batch = cfg->max_batch,
-	    .max_queue = cfg->max_queue,
-	    .queue_timeout_ms = cfg->queue_timeout_ms,
-	    .urgent_bypass = cfg->urgent_bypass,
-	    .urgent_reserve = cfg->urgent_reserve,
-	};
-	sl_sched_init(&app->sched, &sched_cfg, &sched_ops, app,
-	              uv_now(&app->loop));
 
 	sl_stats_init(&app->stats);
 	rc = sl_curl_init(&app->curl, &app->loop);
 	if (rc == 0)
 		rc = open_listener(app);
-	if (rc == 0 && managed)
-		rc = add_upstream(app, &spec, NULL);
-	for (unsigned i = 0; rc == 0 && i < cfg->upstreams.count; i++)
-		rc = add_upstream(app, NULL, cfg->upstreams.items[i]);
-	free(exe);
-	free(model);
+	if (rc == 0)
+		rc = start_models(app);
 	if (rc != 0)
 		sl_app_stop(app, EXIT_FAILURE);
 
 	run_loop_to_end(app);
-	sl_sched_free(&app->sched);
 	int code = app->exit_code;
+	for (unsigned i = 0; i < app->n_models; i++)
+		model_free(app->models[i]);
 	free(app->trusted_proxies);
 	free(app);
 	return code;

@@ -8,6 +8,7 @@
 #include "sluice/common.h"
 #include "sluice/config_file.h"
 #include "sluice/demo_model.h"
+#include "sluice/models_config.h"
 #include "sluice/http.h"
 #include "sluice/log.h"
 #include "sluice/probe.h"
@@ -104,6 +105,16 @@ static const struct option_def options[] = {
 	{"model", "SLUICE_MODEL", "FILE", OPT_STRING, FIELD(model), "", 0, 0,
 	 NULL, "GGUF model for the llama-server that sluice spawns",
 	 "the demo model, written into the cache directory"},
+	{"model-name", "SLUICE_MODEL_NAME", "NAME", OPT_STRING,
+	 FIELD(model_name), "", 0, 0, NULL,
+	 "the name clients give in a request's \"model\" field for the one "
+	 "model sluice serves without a models: section",
+	 "--model's file name without .gguf; \"demo\" for the demo model; "
+	 "\"default\" for --upstream alone"},
+	{"default-model", "SLUICE_DEFAULT_MODEL", "NAME", OPT_STRING,
+	 FIELD(default_model), "", 0, 0, NULL,
+	 "the model (or alias) a request without a \"model\" field goes to",
+	 "the only model; with several, the first in models:"},
 	{"llama-server", "SLUICE_LLAMA_SERVER", "PATH", OPT_STRING,
 	 FIELD(llama_server), "", 0, 0, NULL, "llama-server executable to run",
 	 "llama-server on PATH, else the one deploy/setup.sh provisioned "
@@ -921,6 +932,7 @@ struct section_def {
 };
 
 static const struct section_def sections[] = {
+    {"models", sl_models_config_apply, sl_models_config_print},
     {NULL, NULL, NULL},
 };
 
@@ -1243,6 +1255,8 @@ int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
 		rc = settle_origins(&st);
 	if (rc == 0)
 		rc = check_reserve(&st);
+	if (rc == 0)
+		rc = sl_models_config_check(cfg, err, size);
 	return rc;
 }
 
@@ -1278,6 +1292,7 @@ void sl_config_free(struct sl_config *cfg)
 	free(cfg->write_demo_model);
 	free(cfg->probe);
 	free(cfg->check_config);
+	sl_models_config_free(cfg);
 	memset(cfg, 0, sizeof(*cfg));
 }
 

@@ -223,6 +223,14 @@ static void expose_requests(struct sl_stats *s, struct sl_text *t)
 	               (unsigned long long)s->generated_tokens);
 }
 
+/* The label value naming the model an upstream serves. */
+static void model_label(const struct sl_app *app, const struct sl_upstream *u,
+                        char *out, size_t size)
+{
+	const struct sl_model *m = sl_app_model_of(app, u);
+	sl_label_escape(m ? m->name : "", out, size);
+}
+
 static void expose_upstreams(struct sl_app *app, struct sl_text *t)
 {
 	static const struct {
@@ -245,14 +253,17 @@ static void expose_upstreams(struct sl_app *app, struct sl_text *t)
 			const struct sl_upstream *u = app->upstreams[i];
 			if (!u)
 				continue;
-			char label[256];
+			char label[256], model[256];
 			sl_label_escape(u->name, label, sizeof(label));
+			model_label(app, u, model, sizeof(model));
 			unsigned long long v[] = {u->restarts, u->total_slots,
 			                          sl_upstream_is_ready(u),
 			                          u->outlier.ejections,
 			                          u->outlier.ejected};
-			sl_text_printf(t, "%s{upstream=\"%s\"} %llu\n",
-			               families[k].name, label, v[k]);
+			sl_text_printf(t,
+			               "%s{upstream=\"%s\",model=\"%s\"} "
+			               "%llu\n",
+			               families[k].name, label, model, v[k]);
 		}
 	}
 	sl_expose_family(t, "sluice_upstream_retries_total", "counter",
@@ -262,14 +273,16 @@ static void expose_upstreams(struct sl_app *app, struct sl_text *t)
 		const struct sl_upstream *u = app->upstreams[i];
 		if (!u)
 			continue;
-		char label[256];
+		char label[256], model[256];
 		sl_label_escape(u->name, label, sizeof(label));
+		model_label(app, u, model, sizeof(model));
 		for (int r = 0; r < SL_RETRY_REASONS; r++)
 			sl_text_printf(
 			    t,
 			    "sluice_upstream_retries_total{upstream=\"%s\","
-			    "reason=\"%s\"} %llu\n",
-			    label, sl_retry_reason_name(r), u->retries[r]);
+			    "model=\"%s\",reason=\"%s\"} %llu\n",
+			    label, model, sl_retry_reason_name(r),
+			    u->retries[r]);
 	}
 }
 
@@ -299,12 +312,25 @@ void sl_exposition_prometheus(struct sl_app *app, struct sl_text *t)
 	               (unsigned long long)app->http.refused_connections);
 	expose_upstreams(app, t);
 
+	/* Each model has its own queue (app.h). */
 	sl_expose_family(t, "sluice_queue_depth", "gauge",
-	                 "Requests waiting in sluice's queue, by priority.");
-	for (int c = 0; c < SL_CLASS_COUNT; c++)
-		sl_text_printf(t, "sluice_queue_depth{priority=\"%s\"} %llu\n",
-		               class_names[c],
-		               (unsigned long long)s->queued_now[c]);
+	                 "Requests waiting in sluice's queue, by priority and "
+	                 "model.");
+	unsigned reserve = 0;
+	for (unsigned i = 0; i < app->n_models; i++) {
+		const struct sl_model *m = app->models[i];
+		char model[256];
+		sl_label_escape(m->name, model, sizeof(model));
+		reserve += sl_sched_urgent_reserve(&m->sched);
+		/* The scheduler counts its classes from batch up. */
+		for (int c = 0; c < SL_CLASS_COUNT; c++)
+			sl_text_printf(
+			    t,
+			    "sluice_queue_depth{priority=\"%s\",model=\"%s\"} "
+			    "%u\n",
+			    class_names[c], model,
+			    m->sched.class_count[SL_CLASS_COUNT - 1 - c]);
+	}
 	unsigned inflight = 0;
 	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++)
 		if (app->upstreams[i])
@@ -314,8 +340,7 @@ void sl_exposition_prometheus(struct sl_app *app, struct sl_text *t)
 	sl_text_printf(t, "sluice_inflight %u\n", inflight);
 	sl_expose_family(t, "sluice_urgent_reserve", "gauge",
 	                 "Free slots kept for urgent requests now.");
-	sl_text_printf(t, "sluice_urgent_reserve %u\n",
-	               sl_sched_urgent_reserve(&app->sched));
+	sl_text_printf(t, "sluice_urgent_reserve %u\n", reserve);
 	sl_expose_family(t, "sluice_connections", "gauge",
 	                 "Open client connections.");
 	sl_text_printf(t, "sluice_connections %u\n", app->http.n_conns);
@@ -374,7 +399,7 @@ json_t *sl_exposition_summary(struct sl_app *app)
 	sl_procstat_read(&proc);
 	return json_pack(
 	    "{s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:o, s:o}",
-	    "queue_depth", (int)sl_sched_depth(&app->sched), "inflight",
+	    "queue_depth", (int)sl_app_queue_depth(app), "inflight",
 	    (int)inflight, "requests", (json_int_t)lat->count, "p50_latency_ms",
 	    sl_hist_quantile(lat, 0.50) * 1000, "p95_latency_ms",
 	    sl_hist_quantile(lat, 0.95) * 1000, "p99_latency_ms",

@@ -80,6 +80,7 @@ struct exchange {
 	struct exchange *prev, *next; /* the app's list */
 	struct sl_http_request *req;  /* NULL once the client side is over */
 	const struct sl_endpoint *ep;
+	struct sl_model *model;       /* whose queue and upstreams */
 	struct sl_upstream *upstream; /* set when dispatched */
 	char *target;                 /* upstream path and query, malloc'd */
 	char *body;                   /* what is sent upstream */
@@ -256,7 +257,7 @@ static void on_client_abort(struct sl_http_request *req)
 	req->info.cancel_stage = queued ? "queued" : "inflight";
 	client_done(x);
 	if (queued) {
-		sl_sched_remove(&x->app->sched, &x->item);
+		sl_sched_remove(&x->model->sched, &x->item);
 		sl_stats_queued(&x->app->stats, x->priority, -1);
 	}
 	/* Removing the handle closes the connection: llama-server stops. */
@@ -1092,8 +1093,8 @@ static bool try_again(struct exchange *x, CURLcode result)
 	x->failed_status = 0;
 	reset_for_retry(x);
 	uint64_t now = uv_now(&app->loop);
-	if (sl_sched_requeue(&app->sched, &x->item, now) != 0) {
-		uint64_t retry = sl_sched_retry_after_ms(&app->sched, now);
+	if (sl_sched_requeue(&x->model->sched, &x->item, now) != 0) {
+		uint64_t retry = sl_sched_retry_after_ms(&x->model->sched, now);
 		snprintf(x->sched_headers, sizeof(x->sched_headers),
 		         "Retry-After: %u\r\nretry-after-ms: %llu\r\n",
 		         sl_sched_retry_after_s(retry),
@@ -1242,7 +1243,7 @@ void sl_proxy_end_all(struct sl_app *app)
 		next = x->next;
 		if (!sl_sched_queued(&x->item))
 			continue;
-		sl_sched_remove(&app->sched, &x->item);
+		sl_sched_remove(&x->model->sched, &x->item);
 		sl_stats_queued(&app->stats, x->priority, -1);
 		snprintf(x->sched_headers, sizeof(x->sched_headers), "%s",
 		         SL_PROXY_UNAVAILABLE_RETRY);
@@ -1276,7 +1277,7 @@ void sl_proxy_abort_all(struct sl_app *app)
 	while (app->exchange_list) {
 		struct exchange *x = app->exchange_list;
 		if (sl_sched_queued(&x->item)) {
-			sl_sched_remove(&app->sched, &x->item);
+			sl_sched_remove(&x->model->sched, &x->item);
 			sl_stats_queued(&app->stats, x->priority, -1);
 		}
 		sl_curl_abort(&app->curl, &x->transfer);
@@ -1368,7 +1369,8 @@ static struct exchange *exchange_of(struct sl_sched_item *item)
 void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
                        uint64_t now_ms)
 {
-	struct sl_app *app = ctx;
+	struct sl_model *m = ctx;
+	struct sl_app *app = m->app;
 	sl_stats_batch(&app->stats, n);
 	for (unsigned i = 0; i < n; i++) {
 		struct exchange *x = exchange_of(items[i]);
@@ -1383,18 +1385,20 @@ void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
 		         "X-Queue-Ms: %lld\r\nX-Batch-Size: %u\r\n",
 		         (long long)x->queue_ms, n);
 		char why[160];
-		start_or_fail(x, sl_app_pick_upstream(app, true, x->failed_on,
-		                                      why, sizeof(why)));
+		start_or_fail(x,
+		              sl_app_pick_upstream(app, m, true, x->failed_on,
+		                                   why, sizeof(why)));
 	}
 }
 
 void sl_proxy_expire(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 {
-	struct sl_app *app = ctx;
+	struct sl_model *m = ctx;
+	struct sl_app *app = m->app;
 	struct exchange *x = exchange_of(item);
 	uint64_t waited = now_ms - x->arrived_ms;
 	sl_stats_queued(&app->stats, x->priority, -1);
-	uint64_t retry = sl_sched_retry_after_ms(&app->sched, now_ms);
+	uint64_t retry = sl_sched_retry_after_ms(&m->sched, now_ms);
 	snprintf(x->sched_headers, sizeof(x->sched_headers),
 	         "X-Queue-Ms: %llu\r\nRetry-After: %u\r\n"
 	         "retry-after-ms: %llu\r\n",
@@ -1406,7 +1410,7 @@ void sl_proxy_expire(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 	         "the request waited %.1f s in sluice's queue without a free "
 	         "slot on a ready upstream (--queue-timeout %.1f s)",
 	         (double)waited / 1000.0,
-	         (double)app->cfg->queue_timeout_ms / 1000.0);
+	         (double)m->sched.cfg.queue_timeout_ms / 1000.0);
 	respond_error(x, 503, "unavailable_error", message);
 	exchange_release(x);
 }
@@ -1420,7 +1424,7 @@ void sl_proxy_expire(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 static void refuse_queue_full(struct sl_app *app, struct exchange *x,
                               uint64_t now_ms, bool displaced)
 {
-	uint64_t retry_ms = sl_sched_retry_after_ms(&app->sched, now_ms);
+	uint64_t retry_ms = sl_sched_retry_after_ms(&x->model->sched, now_ms);
 	unsigned retry = sl_sched_retry_after_s(retry_ms);
 	snprintf(x->sched_headers, sizeof(x->sched_headers),
 	         "Retry-After: %u\r\nretry-after-ms: %llu\r\n", retry,
@@ -1429,7 +1433,7 @@ static void refuse_queue_full(struct sl_app *app, struct exchange *x,
 	snprintf(message, sizeof(message),
 	         "sluice's queue is full (%u requests waiting, --max-queue)%s; "
 	         "retry in %.1f s",
-	         sl_sched_depth(&app->sched),
+	         sl_sched_depth(&x->model->sched),
 	         displaced ? " and a more urgent request took this one's place"
 	                   : "",
 	         (double)retry_ms / 1000.0);
@@ -1440,7 +1444,7 @@ static void refuse_queue_full(struct sl_app *app, struct exchange *x,
 
 void sl_proxy_shed(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 {
-	struct sl_app *app = ctx;
+	struct sl_app *app = ((struct sl_model *)ctx)->app;
 	struct exchange *x = exchange_of(item);
 	sl_stats_queued(&app->stats, x->priority, -1);
 	refuse_queue_full(app, x, now_ms, true);
@@ -1450,8 +1454,8 @@ void sl_proxy_shed(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 static void enqueue(struct sl_app *app, struct exchange *x)
 {
 	x->arrived_ms = uv_now(&app->loop);
-	if (sl_sched_push(&app->sched, &x->item, x->priority, x->arrived_ms) ==
-	    0) {
+	if (sl_sched_push(&x->model->sched, &x->item, x->priority,
+	                  x->arrived_ms) == 0) {
 		sl_stats_queued(&app->stats, x->priority, +1);
 		sl_app_kick_scheduler(app);
 		return;
@@ -1488,24 +1492,25 @@ static void percent_decode(const char *s, size_t n, char *out, size_t size)
 }
 
 /*
- * The query that goes upstream for a per-upstream endpoint: the client's,
- * without its "upstream" parameters, which are sluice's. The last one's
- * value, percent-decoded, goes into name (found says whether there was
- * one). Malloc'd.
+ * The query that goes upstream without the client's `param` parameters,
+ * which are sluice's ("upstream" for a per-upstream endpoint, "model"
+ * where models are named). The last one's value, percent-decoded, goes
+ * into name (found says whether there was one). Malloc'd.
  */
-static char *take_upstream_param(const char *query, char *name, size_t size,
-                                 bool *found)
+static char *take_param(const char *query, const char *param, char *name,
+                        size_t size, bool *found)
 {
 	char *out = sl_xmalloc(strlen(query) + 1);
-	size_t k = 0;
+	size_t k = 0, plen = strlen(param);
 	*found = false;
 	name[0] = '\0';
 	for (const char *p = query; *p;) {
 		size_t n = strcspn(p, "&");
-		if (n >= 9 && strncmp(p, "upstream=", 9) == 0) {
+		if (n > plen && strncmp(p, param, plen) == 0 &&
+		    p[plen] == '=') {
 			*found = true;
-			percent_decode(p + 9, n - 9, name, size);
-		} else if (n == 8 && strncmp(p, "upstream", 8) == 0) {
+			percent_decode(p + plen + 1, n - plen - 1, name, size);
+		} else if (n == plen && strncmp(p, param, plen) == 0) {
 			*found = true;
 			name[0] = '\0';
 		} else if (n > 0) {
@@ -1532,15 +1537,41 @@ static struct sl_upstream *find_upstream(struct sl_app *app, const char *name)
 	return NULL;
 }
 
-/* Every upstream, in the order of the list; returns how many. */
-static unsigned all_upstreams(struct sl_app *app,
-                              struct sl_upstream *out[SL_MAX_UPSTREAMS])
+/* Every upstream of model `m`, in the order of the list; how many. */
+static unsigned model_upstreams(const struct sl_model *m,
+                                struct sl_upstream *out[SL_POOL_MAX])
 {
-	unsigned n = 0;
-	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++)
-		if (app->upstreams[i])
-			out[n++] = app->upstreams[i];
-	return n;
+	for (unsigned i = 0; i < m->pool.n; i++)
+		out[i] = m->pool.members[i];
+	return m->pool.n;
+}
+
+/*
+ * 404 in OpenAI's own words for a model nobody serves, so that SDKs raise
+ * their NotFoundError. A long name is quoted cut short.
+ */
+static void respond_unknown_model(struct sl_http_request *req, const char *name)
+{
+	size_t shown = strlen(name);
+	if (shown > SL_MODEL_NAME_MAX) {
+		shown = SL_MODEL_NAME_MAX;
+		/* Cut between characters: the message stays valid UTF-8. */
+		while (shown > 0 && (name[shown] & 0xc0) == 0x80)
+			shown--;
+	}
+	char *message =
+	    sl_xasprintf("The model `%.*s%s` does not exist.", (int)shown, name,
+	                 name[shown] ? "..." : "");
+	json_t *doc = json_pack("{s:{s:s, s:s, s:s, s:s}}", "error", "message",
+	                        message, "type", "invalid_request_error",
+	                        "param", "model", "code", "model_not_found");
+	free(message);
+	char *body = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+	json_decref(doc);
+	if (!body)
+		abort(); /* only when memory is gone: sl_xmalloc's rule */
+	sl_http_respond(req, 404, SL_HTTP_JSON, NULL, body, strlen(body));
+	free(body);
 }
 
 /* The fanout's parts are all in: the array goes to the client. */
@@ -1564,13 +1595,14 @@ static void on_fanout_done(struct sl_fanout *f, void *data)
 
 /* ---- starting an exchange ---- */
 
-static struct exchange *exchange_new(struct sl_app *app,
+static struct exchange *exchange_new(struct sl_app *app, struct sl_model *m,
                                      struct sl_http_request *req,
                                      const struct sl_endpoint *ep,
                                      double priority)
 {
 	struct exchange *x = sl_xcalloc(1, sizeof(*x));
 	x->app = app;
+	x->model = m;
 	x->req = req;
 	x->ep = ep;
 	x->priority = priority;
@@ -1623,13 +1655,27 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	}
 	double priority = checked.priority;
 
+	/*
+	 * Which model: the body's "model", or for a request without a JSON
+	 * body "?model=NAME" (as llama-server's router mode takes it), else
+	 * the default. The parameter is sluice's only where models are
+	 * named; otherwise the query goes upstream as it came.
+	 */
+	char model_param[SL_MODEL_NAME_MAX + 2];
+	bool model_named = false;
+	char *query = app->model_section && !ep->json_body
+	                  ? take_param(req->query, "model", model_param,
+	                               sizeof(model_param), &model_named)
+	                  : sl_xstrdup(req->query);
 	/* "?upstream=NAME" picks one upstream; a GET without it asks all. */
 	char name[256];
 	bool named = false;
-	char *query =
-	    ep->per_upstream
-	        ? take_upstream_param(req->query, name, sizeof(name), &named)
-	        : sl_xstrdup(req->query);
+	if (ep->per_upstream) {
+		char *rest =
+		    take_param(query, "upstream", name, sizeof(name), &named);
+		free(query);
+		query = rest;
+	}
 	struct sl_upstream *pinned = NULL;
 	if (named && !(pinned = find_upstream(app, name))) {
 		free(query);
@@ -1640,8 +1686,26 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		                      name);
 		return;
 	}
-	struct sl_upstream *ups[SL_MAX_UPSTREAMS];
-	unsigned n_ups = all_upstreams(app, ups);
+	const char *wanted = model_named ? model_param : checked.model;
+	struct sl_model *m = sl_app_find_model(app, wanted);
+	if (pinned && !model_named && !checked.model)
+		m = sl_app_model_of(app, pinned); /* the upstream's own */
+	if (!m || (pinned && m != sl_app_model_of(app, pinned))) {
+		free(query);
+		if (!m)
+			respond_unknown_model(req, wanted);
+		else
+			sl_http_respond_error(
+			    req, 400, "invalid_request_error", NULL,
+			    "upstream %s does not serve model "
+			    "%s; /health lists each model's "
+			    "upstreams",
+			    pinned->name, m->name);
+		sl_request_free(&checked);
+		return;
+	}
+	struct sl_upstream *ups[SL_POOL_MAX];
+	unsigned n_ups = model_upstreams(m, ups);
 	/* Changing one llama-server's state must say which. */
 	if (ep->per_upstream && ep->method != HTTP_GET && !named && n_ups > 1) {
 		free(query);
@@ -1656,7 +1720,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	}
 	if (ep->per_upstream && ep->method == HTTP_GET && !named && n_ups > 1 &&
 	    !app->stopping) {
-		struct exchange *x = exchange_new(app, req, ep, priority);
+		struct exchange *x = exchange_new(app, m, req, ep, priority);
 		char *target = upstream_target(ep, req, query);
 		x->fanout = sl_fanout_start(&app->curl, ups, n_ups, target,
 		                            SL_PROXY_FANOUT_TIMEOUT_MS,
@@ -1677,8 +1741,8 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	 */
 	char why[160];
 	struct sl_upstream *u =
-	    sl_app_pick_upstream(app, false, NULL, why, sizeof(why));
-	bool wait = !u && ep->scheduled && sl_app_upstream_expected(app);
+	    sl_app_pick_upstream(app, m, false, NULL, why, sizeof(why));
+	bool wait = !u && ep->scheduled && sl_app_upstream_expected(app, m);
 	if (pinned) {
 		u = sl_upstream_is_ready(pinned) ? pinned : NULL;
 		wait = false;
@@ -1698,7 +1762,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		return;
 	}
 
-	struct exchange *x = exchange_new(app, req, ep, priority);
+	struct exchange *x = exchange_new(app, m, req, ep, priority);
 	x->pinned = pinned != NULL;
 	if (ep->scheduled) {
 		req->info.has_priority = true;
@@ -1710,6 +1774,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		x->body = checked.body; /* the exchange owns it now */
 		x->body_len = checked.body_len;
 		x->has_body = true;
+		free(checked.model);
 	} else if (ep->method == HTTP_POST) {
 		/* Relayed as written: llama-server judges it. */
 		x->body = sl_xmalloc(req->body_len + 1);

@@ -179,6 +179,11 @@ static json_t *parse_body(struct sl_request *r, const char *body, size_t len,
 		json_decref(doc);
 		return NULL;
 	}
+	/* Which model: read here, once, for the router (app.h). */
+	v = json_object_get(doc, "model");
+	if (json_is_string(v) &&
+	    strlen(json_string_value(v)) == json_string_length(v))
+		r->model = sl_xstrdup(json_string_value(v));
 	return doc;
 }
 
@@ -445,9 +450,9 @@ static int native_body(struct sl_request *r, const struct sl_endpoint *ep,
 	return 0;
 }
 
-int sl_request_validate(struct sl_request *r, const struct sl_endpoint *ep,
-                        const char *priority_header, const char *body,
-                        size_t len, const struct sl_request_options *opts)
+static int validate(struct sl_request *r, const struct sl_endpoint *ep,
+                    const char *priority_header, const char *body, size_t len,
+                    const struct sl_request_options *opts)
 {
 	memset(r, 0, sizeof(*r));
 	r->priority = SL_PRIORITY_NORMAL;
@@ -494,8 +499,23 @@ free_scan:
 	return rc;
 }
 
+int sl_request_validate(struct sl_request *r, const struct sl_endpoint *ep,
+                        const char *priority_header, const char *body,
+                        size_t len, const struct sl_request_options *opts)
+{
+	int rc = validate(r, ep, priority_header, body, len, opts);
+	if (rc != 0) {
+		/* A refused request owns nothing (see request.h). */
+		free(r->model);
+		r->model = NULL;
+	}
+	return rc;
+}
+
 void sl_request_free(struct sl_request *r)
 {
+	free(r->model);
+	r->model = NULL;
 	free(r->body);
 	r->body = NULL;
 	r->body_len = 0;

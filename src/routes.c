@@ -43,6 +43,36 @@ static void handle_ready(struct sl_app *app, struct sl_http_request *req)
 	respond_health(app, req, true);
 }
 
+/*
+ * /v1/models with a models: section: every configured model, whether its
+ * llama-servers are up or not, with its state, in OpenAI's shape. Without
+ * one the single model's upstream answers, with llama-server's own fields.
+ */
+static void respond_models(struct sl_app *app, struct sl_http_request *req)
+{
+	json_t *data = json_array();
+	for (unsigned i = 0; i < app->n_models; i++) {
+		const struct sl_model *m = app->models[i];
+		json_t *aliases = json_array();
+		for (unsigned k = 0; m->aliases && k < m->aliases->count; k++)
+			json_array_append_new(
+			    aliases, json_string(m->aliases->items[k]));
+		json_array_append_new(
+		    data,
+		    json_pack("{s:s, s:s, s:I, s:s, s:o, s:s}", "id", m->name,
+		              "object", "model", "created",
+		              (json_int_t)app->created_s, "owned_by", "sluice",
+		              "aliases", aliases, "state", sl_model_state(m)));
+	}
+	json_t *doc = json_pack("{s:s, s:o}", "object", "list", "data", data);
+	char *body = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	if (!body)
+		abort(); /* only when memory is gone: sl_xmalloc's rule */
+	sl_http_respond(req, 200, SL_HTTP_JSON, NULL, body, strlen(body));
+	free(body);
+}
+
 /* /v1/health is llama-server's alias of /health, public like it. */
 static const struct route routes[] = {
     {"/health", HTTP_GET, handle_health, SL_ACCESS_PUBLIC},
@@ -124,6 +154,13 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 		}
 		add_allowed(allow, sizeof(allow), routes[i].method);
 		public_path |= routes[i].access == SL_ACCESS_PUBLIC;
+	}
+	if (app->model_section && method_matches(HTTP_GET, req->method) &&
+	    (strcmp(req->path, "/v1/models") == 0 ||
+	     strcmp(req->path, "/models") == 0)) {
+		if (sl_access_allow(app, req, SL_ACCESS_CLIENT))
+			respond_models(app, req);
+		return;
 	}
 	/*
 	 * A proxied endpoint asks its upstream with the endpoint's own method

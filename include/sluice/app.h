@@ -14,6 +14,8 @@
 #include "sluice/config.h"
 #include "sluice/curl_loop.h"
 #include "sluice/http.h"
+#include "sluice/models_config.h"
+#include "sluice/pool.h"
 #include "sluice/sched.h"
 #include "sluice/stats.h"
 #include "sluice/upstream.h"
@@ -21,8 +23,41 @@
 #include <stdbool.h>
 #include <uv.h>
 
-/* Upstreams sluice can hold: one managed plus the --upstream list. */
+/* Upstreams sluice can hold, across every model. */
 #define SL_MAX_UPSTREAMS 64
+
+struct sl_app;
+
+/*
+ * One model that clients name in a request's "model" field: its upstreams
+ * (a pool) and its own queue. Each model's scheduler sees only its own
+ * pool's free slots, so a model whose slots are all busy holds its own
+ * requests and nobody else's; priorities order requests within a model.
+ *
+ * Without a models: section there is one model, made of --model (a
+ * managed llama-server) and every --upstream, named by --model-name, else
+ * after the GGUF file ("demo" for the demo model, "default" for upstreams
+ * alone). That model takes requests whatever "model" they name, as sluice
+ * always did; models from a models: section take only their own names.
+ */
+struct sl_model {
+	struct sl_app *app;
+	char *name;
+	const struct sl_strlist *aliases;   /* the configuration's, or NULL */
+	const struct sl_model_config *conf; /* NULL for the one model */
+	struct sl_pool pool;
+	struct sl_sched sched;
+	uv_timer_t sched_timer; /* its scheduler's next deadline */
+	/*
+	 * What its managed llama-servers are started with: the global
+	 * configuration with this model's slots, ctx-size and args (a shallow
+	 * copy: only llama_args is the model's own), or the global one.
+	 */
+	struct sl_config *upstream_cfg;
+	struct sl_strlist llama_args; /* upstream_cfg->llama_args */
+	char *exe, *file;             /* managed: what runs */
+	bool managed;
+};
 
 struct sl_app {
 	uv_loop_t loop;
@@ -32,7 +67,12 @@ struct sl_app {
 	uv_signal_t sigint, sigterm;
 
 	struct sl_upstream *upstreams[SL_MAX_UPSTREAMS];
-	unsigned n_upstreams;           /* not yet stopped */
+	unsigned n_upstreams; /* not yet stopped */
+	struct sl_model *models[SL_MODELS_MAX];
+	unsigned n_models;
+	struct sl_model *default_model; /* for a request naming none */
+	bool model_section;             /* models: given: names are checked */
+	uint64_t created_s; /* Unix time sluice started: /v1/models' created */
 	unsigned next_upstream;         /* round-robin start among equals */
 	unsigned exchanges;             /* relayed requests not yet finished */
 	struct exchange *exchange_list; /* all of them (proxy.c) */
@@ -43,8 +83,6 @@ struct sl_app {
 	struct sl_metrics_waiter *metrics_waiters; /* /metrics (exposition.c) */
 	unsigned metrics_fetching; /* llama-server metrics fetches running */
 	bool force_stop;           /* a second signal: SIGKILL llama-server */
-	struct sl_sched sched;
-	uv_timer_t sched_timer; /* the scheduler's next deadline */
 	uv_timer_t drain_timer;
 	uv_timer_t flush_timer; /* the grace for the last responses */
 	bool flushing;          /* waiting for the last connections to close */
@@ -74,28 +112,48 @@ void sl_app_stop(struct sl_app *app, int exit_code);
 void sl_app_maybe_drained(struct sl_app *app);
 
 /*
- * The ready upstream with the most room (fewest requests in flight per
- * slot; ties in turn), or NULL with the reason, for the client, in `why`.
- * With need_slot, only one with a free slot qualifies. Ties go in turn
- * from next_upstream, which the caller advances past the one it sends a
- * request to (a pick only to see that one is ready takes no turn). `avoid`
- * (or NULL),
- * the upstream a request just failed on, is picked only when no other
- * qualifies.
+ * The model a request names (by name or alias), or NULL when none has
+ * that name. NULL or "" names none: the default model. Without a models:
+ * section the one model answers to every name.
  */
-struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, bool need_slot,
+struct sl_model *sl_app_find_model(struct sl_app *app, const char *name);
+
+/*
+ * The ready upstream of `m` with the most room (fewest requests in flight
+ * per slot; ties in turn), or NULL with the reason, for the client, in
+ * `why` (see sl_pool_pick). Ties go in turn from next_upstream, which the
+ * caller advances past the one it sends a request to (a pick only to see
+ * that one is ready takes no turn).
+ */
+struct sl_upstream *sl_app_pick_upstream(struct sl_app *app,
+                                         const struct sl_model *m,
+                                         bool need_slot,
                                          const struct sl_upstream *avoid,
                                          char *why, size_t size);
 
 /*
- * Whether an upstream that cannot take work now is expected back soon: a
- * managed llama-server restarting after it exited, or a ready one marked
- * suspect and being checked, or ejected for a while after failures. New
- * requests then wait in the queue rather than get 503.
+ * Whether an upstream of `m` that cannot take work now is expected back
+ * soon: a managed llama-server restarting after it exited, or a ready one
+ * marked suspect and being checked, or ejected for a while after failures.
+ * New requests then wait in the queue rather than get 503.
  */
-bool sl_app_upstream_expected(const struct sl_app *app);
+bool sl_app_upstream_expected(const struct sl_app *app,
+                              const struct sl_model *m);
 
-/* Lets the scheduler act now (after a push, a removal, a freed slot). */
+/* The model whose pool holds `u`, or NULL. */
+struct sl_model *sl_app_model_of(const struct sl_app *app,
+                                 const struct sl_upstream *u);
+
+/* Requests waiting in every model's queue. */
+unsigned sl_app_queue_depth(const struct sl_app *app);
+
+/* A model's state for /health and /v1/models: ready, starting or down. */
+const char *sl_model_state(const struct sl_model *m);
+
+/*
+ * Lets every model's scheduler act now (after a push, a removal, a freed
+ * slot): a few models, each O(1) when it has nothing to do.
+ */
 void sl_app_kick_scheduler(struct sl_app *app);
 
 /* The /health document: a new JSON object. */

@@ -55,6 +55,8 @@ enum sl_config_source {
 #define SL_EJECT_TIME_MAX_S 300
 #define SL_EJECT_TIME_MAX_MS (SL_EJECT_TIME_MAX_S * 1000u)
 
+struct sl_model_config; /* models_config.h */
+
 struct sl_config {
 	/* The configuration file (--config): "" = none. Read once, at start. */
 	char *config_file;
@@ -66,8 +68,13 @@ struct sl_config {
 
 	/* Upstreams */
 	struct sl_strlist upstreams; /* base URLs of unmanaged llama-servers */
-	char *model;        /* GGUF for a managed llama-server, or "" */
-	char *llama_server; /* executable, or "" to search */
+	char *model; /* GGUF for a managed llama-server, or "" */
+	/* Models (models_config.h, app.h). */
+	char *model_name;    /* the one model's name without models:, or "" */
+	char *default_model; /* for a request naming none, or "" */
+	struct sl_model_config *models; /* the models: section, or NULL */
+	unsigned n_models;
+	char *llama_server;           /* executable, or "" to search */
 	struct sl_strlist llama_args; /* extra arguments, verbatim */
 	unsigned slots;               /* managed llama-server's -np */
 	unsigned ctx_size;            /* context per slot; -c = slots * this */

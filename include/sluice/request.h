@@ -70,6 +70,11 @@ struct sl_request {
 	 */
 	char *body;
 	size_t body_len;
+	/*
+	 * The body's "model" when it is a string (without a NUL), malloc'd;
+	 * NULL when absent or of another type: the default model then.
+	 */
+	char *model;
 	/* On refusal: the HTTP status and one line saying why. */
 	int status;
 	char error[SL_REQUEST_ERROR_MAX];

@@ -1,0 +1,142 @@
+/* pool.c: a model's upstreams and the choice among them (pool.h). */
+#include "sluice/pool.h"
+
+#include "sluice/common.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int sl_pool_add(struct sl_pool *p, struct sl_upstream *u)
+{
+	if (p->n >= SL_POOL_MAX)
+		return SL_EINVAL;
+	p->members[p->n++] = u;
+	return 0;
+}
+
+void sl_pool_remove(struct sl_pool *p, const struct sl_upstream *u)
+{
+	for (unsigned i = 0; i < p->n; i++) {
+		if (p->members[i] != u)
+			continue;
+		memmove(&p->members[i], &p->members[i + 1],
+		        (p->n - i - 1) * sizeof(p->members[0]));
+		p->n--;
+		return;
+	}
+}
+
+bool sl_pool_contains(const struct sl_pool *p, const struct sl_upstream *u)
+{
+	for (unsigned i = 0; i < p->n; i++)
+		if (p->members[i] == u)
+			return true;
+	return false;
+}
+
+struct sl_upstream *sl_pool_pick(const struct sl_pool *p, bool need_slot,
+                                 const struct sl_upstream *avoid, unsigned next,
+                                 char *why, size_t size)
+{
+	struct sl_upstream *best = NULL, *fallback = NULL;
+	unsigned n_starting = 0, n_restarting = 0, n_suspect = 0;
+	unsigned n_ejected = 0;
+	/* Members are in index order: start at the first at or past next. */
+	unsigned start = 0;
+	while (start < p->n && p->members[start]->index < next)
+		start++;
+	for (unsigned k = 0; k < p->n; k++) {
+		struct sl_upstream *u = p->members[(start + k) % p->n];
+		n_starting += u->state == SL_UPSTREAM_STARTING;
+		n_restarting += u->state == SL_UPSTREAM_RESTARTING;
+		n_suspect += u->state == SL_UPSTREAM_READY && u->suspect;
+		n_ejected +=
+		    u->state == SL_UPSTREAM_READY && u->outlier.ejected;
+		if (!sl_upstream_usable(u) ||
+		    (need_slot && u->inflight >= u->total_slots))
+			continue;
+		if (u == avoid) {
+			fallback = u;
+			continue;
+		}
+		/* Fewest in flight per slot: compare a/b < c/d as ad < cb. */
+		if (!best || (uint64_t)u->inflight * best->total_slots <
+		                 (uint64_t)best->inflight * u->total_slots)
+			best = u;
+	}
+	if (!best)
+		best = fallback;
+	if (best)
+		return best;
+	if (need_slot)
+		snprintf(why, size, "no upstream has a free slot");
+	else if (n_starting)
+		snprintf(why, size,
+		         "llama-server is starting and not ready "
+		         "yet; retry shortly");
+	else if (n_restarting)
+		snprintf(why, size,
+		         "llama-server is restarting after it "
+		         "exited; retry shortly");
+	else if (n_suspect)
+		snprintf(why, size,
+		         "the upstream just failed a request and is being "
+		         "checked; retry shortly");
+	else if (n_ejected)
+		snprintf(why, size,
+		         "every ready upstream is ejected after failing "
+		         "requests in a row; retry shortly");
+	else
+		snprintf(why, size,
+		         "no upstream is ready: every llama-server "
+		         "is down or not answering");
+	return NULL;
+}
+
+unsigned sl_pool_free_slots(const struct sl_pool *p)
+{
+	unsigned free = 0;
+	for (unsigned i = 0; i < p->n; i++) {
+		const struct sl_upstream *u = p->members[i];
+		if (sl_upstream_usable(u) && u->inflight < u->total_slots)
+			free += u->total_slots - u->inflight;
+	}
+	return free;
+}
+
+unsigned sl_pool_total_slots(const struct sl_pool *p)
+{
+	unsigned total = 0;
+	for (unsigned i = 0; i < p->n; i++)
+		if (sl_upstream_usable(p->members[i]))
+			total += p->members[i]->total_slots;
+	return total;
+}
+
+bool sl_pool_expected(const struct sl_pool *p)
+{
+	for (unsigned i = 0; i < p->n; i++) {
+		const struct sl_upstream *u = p->members[i];
+		if (u->state == SL_UPSTREAM_RESTARTING ||
+		    (u->state == SL_UPSTREAM_READY &&
+		     (u->suspect || u->outlier.ejected)))
+			return true;
+	}
+	return false;
+}
+
+bool sl_pool_other_usable(const struct sl_pool *p, const struct sl_upstream *u)
+{
+	for (unsigned i = 0; i < p->n; i++)
+		if (p->members[i] != u && sl_upstream_usable(p->members[i]))
+			return true;
+	return false;
+}
+
+unsigned sl_pool_ready(const struct sl_pool *p)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < p->n; i++)
+		n += sl_upstream_is_ready(p->members[i]);
+	return n;
+}
