@@ -375,17 +375,17 @@ int sl_models_config_check(const struct sl_config *cfg, char *err, size_t size)
 	return 0;
 }
 
+/* One item a line: a flow list ("[a, b]") would misread a comma. */
 static void print_list(FILE *out, const char *key, const struct sl_strlist *l)
 {
 	if (l->count == 0)
 		return;
-	fprintf(out, "    %s: [", key);
+	fprintf(out, "    %s:\n", key);
 	for (unsigned i = 0; i < l->count; i++) {
-		if (i)
-			fputs(", ", out);
+		fputs("      - ", out);
 		sl_config_file_write_scalar(out, l->items[i]);
+		fputc('\n', out);
 	}
-	fputs("]\n", out);
 }
 
 void sl_models_config_print(FILE *out, const struct sl_config *cfg)

@@ -24,9 +24,12 @@ def metrics(s):
     return promcheck.check(r.body.decode())
 
 
+# Upstreams given by --upstream alone serve the one model named "default";
+# the upstream series carry it as their model label.
 def retries(s, upstream, reason):
     return promcheck.value(metrics(s), "sluice_upstream_retries_total",
-                           upstream=upstream, reason=reason)
+                           upstream=upstream, model="default",
+                           reason=reason)
 
 
 def upstream_named(s, name):
@@ -165,7 +168,7 @@ class Retry5xx(MockTestCase):
         # The two failures that ejected it, each sent again.
         self.assertEqual(retries(s, bad.url, "5xx"), 2)
         self.assertEqual(promcheck.value(metrics(s), "sluice_upstream_ejected",
-                                         upstream=bad.url), 1)
+                                         upstream=bad.url, model="default"), 1)
         self.assertEqual(s.count_lines(r"upstream %s ejected for 1\.0 s "
                                        r"after 2 failures in a row"
                                        % bad.url), 1)
@@ -175,7 +178,7 @@ class Retry5xx(MockTestCase):
         s.wait_line(r"upstream %s returns from ejection" % bad.url,
                     SAFETY_NET_S)
         self.assertEqual(promcheck.value(metrics(s), "sluice_upstream_ejected",
-                                         upstream=bad.url), 0)
+                                         upstream=bad.url, model="default"), 0)
         # Failing again at once: ejected for twice as long.
         u = ask_until_ejected()
         self.assertEqual(u["ejections"], 2)
@@ -186,7 +189,7 @@ class Retry5xx(MockTestCase):
                                        % bad.url), 1)
         self.assertEqual(promcheck.value(
             metrics(s), "sluice_upstream_ejections_total",
-            upstream=bad.url), 2)
+            upstream=bad.url, model="default"), 2)
 
 
 if __name__ == "__main__":

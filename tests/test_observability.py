@@ -99,16 +99,18 @@ class Metrics(st.TestCase):
         self.assertEqual(promcheck.value(after, "sluice_inflight"), 0)
         # No urgent request came: the auto reserve keeps nothing.
         self.assertEqual(promcheck.value(after, "sluice_urgent_reserve"), 0)
+        # Each model has its queue; --model names it after the file.
         self.assertEqual(promcheck.value(after, "sluice_queue_depth",
-                                         priority="normal"), 0)
+                                         priority="normal",
+                                         model="demo-tiny"), 0)
         # Each upstream's state, and llama-server's own metrics, labelled
         # with a name that outlives restarts (the URL's port does not).
         url = "managed"
         self.assertEqual(s.upstream()["name"], url)
         self.assertEqual(promcheck.value(after, "sluice_upstream_up",
-                                         upstream=url), 1)
+                                         upstream=url, model="demo-tiny"), 1)
         self.assertEqual(promcheck.value(after, "sluice_upstream_slots",
-                                         upstream=url), 4)
+                                         upstream=url, model="demo-tiny"), 4)
         relayed = [k for k in after if k[0].startswith("llamacpp_")]
         self.assertTrue(relayed, "no llamacpp metrics relayed")
         self.assertTrue(all(dict(labels).get("upstream") == url
@@ -393,9 +395,11 @@ class Readiness(st.TestCase):
         self.assertEqual(s.ready().status, 200)
         before = metrics(s)
         self.assertEqual(promcheck.value(
-            before, "sluice_upstream_restarts_total", upstream="managed"), 0)
+            before, "sluice_upstream_restarts_total", upstream="managed",
+            model="demo-tiny"), 0)
         self.assertIn(("sluice_upstream_restarts_total",
-                       (("upstream", "managed"),)), before)
+                       (("model", "demo-tiny"), ("upstream", "managed"))),
+                      before)
         os.kill(s.upstream()["pid"], signal.SIGKILL)
         st.wait_until(lambda: s.ready_status() == 503, 10, "/ready 503")
         self.assertEqual(s.health().status, 200)  # alive all along
@@ -403,7 +407,8 @@ class Readiness(st.TestCase):
         # The same series moves from 0 to 1: rate() sees the restart.
         m = metrics(s)
         self.assertEqual(promcheck.value(m, "sluice_upstream_restarts_total",
-                                         upstream="managed"), 1)
+                                         upstream="managed",
+                                         model="demo-tiny"), 1)
         self.assertEqual(len([k for k in m if
                               k[0] == "sluice_upstream_restarts_total"]), 1)
 
