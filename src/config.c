@@ -1204,8 +1204,10 @@ static int check_reserve(const struct parse_state *st)
 	const struct sl_config *cfg = st->cfg;
 	unsigned slots =
 	    cfg->slots_per_upstream ? cfg->slots_per_upstream : cfg->slots;
-	bool known = cfg->slots_per_upstream || cfg->model[0] ||
-	             cfg->upstreams.count == 0;
+	/* With models: each model's slots are checked (models_config.h). */
+	bool known =
+	    cfg->n_models == 0 && (cfg->slots_per_upstream || cfg->model[0] ||
+	                           cfg->upstreams.count == 0);
 	char where[PATH_MAX + 64];
 	if (known && cfg->urgent_reserve != SL_SCHED_RESERVE_AUTO &&
 	    cfg->urgent_reserve >= slots)

@@ -6,6 +6,7 @@
 #include "sluice/models_config.h"
 
 #include "sluice/common.h"
+#include "sluice/sched.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -363,6 +364,25 @@ int sl_models_config_check(const struct sl_config *cfg, char *err, size_t size)
 		         "the one model sluice serves without one)",
 		         clash, cfg->config_file);
 		return SL_EINVAL;
+	}
+	/*
+	 * A reserve that covers every slot of a managed model would leave
+	 * its other requests nothing (config.c checks the global --slots).
+	 */
+	for (unsigned i = 0; i < cfg->n_models; i++) {
+		const struct sl_model_config *m = &cfg->models[i];
+		unsigned slots = m->slots ? m->slots : cfg->slots;
+		if (sl_model_config_managed(m) && !cfg->slots_per_upstream &&
+		    cfg->urgent_reserve != SL_SCHED_RESERVE_AUTO &&
+		    cfg->urgent_reserve >= slots) {
+			snprintf(err, size,
+			         "%s:%u: models.%s.slots: %u; --urgent-reserve "
+			         "%u must be less, or only urgent requests "
+			         "could run",
+			         cfg->config_file, m->line, m->name, slots,
+			         cfg->urgent_reserve);
+			return SL_EINVAL;
+		}
 	}
 	if (cfg->default_model[0] &&
 	    !sl_models_config_find(cfg, cfg->default_model)) {

@@ -275,6 +275,12 @@ static void test_cross_checks(void)
 	     "the one model sluice serves without one)"},
 	    {"--default-model", "zz",
 	     "--default-model zz: no model or alias of that name in %s"},
+	    {"--urgent-reserve", "4",
+	     "%s:3: models.a.slots: 4; --urgent-reserve 4 must be less, or "
+	     "only urgent requests could run"},
+	    {"--urgent-reserve", "6",
+	     "%s:3: models.a.slots: 4; --urgent-reserve 6 must be less, or "
+	     "only urgent requests could run"},
 	};
 	for (size_t i = 0; i < SL_ARRAY_SIZE(cases); i++) {
 		struct sl_config cfg;
@@ -295,11 +301,24 @@ static void test_cross_checks(void)
 	}
 }
 
+/* A model's own slots count for the urgent reserve, not --slots. */
+static void test_reserve_per_model(void)
+{
+	struct sl_config cfg;
+	char err[512];
+	ASSERT_EQ(parse_yaml(&cfg,
+	                     "models:\n  a:\n    model: x\n    slots: 8\n",
+	                     "--urgent-reserve", "5", err, sizeof(err), NULL),
+	          0);
+	sl_config_free(&cfg);
+}
+
 int main(void)
 {
 	RUN(test_good);
 	RUN(test_one_model);
 	RUN(test_errors);
 	RUN(test_cross_checks);
+	RUN(test_reserve_per_model);
 	return 0;
 }
