@@ -158,8 +158,15 @@ unsigned sl_app_queue_depth(const struct sl_app *app)
 	return n;
 }
 
+const char *const sl_model_states[] = {"stopped",  "starting", "ready",
+                                       "stopping", "down",     NULL};
+
 const char *sl_model_state(const struct sl_model *m)
 {
+	if (m->unloading)
+		return "stopping";
+	if (m->pool.n == 0)
+		return m->managed ? "stopped" : "down";
 	bool starting = false;
 	for (unsigned i = 0; i < m->pool.n; i++) {
 		enum sl_upstream_state s = m->pool.members[i]->state;
@@ -177,6 +184,13 @@ struct sl_upstream *sl_app_pick_upstream(struct sl_app *app,
                                          const struct sl_upstream *avoid,
                                          char *why, size_t size)
 {
+	if (m->pool.n == 0 && m->managed) {
+		snprintf(why, size,
+		         "model %s is stopped; a request that needs a slot "
+		         "starts it",
+		         m->name);
+		return NULL;
+	}
 	return sl_pool_pick(&m->pool, need_slot, avoid, app->next_upstream, why,
 	                    size);
 }
@@ -184,13 +198,173 @@ struct sl_upstream *sl_app_pick_upstream(struct sl_app *app,
 bool sl_app_upstream_expected(const struct sl_app *app,
                               const struct sl_model *m)
 {
-	(void)app;
+	/* Started on demand: its first start is awaited, not refused. */
+	if (app->model_section && m->managed &&
+	    (m->wanted || m->unloading || m->late || !m->loaded))
+		return true;
 	return sl_pool_expected(&m->pool);
+}
+
+/* ---- loading on demand ---- */
+
+static int add_upstream(struct sl_app *app, struct sl_model *m, const char *url,
+                        const char *name);
+static void unload(struct sl_model *m, const char *why);
+
+static bool model_idle(const struct sl_model *m)
+{
+	if (sl_sched_depth(&m->sched) > 0)
+		return false;
+	for (unsigned i = 0; i < m->pool.n; i++)
+		if (m->pool.members[i]->inflight > 0)
+			return false;
+	return true;
+}
+
+/* Managed models whose llama-servers run, start or are being stopped. */
+static unsigned models_running(const struct sl_app *app)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < app->n_models; i++) {
+		const struct sl_model *m = app->models[i];
+		n += m->managed && (m->loaded || m->pool.n > 0);
+	}
+	return n;
+}
+
+static void on_idle_timer(uv_timer_t *t)
+{
+	struct sl_model *m = t->data;
+	/* Busy now: the request that ends it arms the timer again. */
+	if (m->loaded && model_idle(m))
+		unload(m, "idle-timeout passed");
+}
+
+/* Starts the model's llama-servers: its replicas. */
+static void load(struct sl_app *app, struct sl_model *m, const char *why)
+{
+	const struct sl_model_config *conf = m->conf;
+	m->loaded = true;
+	m->wanted = false;
+	m->late = app->started;
+	m->last_used_ms = uv_now(&app->loop);
+	sl_info("model %s: starting (%s)", m->name, why);
+	int rc = 0;
+	for (unsigned r = 0; rc == 0 && r < conf->replicas; r++) {
+		/* One replica is the model; more are MODEL/1, ... */
+		char *name = conf->replicas == 1
+		                 ? sl_xstrdup(m->name)
+		                 : sl_xasprintf("%s/%u", m->name, r + 1);
+		rc = add_upstream(app, m, NULL, name);
+		free(name);
+	}
+	if (rc != 0 && app->started)
+		unload(m, "it could not start");
+	else if (rc != 0)
+		sl_app_stop(app, EXIT_FAILURE);
+	else if (conf->idle_timeout_ms)
+		uv_timer_start(&m->idle_timer, on_idle_timer,
+		               conf->idle_timeout_ms, 0);
+}
+
+/* Stops the model's llama-servers; on_upstream_stopped sees the end. */
+static void unload(struct sl_model *m, const char *why)
+{
+	m->loaded = false;
+	uv_timer_stop(&m->idle_timer);
+	if (m->pool.n == 0)
+		return;
+	m->unloading = true;
+	sl_info("model %s: stopping (%s)", m->name, why);
+	/* A stop may end at once and leave the pool: stop a copy's members. */
+	struct sl_pool members = m->pool;
+	for (unsigned i = 0; i < members.n; i++)
+		sl_upstream_stop(members.members[i], false);
+}
+
+/* The least recently used idle running model other than `m`, or NULL. */
+static struct sl_model *lru_idle(struct sl_app *app, const struct sl_model *m)
+{
+	struct sl_model *best = NULL;
+	for (unsigned i = 0; i < app->n_models; i++) {
+		struct sl_model *o = app->models[i];
+		if (o == m || !o->managed || !o->loaded || !model_idle(o))
+			continue;
+		if (!best || o->last_used_ms < best->last_used_ms)
+			best = o;
+	}
+	return best;
+}
+
+/*
+ * Starts what waiting requests want, in the order of the models, within
+ * --max-loaded: a model being stopped still counts until it has stopped
+ * (its memory is not free before), and then this runs again.
+ */
+static void start_wanted(struct sl_app *app)
+{
+	if (app->stopping)
+		return;
+	unsigned max = app->cfg->max_loaded;
+	for (unsigned i = 0; i < app->n_models; i++) {
+		struct sl_model *m = app->models[i];
+		if (!m->wanted || m->loaded || m->unloading)
+			continue;
+		if (max && models_running(app) >= max) {
+			for (unsigned k = 0; k < app->n_models; k++)
+				if (app->models[k]->unloading)
+					return; /* room is being made */
+			struct sl_model *victim = lru_idle(app, m);
+			if (victim) {
+				char why[SL_MODEL_NAME_MAX + 64];
+				snprintf(why, sizeof(why),
+				         "--max-loaded %u: room for %s", max,
+				         m->name);
+				unload(victim, why);
+			}
+			/* Else every running model is busy: wait for one. */
+			return;
+		}
+		load(app, m, "a request needs it");
+	}
+}
+
+void sl_app_model_demand(struct sl_app *app, struct sl_model *m)
+{
+	if (!app->model_section || !m->managed || m->loaded || app->stopping)
+		return;
+	m->wanted = true;
+	start_wanted(app);
+}
+
+void sl_app_model_used(struct sl_model *m)
+{
+	struct sl_app *app = m->app;
+	m->last_used_ms = uv_now(&app->loop);
+	const struct sl_model_config *conf = m->conf;
+	if (m->loaded && conf && conf->idle_timeout_ms && !app->stopping)
+		uv_timer_start(&m->idle_timer, on_idle_timer,
+		               conf->idle_timeout_ms, 0);
+	/* A model that went idle may make room for one that is wanted. */
+	if (app->cfg->max_loaded && model_idle(m))
+		start_wanted(app);
 }
 
 static void on_upstream_fatal(struct sl_upstream *u, const char *why)
 {
 	struct sl_app *app = u->data;
+	struct sl_model *m = sl_app_model_of(app, u);
+	/* One started on demand fails its requests, not the whole of sluice. */
+	if (m && m->late) {
+		sl_error("model %s: %s", m->name, why);
+		char message[SL_MODEL_NAME_MAX + 64];
+		snprintf(message, sizeof(message),
+		         "model %s could not start; sluice's log says why",
+		         m->name);
+		unload(m, "it could not start");
+		sl_proxy_fail_queued(m, message);
+		return;
+	}
 	sl_error("%s", why);
 	sl_app_stop(app, EXIT_FAILURE);
 }
@@ -203,6 +377,11 @@ static void on_upstream_stopped(struct sl_upstream *u)
 		sl_pool_remove(&m->pool, u);
 	app->upstreams[u->index] = NULL;
 	app->n_upstreams--;
+	if (m && m->unloading && m->pool.n == 0) {
+		m->unloading = false;
+		sl_info("model %s: stopped", m->name);
+		start_wanted(app);
+	}
 	app_maybe_done(app);
 }
 
@@ -272,8 +451,10 @@ static void close_front(struct sl_app *app)
 		return;
 	app->front_closing = true;
 	uv_close((uv_handle_t *)&app->drain_timer, NULL);
-	for (unsigned i = 0; i < app->n_models; i++)
+	for (unsigned i = 0; i < app->n_models; i++) {
 		uv_close((uv_handle_t *)&app->models[i]->sched_timer, NULL);
+		uv_close((uv_handle_t *)&app->models[i]->idle_timer, NULL);
+	}
 	uv_close((uv_handle_t *)&app->flush_timer, NULL);
 	if (app->http.loop)
 		sl_http_server_close(&app->http, on_http_closed);
@@ -526,6 +707,8 @@ static struct sl_model *model_new(struct sl_app *app, char *name,
 	sl_sched_init(&m->sched, &sched_cfg, &sched_ops, m, uv_now(&app->loop));
 	uv_timer_init(&app->loop, &m->sched_timer);
 	m->sched_timer.data = m;
+	uv_timer_init(&app->loop, &m->idle_timer);
+	m->idle_timer.data = m;
 	app->models[app->n_models++] = m;
 	return m;
 }
@@ -663,7 +846,11 @@ static int plan(struct sl_app *app)
 static int add_upstream(struct sl_app *app, struct sl_model *m, const char *url,
                         const char *name)
 {
-	if (app->n_upstreams >= SL_MAX_UPSTREAMS) {
+	/* Models stopped on demand leave holes: take the first. */
+	unsigned index = 0;
+	while (index < SL_MAX_UPSTREAMS && app->upstreams[index])
+		index++;
+	if (index == SL_MAX_UPSTREAMS) {
 		sl_error("too many upstreams: at most %d", SL_MAX_UPSTREAMS);
 		return SL_EINVAL;
 	}
@@ -675,8 +862,9 @@ static int add_upstream(struct sl_app *app, struct sl_model *m, const char *url,
 		free(u->name);
 		u->name = sl_xstrdup(name);
 	}
-	u->index = app->n_upstreams;
-	app->upstreams[app->n_upstreams++] = u;
+	u->index = index;
+	app->upstreams[index] = u;
+	app->n_upstreams++;
 	if (sl_pool_add(&m->pool, u) != 0) {
 		sl_error("model %s: too many upstreams: at most %d", m->name,
 		         SL_POOL_MAX);
@@ -703,24 +891,25 @@ static int start_models(struct sl_app *app)
 			    add_upstream(app, m, cfg->upstreams.items[i], NULL);
 		return rc;
 	}
+	unsigned max = cfg->max_loaded;
 	for (unsigned i = 0; rc == 0 && i < app->n_models; i++) {
 		struct sl_model *m = app->models[i];
 		const struct sl_model_config *conf = m->conf;
-		for (unsigned r = 0;
-		     rc == 0 && m->managed && r < conf->replicas; r++) {
-			/* One replica is the model; more are MODEL/1, ... */
-			char *name =
-			    conf->replicas == 1
-			        ? sl_xstrdup(m->name)
-			        : sl_xasprintf("%s/%u", m->name, r + 1);
-			rc = add_upstream(app, m, NULL, name);
-			free(name);
-		}
+		if (m->managed && !conf->preload)
+			sl_info("model %s: stopped until a request needs it "
+			        "(preload: false)",
+			        m->name);
+		else if (m->managed && max && models_running(app) >= max)
+			sl_info("model %s: stopped until a request needs it "
+			        "(--max-loaded %u)",
+			        m->name, max);
+		else if (m->managed)
+			load(app, m, "preload");
 		for (unsigned k = 0; rc == 0 && k < conf->upstreams.count; k++)
 			rc = add_upstream(app, m, conf->upstreams.items[k],
 			                  NULL);
 	}
-	return rc;
+	return app->stopping ? SL_EINVAL : rc;
 }
 
 /*
@@ -824,9 +1013,12 @@ int sl_app_run(const struct sl_config *cfg)
 	app->start_ms = uv_now(&app->loop);
 	app->created_s = (uint64_t)time(NULL);
 	if (plan(app) != 0) {
-		for (unsigned i = 0; i < app->n_models; i++)
+		for (unsigned i = 0; i < app->n_models; i++) {
 			uv_close((uv_handle_t *)&app->models[i]->sched_timer,
 			         NULL);
+			uv_close((uv_handle_t *)&app->models[i]->idle_timer,
+			         NULL);
+		}
 		uv_run(&app->loop, UV_RUN_DEFAULT);
 		uv_loop_close(&app->loop);
 		for (unsigned i = 0; i < app->n_models; i++)
@@ -851,6 +1043,7 @@ int sl_app_run(const struct sl_config *cfg)
 		rc = open_listener(app);
 	if (rc == 0)
 		rc = start_models(app);
+	app->started = true;
 	if (rc != 0)
 		sl_app_stop(app, EXIT_FAILURE);
 

@@ -115,6 +115,12 @@ static const struct option_def options[] = {
 	 FIELD(default_model), "", 0, 0, NULL,
 	 "the model (or alias) a request without a \"model\" field goes to",
 	 "the only model; with several, the first in models:"},
+	{"max-loaded", "SLUICE_MAX_LOADED", "N", OPT_UINT, FIELD(max_loaded),
+	 "0", 0, SL_MODELS_MAX, NULL,
+	 "managed models (of a models: section) running at once; to start "
+	 "another, sluice first stops the least recently used idle one; 0: no "
+	 "bound",
+	 NULL},
 	{"llama-server", "SLUICE_LLAMA_SERVER", "PATH", OPT_STRING,
 	 FIELD(llama_server), "", 0, 0, NULL, "llama-server executable to run",
 	 "llama-server on PATH, else the one deploy/setup.sh provisioned "

@@ -335,6 +335,21 @@ void sl_exposition_prometheus(struct sl_app *app, struct sl_text *t)
 	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++)
 		if (app->upstreams[i])
 			inflight += app->upstreams[i]->inflight;
+	/* One series per state, 1 for the one the model is in (app.h). */
+	sl_expose_family(t, "sluice_model_state", "gauge",
+	                 "1 for the state each model is in: stopped, starting, "
+	                 "ready, stopping or down.");
+	for (unsigned i = 0; i < app->n_models; i++) {
+		const struct sl_model *m = app->models[i];
+		char model[256];
+		sl_label_escape(m->name, model, sizeof(model));
+		const char *now = sl_model_state(m);
+		for (const char *const *st = sl_model_states; *st; st++)
+			sl_text_printf(t,
+			               "sluice_model_state{model=\"%s\","
+			               "state=\"%s\"} %d\n",
+			               model, *st, strcmp(*st, now) == 0);
+	}
 	sl_expose_family(t, "sluice_inflight", "gauge",
 	                 "Requests sent to upstreams and not finished.");
 	sl_text_printf(t, "sluice_inflight %u\n", inflight);

@@ -148,6 +148,7 @@ static int read_model(struct sl_config *cfg, unsigned index,
 {
 	struct sl_model_config *m = &cfg->models[index];
 	m->line = n->line;
+	m->preload = true;
 	if (!valid_name(n->key))
 		return sl_config_node_fail(
 		    err, size, n,
@@ -246,6 +247,27 @@ static int read_model(struct sl_config *cfg, unsigned index,
 			    err, size, c,
 			    "DNS discovery is not supported yet; list the "
 			    "upstreams instead");
+		} else if (strcmp(k, "preload") == 0) {
+			rc = want_scalar(c, err, size);
+			if (rc == 0 && strcmp(c->text, "true") != 0 &&
+			    strcmp(c->text, "false") != 0)
+				rc = sl_config_node_fail(
+				    err, size, c,
+				    "expected true or false, got \"%s\"",
+				    c->text);
+			m->preload = rc == 0 && strcmp(c->text, "true") == 0;
+		} else if (strcmp(k, "idle-timeout") == 0) {
+			rc = want_scalar(c, err, size);
+			if (rc == 0 &&
+			    (sl_parse_duration_ms(c->text,
+			                          &m->idle_timeout_ms) != 0 ||
+			     m->idle_timeout_ms > SL_MODEL_IDLE_TIMEOUT_MAX_MS))
+				rc = sl_config_node_fail(
+				    err, size, c,
+				    "expected a duration up to a week "
+				    "(\"600\", \"600s\"; 0: never), got "
+				    "\"%s\"",
+				    c->text);
 		} else if (strcmp(k, "max-queue") == 0) {
 			m->has_max_queue = true;
 			rc = read_uint(c, 1, MAX_QUEUE_MAX, &m->max_queue, err,
@@ -260,15 +282,16 @@ static int read_model(struct sl_config *cfg, unsigned index,
 			     m->queue_timeout_ms > QUEUE_TIMEOUT_MAX_MS))
 				rc = sl_config_node_fail(
 				    err, size, c,
-				    "expected a duration from 1ms to 24h "
-				    "(\"30\", \"500ms\", \"2m\"), got \"%s\"",
+				    "expected a duration from 1ms to 86400s "
+				    "(\"30\", \"30s\", \"500ms\"), got \"%s\"",
 				    c->text);
 		} else {
 			rc = sl_config_node_fail(
 			    err, size, c,
 			    "unknown key (a model takes model, hf-repo, "
 			    "slots, ctx-size, args, replicas, aliases, "
-			    "upstreams, max-queue, queue-timeout)");
+			    "preload, idle-timeout, upstreams, max-queue, "
+			    "queue-timeout)");
 		}
 	}
 	if (rc != 0)
@@ -289,8 +312,8 @@ static int read_model(struct sl_config *cfg, unsigned index,
 		    err, size, n,
 		    "says neither where its model is (model: FILE.gguf or "
 		    "hf-repo: REPO) nor where it runs (upstreams: [URL])");
-	static const char *const managed_only[] = {"slots", "ctx-size", "args",
-	                                           "replicas"};
+	static const char *const managed_only[] = {
+	    "slots", "ctx-size", "args", "replicas", "preload", "idle-timeout"};
 	for (size_t i = 0; !managed && i < SL_ARRAY_SIZE(managed_only); i++) {
 		const struct sl_config_node *c =
 		    sl_config_node_get(n, managed_only[i]);
@@ -435,6 +458,10 @@ void sl_models_config_print(FILE *out, const struct sl_config *cfg)
 			        m->ctx_size ? m->ctx_size : cfg->ctx_size);
 			fprintf(out, "    replicas: %u\n", m->replicas);
 			print_list(out, "args", &m->args);
+			fprintf(out, "    preload: %s\n",
+			        m->preload ? "true" : "false");
+			fprintf(out, "    idle-timeout: %llums\n",
+			        (unsigned long long)m->idle_timeout_ms);
 		}
 		print_list(out, "upstreams", &m->upstreams);
 		print_list(out, "aliases", &m->aliases);

@@ -10,7 +10,14 @@ int sl_pool_add(struct sl_pool *p, struct sl_upstream *u)
 {
 	if (p->n >= SL_POOL_MAX)
 		return SL_EINVAL;
-	p->members[p->n++] = u;
+	/* In index order, which sl_pool_pick's turns rely on. */
+	unsigned i = p->n;
+	while (i > 0 && p->members[i - 1]->index > u->index) {
+		p->members[i] = p->members[i - 1];
+		i--;
+	}
+	p->members[i] = u;
+	p->n++;
 	return 0;
 }
 

@@ -1230,6 +1230,7 @@ static void exchange_release(struct exchange *x)
 	if (x->upstream) {
 		/* A slot is free: the queue's top may go. */
 		x->upstream->inflight--;
+		sl_app_model_used(x->model);
 		sl_app_kick_scheduler(app);
 	}
 	sl_app_maybe_drained(app);
@@ -1268,6 +1269,23 @@ void sl_proxy_end_all(struct sl_app *app)
 			snprintf(x->sched_headers, sizeof(x->sched_headers),
 			         "%s", SL_PROXY_UNAVAILABLE_RETRY);
 		fail(x, 503, SL_PROXY_DRAIN_MESSAGE);
+		exchange_release(x);
+	}
+}
+
+void sl_proxy_fail_queued(struct sl_model *m, const char *message)
+{
+	struct sl_app *app = m->app;
+	struct exchange *x, *next;
+	for (x = app->exchange_list; x; x = next) {
+		next = x->next;
+		if (x->model != m || !sl_sched_queued(&x->item))
+			continue;
+		sl_sched_remove(&m->sched, &x->item);
+		sl_stats_queued(&app->stats, x->priority, -1);
+		snprintf(x->sched_headers, sizeof(x->sched_headers), "%s",
+		         SL_PROXY_UNAVAILABLE_RETRY);
+		respond_error(x, 503, "unavailable_error", message);
 		exchange_release(x);
 	}
 }
@@ -1389,6 +1407,7 @@ void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
 		              sl_app_pick_upstream(app, m, true, x->failed_on,
 		                                   why, sizeof(why)));
 	}
+	sl_app_model_used(m);
 }
 
 void sl_proxy_expire(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
@@ -1739,7 +1758,9 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	 * that is restarting or being checked after a failure is expected
 	 * back: what needs a slot waits for it in the queue.
 	 */
-	char why[160];
+	if (ep->scheduled)
+		sl_app_model_demand(app, m); /* a stopped model starts */
+	char why[SL_MODEL_NAME_MAX + 96];
 	struct sl_upstream *u =
 	    sl_app_pick_upstream(app, m, false, NULL, why, sizeof(why));
 	bool wait = !u && ep->scheduled && sl_app_upstream_expected(app, m);

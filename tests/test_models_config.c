@@ -67,6 +67,8 @@ static void test_good(void)
 	                    "    queue-timeout: 500ms\n"
 	                    "  hf:\n"
 	                    "    hf-repo: org/repo\n"
+	                    "    preload: false\n"
+	                    "    idle-timeout: 600s\n"
 	                    "  far:\n"
 	                    "    upstreams: [http://a:1/, https://b]\n"
 	                    "    max-queue: 7\n",
@@ -87,9 +89,13 @@ static void test_good(void)
 	ASSERT_EQ(m->queue_timeout_ms, 500);
 	ASSERT(!m->has_max_queue);
 	ASSERT(sl_model_config_managed(m));
+	ASSERT(m->preload);
+	ASSERT_EQ(m->idle_timeout_ms, 0);
 	m = &cfg.models[1];
 	ASSERT_STR_EQ(m->hf_repo, "org/repo");
 	ASSERT_EQ(m->replicas, 1);
+	ASSERT(!m->preload);
+	ASSERT_EQ(m->idle_timeout_ms, 600000);
 	m = &cfg.models[2];
 	ASSERT(!sl_model_config_managed(m));
 	ASSERT_EQ(m->upstreams.count, 2);
@@ -118,6 +124,8 @@ static void test_good(void)
 	                    "    args:\n"
 	                    "      - \"--threads\"\n"
 	                    "      - 1\n"
+	                    "    preload: true\n"
+	                    "    idle-timeout: 0ms\n"
 	                    "    aliases:\n"
 	                    "      - small\n"
 	                    "      - t\n"
@@ -128,6 +136,8 @@ static void test_good(void)
 	                    "    slots: 3\n"
 	                    "    ctx-size: 4096\n"
 	                    "    replicas: 1\n"
+	                    "    preload: false\n"
+	                    "    idle-timeout: 600000ms\n"
 	                    "    max-queue: 1024\n"
 	                    "    queue-timeout: 60000ms\n"
 	                    "  far:\n"
@@ -216,8 +226,9 @@ static void test_errors(void)
 	     "4: models.a.max-queue: expected a whole number from 1 to "
 	     "1000000, got \"0\""},
 	    {"models:\n  a:\n    model: x\n    queue-timeout: soon\n",
-	     "4: models.a.queue-timeout: expected a duration from 1ms to 24h "
-	     "(\"30\", \"500ms\", \"2m\"), got \"soon\""},
+	     "4: models.a.queue-timeout: expected a duration from 1ms to "
+	     "86400s "
+	     "(\"30\", \"30s\", \"500ms\"), got \"soon\""},
 	    {"models:\n  a:\n    model: x\n    args:\n      k: v\n",
 	     "5: models.a.args: expected a list"},
 	    {"models:\n  a:\n    model: x\n    aliases: [b, \"c d\"]\n",
@@ -235,8 +246,16 @@ static void test_errors(void)
 	     "6: models.b: the name is already another model's alias"},
 	    {"models:\n  a:\n    model: x\n    size: 2\n",
 	     "4: models.a.size: unknown key (a model takes model, hf-repo, "
-	     "slots, ctx-size, args, replicas, aliases, upstreams, "
-	     "max-queue, queue-timeout)"},
+	     "slots, ctx-size, args, replicas, aliases, preload, "
+	     "idle-timeout, upstreams, max-queue, queue-timeout)"},
+	    {"models:\n  a:\n    model: x\n    preload: no\n",
+	     "4: models.a.preload: expected true or false, got \"no\""},
+	    {"models:\n  a:\n    model: x\n    idle-timeout: 604801\n",
+	     "4: models.a.idle-timeout: expected a duration up to a week "
+	     "(\"600\", \"600s\"; 0: never), got \"604801\""},
+	    {"models:\n  a:\n    upstreams: [http://h:1]\n    preload: false\n",
+	     "4: models.a.preload: only a managed model (model: or hf-repo:) "
+	     "takes it"},
 	    {"models: {}\n",
 	     "1: models: expected a mapping of model names to their "
 	     "settings"},

@@ -57,6 +57,16 @@ struct sl_model {
 	struct sl_strlist llama_args; /* upstream_cfg->llama_args */
 	char *exe, *file;             /* managed: what runs */
 	bool managed;
+	/*
+	 * Loading on demand (managed models of a models: section; see
+	 * sl_app_model_demand): whether its llama-servers are wanted (loaded),
+	 * being stopped (unloading), wanted by a waiting request (wanted), and
+	 * started after start-up (late: a failed start then fails its queue,
+	 * not sluice).
+	 */
+	bool loaded, unloading, wanted, late;
+	uint64_t last_used_ms; /* a request was dispatched or finished */
+	uv_timer_t idle_timer; /* idle-timeout */
 };
 
 struct sl_app {
@@ -72,6 +82,7 @@ struct sl_app {
 	unsigned n_models;
 	struct sl_model *default_model; /* for a request naming none */
 	bool model_section;             /* models: given: names are checked */
+	bool started;                   /* start-up is over */
 	uint64_t created_s; /* Unix time sluice started: /v1/models' created */
 	unsigned next_upstream;         /* round-robin start among equals */
 	unsigned exchanges;             /* relayed requests not yet finished */
@@ -147,8 +158,28 @@ struct sl_model *sl_app_model_of(const struct sl_app *app,
 /* Requests waiting in every model's queue. */
 unsigned sl_app_queue_depth(const struct sl_app *app);
 
-/* A model's state for /health and /v1/models: ready, starting or down. */
+/*
+ * A model's state for /health, /v1/models and the metrics: stopped (a
+ * managed model not running), starting, ready, stopping, or down (none of
+ * its upstreams answers).
+ */
 const char *sl_model_state(const struct sl_model *m);
+
+/* Every state sl_model_state() names, NULL-terminated. */
+extern const char *const sl_model_states[];
+
+/*
+ * Loading on demand. A request that needs a slot of a managed model that
+ * is not running asks for it here, then waits in the model's queue (its
+ * X-Queue-Ms shows the start). With --max-loaded models running, the least
+ * recently used idle one (nothing queued, nothing in flight) is stopped
+ * first, and the start waits until it has; when none is idle, the start
+ * waits until one is. A model that idles idle-timeout is stopped.
+ */
+void sl_app_model_demand(struct sl_app *app, struct sl_model *m);
+
+/* A request of `m` was dispatched or finished: it is in use. */
+void sl_app_model_used(struct sl_model *m);
 
 /*
  * Lets every model's scheduler act now (after a push, a removal, a freed

@@ -72,6 +72,7 @@ struct sl_config {
 	/* Models (models_config.h, app.h). */
 	char *model_name;    /* the one model's name without models:, or "" */
 	char *default_model; /* for a request naming none, or "" */
+	unsigned max_loaded; /* managed models running at once; 0: any */
 	struct sl_model_config *models; /* the models: section, or NULL */
 	unsigned n_models;
 	char *llama_server;           /* executable, or "" to search */

@@ -8,7 +8,9 @@
  * upstreams (`upstreams: [URL, ...]`). Either kind takes `aliases: [...]`
  * (other names a request's "model" field may use) and queue limits that
  * override the global options for that model alone: `max-queue` and
- * `queue-timeout`.
+ * `queue-timeout`. A managed one also takes `preload: false` (started on
+ * its first request) and `idle-timeout: DURATION` (stopped after that long
+ * unused); --max-loaded bounds how many run at once (app.h).
  *
  * Every bad value is refused with one line naming FILE:LINE and the node
  * ("models.tiny.slots"); names and aliases are unique across all models.
@@ -44,6 +46,8 @@
  * values and error lines, so it stays short and printable.
  */
 #define SL_MODEL_NAME_MAX 128
+/* idle-timeout at most: a week; longer is "never", which 0 says. */
+#define SL_MODEL_IDLE_TIMEOUT_MAX_MS (7ull * 24 * 3600 * 1000)
 
 struct sl_model_config {
 	char *name;
@@ -58,6 +62,13 @@ struct sl_model_config {
 	unsigned replicas; /* managed: at least 1 */
 	/* Remote: base URLs without a trailing '/'. */
 	struct sl_strlist upstreams;
+	/*
+	 * Loading on demand (managed only): preload false leaves it stopped
+	 * until a request needs it; an idle_timeout_ms other than 0 stops it
+	 * once nobody has used it for that long.
+	 */
+	bool preload;
+	uint64_t idle_timeout_ms;
 	/* Queue limits; has_* false: the global option. */
 	bool has_max_queue, has_queue_timeout;
 	unsigned max_queue;

@@ -7,8 +7,8 @@
  * Upstreams of other models are never considered, so a model without free
  * slots leaves the others' choices alone.
  *
- * Invariants: members are distinct, kept in the order they were added
- * (the order of the app's upstream list); at most SL_POOL_MAX.
+ * Invariants: members are distinct, kept in the order of their index (their
+ * place in the app's upstream list); at most SL_POOL_MAX.
  *
  * Every call is O(members).
  */
@@ -28,7 +28,10 @@ struct sl_pool {
 	unsigned n;
 };
 
-/* Adds `u` (not a member yet); returns 0, or SL_EINVAL when full. */
+/*
+ * Adds `u` (not a member yet; its index set) in index order; returns 0,
+ * or SL_EINVAL when full.
+ */
 int sl_pool_add(struct sl_pool *p, struct sl_upstream *u);
 
 /* Removes `u` if it is a member (it stopped). */

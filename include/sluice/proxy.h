@@ -110,6 +110,12 @@ void sl_proxy_shed(void *app, struct sl_sched_item *item, uint64_t now_ms);
 void sl_proxy_end_all(struct sl_app *app);
 
 /*
+ * The requests waiting in model m's queue get 503 with `message`: its
+ * llama-server could not start (loading on demand, app.h).
+ */
+void sl_proxy_fail_queued(struct sl_model *m, const char *message);
+
+/*
  * Ends every exchange still alive (queued, or a transfer whose client is
  * gone) and frees them: the last step before the upstreams stop. Every
  * client connection must be closed already.
