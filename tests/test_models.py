@@ -1,9 +1,12 @@
-"""Many models behind one sluice (issue 13, item 2): a models: section with
-two managed llama-servers, routing by the request's "model" (aliases too),
-the default model, 404 for an unknown one, /v1/models, /health, and one
-model's full slots not holding the other's requests."""
+"""Many models behind one sluice (issue 13, items 2 and 3): a models:
+section with two managed llama-servers, routing by the request's "model"
+(aliases too), the default model, 404 for an unknown one, /v1/models,
+/health, one model's full slots not holding the other's requests; and
+loading on demand: preload: false, idle-timeout, and --max-loaded stopping
+the least recently used idle model, never one in use."""
 
-import json
+import datetime
+import re
 import threading
 import time
 
@@ -19,11 +22,14 @@ TINY_SLOTS, TINY_CTX = 2, 2048
 SLOW_SLOTS, SLOW_CTX = 1, 4096
 
 
-def config(tmp, default="small"):
+def config(tmp, default="small", top="", tiny="", slow="", more=""):
     """The YAML file: tiny (aliases small and t) and slow, one llama-server
-    thread each, as the test's own llama-servers have."""
+    thread each, as the test's own llama-servers have; `top` adds
+    top-level lines, `tiny` and `slow` keys of those models, `more` other
+    models."""
     text = """
 default-model: %s
+%s
 models:
   tiny:
     model: %s
@@ -31,15 +37,18 @@ models:
     ctx-size: %d
     args: [%s]
     aliases: [small, t]
+%s
   slow:
     model: %s
     slots: %d
     ctx-size: %d
     args: [%s]
     max-queue: 4
-""" % (default, st.MODEL_TINY, TINY_SLOTS, TINY_CTX,
-       ", ".join(st.LLAMA_ONE_THREAD), st.MODEL_SLOW, SLOW_SLOTS, SLOW_CTX,
-       ", ".join(st.LLAMA_ONE_THREAD))
+%s
+%s
+""" % (default, top, st.MODEL_TINY, TINY_SLOTS, TINY_CTX,
+       ", ".join(st.LLAMA_ONE_THREAD), tiny, st.MODEL_SLOW, SLOW_SLOTS,
+       SLOW_CTX, ", ".join(st.LLAMA_ONE_THREAD), slow, more)
     path = tmp + "/models.yaml"
     with open(path, "w") as f:
         f.write(text)
@@ -60,7 +69,8 @@ def chat(prompt, n=8, **extra):
             "cache_prompt": False, **extra}
 
 
-class Models(st.TestCase):
+class WithDirect(st.TestCase):
+    """Each model's own llama-server beside sluice, to compare answers."""
 
     @classmethod
     def setUpClass(cls):
@@ -94,6 +104,29 @@ class Models(st.TestCase):
         r = self.direct[name].post(path, body)
         self.assertEqual(r.status, 200, r.body)
         return r.json()
+
+    def states(self, s):
+        return {m["name"]: m["state"] for m in s.health().json()["models"]}
+
+    def model_doc(self, s, name):
+        return [m for m in s.health().json()["models"]
+                if m["name"] == name][0]
+
+    def assert_served_by(self, s, name, asked=None):
+        """A completion asking for `asked` (default: name) through sluice
+        equals name's own llama-server's; returns sluice's answer."""
+        body = {"model": asked or name, "prompt": "Once upon",
+                "n_predict": 6, "temperature": 0, "seed": 5,
+                "cache_prompt": False}
+        r = s.post("/completion", body, timeout=60)
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(without(r.json()),
+                         without(self.direct_answer(name, "/completion",
+                                                    body)))
+        return r
+
+
+class Models(WithDirect):
 
     def test_routing_aliases_and_the_default(self):
         s = self.start()
@@ -231,6 +264,120 @@ class Models(st.TestCase):
         t.join(120)
         self.assertEqual(results["slow"].status, 200, results["slow"].body)
         self.assertIsNotNone(results["slow"].header("X-Queue-Ms"))
+
+
+def log_time(line):
+    """The timestamp a sluice log line starts with, in seconds."""
+    stamp = line.split()[0].rstrip("Z")
+    return datetime.datetime.fromisoformat(stamp).timestamp()
+
+
+class OnDemand(WithDirect):
+
+    def test_preload_false_starts_on_the_first_request_and_idles_out(self):
+        s = self.sluice("--config", config(
+            self.tmp, tiny="    preload: false\n    idle-timeout: 2"))
+        st.wait_until(lambda: self.states(s)["slow"] == "ready", 60,
+                      "slow to be ready")
+        self.assertEqual(self.states(s), {"tiny": "stopped",
+                                          "slow": "ready"})
+        self.assertEqual(self.model_doc(s, "tiny")["upstreams"], [])
+        m = promcheck.check(s.get("/metrics").body.decode())
+        for state in ("stopped", "starting", "ready", "stopping"):
+            self.assertEqual(promcheck.value(m, "sluice_model_state",
+                                             model="tiny", state=state),
+                             state == "stopped", state)
+        self.assertEqual([(d["id"], d["state"]) for d in
+                          s.get("/v1/models").json()["data"]],
+                         [("tiny", "stopped"), ("slow", "ready")])
+        # A GET that takes no slot does not start it.
+        r = s.get("/props?model=tiny")
+        self.assertEqual(r.status, 503)
+        self.assertEqual(r.json()["error"]["message"],
+                         "model tiny is stopped; a request that needs a "
+                         "slot starts it")
+        # The first request starts it, and waits in the queue meanwhile:
+        # its X-Queue-Ms covers the start as sluice's log timed it.
+        r = self.assert_served_by(s, "tiny")
+        lines = s.output().splitlines()
+        start = [l for l in lines
+                 if "model tiny: starting (a request needs it)" in l]
+        self.assertEqual(len(start), 1, s.output())
+        ready = [l for l in lines[lines.index(start[0]):]
+                 if re.search(r"upstream \S+ is ready", l)][0]
+        # Both stamps are whole milliseconds: allow one for the rounding.
+        took_ms = round((log_time(ready) - log_time(start[0])) * 1000)
+        self.assertGreaterEqual(int(r.header("X-Queue-Ms")), took_ms - 1)
+        # One look, well within the idle-timeout of its answer.
+        h = s.health().json()
+        up = [m for m in h["models"] if m["name"] == "tiny"][0]
+        self.assertEqual((up["state"], up["upstreams"]), ("ready", ["tiny"]))
+        pid = [u["pid"] for u in h["upstreams"] if u["name"] == "tiny"][0]
+        # Unused for idle-timeout: stopped, its llama-server gone.
+        st.wait_until(lambda: self.states(s)["tiny"] == "stopped", 30,
+                      "tiny to stop after its idle-timeout")
+        s.wait_line(r"model tiny: stopping \(idle-timeout passed\)")
+        st.wait_until(lambda: not st.pid_alive(pid), 30,
+                      "tiny's llama-server to exit")
+        self.assertEqual(self.states(s)["slow"], "ready")
+        # And it starts again on demand.
+        self.assert_served_by(s, "tiny", asked="small")
+
+    def test_max_loaded_stops_the_least_recently_used(self):
+        third = ("  third:\n    model: %s\n    slots: 1\n    ctx-size: %d\n"
+                 "    args: [%s]\n    preload: false\n"
+                 % (st.MODEL_TINY, TINY_CTX, ", ".join(st.LLAMA_ONE_THREAD)))
+        s = self.sluice("--config", config(self.tmp, top="max-loaded: 2",
+                                           more=third))
+        st.wait_until(lambda: self.states(s) == {
+            "tiny": "ready", "slow": "ready", "third": "stopped"}, 60,
+            "tiny and slow to be ready")
+        # slow, then tiny: slow is now the least recently used.
+        self.assert_served_by(s, "slow")
+        self.assert_served_by(s, "tiny")
+        r = s.post("/completion", {"model": "third", "prompt": "x",
+                                   "n_predict": 2}, timeout=60)
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(self.states(s), {"tiny": "ready", "slow": "stopped",
+                                          "third": "ready"})
+        s.wait_line(r"model slow: stopping \(--max-loaded 2: room for "
+                    r"third\)")
+        # Now tiny is: slow's return stops it.
+        self.assert_served_by(s, "slow")
+        self.assertEqual(self.states(s), {"tiny": "stopped", "slow": "ready",
+                                          "third": "ready"})
+
+    def test_a_model_in_use_is_never_stopped_for_another(self):
+        s = self.sluice("--config", config(
+            self.tmp, top="max-loaded: 1", tiny="    preload: false"))
+        st.wait_until(lambda: self.states(s)["slow"] == "ready", 60,
+                      "slow to be ready")
+        busy = st.RawClient(s.port)
+        busy.request("POST", "/completion",
+                     {"model": "slow", "prompt": "go on", "n_predict": 3000,
+                      "ignore_eos": True, "stream": True})
+        self.assertEqual(busy.read_head()[0], 200)
+        next(busy.chunks())
+        results = {}
+
+        def ask_tiny():
+            results["tiny"] = s.post("/completion", {
+                "model": "tiny", "prompt": "x", "n_predict": 2}, timeout=120)
+        t = threading.Thread(target=ask_tiny)
+        t.start()
+        st.wait_until(lambda: self.model_doc(s, "tiny")["queued"] == 1, 30,
+                      "tiny's request to wait")
+        # slow is generating: tiny waits for it, and slow keeps running.
+        slow = self.model_doc(s, "slow")
+        self.assertEqual((slow["state"], slow["inflight"]), ("ready", 1))
+        self.assertEqual(self.states(s)["tiny"], "stopped")
+        # Its generation over (the client left), slow makes room.
+        busy.close()
+        t.join(120)
+        self.assertEqual(results["tiny"].status, 200, results["tiny"].body)
+        self.assertEqual(self.states(s), {"tiny": "ready",
+                                          "slow": "stopped"})
+        self.assertIsNotNone(results["tiny"].header("X-Queue-Ms"))
 
 
 class OneModel(st.TestCase):
