@@ -198,10 +198,16 @@ struct sl_upstream *sl_app_pick_upstream(struct sl_app *app,
 bool sl_app_upstream_expected(const struct sl_app *app,
                               const struct sl_model *m)
 {
-	/* Started on demand: its first start is awaited, not refused. */
+	/*
+	 * Started on demand: its start is awaited, not refused (at start-up
+	 * a first start is refused as ever: sluice is not ready yet).
+	 */
 	if (app->model_section && m->managed &&
-	    (m->wanted || m->unloading || m->late || !m->loaded))
+	    (m->wanted || m->unloading || !m->loaded))
 		return true;
+	for (unsigned i = 0; m->late && i < m->pool.n; i++)
+		if (m->pool.members[i]->state == SL_UPSTREAM_STARTING)
+			return true;
 	return sl_pool_expected(&m->pool);
 }
 
@@ -632,6 +638,11 @@ json_t *sl_app_health_json(const struct sl_app *app, bool *any_ready)
 		*any_ready |= sl_upstream_is_ready(u);
 		json_array_append_new(ups, sl_upstream_json(u));
 	}
+	/* A model that starts on demand can serve: sluice is ready. */
+	for (unsigned i = 0; app->model_section && i < app->n_models; i++) {
+		const struct sl_model *m = app->models[i];
+		*any_ready |= m->managed && !m->loaded && !m->unloading;
+	}
 	for (unsigned i = 0; i < app->n_models; i++)
 		json_array_append_new(models, model_json(app->models[i]));
 	uint64_t uptime =
@@ -1044,6 +1055,9 @@ int sl_app_run(const struct sl_config *cfg)
 	if (rc == 0)
 		rc = start_models(app);
 	app->started = true;
+	/* Every model starts on demand: nothing to wait for. */
+	if (rc == 0 && app->n_upstreams == 0)
+		announce_ready(app);
 	if (rc != 0)
 		sl_app_stop(app, EXIT_FAILURE);
 

@@ -380,6 +380,34 @@ class OnDemand(WithDirect):
         self.assertIsNotNone(results["tiny"].header("X-Queue-Ms"))
 
 
+    def test_a_model_that_cannot_start_fails_its_requests_not_sluice(self):
+        broken = self.tmp + "/broken.gguf"
+        with open(broken, "wb") as f:
+            f.write(b"GGUF" + bytes(60))  # the magic, then nothing valid
+        s = self.sluice("--config", config(
+            self.tmp, tiny="    preload: false", slow="    preload: false",
+            more="  broken:\n    model: %s\n    preload: false\n" % broken))
+        # Nothing runs before a request, and sluice is ready all the same
+        # (self.sluice waited for /ready): each model starts on demand.
+        self.assertEqual(self.states(s), {"tiny": "stopped",
+                                          "slow": "stopped",
+                                          "broken": "stopped"})
+        self.assertEqual(s.health().json()["upstreams"], [])
+        r = s.post("/completion", {"model": "broken", "prompt": "x",
+                                   "n_predict": 2}, timeout=60)
+        self.assertEqual(r.status, 503, r.body)
+        self.assertEqual(r.json()["error"]["message"],
+                         "model broken could not start; sluice's log says "
+                         "why")
+        s.wait_line(r"model broken: llama-server \S.* before it became "
+                    r"ready")
+        st.wait_until(lambda: self.states(s)["broken"] == "stopped", 30,
+                      "broken to be stopped")
+        # sluice goes on serving the others.
+        self.assert_served_by(s, "tiny")
+        self.assert_served_by(s, "slow")
+
+
 class OneModel(st.TestCase):
     """Without a models: section: one model, named after the file."""
 
