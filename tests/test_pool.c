@@ -1,0 +1,151 @@
+/*
+ * test_pool.c: a model's upstreams and the choice among them (pool.h):
+ * the most room wins, ties go in turn, a failed upstream is avoided while
+ * another qualifies, and each refusal says why.
+ */
+#include "sluice/common.h"
+#include "sluice/pool.h"
+#include "test.h"
+
+#include <string.h>
+
+/* A ready upstream at `index` with `slots`, `inflight` of them busy. */
+static struct sl_upstream *up(struct sl_upstream *u, unsigned index,
+                              unsigned slots, unsigned inflight)
+{
+	memset(u, 0, sizeof(*u));
+	u->state = SL_UPSTREAM_READY;
+	u->index = index;
+	u->total_slots = slots;
+	u->inflight = inflight;
+	return u;
+}
+
+static void test_membership_keeps_index_order(void)
+{
+	struct sl_upstream a, b, c;
+	struct sl_pool p = {.n = 0};
+	ASSERT_EQ(sl_pool_add(&p, up(&b, 5, 1, 0)), 0);
+	ASSERT_EQ(sl_pool_add(&p, up(&a, 2, 1, 0)), 0);
+	ASSERT_EQ(sl_pool_add(&p, up(&c, 9, 1, 0)), 0);
+	ASSERT_EQ(p.n, 3);
+	ASSERT(p.members[0] == &a && p.members[1] == &b && p.members[2] == &c);
+	ASSERT(sl_pool_contains(&p, &b));
+	sl_pool_remove(&p, &b);
+	ASSERT_EQ(p.n, 2);
+	ASSERT(!sl_pool_contains(&p, &b));
+	ASSERT(p.members[0] == &a && p.members[1] == &c);
+	sl_pool_remove(&p, &b); /* not a member: nothing */
+	ASSERT_EQ(p.n, 2);
+	static struct sl_upstream many[SL_POOL_MAX + 1];
+	struct sl_pool full = {.n = 0};
+	for (unsigned i = 0; i < SL_POOL_MAX; i++)
+		ASSERT_EQ(sl_pool_add(&full, up(&many[i], i, 1, 0)), 0);
+	ASSERT_EQ(sl_pool_add(&full, up(&many[SL_POOL_MAX], SL_POOL_MAX, 1, 0)),
+	          SL_EINVAL);
+}
+
+static void test_most_room_wins(void)
+{
+	struct sl_upstream a, b, c;
+	struct sl_pool p = {.n = 0};
+	char why[160];
+	/* 3 of 4 busy, 1 of 2, 2 of 8: c has the most room per slot. */
+	sl_pool_add(&p, up(&a, 0, 4, 3));
+	sl_pool_add(&p, up(&b, 1, 2, 1));
+	sl_pool_add(&p, up(&c, 2, 8, 2));
+	ASSERT(sl_pool_pick(&p, true, NULL, 0, why, sizeof(why)) == &c);
+	ASSERT_EQ(sl_pool_free_slots(&p), 1 + 1 + 6);
+	ASSERT_EQ(sl_pool_total_slots(&p), 14);
+	/* A suspect or ejected one is neither chosen nor counted. */
+	c.suspect = true;
+	ASSERT(sl_pool_pick(&p, true, NULL, 0, why, sizeof(why)) == &b);
+	ASSERT_EQ(sl_pool_free_slots(&p), 2);
+	ASSERT_EQ(sl_pool_total_slots(&p), 6);
+	ASSERT(sl_pool_expected(&p));
+	ASSERT(sl_pool_other_usable(&p, &a));
+	c.suspect = false;
+	c.outlier.ejected = true;
+	ASSERT(sl_pool_pick(&p, true, NULL, 0, why, sizeof(why)) == &b);
+	ASSERT(sl_pool_expected(&p));
+	c.outlier.ejected = false;
+	ASSERT(!sl_pool_expected(&p));
+	ASSERT_EQ(sl_pool_ready(&p), 3);
+}
+
+static void test_ties_go_in_turn(void)
+{
+	struct sl_upstream a, b, c;
+	struct sl_pool p = {.n = 0};
+	char why[160];
+	sl_pool_add(&p, up(&a, 3, 2, 0));
+	sl_pool_add(&p, up(&b, 7, 2, 0));
+	sl_pool_add(&p, up(&c, 12, 2, 0));
+	/* The first at or past `next`, wrapping around. */
+	ASSERT(sl_pool_pick(&p, true, NULL, 0, why, sizeof(why)) == &a);
+	ASSERT(sl_pool_pick(&p, true, NULL, 4, why, sizeof(why)) == &b);
+	ASSERT(sl_pool_pick(&p, true, NULL, 8, why, sizeof(why)) == &c);
+	ASSERT(sl_pool_pick(&p, true, NULL, 13, why, sizeof(why)) == &a);
+}
+
+static void test_avoided_unless_alone(void)
+{
+	struct sl_upstream a, b;
+	struct sl_pool p = {.n = 0};
+	char why[160];
+	sl_pool_add(&p, up(&a, 0, 4, 0));
+	sl_pool_add(&p, up(&b, 1, 4, 3));
+	/* a has more room, but a request just failed there. */
+	ASSERT(sl_pool_pick(&p, true, &a, 0, why, sizeof(why)) == &b);
+	b.inflight = 4;
+	ASSERT(sl_pool_pick(&p, true, &a, 0, why, sizeof(why)) == &a);
+	/* Without need_slot a full upstream still qualifies. */
+	ASSERT(sl_pool_pick(&p, false, &a, 0, why, sizeof(why)) == &b);
+}
+
+static void test_why_nothing_qualifies(void)
+{
+	struct sl_upstream a, b;
+	struct sl_pool p = {.n = 0};
+	char why[160];
+	sl_pool_add(&p, up(&a, 0, 1, 1));
+	ASSERT(!sl_pool_pick(&p, true, NULL, 0, why, sizeof(why)));
+	ASSERT_STR_EQ(why, "no upstream has a free slot");
+	a.state = SL_UPSTREAM_STARTING;
+	ASSERT(!sl_pool_pick(&p, false, NULL, 0, why, sizeof(why)));
+	ASSERT_STR_EQ(why, "llama-server is starting and not ready yet; "
+	                   "retry shortly");
+	a.state = SL_UPSTREAM_RESTARTING;
+	ASSERT(!sl_pool_pick(&p, false, NULL, 0, why, sizeof(why)));
+	ASSERT_STR_EQ(why, "llama-server is restarting after it exited; "
+	                   "retry shortly");
+	ASSERT(sl_pool_expected(&p));
+	a.state = SL_UPSTREAM_READY;
+	a.suspect = true;
+	ASSERT(!sl_pool_pick(&p, false, NULL, 0, why, sizeof(why)));
+	ASSERT_STR_EQ(why, "the upstream just failed a request and is being "
+	                   "checked; retry shortly");
+	a.suspect = false;
+	a.outlier.ejected = true;
+	ASSERT(!sl_pool_pick(&p, false, NULL, 0, why, sizeof(why)));
+	ASSERT_STR_EQ(why, "every ready upstream is ejected after failing "
+	                   "requests in a row; retry shortly");
+	a.state = SL_UPSTREAM_DOWN;
+	ASSERT(!sl_pool_pick(&p, false, NULL, 0, why, sizeof(why)));
+	ASSERT_STR_EQ(why, "no upstream is ready: every llama-server is down "
+	                   "or not answering");
+	ASSERT(!sl_pool_other_usable(&p, &b));
+	struct sl_pool empty = {.n = 0};
+	ASSERT(!sl_pool_pick(&empty, false, NULL, 0, why, sizeof(why)));
+	ASSERT_EQ(sl_pool_free_slots(&empty), 0);
+}
+
+int main(void)
+{
+	RUN(test_membership_keeps_index_order);
+	RUN(test_most_room_wins);
+	RUN(test_ties_go_in_turn);
+	RUN(test_avoided_unless_alone);
+	RUN(test_why_nothing_qualifies);
+	return 0;
+}
