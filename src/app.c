@@ -102,6 +102,13 @@ static const struct sl_sched_ops sched_ops = {
 
 static void kick_model_timer(uv_timer_t *t);
 
+/*
+ * Each model's scheduler has a timer of its own. A dispatch may kick the
+ * schedulers again from inside sl_sched_run (a start that fails frees a
+ * slot), and the one re-entered answers "nothing due" (sched.h); with one
+ * timer for all, the outer call would overwrite the deadline a nested run
+ * of another model had just set.
+ */
 static void kick_model(struct sl_model *m)
 {
 	uint64_t now = uv_now(&m->app->loop);
