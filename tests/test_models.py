@@ -7,6 +7,7 @@ the least recently used idle model, never one in use."""
 
 import datetime
 import re
+import subprocess
 import threading
 import time
 
@@ -406,6 +407,62 @@ class OnDemand(WithDirect):
         # sluice goes on serving the others.
         self.assert_served_by(s, "tiny")
         self.assert_served_by(s, "slow")
+
+
+class CheckConfig(st.TestCase):
+
+    def test_check_config_prints_the_models_back(self):
+        path = config(self.tmp, top="max-loaded: 1",
+                      tiny="    preload: false\n    idle-timeout: 90")
+        r = subprocess.run([st.SLUICE, "--check-config", path],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        self.assertIn("default-model: small  # file\n", r.stdout)
+        self.assertIn("max-loaded: 1  # file\n", r.stdout)
+        models = r.stdout[r.stdout.index("\nmodels:\n") + 1:]
+        self.assertEqual(models, """models:
+  tiny:
+    model: %s
+    slots: %d
+    ctx-size: %d
+    replicas: 1
+    args:
+      - "--threads"
+      - 1
+    preload: false
+    idle-timeout: 90000ms
+    aliases:
+      - small
+      - t
+    max-queue: 1024
+    queue-timeout: 60000ms
+  slow:
+    model: %s
+    slots: %d
+    ctx-size: %d
+    replicas: 1
+    args:
+      - "--threads"
+      - 1
+    preload: true
+    idle-timeout: 0ms
+    max-queue: 4
+    queue-timeout: 60000ms
+""" % (st.MODEL_TINY, TINY_SLOTS, TINY_CTX, st.MODEL_SLOW, SLOW_SLOTS,
+       SLOW_CTX))
+
+    def test_a_bad_model_is_one_line_naming_file_line_and_key(self):
+        path = config(self.tmp, slow="    replicas: many")
+        r = subprocess.run([st.SLUICE, "--check-config", path],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2)
+        with open(path) as f:
+            line = [n for n, text in enumerate(f.read().split("\n"), 1)
+                    if "replicas: many" in text][0]
+        self.assertEqual(r.stderr.strip().splitlines()[-1],
+                         "sluice: %s:%d: models.slow.replicas: expected a "
+                         "whole number from 1 to 16, got \"many\""
+                         % (path, line))
 
 
 class OneModel(st.TestCase):

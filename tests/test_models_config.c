@@ -256,6 +256,8 @@ static void test_errors(void)
 	    {"models:\n  a:\n    upstreams: [http://h:1]\n    preload: false\n",
 	     "4: models.a.preload: only a managed model (model: or hf-repo:) "
 	     "takes it"},
+	    {"models:\n  a:\n    model: x\n    aliases:\n      b: c\n",
+	     "5: models.a.aliases: expected a list"},
 	    {"models: {}\n",
 	     "1: models: expected a mapping of model names to their "
 	     "settings"},
@@ -274,6 +276,58 @@ static void test_errors(void)
 		unlink(path);
 		free(path);
 	}
+}
+
+/* The bounds on counts: models, aliases, upstreams. */
+static void test_bounds(void)
+{
+	struct sl_config cfg;
+	char err[512];
+	char *path;
+	char yaml[8192] = "models:\n";
+	for (int i = 0; i <= SL_MODELS_MAX; i++)
+		snprintf(yaml + strlen(yaml), sizeof(yaml) - strlen(yaml),
+		         "  m%d:\n    model: x\n", i);
+	ASSERT_EQ(parse_yaml(&cfg, yaml, NULL, NULL, err, sizeof(err), &path),
+	          SL_EINVAL);
+	char *want = sl_xasprintf("%s:2: models: 33 models; at most 32", path);
+	ASSERT_STR_EQ(err, want);
+	free(want);
+	sl_config_free(&cfg);
+	unlink(path);
+	free(path);
+
+	snprintf(yaml, sizeof(yaml),
+	         "models:\n  a:\n    model: x\n"
+	         "    aliases: [");
+	for (int i = 0; i <= SL_MODEL_ALIASES_MAX; i++)
+		snprintf(yaml + strlen(yaml), sizeof(yaml) - strlen(yaml),
+		         "%sb%d", i ? ", " : "", i);
+	strcat(yaml, "]\n");
+	ASSERT_EQ(parse_yaml(&cfg, yaml, NULL, NULL, err, sizeof(err), &path),
+	          SL_EINVAL);
+	want =
+	    sl_xasprintf("%s:4: models.a.aliases: 17 items; at most 16", path);
+	ASSERT_STR_EQ(err, want);
+	free(want);
+	sl_config_free(&cfg);
+	unlink(path);
+	free(path);
+
+	snprintf(yaml, sizeof(yaml), "models:\n  a:\n    upstreams: [");
+	for (int i = 0; i <= SL_MODEL_UPSTREAMS_MAX; i++)
+		snprintf(yaml + strlen(yaml), sizeof(yaml) - strlen(yaml),
+		         "%shttp://h:%d", i ? ", " : "", i + 1);
+	strcat(yaml, "]\n");
+	ASSERT_EQ(parse_yaml(&cfg, yaml, NULL, NULL, err, sizeof(err), &path),
+	          SL_EINVAL);
+	want = sl_xasprintf("%s:3: models.a.upstreams: 33 items; at most 32",
+	                    path);
+	ASSERT_STR_EQ(err, want);
+	free(want);
+	sl_config_free(&cfg);
+	unlink(path);
+	free(path);
 }
 
 /* Checks across options, once every source is read. */
@@ -337,6 +391,7 @@ int main(void)
 	RUN(test_good);
 	RUN(test_one_model);
 	RUN(test_errors);
+	RUN(test_bounds);
 	RUN(test_cross_checks);
 	RUN(test_reserve_per_model);
 	return 0;
