@@ -1,9 +1,10 @@
 /*
- * app.h: one running sluice: the loop, the HTTP front end, the upstreams,
- * and the order in which they start and stop.
+ * app.h: one running sluice: the loop, the HTTP front end, the models and
+ * their upstreams, and the order in which they start and stop.
  *
  * Start: the listener opens first (so a port clash fails fast), then each
- * upstream starts. Stop (SIGINT, SIGTERM, or a fatal start-up error): the
+ * model's upstreams start (a model started on demand waits for a request;
+ * see struct sl_model). Stop (SIGINT, SIGTERM, or a fatal start-up error): the
  * listener and connections close, every managed llama-server gets SIGTERM
  * and then SIGKILL after --stop-timeout, and once every handle has closed
  * the loop ends. A second signal while stopping kills llama-server at once.

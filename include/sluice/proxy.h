@@ -21,7 +21,10 @@
  *   headers      the hop-by-hop ones and those sluice writes itself
  *   per-upstream an endpoint that describes one llama-server (/props,
  *                /slots): "?upstream=NAME" picks which; with several
- *                upstreams a GET without it answers for each of them
+ *                upstreams of the model a GET without it answers for each
+ *   model        whose upstreams and queue serve the request (app.h): the
+ *                body's "model", or "?model=NAME" for a request without a
+ *                JSON body, or the default model
  */
 #ifndef SLUICE_PROXY_H
 #define SLUICE_PROXY_H
