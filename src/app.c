@@ -321,6 +321,9 @@ static void start_wanted(struct sl_app *app)
 	unsigned max = app->cfg->max_loaded;
 	for (unsigned i = 0; i < app->n_models; i++) {
 		struct sl_model *m = app->models[i];
+		/* Wanted while a request waits: one that left wants nothing. */
+		if (m->wanted && sl_sched_depth(&m->sched) == 0)
+			m->wanted = false;
 		if (!m->wanted || m->loaded || m->unloading)
 			continue;
 		if (max && models_running(app) >= max) {

@@ -1758,8 +1758,6 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	 * that is restarting or being checked after a failure is expected
 	 * back: what needs a slot waits for it in the queue.
 	 */
-	if (ep->scheduled)
-		sl_app_model_demand(app, m); /* a stopped model starts */
 	char why[SL_MODEL_NAME_MAX + 96];
 	struct sl_upstream *u =
 	    sl_app_pick_upstream(app, m, false, NULL, why, sizeof(why));
@@ -1815,8 +1813,10 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	if (x->assemble)
 		sl_assembler_init(&x->answer, checked.assemble_kind,
 		                  checked.return_tokens);
-	if (ep->scheduled)
+	if (ep->scheduled) {
 		enqueue(app, x);
-	else
+		sl_app_model_demand(app, m); /* a stopped model starts */
+	} else {
 		start_or_fail(x, u);
+	}
 }

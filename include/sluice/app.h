@@ -171,8 +171,8 @@ extern const char *const sl_model_states[];
 
 /*
  * Loading on demand. A request that needs a slot of a managed model that
- * is not running asks for it here, then waits in the model's queue (its
- * X-Queue-Ms shows the start). With --max-loaded models running, the least
+ * is not running waits in the model's queue and asks for it here (its
+ * X-Queue-Ms shows the start); the model is wanted while a request waits. With --max-loaded models running, the least
  * recently used idle one (nothing queued, nothing in flight) is stopped
  * first, and the start waits until it has; when none is idle, the start
  * waits until one is. A model that idles idle-timeout is stopped.
