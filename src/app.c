@@ -260,7 +260,7 @@ static void load(struct sl_app *app, struct sl_model *m, const char *why)
 	m->loaded = true;
 	m->wanted = false;
 	m->late = app->started;
-	m->last_used_ms = uv_now(&app->loop);
+	m->last_used = ++app->uses;
 	sl_info("model %s: starting (%s)", m->name, why);
 	int rc = 0;
 	for (unsigned r = 0; rc == 0 && r < conf->replicas; r++) {
@@ -303,7 +303,7 @@ static struct sl_model *lru_idle(struct sl_app *app, const struct sl_model *m)
 		struct sl_model *o = app->models[i];
 		if (o == m || !o->managed || !o->loaded || !model_idle(o))
 			continue;
-		if (!best || o->last_used_ms < best->last_used_ms)
+		if (!best || o->last_used < best->last_used)
 			best = o;
 	}
 	return best;
@@ -356,7 +356,7 @@ void sl_app_model_demand(struct sl_app *app, struct sl_model *m)
 void sl_app_model_used(struct sl_model *m)
 {
 	struct sl_app *app = m->app;
-	m->last_used_ms = uv_now(&app->loop);
+	m->last_used = ++app->uses;
 	const struct sl_model_config *conf = m->conf;
 	if (m->loaded && conf && conf->idle_timeout_ms && !app->stopping)
 		uv_timer_start(&m->idle_timer, on_idle_timer,

@@ -66,7 +66,12 @@ struct sl_model {
 	 * not sluice).
 	 */
 	bool loaded, unloading, wanted, late;
-	uint64_t last_used_ms; /* a request was dispatched or finished */
+	/*
+	 * When a request was last dispatched or finished, in the app's count
+	 * of uses: a count, not a time, so that two uses within one
+	 * millisecond still have an order (least recently used).
+	 */
+	uint64_t last_used;
 	uv_timer_t idle_timer; /* idle-timeout */
 };
 
@@ -84,6 +89,7 @@ struct sl_app {
 	struct sl_model *default_model; /* for a request naming none */
 	bool model_section;             /* models: given: names are checked */
 	bool started;                   /* start-up is over */
+	uint64_t uses; /* requests dispatched or finished: sl_model.last_used */
 	uint64_t created_s; /* Unix time sluice started: /v1/models' created */
 	unsigned next_upstream;         /* round-robin start among equals */
 	unsigned exchanges;             /* relayed requests not yet finished */
@@ -172,10 +178,11 @@ extern const char *const sl_model_states[];
 /*
  * Loading on demand. A request that needs a slot of a managed model that
  * is not running waits in the model's queue and asks for it here (its
- * X-Queue-Ms shows the start); the model is wanted while a request waits. With --max-loaded models running, the least
- * recently used idle one (nothing queued, nothing in flight) is stopped
- * first, and the start waits until it has; when none is idle, the start
- * waits until one is. A model that idles idle-timeout is stopped.
+ * X-Queue-Ms shows the start); the model is wanted while a request waits. With
+ * --max-loaded models running, the least recently used idle one (nothing
+ * queued, nothing in flight) is stopped first, and the start waits until it
+ * has; when none is idle, the start waits until one is. A model that idles
+ * idle-timeout is stopped.
  */
 void sl_app_model_demand(struct sl_app *app, struct sl_model *m);
 
