@@ -34,8 +34,9 @@ installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install o
 # systemd: its systemd-analyze checks the unit file (nothing is started;
 # containers often lack it).
 # libyaml-dev: sluice reads its configuration file (--config) with libyaml.
+# libxxhash-dev: prompt prefixes are hashed with xxHash for prefix affinity.
 packages=(gcc libc6-dev pkgconf meson ninja-build python3
-	libuv1-dev libcurl4-openssl-dev libjansson-dev libjsmn-dev libyaml-dev chromium
+	libuv1-dev libcurl4-openssl-dev libjansson-dev libjsmn-dev libyaml-dev libxxhash-dev chromium
 	nginx python3-yaml systemd)
 read -r -a extra <<<"${SLUICE_EXTRA_PACKAGES:-}"
 missing=()
