@@ -357,6 +357,7 @@ static int fail(char *err, size_t size, const char *where, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(err + n, size - (size_t)n, fmt, ap);
 	va_end(ap);
+	sl_one_line(err, size);
 	return SL_EINVAL;
 }
 
