@@ -18,6 +18,7 @@
 
 static void app_maybe_done(struct sl_app *app);
 static void stop_upstreams(struct sl_app *app, bool force);
+static void close_discoveries(struct sl_app *app);
 
 /*
  * Once a drain has nothing left in flight, the last responses may still be
@@ -116,8 +117,12 @@ static void on_sched_timer(uv_timer_t *t)
 	sl_app_kick_scheduler(t->data);
 }
 
+static void stop_drained(struct sl_app *app);
+
 void sl_app_kick_scheduler(struct sl_app *app)
 {
+	/* Called whenever a request lets go of its upstream. */
+	stop_drained(app);
 	if (app->front_closing)
 		return;
 	uint64_t now = uv_now(&app->loop);
@@ -206,11 +211,19 @@ static void on_upstream_fatal(struct sl_upstream *u, const char *why)
 	sl_app_stop(app, EXIT_FAILURE);
 }
 
+/*
+ * The array stays dense, so that an upstream added later (DNS discovery)
+ * goes at n_upstreams: the later ones move down and learn their new index.
+ */
 static void on_upstream_stopped(struct sl_upstream *u)
 {
 	struct sl_app *app = u->data;
-	app->upstreams[u->index] = NULL;
-	app->n_upstreams--;
+	for (unsigned i = u->index; i + 1 < app->n_upstreams; i++) {
+		app->upstreams[i] = app->upstreams[i + 1];
+		app->upstreams[i]->index = i;
+	}
+	app->upstreams[--app->n_upstreams] = NULL;
+	app->upstreams_full = false;
 	app_maybe_done(app);
 }
 
@@ -283,6 +296,7 @@ static void close_front(struct sl_app *app)
 	uv_close((uv_handle_t *)&app->drain_timer, NULL);
 	uv_close((uv_handle_t *)&app->sched_timer, NULL);
 	uv_close((uv_handle_t *)&app->flush_timer, NULL);
+	uv_close((uv_handle_t *)&app->reap_timer, NULL);
 	if (app->http.loop)
 		sl_http_server_close(&app->http, on_http_closed);
 	else
@@ -371,6 +385,7 @@ void sl_app_stop(struct sl_app *app, int exit_code)
 		return;
 	app->stopping = true;
 	app->exit_code = exit_code;
+	close_discoveries(app);
 	/* Signals stay watched (unref'd) so a second one can hurry us. */
 	uv_unref((uv_handle_t *)&app->sigint);
 	uv_unref((uv_handle_t *)&app->sigterm);
@@ -506,6 +521,172 @@ static int add_upstream(struct sl_app *app, const struct sl_managed_spec *spec,
 	return rc;
 }
 
+/* ---- upstreams that come and go (DNS discovery) ---- */
+
+struct sl_upstream *sl_app_add_upstream(struct sl_app *app, const char *url,
+                                        const char *origin)
+{
+	if (app->n_upstreams >= SL_MAX_UPSTREAMS) {
+		if (!app->upstreams_full)
+			sl_warn("upstream %s (from %s) left out: sluice holds "
+			        "at most %d upstreams",
+			        url, origin ? origin : "the configuration",
+			        SL_MAX_UPSTREAMS);
+		app->upstreams_full = true;
+		return NULL;
+	}
+	struct sl_upstream *u = sl_upstream_new(
+	    &app->loop, &app->curl, app->cfg, NULL, url, &upstream_hooks, app);
+	u->origin = origin ? sl_xstrdup(origin) : NULL;
+	u->index = app->n_upstreams;
+	app->upstreams[app->n_upstreams++] = u;
+	sl_info("upstream %s added (from %s); checking it", url,
+	        origin ? origin : "the configuration");
+	/* A remote upstream's start only schedules its first check. */
+	sl_upstream_start(u);
+	return u;
+}
+
+static void on_reap_timer(uv_timer_t *t)
+{
+	struct sl_app *app = t->data;
+	for (unsigned i = 0; i < app->n_upstreams; i++) {
+		struct sl_upstream *u = app->upstreams[i];
+		if (u->draining && u->inflight == 0 && !u->stopping) {
+			sl_info("upstream %s drained; removing it", u->url);
+			/* on_upstream_stopped takes it out of the array. */
+			sl_upstream_stop(u, false);
+		}
+	}
+}
+
+/*
+ * Draining upstreams with nothing left in flight are stopped, from a timer
+ * of their own: this runs whenever a request lets go of its upstream, and
+ * that may be inside the upstream's own callbacks, where stopping it would
+ * pull its handles from under it. At shutdown every upstream stops anyway.
+ */
+static void stop_drained(struct sl_app *app)
+{
+	if (app->front_closing)
+		return;
+	for (unsigned i = 0; i < app->n_upstreams; i++) {
+		const struct sl_upstream *u = app->upstreams[i];
+		if (u->draining && u->inflight == 0 && !u->stopping) {
+			uv_timer_start(&app->reap_timer, on_reap_timer, 0, 0);
+			return;
+		}
+	}
+}
+
+void sl_app_retire_upstream(struct sl_app *app, struct sl_upstream *u)
+{
+	if (u->draining || u->stopping)
+		return;
+	u->draining = true;
+	sl_info("upstream %s (from %s) is going: no new work for it, %u "
+	        "requests in flight there finish first",
+	        u->url, u->origin ? u->origin : "the configuration",
+	        u->inflight);
+	stop_drained(app);
+}
+
+/* The upstream at `url` that `origin` added and still holds, or NULL. */
+static struct sl_upstream *find_discovered(struct sl_app *app, const char *url,
+                                           const char *origin)
+{
+	for (unsigned i = 0; i < app->n_upstreams; i++) {
+		struct sl_upstream *u = app->upstreams[i];
+		if (!u->stopping && u->origin &&
+		    strcmp(u->origin, origin) == 0 && strcmp(u->url, url) == 0)
+			return u;
+	}
+	return NULL;
+}
+
+static void discovered_url(struct sl_discovery *d, const char *addr, char *url,
+                           size_t url_size, char *origin, size_t origin_size)
+{
+	sl_discovery_url(addr, sl_discovery_port(d), url, url_size);
+	snprintf(origin, origin_size, "dns:%s", sl_discovery_target(d));
+}
+
+static void on_address_added(struct sl_discovery *d, const char *addr)
+{
+	struct sl_app *app = sl_discovery_data(d);
+	char url[128], origin[SL_DISCOVERY_NAME_MAX + 16];
+	discovered_url(d, addr, url, sizeof(url), origin, sizeof(origin));
+	struct sl_upstream *u = find_discovered(app, url, origin);
+	if (!u) {
+		sl_app_add_upstream(app, url, origin);
+	} else if (u->draining) {
+		/* Back in the answer before its drain ended: keep it. */
+		u->draining = false;
+		sl_info("upstream %s is back in %s; it takes work again", url,
+		        origin);
+		sl_app_kick_scheduler(app);
+	}
+}
+
+static void on_address_removed(struct sl_discovery *d, const char *addr)
+{
+	struct sl_app *app = sl_discovery_data(d);
+	char url[128], origin[SL_DISCOVERY_NAME_MAX + 16];
+	discovered_url(d, addr, url, sizeof(url), origin, sizeof(origin));
+	struct sl_upstream *u = find_discovered(app, url, origin);
+	if (u)
+		sl_app_retire_upstream(app, u);
+}
+
+static void on_discovery_closed(struct sl_discovery *d)
+{
+	struct sl_app *app = sl_discovery_data(d);
+	for (unsigned i = 0; i < app->n_discoveries; i++)
+		if (app->discoveries[i] == d)
+			app->discoveries[i] = NULL;
+}
+
+static const struct sl_discovery_hooks discovery_hooks = {
+    .on_added = on_address_added,
+    .on_removed = on_address_removed,
+    .on_closed = on_discovery_closed,
+};
+
+static int start_discoveries(struct sl_app *app)
+{
+	const struct sl_config *cfg = app->cfg;
+	if (cfg->upstream_dns.count == 0)
+		return 0;
+	app->discoveries =
+	    sl_xcalloc(cfg->upstream_dns.count, sizeof(*app->discoveries));
+	app->n_discoveries = cfg->upstream_dns.count;
+	for (unsigned i = 0; i < cfg->upstream_dns.count; i++) {
+		char err[512];
+		struct sl_discovery *d =
+		    sl_discovery_new(&app->loop, cfg->upstream_dns.items[i],
+		                     cfg->dns_server, cfg->dns_refresh_ms,
+		                     &discovery_hooks, app, err, sizeof(err));
+		if (!d) {
+			sl_error("%s", err);
+			return SL_EINVAL;
+		}
+		app->discoveries[i] = d;
+		sl_info("following the addresses of %s every %.1f s",
+		        cfg->upstream_dns.items[i],
+		        (double)cfg->dns_refresh_ms / 1000.0);
+		sl_discovery_start(d);
+	}
+	return 0;
+}
+
+/* Stopping: the upstreams stay as they are now. */
+static void close_discoveries(struct sl_app *app)
+{
+	for (unsigned i = 0; i < app->n_discoveries; i++)
+		if (app->discoveries[i])
+			sl_discovery_close(app->discoveries[i]);
+}
+
 /*
  * --trusted-proxy's ranges, parsed once for the HTTP server; the options
  * were checked when read, so a failure here is a bug.
@@ -603,7 +784,8 @@ int sl_app_run(const struct sl_config *cfg)
 	app->cfg = cfg;
 	struct sl_managed_spec spec = {0};
 	char *exe = NULL, *model = NULL;
-	bool managed = cfg->model[0] || cfg->upstreams.count == 0;
+	bool managed = cfg->model[0] || (cfg->upstreams.count == 0 &&
+	                                 cfg->upstream_dns.count == 0);
 	int rc;
 
 	if (managed && plan_managed(app, &spec, &exe, &model) != 0) {
@@ -625,6 +807,8 @@ int sl_app_run(const struct sl_config *cfg)
 	app->sched_timer.data = app;
 	uv_timer_init(&app->loop, &app->flush_timer);
 	app->flush_timer.data = app;
+	uv_timer_init(&app->loop, &app->reap_timer);
+	app->reap_timer.data = app;
 	struct sl_sched_config sched_cfg = {
 	    .aging_rate = cfg->aging_rate,
 	    .window_ms = cfg->batch_window_ms,
@@ -645,6 +829,8 @@ int sl_app_run(const struct sl_config *cfg)
 		rc = add_upstream(app, &spec, NULL);
 	for (unsigned i = 0; rc == 0 && i < cfg->upstreams.count; i++)
 		rc = add_upstream(app, NULL, cfg->upstreams.items[i]);
+	if (rc == 0)
+		rc = start_discoveries(app);
 	free(exe);
 	free(model);
 	if (rc != 0)
@@ -654,6 +840,7 @@ int sl_app_run(const struct sl_config *cfg)
 	sl_sched_free(&app->sched);
 	int code = app->exit_code;
 	free(app->trusted_proxies);
+	free(app->discoveries);
 	free(app);
 	return code;
 }

@@ -8,6 +8,7 @@
 #include "sluice/common.h"
 #include "sluice/config_file.h"
 #include "sluice/demo_model.h"
+#include "sluice/discovery.h"
 #include "sluice/http.h"
 #include "sluice/log.h"
 #include "sluice/probe.h"
@@ -152,6 +153,22 @@ static const struct option_def options[] = {
 	 "once an upstream answer has begun, the longest silence allowed "
 	 "between its bytes",
 	 NULL},
+	{"upstream-dns", "SLUICE_UPSTREAM_DNS", "NAME:PORT", OPT_ARG_LIST,
+	 FIELD(upstream_dns), NULL, 0, 0, NULL,
+	 "a DNS name whose addresses (A and AAAA) are upstreams, each at "
+	 "http://ADDR:PORT, as a Kubernetes headless Service lists its pods: "
+	 "looked up every --dns-refresh, new addresses are checked and used, "
+	 "vanished ones take no new work and go once their requests are done; "
+	 "repeatable (environment: whitespace-separated)",
+	 "none"},
+	{"dns-refresh", "SLUICE_DNS_REFRESH", "DURATION", OPT_DURATION,
+	 FIELD(dns_refresh_ms), "5", 100, 3600 * SEC, NULL,
+	 "time between two lookups of an --upstream-dns name", NULL},
+	{"dns-server", "SLUICE_DNS_SERVER", "IP:PORT", OPT_STRING,
+	 FIELD(dns_server), "", 0, 0, NULL,
+	 "the DNS server --upstream-dns names are asked of ([IPv6]:PORT for "
+	 "IPv6)",
+	 "the system's, from /etc/resolv.conf"},
 	{"retries", "SLUICE_RETRIES", "N", OPT_UINT, FIELD(retries), "1", 0,
 	 SL_RETRIES_MAX, NULL,
 	 "times a queued request is sent again, to another ready upstream "
@@ -1207,6 +1224,27 @@ static int check_reserve(const struct parse_state *st)
 	return 0;
 }
 
+/* --upstream-dns and --dns-server: their syntax, checked before any use. */
+static int check_dns(const struct parse_state *st)
+{
+	const struct sl_config *cfg = st->cfg;
+	char where[PATH_MAX + 64], why[512];
+	for (unsigned i = 0; i < cfg->upstream_dns.count; i++)
+		if (sl_discovery_parse_target(cfg->upstream_dns.items[i], NULL,
+		                              NULL, why, sizeof(why)) != 0)
+			return fail(st->err, st->size,
+			            source_name(st, "upstream-dns", false, where,
+			                        sizeof(where)),
+			            "%s", why);
+	if (cfg->dns_server[0] &&
+	    sl_discovery_parse_server(cfg->dns_server, why, sizeof(why)) != 0)
+		return fail(st->err, st->size,
+		            source_name(st, "dns-server", false, where,
+		                        sizeof(where)),
+		            "%s", why);
+	return 0;
+}
+
 /*
  * The sources in rising precedence: defaults, the file, the environment,
  * the flags. Argv is read first all the same, since it may name the file.
@@ -1244,6 +1282,8 @@ int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
 		rc = settle_origins(&st);
 	if (rc == 0)
 		rc = check_reserve(&st);
+	if (rc == 0)
+		rc = check_dns(&st);
 	return rc;
 }
 

@@ -13,6 +13,7 @@
 
 #include "sluice/config.h"
 #include "sluice/curl_loop.h"
+#include "sluice/discovery.h"
 #include "sluice/http.h"
 #include "sluice/sched.h"
 #include "sluice/stats.h"
@@ -31,10 +32,15 @@ struct sl_app {
 	struct sl_http_server http;
 	uv_signal_t sigint, sigterm;
 
+	/* Dense: upstreams[i]->index == i, for i < n_upstreams. */
 	struct sl_upstream *upstreams[SL_MAX_UPSTREAMS];
-	unsigned n_upstreams;           /* not yet stopped */
-	unsigned next_upstream;         /* round-robin start among equals */
-	unsigned exchanges;             /* relayed requests not yet finished */
+	unsigned n_upstreams; /* not yet stopped */
+	/* One per --upstream-dns, NULL once closed (discovery.h). */
+	struct sl_discovery **discoveries;
+	unsigned n_discoveries;
+	bool upstreams_full;    /* an address found no room; logged once */
+	unsigned next_upstream; /* round-robin start among equals */
+	unsigned exchanges;     /* relayed requests not yet finished */
 	struct exchange *exchange_list; /* all of them (proxy.c) */
 	struct sl_stats stats;
 	/* --trusted-proxy, parsed: the HTTP server's limits point here. */
@@ -47,6 +53,7 @@ struct sl_app {
 	uv_timer_t sched_timer; /* the scheduler's next deadline */
 	uv_timer_t drain_timer;
 	uv_timer_t flush_timer; /* the grace for the last responses */
+	uv_timer_t reap_timer;  /* stops drained upstreams (DNS discovery) */
 	bool flushing;          /* waiting for the last connections to close */
 	bool ending_all;        /* sl_proxy_end_all() is running */
 	bool demo;              /* serving the demo model */
@@ -94,6 +101,21 @@ struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, bool need_slot,
  * requests then wait in the queue rather than get 503.
  */
 bool sl_app_upstream_expected(const struct sl_app *app);
+
+/*
+ * A remote upstream at `url`, started: checked, and used once ready.
+ * `origin` ("dns:NAME:PORT") says where it came from, for /health.
+ * Returns it, or NULL when SL_MAX_UPSTREAMS are
+ * there already (logged once until one goes).
+ */
+struct sl_upstream *sl_app_add_upstream(struct sl_app *app, const char *url,
+                                        const char *origin);
+
+/*
+ * Lets `u` go: it drains (no new work; what runs there finishes), then it
+ * is stopped and leaves app->upstreams, whose later entries move down.
+ */
+void sl_app_retire_upstream(struct sl_app *app, struct sl_upstream *u);
 
 /* Lets the scheduler act now (after a push, a removal, a freed slot). */
 void sl_app_kick_scheduler(struct sl_app *app);

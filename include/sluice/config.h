@@ -81,6 +81,10 @@ struct sl_config {
 	unsigned retries;       /* resends after a failure, see --retries */
 	unsigned eject_after;   /* consecutive failures; 0: never eject */
 	uint64_t eject_time_ms; /* the first ejection period */
+	/* Upstreams found in DNS (discovery.h). */
+	struct sl_strlist upstream_dns; /* NAME:PORT, each followed */
+	uint64_t dns_refresh_ms;        /* between lookups of a name */
+	char *dns_server;               /* IP:PORT, or "" for the system's */
 
 	/* Client side */
 	unsigned max_connections;
