@@ -365,8 +365,9 @@ static void replace_set(struct sl_discovery *d,
 
 /* One line per change in how lookups end: no flood while it lasts. */
 static void log_outcome(struct sl_discovery *d, enum sl_dns_result r,
-                        int status)
+                        int status, unsigned n)
 {
+	enum sl_dns_result prev = d->last_result;
 	bool same = d->any_lookup && d->last_result == r &&
 	            (r == SL_DNS_OK || d->last_status == status);
 	bool was_ok = !d->any_lookup || d->last_result == SL_DNS_OK;
@@ -377,7 +378,10 @@ static void log_outcome(struct sl_discovery *d, enum sl_dns_result r,
 		return;
 	switch (r) {
 	case SL_DNS_OK:
-		if (!was_ok)
+		if (!was_ok && prev == SL_DNS_EMPTY)
+			sl_info("dns %s: the name has addresses again (%u)",
+			        d->target, n);
+		else if (!was_ok)
 			sl_info("dns %s: lookups answer again", d->target);
 		break;
 	case SL_DNS_EMPTY:
@@ -387,8 +391,8 @@ static void log_outcome(struct sl_discovery *d, enum sl_dns_result r,
 		break;
 	case SL_DNS_TIMEOUT:
 	case SL_DNS_ERROR:
-		sl_warn("dns %s: lookup failed: %s; keeping the %u addresses "
-		        "known until a lookup answers",
+		sl_warn("dns %s: lookup failed: %s; keeping the addresses "
+		        "known (%u) until a lookup answers",
 		        d->target, ares_strerror(status), d->n_addrs);
 		break;
 	case SL_DNS_RESULTS: break;
@@ -430,7 +434,7 @@ static void on_lookup(void *arg, int status, int timeouts,
 		        d->target, SL_DISCOVERY_MAX_ADDRS,
 		        SL_DISCOVERY_MAX_ADDRS);
 	d->over_limit = over;
-	log_outcome(d, r, status);
+	log_outcome(d, r, status, n);
 	uv_timer_start(&d->refresh_timer, on_refresh_timer, d->refresh_ms, 0);
 	if (r == SL_DNS_OK || r == SL_DNS_EMPTY)
 		replace_set(d, next, n);
