@@ -197,6 +197,7 @@ bool sl_app_upstream_expected(const struct sl_app *app)
 	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
 		const struct sl_upstream *u = app->upstreams[i];
 		if (u && (u->state == SL_UPSTREAM_RESTARTING ||
+		          (u->state == SL_UPSTREAM_STARTING && u->origin) ||
 		          (u->state == SL_UPSTREAM_READY &&
 		           (u->suspect || u->outlier.ejected))))
 			return true;

@@ -171,6 +171,29 @@ class Discovery(st.TestCase):
         st.wait_until(lambda: a.url not in self.upstreams(s), SAFETY_NET_S,
                       "127.0.0.2 to leave /health")
         s.wait_line(r"upstream %s drained; removing it" % re.escape(a.url))
+        self.assertEqual(list(self.upstreams(s)), [b.url])
+
+        # Its metric series went with it; the lookups are counted.
+        m = metrics(s)
+        ups = {dict(labels).get("upstream") for (name, labels) in m
+               if name == "sluice_upstream_up"}
+        self.assertEqual(ups, {b.url})
+        target = "%s:%d" % (NAME, a.port)
+        self.assertGreaterEqual(sample(
+            m, "sluice_dns_lookups_total", name=target, result="ok"), 3)
+        self.assertEqual(sample(m, "sluice_dns_addresses", name=target), 1)
+
+        # A move with no overlap, .3 to .2: the new address is checked
+        # while the old one drains, and requests wait for it meanwhile.
+        self.dns.set(NAME, ["127.0.0.2"])
+        st.wait_until(lambda: [(url, u["state"]) for url, u in
+                               self.upstreams(s).items()]
+                      == [(a.url, "ready")], SAFETY_NET_S,
+                      "127.0.0.2 alone, ready")
+        rid = "moved-back"
+        r = completion(s.port, SHORT_TOKENS, rid)
+        self.assertEqual(r.status, 200)
+        self.assertEqual(self.served_by(s, rid), a.url)
 
         stop.set()
         for t in threads:
@@ -180,17 +203,6 @@ class Discovery(st.TestCase):
         self.assertEqual(failed, [])
         served = {self.served_by(s, rid) for rid, _ in results}
         self.assertEqual(served, {a.url, b.url})
-        self.assertEqual(list(self.upstreams(s)), [b.url])
-
-        # The upstream series went with it; the lookups are counted.
-        m = metrics(s)
-        ups = {dict(labels).get("upstream") for (name, labels) in m
-               if name == "sluice_upstream_up"}
-        self.assertEqual(ups, {b.url})
-        target = "%s:%d" % (NAME, a.port)
-        self.assertGreaterEqual(sample(
-            m, "sluice_dns_lookups_total", name=target, result="ok"), 3)
-        self.assertEqual(sample(m, "sluice_dns_addresses", name=target), 1)
         self.assertEqual(s.stop(), 0)
 
     def test_a_failing_resolver_keeps_the_set(self):

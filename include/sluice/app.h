@@ -97,8 +97,11 @@ struct sl_upstream *sl_app_pick_upstream(struct sl_app *app, bool need_slot,
 /*
  * Whether an upstream that cannot take work now is expected back soon: a
  * managed llama-server restarting after it exited, or a ready one marked
- * suspect and being checked, or ejected for a while after failures. New
- * requests then wait in the queue rather than get 503.
+ * suspect and being checked, or ejected for a while after failures, or
+ * one DNS discovery just found and is checking for the first time (when a
+ * name's answer moves from one address to another, the old one drains
+ * while the new one is checked). New requests then wait in the queue
+ * rather than get 503.
  */
 bool sl_app_upstream_expected(const struct sl_app *app);
 
