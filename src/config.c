@@ -1233,14 +1233,14 @@ static int check_dns(const struct parse_state *st)
 		if (sl_discovery_parse_target(cfg->upstream_dns.items[i], NULL,
 		                              NULL, why, sizeof(why)) != 0)
 			return fail(st->err, st->size,
-			            source_name(st, "upstream-dns", false,
-			                        where, sizeof(where)),
+			            source_name(st, "upstream-dns", true, where,
+			                        sizeof(where)),
 			            "%s", why);
 	if (cfg->dns_server[0] &&
 	    sl_discovery_parse_server(cfg->dns_server, why, sizeof(why)) != 0)
 		return fail(
 		    st->err, st->size,
-		    source_name(st, "dns-server", false, where, sizeof(where)),
+		    source_name(st, "dns-server", true, where, sizeof(where)),
 		    "%s", why);
 	return 0;
 }

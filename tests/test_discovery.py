@@ -273,9 +273,14 @@ class Discovery(st.TestCase):
                 (["--upstream-dns", "a:80", "--dns-server", "::1:53"],
                  '--dns-server: expected IP:PORT or [IPv6]:PORT, got '
                  '"::1:53"'),
-                (["--dns-refresh", "10ms"], None)):
+                (["--dns-refresh", "10ms"], None),
+                (["--upstream-dns", "a:80", "SLUICE_DNS_SERVER=10.0.0.1"],
+                 'SLUICE_DNS_SERVER: expected IP:PORT or [IPv6]:PORT, got '
+                 '"10.0.0.1"')):
             with self.subTest(args=args):
-                s = self.sluice(*args, wait_ready=None)
+                env = dict(a.split("=", 1) for a in args if "=" in a)
+                args = [a for a in args if "=" not in a]
+                s = self.sluice(*args, env=env, wait_ready=None)
                 self.assertEqual(s.wait_exit(SAFETY_NET_S), 2)
                 out = s.output().splitlines()
                 self.assertEqual(len(out), 1, out)
