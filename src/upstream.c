@@ -585,8 +585,12 @@ json_t *sl_upstream_json(const struct sl_upstream *u)
 		json_object_set_new(o, "suspect", json_true());
 	if (u->origin)
 		json_object_set_new(o, "origin", json_string(u->origin));
-	if (u->draining)
+	if (u->draining) {
+		/* What the drain still waits for. */
 		json_object_set_new(o, "draining", json_true());
+		json_object_set_new(o, "inflight",
+		                    json_integer((json_int_t)u->inflight));
+	}
 	json_object_set_new(o, "consecutive_failures",
 	                    json_integer(u->outlier.failures));
 	json_object_set_new(o, "ejections",
