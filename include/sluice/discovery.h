@@ -19,6 +19,10 @@
  *                  pods. One log line when lookups start failing (or fail
  *                  in another way), one when they succeed again.
  *
+ * Not handled yet: an IPv6 link-local answer's scope (fe80::1%eth0) is
+ * not kept, so such an address would not connect; the TTL is not read (the
+ * name is asked again every --dns-refresh whatever it says).
+ *
  * Lifetime: sl_discovery_new(), sl_discovery_start(), and
  * sl_discovery_close(), after which hooks->on_closed reports the end and
  * the discovery frees itself. No hook runs during sl_discovery_close().
