@@ -294,14 +294,20 @@ class Discovery(st.TestCase):
                     self.assertTrue(out[0].startswith(
                         "sluice: --dns-refresh: "), out)
 
-    def test_ipv6_server_and_address(self):
-        """An AAAA answer becomes an http://[ADDR]:PORT upstream (nothing
-        listens there: it only has to be listed)."""
+    def test_ipv6_and_several_names(self):
+        """An AAAA answer becomes an http://[ADDR]:PORT upstream, and each
+        --upstream-dns name is followed on its own (nothing listens at
+        these addresses: they only have to be listed)."""
         self.dns.set(NAME, ["::1"])
-        s = self.discovering(9, wait_ready=False)
-        st.wait_until(lambda: self.upstreams(s), SAFETY_NET_S,
-                      "the IPv6 upstream")
-        self.assertEqual(list(self.upstreams(s)), ["http://[::1]:9"])
+        self.dns.set("other." + NAME, ["127.0.0.9"])
+        s = self.discovering(9, "--upstream-dns", "other.%s:10" % NAME,
+                             wait_ready=False)
+        st.wait_until(lambda: len(self.upstreams(s)) == 2, SAFETY_NET_S,
+                      "both names' upstreams")
+        self.assertEqual({url: u["origin"] for url, u in
+                          self.upstreams(s).items()},
+                         {"http://[::1]:9": "dns:%s:9" % NAME,
+                          "http://127.0.0.9:10": "dns:other.%s:10" % NAME})
         self.assertEqual(s.stop(), 0)
 
 
