@@ -10,6 +10,7 @@
 #include "sluice/demo_model.h"
 #include "sluice/discovery.h"
 #include "sluice/http.h"
+#include "sluice/keys.h"
 #include "sluice/log.h"
 #include "sluice/probe.h"
 #include "sluice/sched.h"
@@ -335,6 +336,10 @@ struct action_def {
 static const struct action_def actions[] = {
 	{"help", NULL, "print this help and exit"},
 	{"version", NULL, "print the version and exit"},
+	{"hash-key", NULL,
+	 "read an API key's secret on standard input (one trailing newline "
+	 "dropped) and print the \"hash: sha256:HEX\" line for a key of the "
+	 "configuration file's keys: section, and exit"},
 	{"write-demo-model", "PATH",
 	 "write the demo model (see --demo-model-size) to PATH and exit"},
 	{"probe", "URL",
@@ -858,6 +863,8 @@ static void apply_action(struct sl_config *cfg, const struct action_def *a,
 		cfg->help = true;
 	else if (strcmp(a->name, "version") == 0)
 		cfg->version = true;
+	else if (strcmp(a->name, "hash-key") == 0)
+		cfg->hash_key = true;
 	else if (strcmp(a->name, "probe") == 0)
 		set_string(&cfg->probe, value);
 	else if (strcmp(a->name, "check-config") == 0)
@@ -939,6 +946,7 @@ struct section_def {
 };
 
 static const struct section_def sections[] = {
+    {"keys", sl_keys_config_apply, sl_keys_config_print},
     {NULL, NULL, NULL},
 };
 
@@ -1253,6 +1261,9 @@ int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
                     char *const envp[], char *err, size_t size)
 {
 	memset(cfg, 0, sizeof(*cfg));
+	cfg->argc = argc;
+	cfg->argv = argv;
+	cfg->envp = envp;
 	err[0] = '\0';
 	struct parse_state st = {.cfg = cfg, .err = err, .size = size};
 	struct flag_value *flags =
@@ -1319,6 +1330,7 @@ void sl_config_free(struct sl_config *cfg)
 	free(cfg->write_demo_model);
 	free(cfg->probe);
 	free(cfg->check_config);
+	sl_keys_free(cfg->keys);
 	memset(cfg, 0, sizeof(*cfg));
 }
 
