@@ -380,6 +380,82 @@ static void on_signal(uv_signal_t *h, int signum)
 		close_front(app); /* on_http_closed stops them, forcefully */
 }
 
+/* ---- SIGHUP: reloading the keys ---- */
+
+static void start_reload(struct sl_app *app);
+
+/*
+ * In a worker thread: the configuration is read again from the same
+ * sources as at start (its file, the environment, the flags), so that a
+ * reload sees exactly what a restart would, without blocking the loop on
+ * the file. sl_config_parse() touches nothing shared but its arguments.
+ */
+static void reload_in_worker(uv_work_t *w)
+{
+	struct sl_app *app = sl_container_of(w, struct sl_app, reload_work);
+	const struct sl_config *cfg = app->cfg;
+	app->reload_cfg = sl_xcalloc(1, sizeof(*app->reload_cfg));
+	app->reload_rc =
+	    sl_config_parse(app->reload_cfg, cfg->argc, cfg->argv, cfg->envp,
+	                    app->reload_err, sizeof(app->reload_err));
+}
+
+/*
+ * Back on the loop: the new key table replaces the old one, or, when the
+ * file is wrong now, the old keys stay and one line says why. Only the keys
+ * are taken; every other option keeps its start-up value until a restart.
+ */
+static void reload_done(uv_work_t *w, int status)
+{
+	struct sl_app *app = sl_container_of(w, struct sl_app, reload_work);
+	struct sl_config *cfg = app->reload_cfg;
+	app->reload_cfg = NULL;
+	app->reloading = false;
+	if (status != 0)
+		sl_error("SIGHUP: keys not reloaded: %s", uv_strerror(status));
+	else if (app->reload_rc != 0)
+		sl_error("SIGHUP: keys not reloaded, the old ones stay: %s",
+		         app->reload_err);
+	else {
+		sl_tenants_install(&app->tenants, cfg->keys, true);
+		cfg->keys = NULL;
+	}
+	if (cfg) {
+		sl_config_free(cfg);
+		free(cfg);
+	}
+	if (app->reload_again && !app->stopping) {
+		app->reload_again = false;
+		start_reload(app);
+	}
+}
+
+static void start_reload(struct sl_app *app)
+{
+	app->reloading = true;
+	int rc = uv_queue_work(&app->loop, &app->reload_work, reload_in_worker,
+	                       reload_done);
+	if (rc != 0) {
+		app->reloading = false;
+		sl_error("SIGHUP: keys not reloaded: %s", uv_strerror(rc));
+	}
+}
+
+static void on_sighup(uv_signal_t *h, int signum)
+{
+	struct sl_app *app = h->data;
+	(void)signum;
+	if (app->stopping)
+		return;
+	/* A second SIGHUP during a reload may follow an edit it missed. */
+	if (app->reloading) {
+		app->reload_again = true;
+		return;
+	}
+	sl_info("received SIGHUP; reloading the keys from the configuration");
+	start_reload(app);
+}
+
 void sl_app_stop(struct sl_app *app, int exit_code)
 {
 	if (app->stopping)
@@ -390,6 +466,7 @@ void sl_app_stop(struct sl_app *app, int exit_code)
 	/* Signals stay watched (unref'd) so a second one can hurry us. */
 	uv_unref((uv_handle_t *)&app->sigint);
 	uv_unref((uv_handle_t *)&app->sigterm);
+	uv_signal_stop(&app->sighup);
 	if (exit_code == EXIT_SUCCESS && app->http.loop &&
 	    app->cfg->drain_timeout_ms > 0) {
 		if (app->exchanges > 0 || sl_http_server_busy(&app->http) > 0)
@@ -417,6 +494,11 @@ static void on_request_finished(struct sl_http_request *req, bool completed,
 	const char *outcome =
 	    sl_stats_finished(&app->stats, req, completed, seconds);
 	const struct sl_request_info *in = &req->info;
+	/* A tenant's request is over: its place, its tokens, its usage. */
+	if (in->tenant)
+		sl_tenant_end(in->tenant, in->counted, in->upstream[0] != '\0',
+		              in->model, in->prompt_tokens, in->tokens,
+		              uv_now(&app->loop));
 	if (!sl_log_enabled(SL_LOG_INFO)) {
 		sl_app_maybe_drained(app);
 		return;
@@ -438,8 +520,11 @@ static void on_request_finished(struct sl_http_request *req, bool completed,
 	    SL_LOG_NUM("bytes", (long long)req->bytes_sent),
 	    SL_LOG_STR("upstream", in->upstream[0] ? in->upstream : NULL),
 	    SL_LOG_STR("outcome", outcome),
+	    SL_LOG_STR("key", in->key),
 	};
-	sl_log_fields(SL_LOG_INFO, "access", f, sizeof(f) / sizeof(f[0]));
+	/* The key's name ends the line of a tenant's request only. */
+	size_t n = sizeof(f) / sizeof(f[0]) - (in->key ? 0 : 1);
+	sl_log_fields(SL_LOG_INFO, "access", f, n);
 	sl_app_maybe_drained(app);
 }
 
@@ -774,6 +859,7 @@ static void run_loop_to_end(struct sl_app *app)
 	/* The signal handles were unref'd, not closed: close them now. */
 	uv_close((uv_handle_t *)&app->sigint, NULL);
 	uv_close((uv_handle_t *)&app->sigterm, NULL);
+	uv_close((uv_handle_t *)&app->sighup, NULL);
 	uv_run(&app->loop, UV_RUN_DEFAULT);
 	if (uv_loop_close(&app->loop) != 0)
 		sl_warn("a libuv handle was left open at exit");
@@ -802,6 +888,13 @@ int sl_app_run(const struct sl_config *cfg)
 	app->sigterm.data = app;
 	uv_signal_start(&app->sigint, on_signal, SIGINT);
 	uv_signal_start(&app->sigterm, on_signal, SIGTERM);
+	uv_signal_init(&app->loop, &app->sighup);
+	app->sighup.data = app;
+	uv_signal_start(&app->sighup, on_sighup, SIGHUP);
+	/* The signal alone must not keep the loop running. */
+	uv_unref((uv_handle_t *)&app->sighup);
+	sl_tenants_install(&app->tenants, cfg->keys, false);
+	app->tenants.table_borrowed = true;
 	uv_timer_init(&app->loop, &app->drain_timer);
 	app->drain_timer.data = app;
 	uv_timer_init(&app->loop, &app->sched_timer);
@@ -839,6 +932,7 @@ int sl_app_run(const struct sl_config *cfg)
 
 	run_loop_to_end(app);
 	sl_sched_free(&app->sched);
+	sl_tenants_free(&app->tenants);
 	int code = app->exit_code;
 	free(app->trusted_proxies);
 	free(app->discoveries);

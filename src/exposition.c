@@ -327,6 +327,7 @@ void sl_exposition_prometheus(struct sl_app *app, struct sl_text *t)
 	struct sl_procstat proc;
 	sl_procstat_read(&proc);
 	expose_requests(s, t);
+	sl_tenants_write_metrics(&app->tenants, t);
 	sl_expose_family(t, "sluice_connections_refused_total", "counter",
 	                 "Connections refused over --max-connections.");
 	sl_text_printf(t, "sluice_connections_refused_total %llu\n",

@@ -198,12 +198,15 @@ void sl_tenants_install(struct sl_tenants *t, struct sl_keys *table,
 {
 	char added[256] = "", changed[256] = "", removed[256] = "";
 	struct sl_keys *old = t->table;
-	for (struct sl_tenant *x = t->list; x; x = x->next)
+	for (struct sl_tenant *x = t->list; x; x = x->next) {
 		x->revoked = true;
+		x->key = NULL;
+	}
 	for (unsigned i = 0; table && i < table->n; i++) {
 		struct sl_key *k = &table->v[i];
 		struct sl_tenant *x = tenant_named(t, k->name);
 		k->tenant = x;
+		x->key = k;
 		x->revoked = false;
 		x->rpm = k->rpm;
 		x->tpm = k->tpm;
@@ -223,7 +226,9 @@ void sl_tenants_install(struct sl_tenants *t, struct sl_keys *table,
 		if (!key_by_name(table, old->v[i].name))
 			list_add(removed, sizeof(removed), old->v[i].name);
 	t->table = table;
-	sl_keys_free(old);
+	if (!t->table_borrowed)
+		sl_keys_free(old);
+	t->table_borrowed = false;
 	if (log_changes)
 		sl_info("keys reloaded: %u key%s; added: %s; changed: %s; "
 		        "removed: %s",
@@ -235,7 +240,8 @@ void sl_tenants_install(struct sl_tenants *t, struct sl_keys *table,
 
 void sl_tenants_free(struct sl_tenants *t)
 {
-	sl_keys_free(t->table);
+	if (!t->table_borrowed)
+		sl_keys_free(t->table);
 	t->table = NULL;
 	while (t->list) {
 		struct sl_tenant *x = t->list;
@@ -333,28 +339,28 @@ enum sl_admit sl_tenant_admit(const struct sl_key *key, struct sl_admission *a,
 		verdict = SL_ADMIT_TOKENS;
 		wait_ms = sl_bucket_wait_ms(&x->tokens, x->tpm, 1);
 		snprintf(a->message, sizeof(a->message),
-		         "Rate limit reached for key %s on tokens per minute: "
-		         "limit %u; retry in %.1f s",
+		         "Rate limit reached for key %s on tokens per min "
+		         "(TPM): Limit %u. Please try again in %.1fs.",
 		         key->name, x->tpm, (double)wait_ms / 1000.0);
 	} else if (x->rpm && !sl_bucket_take(&x->requests, x->rpm, 1, now_ms)) {
 		verdict = SL_ADMIT_REQUESTS;
 		wait_ms = sl_bucket_wait_ms(&x->requests, x->rpm, 1);
-		snprintf(
-		    a->message, sizeof(a->message),
-		    "Rate limit reached for key %s on requests per minute: "
-		    "limit %u; retry in %.1f s",
-		    key->name, x->rpm, (double)wait_ms / 1000.0);
+		snprintf(a->message, sizeof(a->message),
+		         "Rate limit reached for key %s on requests per min "
+		         "(RPM): Limit %u. Please try again in %.1fs.",
+		         key->name, x->rpm, (double)wait_ms / 1000.0);
 	} else if (x->max_concurrent && x->in_flight >= x->max_concurrent) {
-		/* The request taken from the bucket goes back: none was sent.
-		 */
+		/* The request taken goes back: none was sent. */
 		if (x->rpm)
 			x->requests.level += 1;
 		verdict = SL_ADMIT_CONCURRENCY;
 		/* Nobody knows when a request in flight ends: the usual 1 s. */
 		wait_ms = 1000;
-		snprintf(a->message, sizeof(a->message),
-		         "Too many concurrent requests for key %s: limit %u",
-		         key->name, x->max_concurrent);
+		snprintf(
+		    a->message, sizeof(a->message),
+		    "Rate limit reached for key %s on concurrent requests: "
+		    "Limit %u. Please try again when one has ended.",
+		    key->name, x->max_concurrent);
 	}
 	format_headers(x, a->headers, sizeof(a->headers));
 	if (verdict != SL_ADMIT_OK) {

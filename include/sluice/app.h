@@ -15,6 +15,7 @@
 #include "sluice/curl_loop.h"
 #include "sluice/discovery.h"
 #include "sluice/http.h"
+#include "sluice/keys.h"
 #include "sluice/sched.h"
 #include "sluice/stats.h"
 #include "sluice/upstream.h"
@@ -31,6 +32,19 @@ struct sl_app {
 	struct sl_curl curl;
 	struct sl_http_server http;
 	uv_signal_t sigint, sigterm;
+	/*
+	 * SIGHUP reloads the keys: the configuration is read again in a
+	 * worker thread (reload_work, while `reloading`), and the new key
+	 * table swapped in on the loop.
+	 */
+	uv_signal_t sighup;
+	uv_work_t reload_work;
+	struct sl_config *reload_cfg; /* what the worker read */
+	int reload_rc;
+	char reload_err[512];
+	bool reloading;
+	bool reload_again;         /* another SIGHUP came during the reload */
+	struct sl_tenants tenants; /* keys: and their state (keys.h) */
 
 	/* Dense: upstreams[i]->index == i, for i < n_upstreams. */
 	struct sl_upstream *upstreams[SL_MAX_UPSTREAMS];

@@ -88,9 +88,13 @@ struct sl_usage {
 	uint64_t requests, prompt_tokens, completion_tokens;
 };
 
+struct sl_key;
+
 struct sl_tenant {
 	struct sl_tenant *next;
 	char *name;
+	/* Its key in the current table; NULL while revoked. */
+	const struct sl_key *key;
 	/* The limits of the key by this name in the current table; 0: none. */
 	unsigned rpm, tpm, max_concurrent;
 	bool revoked; /* not in the current table */
@@ -189,7 +193,9 @@ void sl_keys_format_reset(uint64_t ms, char *buf, size_t size);
 /* ---- tenants ---- */
 
 struct sl_tenants {
-	struct sl_keys *table;  /* owned; NULL: no keys: section */
+	struct sl_keys *table; /* NULL: no keys: section */
+	/* The table is the start-up configuration's, freed with it. */
+	bool table_borrowed;
 	struct sl_tenant *list; /* every name ever in a table, in order */
 };
 
@@ -197,7 +203,8 @@ struct sl_tenants {
  * Makes `table` the current one (taking it over; NULL for none), binding
  * each key to its tenant by name (a new one for a new name) and copying
  * its limits there; tenants whose name left are marked revoked. The old
- * table is freed. Logs one line of what changed when `log_changes`.
+ * table is freed (unless borrowed); the new one is owned. Logs one line of what
+ * changed when `log_changes`.
  */
 void sl_tenants_install(struct sl_tenants *t, struct sl_keys *table,
                         bool log_changes);
