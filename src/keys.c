@@ -17,6 +17,8 @@
 #include <string.h>
 
 #define MINUTE_MS 60000.0
+/* Far below a token, far above a double's rounding of a few of them. */
+#define SL_BUCKET_EPSILON 1e-6
 
 /* What usage past SL_KEYS_USAGE_MODELS_MAX models is counted under. */
 #define OTHER_MODEL "other"
@@ -93,7 +95,8 @@ bool sl_bucket_take(struct sl_bucket *b, unsigned capacity, double n,
                     uint64_t now_ms)
 {
 	sl_bucket_refill(b, capacity, now_ms);
-	if (b->level < n)
+	/* Refills add fractions: a whole token may sum to just under 1. */
+	if (b->level + SL_BUCKET_EPSILON < n)
 		return false;
 	b->level -= n;
 	return true;
@@ -335,7 +338,7 @@ enum sl_admit sl_tenant_admit(const struct sl_key *key, struct sl_admission *a,
 	enum sl_admit verdict = SL_ADMIT_OK;
 	uint64_t wait_ms = 0;
 	/* A request needs one token left: usage is charged after the fact. */
-	if (x->tpm && x->tokens.level < 1) {
+	if (x->tpm && x->tokens.level + SL_BUCKET_EPSILON < 1) {
 		verdict = SL_ADMIT_TOKENS;
 		wait_ms = sl_bucket_wait_ms(&x->tokens, x->tpm, 1);
 		snprintf(a->message, sizeof(a->message),

@@ -63,7 +63,7 @@
 #define SL_KEYS_MODEL_MAX 128
 /*
  * Distinct models counted per tenant: past this, further names are
- * counted under "other", so that a key without an allow-list cannot
+ * counted under one more, "other", so that a key without an allow-list cannot
  * make /metrics grow without bound by naming random models.
  */
 #define SL_KEYS_USAGE_MODELS_MAX 64
