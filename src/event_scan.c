@@ -67,7 +67,7 @@ static void scan_typed(const struct sl_jscan *s, struct sl_event_facts *f)
 		return;
 	}
 	int type = sl_jscan_get(s, 0, "type");
-	int usage = -1;
+	int usage = -1, prompt_usage = -1;
 	if (type < 0 || sl_jscan_type(s, type) != JSMN_STRING)
 		return;
 	if (sl_jscan_is(s, type, "content_block_delta") ||
@@ -75,7 +75,9 @@ static void scan_typed(const struct sl_jscan *s, struct sl_event_facts *f)
 		f->arrivals = 1;
 		f->per_arrival = 1;
 	} else if (sl_jscan_is(s, type, "message_start")) {
-		usage = sl_jscan_get(s, sl_jscan_get(s, 0, "message"), "usage");
+		/* Its usage is the prompt's; its output_tokens is no count. */
+		prompt_usage =
+		    sl_jscan_get(s, sl_jscan_get(s, 0, "message"), "usage");
 	} else if (sl_jscan_is(s, type, "message_delta")) {
 		usage = sl_jscan_get(s, 0, "usage");
 	} else if (sl_jscan_is(s, type, "response.completed")) {
@@ -87,7 +89,8 @@ static void scan_typed(const struct sl_jscan *s, struct sl_event_facts *f)
 		f->has_count = true;
 		f->count = int_value(s, out);
 	}
-	int in = sl_jscan_get(s, usage, "input_tokens");
+	int in = sl_jscan_get(s, prompt_usage >= 0 ? prompt_usage : usage,
+	                      "input_tokens");
 	if (is_integer(s, in)) {
 		f->has_prompt = true;
 		f->prompt_tokens = int_value(s, in);
