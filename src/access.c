@@ -17,6 +17,11 @@
  * library: the padding does what hashing to equal-length digests would.
  * (The lengths still show in the cost of copying, a few nanoseconds; a key
  * length is not a secret worth a dependency.)
+ *
+ * The configuration file's keys: (keys.h) are kept only as SHA-256 digests,
+ * so a presented key is digested and looked up by its digest there; the
+ * key found names the request's tenant, whose models, priority and limits
+ * sl_access_admit() applies once the request is validated.
  */
 #include "sluice/access.h"
 
