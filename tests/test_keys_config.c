@@ -183,6 +183,49 @@ static void test_bad_input(void)
 	}
 }
 
+/* The bounds: a name's length, a list's length. */
+static void test_bounds(void)
+{
+	char name[SL_KEYS_NAME_MAX + 2];
+	memset(name, 'n', sizeof(name) - 1);
+	name[sizeof(name) - 1] = '\0';
+	char *yaml = sl_xasprintf("keys:\n  %s:\n    hash: " H_TEST "\n", name);
+	struct parsed p;
+	parse_yaml(&p, yaml);
+	/* (The path in the line may be cut; the cause is whole.) */
+	ASSERT_EQ(p.rc, SL_EINVAL);
+	ASSERT_CONTAINS(p.err, ":3: keys.nnnn");
+	ASSERT_CONTAINS(p.err, ": a key's name is 1 to 64 letters, digits, "
+	                       "'-', '_' or '.' (it labels metrics and logs)");
+	free(yaml);
+	done(&p);
+	/* 64 is fine. */
+	name[SL_KEYS_NAME_MAX] = '\0';
+	yaml = sl_xasprintf("keys:\n  %s:\n    hash: " H_TEST "\n", name);
+	parse_yaml(&p, yaml);
+	ASSERT_EQ(p.rc, 0);
+	free(yaml);
+	done(&p);
+
+	char *list = NULL;
+	size_t list_len = 0;
+	FILE *f = open_memstream(&list, &list_len);
+	fputs("keys:\n  a:\n    hash: " H_TEST "\n    models: [m0", f);
+	for (unsigned i = 1; i <= SL_KEYS_MODELS_MAX; i++)
+		fprintf(f, ", m%u", i);
+	fputs("]\n", f);
+	fclose(f);
+	parse_yaml(&p, list);
+	char *want =
+	    sl_xasprintf("%s:4: keys.a.models: 257 models, over the 256 "
+	                 "allowed",
+	                 p.path);
+	ASSERT_STR_EQ(p.err, want);
+	free(want);
+	free(list);
+	done(&p);
+}
+
 /* --check-config writes the section back: by name, as given. */
 static void test_print(void)
 {
@@ -284,6 +327,7 @@ int main(void)
 {
 	RUN(test_reads_every_field);
 	RUN(test_bad_input);
+	RUN(test_bounds);
 	RUN(test_print);
 	RUN(test_hash_key);
 	return 0;
