@@ -224,8 +224,16 @@ bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
                      bool limited, double *priority)
 {
 	struct sl_tenant *t = req->info.tenant;
-	if (!t || !t->key)
+	if (!t || !t->key) {
+		/* Every queued request's answer says the priority it got. */
+		if (limited) {
+			char p[32];
+			format_priority(*priority, p, sizeof(p));
+			snprintf(req->own_headers, sizeof(req->own_headers),
+			         "X-Priority: %s\r\n", p);
+		}
 		return true;
+	}
 	char model[SL_KEYS_MODEL_MAX];
 	struct sl_admission a = {.limited = limited, .priority = *priority};
 	bool named = sl_keys_body_facts(req->body, req->body_len, model,

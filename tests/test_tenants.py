@@ -277,6 +277,32 @@ class Tenants(st.TestCase):
         self.assertEqual(r.status, 401)
 
 
+    def test_api_keys_keep_working_and_every_queued_answer_says_its_priority(
+            self):
+        s = self.start({"batchy": {"secret": "sk-b", "max-priority": "batch",
+                                   "rpm": 2}},
+                       "--api-key", "plain-key")
+        for key, asked, got in (("plain-key", "7.5", "7.5"),
+                                ("plain-key", None, "normal"),
+                                ("sk-b", "7.5", "batch"),
+                                ("sk-b", "batch", "batch")):
+            headers = bearer(key)
+            if asked:
+                headers["X-Priority"] = asked
+            r = s.post("/completion", completion("p", n=1), headers=headers)
+            self.assertEqual(r.status, 200, (key, asked))
+            self.assertEqual(r.header("X-Priority"), got, (key, asked))
+            # Only a key with limits has rate-limit headers.
+            self.assertEqual(r.header("x-ratelimit-limit-requests"),
+                             "2" if key == "sk-b" else None)
+        # An endpoint that takes no slot is not queued: no priority, and
+        # it passes with the bucket empty (one refills every 30 s).
+        r = s.post("/tokenize", {"content": "hi"}, headers=bearer("sk-b"))
+        self.assertEqual(r.status, 200)
+        self.assertIsNone(r.header("X-Priority"))
+        self.assertEqual(r.header("x-ratelimit-remaining-requests"), "0")
+
+
 class Priority(st.TestCase):
     def test_batch_keys_urgent_is_clamped_and_waits_behind_an_urgent_one(self):
         config = os.path.join(self.tmp, "sluice.yaml")

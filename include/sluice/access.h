@@ -43,7 +43,8 @@ bool sl_access_allow(struct sl_app *app, struct sl_http_request *req,
  * default when `priority_given` is false) and goes out as granted. Every
  * answer to the request then carries the key's rate-limit headers and,
  * when `limited`, X-Priority. Returns false when req has been answered.
- * Requests without a tenant pass untouched.
+ * Requests without a tenant pass, their answers with X-Priority when
+ * `limited`.
  */
 bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
                      bool limited, double *priority);
