@@ -224,6 +224,19 @@ static void test_bounds(void)
 	free(want);
 	free(list);
 	done(&p);
+
+	f = open_memstream(&list, &list_len);
+	fputs("keys:\n", f);
+	for (unsigned i = 0; i <= SL_KEYS_MAX; i++)
+		fprintf(f, "  k%u:\n    hash: " H_TEST "\n", i);
+	fclose(f);
+	parse_yaml(&p, list);
+	want = sl_xasprintf("%s:2: keys: 1001 keys, over the 1000 allowed",
+	                    p.path);
+	ASSERT_STR_EQ(p.err, want);
+	free(want);
+	free(list);
+	done(&p);
 }
 
 /* --check-config writes the section back: by name, as given. */
