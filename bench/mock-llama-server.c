@@ -89,6 +89,7 @@
 /* ---- options ---- */
 
 struct options {
+	char host[16]; /* an IPv4 address, as text */
 	uint64_t port;
 	uint64_t slots;
 	uint64_t tokens;
@@ -106,6 +107,7 @@ struct options {
 enum opt_kind {
 	OPT_UINT, /* whole number in [min, max], into a uint64_t */
 	OPT_RATE, /* fraction in [0, 1], into a double */
+	OPT_IPV4, /* an IPv4 address, into a char[16] */
 };
 
 struct option_def {
@@ -121,8 +123,11 @@ struct option_def {
 #define FIELD(f) offsetof(struct options, f)
 
 static const struct option_def option_defs[] = {
+    {"host", "SLUICE_MOCK_HOST", OPT_IPV4, FIELD(host), "127.0.0.1", 0, 0,
+     "IPv4 address to listen on (any of 127.0.0.0/8, for tests that need "
+     "several hosts)"},
     {"port", "SLUICE_MOCK_PORT", OPT_UINT, FIELD(port), "8081", 0, 65535,
-     "TCP port on 127.0.0.1; 0 picks a free one"},
+     "TCP port on --host; 0 picks a free one"},
     {"slots", "SLUICE_MOCK_SLOTS", OPT_UINT, FIELD(slots), "4", 1,
      MOCK_MAX_SLOTS, "generations that run at once; the rest wait"},
     {"tokens", "SLUICE_MOCK_TOKENS", OPT_UINT, FIELD(tokens), "16", 0,
@@ -152,7 +157,7 @@ static const struct option_def option_defs[] = {
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: " MOCK_NAME " [OPTION VALUE]...\n"
-	           "A stand-in for llama-server on 127.0.0.1, for load and "
+	           "A stand-in for llama-server on loopback, for load and "
 	           "fault tests.\n"
 	           "Each option also reads from its environment variable; the "
 	           "flag wins.\n\n");
@@ -160,7 +165,9 @@ static void usage(FILE *f)
 		const struct option_def *o = &option_defs[i];
 		char flag[40];
 		snprintf(flag, sizeof(flag), "--%s %s", o->name,
-		         o->kind == OPT_RATE ? "F" : "N");
+		         o->kind == OPT_RATE   ? "F"
+		         : o->kind == OPT_IPV4 ? "ADDR"
+		                               : "N");
 		fprintf(f, "  %-22s %s\n  %-22s (%s, default %s)\n", flag,
 		        o->help, "", o->env, o->def);
 	}
@@ -173,6 +180,15 @@ static bool option_set(struct options *opt, const struct option_def *o,
 {
 	char *end;
 	errno = 0;
+	if (o->kind == OPT_IPV4) {
+		char *field = (char *)opt + o->offset;
+		struct sockaddr_in a;
+		if (strlen(text) >= sizeof(opt->host) ||
+		    uv_ip4_addr(text, 0, &a) != 0)
+			return false;
+		snprintf(field, sizeof(opt->host), "%s", text);
+		return true;
+	}
 	if (o->kind == OPT_RATE) {
 		double v = strtod(text, &end);
 		if (end == text || *end || errno || !isfinite(v) || v < 0 ||
@@ -195,7 +211,12 @@ static bool option_set(struct options *opt, const struct option_def *o,
 static SL_NORETURN void bad_value(const struct option_def *o, const char *where,
                                   const char *text)
 {
-	if (o->kind == OPT_RATE)
+	if (o->kind == OPT_IPV4)
+		fprintf(stderr,
+		        MOCK_NAME ": %s: expected an IPv4 address, got "
+		                  "\"%s\"\n",
+		        where, text);
+	else if (o->kind == OPT_RATE)
 		fprintf(stderr,
 		        MOCK_NAME ": %s: expected a fraction from 0 to 1, "
 		                  "got \"%s\"\n",
@@ -1054,13 +1075,14 @@ int main(int argc, char **argv)
 	limits.max_body = MOCK_MAX_BODY;
 	int code = EXIT_SUCCESS;
 	int rc =
-	    sl_http_server_listen(&m->server, &m->loop, "127.0.0.1",
+	    sl_http_server_listen(&m->server, &m->loop, m->opt.host,
 	                          (unsigned)m->opt.port, &limits, dispatch, m);
 	if (rc != 0) {
 		fprintf(stderr,
-		        MOCK_NAME ": cannot listen on 127.0.0.1:%llu: "
+		        MOCK_NAME ": cannot listen on %s:%llu: "
 		                  "%s\n",
-		        (unsigned long long)m->opt.port, sl_strerror(rc));
+		        m->opt.host, (unsigned long long)m->opt.port,
+		        sl_strerror(rc));
 		code = EXIT_FAILURE;
 		m->stopping = true;
 		uv_close((uv_handle_t *)&m->sigint, NULL);
@@ -1069,9 +1091,9 @@ int main(int argc, char **argv)
 	} else {
 		m->ready_at_ms = uv_now(&m->loop) + m->opt.start_delay_ms;
 		fprintf(stderr,
-		        MOCK_NAME " listening on http://127.0.0.1:%u (%u "
+		        MOCK_NAME " listening on http://%s:%u (%u "
 		                  "slots)\n",
-		        sl_http_server_port(&m->server),
+		        m->opt.host, sl_http_server_port(&m->server),
 		        (unsigned)m->opt.slots);
 	}
 	uv_run(&m->loop, UV_RUN_DEFAULT);

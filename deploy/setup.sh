@@ -34,9 +34,12 @@ installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install o
 # systemd: its systemd-analyze checks the unit file (nothing is started;
 # containers often lack it).
 # libyaml-dev: sluice reads its configuration file (--config) with libyaml.
+# libxxhash-dev: prompt prefixes are hashed with xxHash for prefix affinity.
+# libc-ares-dev: --upstream-dns names are looked up with c-ares.
+# libssl-dev: sluice digests API keys (keys:) with libcrypto's SHA-256.
 packages=(gcc libc6-dev pkgconf meson ninja-build python3
-	libuv1-dev libcurl4-openssl-dev libjansson-dev libjsmn-dev libyaml-dev chromium
-	nginx python3-yaml systemd)
+	libuv1-dev libcurl4-openssl-dev libjansson-dev libjsmn-dev libyaml-dev libxxhash-dev chromium
+	nginx python3-yaml systemd libc-ares-dev libssl-dev)
 read -r -a extra <<<"${SLUICE_EXTRA_PACKAGES:-}"
 missing=()
 extra_missing=()
@@ -52,8 +55,8 @@ if command -v dpkg-query >/dev/null; then
 	if ! installed libllhttp-dev && ! installed node-llhttp; then
 		missing+=(llhttp)
 	fi
-elif ! pkg-config --exists libuv libcurl jansson yaml-0.1; then
-	die "not a Debian system: install a C compiler, meson, ninja, pkg-config, libuv, libcurl, jansson, libyaml and llhttp, then run this again"
+elif ! pkg-config --exists libuv libcurl jansson yaml-0.1 libcares; then
+	die "not a Debian system: install a C compiler, meson, ninja, pkg-config, libuv, libcurl, jansson, libyaml, c-ares and llhttp, then run this again"
 fi
 
 if [ $((${#missing[@]} + ${#extra_missing[@]})) -gt 0 ]; then

@@ -19,6 +19,7 @@
 
 static void app_maybe_done(struct sl_app *app);
 static void stop_upstreams(struct sl_app *app, bool force);
+static void close_discoveries(struct sl_app *app);
 
 /*
  * Once a drain has nothing left in flight, the last responses may still be
@@ -125,8 +126,12 @@ static void kick_model_timer(uv_timer_t *t)
 	kick_model(t->data);
 }
 
+static void stop_drained(struct sl_app *app);
+
 void sl_app_kick_scheduler(struct sl_app *app)
 {
+	/* Called whenever a request lets go of its upstream. */
+	stop_drained(app);
 	if (app->front_closing)
 		return;
 	for (unsigned i = 0; i < app->n_models; i++)
@@ -385,14 +390,23 @@ static void on_upstream_fatal(struct sl_upstream *u, const char *why)
 	sl_app_stop(app, EXIT_FAILURE);
 }
 
+/*
+ * The array stays dense, so that an upstream added later (DNS discovery)
+ * goes at n_upstreams: the later ones move down and learn their new index.
+ */
 static void on_upstream_stopped(struct sl_upstream *u)
 {
 	struct sl_app *app = u->data;
 	struct sl_model *m = sl_app_model_of(app, u);
 	if (m)
 		sl_pool_remove(&m->pool, u);
-	app->upstreams[u->index] = NULL;
-	app->n_upstreams--;
+	/* Later entries move down, in order: each pool stays in index order. */
+	for (unsigned i = u->index; i + 1 < app->n_upstreams; i++) {
+		app->upstreams[i] = app->upstreams[i + 1];
+		app->upstreams[i]->index = i;
+	}
+	app->upstreams[--app->n_upstreams] = NULL;
+	app->upstreams_full = false;
 	if (m && m->unloading && m->pool.n == 0) {
 		m->unloading = false;
 		sl_info("model %s: stopped", m->name);
@@ -472,6 +486,7 @@ static void close_front(struct sl_app *app)
 		uv_close((uv_handle_t *)&app->models[i]->idle_timer, NULL);
 	}
 	uv_close((uv_handle_t *)&app->flush_timer, NULL);
+	uv_close((uv_handle_t *)&app->reap_timer, NULL);
 	if (app->http.loop)
 		sl_http_server_close(&app->http, on_http_closed);
 	else
@@ -554,15 +569,93 @@ static void on_signal(uv_signal_t *h, int signum)
 		close_front(app); /* on_http_closed stops them, forcefully */
 }
 
+/* ---- SIGHUP: reloading the keys ---- */
+
+static void start_reload(struct sl_app *app);
+
+/*
+ * In a worker thread: the configuration is read again from the same
+ * sources as at start (its file, the environment, the flags), so that a
+ * reload sees exactly what a restart would, without blocking the loop on
+ * the file. sl_config_parse() touches nothing shared but its arguments.
+ */
+static void reload_in_worker(uv_work_t *w)
+{
+	struct sl_app *app = sl_container_of(w, struct sl_app, reload_work);
+	const struct sl_config *cfg = app->cfg;
+	app->reload_cfg = sl_xcalloc(1, sizeof(*app->reload_cfg));
+	app->reload_rc =
+	    sl_config_parse(app->reload_cfg, cfg->argc, cfg->argv, cfg->envp,
+	                    app->reload_err, sizeof(app->reload_err));
+}
+
+/*
+ * Back on the loop: the new key table replaces the old one, or, when the
+ * file is wrong now, the old keys stay and one line says why. Only the keys
+ * are taken; every other option keeps its start-up value until a restart.
+ */
+static void reload_done(uv_work_t *w, int status)
+{
+	struct sl_app *app = sl_container_of(w, struct sl_app, reload_work);
+	struct sl_config *cfg = app->reload_cfg;
+	app->reload_cfg = NULL;
+	app->reloading = false;
+	if (status != 0)
+		sl_error("SIGHUP: keys not reloaded: %s", uv_strerror(status));
+	else if (app->reload_rc != 0)
+		sl_error("SIGHUP: keys not reloaded, the old ones stay: %s",
+		         app->reload_err);
+	else {
+		sl_tenants_install(&app->tenants, cfg->keys, true);
+		cfg->keys = NULL;
+	}
+	if (cfg) {
+		sl_config_free(cfg);
+		free(cfg);
+	}
+	if (app->reload_again && !app->stopping) {
+		app->reload_again = false;
+		start_reload(app);
+	}
+}
+
+static void start_reload(struct sl_app *app)
+{
+	app->reloading = true;
+	int rc = uv_queue_work(&app->loop, &app->reload_work, reload_in_worker,
+	                       reload_done);
+	if (rc != 0) {
+		app->reloading = false;
+		sl_error("SIGHUP: keys not reloaded: %s", uv_strerror(rc));
+	}
+}
+
+static void on_sighup(uv_signal_t *h, int signum)
+{
+	struct sl_app *app = h->data;
+	(void)signum;
+	if (app->stopping)
+		return;
+	/* A second SIGHUP during a reload may follow an edit it missed. */
+	if (app->reloading) {
+		app->reload_again = true;
+		return;
+	}
+	sl_info("received SIGHUP; reloading the keys from the configuration");
+	start_reload(app);
+}
+
 void sl_app_stop(struct sl_app *app, int exit_code)
 {
 	if (app->stopping)
 		return;
 	app->stopping = true;
 	app->exit_code = exit_code;
+	close_discoveries(app);
 	/* Signals stay watched (unref'd) so a second one can hurry us. */
 	uv_unref((uv_handle_t *)&app->sigint);
 	uv_unref((uv_handle_t *)&app->sigterm);
+	uv_signal_stop(&app->sighup);
 	if (exit_code == EXIT_SUCCESS && app->http.loop &&
 	    app->cfg->drain_timeout_ms > 0) {
 		if (app->exchanges > 0 || sl_http_server_busy(&app->http) > 0)
@@ -590,6 +683,11 @@ static void on_request_finished(struct sl_http_request *req, bool completed,
 	const char *outcome =
 	    sl_stats_finished(&app->stats, req, completed, seconds);
 	const struct sl_request_info *in = &req->info;
+	/* A tenant's request is over: its place, its tokens, its usage. */
+	if (in->tenant)
+		sl_tenant_end(in->tenant, in->counted, in->upstream[0] != '\0',
+		              in->model, in->prompt_tokens, in->tokens,
+		              uv_now(&app->loop));
 	if (!sl_log_enabled(SL_LOG_INFO)) {
 		sl_app_maybe_drained(app);
 		return;
@@ -611,8 +709,11 @@ static void on_request_finished(struct sl_http_request *req, bool completed,
 	    SL_LOG_NUM("bytes", (long long)req->bytes_sent),
 	    SL_LOG_STR("upstream", in->upstream[0] ? in->upstream : NULL),
 	    SL_LOG_STR("outcome", outcome),
+	    SL_LOG_STR("key", in->key),
 	};
-	sl_log_fields(SL_LOG_INFO, "access", f, sizeof(f) / sizeof(f[0]));
+	/* The key's name ends the line of a tenant's request only. */
+	size_t n = sizeof(f) / sizeof(f[0]) - (in->key ? 0 : 1);
+	sl_log_fields(SL_LOG_INFO, "access", f, n);
 	sl_app_maybe_drained(app);
 }
 
@@ -807,7 +908,8 @@ fail:
 static int plan_one_model(struct sl_app *app, const char *cache)
 {
 	const struct sl_config *cfg = app->cfg;
-	bool managed = cfg->model[0] || cfg->upstreams.count == 0;
+	bool managed = cfg->model[0] || (cfg->upstreams.count == 0 &&
+	                                 cfg->upstream_dns.count == 0);
 	char *demo_file = NULL;
 	char err[512];
 	if (managed && !cfg->model[0] && !sl_llama_args_choose_model(cfg)) {
@@ -867,10 +969,7 @@ static int plan(struct sl_app *app)
 static int add_upstream(struct sl_app *app, struct sl_model *m, const char *url,
                         const char *name)
 {
-	/* Models stopped on demand leave holes: take the first. */
-	unsigned index = 0;
-	while (index < SL_MAX_UPSTREAMS && app->upstreams[index])
-		index++;
+	unsigned index = app->n_upstreams; /* dense: see app.h */
 	if (index == SL_MAX_UPSTREAMS) {
 		sl_error("too many upstreams: at most %d", SL_MAX_UPSTREAMS);
 		return SL_EINVAL;
@@ -931,6 +1030,174 @@ static int start_models(struct sl_app *app)
 			                  NULL);
 	}
 	return app->stopping ? SL_EINVAL : rc;
+}
+
+/* ---- upstreams that come and go (DNS discovery) ---- */
+
+struct sl_upstream *sl_app_add_upstream(struct sl_app *app, const char *url,
+                                        const char *origin)
+{
+	if (app->n_upstreams >= SL_MAX_UPSTREAMS) {
+		if (!app->upstreams_full)
+			sl_warn("upstream %s (from %s) left out: sluice holds "
+			        "at most %d upstreams",
+			        url, origin ? origin : "the configuration",
+			        SL_MAX_UPSTREAMS);
+		app->upstreams_full = true;
+		return NULL;
+	}
+	struct sl_upstream *u = sl_upstream_new(
+	    &app->loop, &app->curl, app->cfg, NULL, url, &upstream_hooks, app);
+	u->origin = origin ? sl_xstrdup(origin) : NULL;
+	u->index = app->n_upstreams;
+	app->upstreams[app->n_upstreams++] = u;
+	/* The one model's (models_config.h refuses DNS beside models:). */
+	sl_pool_add(&app->default_model->pool, u);
+	sl_info("upstream %s added (from %s); checking it", url,
+	        origin ? origin : "the configuration");
+	/* A remote upstream's start only schedules its first check. */
+	sl_upstream_start(u);
+	return u;
+}
+
+static void on_reap_timer(uv_timer_t *t)
+{
+	struct sl_app *app = t->data;
+	for (unsigned i = 0; i < app->n_upstreams; i++) {
+		struct sl_upstream *u = app->upstreams[i];
+		if (u->draining && u->inflight == 0 && !u->stopping) {
+			sl_info("upstream %s drained; removing it", u->url);
+			/* on_upstream_stopped takes it out of the array. */
+			sl_upstream_stop(u, false);
+		}
+	}
+}
+
+/*
+ * Draining upstreams with nothing left in flight are stopped, from a timer
+ * of their own: this runs whenever a request lets go of its upstream, and
+ * that may be inside the upstream's own callbacks, where stopping it would
+ * pull its handles from under it. At shutdown every upstream stops anyway.
+ */
+static void stop_drained(struct sl_app *app)
+{
+	if (app->front_closing)
+		return;
+	for (unsigned i = 0; i < app->n_upstreams; i++) {
+		const struct sl_upstream *u = app->upstreams[i];
+		if (u->draining && u->inflight == 0 && !u->stopping) {
+			uv_timer_start(&app->reap_timer, on_reap_timer, 0, 0);
+			return;
+		}
+	}
+}
+
+void sl_app_retire_upstream(struct sl_app *app, struct sl_upstream *u)
+{
+	if (u->draining || u->stopping)
+		return;
+	u->draining = true;
+	sl_info("upstream %s (from %s) is going: no new work for it, %u "
+	        "requests in flight there finish first",
+	        u->url, u->origin ? u->origin : "the configuration",
+	        u->inflight);
+	stop_drained(app);
+}
+
+/* The upstream at `url` that `origin` added and still holds, or NULL. */
+static struct sl_upstream *find_discovered(struct sl_app *app, const char *url,
+                                           const char *origin)
+{
+	for (unsigned i = 0; i < app->n_upstreams; i++) {
+		struct sl_upstream *u = app->upstreams[i];
+		if (!u->stopping && u->origin &&
+		    strcmp(u->origin, origin) == 0 && strcmp(u->url, url) == 0)
+			return u;
+	}
+	return NULL;
+}
+
+static void discovered_url(struct sl_discovery *d, const char *addr, char *url,
+                           size_t url_size, char *origin, size_t origin_size)
+{
+	sl_discovery_url(addr, sl_discovery_port(d), url, url_size);
+	snprintf(origin, origin_size, "dns:%s", sl_discovery_target(d));
+}
+
+static void on_address_added(struct sl_discovery *d, const char *addr)
+{
+	struct sl_app *app = sl_discovery_data(d);
+	char url[128], origin[SL_DISCOVERY_NAME_MAX + 16];
+	discovered_url(d, addr, url, sizeof(url), origin, sizeof(origin));
+	struct sl_upstream *u = find_discovered(app, url, origin);
+	if (!u) {
+		sl_app_add_upstream(app, url, origin);
+	} else if (u->draining) {
+		/* Back in the answer before its drain ended: keep it. */
+		u->draining = false;
+		sl_info("upstream %s is back in %s; it takes work again", url,
+		        origin);
+		sl_app_kick_scheduler(app);
+	}
+}
+
+static void on_address_removed(struct sl_discovery *d, const char *addr)
+{
+	struct sl_app *app = sl_discovery_data(d);
+	char url[128], origin[SL_DISCOVERY_NAME_MAX + 16];
+	discovered_url(d, addr, url, sizeof(url), origin, sizeof(origin));
+	struct sl_upstream *u = find_discovered(app, url, origin);
+	if (u)
+		sl_app_retire_upstream(app, u);
+}
+
+static void on_discovery_closed(struct sl_discovery *d)
+{
+	struct sl_app *app = sl_discovery_data(d);
+	for (unsigned i = 0; i < app->n_discoveries; i++)
+		if (app->discoveries[i] == d)
+			app->discoveries[i] = NULL;
+}
+
+static const struct sl_discovery_hooks discovery_hooks = {
+    .on_added = on_address_added,
+    .on_removed = on_address_removed,
+    .on_closed = on_discovery_closed,
+};
+
+static int start_discoveries(struct sl_app *app)
+{
+	const struct sl_config *cfg = app->cfg;
+	if (cfg->upstream_dns.count == 0)
+		return 0;
+	app->discoveries =
+	    sl_xcalloc(cfg->upstream_dns.count, sizeof(*app->discoveries));
+	app->n_discoveries = cfg->upstream_dns.count;
+	for (unsigned i = 0; i < cfg->upstream_dns.count; i++) {
+		char err[512];
+		struct sl_discovery *d =
+		    sl_discovery_new(&app->loop, cfg->upstream_dns.items[i],
+		                     cfg->dns_server, cfg->dns_refresh_ms,
+		                     &discovery_hooks, app, err, sizeof(err));
+		if (!d) {
+			sl_error("%s", err);
+			return SL_EINVAL;
+		}
+		app->discoveries[i] = d;
+		sl_info("following the addresses of %s every %.1f s",
+		        cfg->upstream_dns.items[i],
+		        (double)cfg->dns_refresh_ms / 1000.0);
+		sl_discovery_start(d);
+	}
+	return 0;
+}
+
+/* Stopping: the upstreams stay as they are now. */
+static void close_discoveries(struct sl_app *app)
+{
+	for (unsigned i = 0; i < app->n_discoveries; i++)
+		if (app->discoveries[i])
+			sl_discovery_close(app->discoveries[i]);
 }
 
 /*
@@ -1019,6 +1286,7 @@ static void run_loop_to_end(struct sl_app *app)
 	/* The signal handles were unref'd, not closed: close them now. */
 	uv_close((uv_handle_t *)&app->sigint, NULL);
 	uv_close((uv_handle_t *)&app->sigterm, NULL);
+	uv_close((uv_handle_t *)&app->sighup, NULL);
 	uv_run(&app->loop, UV_RUN_DEFAULT);
 	if (uv_loop_close(&app->loop) != 0)
 		sl_warn("a libuv handle was left open at exit");
@@ -1053,10 +1321,19 @@ int sl_app_run(const struct sl_config *cfg)
 	app->sigterm.data = app;
 	uv_signal_start(&app->sigint, on_signal, SIGINT);
 	uv_signal_start(&app->sigterm, on_signal, SIGTERM);
+	uv_signal_init(&app->loop, &app->sighup);
+	app->sighup.data = app;
+	uv_signal_start(&app->sighup, on_sighup, SIGHUP);
+	/* The signal alone must not keep the loop running. */
+	uv_unref((uv_handle_t *)&app->sighup);
+	sl_tenants_install(&app->tenants, cfg->keys, false);
+	app->tenants.table_borrowed = true;
 	uv_timer_init(&app->loop, &app->drain_timer);
 	app->drain_timer.data = app;
 	uv_timer_init(&app->loop, &app->flush_timer);
 	app->flush_timer.data = app;
+	uv_timer_init(&app->loop, &app->reap_timer);
+	app->reap_timer.data = app;
 
 	sl_stats_init(&app->stats);
 	rc = sl_curl_init(&app->curl, &app->loop);
@@ -1064,6 +1341,8 @@ int sl_app_run(const struct sl_config *cfg)
 		rc = open_listener(app);
 	if (rc == 0)
 		rc = start_models(app);
+	if (rc == 0)
+		rc = start_discoveries(app);
 	app->started = true;
 	/* Every model starts on demand: nothing to wait for. */
 	if (rc == 0 && app->n_upstreams == 0)
@@ -1072,10 +1351,12 @@ int sl_app_run(const struct sl_config *cfg)
 		sl_app_stop(app, EXIT_FAILURE);
 
 	run_loop_to_end(app);
+	sl_tenants_free(&app->tenants);
 	int code = app->exit_code;
 	for (unsigned i = 0; i < app->n_models; i++)
 		model_free(app->models[i]);
 	free(app->trusted_proxies);
+	free(app->discoveries);
 	free(app);
 	return code;
 }

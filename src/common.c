@@ -96,3 +96,32 @@ char *sl_xasprintf(const char *fmt, ...)
 	va_end(ap);
 	return s;
 }
+
+void sl_one_line(char *buf, size_t size)
+{
+	size_t len = strlen(buf);
+	char *copy = sl_xmalloc(len + 1);
+	memcpy(copy, buf, len + 1);
+	size_t o = 0;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)copy[i];
+		char esc[5];
+		if (c >= 0x20 && c != 0x7f) {
+			esc[0] = (char)c;
+			esc[1] = '\0';
+		} else if (c == '\n' || c == '\t' || c == '\r') {
+			esc[0] = '\\';
+			esc[1] = c == '\n' ? 'n' : c == '\t' ? 't' : 'r';
+			esc[2] = '\0';
+		} else {
+			snprintf(esc, sizeof(esc), "\\x%02x", c);
+		}
+		size_t n = strlen(esc);
+		if (o + n >= size)
+			break;
+		memcpy(buf + o, esc, n);
+		o += n;
+	}
+	buf[o] = '\0';
+	free(copy);
+}

@@ -8,9 +8,11 @@
 #include "sluice/common.h"
 #include "sluice/config_file.h"
 #include "sluice/demo_model.h"
-#include "sluice/models_config.h"
+#include "sluice/discovery.h"
 #include "sluice/http.h"
+#include "sluice/keys.h"
 #include "sluice/log.h"
+#include "sluice/models_config.h"
 #include "sluice/probe.h"
 #include "sluice/sched.h"
 
@@ -169,6 +171,22 @@ static const struct option_def options[] = {
 	 "once an upstream answer has begun, the longest silence allowed "
 	 "between its bytes",
 	 NULL},
+	{"upstream-dns", "SLUICE_UPSTREAM_DNS", "NAME:PORT", OPT_ARG_LIST,
+	 FIELD(upstream_dns), NULL, 0, 0, NULL,
+	 "a DNS name whose addresses (A and AAAA) are upstreams, each at "
+	 "http://ADDR:PORT, as a Kubernetes headless Service lists its pods: "
+	 "looked up every --dns-refresh, new addresses are checked and used, "
+	 "vanished ones take no new work and go once their requests are done; "
+	 "repeatable (environment: whitespace-separated)",
+	 "none"},
+	{"dns-refresh", "SLUICE_DNS_REFRESH", "DURATION", OPT_DURATION,
+	 FIELD(dns_refresh_ms), "5", 100, 3600 * SEC, NULL,
+	 "time between two lookups of an --upstream-dns name", NULL},
+	{"dns-server", "SLUICE_DNS_SERVER", "IP:PORT", OPT_STRING,
+	 FIELD(dns_server), "", 0, 0, NULL,
+	 "the DNS server --upstream-dns names are asked of ([IPv6]:PORT for "
+	 "IPv6)",
+	 "the system's, from /etc/resolv.conf"},
 	{"retries", "SLUICE_RETRIES", "N", OPT_UINT, FIELD(retries), "1", 0,
 	 SL_RETRIES_MAX, NULL,
 	 "times a queued request is sent again, to another ready upstream "
@@ -335,6 +353,10 @@ struct action_def {
 static const struct action_def actions[] = {
 	{"help", NULL, "print this help and exit"},
 	{"version", NULL, "print the version and exit"},
+	{"hash-key", NULL,
+	 "read an API key's secret on standard input (one trailing newline "
+	 "dropped) and print the \"hash: sha256:HEX\" line for a key of the "
+	 "configuration file's keys: section, and exit"},
 	{"write-demo-model", "PATH",
 	 "write the demo model (see --demo-model-size) to PATH and exit"},
 	{"probe", "URL",
@@ -374,6 +396,7 @@ static int fail(char *err, size_t size, const char *where, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(err + n, size - (size_t)n, fmt, ap);
 	va_end(ap);
+	sl_one_line(err, size);
 	return SL_EINVAL;
 }
 
@@ -857,6 +880,8 @@ static void apply_action(struct sl_config *cfg, const struct action_def *a,
 		cfg->help = true;
 	else if (strcmp(a->name, "version") == 0)
 		cfg->version = true;
+	else if (strcmp(a->name, "hash-key") == 0)
+		cfg->hash_key = true;
 	else if (strcmp(a->name, "probe") == 0)
 		set_string(&cfg->probe, value);
 	else if (strcmp(a->name, "check-config") == 0)
@@ -939,6 +964,7 @@ struct section_def {
 
 static const struct section_def sections[] = {
     {"models", sl_models_config_apply, sl_models_config_print},
+    {"keys", sl_keys_config_apply, sl_keys_config_print},
     {NULL, NULL, NULL},
 };
 
@@ -1226,6 +1252,27 @@ static int check_reserve(const struct parse_state *st)
 	return 0;
 }
 
+/* --upstream-dns and --dns-server: their syntax, checked before any use. */
+static int check_dns(const struct parse_state *st)
+{
+	const struct sl_config *cfg = st->cfg;
+	char where[PATH_MAX + 64], why[512];
+	for (unsigned i = 0; i < cfg->upstream_dns.count; i++)
+		if (sl_discovery_parse_target(cfg->upstream_dns.items[i], NULL,
+		                              NULL, why, sizeof(why)) != 0)
+			return fail(st->err, st->size,
+			            source_name(st, "upstream-dns", true, where,
+			                        sizeof(where)),
+			            "%s", why);
+	if (cfg->dns_server[0] &&
+	    sl_discovery_parse_server(cfg->dns_server, why, sizeof(why)) != 0)
+		return fail(
+		    st->err, st->size,
+		    source_name(st, "dns-server", true, where, sizeof(where)),
+		    "%s", why);
+	return 0;
+}
+
 /*
  * The sources in rising precedence: defaults, the file, the environment,
  * the flags. Argv is read first all the same, since it may name the file.
@@ -1234,6 +1281,9 @@ int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
                     char *const envp[], char *err, size_t size)
 {
 	memset(cfg, 0, sizeof(*cfg));
+	cfg->argc = argc;
+	cfg->argv = argv;
+	cfg->envp = envp;
 	err[0] = '\0';
 	struct parse_state st = {.cfg = cfg, .err = err, .size = size};
 	struct flag_value *flags =
@@ -1265,6 +1315,8 @@ int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
 		rc = check_reserve(&st);
 	if (rc == 0)
 		rc = sl_models_config_check(cfg, err, size);
+	if (rc == 0)
+		rc = check_dns(&st);
 	return rc;
 }
 
@@ -1301,6 +1353,7 @@ void sl_config_free(struct sl_config *cfg)
 	free(cfg->probe);
 	free(cfg->check_config);
 	sl_models_config_free(cfg);
+	sl_keys_free(cfg->keys);
 	memset(cfg, 0, sizeof(*cfg));
 }
 

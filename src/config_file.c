@@ -48,6 +48,7 @@ static int fail_at(struct walker *w, size_t line, const char *key,
 	va_start(ap, fmt);
 	vsnprintf(w->err + n, w->size - (size_t)n, fmt, ap);
 	va_end(ap);
+	sl_one_line(w->err, w->size);
 	return SL_EINVAL;
 }
 
@@ -191,6 +192,7 @@ int sl_config_node_fail(char *err, size_t size, const struct sl_config_node *n,
 	va_start(ap, fmt);
 	vsnprintf(err + k, size - (size_t)k, fmt, ap);
 	va_end(ap);
+	sl_one_line(err, size);
 	return SL_EINVAL;
 }
 

@@ -67,13 +67,17 @@ static void scan_typed(const struct sl_jscan *s, struct sl_event_facts *f)
 		return;
 	}
 	int type = sl_jscan_get(s, 0, "type");
-	int usage = -1;
+	int usage = -1, prompt_usage = -1;
 	if (type < 0 || sl_jscan_type(s, type) != JSMN_STRING)
 		return;
 	if (sl_jscan_is(s, type, "content_block_delta") ||
 	    sl_jscan_is(s, type, "response.output_text.delta")) {
 		f->arrivals = 1;
 		f->per_arrival = 1;
+	} else if (sl_jscan_is(s, type, "message_start")) {
+		/* Its usage is the prompt's; its output_tokens is no count. */
+		prompt_usage =
+		    sl_jscan_get(s, sl_jscan_get(s, 0, "message"), "usage");
 	} else if (sl_jscan_is(s, type, "message_delta")) {
 		usage = sl_jscan_get(s, 0, "usage");
 	} else if (sl_jscan_is(s, type, "response.completed")) {
@@ -85,12 +89,27 @@ static void scan_typed(const struct sl_jscan *s, struct sl_event_facts *f)
 		f->has_count = true;
 		f->count = int_value(s, out);
 	}
+	int in = sl_jscan_get(s, prompt_usage >= 0 ? prompt_usage : usage,
+	                      "input_tokens");
+	if (is_integer(s, in)) {
+		f->has_prompt = true;
+		f->prompt_tokens = int_value(s, in);
+	}
 }
 
 /* llama-server's /completion events. */
 static void scan_native(const struct sl_jscan *s, struct sl_event_facts *f)
 {
-	enum { ERROR, INDEX, STOP, TOKENS, CONTENT, PREDICTED, N_KEYS };
+	enum {
+		ERROR,
+		INDEX,
+		STOP,
+		TOKENS,
+		CONTENT,
+		PREDICTED,
+		EVALUATED,
+		N_KEYS
+	};
 	static const struct sl_jscan_key keys[N_KEYS] = {
 	    [ERROR] = SL_JSCAN_KEY("error"),
 	    [INDEX] = SL_JSCAN_KEY("index"),
@@ -98,6 +117,7 @@ static void scan_native(const struct sl_jscan *s, struct sl_event_facts *f)
 	    [TOKENS] = SL_JSCAN_KEY("tokens"),
 	    [CONTENT] = SL_JSCAN_KEY("content"),
 	    [PREDICTED] = SL_JSCAN_KEY("tokens_predicted"),
+	    [EVALUATED] = SL_JSCAN_KEY("tokens_evaluated"),
 	};
 	int v[N_KEYS];
 	sl_jscan_members(s, 0, keys, v, N_KEYS);
@@ -110,6 +130,8 @@ static void scan_native(const struct sl_jscan *s, struct sl_event_facts *f)
 	      sl_jscan_is(s, v[STOP], "false"))) {
 		f->final = true;
 		f->tokens_predicted = int_value(s, v[PREDICTED]);
+		f->has_prompt = is_integer(s, v[EVALUATED]);
+		f->prompt_tokens = int_value(s, v[EVALUATED]);
 		return;
 	}
 	int n = array_size(s, v[TOKENS]);
@@ -124,11 +146,12 @@ static void scan_native(const struct sl_jscan *s, struct sl_event_facts *f)
 /* OpenAI's chunks: one token per choice that carries any output. */
 static void scan_openai(const struct sl_jscan *s, struct sl_event_facts *f)
 {
-	enum { ERROR, USAGE, CHOICES, N_KEYS };
+	enum { ERROR, USAGE, CHOICES, TIMINGS, N_KEYS };
 	static const struct sl_jscan_key keys[N_KEYS] = {
 	    [ERROR] = SL_JSCAN_KEY("error"),
 	    [USAGE] = SL_JSCAN_KEY("usage"),
-	    [CHOICES] = SL_JSCAN_KEY("choices")};
+	    [CHOICES] = SL_JSCAN_KEY("choices"),
+	    [TIMINGS] = SL_JSCAN_KEY("timings")};
 	int v[N_KEYS];
 	sl_jscan_members(s, 0, keys, v, N_KEYS);
 	if (v[ERROR] >= 0) {
@@ -140,6 +163,25 @@ static void scan_openai(const struct sl_jscan *s, struct sl_event_facts *f)
 		f->has_count = true;
 		f->count =
 		    int_value(s, sl_jscan_get(s, usage, "completion_tokens"));
+		int p = sl_jscan_get(s, usage, "prompt_tokens");
+		f->has_prompt = is_integer(s, p);
+		f->prompt_tokens = int_value(s, p);
+	}
+	/*
+	 * llama-server sends usage only when asked (stream_options), but
+	 * timings on every last chunk: the prompt is its cached part plus
+	 * the part evaluated.
+	 */
+	int timings = v[TIMINGS];
+	if (!f->has_prompt && timings >= 0 &&
+	    sl_jscan_type(s, timings) == JSMN_OBJECT) {
+		int cached = sl_jscan_get(s, timings, "cache_n");
+		int evaluated = sl_jscan_get(s, timings, "prompt_n");
+		if (is_integer(s, evaluated)) {
+			f->has_prompt = true;
+			f->prompt_tokens =
+			    int_value(s, cached) + int_value(s, evaluated);
+		}
 	}
 	enum { DELTA, TEXT, N_CHOICE };
 	static const struct sl_jscan_key choice_keys[N_CHOICE] = {

@@ -286,6 +286,40 @@ static void expose_upstreams(struct sl_app *app, struct sl_text *t)
 	}
 }
 
+/* DNS discovery (discovery.h): each --upstream-dns name's lookups. */
+static void expose_dns(struct sl_app *app, struct sl_text *t)
+{
+	if (app->n_discoveries == 0)
+		return;
+	sl_expose_family(t, "sluice_dns_lookups_total", "counter",
+	                 "Lookups of an --upstream-dns name, by how they "
+	                 "ended.");
+	for (unsigned i = 0; i < app->n_discoveries; i++) {
+		const struct sl_discovery *d = app->discoveries[i];
+		if (!d)
+			continue;
+		char label[SL_DISCOVERY_NAME_MAX * 2 + 16];
+		sl_label_escape(sl_discovery_target(d), label, sizeof(label));
+		for (int r = 0; r < SL_DNS_RESULTS; r++)
+			sl_text_printf(t,
+			               "sluice_dns_lookups_total{name=\"%s\","
+			               "result=\"%s\"} %llu\n",
+			               label, sl_dns_result_name(r),
+			               sl_discovery_lookups(d, r));
+	}
+	sl_expose_family(t, "sluice_dns_addresses", "gauge",
+	                 "Addresses an --upstream-dns name has now.");
+	for (unsigned i = 0; i < app->n_discoveries; i++) {
+		const struct sl_discovery *d = app->discoveries[i];
+		if (!d)
+			continue;
+		char label[SL_DISCOVERY_NAME_MAX * 2 + 16];
+		sl_label_escape(sl_discovery_target(d), label, sizeof(label));
+		sl_text_printf(t, "sluice_dns_addresses{name=\"%s\"} %u\n",
+		               label, sl_discovery_count(d));
+	}
+}
+
 static void expose_by_class(struct sl_text *t, const char *name,
                             const char *help, struct sl_histogram *h)
 {
@@ -306,11 +340,13 @@ void sl_exposition_prometheus(struct sl_app *app, struct sl_text *t)
 	struct sl_procstat proc;
 	sl_procstat_read(&proc);
 	expose_requests(s, t);
+	sl_tenants_write_metrics(&app->tenants, t);
 	sl_expose_family(t, "sluice_connections_refused_total", "counter",
 	                 "Connections refused over --max-connections.");
 	sl_text_printf(t, "sluice_connections_refused_total %llu\n",
 	               (unsigned long long)app->http.refused_connections);
 	expose_upstreams(app, t);
+	expose_dns(app, t);
 
 	/* Each model has its own queue (app.h). */
 	sl_expose_family(t, "sluice_queue_depth", "gauge",

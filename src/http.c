@@ -774,6 +774,7 @@ static char *format_head(struct sl_http_conn *c, int status,
 	    acao ? acao : "",
 	    acao ? "\r\n" : "",
 	    cors_on ? "Vary: Origin\r\n" : "",
+	    st ? st->pub.own_headers : "",
 	    extra ? extra : "",
 	    "\r\n",
 	};

@@ -4,6 +4,7 @@
 #include "sluice/common.h"
 #include "sluice/config.h"
 #include "sluice/demo_model.h"
+#include "sluice/keys.h"
 #include "sluice/log.h"
 #include "sluice/probe.h"
 
@@ -76,6 +77,13 @@ int main(int argc, char **argv)
 		       SL_VERSION, uv_version_string(), curl_version(),
 		       LLHTTP_VERSION_MAJOR, LLHTTP_VERSION_MINOR,
 		       LLHTTP_VERSION_PATCH);
+		goto out;
+	}
+	if (cfg.hash_key) {
+		if (sl_keys_hash_stdin(stdin, stdout, err, sizeof(err)) != 0) {
+			fprintf(stderr, "sluice: %s\n", err);
+			code = SL_EXIT_USAGE;
+		}
 		goto out;
 	}
 	if (cfg.check_config) {

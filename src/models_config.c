@@ -377,10 +377,11 @@ int sl_models_config_check(const struct sl_config *cfg, char *err, size_t size)
 		}
 		return 0;
 	}
-	const char *clash = cfg->model[0]          ? "--model"
-	                    : cfg->upstreams.count ? "--upstream"
-	                    : cfg->model_name[0]   ? "--model-name"
-	                                           : NULL;
+	const char *clash = cfg->model[0]             ? "--model"
+	                    : cfg->upstreams.count    ? "--upstream"
+	                    : cfg->upstream_dns.count ? "--upstream-dns"
+	                    : cfg->model_name[0]      ? "--model-name"
+	                                              : NULL;
 	if (clash) {
 		snprintf(err, size,
 		         "%s: not with a models: section in %s (it describes "

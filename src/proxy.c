@@ -23,6 +23,7 @@
  */
 #include "sluice/proxy.h"
 
+#include "sluice/access.h"
 #include "sluice/assemble.h"
 #include "sluice/common.h"
 #include "sluice/event_scan.h"
@@ -148,6 +149,7 @@ struct exchange {
 	/* What was seen of the generation. */
 	uint64_t first_token_ns, last_token_ns;
 	uint64_t tokens_seen, tokens_final;
+	uint64_t prompt_tokens;    /* as the upstream counted them */
 	unsigned prompts, stopped; /* native streams: indexes seen, ended */
 };
 
@@ -167,6 +169,7 @@ static void note_totals(struct exchange *x)
 		x->tokens_seen = x->tokens_final;
 	}
 	info->tokens = (unsigned)x->tokens_seen;
+	info->prompt_tokens = (unsigned)x->prompt_tokens;
 }
 
 /* The client side is over: no more calls to the HTTP server about it. */
@@ -308,6 +311,12 @@ static void observe(struct exchange *x, const struct sl_event_facts *f)
 		token_arrived(x, f->per_arrival);
 	if (f->has_count)
 		x->tokens_final = (uint64_t)f->count;
+	/* Native prompts each end with their own count: they add up. */
+	if (f->has_prompt && f->prompt_tokens > 0)
+		x->prompt_tokens =
+		    x->ep->stream_end == SL_END_STOP
+		        ? x->prompt_tokens + (uint64_t)f->prompt_tokens
+		        : (uint64_t)f->prompt_tokens;
 	if (x->ep->stream_end != SL_END_STOP)
 		return;
 	x->prompts = SL_MAX(x->prompts, (unsigned)f->index + 1);
@@ -1017,6 +1026,7 @@ static void reset_for_retry(struct exchange *x)
 	x->paused = false;
 	x->first_token_ns = x->last_token_ns = 0;
 	x->tokens_seen = x->tokens_final = 0;
+	x->prompt_tokens = 0;
 	x->prompts = x->stopped = 0;
 	x->upstream->inflight--;
 	x->upstream = NULL;
@@ -1673,6 +1683,11 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		return;
 	}
 	double priority = checked.priority;
+	/* The caller's key (keys.h): its models, priority and limits. */
+	if (!sl_access_admit(app, req, ep->scheduled, &priority)) {
+		sl_request_free(&checked);
+		return;
+	}
 
 	/*
 	 * Which model: the body's "model", or for a request without a JSON

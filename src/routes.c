@@ -73,12 +73,28 @@ static void respond_models(struct sl_app *app, struct sl_http_request *req)
 	free(body);
 }
 
+/*
+ * GET /v1/usage: each key's requests, prompt and generated tokens since
+ * start, per model (keys.h), for the admin: the same figures as /metrics'
+ * sluice_key_* counters.
+ */
+static void handle_usage(struct sl_app *app, struct sl_http_request *req)
+{
+	json_t *doc = sl_tenants_usage_json(&app->tenants);
+	char *body = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	sl_http_respond(req, 200, SL_HTTP_JSON, "Cache-Control: no-store\r\n",
+	                body, strlen(body));
+	free(body);
+}
+
 /* /v1/health is llama-server's alias of /health, public like it. */
 static const struct route routes[] = {
     {"/health", HTTP_GET, handle_health, SL_ACCESS_PUBLIC},
     {"/v1/health", HTTP_GET, handle_health, SL_ACCESS_PUBLIC},
     {"/ready", HTTP_GET, handle_ready, SL_ACCESS_PUBLIC},
     {"/metrics", HTTP_GET, sl_exposition_handle, SL_ACCESS_METRICS},
+    {"/v1/usage", HTTP_GET, handle_usage, SL_ACCESS_ADMIN},
 };
 
 /*

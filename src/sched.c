@@ -218,6 +218,17 @@ static bool reserve_auto(const struct sl_sched *s)
 	return s->cfg.urgent_reserve == SL_SCHED_RESERVE_AUTO;
 }
 
+static bool window_auto(const struct sl_sched *s)
+{
+	return s->cfg.window_ms == SL_SCHED_WINDOW_AUTO;
+}
+
+/* Whether the load is measured: the auto reserve and window both use it. */
+static bool load_tracked(const struct sl_sched *s)
+{
+	return (reserve_auto(s) || window_auto(s)) && s->ops->total_slots;
+}
+
 /*
  * Brings the decayed sums to now_ms: each decays by exp(-dt / memory), and
  * the busy slots held since the last sample add their integral over dt
@@ -471,9 +482,20 @@ static unsigned dispatch_batch(struct sl_sched *s, unsigned free,
 	return n;
 }
 
-static bool window_auto(const struct sl_sched *s)
+/*
+ * How long an auto window gathers: SL_SCHED_AUTO_WINDOW_SHARE of the time
+ * a request holds its slot (Little's law over the measured load), within
+ * [1 ms, SL_SCHED_AUTO_WINDOW_MS]; the most until there is a measure.
+ */
+static uint64_t auto_window_ms(const struct sl_sched *s)
 {
-	return s->cfg.window_ms == SL_SCHED_WINDOW_AUTO;
+	const struct sl_sched_load *l = &s->load;
+	if (!s->ops->total_slots || !(l->dispatched > 0) || !(l->busy_ms > 0))
+		return SL_SCHED_AUTO_WINDOW_MS;
+	double w =
+	    ceil(l->busy_ms / l->dispatched * SL_SCHED_AUTO_WINDOW_SHARE);
+	return (uint64_t)SL_MAX(1.0,
+	                        SL_MIN(w, (double)SL_SCHED_AUTO_WINDOW_MS));
 }
 
 /*
@@ -504,11 +526,11 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 	if (s->running)
 		return UINT64_MAX; /* the running call picks the change up */
 	s->running = true;
-	if (reserve_auto(s)) {
+	if (load_tracked(s))
 		load_advance(&s->load, now_ms);
+	if (reserve_auto(s))
 		s->reserve =
 		    s->ops->total_slots ? auto_reserve(&s->load, now_ms) : 0;
-	}
 
 	/* Deadlines are in arrival order: the oldest expires first. */
 	while (s->oldest && s->oldest->deadline_ms <= now_ms) {
@@ -541,8 +563,7 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 		if (window_auto(s) && !s->window_open && !closed_now &&
 		    contested(s, free) && may_take(s, free, now_ms)) {
 			s->window_open = true;
-			s->window_deadline_ms =
-			    now_ms + SL_SCHED_AUTO_WINDOW_MS;
+			s->window_deadline_ms = now_ms + auto_window_ms(s);
 		}
 		if (s->window_open) {
 			if (s->cfg.urgent_bypass &&
@@ -565,11 +586,12 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 		next = s->window_deadline_ms;
 	if (s->oldest)
 		next = SL_MIN(next, s->oldest->deadline_ms);
-	if (reserve_auto(s) && s->ops->total_slots) {
+	if (load_tracked(s)) {
 		unsigned free = s->ops->free_slots(s->ctx);
 		load_sample(s, free);
 		/* Held back by a reserve that may shrink as it forgets. */
-		if (s->n > 0 && free > 0 && free <= s->reserve)
+		if (reserve_auto(s) && s->n > 0 && free > 0 &&
+		    free <= s->reserve)
 			next =
 			    SL_MIN(next, now_ms + SL_SCHED_RESERVE_RECHECK_MS);
 	}

@@ -28,6 +28,7 @@ static const char *const reason_names[SL_REJECT_COUNT] = {
     [SL_REJECT_TIMEOUT] = "timeout",
     [SL_REJECT_NOT_READY] = "not_ready",
     [SL_REJECT_NOT_FOUND] = "not_found",
+    [SL_REJECT_KEY_LIMIT] = "key_limit",
 };
 
 /*

@@ -48,7 +48,7 @@ bool sl_upstream_is_ready(const struct sl_upstream *u)
 bool sl_upstream_usable(const struct sl_upstream *u)
 {
 	return u->state == SL_UPSTREAM_READY && !u->suspect &&
-	       !u->outlier.ejected;
+	       !u->outlier.ejected && !u->draining;
 }
 
 static void set_state(struct sl_upstream *u, enum sl_upstream_state s)
@@ -529,6 +529,7 @@ static void free_upstream(struct sl_upstream *u)
 	free(u->metrics_text);
 	free(u->url);
 	free(u->name);
+	free(u->origin);
 	free(u->api_key);
 	free(u->exe);
 	free(u->model);
@@ -582,6 +583,14 @@ json_t *sl_upstream_json(const struct sl_upstream *u)
 		json_object_set_new(o, "pid", json_integer(u->child->pid));
 	if (u->suspect)
 		json_object_set_new(o, "suspect", json_true());
+	if (u->origin)
+		json_object_set_new(o, "origin", json_string(u->origin));
+	if (u->draining) {
+		/* What the drain still waits for. */
+		json_object_set_new(o, "draining", json_true());
+		json_object_set_new(o, "inflight",
+		                    json_integer((json_int_t)u->inflight));
+	}
 	json_object_set_new(o, "consecutive_failures",
 	                    json_integer(u->outlier.failures));
 	json_object_set_new(o, "ejections",

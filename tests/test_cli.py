@@ -37,7 +37,7 @@ class Cli(st.TestCase):
         text = r.stdout
         for flag in flags:
             if flag in ("--help", "--version", "--write-demo-model",
-                        "--probe", "--check-config"):
+                        "--probe", "--check-config", "--hash-key"):
                 continue
             var = "SLUICE_" + flag[2:].upper().replace("-", "_")
             if flag == "--llama-arg":

@@ -774,6 +774,11 @@ static void test_file_errors(void)
 	     "2: slots: an alias (*NAME): anchors are not expanded, write the "
 	     "value out"},
 	    {"model: \"a\\0b\"\n", "1: model: a NUL byte in the value"},
+	    /* Error lines stay one line: a quoted line break is escaped. */
+	    {"slots: 2x\n\n  y\n",
+	     "1: slots: expected a whole number from 1 to 256, got "
+	     "\"2x\\ny\""},
+	    {"\"a\\tb\": 1\n", "1: a\\tb: unknown option (see --help)"},
 	    {"help: true\n",
 	     "1: help: a one-shot flag, not an option a configuration file "
 	     "can set"},

@@ -20,6 +20,7 @@ import subprocess
 import yaml
 
 import sluice_test as st
+from dns_server import DnsServer
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 UNIT = os.path.join(ROOT, "deploy", "systemd", "sluice.service")
@@ -228,18 +229,19 @@ class Kubernetes(st.TestCase):
             owner = ls if name == "llama-server" else sl
             labels = owner["spec"]["template"]["metadata"]["labels"]
             self.assertLessEqual(selector.items(), labels.items(), kind)
-        # The HPA scales the StatefulSet, and sluice names one upstream per
-        # replica it may start, by the headless Service's per-pod names.
+        # The HPA scales the StatefulSet, and sluice follows its replicas
+        # through the headless Service's name, whose answer lists the
+        # ready ones (no fixed --upstream list).
         target = hpa["spec"]["scaleTargetRef"]
         self.assertEqual((target["kind"], target["name"]),
                          ("StatefulSet", "llama-server"))
         service = find("Service", ls["spec"]["serviceName"])
         self.assertEqual(service["spec"]["clusterIP"], "None")
+        self.assertFalse(service["spec"].get("publishNotReadyAddresses"))
         port = service["spec"]["ports"][0]["port"]
-        self.assertEqual(flag(sl_args, "--upstream"),
-                         ["http://llama-server-%d.%s:%d"
-                          % (i, service["metadata"]["name"], port)
-                          for i in range(hpa["spec"]["maxReplicas"])])
+        self.assertEqual(flag(sl_args, "--upstream-dns"),
+                         ["%s:%d" % (service["metadata"]["name"], port)])
+        self.assertEqual(flag(sl_args, "--upstream"), [])
         self.assertEqual(flag(ls_args, "--port"), [str(port)])
         # Each sluice replica takes its share of every llama-server's slots.
         slots = int(flag(ls_args, "-np")[0])
@@ -300,22 +302,24 @@ class Kubernetes(st.TestCase):
                                   for p in paths), 60,
                       "llama-server's probes to answer 200")
 
-        # sluice with the manifest's arguments: the first replica's upstream
-        # is the llama-server above, the others refuse (not started).
-        upstreams = flag(sl_c["args"], "--upstream")
-        refused = st.free_port()
+        # sluice with the manifest's arguments: the Service's name, asked
+        # of a DNS server of the test's own, answers with the llama-server
+        # above (the name is the manifest's, the port this one's).
+        (name,) = flag(sl_c["args"], "--upstream-dns")
+        dns = DnsServer()
+        self.addCleanup(dns.stop)
+        dns.set(name.rsplit(":", 1)[0], ["127.0.0.1"])
         args = [a for a in sl_c["args"]
-                if not a.startswith(("--listen", "--upstream"))]
-        args += ["--upstream=http://127.0.0.1:%d" % port]
-        for _ in upstreams[1:]:
-            args.append("--upstream=http://127.0.0.1:%d" % refused)
+                if not a.startswith(("--listen", "--upstream-dns"))]
+        args += ["--upstream-dns=%s:%d" % (name.rsplit(":", 1)[0], port),
+                 "--dns-server=" + dns.address]
         s = self.sluice(*args, env={"SLUICE_UPSTREAM_API_KEY": UPSTREAM_KEY})
         for kind, probe in probes(sl_c).items():
             with self.subTest(probe=kind):
                 self.assertEqual(self.status(s.port, probe["path"]), 200)
         health = s.health().json()["upstreams"]
-        self.assertEqual([u["state"] for u in health],
-                         ["ready"] + ["down"] * (len(upstreams) - 1))
+        self.assertEqual([(u["url"], u["state"]) for u in health],
+                         [("http://127.0.0.1:%d" % port, "ready")])
         self.assertEqual(health[0]["slots"],
                          int(flag(sl_c["args"], "--slots-per-upstream")[0]))
         # The HPA's metric is one sluice exports.

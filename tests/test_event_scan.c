@@ -270,6 +270,49 @@ static void test_typed(void)
 	ASSERT(!f.has_count);
 }
 
+/* The prompt's token count, for a tenant's usage (keys.h). */
+static void test_prompt_counts(void)
+{
+	struct sl_event_facts f;
+	/* OpenAI chunks: usage when asked for, else llama-server's timings. */
+	f = scan("{\"choices\":[],\"usage\":{\"completion_tokens\":4,"
+	         "\"prompt_tokens\":54}}",
+	         SL_DIALECT_OPENAI);
+	ASSERT(f.has_prompt);
+	ASSERT_EQ(f.prompt_tokens, 54);
+	f = scan("{\"choices\":[{\"finish_reason\":\"length\",\"index\":0,"
+	         "\"delta\":{}}],\"timings\":{\"cache_n\":53,\"prompt_n\":1,"
+	         "\"predicted_n\":4}}",
+	         SL_DIALECT_OPENAI);
+	ASSERT(f.has_prompt);
+	ASSERT_EQ(f.prompt_tokens, 54);
+	ASSERT(!f.has_count);
+	f = scan("{\"choices\":[{\"delta\":{\"content\":\"a\"}}]}",
+	         SL_DIALECT_OPENAI);
+	ASSERT(!f.has_prompt);
+	/* Native: the final event's tokens_evaluated. */
+	f = scan("{\"content\":\"\",\"stop\":true,\"tokens_predicted\":3,"
+	         "\"tokens_evaluated\":4}",
+	         SL_DIALECT_NATIVE);
+	ASSERT(f.has_prompt);
+	ASSERT_EQ(f.prompt_tokens, 4);
+	f = scan("{\"content\":\"x\",\"stop\":false,\"tokens_evaluated\":4}",
+	         SL_DIALECT_NATIVE);
+	ASSERT(!f.has_prompt);
+	/* Typed: message_start's input_tokens, response.completed's. */
+	f = scan("{\"type\":\"message_start\",\"message\":{\"usage\":{"
+	         "\"input_tokens\":12,\"output_tokens\":0}}}",
+	         SL_DIALECT_TYPED);
+	ASSERT(f.has_prompt);
+	ASSERT_EQ(f.prompt_tokens, 12);
+	ASSERT(!f.has_count);
+	f = scan("{\"type\":\"response.completed\",\"response\":{\"usage\":{"
+	         "\"input_tokens\":54,\"output_tokens\":3}}}",
+	         SL_DIALECT_TYPED);
+	ASSERT(f.has_prompt);
+	ASSERT_EQ(f.prompt_tokens, 54);
+}
+
 int main(void)
 {
 	RUN(test_native_token);
@@ -282,5 +325,6 @@ int main(void)
 	RUN(test_done_and_non_json);
 	RUN(test_openai);
 	RUN(test_typed);
+	RUN(test_prompt_counts);
 	return 0;
 }

@@ -73,6 +73,7 @@ SLUICE_HEADERS = {
     "x-request-id": "sluice's request id",
     "x-queue-ms": "time the request waited in sluice's queue",
     "x-batch-size": "size of the batch the request was dispatched in",
+    "x-priority": "the priority a queued request got (README, Tenants)",
     "cache-control": "sluice's own caching policy (no-cache on its event "
                      "streams, no-store on /health)",
     "access-control-max-age": "sluice lets browsers cache its preflight "

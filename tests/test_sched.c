@@ -449,6 +449,72 @@ static void test_auto_window_gathers_when_slots_are_contested(void)
 	sl_sched_free(&s);
 }
 
+/* One slot in all, for the test that measures the load. */
+static unsigned fake_one_slot(void *ctx)
+{
+	(void)ctx;
+	return 1;
+}
+
+/*
+ * The auto window is sized from the measured hold: a tenth of it, so that
+ * short generations are not left idle for a whole 50 ms window each.
+ */
+static void test_auto_window_sized_from_the_hold(void)
+{
+	static const struct sl_sched_ops measured = {
+	    .free_slots = fake_free,
+	    .dispatch = fake_dispatch,
+	    .expire = fake_expire,
+	    .shed = fake_shed,
+	    .total_slots = fake_one_slot,
+	};
+	for (uint64_t hold = 20; hold <= 2000; hold *= 10) {
+		struct sl_sched s;
+		struct fake f;
+		struct sl_sched_config cfg = config();
+		cfg.window_ms = SL_SCHED_WINDOW_AUTO;
+		memset(&f, 0, sizeof(f));
+		ASSERT_EQ(sl_sched_init(&s, &cfg, &measured, &f, 0), 0);
+		/* Before any measure, the full window. */
+		push(&s, &f, 0, SL_PRIORITY_BATCH, 0);
+		push(&s, &f, 1, SL_PRIORITY_NORMAL, 0);
+		f.free = 1;
+		ASSERT_EQ(sl_sched_run(&s, 0), SL_SCHED_AUTO_WINDOW_MS);
+		uint64_t t = SL_SCHED_AUTO_WINDOW_MS;
+		sl_sched_run(&s, t);
+		ASSERT_EQ(f.n_dispatched, 1);
+		ASSERT_EQ(f.dispatched[0], 1);
+		/* Then requests holding the slot `hold` ms each, uncontested.
+		 */
+		t += hold;
+		f.free = 1;
+		sl_sched_run(&s, t);
+		for (unsigned i = 2; i < 10; i++) {
+			t += hold;
+			f.free = 1;
+			push(&s, &f, i, SL_PRIORITY_NORMAL, t);
+			sl_sched_run(&s, t);
+		}
+		ASSERT_EQ(f.n_dispatched, 10);
+		/* Two of mixed classes for the freed slot: a window. */
+		t += hold;
+		f.free = 1;
+		push(&s, &f, 10, SL_PRIORITY_BATCH, t);
+		push(&s, &f, 11, SL_PRIORITY_NORMAL, t);
+		uint64_t window = sl_sched_run(&s, t) - t;
+		uint64_t want =
+		    SL_MIN(hold / 10, (uint64_t)SL_SCHED_AUTO_WINDOW_MS);
+		if (window < want * 9 / 10 || window > want * 11 / 10 + 1)
+			TEST_FAIL("hold %llu ms: a window of %llu ms, not "
+			          "about %llu",
+			          (unsigned long long)hold,
+			          (unsigned long long)window,
+			          (unsigned long long)want);
+		sl_sched_free(&s);
+	}
+}
+
 /* The auto window: urgent requests skip it, and the reserve still holds. */
 static void test_auto_window_urgent_and_reserve(void)
 {
@@ -1196,6 +1262,7 @@ int main(void)
 	RUN(test_urgent_bypass);
 	RUN(test_auto_window_never_holds_an_uncontested_request);
 	RUN(test_auto_window_gathers_when_slots_are_contested);
+	RUN(test_auto_window_sized_from_the_hold);
 	RUN(test_auto_window_urgent_and_reserve);
 	RUN(test_capacity_and_max_batch);
 	RUN(test_max_queue);

@@ -5,7 +5,9 @@
  * health checks; the admin key (--admin-key) guards what changes
  * llama-server's state and, when set, /metrics. CORS follows llama-server:
  * preflights are answered without a key, and every answer names the
- * allowed origin (--cors-origin). These keys are the clients'; the key sluice
+ * allowed origin (--cors-origin). The configuration file's keys: (keys.h)
+ * are client keys too, each naming a tenant with its own models, priority
+ * and limits (sl_access_admit). These keys are the clients'; the key sluice
  * uses upstream is another and never leaves sluice.
  */
 #ifndef SLUICE_ACCESS_H
@@ -30,6 +32,22 @@ enum sl_access {
  */
 bool sl_access_allow(struct sl_app *app, struct sl_http_request *req,
                      enum sl_access level);
+
+/*
+ * The tenant checks of a request whose key is one of keys: (keys.h), made
+ * once it is validated: its model (`model`, NULL when it names none) must
+ * be on the key's list, else it is answered 404 model_not_found as an
+ * unknown model is; a `limited` request (one that takes a slot) must be
+ * within the key's rpm, tpm and max-concurrent, else 429 with OpenAI's
+ * shape and headers. *priority comes in as the request asked (or the
+ * default when `priority_given` is false) and goes out as granted. Every
+ * answer to the request then carries the key's rate-limit headers and,
+ * when `limited`, X-Priority. Returns false when req has been answered.
+ * Requests without a tenant pass, their answers with X-Priority when
+ * `limited`.
+ */
+bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
+                     bool limited, double *priority);
 
 /*
  * Answers req when it is a CORS preflight (OPTIONS) and returns true;

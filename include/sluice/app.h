@@ -14,7 +14,9 @@
 
 #include "sluice/config.h"
 #include "sluice/curl_loop.h"
+#include "sluice/discovery.h"
 #include "sluice/http.h"
+#include "sluice/keys.h"
 #include "sluice/models_config.h"
 #include "sluice/pool.h"
 #include "sluice/sched.h"
@@ -81,7 +83,21 @@ struct sl_app {
 	struct sl_curl curl;
 	struct sl_http_server http;
 	uv_signal_t sigint, sigterm;
+	/*
+	 * SIGHUP reloads the keys: the configuration is read again in a
+	 * worker thread (reload_work, while `reloading`), and the new key
+	 * table swapped in on the loop.
+	 */
+	uv_signal_t sighup;
+	uv_work_t reload_work;
+	struct sl_config *reload_cfg; /* what the worker read */
+	int reload_rc;
+	char reload_err[512];
+	bool reloading;
+	bool reload_again;         /* another SIGHUP came during the reload */
+	struct sl_tenants tenants; /* keys: and their state (keys.h) */
 
+	/* Dense: upstreams[i]->index == i, for i < n_upstreams. */
 	struct sl_upstream *upstreams[SL_MAX_UPSTREAMS];
 	unsigned n_upstreams; /* not yet stopped */
 	struct sl_model *models[SL_MODELS_MAX];
@@ -91,8 +107,12 @@ struct sl_app {
 	bool started;                   /* start-up is over */
 	uint64_t uses; /* requests dispatched or finished: sl_model.last_used */
 	uint64_t created_s; /* Unix time sluice started: /v1/models' created */
-	unsigned next_upstream;         /* round-robin start among equals */
-	unsigned exchanges;             /* relayed requests not yet finished */
+	/* One per --upstream-dns, NULL once closed (discovery.h). */
+	struct sl_discovery **discoveries;
+	unsigned n_discoveries;
+	bool upstreams_full;    /* an address found no room; logged once */
+	unsigned next_upstream; /* round-robin start among equals */
+	unsigned exchanges;     /* relayed requests not yet finished */
 	struct exchange *exchange_list; /* all of them (proxy.c) */
 	struct sl_stats stats;
 	/* --trusted-proxy, parsed: the HTTP server's limits point here. */
@@ -103,6 +123,7 @@ struct sl_app {
 	bool force_stop;           /* a second signal: SIGKILL llama-server */
 	uv_timer_t drain_timer;
 	uv_timer_t flush_timer; /* the grace for the last responses */
+	uv_timer_t reap_timer;  /* stops drained upstreams (DNS discovery) */
 	bool flushing;          /* waiting for the last connections to close */
 	bool ending_all;        /* sl_proxy_end_all() is running */
 	bool demo;              /* serving the demo model */
@@ -152,8 +173,11 @@ struct sl_upstream *sl_app_pick_upstream(struct sl_app *app,
 /*
  * Whether an upstream of `m` that cannot take work now is expected back
  * soon: a managed llama-server restarting after it exited, or a ready one
- * marked suspect and being checked, or ejected for a while after failures.
- * New requests then wait in the queue rather than get 503.
+ * marked suspect and being checked, or ejected for a while after failures,
+ * or one DNS discovery just found and is checking for the first time (when
+ * a name's answer moves from one address to another, the old one drains
+ * while the new one is checked). New requests then wait in the queue
+ * rather than get 503.
  */
 bool sl_app_upstream_expected(const struct sl_app *app,
                               const struct sl_model *m);
@@ -188,6 +212,22 @@ void sl_app_model_demand(struct sl_app *app, struct sl_model *m);
 
 /* A request of `m` was dispatched or finished: it is in use. */
 void sl_app_model_used(struct sl_model *m);
+
+/*
+ * A remote upstream at `url` of the one model (--upstream-dns is refused
+ * with a models: section), started: checked, and used once ready.
+ * `origin` ("dns:NAME:PORT") says where it came from, for /health.
+ * Returns it, or NULL when SL_MAX_UPSTREAMS are
+ * there already (logged once until one goes).
+ */
+struct sl_upstream *sl_app_add_upstream(struct sl_app *app, const char *url,
+                                        const char *origin);
+
+/*
+ * Lets `u` go: it drains (no new work; what runs there finishes), then it
+ * is stopped and leaves app->upstreams, whose later entries move down.
+ */
+void sl_app_retire_upstream(struct sl_app *app, struct sl_upstream *u);
 
 /*
  * Lets every model's scheduler act now (after a push, a removal, a freed

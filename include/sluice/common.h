@@ -72,4 +72,12 @@ char *sl_xasprintf(const char *fmt, ...) SL_PRINTF(1, 2);
 /* a then b in one new string: what sl_xasprintf("%s%s") makes, cheaper. */
 char *sl_xconcat(const char *a, const char *b);
 
+/*
+ * Makes the NUL-terminated text in buf (of `size` bytes) one line: each
+ * control byte becomes a C escape ("\n", "\t", "\r", "\xHH"), cut short
+ * where the buffer ends. Error lines quote what users wrote, and a value
+ * from a file or the environment may hold a line break.
+ */
+void sl_one_line(char *buf, size_t size);
+
 #endif

@@ -25,6 +25,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+struct sl_keys;
+
 /* A growable list of owned strings. */
 struct sl_strlist {
 	char **items;
@@ -89,6 +91,10 @@ struct sl_config {
 	unsigned retries;       /* resends after a failure, see --retries */
 	unsigned eject_after;   /* consecutive failures; 0: never eject */
 	uint64_t eject_time_ms; /* the first ejection period */
+	/* Upstreams found in DNS (discovery.h). */
+	struct sl_strlist upstream_dns; /* NAME:PORT, each followed */
+	uint64_t dns_refresh_ms;        /* between lookups of a name */
+	char *dns_server;               /* IP:PORT, or "" for the system's */
 
 	/* Client side */
 	unsigned max_connections;
@@ -108,6 +114,11 @@ struct sl_config {
 	struct sl_strlist api_keys; /* clients': --api-key and the file's */
 	char *api_key_file;         /* "" = none */
 	char *admin_key;            /* "" = none: admin actions refused */
+	/*
+	 * Tenants: the configuration file's `keys:` section (keys.h), or
+	 * NULL without one. Only digests of the secrets.
+	 */
+	struct sl_keys *keys;
 	/* Allowed web origins: {"*"} by default; empty after "none". */
 	struct sl_strlist cors_origins;
 	/* Proxies whose X-Forwarded-For is believed: CIDRs, as written. */
@@ -140,6 +151,16 @@ struct sl_config {
 
 	bool help;
 	bool version;
+	bool hash_key; /* --hash-key: digest a secret from stdin and exit */
+
+	/*
+	 * What sl_config_parse() read, borrowed (main's argv and environ,
+	 * which live as long as sluice): SIGHUP reads the same sources again
+	 * to reload the keys.
+	 */
+	int argc;
+	char *const *argv;
+	char *const *envp;
 
 	/* Each option's enum sl_config_source, in --help's order. */
 	unsigned char source[SL_CONFIG_OPTIONS_MAX];

@@ -62,6 +62,15 @@ struct sl_event_facts {
 	 */
 	bool has_count;
 	int64_t count;
+
+	/*
+	 * The prompt's token count as the upstream reports it, when this
+	 * event carries one: OpenAI's usage.prompt_tokens, else llama-server's
+	 * timings (cache_n + prompt_n, the cached part included); the native
+	 * final event's tokens_evaluated; the typed usage.input_tokens.
+	 */
+	bool has_prompt;
+	int64_t prompt_tokens;
 };
 
 /*

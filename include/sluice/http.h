@@ -91,6 +91,12 @@
  * name (253 bytes at most) and a port: 512 leaves room for all three.
  */
 #define SL_HTTP_ORIGIN_MAX 512u
+/*
+ * A request's own header lines (sl_http_request.own_headers): the six
+ * x-ratelimit-* lines with the largest values, Retry-After and X-Priority
+ * take under 400 bytes.
+ */
+#define SL_HTTP_OWN_HEADERS_MAX 512u
 
 struct sl_http_limits {
 	size_t max_header_bytes;
@@ -142,6 +148,18 @@ struct sl_request_info {
 	const char *outcome;       /* NULL: judged from the status */
 	const char *reject_reason; /* NULL: judged from the status */
 	const char *cancel_stage;  /* "queued" or "inflight" if cancelled */
+	/*
+	 * The tenant (keys.h) whose key the request carries, or NULL; its
+	 * name lives as long as sluice. `counted`: it holds one of the
+	 * tenant's concurrent places until it ends. `prompt_tokens`: as the
+	 * upstream counted them. `model`: its body's model, "" when none, for
+	 * the usage labels.
+	 */
+	struct sl_tenant *tenant;
+	const char *key;
+	bool counted;
+	unsigned prompt_tokens;
+	char model[128];
 };
 
 typedef void (*sl_http_abort_cb)(struct sl_http_request *req);
@@ -167,6 +185,12 @@ struct sl_http_request {
 	 * would key on; sluice has no per-address limit yet.
 	 */
 	char client[SL_CLIENT_ADDR_MAX];
+	/*
+	 * Header lines ("Name: value\r\n" each) that every response to this
+	 * request carries, whoever writes it: a tenant's rate-limit headers
+	 * and the X-Priority it got (keys.h). "" for none.
+	 */
+	char own_headers[SL_HTTP_OWN_HEADERS_MAX];
 	uint64_t start_ns; /* first byte of the request */
 	struct sl_request_info info;
 	size_t bytes_sent; /* response bytes, head included */

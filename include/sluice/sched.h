@@ -62,9 +62,10 @@
  * class (within one class the heap's order is arrival order, which leaving
  * at once gives as well). So requests leave at once while the free slots
  * take them all, or while everyone waiting is of one class; when a slot
- * is free and contested, a window of SL_SCHED_AUTO_WINDOW_MS opens, and
- * at its deadline (or as soon as the contest ends: enough slots freed, or
- * waiting requests left) the free slots' worth leave the top as one batch.
+ * is free and contested, a window opens (its length: see
+ * SL_SCHED_AUTO_WINDOW_SHARE below), and at its deadline (or as soon as
+ * the contest ends: enough slots freed, or waiting requests left) the free
+ * slots' worth leave the top as one batch.
  * Urgent requests still skip it when a slot is free. A slot that frees
  * while the queue is contested opens the next window, so under mixed
  * overload freed slots are gathered into batches; under uniform overload
@@ -111,16 +112,20 @@
 #define SL_SCHED_RETRY_MAX_MS 120000
 /*
  * window_ms meaning "auto" (see Micro-batching above), and how long an
- * auto window gathers at most: 50 ms, the project's micro-batch, short
- * against a generation (hundreds of ms to seconds) so a contested slot
- * idles briefly, long enough to gather the arrivals of a burst. Not
- * handled yet: with generations as short as the window (the demo model's
- * 64 tokens take about 60 ms) a slot held under mixed-priority overload
- * idles for a large share of its time; the window could be sized from the
- * generation times it sees.
+ * auto window gathers: at most 50 ms, the project's micro-batch, and at
+ * most a tenth of the time a request holds its slot, measured as the auto
+ * reserve measures it (Little's law over SL_SCHED_LOAD_MEMORY_MS; the
+ * owner must give total_slots, else every window is the full 50 ms). A
+ * contested slot idles while its window gathers, so under mixed-priority
+ * overload, where every freed slot opens one, the share bounds what the
+ * windows cost: about a tenth of the throughput at most. Against real
+ * generations (seconds) that is the whole 50 ms; against the demo model's
+ * 64 tokens (about 60 ms) 6 ms, where a fixed 50 ms left each slot idle
+ * almost half the time (0.77x throughput, bench/RESULTS.md).
  */
 #define SL_SCHED_WINDOW_AUTO UINT64_MAX
 #define SL_SCHED_AUTO_WINDOW_MS 50
+#define SL_SCHED_AUTO_WINDOW_SHARE 0.1
 /* Priority classes counted for the auto window: batch, normal, urgent. */
 #define SL_SCHED_CLASSES 3
 /*

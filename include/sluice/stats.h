@@ -42,6 +42,7 @@ enum sl_stats_reason {
 	SL_REJECT_TIMEOUT,   /* 408: a slow client */
 	SL_REJECT_NOT_READY, /* 503: no upstream ready */
 	SL_REJECT_NOT_FOUND, /* 404, 405 */
+	SL_REJECT_KEY_LIMIT, /* 429: over an API key's limits (keys.h) */
 	SL_REJECT_COUNT
 };
 

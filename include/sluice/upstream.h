@@ -27,6 +27,10 @@
  * a health check succeeds. The last usable upstream is never ejected: that
  * would only turn its failures into refusals.
  *
+ * Draining: an upstream its owner has let go (its address left the DNS
+ * answer it came from, see discovery.h). It takes no new work, what runs
+ * there finishes, and its owner stops it once nothing is in flight.
+ *
  * Lifetime: created by sl_upstream_new(); sl_upstream_stop() begins the end
  * and hooks->on_stopped reports it, after which the upstream frees itself.
  */
@@ -118,11 +122,14 @@ struct sl_upstream {
 	char *name;
 	char *api_key; /* sent as a bearer token; NULL for none */
 	enum sl_upstream_state state;
-	unsigned total_slots;      /* from /props; 0 until known */
-	unsigned restarts;         /* relaunches after unexpected exits */
-	unsigned inflight;         /* exchanges sent to it and not finished */
-	unsigned index;            /* position among sluice's upstreams */
-	bool suspect;              /* see the top of this file */
+	unsigned total_slots; /* from /props; 0 until known */
+	unsigned restarts;    /* relaunches after unexpected exits */
+	unsigned inflight;    /* exchanges sent to it and not finished */
+	unsigned index;       /* position among sluice's upstreams */
+	bool suspect;         /* see the top of this file */
+	bool draining;        /* see the top of this file */
+	/* Where it came from: "dns:NAME:PORT", or NULL (given or managed). */
+	char *origin;
 	struct sl_outlier outlier; /* failures in a row; ejection */
 	/* Requests sent again after failing on this upstream, by reason. */
 	unsigned long long retries[SL_RETRY_REASONS];

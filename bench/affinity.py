@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Prefix affinity, measured: bench/affinity.py [--rounds N] [--turns N]
+
+Two llama-servers of the slow demo model (4 slots each, one thread each) behind
+one sluice, which is started twice per round: with --affinity on and with
+--affinity off, alternating. The workload is what affinity is for: 8 long
+system prompts, each followed by many short user turns, sent by 8 clients at
+once (client i cycles through the prompts starting at prompt i, so every
+prompt is in use all the time). Every answer carries llama-server's own
+timings: prompt_n is the prompt tokens it evaluated, cache_n the tokens it
+took from a slot's cache. The table gives, per mode, the share of prompt
+tokens served from the cache and the requests per second.
+
+Needs a build (./deploy/setup.sh); writes a Markdown table to stdout.
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+os.environ.setdefault("SLUICE_BIN", os.path.join(ROOT, "build", "sluice"))
+import sluice_test as st  # noqa: E402
+
+MODEL = os.path.join(ROOT, "build", "tests", "demo-slow.gguf")
+PROMPTS = 8
+CLIENTS = 8
+SLOTS = 4
+# About 1,500 tokens each: long against the turns (a dozen tokens), short
+# against a slot's context.
+SYSTEM_CHARS = 1500
+
+
+def system_prompt(i):
+    words = ["policy", "ledger", "harbor", "violet", "engine", "meadow",
+             "signal", "copper", "quartz", "window", "thread", "summit"]
+    out, k = [], i * 7919
+    while sum(len(w) + 1 for w in out) < SYSTEM_CHARS:
+        k = (k * 1103515245 + 12345) % (1 << 31)
+        out.append(words[k % len(words)])
+    return "You are assistant %d. Rules: %s." % (i, " ".join(out))
+
+
+def client(port, c, turns, results):
+    for t in range(turns):
+        p = (c + t) % PROMPTS
+        body = {"messages": [
+            {"role": "system", "content": system_prompt(p)},
+            {"role": "user", "content": "Question %d from client %d?" % (t, c)}],
+            "max_tokens": 4, "temperature": 0}
+        r = st.request(port, "POST", "/v1/chat/completions", body=body,
+                       timeout=300)
+        if r.status != 200:
+            raise RuntimeError("status %d: %s" % (r.status, r.body[:200]))
+        timings = r.json()["timings"]
+        results.append((timings["prompt_n"], timings.get("cache_n", 0)))
+
+
+def run(upstreams, affinity, turns):
+    s = st.Sluice("--upstream", upstreams[0].url, "--upstream",
+                  upstreams[1].url, "--affinity", affinity,
+                  "--log-level", "warn")
+    try:
+        s.wait_all_upstreams_ready()
+        results = []
+        t0 = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(CLIENTS) as pool:
+            futures = [pool.submit(client, s.port, c, turns, results)
+                       for c in range(CLIENTS)]
+            for f in futures:
+                f.result()
+        elapsed = time.monotonic() - t0
+    finally:
+        s.stop()
+    prompt = sum(p for p, _ in results)
+    cached = sum(c for _, c in results)
+    return {"cached_share": cached / (prompt + cached),
+            "evaluated": prompt, "cached": cached,
+            "rps": len(results) / elapsed}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--turns", type=int, default=12)
+    args = ap.parse_args()
+    if not os.path.exists(MODEL):
+        sys.exit("bench/affinity.py: %s is missing: build first "
+                 "(./deploy/setup.sh)" % MODEL)
+    servers = [st.LlamaServer(MODEL, slots=SLOTS, ctx=4096,
+                              extra=st.LLAMA_ONE_THREAD) for _ in range(2)]
+    runs = {"on": [], "off": []}
+    try:
+        for r in range(args.rounds):
+            # Each run starts from cold caches' worth of churn: the other
+            # mode's run left every slot holding some prompt, which is the
+            # steady state either way.
+            for mode in (("on", "off") if r % 2 == 0 else ("off", "on")):
+                res = run(servers, mode, args.turns)
+                runs[mode].append(res)
+                print("round %d affinity %s: %s" % (r + 1, mode,
+                                                    json.dumps(res)),
+                      file=sys.stderr)
+    finally:
+        for s in servers:
+            s.kill()
+    print("| affinity | prompt tokens from cache (median) | tokens evaluated "
+          "(median) | requests/s (median) |")
+    print("| --- | ---: | ---: | ---: |")
+    for mode in ("on", "off"):
+        rs = runs[mode]
+        print("| %s | %.1f%% | %d | %.2f |" % (
+            mode, 100 * statistics.median(x["cached_share"] for x in rs),
+            statistics.median(x["evaluated"] for x in rs),
+            statistics.median(x["rps"] for x in rs)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,427 @@
+"""Tenants (issue 14): API keys from the configuration file's keys:, each
+with its own models, priority ceiling, rate limits and concurrency, against
+a real llama-server on the demo models."""
+
+import concurrent.futures
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+import promcheck
+import sluice_test as st
+
+# Not a measure: how long a busy machine may take before a test gives up.
+SAFETY_NET_S = 240
+
+ADMIN = "admin-secret"
+
+
+def digest(secret):
+    return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()
+
+
+def keys_yaml(keys):
+    """keys: {name: {"secret": ..., field: value}} as a keys: section."""
+    lines = ["keys:"]
+    for name, fields in keys.items():
+        lines.append("  %s:" % name)
+        lines.append("    hash: %s" % digest(fields["secret"]))
+        for k, v in fields.items():
+            if k == "secret":
+                continue
+            if isinstance(v, list):
+                v = "[%s]" % ", ".join(v)
+            lines.append("    %s: %s" % (k, v))
+    return "\n".join(lines) + "\n"
+
+
+def bearer(secret):
+    return {"Authorization": "Bearer " + secret}
+
+
+def chat(n=8, **extra):
+    return dict({"messages": [{"role": "user", "content": "hi"}],
+                 "max_tokens": n, "temperature": 0}, **extra)
+
+
+def completion(prompt, n=20, stream=False):
+    return {"prompt": prompt, "n_predict": n, "temperature": 0,
+            "stream": stream}
+
+
+def usage_of(r):
+    """(prompt, completion) tokens of an OpenAI answer."""
+    u = r.json()["usage"]
+    return u["prompt_tokens"], u["completion_tokens"]
+
+
+def metric(text, name, **labels):
+    samples = promcheck.check(text)
+    key = (name, tuple(sorted(labels.items())))
+    return samples.get(key)
+
+
+# OpenAI's reset durations: "6s", "1m0s", "250ms".
+RESET = re.compile(r"^(\d+ms|(\d+h)?(\d+m)?\d+s)$")
+
+
+class Tenants(st.TestCase):
+    """sluice in front of one shared 4-slot llama-server on the tiny model,
+    a configuration file per test."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ls = st.LlamaServer(st.MODEL_TINY, slots=4, ctx=1024)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ls.kill()
+
+    def start(self, keys, *args):
+        self.config = os.path.join(self.tmp, "sluice.yaml")
+        with open(self.config, "w") as f:
+            f.write(keys_yaml(keys))
+        return self.sluice("--config", self.config, "--upstream",
+                           self.ls.url, "--admin-key", ADMIN, *args)
+
+    def usage(self, s):
+        r = s.get("/v1/usage", headers=bearer(ADMIN))
+        self.assertEqual(r.status, 200)
+        return r.json()["keys"]
+
+    def test_hash_key_prints_the_line_to_paste(self):
+        out = subprocess.run([st.SLUICE, "--hash-key"], input=b"test\n",
+                             capture_output=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.decode(), "hash: %s\n" % digest("test"))
+        self.assertEqual(digest("test"), "sha256:9f86d081884c7d659a2feaa0c55"
+                         "ad015a3bf4f1b2b0b822cd15d6c15b0f00a08")
+
+    def test_ten_a_minute_gets_exactly_ten_in_a_burst(self):
+        s = self.start({"ten": {"secret": "sk-ten", "rpm": 10}})
+        t0 = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(15) as pool:
+            answers = list(pool.map(
+                lambda i: s.post("/v1/chat/completions", chat(n=1),
+                                 headers=bearer("sk-ten"),
+                                 timeout=SAFETY_NET_S), range(15)))
+        elapsed = time.monotonic() - t0
+        ok = [r for r in answers if r.status == 200]
+        refused = [r for r in answers if r.status == 429]
+        self.assertEqual(len(ok) + len(refused), 15)
+        # The bucket refills one request every 6 s: a burst shorter than
+        # that gets exactly 10 through; a slower one (a busy machine) may
+        # get one more per 6 s it took, never fewer.
+        self.assertLessEqual(len(ok), 10 + int(elapsed / 6))
+        self.assertGreaterEqual(len(ok), 10)
+        if elapsed < 6:
+            self.assertEqual(len(ok), 10)
+        # Each answer says what is left: the ten say 9 down to 0 (and one
+        # let in by a refill, 0 again).
+        left = sorted(int(r.header("x-ratelimit-remaining-requests"))
+                      for r in ok)
+        self.assertEqual(left[-10:] if len(ok) == 10 else sorted(set(left)),
+                         list(range(10)))
+        for r in answers:
+            self.assertEqual(r.header("x-ratelimit-limit-requests"), "10")
+            self.assertRegex(r.header("x-ratelimit-reset-requests"), RESET)
+            # A key without tpm has no token headers.
+            self.assertIsNone(r.header("x-ratelimit-limit-tokens"))
+        for r in refused:
+            self.assertEqual(r.header("x-ratelimit-remaining-requests"), "0")
+            retry = int(r.header("Retry-After"))
+            self.assertGreaterEqual(retry, 1)
+            self.assertLessEqual(retry, 6)
+            self.assertLessEqual(int(r.header("retry-after-ms")), 6000)
+            err = r.json()["error"]
+            self.assertEqual(err["type"], "requests")
+            self.assertEqual(err["code"], "rate_limit_exceeded")
+            self.assertIsNone(err["param"])
+            self.assertRegex(err["message"],
+                             r"^Rate limit reached for key ten on requests "
+                             r"per min \(RPM\): Limit 10\. Please try again "
+                             r"in \d\.\ds\.$")
+        # The refused never reached llama-server; the rest are counted.
+        self.assertEqual(self.usage(s)["ten"]["requests"], len(ok))
+
+    def test_tokens_per_minute_stop_once_usage_crosses(self):
+        tpm = 300
+        s = self.start({"tok": {"secret": "sk-tok", "tpm": tpm}})
+        t0 = time.monotonic()
+        used = []  # tokens of each answered request, from its usage
+        refused = None
+        for _ in range(40):
+            r = s.post("/v1/chat/completions", chat(n=8),
+                       headers=bearer("sk-tok"), timeout=SAFETY_NET_S)
+            if r.status == 429:
+                refused = r
+                break
+            self.assertEqual(r.status, 200, r.body)
+            self.assertEqual(r.header("x-ratelimit-limit-tokens"), str(tpm))
+            used.append(usage_of(r))
+        elapsed = time.monotonic() - t0
+        self.assertIsNotNone(refused, "never stopped: %r" % used)
+        prompt = sum(p for p, _ in used)
+        generated = sum(c for _, c in used)
+        before_last = sum(p + c for p, c in used[:-1])
+        # Refused: what was used is past the limit (it refills tpm/60 a
+        # second, so the request before was let in while under it plus
+        # that refill).
+        self.assertGreaterEqual(prompt + generated, tpm)
+        self.assertLess(before_last, tpm + tpm * elapsed / 60)
+        self.assertGreaterEqual(len(used), 2)
+        self.assertEqual(refused.header("x-ratelimit-remaining-tokens"), "0")
+        self.assertRegex(refused.header("x-ratelimit-reset-tokens"), RESET)
+        self.assertGreaterEqual(int(refused.header("Retry-After")), 1)
+        err = refused.json()["error"]
+        self.assertEqual(err["type"], "tokens")
+        self.assertEqual(err["code"], "rate_limit_exceeded")
+        # The same figures in /v1/usage and /metrics.
+        mine = self.usage(s)["tok"]
+        self.assertEqual(mine["requests"], len(used))
+        self.assertEqual(mine["completion_tokens"], generated)
+        self.assertEqual(mine["prompt_tokens"], prompt)
+        text = s.get("/metrics", headers=bearer(ADMIN)).body.decode()
+        self.assertEqual(metric(text, "sluice_key_requests_total",
+                                key="tok", model=""), len(used))
+        self.assertEqual(metric(text, "sluice_key_prompt_tokens_total",
+                                key="tok", model=""), prompt)
+        self.assertEqual(metric(text, "sluice_key_completion_tokens_total",
+                                key="tok", model=""), generated)
+
+    def test_wrong_missing_and_revoked_keys_get_401(self):
+        s = self.start({"a": {"secret": "sk-a"}, "b": {"secret": "sk-b"}})
+        for headers in ({}, bearer("sk-c"), bearer("sk-aa"), bearer("sk-"),
+                        {"Authorization": "Bearer " + digest("sk-a")}):
+            r = s.post("/v1/chat/completions", chat(n=1), headers=headers)
+            self.assertEqual(r.status, 401, headers)
+            self.assertEqual(r.json()["error"],
+                             {"message": "Invalid API Key",
+                              "type": "authentication_error", "code": 401})
+        for key in ("sk-a", "sk-b"):
+            r = s.post("/v1/chat/completions", chat(n=1),
+                       headers=bearer(key))
+            self.assertEqual(r.status, 200, key)
+        # X-Api-Key works as for --api-key.
+        r = s.post("/v1/chat/completions", chat(n=1),
+                   headers={"X-Api-Key": "sk-b"})
+        self.assertEqual(r.status, 200)
+        # The access log names the key, never the secret.
+        s.wait_line(r" access .* status=200 .* outcome=ok key=b$")
+        self.assertNotIn("sk-b", s.output())
+
+        # b revoked, a's secret changed: both old secrets are refused.
+        with open(self.config, "w") as f:
+            f.write(keys_yaml({"a": {"secret": "sk-a2"},
+                               "c": {"secret": "sk-c"}}))
+        mark = len(s.lines)
+        s.proc.send_signal(signal.SIGHUP)
+        s.wait_line(r"keys reloaded: 2 keys; added: c; changed: a; "
+                    r"removed: b$", start=mark)
+        for key, status in (("sk-a", 401), ("sk-b", 401), ("sk-a2", 200),
+                            ("sk-c", 200)):
+            r = s.post("/v1/chat/completions", chat(n=1),
+                       headers=bearer(key))
+            self.assertEqual(r.status, status, key)
+        usage = self.usage(s)
+        self.assertTrue(usage["b"]["revoked"])
+        self.assertEqual(usage["b"]["requests"], 2)  # kept since start
+        self.assertFalse(usage["a"]["revoked"])
+
+        # A broken file keeps the keys as they were.
+        with open(self.config, "w") as f:
+            f.write("keys:\n  a:\n    rpm: 5\n")
+        mark = len(s.lines)
+        s.proc.send_signal(signal.SIGHUP)
+        m = s.wait_line(r"error SIGHUP: keys not reloaded, the old ones "
+                        r"stay: (.*)$", start=mark)
+        self.assertEqual(m.group(1), "%s:3: keys.a: no hash: (sluice "
+                         "--hash-key reads the secret and prints the line)"
+                         % self.config)
+        r = s.post("/v1/chat/completions", chat(n=1), headers=bearer("sk-c"))
+        self.assertEqual(r.status, 200)
+        self.assertEqual(s.stop(), 0)
+
+    def test_models_off_the_list_look_unknown_and_usage_is_admin_only(self):
+        s = self.start({"narrow": {"secret": "sk-n", "models": ["tiny"]},
+                        "wide": {"secret": "sk-w"}})
+        r = s.post("/v1/chat/completions", chat(n=1, model="secret-model"),
+                   headers=bearer("sk-n"))
+        self.assertEqual(r.status, 404)
+        self.assertEqual(r.json(), {"error": {
+            "message": "The model `secret-model` does not exist.",
+            "type": "invalid_request_error", "param": "model",
+            "code": "model_not_found"}})
+        for key, model in (("sk-n", "tiny"), ("sk-w", "secret-model")):
+            r = s.post("/v1/chat/completions", chat(n=1, model=model),
+                       headers=bearer(key))
+            self.assertEqual(r.status, 200, (key, model))
+        # Without a model field: the default model, allowed.
+        r = s.post("/v1/chat/completions", chat(n=1), headers=bearer("sk-n"))
+        self.assertEqual(r.status, 200)
+        usage = self.usage(s)
+        self.assertEqual(usage["narrow"]["models"]["tiny"]["requests"], 1)
+        self.assertEqual(usage["narrow"]["models"][""]["requests"], 1)
+        self.assertNotIn("secret-model", usage["narrow"]["models"])
+        self.assertEqual(usage["wide"]["models"]["secret-model"]["requests"],
+                         1)
+        # A tenant's key is not the admin key.
+        r = s.get("/v1/usage", headers=bearer("sk-w"))
+        self.assertEqual(r.status, 403)
+        r = s.get("/v1/usage")
+        self.assertEqual(r.status, 401)
+
+
+    def test_api_keys_keep_working_and_every_queued_answer_says_its_priority(
+            self):
+        s = self.start({"batchy": {"secret": "sk-b", "max-priority": "batch",
+                                   "rpm": 2}},
+                       "--api-key", "plain-key")
+        for key, asked, got in (("plain-key", "7.5", "7.5"),
+                                ("plain-key", None, "normal"),
+                                ("sk-b", "7.5", "batch"),
+                                ("sk-b", "batch", "batch")):
+            headers = bearer(key)
+            if asked:
+                headers["X-Priority"] = asked
+            r = s.post("/completion", completion("p", n=1), headers=headers)
+            self.assertEqual(r.status, 200, (key, asked))
+            self.assertEqual(r.header("X-Priority"), got, (key, asked))
+            # Only a key with limits has rate-limit headers.
+            self.assertEqual(r.header("x-ratelimit-limit-requests"),
+                             "2" if key == "sk-b" else None)
+        # An endpoint that takes no slot is not queued: no priority, and
+        # it passes with the bucket empty (one refills every 30 s).
+        r = s.post("/tokenize", {"content": "hi"}, headers=bearer("sk-b"))
+        self.assertEqual(r.status, 200)
+        self.assertIsNone(r.header("X-Priority"))
+        self.assertEqual(r.header("x-ratelimit-remaining-requests"), "0")
+
+
+class Priority(st.TestCase):
+    def test_batch_keys_urgent_is_clamped_and_waits_behind_an_urgent_one(self):
+        config = os.path.join(self.tmp, "sluice.yaml")
+        with open(config, "w") as f:
+            f.write(keys_yaml({
+                "batchy": {"secret": "sk-batch", "max-priority": "batch"},
+                "lazy": {"secret": "sk-lazy", "default-priority": "batch"},
+                "ops": {"secret": "sk-ops"}}))
+        # One slot, contested; no aging, so that order is priority alone.
+        s = self.sluice("--config", config, "--model", st.MODEL_SLOW,
+                        "--slots", "1", "--aging-rate", "0")
+        holder = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        holder.request("POST", "/completion",
+                       completion("hold", n=4000, stream=True),
+                       headers=bearer("sk-ops"))
+        status, _ = holder.read_head()
+        self.assertEqual(status, 200)
+        next(holder.chunks())
+
+        answers, lock = {}, threading.Lock()
+
+        def send(rid, key, priority):
+            headers = dict(bearer(key), **{"X-Request-Id": rid})
+            if priority:
+                headers["X-Priority"] = priority
+            r = s.post("/completion", completion(rid, n=4), headers=headers,
+                       timeout=SAFETY_NET_S)
+            with lock:
+                answers[rid] = r
+
+        sends = [("batchy-urgent", "sk-batch", "urgent"),
+                 ("lazy-default", "sk-lazy", None),
+                 ("ops-urgent", "sk-ops", "urgent")]
+        threads = []
+        for i, (rid, key, priority) in enumerate(sends):
+            t = threading.Thread(target=send, args=(rid, key, priority))
+            t.start()
+            threads.append(t)
+            # Each is queued before the next is sent.
+            st.wait_until(lambda: s.health().json()["queued"] == i + 1,
+                          SAFETY_NET_S, "%s queued" % rid)
+        holder.close()
+        for t in threads:
+            t.join(SAFETY_NET_S)
+        ids = [rid for rid, _, _ in sends]
+        self.assertEqual({rid: r.status for rid, r in answers.items()},
+                         {rid: 200 for rid in ids})
+        self.assertEqual(answers["batchy-urgent"].header("X-Priority"),
+                         "batch")
+        self.assertEqual(answers["lazy-default"].header("X-Priority"),
+                         "batch")
+        self.assertEqual(answers["ops-urgent"].header("X-Priority"), "urgent")
+        st.wait_until(lambda: len(s.access_order(ids)) == 3, SAFETY_NET_S,
+                      "the three access log lines")
+        # ops' urgent one went first although it came last; the two batch
+        # ones in their order of arrival.
+        self.assertEqual(s.access_order(ids),
+                         ["ops-urgent", "batchy-urgent", "lazy-default"])
+        s.wait_line(r" access id=batchy-urgent .* priority=batch .* "
+                    r"key=batchy$")
+
+
+class Concurrency(st.TestCase):
+    def test_two_at_once_holds_under_twenty_concurrent_requests(self):
+        # Four slots upstream and four in sluice: only the key limits.
+        ls = self.llama_server(st.MODEL_SLOW, slots=4, ctx=1024,
+                               extra=st.LLAMA_ONE_THREAD)
+        config = os.path.join(self.tmp, "sluice.yaml")
+        with open(config, "w") as f:
+            f.write(keys_yaml({"pair": {"secret": "sk-pair",
+                                        "max-concurrent": 2}}))
+        s = self.sluice("--config", config, "--upstream", ls.url,
+                        "--admin-key", ADMIN)
+        busy, done = [], threading.Event()
+
+        def sample():
+            while not done.is_set():
+                slots = st.request(ls.port, "GET", "/slots").json()
+                busy.append(sum(1 for x in slots if x["is_processing"]))
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            with concurrent.futures.ThreadPoolExecutor(20) as pool:
+                answers = list(pool.map(
+                    lambda i: s.post("/completion",
+                                     completion("c%d" % i, n=300),
+                                     headers=bearer("sk-pair"),
+                                     timeout=SAFETY_NET_S), range(20)))
+        finally:
+            done.set()
+            sampler.join(SAFETY_NET_S)
+        ok = [r for r in answers if r.status == 200]
+        refused = [r for r in answers if r.status == 429]
+        self.assertEqual(len(ok) + len(refused), 20)
+        self.assertGreaterEqual(len(ok), 2)
+        self.assertGreater(len(refused), 0)
+        # Never more than two at the upstream, and two were seen there.
+        self.assertLessEqual(max(busy), 2)
+        self.assertEqual(max(busy), 2)
+        for r in refused:
+            err = r.json()["error"]
+            self.assertEqual(err["code"], "rate_limit_exceeded")
+            self.assertEqual(err["message"],
+                             "Rate limit reached for key pair on concurrent "
+                             "requests: Limit 2. Please try again when one "
+                             "has ended.")
+            self.assertEqual(r.header("Retry-After"), "1")
+        # Every place came back: two more go through at once.
+        st.wait_until(lambda: s.get("/v1/usage", headers=bearer(ADMIN))
+                      .json()["keys"]["pair"]["in_flight"] == 0,
+                      SAFETY_NET_S, "no request of pair in flight")
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            again = list(pool.map(
+                lambda i: s.post("/completion", completion("d%d" % i, n=4),
+                                 headers=bearer("sk-pair"),
+                                 timeout=SAFETY_NET_S), range(2)))
+        self.assertEqual([r.status for r in again], [200, 200])
+
+
+if __name__ == "__main__":
+    st.main()
