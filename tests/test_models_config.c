@@ -343,6 +343,9 @@ static void test_cross_checks(void)
 	    {"--upstream", "http://h:1",
 	     "--upstream: not with a models: section in %s (it describes "
 	     "the one model sluice serves without one)"},
+	    {"--upstream-dns", "llama:8080",
+	     "--upstream-dns: not with a models: section in %s (it describes "
+	     "the one model sluice serves without one)"},
 	    {"--model-name", "n",
 	     "--model-name: not with a models: section in %s (it describes "
 	     "the one model sluice serves without one)"},
