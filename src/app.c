@@ -1034,8 +1034,8 @@ static int start_models(struct sl_app *app)
 
 /* ---- upstreams that come and go (DNS discovery) ---- */
 
-struct sl_upstream *sl_app_add_upstream(struct sl_app *app, const char *url,
-                                        const char *origin)
+struct sl_upstream *sl_app_add_upstream(struct sl_app *app, struct sl_model *m,
+                                        const char *url, const char *origin)
 {
 	if (app->n_upstreams >= SL_MAX_UPSTREAMS) {
 		if (!app->upstreams_full)
@@ -1051,8 +1051,7 @@ struct sl_upstream *sl_app_add_upstream(struct sl_app *app, const char *url,
 	u->origin = origin ? sl_xstrdup(origin) : NULL;
 	u->index = app->n_upstreams;
 	app->upstreams[app->n_upstreams++] = u;
-	/* The one model's (models_config.h refuses DNS beside models:). */
-	sl_pool_add(&app->default_model->pool, u);
+	sl_pool_add(&m->pool, u);
 	sl_info("upstream %s added (from %s); checking it", url,
 	        origin ? origin : "the configuration");
 	/* A remote upstream's start only schedules its first check. */
@@ -1126,12 +1125,13 @@ static void discovered_url(struct sl_discovery *d, const char *addr, char *url,
 
 static void on_address_added(struct sl_discovery *d, const char *addr)
 {
-	struct sl_app *app = sl_discovery_data(d);
+	struct sl_model *m = sl_discovery_data(d);
+	struct sl_app *app = m->app;
 	char url[128], origin[SL_DISCOVERY_NAME_MAX + 16];
 	discovered_url(d, addr, url, sizeof(url), origin, sizeof(origin));
 	struct sl_upstream *u = find_discovered(app, url, origin);
 	if (!u) {
-		sl_app_add_upstream(app, url, origin);
+		sl_app_add_upstream(app, m, url, origin);
 	} else if (u->draining) {
 		/* Back in the answer before its drain ended: keep it. */
 		u->draining = false;
@@ -1143,7 +1143,8 @@ static void on_address_added(struct sl_discovery *d, const char *addr)
 
 static void on_address_removed(struct sl_discovery *d, const char *addr)
 {
-	struct sl_app *app = sl_discovery_data(d);
+	struct sl_model *m = sl_discovery_data(d);
+	struct sl_app *app = m->app;
 	char url[128], origin[SL_DISCOVERY_NAME_MAX + 16];
 	discovered_url(d, addr, url, sizeof(url), origin, sizeof(origin));
 	struct sl_upstream *u = find_discovered(app, url, origin);
@@ -1153,10 +1154,14 @@ static void on_address_removed(struct sl_discovery *d, const char *addr)
 
 static void on_discovery_closed(struct sl_discovery *d)
 {
-	struct sl_app *app = sl_discovery_data(d);
+	struct sl_model *m = sl_discovery_data(d);
+	struct sl_app *app = m->app;
 	for (unsigned i = 0; i < app->n_discoveries; i++)
 		if (app->discoveries[i] == d)
 			app->discoveries[i] = NULL;
+	if (m->discovery == d)
+		m->discovery = NULL;
+	m->discoveries_open--;
 }
 
 static const struct sl_discovery_hooks discovery_hooks = {
@@ -1165,29 +1170,48 @@ static const struct sl_discovery_hooks discovery_hooks = {
     .on_closed = on_discovery_closed,
 };
 
+/* A discovery of `target` whose addresses join model `m`, started. */
+static struct sl_discovery *follow(struct sl_app *app, struct sl_model *m,
+                                   const char *target)
+{
+	const struct sl_config *cfg = app->cfg;
+	char err[512];
+	struct sl_discovery *d = sl_discovery_new(
+	    &app->loop, target, cfg->dns_server, cfg->dns_refresh_ms,
+	    &discovery_hooks, m, err, sizeof(err));
+	if (!d) {
+		sl_error("%s", err);
+		return NULL;
+	}
+	m->discoveries_open++;
+	sl_info("model %s: following the addresses of %s every %.1f s", m->name,
+	        target, (double)cfg->dns_refresh_ms / 1000.0);
+	sl_discovery_start(d);
+	return d;
+}
+
 static int start_discoveries(struct sl_app *app)
 {
 	const struct sl_config *cfg = app->cfg;
+	for (unsigned i = 0; i < app->n_models; i++) {
+		struct sl_model *m = app->models[i];
+		if (!m->conf || !m->conf->dns)
+			continue;
+		m->discovery = follow(app, m, m->conf->dns);
+		if (!m->discovery)
+			return SL_EINVAL;
+	}
 	if (cfg->upstream_dns.count == 0)
 		return 0;
 	app->discoveries =
 	    sl_xcalloc(cfg->upstream_dns.count, sizeof(*app->discoveries));
 	app->n_discoveries = cfg->upstream_dns.count;
 	for (unsigned i = 0; i < cfg->upstream_dns.count; i++) {
-		char err[512];
-		struct sl_discovery *d =
-		    sl_discovery_new(&app->loop, cfg->upstream_dns.items[i],
-		                     cfg->dns_server, cfg->dns_refresh_ms,
-		                     &discovery_hooks, app, err, sizeof(err));
-		if (!d) {
-			sl_error("%s", err);
+		/* The one model (models_config.h refuses it beside models:). */
+		app->discoveries[i] =
+		    follow(app, app->default_model, cfg->upstream_dns.items[i]);
+		if (!app->discoveries[i])
 			return SL_EINVAL;
-		}
-		app->discoveries[i] = d;
-		sl_info("following the addresses of %s every %.1f s",
-		        cfg->upstream_dns.items[i],
-		        (double)cfg->dns_refresh_ms / 1000.0);
-		sl_discovery_start(d);
 	}
 	return 0;
 }
@@ -1198,6 +1222,9 @@ static void close_discoveries(struct sl_app *app)
 	for (unsigned i = 0; i < app->n_discoveries; i++)
 		if (app->discoveries[i])
 			sl_discovery_close(app->discoveries[i]);
+	for (unsigned i = 0; i < app->n_models; i++)
+		if (app->models[i]->discovery)
+			sl_discovery_close(app->models[i]->discovery);
 }
 
 /*

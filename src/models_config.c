@@ -6,6 +6,7 @@
 #include "sluice/models_config.h"
 
 #include "sluice/common.h"
+#include "sluice/discovery.h"
 #include "sluice/sched.h"
 
 #include <curl/curl.h>
@@ -242,11 +243,14 @@ static int read_model(struct sl_config *cfg, unsigned index,
 				rc = sl_config_node_fail(err, size, c,
 				                         "the list is empty");
 		} else if (strcmp(k, "dns") == 0) {
-			/* Item 5 of issue 13: discovery has its own module. */
-			rc = sl_config_node_fail(
-			    err, size, c,
-			    "DNS discovery is not supported yet; list the "
-			    "upstreams instead");
+			/* Followed by the discovery module (discovery.h). */
+			char why[256];
+			rc = read_string(c, &m->dns, err, size);
+			if (rc == 0 &&
+			    sl_discovery_parse_target(m->dns, NULL, NULL, why,
+			                              sizeof(why)) != 0)
+				rc = sl_config_node_fail(err, size, c, "%s",
+				                         why);
 		} else if (strcmp(k, "preload") == 0) {
 			rc = want_scalar(c, err, size);
 			if (rc == 0 && strcmp(c->text, "true") != 0 &&
@@ -290,7 +294,7 @@ static int read_model(struct sl_config *cfg, unsigned index,
 			    err, size, c,
 			    "unknown key (a model takes model, hf-repo, "
 			    "slots, ctx-size, args, replicas, aliases, "
-			    "preload, idle-timeout, upstreams, max-queue, "
+			    "preload, idle-timeout, upstreams, dns, max-queue, "
 			    "queue-timeout)");
 		}
 	}
@@ -298,20 +302,22 @@ static int read_model(struct sl_config *cfg, unsigned index,
 		return rc;
 	bool managed = sl_model_config_managed(m);
 	const struct sl_config_node *up = sl_config_node_get(n, "upstreams");
+	const struct sl_config_node *dns = sl_config_node_get(n, "dns");
 	if (m->file && m->hf_repo)
 		return sl_config_node_fail(err, size,
 		                           sl_config_node_get(n, "hf-repo"),
 		                           "give model or hf-repo, not both");
-	if (managed && up)
+	if (managed && (up || dns))
 		return sl_config_node_fail(
-		    err, size, up,
+		    err, size, up ? up : dns,
 		    "a model is either managed (model, hf-repo) or remote "
-		    "(upstreams), not both");
-	if (!managed && !up)
+		    "(upstreams, dns), not both");
+	if (!managed && !up && !dns)
 		return sl_config_node_fail(
 		    err, size, n,
 		    "says neither where its model is (model: FILE.gguf or "
-		    "hf-repo: REPO) nor where it runs (upstreams: [URL])");
+		    "hf-repo: REPO) nor where it runs (upstreams: [URL] or "
+		    "dns: NAME:PORT)");
 	static const char *const managed_only[] = {
 	    "slots", "ctx-size", "args", "replicas", "preload", "idle-timeout"};
 	for (size_t i = 0; !managed && i < SL_ARRAY_SIZE(managed_only); i++) {
@@ -465,6 +471,11 @@ void sl_models_config_print(FILE *out, const struct sl_config *cfg)
 			        (unsigned long long)m->idle_timeout_ms);
 		}
 		print_list(out, "upstreams", &m->upstreams);
+		if (m->dns) {
+			fputs("    dns: ", out);
+			sl_config_file_write_scalar(out, m->dns);
+			fputc('\n', out);
+		}
 		print_list(out, "aliases", &m->aliases);
 		fprintf(out, "    max-queue: %u\n",
 		        m->has_max_queue ? m->max_queue : cfg->max_queue);
@@ -475,17 +486,49 @@ void sl_models_config_print(FILE *out, const struct sl_config *cfg)
 	}
 }
 
+static void strlist_copy(struct sl_strlist *dst, const struct sl_strlist *src)
+{
+	for (unsigned i = 0; i < src->count; i++)
+		sl_strlist_push(dst, src->items[i]);
+}
+
+static char *strdup_or_null(const char *s)
+{
+	return s ? sl_xstrdup(s) : NULL;
+}
+
+void sl_model_config_copy(struct sl_model_config *dst,
+                          const struct sl_model_config *src)
+{
+	*dst = *src;
+	dst->name = sl_xstrdup(src->name);
+	dst->file = strdup_or_null(src->file);
+	dst->hf_repo = strdup_or_null(src->hf_repo);
+	dst->dns = strdup_or_null(src->dns);
+	memset(&dst->aliases, 0, sizeof(dst->aliases));
+	memset(&dst->args, 0, sizeof(dst->args));
+	memset(&dst->upstreams, 0, sizeof(dst->upstreams));
+	strlist_copy(&dst->aliases, &src->aliases);
+	strlist_copy(&dst->args, &src->args);
+	strlist_copy(&dst->upstreams, &src->upstreams);
+}
+
+void sl_model_config_clear(struct sl_model_config *m)
+{
+	free(m->name);
+	free(m->file);
+	free(m->hf_repo);
+	free(m->dns);
+	sl_strlist_clear(&m->aliases);
+	sl_strlist_clear(&m->args);
+	sl_strlist_clear(&m->upstreams);
+	memset(m, 0, sizeof(*m));
+}
+
 void sl_models_config_free(struct sl_config *cfg)
 {
-	for (unsigned i = 0; i < cfg->n_models; i++) {
-		struct sl_model_config *m = &cfg->models[i];
-		free(m->name);
-		free(m->file);
-		free(m->hf_repo);
-		sl_strlist_clear(&m->aliases);
-		sl_strlist_clear(&m->args);
-		sl_strlist_clear(&m->upstreams);
-	}
+	for (unsigned i = 0; i < cfg->n_models; i++)
+		sl_model_config_clear(&cfg->models[i]);
 	free(cfg->models);
 	cfg->models = NULL;
 	cfg->n_models = 0;

@@ -310,6 +310,65 @@ class Discovery(st.TestCase):
                           "http://127.0.0.9:10": "dns:other.%s:10" % NAME})
         self.assertEqual(s.stop(), 0)
 
+    def test_a_model_of_a_models_section_follows_its_dns_name(self):
+        """models: a model by upstreams: beside one by dns: NAME:PORT: the
+        addresses found join that model's pool (and leave it when the
+        answer moves on), and a request goes to the model it names."""
+        a, b = self.mocks()
+        c = Mock("127.0.0.4", 0, "--slots", "8")
+        self._processes.append(c)
+        self.dns.set(NAME, ["127.0.0.2"])
+        path = os.path.join(self.tmp, "sluice.yaml")
+        with open(path, "w") as f:
+            f.write("models:\n"
+                    "  fixed:\n"
+                    "    upstreams: [%s]\n"
+                    "  found:\n"
+                    "    dns: %s:%d\n" % (c.url, NAME, a.port))
+        s = self.sluice("--config", path, "--dns-server", self.dns.address,
+                        "--dns-refresh", REFRESH, wait_ready=False)
+
+        def pool(name):
+            for m in s.health().json()["models"]:
+                if m["name"] == name:
+                    return m["upstreams"]
+            raise AssertionError("no model " + name)
+
+        def ask(model, rid):
+            r = st.request(s.port, "POST", "/v1/completions",
+                           body={"model": model, "prompt": "hi",
+                                 "max_tokens": SHORT_TOKENS},
+                           headers={"X-Request-Id": rid},
+                           timeout=SAFETY_NET_S)
+            self.assertEqual((r.status, text(r)),
+                             (200, st.mock_text(SHORT_TOKENS)))
+            return self.served_by(s, rid)
+
+        def ready(name, url):
+            ups = self.upstreams(s)
+            return (pool(name) == [url] and url in ups
+                    and ups[url]["state"] == "ready")
+
+        st.wait_until(lambda: ready("found", a.url), SAFETY_NET_S,
+                      "127.0.0.2 in model found")
+        st.wait_until(lambda: ready("fixed", c.url), SAFETY_NET_S,
+                      "the fixed upstream ready")
+        self.assertEqual(self.upstreams(s)[a.url]["origin"],
+                         "dns:%s:%d" % (NAME, a.port))
+        self.assertEqual(ask("found", "f1"), a.url)
+        self.assertEqual(ask("fixed", "x1"), c.url)
+
+        # The answer moves to 127.0.0.3: it joins "found", 127.0.0.2
+        # leaves it, and "fixed" keeps its own.
+        self.dns.set(NAME, ["127.0.0.3"])
+        st.wait_until(lambda: ready("found", b.url), SAFETY_NET_S,
+                      "127.0.0.3 replacing 127.0.0.2 in model found")
+        self.assertNotIn(a.url, self.upstreams(s))
+        self.assertEqual(pool("fixed"), [c.url])
+        self.assertEqual(ask("found", "f2"), b.url)
+        self.assertEqual(ask("fixed", "x2"), c.url)
+        self.assertEqual(s.stop(), 0)
+
 
 if __name__ == "__main__":
     st.main()

@@ -190,7 +190,7 @@ static void test_errors(void)
 	    {"models:\n  a:\n    slots: 2\n",
 	     "3: models.a: says neither where its model is (model: "
 	     "FILE.gguf or hf-repo: REPO) nor where it runs (upstreams: "
-	     "[URL])"},
+	     "[URL] or dns: NAME:PORT)"},
 	    {"models:\n  a:\n    model: x\n    slots: 0\n",
 	     "4: models.a.slots: expected a whole number from 1 to 256, got "
 	     "\"0\""},
@@ -208,7 +208,10 @@ static void test_errors(void)
 	     "4: models.a.hf-repo: give model or hf-repo, not both"},
 	    {"models:\n  a:\n    model: x\n    upstreams: [http://h:1]\n",
 	     "4: models.a.upstreams: a model is either managed (model, "
-	     "hf-repo) or remote (upstreams), not both"},
+	     "hf-repo) or remote (upstreams, dns), not both"},
+	    {"models:\n  a:\n    model: x\n    dns: llama:8080\n",
+	     "4: models.a.dns: a model is either managed (model, "
+	     "hf-repo) or remote (upstreams, dns), not both"},
 	    {"models:\n  a:\n    upstreams: [http://h:1]\n    slots: 2\n",
 	     "4: models.a.slots: only a managed model (model: or hf-repo:) "
 	     "takes it"},
@@ -219,9 +222,9 @@ static void test_errors(void)
 	     "3: models.a.upstreams: the list is empty"},
 	    {"models:\n  a:\n    upstreams:\n      b: 1\n",
 	     "4: models.a.upstreams: expected a list of URLs"},
-	    {"models:\n  a:\n    dns: llama:8080\n",
-	     "3: models.a.dns: DNS discovery is not supported yet; list the "
-	     "upstreams instead"},
+	    {"models:\n  a:\n    dns: llama\n",
+	     "3: models.a.dns: expected NAME:PORT (a DNS name of at most "
+	     "253 characters, a port from 1 to 65535), got \"llama\""},
 	    {"models:\n  a:\n    model: x\n    max-queue: 0\n",
 	     "4: models.a.max-queue: expected a whole number from 1 to "
 	     "1000000, got \"0\""},
@@ -247,7 +250,7 @@ static void test_errors(void)
 	    {"models:\n  a:\n    model: x\n    size: 2\n",
 	     "4: models.a.size: unknown key (a model takes model, hf-repo, "
 	     "slots, ctx-size, args, replicas, aliases, preload, "
-	     "idle-timeout, upstreams, max-queue, queue-timeout)"},
+	     "idle-timeout, upstreams, dns, max-queue, queue-timeout)"},
 	    {"models:\n  a:\n    model: x\n    preload: no\n",
 	     "4: models.a.preload: expected true or false, got \"no\""},
 	    {"models:\n  a:\n    model: x\n    idle-timeout: 604801\n",

@@ -75,6 +75,13 @@ struct sl_model {
 	 */
 	uint64_t last_used;
 	uv_timer_t idle_timer; /* idle-timeout */
+	/*
+	 * Its dns: NAME:PORT, followed (NULL without one, or once closed);
+	 * discoveries_open counts those not yet closed, this one and the
+	 * --upstream-dns ones of the one model, whose hooks point here.
+	 */
+	struct sl_discovery *discovery;
+	unsigned discoveries_open;
 };
 
 struct sl_app {
@@ -107,7 +114,10 @@ struct sl_app {
 	bool started;                   /* start-up is over */
 	uint64_t uses; /* requests dispatched or finished: sl_model.last_used */
 	uint64_t created_s; /* Unix time sluice started: /v1/models' created */
-	/* One per --upstream-dns, NULL once closed (discovery.h). */
+	/*
+	 * One per --upstream-dns, NULL once closed (discovery.h); a model's
+	 * dns: is its own (sl_model.discovery).
+	 */
 	struct sl_discovery **discoveries;
 	unsigned n_discoveries;
 	bool upstreams_full;    /* an address found no room; logged once */
@@ -214,14 +224,13 @@ void sl_app_model_demand(struct sl_app *app, struct sl_model *m);
 void sl_app_model_used(struct sl_model *m);
 
 /*
- * A remote upstream at `url` of the one model (--upstream-dns is refused
- * with a models: section), started: checked, and used once ready.
- * `origin` ("dns:NAME:PORT") says where it came from, for /health.
- * Returns it, or NULL when SL_MAX_UPSTREAMS are
- * there already (logged once until one goes).
+ * A remote upstream at `url` of model `m`, started: checked, and used
+ * once ready. `origin` ("dns:NAME:PORT") says where it came from, for
+ * /health. Returns it, or NULL when SL_MAX_UPSTREAMS are there already
+ * (logged once until one goes).
  */
-struct sl_upstream *sl_app_add_upstream(struct sl_app *app, const char *url,
-                                        const char *origin);
+struct sl_upstream *sl_app_add_upstream(struct sl_app *app, struct sl_model *m,
+                                        const char *url, const char *origin);
 
 /*
  * Lets `u` go: it drains (no new work; what runs there finishes), then it

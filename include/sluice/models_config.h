@@ -5,17 +5,16 @@
  * Each key of `models:` names a model; its mapping says where the model
  * runs: a managed llama-server (`model: FILE.gguf` or `hf-repo: REPO`,
  * with `slots`, `ctx-size`, `args: [...]`, `replicas: N`) or remote
- * upstreams (`upstreams: [URL, ...]`). Either kind takes `aliases: [...]`
- * (other names a request's "model" field may use) and queue limits that
- * override the global options for that model alone: `max-queue` and
- * `queue-timeout`. A managed one also takes `preload: false` (started on
- * its first request) and `idle-timeout: DURATION` (stopped after that long
- * unused); --max-loaded bounds how many run at once (app.h).
+ * upstreams (`upstreams: [URL, ...]`, or `dns: NAME:PORT`, whose
+ * addresses are followed as --upstream-dns follows its names, or both). Either
+ * kind takes `aliases: [...]` (other names a request's "model" field may use)
+ * and queue limits that override the global options for that model alone:
+ * `max-queue` and `queue-timeout`. A managed one also takes `preload: false`
+ * (started on its first request) and `idle-timeout: DURATION` (stopped after
+ * that long unused); --max-loaded bounds how many run at once (app.h).
  *
  * Every bad value is refused with one line naming FILE:LINE and the node
  * ("models.tiny.slots"); names and aliases are unique across all models.
- * `dns: NAME:PORT` (discovery) is not part of this module yet and is
- * refused as such.
  *
  * Without a models: section sluice serves one model, made from --model or
  * --upstream as before (see app.h): this module is not involved.
@@ -62,6 +61,8 @@ struct sl_model_config {
 	unsigned replicas; /* managed: at least 1 */
 	/* Remote: base URLs without a trailing '/'. */
 	struct sl_strlist upstreams;
+	/* Remote: "NAME:PORT" followed by DNS discovery, or NULL. */
+	char *dns;
 	/*
 	 * Loading on demand (managed only): preload false leaves it stopped
 	 * until a request needs it; an idle_timeout_ms other than 0 stops it
@@ -101,5 +102,13 @@ const struct sl_model_config *sl_models_config_find(const struct sl_config *cfg,
                                                     const char *name);
 
 void sl_models_config_free(struct sl_config *cfg);
+
+/*
+ * A deep copy of one model's settings (a reload keeps each model's own,
+ * so that the configuration it came from can be freed), and its release.
+ */
+void sl_model_config_copy(struct sl_model_config *dst,
+                          const struct sl_model_config *src);
+void sl_model_config_clear(struct sl_model_config *m);
 
 #endif
