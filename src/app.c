@@ -18,6 +18,8 @@
 #include "sl_build_config.h"
 
 static void app_maybe_done(struct sl_app *app);
+static void free_old_launches(struct sl_app *app);
+static void maybe_free_model(struct sl_model *m);
 static void stop_upstreams(struct sl_app *app, bool force);
 static void close_discoveries(struct sl_app *app);
 
@@ -136,6 +138,10 @@ void sl_app_kick_scheduler(struct sl_app *app)
 		return;
 	for (unsigned i = 0; i < app->n_models; i++)
 		kick_model(app->models[i]);
+	/* A removed model's request sent again waits for its upstreams. */
+	for (struct sl_model *m = app->retired; m; m = m->next_retired)
+		if (!m->closing)
+			kick_model(m);
 }
 
 struct sl_model *sl_app_find_model(struct sl_app *app, const char *name)
@@ -159,6 +165,9 @@ struct sl_model *sl_app_model_of(const struct sl_app *app,
 	for (unsigned i = 0; i < app->n_models; i++)
 		if (sl_pool_contains(&app->models[i]->pool, u))
 			return app->models[i];
+	for (struct sl_model *m = app->retired; m; m = m->next_retired)
+		if (sl_pool_contains(&m->pool, u))
+			return m;
 	return NULL;
 }
 
@@ -167,6 +176,8 @@ unsigned sl_app_queue_depth(const struct sl_app *app)
 	unsigned n = 0;
 	for (unsigned i = 0; i < app->n_models; i++)
 		n += sl_sched_depth(&app->models[i]->sched);
+	for (const struct sl_model *m = app->retired; m; m = m->next_retired)
+		n += sl_sched_depth(&m->sched);
 	return n;
 }
 
@@ -323,7 +334,7 @@ static void start_wanted(struct sl_app *app)
 {
 	if (app->stopping)
 		return;
-	unsigned max = app->cfg->max_loaded;
+	unsigned max = app->max_loaded;
 	for (unsigned i = 0; i < app->n_models; i++) {
 		struct sl_model *m = app->models[i];
 		/* Wanted while a request waits: one that left wants nothing. */
@@ -367,7 +378,7 @@ void sl_app_model_used(struct sl_model *m)
 		uv_timer_start(&m->idle_timer, on_idle_timer,
 		               conf->idle_timeout_ms, 0);
 	/* A model that went idle may make room for one that is wanted. */
-	if (app->cfg->max_loaded && model_idle(m))
+	if (app->max_loaded && model_idle(m))
 		start_wanted(app);
 }
 
@@ -412,6 +423,9 @@ static void on_upstream_stopped(struct sl_upstream *u)
 		sl_info("model %s: stopped", m->name);
 		start_wanted(app);
 	}
+	free_old_launches(app);
+	if (m)
+		maybe_free_model(m);
 	app_maybe_done(app);
 }
 
@@ -484,6 +498,13 @@ static void close_front(struct sl_app *app)
 	for (unsigned i = 0; i < app->n_models; i++) {
 		uv_close((uv_handle_t *)&app->models[i]->sched_timer, NULL);
 		uv_close((uv_handle_t *)&app->models[i]->idle_timer, NULL);
+	}
+	for (struct sl_model *m = app->retired; m; m = m->next_retired) {
+		if (m->closing)
+			continue;
+		m->closing = true;
+		uv_close((uv_handle_t *)&m->sched_timer, NULL);
+		uv_close((uv_handle_t *)&m->idle_timer, NULL);
 	}
 	uv_close((uv_handle_t *)&app->flush_timer, NULL);
 	uv_close((uv_handle_t *)&app->reap_timer, NULL);
@@ -567,82 +588,6 @@ static void on_signal(uv_signal_t *h, int signum)
 		stop_upstreams(app, true); /* already stopping: hurry it */
 	else
 		close_front(app); /* on_http_closed stops them, forcefully */
-}
-
-/* ---- SIGHUP: reloading the keys ---- */
-
-static void start_reload(struct sl_app *app);
-
-/*
- * In a worker thread: the configuration is read again from the same
- * sources as at start (its file, the environment, the flags), so that a
- * reload sees exactly what a restart would, without blocking the loop on
- * the file. sl_config_parse() touches nothing shared but its arguments.
- */
-static void reload_in_worker(uv_work_t *w)
-{
-	struct sl_app *app = sl_container_of(w, struct sl_app, reload_work);
-	const struct sl_config *cfg = app->cfg;
-	app->reload_cfg = sl_xcalloc(1, sizeof(*app->reload_cfg));
-	app->reload_rc =
-	    sl_config_parse(app->reload_cfg, cfg->argc, cfg->argv, cfg->envp,
-	                    app->reload_err, sizeof(app->reload_err));
-}
-
-/*
- * Back on the loop: the new key table replaces the old one, or, when the
- * file is wrong now, the old keys stay and one line says why. Only the keys
- * are taken; every other option keeps its start-up value until a restart.
- */
-static void reload_done(uv_work_t *w, int status)
-{
-	struct sl_app *app = sl_container_of(w, struct sl_app, reload_work);
-	struct sl_config *cfg = app->reload_cfg;
-	app->reload_cfg = NULL;
-	app->reloading = false;
-	if (status != 0)
-		sl_error("SIGHUP: keys not reloaded: %s", uv_strerror(status));
-	else if (app->reload_rc != 0)
-		sl_error("SIGHUP: keys not reloaded, the old ones stay: %s",
-		         app->reload_err);
-	else {
-		sl_tenants_install(&app->tenants, cfg->keys, true);
-		cfg->keys = NULL;
-	}
-	if (cfg) {
-		sl_config_free(cfg);
-		free(cfg);
-	}
-	if (app->reload_again && !app->stopping) {
-		app->reload_again = false;
-		start_reload(app);
-	}
-}
-
-static void start_reload(struct sl_app *app)
-{
-	app->reloading = true;
-	int rc = uv_queue_work(&app->loop, &app->reload_work, reload_in_worker,
-	                       reload_done);
-	if (rc != 0) {
-		app->reloading = false;
-		sl_error("SIGHUP: keys not reloaded: %s", uv_strerror(rc));
-	}
-}
-
-static void on_sighup(uv_signal_t *h, int signum)
-{
-	struct sl_app *app = h->data;
-	(void)signum;
-	if (app->stopping)
-		return;
-	/* A second SIGHUP during a reload may follow an edit it missed. */
-	if (app->reloading) {
-		app->reload_again = true;
-		return;
-	}
-	sl_info("received SIGHUP; reloading the keys from the configuration");
-	start_reload(app);
 }
 
 void sl_app_stop(struct sl_app *app, int exit_code)
@@ -812,8 +757,11 @@ static struct sl_model *model_new(struct sl_app *app, char *name,
 	struct sl_model *m = sl_xcalloc(1, sizeof(*m));
 	m->app = app;
 	m->name = name;
-	m->conf = conf;
-	m->aliases = conf ? &conf->aliases : NULL;
+	if (conf) {
+		m->conf = sl_xcalloc(1, sizeof(*m->conf));
+		sl_model_config_copy(m->conf, conf);
+		m->aliases = &m->conf->aliases;
+	}
 	struct sl_sched_config sched_cfg = {
 	    .aging_rate = cfg->aging_rate,
 	    .window_ms = cfg->batch_window_ms,
@@ -837,6 +785,10 @@ static struct sl_model *model_new(struct sl_app *app, char *name,
 
 static void model_free(struct sl_model *m)
 {
+	if (m->conf) {
+		sl_model_config_clear(m->conf);
+		free(m->conf);
+	}
 	sl_sched_free(&m->sched);
 	sl_strlist_clear(&m->llama_args);
 	free(m->upstream_cfg);
@@ -1011,7 +963,7 @@ static int start_models(struct sl_app *app)
 			    add_upstream(app, m, cfg->upstreams.items[i], NULL);
 		return rc;
 	}
-	unsigned max = cfg->max_loaded;
+	unsigned max = app->max_loaded;
 	for (unsigned i = 0; rc == 0 && i < app->n_models; i++) {
 		struct sl_model *m = app->models[i];
 		const struct sl_model_config *conf = m->conf;
@@ -1162,6 +1114,7 @@ static void on_discovery_closed(struct sl_discovery *d)
 	if (m->discovery == d)
 		m->discovery = NULL;
 	m->discoveries_open--;
+	maybe_free_model(m);
 }
 
 static const struct sl_discovery_hooks discovery_hooks = {
@@ -1307,6 +1260,654 @@ static int open_listener(struct sl_app *app)
 	return 0;
 }
 
+/* ---- SIGHUP: reloading the keys and the models ---- */
+
+/*
+ * Launch settings that llama-servers started before a reload still point
+ * to (sl_upstream.cfg): freed once none of those is left.
+ */
+struct sl_old_launch {
+	struct sl_config *cfg;
+	struct sl_strlist args; /* cfg->llama_args */
+	struct sl_old_launch *next;
+};
+
+static void free_old_launches(struct sl_app *app)
+{
+	struct sl_old_launch **p = &app->old_launches;
+	while (*p) {
+		struct sl_old_launch *l = *p;
+		bool used = false;
+		for (unsigned i = 0; !used && i < app->n_upstreams; i++)
+			used = app->upstreams[i]->cfg == l->cfg;
+		if (used) {
+			p = &l->next;
+			continue;
+		}
+		*p = l->next;
+		sl_strlist_clear(&l->args);
+		free(l->cfg);
+		free(l);
+	}
+}
+
+static void on_model_handle_closed(uv_handle_t *h)
+{
+	struct sl_model *m = h->data;
+	if (--m->closing_handles > 0)
+		return;
+	struct sl_app *app = m->app;
+	for (struct sl_model **p = &app->retired; *p; p = &(*p)->next_retired)
+		if (*p == m) {
+			*p = m->next_retired;
+			break;
+		}
+	model_free(m);
+}
+
+/*
+ * A removed model is freed once nothing refers to it. At shutdown the
+ * exchanges let go only after the timers closed: sl_app_run frees what is
+ * left then.
+ */
+static void maybe_free_model(struct sl_model *m)
+{
+	if (!m->removed || m->closing || m->refs > 0 || m->pool.n > 0 ||
+	    m->discoveries_open > 0 || m->app->front_closing)
+		return;
+	m->closing = true;
+	m->closing_handles = 2;
+	uv_close((uv_handle_t *)&m->sched_timer, on_model_handle_closed);
+	uv_close((uv_handle_t *)&m->idle_timer, on_model_handle_closed);
+}
+
+void sl_app_model_ref(struct sl_model *m)
+{
+	m->refs++;
+}
+
+void sl_app_model_release(struct sl_model *m)
+{
+	m->refs--;
+	maybe_free_model(m);
+}
+
+/* Lets every upstream of `m` from `origin` (NULL: any) drain and go. */
+static void retire_pool(struct sl_model *m, const char *origin)
+{
+	/* A retirement may stop one at once: walk a copy. */
+	struct sl_pool members = m->pool;
+	for (unsigned i = 0; i < members.n; i++) {
+		struct sl_upstream *u = members.members[i];
+		if (!origin || (u->origin && strcmp(u->origin, origin) == 0))
+			sl_app_retire_upstream(m->app, u);
+	}
+}
+
+static void close_model_discovery(struct sl_model *m)
+{
+	if (!m->discovery)
+		return;
+	char origin[SL_DISCOVERY_NAME_MAX + 16];
+	snprintf(origin, sizeof(origin), "dns:%s",
+	         sl_discovery_target(m->discovery));
+	sl_discovery_close(m->discovery);
+	m->discovery = NULL;
+	retire_pool(m, origin);
+}
+
+/*
+ * A model the file no longer has: new requests get 404 (it is no longer
+ * found), those waiting in its queue get 503 (its upstreams are going),
+ * and what runs on its upstreams finishes there before they stop.
+ */
+static void remove_model(struct sl_app *app, struct sl_model *m)
+{
+	m->removed = true;
+	m->loaded = false;
+	m->wanted = false;
+	uv_timer_stop(&m->idle_timer);
+	char message[SL_MODEL_NAME_MAX + 64];
+	snprintf(message, sizeof(message),
+	         "model %s was removed from sluice's configuration", m->name);
+	sl_proxy_fail_queued(m, message);
+	close_model_discovery(m);
+	retire_pool(m, NULL);
+	m->next_retired = app->retired;
+	app->retired = m;
+	maybe_free_model(m);
+}
+
+/*
+ * New queue limits for a model's scheduler. Its arrays hold max_queue
+ * entries; they are resized to the new limit, or to what waits now when
+ * more do (those stay; new arrivals are refused or shed until it drops).
+ */
+static void set_queue_limits(struct sl_model *m, unsigned max_queue,
+                             uint64_t timeout_ms)
+{
+	struct sl_sched *s = &m->sched;
+	size_t n = SL_MAX(max_queue, s->n);
+	s->heap = sl_xrealloc(s->heap, n * sizeof(*s->heap));
+	s->bottom = sl_xrealloc(s->bottom, n * sizeof(*s->bottom));
+	s->batch = sl_xrealloc(s->batch, n * sizeof(*s->batch));
+	s->cfg.max_queue = max_queue;
+	s->cfg.queue_timeout_ms = timeout_ms;
+}
+
+static bool strlist_equal(const struct sl_strlist *a,
+                          const struct sl_strlist *b)
+{
+	if (a->count != b->count)
+		return false;
+	for (unsigned i = 0; i < a->count; i++)
+		if (strcmp(a->items[i], b->items[i]) != 0)
+			return false;
+	return true;
+}
+
+static bool strlist_has(const struct sl_strlist *l, const char *s)
+{
+	for (unsigned i = 0; i < l->count; i++)
+		if (strcmp(l->items[i], s) == 0)
+			return true;
+	return false;
+}
+
+static bool str_equal(const char *a, const char *b)
+{
+	return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+/* Whether its llama-servers would be started differently now. */
+static bool launch_changed(const struct sl_model_config *a,
+                           const struct sl_model_config *b)
+{
+	return !str_equal(a->file, b->file) ||
+	       !str_equal(a->hf_repo, b->hf_repo) || a->slots != b->slots ||
+	       a->ctx_size != b->ctx_size || a->replicas != b->replicas ||
+	       !strlist_equal(&a->args, &b->args);
+}
+
+/* The remote upstream at `url` of `m` listed by `upstreams:`, or NULL. */
+static struct sl_upstream *listed_upstream(struct sl_model *m, const char *url)
+{
+	for (unsigned i = 0; i < m->pool.n; i++) {
+		struct sl_upstream *u = m->pool.members[i];
+		if (!u->managed && !u->origin && !u->stopping &&
+		    strcmp(u->url, url) == 0)
+			return u;
+	}
+	return NULL;
+}
+
+/* A queue limit as it applies: the model's, else the global option. */
+static unsigned max_queue_of(const struct sl_config *cfg,
+                             const struct sl_model_config *c)
+{
+	return c->has_max_queue ? c->max_queue : cfg->max_queue;
+}
+
+static uint64_t queue_timeout_of(const struct sl_config *cfg,
+                                 const struct sl_model_config *c)
+{
+	return c->has_queue_timeout ? c->queue_timeout_ms
+	                            : cfg->queue_timeout_ms;
+}
+
+static void append(char *buf, size_t size, const char *sep, const char *what)
+{
+	size_t n = strlen(buf);
+	if (n < size)
+		snprintf(buf + n, size - n, "%s%s", n ? sep : "", what);
+}
+
+/*
+ * Applies a model's new settings in place; `what` receives the names of
+ * what changed ("aliases, upstreams"), empty when nothing did.
+ */
+static void update_model(struct sl_app *app, struct sl_model *m,
+                         const struct sl_model_config *conf, char *what,
+                         size_t size)
+{
+	const struct sl_config *cfg = app->cfg;
+	struct sl_model_config *old = m->conf;
+	struct sl_model_config *c = sl_xcalloc(1, sizeof(*c));
+	sl_model_config_copy(c, conf);
+	what[0] = '\0';
+	bool relaunch = m->managed && launch_changed(old, c);
+	if (!strlist_equal(&old->aliases, &c->aliases))
+		append(what, size, ", ", "aliases");
+	if (max_queue_of(cfg, old) != max_queue_of(cfg, c) ||
+	    queue_timeout_of(cfg, old) != queue_timeout_of(cfg, c)) {
+		append(what, size, ", ", "queue limits");
+		set_queue_limits(m, max_queue_of(cfg, c),
+		                 queue_timeout_of(cfg, c));
+	}
+	if (old->idle_timeout_ms != c->idle_timeout_ms)
+		append(what, size, ", ", "idle-timeout");
+	if (old->preload != c->preload)
+		append(what, size, ", ", "preload");
+	if (relaunch)
+		append(what, size, ", ", "launch settings");
+	m->conf = c;
+	m->aliases = &c->aliases;
+
+	if (m->loaded && c->idle_timeout_ms)
+		uv_timer_start(&m->idle_timer, on_idle_timer,
+		               c->idle_timeout_ms, 0);
+	else if (!c->idle_timeout_ms)
+		uv_timer_stop(&m->idle_timer);
+
+	/* Remote: the listed upstreams become the new list. */
+	bool listed = false;
+	for (unsigned i = 0; i < old->upstreams.count; i++) {
+		const char *url = old->upstreams.items[i];
+		struct sl_upstream *u = listed_upstream(m, url);
+		if (u && !strlist_has(&c->upstreams, url)) {
+			sl_app_retire_upstream(app, u);
+			listed = true;
+		}
+	}
+	for (unsigned i = 0; i < c->upstreams.count; i++) {
+		const char *url = c->upstreams.items[i];
+		struct sl_upstream *u = listed_upstream(m, url);
+		if (u && u->draining) {
+			u->draining = false; /* listed again before it went */
+			listed = true;
+		} else if (!u) {
+			listed = true;
+			if (app->n_upstreams >= SL_MAX_UPSTREAMS ||
+			    add_upstream(app, m, url, NULL) != 0)
+				sl_error("model %s: upstream %s left out: "
+				         "sluice holds at most %d upstreams",
+				         m->name, url, SL_MAX_UPSTREAMS);
+		}
+	}
+	if (listed)
+		append(what, size, ", ", "upstreams");
+	if (!str_equal(old->dns, c->dns)) {
+		append(what, size, ", ", "dns");
+		close_model_discovery(m);
+		if (c->dns)
+			m->discovery = follow(app, m, c->dns);
+	}
+
+	/*
+	 * New launch settings: the llama-servers running keep the old ones
+	 * (kept in old_launches until they have stopped), drain and stop,
+	 * while new ones start; a request waits for those meanwhile.
+	 */
+	if (relaunch) {
+		struct sl_old_launch *l = sl_xcalloc(1, sizeof(*l));
+		l->cfg = m->upstream_cfg;
+		l->args = m->llama_args;
+		l->next = app->old_launches;
+		app->old_launches = l;
+		memset(&m->llama_args, 0, sizeof(m->llama_args));
+		free(m->file);
+		m->file = c->file ? sl_xstrdup(c->file) : NULL;
+		plan_upstream_cfg(m);
+		if (m->loaded && !m->unloading) {
+			retire_pool(m, NULL);
+			load(app, m, "its launch settings changed");
+		}
+	}
+	sl_model_config_clear(old);
+	free(old);
+}
+
+/* Starts a model a reload added, as start_models does at start-up. */
+static void start_added(struct sl_app *app, struct sl_model *m)
+{
+	const struct sl_model_config *conf = m->conf;
+	if (m->managed && !conf->preload)
+		sl_info("model %s: stopped until a request needs it "
+		        "(preload: false)",
+		        m->name);
+	else if (m->managed && app->max_loaded &&
+	         models_running(app) >= app->max_loaded)
+		sl_info("model %s: stopped until a request needs it "
+		        "(--max-loaded %u)",
+		        m->name, app->max_loaded);
+	else if (m->managed)
+		load(app, m, "added by a reload");
+	for (unsigned k = 0; k < conf->upstreams.count; k++)
+		if (add_upstream(app, m, conf->upstreams.items[k], NULL) != 0)
+			break;
+	if (conf->dns)
+		m->discovery = follow(app, m, conf->dns);
+}
+
+/*
+ * What a reload's models need from the machine, checked before anything
+ * changes: llama-server and each new or changed model's file. Returns 0,
+ * or SL_EINVAL with one line in err.
+ */
+static int check_models(struct sl_app *app, const struct sl_config *cfg,
+                        char **exe, char *err, size_t size)
+{
+	char why[512];
+	for (unsigned i = 0; i < cfg->n_models; i++) {
+		const struct sl_model_config *c = &cfg->models[i];
+		if (!sl_model_config_managed(c))
+			continue;
+		if (!*exe) {
+			char *cache = sl_cache_dir(app->cfg, why, sizeof(why));
+			*exe = cache ? sl_find_llama_server(app->cfg, cache,
+			                                    why, sizeof(why))
+			             : NULL;
+			free(cache);
+			if (!*exe) {
+				snprintf(err, size, "models.%s: %s", c->name,
+				         why);
+				return SL_EINVAL;
+			}
+		}
+		if (c->file &&
+		    sl_check_model_file(c->file, why, sizeof(why)) != 0) {
+			snprintf(err, size, "models.%s: %s", c->name, why);
+			return SL_EINVAL;
+		}
+	}
+	return 0;
+}
+
+/* The running model named `name` (not an alias), or NULL. */
+static struct sl_model *model_named(struct sl_app *app, const char *name)
+{
+	for (unsigned i = 0; i < app->n_models; i++)
+		if (strcmp(app->models[i]->name, name) == 0)
+			return app->models[i];
+	return NULL;
+}
+
+/*
+ * The models: section of a valid re-read, applied: removed models go,
+ * new ones start as at start-up, changed ones change in place (a model
+ * that turned from managed to remote or back is removed and added). One
+ * line says what changed.
+ */
+static void reload_models(struct sl_app *app, const struct sl_config *cfg,
+                          char *exe)
+{
+	char added[1024] = "", removed[1024] = "", changed[2048] = "";
+	bool kinds_changed[SL_MODELS_MAX] = {false};
+	/* Removed first: the new ones may need their room. */
+	for (unsigned i = 0; i < app->n_models;) {
+		struct sl_model *m = app->models[i];
+		const struct sl_model_config *c = NULL;
+		for (unsigned k = 0; k < cfg->n_models && !c; k++)
+			if (strcmp(cfg->models[k].name, m->name) == 0)
+				c = &cfg->models[k];
+		if (c && sl_model_config_managed(c) == m->managed) {
+			i++;
+			continue;
+		}
+		if (c)
+			kinds_changed[c - cfg->models] = true;
+		else
+			append(removed, sizeof(removed), ", ", m->name);
+		app->n_models--;
+		memmove(&app->models[i], &app->models[i + 1],
+		        (app->n_models - i) * sizeof(app->models[0]));
+		app->models[app->n_models] = NULL;
+		remove_model(app, m);
+	}
+	struct sl_model *order[SL_MODELS_MAX];
+	struct sl_model *fresh[SL_MODELS_MAX];
+	unsigned n_fresh = 0;
+	for (unsigned k = 0; k < cfg->n_models; k++) {
+		const struct sl_model_config *c = &cfg->models[k];
+		struct sl_model *m = model_named(app, c->name);
+		if (m) {
+			char what[256];
+			update_model(app, m, c, what, sizeof(what));
+			if (what[0]) {
+				char item[SL_MODEL_NAME_MAX + 260];
+				snprintf(item, sizeof(item), "%s (%s)", c->name,
+				         what);
+				append(changed, sizeof(changed), "; ", item);
+			}
+		} else {
+			m = model_new(app, sl_xstrdup(c->name), c);
+			if (sl_model_config_managed(c)) {
+				m->managed = true;
+				m->exe = sl_xstrdup(exe);
+				m->file = c->file ? sl_xstrdup(c->file) : NULL;
+				plan_upstream_cfg(m);
+			}
+			fresh[n_fresh++] = m;
+			char item[SL_MODEL_NAME_MAX + 32];
+			snprintf(item, sizeof(item), "%s%s", c->name,
+			         kinds_changed[k] ? " (managed or remote now)"
+			                          : "");
+			append(kinds_changed[k] ? changed : added,
+			       kinds_changed[k] ? sizeof(changed)
+			                        : sizeof(added),
+			       kinds_changed[k] ? "; " : ", ", item);
+		}
+		order[k] = m;
+	}
+	memcpy(app->models, order, cfg->n_models * sizeof(order[0]));
+	app->n_models = cfg->n_models;
+	struct sl_model *def = cfg->default_model[0]
+	                           ? sl_app_find_model(app, cfg->default_model)
+	                           : app->models[0];
+	bool new_default = def != app->default_model;
+	app->default_model = def;
+	bool new_max = cfg->max_loaded != app->max_loaded;
+	app->max_loaded = cfg->max_loaded;
+	for (unsigned i = 0; i < n_fresh; i++)
+		start_added(app, fresh[i]);
+	char line[4096] = "";
+	if (added[0])
+		snprintf(line + strlen(line), sizeof(line) - strlen(line),
+		         "; added: %s", added);
+	if (removed[0])
+		snprintf(line + strlen(line), sizeof(line) - strlen(line),
+		         "; removed: %s", removed);
+	if (changed[0])
+		snprintf(line + strlen(line), sizeof(line) - strlen(line),
+		         "; changed: %s", changed);
+	if (new_default)
+		snprintf(line + strlen(line), sizeof(line) - strlen(line),
+		         "; default-model: %s", def->name);
+	if (new_max)
+		snprintf(line + strlen(line), sizeof(line) - strlen(line),
+		         "; max-loaded: %u", app->max_loaded);
+	sl_info("models reloaded: %u model%s%s", app->n_models,
+	        app->n_models == 1 ? "" : "s", line[0] ? line : "; no change");
+	start_wanted(app);
+	sl_app_kick_scheduler(app);
+}
+
+/*
+ * Each top-level option as --check-config prints it, one entry per
+ * option (a list takes several lines), without where it came from.
+ */
+static char *print_options(const struct sl_config *cfg)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	if (!f)
+		return NULL;
+	sl_config_print(cfg, f);
+	fclose(f);
+	return text;
+}
+
+/* The entry of `key` in print_options() text: its start, and its length. */
+static const char *option_entry(const char *text, const char *key, size_t *n)
+{
+	size_t klen = strlen(key);
+	for (const char *p = text; p && *p;) {
+		const char *eol = strchr(p, '\n');
+		if (strncmp(p, key, klen) == 0 && p[klen] == ':') {
+			const char *end = eol;
+			while (end && (end[1] == ' ' || end[1] == '-'))
+				end = strchr(end + 1, '\n');
+			*n = end ? (size_t)(end - p) : strlen(p);
+			return p;
+		}
+		p = eol ? eol + 1 : NULL;
+	}
+	*n = 0;
+	return NULL;
+}
+
+/* An entry without its "  # source" comments, for comparing. */
+static char *entry_value(const char *p, size_t n)
+{
+	char *s = sl_xasprintf("%.*s", (int)n, p ? p : "");
+	char *c;
+	while ((c = strstr(s, "  # ")) != NULL) {
+		char *eol = strchr(c, '\n');
+		memmove(c, eol ? eol : c + strlen(c),
+		        strlen(eol ? eol : "") + 1);
+	}
+	return s;
+}
+
+/*
+ * Options other than the keys and the models keep their start-up value:
+ * one line names those that the file (or the environment) now sets to
+ * something else.
+ */
+static void log_ignored(const struct sl_app *app, const struct sl_config *cfg)
+{
+	static const char *const reloaded[] = {"default-model", "max-loaded",
+	                                       "config", "check-config"};
+	char *was = print_options(app->cfg), *now = print_options(cfg);
+	char names[1024] = "";
+	for (const char *p = now; p && *p;) {
+		const char *eol = strchr(p, '\n');
+		const char *colon = strchr(p, ':');
+		if (p[0] != ' ' && p[0] != '-' && colon &&
+		    (!eol || colon < eol)) {
+			char key[64];
+			snprintf(key, sizeof(key), "%.*s", (int)(colon - p), p);
+			bool skip = false;
+			for (size_t i = 0; i < SL_ARRAY_SIZE(reloaded); i++)
+				skip |= strcmp(key, reloaded[i]) == 0;
+			size_t na, nb;
+			const char *a = option_entry(was, key, &na);
+			const char *b = option_entry(now, key, &nb);
+			char *va = entry_value(a, na), *vb = entry_value(b, nb);
+			if (!skip && strcmp(key, "models") != 0 &&
+			    strcmp(key, "keys") != 0 && strcmp(va, vb) != 0)
+				append(names, sizeof(names), ", ", key);
+			free(va);
+			free(vb);
+		}
+		p = eol ? eol + 1 : NULL;
+	}
+	if (names[0])
+		sl_warn("SIGHUP: %s changed; ignored until a restart (a reload "
+		        "applies only keys:, models:, default-model and "
+		        "max-loaded)",
+		        names);
+	free(was);
+	free(now);
+}
+
+static void start_reload(struct sl_app *app);
+
+/*
+ * In a worker thread: the configuration is read again from the same
+ * sources as at start (its file, the environment, the flags), so that a
+ * reload sees exactly what a restart would, without blocking the loop on
+ * the file. sl_config_parse() touches nothing shared but its arguments.
+ */
+static void reload_in_worker(uv_work_t *w)
+{
+	struct sl_app *app = sl_container_of(w, struct sl_app, reload_work);
+	const struct sl_config *cfg = app->cfg;
+	app->reload_cfg = sl_xcalloc(1, sizeof(*app->reload_cfg));
+	app->reload_rc =
+	    sl_config_parse(app->reload_cfg, cfg->argc, cfg->argv, cfg->envp,
+	                    app->reload_err, sizeof(app->reload_err));
+}
+
+/*
+ * Back on the loop: the new keys and models replace the old ones, or,
+ * when the file is wrong now, everything stays and one line says why.
+ * Every other option keeps its start-up value until a restart.
+ */
+static void reload_done(uv_work_t *w, int status)
+{
+	struct sl_app *app = sl_container_of(w, struct sl_app, reload_work);
+	struct sl_config *cfg = app->reload_cfg;
+	char *exe = NULL;
+	char err[1024];
+	app->reload_cfg = NULL;
+	app->reloading = false;
+	if (status != 0)
+		sl_error("SIGHUP: not reloaded: %s", uv_strerror(status));
+	else if (app->reload_rc != 0)
+		sl_error("SIGHUP: %s not reloaded, the old ones stay: %s",
+		         app->model_section ? "keys and models" : "keys",
+		         app->reload_err);
+	else if (app->stopping)
+		; /* shutting down: nothing to change */
+	else if (app->model_section != (cfg->n_models > 0))
+		sl_error("SIGHUP: keys and models not reloaded, the old ones "
+		         "stay: %s",
+		         app->model_section
+		             ? "the models: section is gone; going back to "
+		               "one model takes a restart"
+		             : "a models: section is new; serving several "
+		               "models takes a restart");
+	else if (app->model_section &&
+	         check_models(app, cfg, &exe, err, sizeof(err)) != 0)
+		sl_error("SIGHUP: keys and models not reloaded, the old ones "
+		         "stay: %s",
+		         err);
+	else {
+		sl_tenants_install(&app->tenants, cfg->keys, true);
+		cfg->keys = NULL;
+		if (app->model_section)
+			reload_models(app, cfg, exe);
+		log_ignored(app, cfg);
+	}
+	free(exe);
+	if (cfg) {
+		sl_config_free(cfg);
+		free(cfg);
+	}
+	if (app->reload_again && !app->stopping) {
+		app->reload_again = false;
+		start_reload(app);
+	}
+}
+
+static void start_reload(struct sl_app *app)
+{
+	app->reloading = true;
+	int rc = uv_queue_work(&app->loop, &app->reload_work, reload_in_worker,
+	                       reload_done);
+	if (rc != 0) {
+		app->reloading = false;
+		sl_error("SIGHUP: not reloaded: %s", uv_strerror(rc));
+	}
+}
+
+static void on_sighup(uv_signal_t *h, int signum)
+{
+	struct sl_app *app = h->data;
+	(void)signum;
+	if (app->stopping)
+		return;
+	/* A second SIGHUP during a reload may follow an edit it missed. */
+	if (app->reloading) {
+		app->reload_again = true;
+		return;
+	}
+	sl_info("received SIGHUP; reloading the configuration");
+	start_reload(app);
+}
+
 static void run_loop_to_end(struct sl_app *app)
 {
 	uv_run(&app->loop, UV_RUN_DEFAULT);
@@ -1323,6 +1924,7 @@ int sl_app_run(const struct sl_config *cfg)
 {
 	struct sl_app *app = sl_xcalloc(1, sizeof(*app));
 	app->cfg = cfg;
+	app->max_loaded = cfg->max_loaded;
 	int rc;
 
 	uv_loop_init(&app->loop);
@@ -1382,6 +1984,12 @@ int sl_app_run(const struct sl_config *cfg)
 	int code = app->exit_code;
 	for (unsigned i = 0; i < app->n_models; i++)
 		model_free(app->models[i]);
+	while (app->retired) {
+		struct sl_model *m = app->retired;
+		app->retired = m->next_retired;
+		model_free(m);
+	}
+	free_old_launches(app);
 	free(app->trusted_proxies);
 	free(app->discoveries);
 	free(app);

@@ -1216,6 +1216,7 @@ static void on_timer_closed(uv_handle_t *h)
 	free(x->target);
 	free(x->passed);
 	free(x->accept_encoding);
+	sl_app_model_release(x->model);
 	free(x);
 }
 
@@ -1632,6 +1633,7 @@ static struct exchange *exchange_new(struct sl_app *app, struct sl_model *m,
 	struct exchange *x = sl_xcalloc(1, sizeof(*x));
 	x->app = app;
 	x->model = m;
+	sl_app_model_ref(m); /* a reload frees a removed model after this */
 	x->req = req;
 	x->ep = ep;
 	x->priority = priority;

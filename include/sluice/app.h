@@ -2,6 +2,9 @@
  * app.h: one running sluice: the loop, the HTTP front end, the models and
  * their upstreams, and the order in which they start and stop.
  *
+ * SIGHUP reads the configuration again and applies its keys and models
+ * (see "SIGHUP" in app.c); every other option stays as started.
+ *
  * Start: the listener opens first (so a port clash fails fast), then each
  * model's upstreams start (a model started on demand waits for a request;
  * see struct sl_model). Stop (SIGINT, SIGTERM, or a fatal start-up error): the
@@ -46,8 +49,12 @@ struct sl_app;
 struct sl_model {
 	struct sl_app *app;
 	char *name;
-	const struct sl_strlist *aliases;   /* the configuration's, or NULL */
-	const struct sl_model_config *conf; /* NULL for the one model */
+	const struct sl_strlist *aliases; /* conf's, or NULL */
+	/*
+	 * Its own copy of its settings (a reload replaces it), or NULL for
+	 * the one model.
+	 */
+	struct sl_model_config *conf;
 	struct sl_pool pool;
 	struct sl_sched sched;
 	uv_timer_t sched_timer; /* its scheduler's next deadline */
@@ -82,7 +89,20 @@ struct sl_model {
 	 */
 	struct sl_discovery *discovery;
 	unsigned discoveries_open;
+	/*
+	 * Reloads (SIGHUP): a model removed from the file leaves app->models
+	 * for app->retired (next_retired), takes no new request, and is
+	 * freed once nothing refers to it: no exchange (refs, counted by
+	 * proxy.c through sl_app_model_ref/_release), no upstream in its
+	 * pool, no discovery open. `closing`: its timers are being closed.
+	 */
+	bool removed, closing;
+	unsigned refs, closing_handles;
+	struct sl_model *next_retired;
 };
+
+/* What managed llama-servers were started with before a reload. */
+struct sl_old_launch;
 
 struct sl_app {
 	uv_loop_t loop;
@@ -101,7 +121,16 @@ struct sl_app {
 	int reload_rc;
 	char reload_err[512];
 	bool reloading;
-	bool reload_again;         /* another SIGHUP came during the reload */
+	bool reload_again; /* another SIGHUP came during the reload */
+	/*
+	 * A reload replaces the models as well (see sl_model): removed ones
+	 * wait in `retired` until nothing refers to them; the launch settings
+	 * that running llama-servers still point to wait in `old_launches`
+	 * until those have stopped. max_loaded is --max-loaded as reloaded.
+	 */
+	struct sl_model *retired;
+	struct sl_old_launch *old_launches;
+	unsigned max_loaded;
 	struct sl_tenants tenants; /* keys: and their state (keys.h) */
 
 	/* Dense: upstreams[i]->index == i, for i < n_upstreams. */
@@ -219,6 +248,13 @@ extern const char *const sl_model_states[];
  * idle-timeout is stopped.
  */
 void sl_app_model_demand(struct sl_app *app, struct sl_model *m);
+
+/*
+ * An exchange (proxy.c) holds `m` from its start to its end: a model a
+ * reload removed is freed only once the last one let go.
+ */
+void sl_app_model_ref(struct sl_model *m);
+void sl_app_model_release(struct sl_model *m);
 
 /* A request of `m` was dispatched or finished: it is in use. */
 void sl_app_model_used(struct sl_model *m);

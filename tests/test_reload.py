@@ -1,0 +1,225 @@
+"""SIGHUP reloads the models (issue 13, item 1): a running sluice with a
+models: section re-reads its file, and models come, go and change without
+dropping a connection or a request in flight. Remote models on mock
+llama-servers (their text is known: st.mock_text), and one managed model on
+the tiny demo model."""
+
+import json
+import os
+import signal
+
+import sluice_test as st
+
+# Not a measure: how long a busy machine may take before a test gives up.
+SAFETY_NET_S = 120
+# The mocks' pace. A long stream (LONG tokens, LONG * TOKEN_DELAY_MS = 10 s)
+# is still running when a reload that takes milliseconds has been applied;
+# a short answer is quick.
+TOKEN_DELAY_MS = 20
+LONG = 500
+SHORT = 3
+
+
+def models_yaml(models):
+    """A models: section from {name: {key: value or list}}."""
+    lines = ["models:"]
+    for name, keys in models.items():
+        lines.append("  %s:" % name)
+        for k, v in keys.items():
+            if isinstance(v, list):
+                v = "[%s]" % ", ".join(v)
+            lines.append("    %s: %s" % (k, v))
+    return "\n".join(lines) + "\n"
+
+
+class Stream:
+    """A streamed completion through sluice, read event by event."""
+
+    def __init__(self, port, model, tokens):
+        self.client = st.RawClient(port, timeout=SAFETY_NET_S)
+        self.client.request("POST", "/v1/completions",
+                            body={"model": model, "prompt": "hi",
+                                  "max_tokens": tokens, "stream": True})
+        self.status, _ = self.client.read_head()
+        self.chunks = self.client.chunks()
+        self.text = ""
+        self.done = False
+
+    def read(self, n=None):
+        """Reads n events (None: to the end)."""
+        for _, chunk in self.chunks:
+            event = st.sse_data(chunk)
+            if event == "[DONE]":
+                self.done = True
+            elif event is not None:
+                self.text += st.delta_of("/v1/completions", event)
+            if n is not None:
+                n -= 1
+                if n == 0:
+                    return
+        self.client.close()
+
+
+class Reload(st.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.path = os.path.join(self.tmp, "sluice.yaml")
+
+    def mock(self, slots=8):
+        return self.mock_llama_server("--slots", str(slots),
+                                      "--token-delay-ms",
+                                      str(TOKEN_DELAY_MS))
+
+    def write(self, text):
+        with open(self.path, "w") as f:
+            f.write(text)
+
+    def reload(self, s, pattern):
+        """Sends SIGHUP and waits for the log line matching pattern."""
+        mark = len(s.lines)
+        s.proc.send_signal(signal.SIGHUP)
+        return s.wait_line(pattern, start=mark, timeout=SAFETY_NET_S)
+
+    def ask(self, s, model, rid):
+        return st.request(s.port, "POST", "/v1/completions",
+                          body={"model": model, "prompt": "hi",
+                                "max_tokens": SHORT},
+                          headers={"X-Request-Id": rid},
+                          timeout=SAFETY_NET_S)
+
+    def assert_answers(self, s, model, rid, url):
+        """model answers with the mock's text, from the upstream at url."""
+        r = self.ask(s, model, rid)
+        self.assertEqual((r.status, r.json()["choices"][0]["text"]),
+                         (200, st.mock_text(SHORT)), model)
+        m = s.wait_line(r" access id=%s .*upstream=(\S+)" % rid,
+                        timeout=SAFETY_NET_S)
+        self.assertEqual(m.group(1), url)
+
+    def pools(self, s):
+        return {m["name"]: m["upstreams"]
+                for m in s.health().json()["models"]}
+
+    def upstream_states(self, s):
+        return {u["url"]: u["state"] for u in s.health().json()["upstreams"]}
+
+    def test_models_added_removed_and_changed_while_streams_run(self):
+        a1, a2, b, c = self.mock(), self.mock(), self.mock(), self.mock()
+        self.write(models_yaml({"a": {"upstreams": [a1.url],
+                                      "aliases": ["alpha"]},
+                                "c": {"upstreams": [c.url]}}))
+        s = self.sluice("--config", self.path)
+        st.wait_until(lambda: self.upstream_states(s) ==
+                      {a1.url: "ready", c.url: "ready"}, SAFETY_NET_S,
+                      "both upstreams ready")
+
+        # Streams on a (two by name, one by alias) and one on c, each
+        # under way (its first event read) before the reload.
+        streams = [Stream(s.port, m, LONG) for m in ("a", "a", "alpha")]
+        on_c = Stream(s.port, "c", LONG)
+        for x in streams + [on_c]:
+            self.assertEqual(x.status, 200)
+            x.read(1)
+
+        # b added, c removed, a with one more upstream and one more alias.
+        self.write(models_yaml({"a": {"upstreams": [a1.url, a2.url],
+                                      "aliases": ["alpha", "first"]},
+                                "b": {"upstreams": [b.url]}}))
+        self.reload(s, r"models reloaded: 2 models; added: b; removed: c; "
+                       r"changed: a \(aliases, upstreams\)$")
+        # Applied while every stream still ran at its mock.
+        self.assertEqual((a1.busy_slots(), c.busy_slots()), (3, 1))
+
+        r = self.ask(s, "c", "gone")
+        self.assertEqual(r.status, 404)
+        self.assertEqual(r.json()["error"]["code"], "model_not_found")
+        self.assertEqual(r.json()["error"]["message"],
+                         "The model `c` does not exist.")
+        self.assert_answers(s, "b", "b1", b.url)
+        st.wait_until(lambda: self.upstream_states(s).get(a2.url) ==
+                      "ready", SAFETY_NET_S, "a's new upstream ready")
+        self.assertEqual(self.pools(s), {"a": [a1.url, a2.url],
+                                         "b": [b.url]})
+        # a1 holds three streams, a2 none: the new alias's request goes
+        # to a2, the one with the most room.
+        self.assert_answers(s, "first", "f1", a2.url)
+
+        # Every stream finishes whole, the one on c too, and then c's
+        # upstream, drained, leaves.
+        for x in streams + [on_c]:
+            x.read()
+            self.assertEqual((x.text, x.done), (st.mock_text(LONG), True))
+        st.wait_until(lambda: c.url not in self.upstream_states(s),
+                      SAFETY_NET_S, "c's upstream gone")
+
+        # A broken file changes nothing.
+        self.write("models:\n  a:\n    slots: 2\n")
+        m = self.reload(s, r"error SIGHUP: keys and models not reloaded, "
+                           r"the old ones stay: (.*)$")
+        self.assertEqual(m.group(1),
+                         "%s:3: models.a: says neither where its model is "
+                         "(model: FILE.gguf or hf-repo: REPO) nor where it "
+                         "runs (upstreams: [URL] or dns: NAME:PORT)"
+                         % self.path)
+        self.assert_answers(s, "b", "b2", b.url)
+        r = self.ask(s, "first", "f2")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(self.pools(s), {"a": [a1.url, a2.url],
+                                         "b": [b.url]})
+
+        # Removing an upstream of a: it drains and leaves a's pool.
+        self.write(models_yaml({"a": {"upstreams": [a2.url]},
+                                "b": {"upstreams": [b.url]}}))
+        self.reload(s, r"models reloaded: 2 models; changed: a \(aliases, "
+                       r"upstreams\)$")
+        st.wait_until(lambda: self.pools(s)["a"] == [a2.url], SAFETY_NET_S,
+                      "a1 gone from a")
+        self.assertEqual(self.ask(s, "alpha", "al").status, 404)
+        self.assert_answers(s, "a", "a3", a2.url)
+        self.assertEqual(s.stop(), 0)
+
+    def test_a_managed_model_added_then_relaunched(self):
+        """A managed model added by a reload starts as at start-up; a
+        change of its launch settings starts new llama-servers while the
+        old one finishes its stream and stops."""
+        r = self.mock()
+        tiny = {"model": os.environ["SLUICE_MODEL_TINY"], "slots": "2",
+                "ctx-size": "2048",
+                "args": [json.dumps(a) for a in st.LLAMA_ONE_THREAD]}
+        self.write(models_yaml({"r": {"upstreams": [r.url]}}))
+        s = self.sluice("--config", self.path)
+        self.write(models_yaml({"r": {"upstreams": [r.url]}, "t": tiny}))
+        self.reload(s, r"models reloaded: 2 models; added: t$")
+        st.wait_until(lambda: s.health().json()["models"][1]["state"] ==
+                      "ready", SAFETY_NET_S, "t started")
+        old_pid = s.health().json()["upstreams"][1]["pid"]
+        x = Stream(s.port, "t", 64)
+        self.assertEqual(x.status, 200)
+        x.read(1)
+
+        self.write(models_yaml({"r": {"upstreams": [r.url]},
+                                "t": dict(tiny, slots="3")}))
+        self.reload(s, r"models reloaded: 2 models; changed: t \(launch "
+                       r"settings\)$")
+        x.read()
+        self.assertTrue(x.done)
+        self.assertGreater(len(x.text), 0)
+
+        def new_one_ready():
+            ups = s.health().json()["upstreams"]
+            return (len(ups) == 2 and ups[1]["state"] == "ready"
+                    and ups[1]["pid"] != old_pid and ups[1]["slots"] == 3)
+        st.wait_until(new_one_ready, SAFETY_NET_S, "t relaunched")
+        st.wait_until(lambda: not st.pid_alive(old_pid), SAFETY_NET_S,
+                      "the old llama-server stopped")
+        got = st.request(s.port, "POST", "/v1/completions",
+                         body={"model": "t", "prompt": "hi",
+                               "max_tokens": 4}, timeout=SAFETY_NET_S)
+        self.assertEqual(got.status, 200)
+        self.assertEqual(got.json()["usage"]["completion_tokens"], 4)
+        self.assertEqual(s.stop(), 0)
+
+
+if __name__ == "__main__":
+    st.main()
