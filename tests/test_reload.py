@@ -18,6 +18,7 @@ SAFETY_NET_S = 120
 TOKEN_DELAY_MS = 20
 LONG = 500
 SHORT = 3
+MANAGED_TOKENS = 256
 
 
 def models_yaml(models):
@@ -35,11 +36,12 @@ def models_yaml(models):
 class Stream:
     """A streamed completion through sluice, read event by event."""
 
-    def __init__(self, port, model, tokens):
+    def __init__(self, port, model, tokens, **extra):
         self.client = st.RawClient(port, timeout=SAFETY_NET_S)
         self.client.request("POST", "/v1/completions",
-                            body={"model": model, "prompt": "hi",
-                                  "max_tokens": tokens, "stream": True})
+                            body=dict({"model": model, "prompt": "hi",
+                                       "max_tokens": tokens,
+                                       "stream": True}, **extra))
         self.status, _ = self.client.read_head()
         self.chunks = self.client.chunks()
         self.text = ""
@@ -184,8 +186,8 @@ class Reload(st.TestCase):
         change of its launch settings starts new llama-servers while the
         old one finishes its stream and stops."""
         r = self.mock()
-        tiny = {"model": os.environ["SLUICE_MODEL_TINY"], "slots": "2",
-                "ctx-size": "2048",
+        tiny = {"model": os.environ["SLUICE_MODEL_SLOW"], "slots": "1",
+                "ctx-size": "4096",
                 "args": [json.dumps(a) for a in st.LLAMA_ONE_THREAD]}
         self.write(models_yaml({"r": {"upstreams": [r.url]}}))
         s = self.sluice("--config", self.path)
@@ -194,30 +196,40 @@ class Reload(st.TestCase):
         st.wait_until(lambda: s.health().json()["models"][1]["state"] ==
                       "ready", SAFETY_NET_S, "t started")
         old_pid = s.health().json()["upstreams"][1]["pid"]
-        x = Stream(s.port, "t", 64)
+        # Greedy: the same request gets the same text from any
+        # llama-server of this model.
+        x = Stream(s.port, "t", MANAGED_TOKENS, temperature=0)
         self.assertEqual(x.status, 200)
         x.read(1)
 
         self.write(models_yaml({"r": {"upstreams": [r.url]},
-                                "t": dict(tiny, slots="3")}))
+                                "t": dict(tiny, slots="2")}))
+        mark = len(s.lines)
         self.reload(s, r"models reloaded: 2 models; changed: t \(launch "
                        r"settings\)$")
+        # The old llama-server held the stream when the reload came...
+        s.wait_line(r"upstream \S+ \(from the configuration\) is going: no "
+                    r"new work for it, 1 requests in flight there finish "
+                    r"first$", start=mark)
+        # ...and it finishes there, whole.
         x.read()
         self.assertTrue(x.done)
-        self.assertGreater(len(x.text), 0)
 
         def new_one_ready():
             ups = s.health().json()["upstreams"]
             return (len(ups) == 2 and ups[1]["state"] == "ready"
-                    and ups[1]["pid"] != old_pid and ups[1]["slots"] == 3)
+                    and ups[1]["pid"] != old_pid and ups[1]["slots"] == 2)
         st.wait_until(new_one_ready, SAFETY_NET_S, "t relaunched")
         st.wait_until(lambda: not st.pid_alive(old_pid), SAFETY_NET_S,
                       "the old llama-server stopped")
         got = st.request(s.port, "POST", "/v1/completions",
                          body={"model": "t", "prompt": "hi",
-                               "max_tokens": 4}, timeout=SAFETY_NET_S)
+                               "max_tokens": MANAGED_TOKENS,
+                               "temperature": 0}, timeout=SAFETY_NET_S)
         self.assertEqual(got.status, 200)
-        self.assertEqual(got.json()["usage"]["completion_tokens"], 4)
+        self.assertEqual(got.json()["usage"]["completion_tokens"],
+                         MANAGED_TOKENS)
+        self.assertEqual(got.json()["choices"][0]["text"], x.text)
         self.assertEqual(s.stop(), 0)
 
 
