@@ -170,11 +170,17 @@ class Reload(st.TestCase):
         self.assertEqual(self.pools(s), {"a": [a1.url, a2.url],
                                          "b": [b.url]})
 
-        # Removing an upstream of a: it drains and leaves a's pool.
-        self.write(models_yaml({"a": {"upstreams": [a2.url]},
+        # Removing an upstream of a: it drains and leaves a's pool. A
+        # top-level option that changed is named, and ignored.
+        self.write("batch-window: 50ms\n" +
+                   models_yaml({"a": {"upstreams": [a2.url]},
                                 "b": {"upstreams": [b.url]}}))
+        mark = len(s.lines)
         self.reload(s, r"models reloaded: 2 models; changed: a \(aliases, "
                        r"upstreams\)$")
+        s.wait_line(r"warn  SIGHUP: batch-window changed; ignored until a "
+                    r"restart \(a reload applies only keys:, models:, "
+                    r"default-model and max-loaded\)$", start=mark)
         st.wait_until(lambda: self.pools(s)["a"] == [a2.url], SAFETY_NET_S,
                       "a1 gone from a")
         self.assertEqual(self.ask(s, "alpha", "al").status, 404)
