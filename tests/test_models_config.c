@@ -152,6 +152,60 @@ static void test_good(void)
 	free(path);
 }
 
+/*
+ * dns: NAME:PORT, alone or beside upstreams:, printed back; and a model's
+ * copy (a reload keeps one per model) holds the same settings.
+ */
+static void test_dns_and_copy(void)
+{
+	struct sl_config cfg;
+	char err[512];
+	int rc = parse_yaml(&cfg,
+	                    "models:\n"
+	                    "  pods:\n"
+	                    "    dns: llama.svc:8080\n"
+	                    "    aliases: [p]\n"
+	                    "  both:\n"
+	                    "    upstreams: [http://a:1]\n"
+	                    "    dns: other.svc:9\n",
+	                    NULL, NULL, err, sizeof(err), NULL);
+	ASSERT_EQ(rc, 0);
+	ASSERT_STR_EQ(cfg.models[0].dns, "llama.svc:8080");
+	ASSERT(!sl_model_config_managed(&cfg.models[0]));
+	ASSERT_EQ(cfg.models[0].upstreams.count, 0);
+	ASSERT_STR_EQ(cfg.models[1].dns, "other.svc:9");
+	ASSERT_EQ(cfg.models[1].upstreams.count, 1);
+	char *text = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&text, &len);
+	sl_models_config_print(out, &cfg);
+	fclose(out);
+	ASSERT_STR_EQ(text, "models:\n"
+	                    "  pods:\n"
+	                    "    dns: llama.svc:8080\n"
+	                    "    aliases:\n"
+	                    "      - p\n"
+	                    "    max-queue: 1024\n"
+	                    "    queue-timeout: 60000ms\n"
+	                    "  both:\n"
+	                    "    upstreams:\n"
+	                    "      - http://a:1\n"
+	                    "    dns: other.svc:9\n"
+	                    "    max-queue: 1024\n"
+	                    "    queue-timeout: 60000ms\n");
+	free(text);
+	struct sl_model_config copy;
+	sl_model_config_copy(&copy, &cfg.models[0]);
+	sl_config_free(&cfg);
+	ASSERT_STR_EQ(copy.name, "pods");
+	ASSERT_STR_EQ(copy.dns, "llama.svc:8080");
+	ASSERT_EQ(copy.aliases.count, 1);
+	ASSERT_STR_EQ(copy.aliases.items[0], "p");
+	ASSERT(!copy.file);
+	sl_model_config_clear(&copy);
+	ASSERT(!copy.name);
+}
+
 /* Without a models: section: --model-name and --default-model. */
 static void test_one_model(void)
 {
@@ -396,6 +450,7 @@ int main(void)
 {
 	RUN(test_good);
 	RUN(test_one_model);
+	RUN(test_dns_and_copy);
 	RUN(test_errors);
 	RUN(test_bounds);
 	RUN(test_cross_checks);
