@@ -1517,6 +1517,7 @@ static void update_model(struct sl_app *app, struct sl_model *m,
 			listed = true;
 		} else if (!u) {
 			listed = true;
+			m->late = true; /* see sl_model */
 			if (app->n_upstreams >= SL_MAX_UPSTREAMS ||
 			    add_upstream(app, m, url, NULL) != 0)
 				sl_error("model %s: upstream %s left out: "
@@ -1572,6 +1573,8 @@ static void start_added(struct sl_app *app, struct sl_model *m)
 		        m->name, app->max_loaded);
 	else if (m->managed)
 		load(app, m, "added by a reload");
+	if (!m->managed)
+		m->late = true; /* see sl_model */
 	for (unsigned k = 0; k < conf->upstreams.count; k++)
 		if (add_upstream(app, m, conf->upstreams.items[k], NULL) != 0)
 			break;

@@ -72,7 +72,9 @@ struct sl_model {
 	 * sl_app_model_demand): whether its llama-servers are wanted (loaded),
 	 * being stopped (unloading), wanted by a waiting request (wanted), and
 	 * started after start-up (late: a failed start then fails its queue,
-	 * not sluice).
+	 * not sluice). A remote model is late once a reload added it or one
+	 * of its upstreams: a request then waits for their first check, as
+	 * for one that DNS discovery found, rather than get 503.
 	 */
 	bool loaded, unloading, wanted, late;
 	/*
@@ -111,9 +113,10 @@ struct sl_app {
 	struct sl_http_server http;
 	uv_signal_t sigint, sigterm;
 	/*
-	 * SIGHUP reloads the keys: the configuration is read again in a
-	 * worker thread (reload_work, while `reloading`), and the new key
-	 * table swapped in on the loop.
+	 * SIGHUP reloads the keys and the models: the configuration is read
+	 * again in a worker thread (reload_work, while `reloading`), and the
+	 * new key table swapped in and the models' changes applied on the
+	 * loop.
 	 */
 	uv_signal_t sighup;
 	uv_work_t reload_work;
