@@ -1137,6 +1137,16 @@ static struct sl_discovery *follow(struct sl_app *app, struct sl_model *m,
 		return NULL;
 	}
 	m->discoveries_open++;
+	/* Listed for the metrics (exposition.c): a free place, or a new one. */
+	unsigned i = 0;
+	while (i < app->n_discoveries && app->discoveries[i])
+		i++;
+	if (i == app->n_discoveries) {
+		app->discoveries =
+		    sl_xrealloc(app->discoveries, (i + 1) * sizeof(d));
+		app->n_discoveries++;
+	}
+	app->discoveries[i] = d;
 	sl_info("model %s: following the addresses of %s every %.1f s", m->name,
 	        target, (double)cfg->dns_refresh_ms / 1000.0);
 	sl_discovery_start(d);
@@ -1154,30 +1164,23 @@ static int start_discoveries(struct sl_app *app)
 		if (!m->discovery)
 			return SL_EINVAL;
 	}
-	if (cfg->upstream_dns.count == 0)
-		return 0;
-	app->discoveries =
-	    sl_xcalloc(cfg->upstream_dns.count, sizeof(*app->discoveries));
-	app->n_discoveries = cfg->upstream_dns.count;
-	for (unsigned i = 0; i < cfg->upstream_dns.count; i++) {
-		/* The one model (models_config.h refuses it beside models:). */
-		app->discoveries[i] =
-		    follow(app, app->default_model, cfg->upstream_dns.items[i]);
-		if (!app->discoveries[i])
+	/* The one model's (models_config.h refuses them beside models:). */
+	for (unsigned i = 0; i < cfg->upstream_dns.count; i++)
+		if (!follow(app, app->default_model,
+		            cfg->upstream_dns.items[i]))
 			return SL_EINVAL;
-	}
 	return 0;
 }
 
 /* Stopping: the upstreams stay as they are now. */
 static void close_discoveries(struct sl_app *app)
 {
-	for (unsigned i = 0; i < app->n_discoveries; i++)
-		if (app->discoveries[i])
-			sl_discovery_close(app->discoveries[i]);
-	for (unsigned i = 0; i < app->n_models; i++)
-		if (app->models[i]->discovery)
-			sl_discovery_close(app->models[i]->discovery);
+	for (unsigned i = 0; i < app->n_discoveries; i++) {
+		struct sl_discovery *d = app->discoveries[i];
+		app->discoveries[i] = NULL; /* closed once */
+		if (d)
+			sl_discovery_close(d);
+	}
 }
 
 /*
@@ -1351,6 +1354,9 @@ static void close_model_discovery(struct sl_model *m)
 	char origin[SL_DISCOVERY_NAME_MAX + 16];
 	snprintf(origin, sizeof(origin), "dns:%s",
 	         sl_discovery_target(m->discovery));
+	for (unsigned i = 0; i < m->app->n_discoveries; i++)
+		if (m->app->discoveries[i] == m->discovery)
+			m->app->discoveries[i] = NULL;
 	sl_discovery_close(m->discovery);
 	m->discovery = NULL;
 	retire_pool(m, origin);

@@ -8,6 +8,7 @@ import http.client
 import json
 import os
 import re
+import signal
 import threading
 
 import promcheck
@@ -367,6 +368,33 @@ class Discovery(st.TestCase):
         self.assertEqual(pool("fixed"), [c.url])
         self.assertEqual(ask("found", "f2"), b.url)
         self.assertEqual(ask("fixed", "x2"), c.url)
+        target = "%s:%d" % (NAME, a.port)
+        self.assertEqual(sample(metrics(s), "sluice_dns_addresses",
+                                name=target), 1)
+
+        # A reload that gives "found" another name: the old name's
+        # upstream drains and leaves, the new name's joins.
+        other = "other." + NAME
+        self.dns.set(other, ["127.0.0.2"])
+        with open(path, "w") as f:
+            f.write("models:\n"
+                    "  fixed:\n"
+                    "    upstreams: [%s]\n"
+                    "  found:\n"
+                    "    dns: %s:%d\n" % (c.url, other, a.port))
+        mark = len(s.lines)
+        s.proc.send_signal(signal.SIGHUP)
+        s.wait_line(r"models reloaded: 2 models; changed: found \(dns\)$",
+                    start=mark, timeout=SAFETY_NET_S)
+        st.wait_until(lambda: ready("found", a.url), SAFETY_NET_S,
+                      "the new name's address in model found")
+        self.assertNotIn(b.url, self.upstreams(s))
+        self.assertEqual(ask("found", "f3"), a.url)
+        samples = metrics(s)
+        self.assertEqual(sample(samples, "sluice_dns_addresses",
+                                name="%s:%d" % (other, a.port)), 1)
+        self.assertEqual(sample(samples, "sluice_dns_addresses",
+                                name=target), 0)
         self.assertEqual(s.stop(), 0)
 
 

@@ -147,8 +147,8 @@ struct sl_app {
 	uint64_t uses; /* requests dispatched or finished: sl_model.last_used */
 	uint64_t created_s; /* Unix time sluice started: /v1/models' created */
 	/*
-	 * One per --upstream-dns, NULL once closed (discovery.h); a model's
-	 * dns: is its own (sl_model.discovery).
+	 * Every discovery open: each --upstream-dns and each model's dns:
+	 * (also its sl_model.discovery); NULL once closed (discovery.h).
 	 */
 	struct sl_discovery **discoveries;
 	unsigned n_discoveries;
