@@ -107,7 +107,8 @@ class Reload(st.TestCase):
         return {u["url"]: u["state"] for u in s.health().json()["upstreams"]}
 
     def test_models_added_removed_and_changed_while_streams_run(self):
-        a1, a2, b, c = self.mock(), self.mock(), self.mock(), self.mock()
+        a1, a2, b = self.mock(), self.mock(), self.mock()
+        c = self.mock(slots=1)
         self.write(models_yaml({"a": {"upstreams": [a1.url],
                                       "aliases": ["alpha"]},
                                 "c": {"upstreams": [c.url]}}))
@@ -123,6 +124,14 @@ class Reload(st.TestCase):
         for x in streams + [on_c]:
             self.assertEqual(x.status, 200)
             x.read(1)
+        # c's one slot is taken: another request for c waits in its queue.
+        waiting = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        waiting.request("POST", "/v1/completions",
+                        body={"model": "c", "prompt": "hi",
+                              "max_tokens": SHORT})
+        st.wait_until(lambda: [m["queued"] for m in
+                               s.health().json()["models"]] == [0, 1],
+                      SAFETY_NET_S, "a request in c's queue")
 
         # b added, c removed, a with one more upstream and one more alias.
         self.write(models_yaml({"a": {"upstreams": [a1.url, a2.url],
@@ -132,6 +141,12 @@ class Reload(st.TestCase):
                        r"changed: a \(aliases, upstreams\)$")
         # Applied while every stream still ran at its mock.
         self.assertEqual((a1.busy_slots(), c.busy_slots()), (3, 1))
+        # What waited in c's queue is told that c went.
+        status, _, body = waiting.read_response()
+        self.assertEqual((status, json.loads(body)["error"]["message"]),
+                         (503, "model c was removed from sluice's "
+                               "configuration"))
+        waiting.close()
 
         r = self.ask(s, "c", "gone")
         self.assertEqual(r.status, 404)
@@ -172,12 +187,14 @@ class Reload(st.TestCase):
 
         # Removing an upstream of a: it drains and leaves a's pool. A
         # top-level option that changed is named, and ignored.
+        # b's queue limits change too.
         self.write("batch-window: 50ms\n" +
                    models_yaml({"a": {"upstreams": [a2.url]},
-                                "b": {"upstreams": [b.url]}}))
+                                "b": {"upstreams": [b.url],
+                                      "max-queue": 2}}))
         mark = len(s.lines)
         self.reload(s, r"models reloaded: 2 models; changed: a \(aliases, "
-                       r"upstreams\)$")
+                       r"upstreams\); b \(queue limits\)$")
         s.wait_line(r"warn  SIGHUP: batch-window changed; ignored until a "
                     r"restart \(a reload applies only keys:, models:, "
                     r"default-model and max-loaded\)$", start=mark)
@@ -185,6 +202,7 @@ class Reload(st.TestCase):
                       "a1 gone from a")
         self.assertEqual(self.ask(s, "alpha", "al").status, 404)
         self.assert_answers(s, "a", "a3", a2.url)
+        self.assert_answers(s, "b", "b3", b.url)
         self.assertEqual(s.stop(), 0)
 
     def test_a_managed_model_added_then_relaunched(self):
