@@ -1499,11 +1499,14 @@ static void update_model(struct sl_app *app, struct sl_model *m,
 	m->conf = c;
 	m->aliases = &c->aliases;
 
-	if (m->loaded && c->idle_timeout_ms)
-		uv_timer_start(&m->idle_timer, on_idle_timer,
-		               c->idle_timeout_ms, 0);
-	else if (!c->idle_timeout_ms)
-		uv_timer_stop(&m->idle_timer);
+	/* A new idle-timeout counts from now. */
+	if (old->idle_timeout_ms != c->idle_timeout_ms) {
+		if (m->loaded && c->idle_timeout_ms)
+			uv_timer_start(&m->idle_timer, on_idle_timer,
+			               c->idle_timeout_ms, 0);
+		else
+			uv_timer_stop(&m->idle_timer);
+	}
 
 	/* Remote: the listed upstreams become the new list. */
 	bool listed = false;

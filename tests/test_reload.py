@@ -254,6 +254,19 @@ class Reload(st.TestCase):
         self.assertEqual(got.json()["usage"]["completion_tokens"],
                          MANAGED_TOKENS)
         self.assertEqual(got.json()["choices"][0]["text"], x.text)
+
+        # An idle-timeout given by a reload counts from then: t, unused,
+        # stops.
+        self.write(models_yaml({"r": {"upstreams": [r.url]},
+                                "t": dict(tiny, slots="2",
+                                          **{"idle-timeout": "1"})}))
+        mark = len(s.lines)
+        self.reload(s, r"models reloaded: 2 models; changed: t "
+                       r"\(idle-timeout\)$")
+        s.wait_line(r"model t: stopping \(idle-timeout passed\)$",
+                    start=mark, timeout=SAFETY_NET_S)
+        st.wait_until(lambda: s.health().json()["models"][1]["state"] ==
+                      "stopped", SAFETY_NET_S, "t stopped")
         self.assertEqual(s.stop(), 0)
 
 
