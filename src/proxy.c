@@ -1683,11 +1683,6 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		return;
 	}
 	double priority = checked.priority;
-	/* The caller's key (keys.h): its models, priority and limits. */
-	if (!sl_access_admit(app, req, ep->scheduled, &priority)) {
-		sl_request_free(&checked);
-		return;
-	}
 
 	/*
 	 * Which model: the body's "model", or for a request without a JSON
@@ -1735,6 +1730,13 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 			    "%s; /health lists each model's "
 			    "upstreams",
 			    pinned->name, m->name);
+		sl_request_free(&checked);
+		return;
+	}
+	/* The caller's key (keys.h): its models, priority and limits. */
+	if (!sl_access_admit(app, req, ep->scheduled, &priority,
+	                     checked.priority_given, m, wanted)) {
+		free(query);
 		sl_request_free(&checked);
 		return;
 	}

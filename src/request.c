@@ -214,6 +214,7 @@ static int take_priority(struct sl_request *r, json_t *doc, const char *header,
                          const char *written, size_t written_len)
 {
 	json_t *field = json_object_get(doc, "priority");
+	r->priority_given = header || field;
 	if (header) {
 		if (sl_priority_parse(header, &r->priority) != 0)
 			return bad_priority(r, "X-Priority", header,

@@ -75,6 +75,8 @@ struct sl_request {
 	 * NULL when absent or of another type: the default model then.
 	 */
 	char *model;
+	/* Whether the client named a priority (X-Priority or the body's). */
+	bool priority_given;
 	/* On refusal: the HTTP status and one line saying why. */
 	int status;
 	char error[SL_REQUEST_ERROR_MAX];
