@@ -500,7 +500,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		          SL_H1_HEAD_MAX);
 	else
 		conn_fail(c, SL_H1_BAD_RESPONSE,
-		          "upstream sent an invalid HTTP response: %s",
+		          "upstream answered with an invalid HTTP response: %s",
 		          llhttp_get_error_reason(&c->parser));
 }
 

@@ -535,7 +535,7 @@ static void test_malformed(void)
 	call_init(&c, "GET", "/");
 	run_call(&c);
 	ASSERT_EQ(c.result, SL_H1_BAD_RESPONSE);
-	ASSERT_CONTAINS(c.r.error, "invalid HTTP response");
+	ASSERT_CONTAINS(c.r.error, "answered with an invalid HTTP response");
 	sl_h1_request_free(&c.r);
 	teardown();
 }
