@@ -389,11 +389,13 @@ static void test_connection_close(void)
 	ASSERT_STR_EQ(c.body, "hi");
 	/* Closed by the client at once: the answer said so. */
 	ASSERT_EQ(sl_h1_pool_conns(&client, base_url), 0);
+	sl_h1_request_free(&c.r);
 	call_init(&c, "GET", "/");
 	run_call(&c);
 	ASSERT_STR_EQ(c.body, "ho");
 	/* HTTP/1.0 without keep-alive: not kept either. */
 	ASSERT_EQ(sl_h1_pool_conns(&client, base_url), 0);
+	sl_h1_request_free(&c.r);
 	call_init(&c, "GET", "/");
 	run_call(&c);
 	ASSERT_STR_EQ(c.body, "hu");
@@ -435,6 +437,7 @@ static void test_stale_connection_is_retried(void)
 	run_call(&c);
 	ASSERT_STR_EQ(c.body, "one");
 	/* The kept connection is closed as the request reaches it. */
+	sl_h1_request_free(&c.r);
 	call_init(&c, "POST", "/x");
 	c.r.body = "{}";
 	c.r.body_len = 2;
