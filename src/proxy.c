@@ -9,6 +9,15 @@
  * exchange on a list, so that shutdown can end them all before the
  * upstreams they point to go away.
  *
+ * Transfers: to an http:// upstream through sluice's own client
+ * (h1_client.h), unless --upstream-client curl; to an https:// one through
+ * libcurl. Both drive the same callbacks (header lines, body bytes, done
+ * with a CURLcode: the native client's results are mapped to libcurl's),
+ * so that retries, suspicion and the client's answer do not depend on
+ * which carried the request. One difference: libcurl keeps a chunk the
+ * client is too slow for (CURL_WRITEFUNC_PAUSE), the native client
+ * delivers what it has read and then stops reading.
+ *
  * Events: every Server-Sent Event from an upstream is parsed once, to learn
  * when tokens arrive (time to first token, gaps, counts), whether it ends
  * the stream, and whether it is an error; then it is relayed as it came,
