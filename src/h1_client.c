@@ -58,6 +58,9 @@ struct sl_h1_conn {
 	bool complete;     /* the current response was read to its end */
 	bool stopped;      /* the owner returned SL_H1_STOP */
 	bool head_too_big;
+	/* scrub_head(): the head's end was seen; line-end bytes in a row. */
+	bool head_scrubbed;
+	unsigned char line_ends;
 	/* The header line being gathered, "Name: value". */
 	char *line;
 	size_t line_len, line_cap, name_len;
@@ -465,6 +468,34 @@ static void conn_ended(struct sl_h1_conn *c, int status)
 		          status == UV_EOF ? "" : uv_strerror(status));
 }
 
+/*
+ * A control byte in a header value makes llhttp refuse the whole answer,
+ * where libcurl hands the line over and sluice drops it (proxy.c: the
+ * upstream's headers are extras, never a reason to fail an answer). Only
+ * llhttp's lenient mode takes such bytes, and it also relaxes the checks
+ * that frame a message (Content-Length with Transfer-Encoding), so instead
+ * each such byte of the head becomes 0xFF: an obs-text byte, which llhttp
+ * accepts and sluice's own field checks refuse, as they refused the
+ * control byte. The head ends at LF, optional CR, LF, across reads; line
+ * ends are left alone, and nothing after the head is touched.
+ */
+static void scrub_head(struct sl_h1_conn *c, char *buf, size_t n)
+{
+	for (size_t i = 0; i < n && !c->head_scrubbed; i++) {
+		unsigned char b = (unsigned char)buf[i];
+		if (b == '\n') {
+			c->head_scrubbed = c->line_ends > 0;
+			c->line_ends = 1;
+		} else if (b == '\r') {
+			c->line_ends = c->line_ends ? 2 : 0;
+		} else {
+			c->line_ends = 0;
+			if ((b < 0x20 && b != '\t') || b == 0x7f)
+				buf[i] = (char)0xff;
+		}
+	}
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
 	struct sl_h1_conn *c = s->data;
@@ -480,6 +511,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		return;
 	}
 	c->got_byte = true;
+	scrub_head(c, buf->base, (size_t)nread);
 	llhttp_errno_t err =
 	    llhttp_execute(&c->parser, buf->base, (size_t)nread);
 	if (c->complete) {
@@ -539,6 +571,8 @@ static void conn_send(struct sl_h1_conn *c, struct sl_h1_request *r)
 	c->req = r;
 	r->conn = c;
 	c->got_byte = c->complete = c->stopped = c->head_too_big = false;
+	c->head_scrubbed = false;
+	c->line_ends = 0;
 	llhttp_init(&c->parser, HTTP_RESPONSE, &parser_settings);
 	c->parser.data = c;
 	if (r->paused)

@@ -528,6 +528,29 @@ static void test_oversized_head(void)
 	teardown();
 }
 
+/*
+ * A control byte in a header value becomes 0xFF (sluice's checks drop the
+ * line); the body's bytes are left as they are.
+ */
+static void test_control_byte_in_a_header(void)
+{
+	static const struct step script[] = {
+	    {REPLY, "HTTP/1.1 200 OK\r\nX-Bad: a\001b\r\n"
+	            "Content-Length: 3\r\n\r\na\001b"},
+	};
+	setup(script, 1);
+	struct call c;
+	call_init(&c, "GET", "/");
+	run_call(&c);
+	if (c.result != SL_H1_OK)
+		TEST_FAIL("%s", c.r.error);
+	ASSERT_STR_EQ(c.headers, "X-Bad: a\377b\nContent-Length: 3\n");
+	ASSERT_EQ(c.body_len, 3);
+	ASSERT(memcmp(c.body, "a\001b", 3) == 0);
+	sl_h1_request_free(&c.r);
+	teardown();
+}
+
 static void test_malformed(void)
 {
 	static const struct step script[] = {
@@ -676,6 +699,7 @@ int main(void)
 	RUN(test_partial);
 	RUN(test_refused);
 	RUN(test_oversized_head);
+	RUN(test_control_byte_in_a_header);
 	RUN(test_malformed);
 	RUN(test_abort_mid_body);
 	RUN(test_stop);
