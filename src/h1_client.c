@@ -503,6 +503,9 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		return;
 	if (!c->req) {
 		/* Idle: the peer closed it, or sent what nobody asked for. */
+		sl_debug("upstream %s: a kept connection %s", c->pool->url,
+		         nread < 0 ? "was closed by the peer"
+		                   : "got bytes nobody asked for");
 		conn_close(c);
 		return;
 	}
@@ -518,8 +521,13 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		/* Bytes past the answer: the connection cannot be trusted. */
 		bool whole =
 		    llhttp_get_error_pos(&c->parser) == buf->base + nread;
-		conn_finish(c, whole && llhttp_should_keep_alive(&c->parser),
-		            SL_H1_OK);
+		bool keep = llhttp_should_keep_alive(&c->parser);
+		if (!whole || !keep)
+			sl_debug("upstream %s: connection not kept: %s",
+			         c->pool->url,
+			         !whole ? "bytes came after the answer"
+			                : "the answer ends it");
+		conn_finish(c, whole && keep, SL_H1_OK);
 		return;
 	}
 	if (err == HPE_OK)
@@ -627,7 +635,10 @@ static void on_connect_timer(uv_timer_t *t)
 
 static void on_idle_timer(uv_timer_t *t)
 {
-	conn_close(t->data);
+	struct sl_h1_conn *c = t->data;
+	sl_debug("upstream %s: closing a connection idle for %u ms",
+	         c->pool->url, SL_H1_IDLE_MS);
+	conn_close(c);
 }
 
 static void on_connect(uv_connect_t *req, int status)
@@ -655,6 +666,8 @@ static void conn_open(struct sl_h1_pool *p, struct sl_h1_request *r)
 	c->req = r;
 	r->conn = c;
 	p->conns++;
+	sl_debug("upstream %s: opening connection %u of at most %u", p->url,
+	         p->conns, p->max_conns);
 	uv_tcp_init(loop, &c->tcp);
 	uv_timer_init(loop, &c->timer);
 	c->tcp.data = c;
