@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 struct sl_h1_pool {
 	struct sl_h1 *h1;
@@ -34,22 +35,36 @@ struct sl_h1_pool {
 	uv_getaddrinfo_t gai;
 	struct sl_h1_conn *idle; /* newest first: the warmest is reused */
 	unsigned conns;          /* connecting, busy and idle */
+	/*
+	 * Connections left for the peer to close (not counted in conns: the
+	 * peer is done with them), and whether it closes every connection
+	 * after a chunked answer (see peer_closing).
+	 */
+	struct sl_h1_conn *draining;
+	bool streams_close;
 	unsigned max_conns;
 	struct sl_h1_request *wait_head, *wait_tail;
 };
 
-enum conn_state { CONN_CONNECTING, CONN_BUSY, CONN_IDLE, CONN_CLOSING };
+enum conn_state {
+	CONN_CONNECTING,
+	CONN_BUSY,
+	CONN_IDLE,
+	CONN_DRAINING, /* answered; waiting for the peer's close */
+	CONN_CLOSING,
+};
 
 struct sl_h1_conn {
 	uv_tcp_t tcp;
 	uv_timer_t timer; /* connect timeout, idle timeout, deferred error */
 	uv_connect_t connect;
 	struct sl_h1_pool *pool;
-	struct sl_h1_conn *idle_next;
-	struct sl_h1_request *req; /* the request on it, or NULL */
+	struct sl_h1_conn *idle_next; /* the pool's idle or draining list */
+	struct sl_h1_request *req;    /* the request on it, or NULL */
 	enum conn_state state;
 	unsigned open_handles;
 	unsigned served;    /* responses read whole on it */
+	bool after_chunked; /* the last answer on it was chunked */
 	int deferred_error; /* a connect failure reported from the timer */
 	bool reading;
 	llhttp_t parser;
@@ -159,9 +174,9 @@ static void on_conn_handle_closed(uv_handle_t *h)
 	}
 }
 
-static void idle_remove(struct sl_h1_conn *c)
+static void list_remove(struct sl_h1_conn **list, struct sl_h1_conn *c)
 {
-	struct sl_h1_conn **at = &c->pool->idle;
+	struct sl_h1_conn **at = list;
 	while (*at && *at != c)
 		at = &(*at)->idle_next;
 	if (*at)
@@ -179,9 +194,12 @@ static void conn_close(struct sl_h1_conn *c)
 	if (c->state == CONN_CLOSING)
 		return;
 	if (c->state == CONN_IDLE)
-		idle_remove(c);
+		list_remove(&c->pool->idle, c);
+	if (c->state == CONN_DRAINING)
+		list_remove(&c->pool->draining, c);
+	else
+		c->pool->conns--;
 	c->state = CONN_CLOSING;
-	c->pool->conns--;
 	uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
 	uv_close((uv_handle_t *)&c->timer, on_conn_handle_closed);
 }
@@ -217,15 +235,52 @@ static void conn_idle(struct sl_h1_conn *c)
 	uv_timer_start(&c->timer, on_idle_timer, SL_H1_IDLE_MS, 0);
 }
 
+/*
+ * The peer closed a connection right after a chunked answer on it: it
+ * does so after every one (llama-server 0.7.0 does, after each stream).
+ * From now on such connections are not reused but left for the peer to
+ * close, which spares each next request a write in vain and a resend.
+ * Nothing unlearns it: an upstream that changed its ways in place keeps
+ * the lesser reuse until sluice restarts.
+ */
+static void learn_streams_close(struct sl_h1_pool *p)
+{
+	if (p->streams_close)
+		return;
+	p->streams_close = true;
+	sl_debug("upstream %s closes its connection after each chunked "
+	         "answer: those connections are left for it to close",
+	         p->url);
+}
+
+/* Leaves `c`, answered, for the peer to close; it no longer counts. */
+static void conn_drain(struct sl_h1_conn *c)
+{
+	struct sl_h1_pool *p = c->pool;
+	c->state = CONN_DRAINING;
+	p->conns--;
+	c->idle_next = p->draining;
+	p->draining = c;
+	read_on(c, true);
+	/* Closed by sluice if the peer does not after all. */
+	uv_timer_start(&c->timer, on_idle_timer, SL_H1_IDLE_MS, 0);
+}
+
 /* The request on `c` ended: the connection is kept or closed first. */
-static void conn_finish(struct sl_h1_conn *c, bool keep,
+static void conn_finish(struct sl_h1_conn *c, bool keep, bool chunked,
                         enum sl_h1_result result)
 {
 	struct sl_h1_pool *p = c->pool;
 	struct sl_h1_request *r = conn_detach(c);
 	if (keep && result == SL_H1_OK && !p->h1->closing) {
 		c->served++;
-		conn_idle(c);
+		c->after_chunked = chunked;
+		if (chunked && p->streams_close) {
+			conn_drain(c);
+			pool_kick(p);
+		} else {
+			conn_idle(c);
+		}
 	} else {
 		conn_close(c);
 		pool_kick(p);
@@ -247,6 +302,8 @@ static bool resend_if_stale(struct sl_h1_conn *c)
 	if (!r || c->got_byte || c->served == 0 || r->resent)
 		return false;
 	struct sl_h1_pool *p = c->pool;
+	if (c->after_chunked)
+		learn_streams_close(p);
 	sl_debug("upstream %s: a kept connection was closed by the peer; "
 	         "sending the request again on a new one",
 	         p->url);
@@ -449,7 +506,7 @@ static void conn_ended(struct sl_h1_conn *c, int status)
 		/* A body that runs to the close ends here. */
 		llhttp_finish(&c->parser);
 		if (c->complete) {
-			conn_finish(c, false, SL_H1_OK);
+			conn_finish(c, false, false, SL_H1_OK);
 			return;
 		}
 	}
@@ -496,6 +553,25 @@ static void scrub_head(struct sl_h1_conn *c, char *buf, size_t n)
 	}
 }
 
+/*
+ * Whether the peer has closed (or sent more on) a connection whose answer
+ * just ended. llama-server 0.7.0 closes the connection after every
+ * streamed (chunked) answer, its Keep-Alive header notwithstanding, and
+ * the close is usually in the socket already. Kept, the connection would
+ * be handed at once to the next request (a freed slot dispatches one
+ * before this read returns), which would then be written in vain and sent
+ * again on a new connection. One peek after a chunked answer spares that;
+ * answers with a length keep their connection without it.
+ */
+static bool peer_closing(struct sl_h1_conn *c)
+{
+	uv_os_fd_t fd;
+	char b;
+	if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
+		return true;
+	return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
 	struct sl_h1_conn *c = s->data;
@@ -503,9 +579,14 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		return;
 	if (!c->req) {
 		/* Idle: the peer closed it, or sent what nobody asked for. */
-		sl_debug("upstream %s: a kept connection %s", c->pool->url,
-		         nread < 0 ? "was closed by the peer"
-		                   : "got bytes nobody asked for");
+		if (c->state == CONN_IDLE) {
+			sl_debug("upstream %s: a kept connection %s",
+			         c->pool->url,
+			         nread < 0 ? "was closed by the peer"
+			                   : "got bytes nobody asked for");
+			if (nread < 0 && c->after_chunked)
+				learn_streams_close(c->pool);
+		}
 		conn_close(c);
 		return;
 	}
@@ -522,12 +603,20 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		bool whole =
 		    llhttp_get_error_pos(&c->parser) == buf->base + nread;
 		bool keep = llhttp_should_keep_alive(&c->parser);
-		if (!whole || !keep)
+		bool chunked = c->parser.flags & F_CHUNKED;
+		bool closing = whole && keep && chunked &&
+		               !c->pool->streams_close && peer_closing(c);
+		if (closing)
+			learn_streams_close(c->pool);
+		if (!whole || !keep || closing)
 			sl_debug("upstream %s: connection not kept: %s",
 			         c->pool->url,
 			         !whole ? "bytes came after the answer"
-			                : "the answer ends it");
-		conn_finish(c, whole && keep, SL_H1_OK);
+			         : !keep
+			             ? "the answer ends it"
+			             : "the peer closed it after the answer");
+		keep = keep && !closing;
+		conn_finish(c, whole && keep, chunked, SL_H1_OK);
 		return;
 	}
 	if (err == HPE_OK)
@@ -837,7 +926,7 @@ static bool parse_url(struct sl_h1_pool *p, const char *url)
 
 static bool pool_empty(const struct sl_h1_pool *p)
 {
-	return p->conns == 0 && !p->wait_head && !p->resolving;
+	return p->conns == 0 && !p->draining && !p->wait_head && !p->resolving;
 }
 
 /*
@@ -891,6 +980,8 @@ void sl_h1_close(struct sl_h1 *h)
 	for (struct sl_h1_pool *p = h->pools; p; p = p->next) {
 		while (p->idle)
 			conn_close(p->idle);
+		while (p->draining)
+			conn_close(p->draining);
 		if (p->resolving)
 			uv_cancel((uv_req_t *)&p->gai);
 		if (p->conns)
@@ -905,7 +996,7 @@ void sl_h1_close(struct sl_h1 *h)
 	struct sl_h1_pool **at = &h->pools;
 	while (*at) {
 		struct sl_h1_pool *p = *at;
-		if (p->conns == 0 && !p->resolving) {
+		if (p->conns == 0 && !p->draining && !p->resolving) {
 			*at = p->next;
 			pool_free(p);
 		} else {

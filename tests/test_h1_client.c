@@ -452,6 +452,41 @@ static void test_stale_connection_is_retried(void)
 	teardown();
 }
 
+#define CHUNKED(text)                                                          \
+	"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"                \
+	"2\r\n" text "\r\n0\r\n\r\n"
+
+/*
+ * An upstream that closes its connection after a chunked answer (as
+ * llama-server does after a stream) is learned: its later chunked
+ * answers' connections are left for it to close, not reused.
+ */
+static void test_streams_close_is_learned(void)
+{
+	static const struct step script[] = {
+	    {REPLY_CLOSE, CHUNKED("s1")}, {REPLY, CHUNKED("s2")},
+	    {REPLY, CHUNKED("s3")},       {REPLY, PLAIN(2) "p1"},
+	    {REPLY, PLAIN(2) "p2"},
+	};
+	setup(script, 5);
+	struct call c;
+	const char *want[] = {"s1", "s2", "s3", "p1", "p2"};
+	for (int i = 0; i < 5; i++) {
+		call_init(&c, "GET", "/");
+		run_call(&c);
+		ASSERT_EQ(c.result, SL_H1_OK);
+		ASSERT_STR_EQ(c.body, want[i]);
+		sl_h1_request_free(&c.r);
+	}
+	/*
+	 * s1's connection closed; s2's was kept open by the server but not
+	 * reused; s3's neither; p1's was, for p2.
+	 */
+	ASSERT_EQ(server.accepted, 4);
+	ASSERT_EQ(server.requests, 5);
+	teardown();
+}
+
 /* On a fresh connection, a close before any byte is the upstream's. */
 static void test_fresh_connection_closed_is_nothing(void)
 {
@@ -695,6 +730,7 @@ int main(void)
 	RUN(test_connection_close);
 	RUN(test_body_to_the_close);
 	RUN(test_stale_connection_is_retried);
+	RUN(test_streams_close_is_learned);
 	RUN(test_fresh_connection_closed_is_nothing);
 	RUN(test_partial);
 	RUN(test_refused);
