@@ -29,8 +29,10 @@ struct sl_h1_pool {
 	char *name;      /* the host, without IPv6 brackets */
 	char *prefix;    /* the URL's path, "" for none */
 	char port[8];
-	struct sockaddr_storage addr;
-	bool resolved;  /* addr holds the address */
+	/* The host's addresses; addr_at: the one new connections try first. */
+	struct sockaddr_storage addrs[SL_H1_ADDRS_MAX];
+	unsigned n_addrs, addr_at;
+	bool resolved;  /* addrs holds at least one address */
 	bool resolving; /* gai is running */
 	uv_getaddrinfo_t gai;
 	struct sl_h1_conn *idle; /* newest first: the warmest is reused */
@@ -64,6 +66,7 @@ struct sl_h1_conn {
 	enum conn_state state;
 	unsigned open_handles;
 	unsigned served;    /* responses read whole on it */
+	unsigned addr;      /* the index in its pool's addrs */
 	bool after_chunked; /* the last answer on it was chunked */
 	int deferred_error; /* a connect failure reported from the timer */
 	bool reading;
@@ -708,10 +711,34 @@ static void conn_send(struct sl_h1_conn *c, struct sl_h1_request *r)
 
 /* ---- connecting ---- */
 
+/*
+ * A connection attempt failed. A name with several addresses (localhost:
+ * ::1 and 127.0.0.1) gets each tried in turn, as libcurl does, before the
+ * request fails; the pool then starts from the next one. Returns true when
+ * the request went on to another address.
+ */
+static bool try_next_address(struct sl_h1_conn *c)
+{
+	struct sl_h1_pool *p = c->pool;
+	struct sl_h1_request *r = c->req;
+	if (!r || ++r->addr_tries >= p->n_addrs)
+		return false;
+	if (p->addr_at == c->addr)
+		p->addr_at = (c->addr + 1) % p->n_addrs;
+	sl_debug("upstream %s: connecting failed; trying its next address",
+	         p->url);
+	conn_detach(c);
+	conn_close(c);
+	conn_open(p, r);
+	return true;
+}
+
 static void on_connect_timer(uv_timer_t *t)
 {
 	struct sl_h1_conn *c = t->data;
 	struct sl_h1_request *r = c->req;
+	if (try_next_address(c))
+		return;
 	if (c->deferred_error)
 		conn_fail(c, SL_H1_REFUSED, "cannot connect to upstream %s: %s",
 		          c->pool->authority, uv_strerror(c->deferred_error));
@@ -736,6 +763,8 @@ static void on_connect(uv_connect_t *req, int status)
 	if (status == UV_ECANCELED || c->state == CONN_CLOSING)
 		return;
 	uv_timer_stop(&c->timer);
+	if (status < 0 && try_next_address(c))
+		return;
 	if (status < 0) {
 		conn_fail(c, SL_H1_REFUSED, "cannot connect to upstream %s: %s",
 		          c->pool->authority, uv_strerror(status));
@@ -764,8 +793,10 @@ static void conn_open(struct sl_h1_pool *p, struct sl_h1_request *r)
 	c->open_handles = 2;
 	/* Tokens go out in small writes: Nagle would hold each one back. */
 	uv_tcp_nodelay(&c->tcp, 1);
+	c->addr = p->addr_at;
 	int rc = uv_tcp_connect(&c->connect, &c->tcp,
-	                        (const struct sockaddr *)&p->addr, on_connect);
+	                        (const struct sockaddr *)&p->addrs[c->addr],
+	                        on_connect);
 	if (rc != 0) {
 		/* Reported from the loop: sl_h1_start never calls on_done. */
 		c->deferred_error = rc;
@@ -793,7 +824,8 @@ static void pool_kick(struct sl_h1_pool *p)
 			    uv_getaddrinfo(p->h1->loop, &p->gai, on_resolved,
 			                   p->name, p->port, &hints);
 			if (rc != 0) {
-				/* Reported from the loop, like a failure. */
+				/* The requests wait for the next kick (a new
+				 * request tries again) or their timeout. */
 				p->resolving = false;
 				sl_warn("upstream %s: cannot start resolving "
 				        "%s: %s",
@@ -830,10 +862,14 @@ static void on_resolved(uv_getaddrinfo_t *gai, int status, struct addrinfo *res)
 		pool_free(p);
 		return;
 	}
-	if (status == 0 && res) {
-		memcpy(&p->addr, res->ai_addr, res->ai_addrlen);
-		p->resolved = true;
+	p->n_addrs = p->addr_at = 0;
+	for (struct addrinfo *a = status == 0 ? res : NULL;
+	     a && p->n_addrs < SL_H1_ADDRS_MAX; a = a->ai_next) {
+		if (a->ai_family != AF_INET && a->ai_family != AF_INET6)
+			continue;
+		memcpy(&p->addrs[p->n_addrs++], a->ai_addr, a->ai_addrlen);
 	}
+	p->resolved = p->n_addrs > 0;
 	uv_freeaddrinfo(res);
 	if (p->resolved) {
 		pool_kick(p);
@@ -841,10 +877,14 @@ static void on_resolved(uv_getaddrinfo_t *gai, int status, struct addrinfo *res)
 	}
 	/*
 	 * The name did not resolve: the requests waiting for it fail, and
-	 * the next request tries again.
+	 * the next request tries again. The list is taken first, since an
+	 * on_done may start a request (and a new lookup) for this pool.
 	 */
-	struct sl_h1_request *r;
-	while ((r = wait_pop(p))) {
+	struct sl_h1_request *r = p->wait_head, *next;
+	p->wait_head = p->wait_tail = NULL;
+	for (; r; r = next) {
+		next = r->wait_next;
+		r->wait_next = NULL;
 		snprintf(r->error, sizeof(r->error),
 		         "cannot resolve upstream host %s: %s", p->name,
 		         uv_strerror(status));
@@ -916,11 +956,13 @@ static bool parse_url(struct sl_h1_pool *p, const char *url)
 	p->authority[alen] = '\0';
 	p->prefix = sl_xstrdup(a + alen);
 	/* A numeric address needs no resolving. */
-	struct sockaddr_in *v4 = (struct sockaddr_in *)&p->addr;
-	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&p->addr;
+	struct sockaddr_in *v4 = (struct sockaddr_in *)&p->addrs[0];
+	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&p->addrs[0];
 	if (uv_ip4_addr(p->name, (int)n, v4) == 0 ||
-	    uv_ip6_addr(p->name, (int)n, v6) == 0)
+	    uv_ip6_addr(p->name, (int)n, v6) == 0) {
 		p->resolved = true;
+		p->n_addrs = 1;
+	}
 	return true;
 }
 
@@ -1033,6 +1075,7 @@ int sl_h1_start(struct sl_h1 *h, struct sl_h1_request *r, const char *base_url,
 	r->active = true;
 	r->paused = false;
 	r->resent = false;
+	r->addr_tries = 0;
 	if (p->resolved && p->idle && !p->wait_head) {
 		struct sl_h1_conn *c = p->idle;
 		p->idle = c->idle_next;

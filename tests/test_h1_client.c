@@ -711,6 +711,28 @@ static void test_bound_and_queue(void)
 	teardown();
 }
 
+/* A name is resolved; each of its addresses is tried in turn. */
+static void test_name_resolved(void)
+{
+	static const struct step script[] = {{REPLY, PLAIN(2) "ok"}};
+	setup(script, 1);
+	/* localhost may name ::1 first; the server is on 127.0.0.1 only. */
+	char url[64];
+	snprintf(url, sizeof(url), "http://localhost:%d", server.port);
+	struct call c;
+	call_init(&c, "GET", "/");
+	ASSERT_EQ(sl_h1_start(&client, &c.r, url, 4), 0);
+	run_until(&c.done);
+	ASSERT_EQ(c.result, SL_H1_OK);
+	ASSERT_STR_EQ(c.body, "ok");
+	char want[128];
+	snprintf(want, sizeof(want),
+	         "GET / HTTP/1.1\r\nHost: localhost:%d\r\n\r\n", server.port);
+	ASSERT_STR_EQ(server.last_request, want);
+	sl_h1_request_free(&c.r);
+	teardown();
+}
+
 static void test_urls(void)
 {
 	ASSERT(sl_h1_supports("http://127.0.0.1:8080"));
@@ -741,5 +763,6 @@ int main(void)
 	RUN(test_stop);
 	RUN(test_pause_resume);
 	RUN(test_bound_and_queue);
+	RUN(test_name_resolved);
 	return 0;
 }

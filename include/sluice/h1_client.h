@@ -79,6 +79,12 @@
  */
 #define SL_H1_IDLE_MS 2000
 
+/*
+ * Addresses kept per upstream host name, tried in turn when connecting
+ * fails; a name for an upstream rarely has more than its IPv4 and IPv6.
+ */
+#define SL_H1_ADDRS_MAX 8
+
 /* Room for a result's message in sl_h1_request.error. */
 #define SL_H1_ERROR_MAX 256
 
@@ -156,6 +162,7 @@ struct sl_h1_request {
 	bool active;                     /* started, not done nor aborted */
 	bool paused;                     /* sl_h1_pause() */
 	bool resent;                     /* sent again after a stale conn */
+	unsigned addr_tries;             /* addresses that failed to connect */
 };
 
 void sl_h1_init(struct sl_h1 *h, uv_loop_t *loop);
