@@ -68,7 +68,7 @@ struct sl_h1_conn {
 	unsigned served;    /* responses read whole on it */
 	unsigned addr;      /* the index in its pool's addrs */
 	bool after_chunked; /* the last answer on it was chunked */
-	int deferred_error; /* a connect failure reported from the timer */
+	int deferred_error; /* a connect or write failure, for the timer */
 	bool reading;
 	llhttp_t parser;
 	size_t head_bytes; /* of the current response's head */
@@ -662,6 +662,16 @@ static void on_written(uv_write_t *w, int status)
 		          uv_strerror(status));
 }
 
+/* uv_write() refused the request at once (conn_send). */
+static void on_send_failed(uv_timer_t *t)
+{
+	struct sl_h1_conn *c = t->data;
+	if (!resend_if_stale(c))
+		conn_fail(c, SL_H1_SEND_FAILED,
+		          "writing the request to upstream failed: %s",
+		          uv_strerror(c->deferred_error));
+}
+
 /* Writes r's head and body on `c`, which is connected and free. */
 static void conn_send(struct sl_h1_conn *c, struct sl_h1_request *r)
 {
@@ -702,11 +712,9 @@ static void conn_send(struct sl_h1_conn *c, struct sl_h1_request *r)
 	if (rc == 0)
 		return;
 	free(w);
-	/* Only a kept connection fails at once; the resend is async. */
-	if (!resend_if_stale(c))
-		conn_fail(c, SL_H1_SEND_FAILED,
-		          "writing the request to upstream failed: %s",
-		          uv_strerror(rc));
+	/* Handled from the loop: sl_h1_start never calls on_done. */
+	c->deferred_error = rc;
+	uv_timer_start(&c->timer, on_send_failed, 0, 0);
 }
 
 /* ---- connecting ---- */

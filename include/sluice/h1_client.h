@@ -11,8 +11,8 @@
  * a result that tells a refused connection from one that failed midway.
  * libcurl keeps everything else (https, health checks, /props, fan-outs).
  *
- * What it owns: a pool per upstream base URL (its address, resolved once if
- * it is a name; its idle connections, newest first; the requests waiting
+ * What it owns: a pool per upstream base URL (its addresses, resolved once
+ * if it is a name; its idle connections, newest first; the requests waiting
  * for a connection); each connection's socket, timer and parser. The owner
  * owns each sl_h1_request and what its fields point to.
  *
@@ -24,7 +24,9 @@
  *   done        on_done ran (or sl_h1_abort was called): inactive
  *
  * A connection's states: connecting, busy (one request on it), idle (in
- * the pool, read from so that a peer's close is seen at once), closing.
+ * the pool, read from so that a peer's close is seen at once), draining
+ * (answered, left for a peer that closes after chunked answers to close;
+ * no longer counted against the bound), closing.
  *
  * Invariants:
  *   - a pool never holds more than its bound of connections, counting
@@ -44,6 +46,10 @@
  *
  * Glossary:
  *   pool        one upstream base URL's connections and waiting requests
+ *   streams     a pool's upstream closes its connection after every
+ *   close       chunked answer (llama-server 0.7.0 does after each stream,
+ *               whatever its Keep-Alive header says): learned from the
+ *               first such close, after which those connections drain
  *   stale       an idle keep-alive connection that the peer closed while
  *               sluice had not yet noticed: a request written to it gets
  *               EOF or a reset before any byte; nothing was processed, so
