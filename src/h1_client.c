@@ -516,7 +516,8 @@ static void conn_ended(struct sl_h1_conn *c, int status)
 	const char *how =
 	    status == UV_EOF ? "closed the connection" : "reset the connection";
 	if (c->stopped)
-		conn_fail(c, SL_H1_STOPPED, "stopped");
+		conn_fail(c, SL_H1_STOPPED,
+		          "sluice stopped reading the answer");
 	else if (c->got_byte)
 		conn_fail(c, SL_H1_PARTIAL,
 		          "upstream %s before the end of its answer%s%s", how,
@@ -625,7 +626,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	if (err == HPE_OK)
 		return;
 	if (c->stopped)
-		conn_fail(c, SL_H1_STOPPED, "stopped");
+		conn_fail(c, SL_H1_STOPPED,
+		          "sluice stopped reading the answer");
 	else if (c->head_too_big)
 		conn_fail(c, SL_H1_BAD_RESPONSE,
 		          "upstream's response head is over %u bytes",
