@@ -459,6 +459,7 @@ static void app_maybe_done(struct sl_app *app)
 {
 	if (!app->stopping || app->n_upstreams > 0 || app->http.loop)
 		return;
+	sl_h1_close(&app->h1);
 	if (app->curl.multi)
 		sl_curl_close(&app->curl, on_curl_closed);
 }
@@ -1336,6 +1337,7 @@ int sl_app_run(const struct sl_config *cfg)
 	app->reap_timer.data = app;
 
 	sl_stats_init(&app->stats);
+	sl_h1_init(&app->h1, &app->loop);
 	rc = sl_curl_init(&app->curl, &app->loop);
 	if (rc == 0)
 		rc = open_listener(app);

@@ -68,6 +68,7 @@ static const char *const log_levels[] = {"debug", "info", "warn", "error",
                                          NULL};
 static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const demo_sizes[] = {"tiny", "slow", NULL};
+static const char *const upstream_clients[] = {"native", "curl", NULL};
 static const char *const switch_on[] = {"on", "true", "yes", "1", NULL};
 static const char *const switch_off[] = {"off", "false", "no", "0", NULL};
 
@@ -187,6 +188,12 @@ static const struct option_def options[] = {
 	 "the DNS server --upstream-dns names are asked of ([IPv6]:PORT for "
 	 "IPv6)",
 	 "the system's, from /etc/resolv.conf"},
+	{"upstream-client", "SLUICE_UPSTREAM_CLIENT", "native|curl", OPT_CHOICE,
+	 FIELD(upstream_client), "native", 0, 0, upstream_clients,
+	 "what relays requests to http:// upstreams: sluice's own pooled "
+	 "HTTP/1.1 client (fewer system calls and allocations per request) "
+	 "or libcurl; https upstreams always use libcurl",
+	 NULL},
 	{"retries", "SLUICE_RETRIES", "N", OPT_UINT, FIELD(retries), "1", 0,
 	 SL_RETRIES_MAX, NULL,
 	 "times a queued request is sent again, to another ready upstream "

@@ -15,6 +15,7 @@
 #include "sluice/config.h"
 #include "sluice/curl_loop.h"
 #include "sluice/discovery.h"
+#include "sluice/h1_client.h"
 #include "sluice/http.h"
 #include "sluice/keys.h"
 #include "sluice/models_config.h"
@@ -81,6 +82,7 @@ struct sl_app {
 	uv_loop_t loop;
 	const struct sl_config *cfg;
 	struct sl_curl curl;
+	struct sl_h1 h1; /* exchanges with http:// upstreams (proxy.c) */
 	struct sl_http_server http;
 	uv_signal_t sigint, sigterm;
 	/*

@@ -58,6 +58,8 @@ enum sl_config_source {
 #define SL_EJECT_TIME_MAX_MS (SL_EJECT_TIME_MAX_S * 1000u)
 
 struct sl_model_config; /* models_config.h */
+/* --upstream-client: the choices, in their order there. */
+enum sl_upstream_client { SL_UPSTREAM_CLIENT_NATIVE, SL_UPSTREAM_CLIENT_CURL };
 
 struct sl_config {
 	/* The configuration file (--config): "" = none. Read once, at start. */
@@ -88,6 +90,11 @@ struct sl_config {
 	uint64_t upstream_connect_timeout_ms;
 	uint64_t upstream_timeout_ms;      /* to the first response byte */
 	uint64_t upstream_idle_timeout_ms; /* between bytes afterwards */
+	/*
+	 * What relays exchanges to http:// upstreams: sluice's own client
+	 * (h1_client.h) or libcurl. https upstreams always use libcurl.
+	 */
+	int upstream_client;    /* enum sl_upstream_client */
 	unsigned retries;       /* resends after a failure, see --retries */
 	unsigned eject_after;   /* consecutive failures; 0: never eject */
 	uint64_t eject_time_ms; /* the first ejection period */
