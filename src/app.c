@@ -190,11 +190,10 @@ const char *sl_model_state(const struct sl_model *m)
 	return starting ? "starting" : "down";
 }
 
-struct sl_upstream *sl_app_pick_upstream(struct sl_app *app,
-                                         const struct sl_model *m,
-                                         bool need_slot,
-                                         const struct sl_upstream *avoid,
-                                         char *why, size_t size)
+struct sl_upstream *
+sl_app_pick_upstream(struct sl_app *app, const struct sl_model *m,
+                     bool need_slot, const struct sl_upstream *avoid,
+                     const struct sl_affinity_key *key, char *why, size_t size)
 {
 	if (m->pool.n == 0 && m->managed) {
 		snprintf(why, size,
@@ -203,8 +202,19 @@ struct sl_upstream *sl_app_pick_upstream(struct sl_app *app,
 		         m->name);
 		return NULL;
 	}
-	return sl_pool_pick(&m->pool, need_slot, avoid, app->next_upstream, why,
-	                    size);
+	struct sl_pool_affinity aff = {.table = app->affinity,
+	                               .key = key,
+	                               .margin = app->cfg->affinity_margin,
+	                               .result = SL_AFFINITY_RESULTS};
+	struct sl_upstream *u =
+	    sl_pool_pick(&m->pool, need_slot, avoid, app->next_upstream,
+	                 app->affinity && key ? &aff : NULL, why, size);
+	if (u && app->affinity && key && key->n > 0) {
+		sl_affinity_store(app->affinity, key, u->id);
+		if (aff.result < SL_AFFINITY_RESULTS)
+			app->affinity_picks[aff.result]++;
+	}
+	return u;
 }
 
 bool sl_app_upstream_expected(const struct sl_app *app,
@@ -1338,6 +1348,10 @@ int sl_app_run(const struct sl_config *cfg)
 
 	sl_stats_init(&app->stats);
 	sl_h1_init(&app->h1, &app->loop);
+	if (cfg->affinity) {
+		app->affinity = sl_xmalloc(sizeof(*app->affinity));
+		sl_affinity_init(app->affinity);
+	}
 	rc = sl_curl_init(&app->curl, &app->loop);
 	if (rc == 0)
 		rc = open_listener(app);
@@ -1359,6 +1373,7 @@ int sl_app_run(const struct sl_config *cfg)
 		model_free(app->models[i]);
 	free(app->trusted_proxies);
 	free(app->discoveries);
+	free(app->affinity);
 	free(app);
 	return code;
 }

@@ -188,6 +188,17 @@ static const struct option_def options[] = {
 	 "the DNS server --upstream-dns names are asked of ([IPv6]:PORT for "
 	 "IPv6)",
 	 "the system's, from /etc/resolv.conf"},
+	{"affinity", "SLUICE_AFFINITY", "on|off", OPT_SWITCH, FIELD(affinity),
+	 "on", 0, 0, NULL,
+	 "prefix affinity: a request whose prompt starts like a recent one "
+	 "goes to the replica of its model that served it, where "
+	 "llama-server's prompt cache can reuse it",
+	 NULL},
+	{"affinity-margin", "SLUICE_AFFINITY_MARGIN", "N", OPT_UINT,
+	 FIELD(affinity_margin), "2", 0, SL_AFFINITY_MARGIN_MAX, NULL,
+	 "requests in flight the replica holding a prompt's prefix may have "
+	 "beyond the least busy replica and still be chosen for it",
+	 NULL},
 	{"upstream-client", "SLUICE_UPSTREAM_CLIENT", "native|curl", OPT_CHOICE,
 	 FIELD(upstream_client), "native", 0, 0, upstream_clients,
 	 "what relays requests to http:// upstreams: sluice's own pooled "

@@ -43,9 +43,14 @@ bool sl_pool_contains(const struct sl_pool *p, const struct sl_upstream *u)
 
 struct sl_upstream *sl_pool_pick(const struct sl_pool *p, bool need_slot,
                                  const struct sl_upstream *avoid, unsigned next,
-                                 char *why, size_t size)
+                                 struct sl_pool_affinity *aff, char *why,
+                                 size_t size)
 {
 	struct sl_upstream *best = NULL, *fallback = NULL;
+	/* The qualifying members, for prefix affinity. */
+	struct sl_upstream *cand[SL_POOL_MAX];
+	uint32_t ids[SL_POOL_MAX];
+	unsigned n_cand = 0;
 	unsigned n_starting = 0, n_restarting = 0, n_suspect = 0;
 	unsigned n_ejected = 0;
 	/* Members are in index order: start at the first at or past next. */
@@ -66,10 +71,26 @@ struct sl_upstream *sl_pool_pick(const struct sl_pool *p, bool need_slot,
 			fallback = u;
 			continue;
 		}
+		cand[n_cand] = u;
+		ids[n_cand++] = u->id;
 		/* Fewest in flight per slot: compare a/b < c/d as ad < cb. */
 		if (!best || (uint64_t)u->inflight * best->total_slots <
 		                 (uint64_t)best->inflight * u->total_slots)
 			best = u;
+	}
+	/* Two candidates at least: with one there is nothing to choose. */
+	if (best && aff && aff->key && aff->key->n > 0 && n_cand > 1) {
+		unsigned matched;
+		int c = sl_affinity_lookup(aff->table, aff->key, ids, n_cand,
+		                           &matched);
+		if (c < 0)
+			aff->result = SL_AFFINITY_MISS;
+		else if (cand[c]->inflight > best->inflight + aff->margin)
+			aff->result = SL_AFFINITY_BUSY;
+		else {
+			aff->result = SL_AFFINITY_HIT;
+			best = cand[c];
+		}
 	}
 	if (!best)
 		best = fallback;

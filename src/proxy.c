@@ -96,9 +96,10 @@ struct exchange {
 	char *target;                 /* upstream path and query, malloc'd */
 	char *body;                   /* what is sent upstream */
 	size_t body_len;
-	bool has_body;            /* body goes upstream (a POST) */
-	char *accept_encoding;    /* the UI's: relayed, so gzip passes */
-	struct sl_fanout *fanout; /* a GET asked of every upstream */
+	struct sl_affinity_key affinity; /* its prompt's prefix (affinity.h) */
+	bool has_body;                   /* body goes upstream (a POST) */
+	char *accept_encoding;           /* the UI's: relayed, so gzip passes */
+	struct sl_fanout *fanout;        /* a GET asked of every upstream */
 	char id[SL_HTTP_REQUEST_ID_MAX + 1];
 
 	struct sl_sched_item item; /* while waiting in sluice's queue */
@@ -1558,9 +1559,9 @@ void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
 		         "X-Queue-Ms: %lld\r\nX-Batch-Size: %u\r\n",
 		         (long long)x->queue_ms, n);
 		char why[160];
-		start_or_fail(x,
-		              sl_app_pick_upstream(app, m, true, x->failed_on,
-		                                   why, sizeof(why)));
+		start_or_fail(
+		    x, sl_app_pick_upstream(app, m, true, x->failed_on,
+		                            &x->affinity, why, sizeof(why)));
 	}
 	sl_app_model_used(m);
 }
@@ -1922,7 +1923,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	 */
 	char why[SL_MODEL_NAME_MAX + 96];
 	struct sl_upstream *u =
-	    sl_app_pick_upstream(app, m, false, NULL, why, sizeof(why));
+	    sl_app_pick_upstream(app, m, false, NULL, NULL, why, sizeof(why));
 	bool wait = !u && ep->scheduled && sl_app_upstream_expected(app, m);
 	if (pinned) {
 		u = sl_upstream_is_ready(pinned) ? pinned : NULL;
@@ -1954,6 +1955,9 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	if (ep->json_body) {
 		x->body = checked.body; /* the exchange owns it now */
 		x->body_len = checked.body_len;
+		x->affinity.n = checked.affinity.n;
+		memcpy(x->affinity.hash, checked.affinity.hash,
+		       checked.affinity.n * sizeof(*checked.affinity.hash));
 		x->has_body = true;
 		free(checked.model);
 	} else if (ep->method == HTTP_POST) {

@@ -48,6 +48,8 @@ enum sl_config_source {
 #define SL_CONFIG_OPTIONS_MAX 64
 /* --retries: more than a few resends only multiplies a failure's load. */
 #define SL_RETRIES_MAX 5
+/* --affinity-margin at most: beyond any replica's slots. */
+#define SL_AFFINITY_MARGIN_MAX 1024
 /* --eject-after: a bound so that the option is read as intended. */
 #define SL_EJECT_AFTER_MAX 1000
 /*
@@ -94,10 +96,12 @@ struct sl_config {
 	 * What relays exchanges to http:// upstreams: sluice's own client
 	 * (h1_client.h) or libcurl. https upstreams always use libcurl.
 	 */
-	int upstream_client;    /* enum sl_upstream_client */
-	unsigned retries;       /* resends after a failure, see --retries */
-	unsigned eject_after;   /* consecutive failures; 0: never eject */
-	uint64_t eject_time_ms; /* the first ejection period */
+	int upstream_client;      /* enum sl_upstream_client */
+	unsigned retries;         /* resends after a failure, see --retries */
+	bool affinity;            /* prefix affinity among replicas */
+	unsigned affinity_margin; /* see --affinity-margin */
+	unsigned eject_after;     /* consecutive failures; 0: never eject */
+	uint64_t eject_time_ms;   /* the first ejection period */
 	/* Upstreams found in DNS (discovery.h). */
 	struct sl_strlist upstream_dns; /* NAME:PORT, each followed */
 	uint64_t dns_refresh_ms;        /* between lookups of a name */
