@@ -11,7 +11,15 @@ request to a replica with a free slot (it never holds one back while a slot
 is free), so affinity can only choose where both replicas have room; with
 every slot busy the one free slot decides. The first WARMUP turns of each
 client are not counted: they load the prompts into the slots, from whatever
-the run before left there. Every answer carries llama-server's own
+the run before left there.
+
+llama-server 0.7.0 also keeps prompts' KV states in host memory
+(--cache-ram, 8 GiB by default) and restores them into any slot. The demo
+model's states are a few megabytes, so that cache soon holds every prompt on
+both replicas and either mode hits; a real model's states are hundreds of
+megabytes per long prompt, and a replica's cache holds a few. So the
+replicas run with --cache-ram 0 by default (--cache-ram MIB to change it):
+only the slots' own KV cache counts, as for prompts that do not fit. Every answer carries llama-server's own
 timings: prompt_n is the prompt tokens it evaluated, cache_n the tokens it
 took from a slot's cache. The table gives, per mode, the share of prompt
 tokens served from the cache and the requests per second.
@@ -104,12 +112,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--turns", type=int, default=12)
+    ap.add_argument("--cache-ram", type=int, default=0,
+                    help="llama-server's --cache-ram, MiB (0: off)")
     args = ap.parse_args()
     if not os.path.exists(MODEL):
         sys.exit("bench/affinity.py: %s is missing: build first "
                  "(./deploy/setup.sh)" % MODEL)
     servers = [st.LlamaServer(MODEL, slots=SLOTS, ctx=4096,
-                              extra=st.LLAMA_ONE_THREAD) for _ in range(2)]
+                              extra=st.LLAMA_ONE_THREAD +
+                              ("--cache-ram", str(args.cache_ram)))
+               for _ in range(2)]
     runs = {"on": [], "off": []}
     try:
         for r in range(args.rounds):

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "sl_build_config.h"
@@ -250,14 +251,42 @@ static bool model_idle(const struct sl_model *m)
 }
 
 /* Managed models whose llama-servers run, start or are being stopped. */
+static bool model_running(const struct sl_model *m)
+{
+	return m->managed && (m->loaded || m->pool.n > 0);
+}
+
 static unsigned models_running(const struct sl_app *app)
 {
 	unsigned n = 0;
-	for (unsigned i = 0; i < app->n_models; i++) {
-		const struct sl_model *m = app->models[i];
-		n += m->managed && (m->loaded || m->pool.n > 0);
-	}
+	for (unsigned i = 0; i < app->n_models; i++)
+		n += model_running(app->models[i]);
 	return n;
+}
+
+/*
+ * Whether `m` may start beside what runs: within --max-loaded and
+ * --memory-budget. A model being stopped still counts until it has
+ * stopped: its memory is not free before.
+ */
+static bool room_for(const struct sl_app *app, const struct sl_model *m,
+                     char *why, size_t size)
+{
+	const struct sl_config *cfg = app->cfg;
+	if (cfg->max_loaded && models_running(app) >= cfg->max_loaded) {
+		snprintf(why, size, "--max-loaded %u", cfg->max_loaded);
+		return false;
+	}
+	uint64_t bytes = m->bytes;
+	for (unsigned i = 0; i < app->n_models; i++)
+		if (model_running(app->models[i]))
+			bytes += app->models[i]->bytes;
+	if (cfg->memory_budget && bytes > cfg->memory_budget) {
+		snprintf(why, size, "--memory-budget %llu",
+		         (unsigned long long)cfg->memory_budget);
+		return false;
+	}
+	return true;
 }
 
 static void on_idle_timer(uv_timer_t *t)
@@ -326,14 +355,14 @@ static struct sl_model *lru_idle(struct sl_app *app, const struct sl_model *m)
 
 /*
  * Starts what waiting requests want, in the order of the models, within
- * --max-loaded: a model being stopped still counts until it has stopped
- * (its memory is not free before), and then this runs again.
+ * --max-loaded and --memory-budget (room_for): when a wanted model does
+ * not fit, the least recently used idle one stops, and once it has
+ * stopped this runs again; with none idle, it waits for one.
  */
 static void start_wanted(struct sl_app *app)
 {
 	if (app->stopping)
 		return;
-	unsigned max = app->cfg->max_loaded;
 	for (unsigned i = 0; i < app->n_models; i++) {
 		struct sl_model *m = app->models[i];
 		/* Wanted while a request waits: one that left wants nothing. */
@@ -341,16 +370,16 @@ static void start_wanted(struct sl_app *app)
 			m->wanted = false;
 		if (!m->wanted || m->loaded || m->unloading)
 			continue;
-		if (max && models_running(app) >= max) {
+		char limit[64];
+		if (!room_for(app, m, limit, sizeof(limit))) {
 			for (unsigned k = 0; k < app->n_models; k++)
 				if (app->models[k]->unloading)
 					return; /* room is being made */
 			struct sl_model *victim = lru_idle(app, m);
 			if (victim) {
-				char why[SL_MODEL_NAME_MAX + 64];
-				snprintf(why, sizeof(why),
-				         "--max-loaded %u: room for %s", max,
-				         m->name);
+				char why[SL_MODEL_NAME_MAX + 96];
+				snprintf(why, sizeof(why), "%s: room for %s",
+				         limit, m->name);
 				unload(victim, why);
 			}
 			/* Else every running model is busy: wait for one. */
@@ -377,7 +406,7 @@ void sl_app_model_used(struct sl_model *m)
 		uv_timer_start(&m->idle_timer, on_idle_timer,
 		               conf->idle_timeout_ms, 0);
 	/* A model that went idle may make room for one that is wanted. */
-	if (app->cfg->max_loaded && model_idle(m))
+	if ((app->cfg->max_loaded || app->cfg->memory_budget) && model_idle(m))
 		start_wanted(app);
 }
 
@@ -903,6 +932,21 @@ static int plan_managed(struct sl_app *app, struct sl_model *m,
 		if (sl_check_model_file(file, err, sizeof(err)) != 0)
 			goto fail;
 		m->file = sl_xstrdup(file);
+		struct stat st;
+		if (stat(file, &st) == 0)
+			m->bytes = (uint64_t)st.st_size *
+			           (m->conf ? m->conf->replicas : 1);
+		uint64_t budget = cfg->memory_budget;
+		if (m->conf && budget && m->bytes > budget) {
+			snprintf(
+			    err, sizeof(err),
+			    "%llu bytes of model files (with its replicas) "
+			    "is more than --memory-budget %llu: it could "
+			    "never run",
+			    (unsigned long long)m->bytes,
+			    (unsigned long long)budget);
+			goto fail;
+		}
 	}
 	plan_upstream_cfg(m);
 	return 0;
@@ -1022,18 +1066,18 @@ static int start_models(struct sl_app *app)
 			    add_upstream(app, m, cfg->upstreams.items[i], NULL);
 		return rc;
 	}
-	unsigned max = cfg->max_loaded;
 	for (unsigned i = 0; rc == 0 && i < app->n_models; i++) {
 		struct sl_model *m = app->models[i];
 		const struct sl_model_config *conf = m->conf;
+		char limit[64];
 		if (m->managed && !conf->preload)
 			sl_info("model %s: stopped until a request needs it "
 			        "(preload: false)",
 			        m->name);
-		else if (m->managed && max && models_running(app) >= max)
+		else if (m->managed && !room_for(app, m, limit, sizeof(limit)))
 			sl_info("model %s: stopped until a request needs it "
-			        "(--max-loaded %u)",
-			        m->name, max);
+			        "(%s)",
+			        m->name, limit);
 		else if (m->managed)
 			load(app, m, "preload");
 		for (unsigned k = 0; rc == 0 && k < conf->upstreams.count; k++)

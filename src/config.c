@@ -124,6 +124,12 @@ static const struct option_def options[] = {
 	 "another, sluice first stops the least recently used idle one; 0: no "
 	 "bound",
 	 NULL},
+	{"memory-budget", "SLUICE_MEMORY_BUDGET", "SIZE", OPT_SIZE,
+	 FIELD(memory_budget), "0", 0, SL_MEMORY_BUDGET_MAX, NULL,
+	 "bytes of model files (GGUF, times replicas) running at once, for "
+	 "the managed models of a models: section; to start another, sluice "
+	 "first stops the least recently used idle ones; 0: no bound",
+	 NULL},
 	{"llama-server", "SLUICE_LLAMA_SERVER", "PATH", OPT_STRING,
 	 FIELD(llama_server), "", 0, 0, NULL, "llama-server executable to run",
 	 "llama-server on PATH, else the one deploy/setup.sh provisioned "

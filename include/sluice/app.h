@@ -75,6 +75,12 @@ struct sl_model {
 	 * millisecond still have an order (least recently used).
 	 */
 	uint64_t last_used;
+	/*
+	 * What it weighs against --memory-budget: its GGUF file's size
+	 * times its replicas (0 for a model llama-server downloads, whose
+	 * size is not known before).
+	 */
+	uint64_t bytes;
 	uv_timer_t idle_timer; /* idle-timeout */
 };
 

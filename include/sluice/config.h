@@ -48,6 +48,8 @@ enum sl_config_source {
 #define SL_CONFIG_OPTIONS_MAX 64
 /* --retries: more than a few resends only multiplies a failure's load. */
 #define SL_RETRIES_MAX 5
+/* --memory-budget at most: 1 PiB, beyond any machine's memory. */
+#define SL_MEMORY_BUDGET_MAX (1ull << 50)
 /* --affinity-margin at most: beyond any replica's slots. */
 #define SL_AFFINITY_MARGIN_MAX 1024
 /* --eject-after: a bound so that the option is read as intended. */
@@ -79,6 +81,7 @@ struct sl_config {
 	char *model_name;    /* the one model's name without models:, or "" */
 	char *default_model; /* for a request naming none, or "" */
 	unsigned max_loaded; /* managed models running at once; 0: any */
+	uint64_t memory_budget; /* bytes of GGUF files running; 0: any */
 	struct sl_model_config *models; /* the models: section, or NULL */
 	unsigned n_models;
 	char *llama_server;           /* executable, or "" to search */
