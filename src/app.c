@@ -210,11 +210,16 @@ sl_app_pick_upstream(struct sl_app *app, const struct sl_model *m,
 	struct sl_upstream *u =
 	    sl_pool_pick(&m->pool, need_slot, avoid, app->next_upstream,
 	                 app->affinity && key ? &aff : NULL, why, size);
-	if (u && app->affinity && key && key->n > 0) {
+	/*
+	 * The choice is remembered, but a prefix whose home was busy keeps
+	 * that home: the detour is for this request only, and moving the
+	 * home would send the next ones where the prefix is not.
+	 */
+	if (u && app->affinity && key && key->n > 0 &&
+	    aff.result != SL_AFFINITY_BUSY)
 		sl_affinity_store(app->affinity, key, u->id);
-		if (aff.result < SL_AFFINITY_RESULTS)
-			app->affinity_picks[aff.result]++;
-	}
+	if (u && aff.result < SL_AFFINITY_RESULTS)
+		app->affinity_picks[aff.result]++;
 	return u;
 }
 

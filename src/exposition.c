@@ -294,8 +294,8 @@ static void expose_affinity(struct sl_app *app, struct sl_text *t)
 	sl_expose_family(t, "sluice_affinity_picks_total", "counter",
 	                 "Picks among two or more replicas by prompt prefix: "
 	                 "hit (sent where the prefix is), busy (that replica "
-	                 "was beyond --affinity-margin), miss (no replica "
-	                 "had it).");
+	                 "could not take it: full, or beyond "
+	                 "--affinity-margin), miss (no replica had it).");
 	for (int r = 0; r < SL_AFFINITY_RESULTS; r++)
 		sl_text_printf(t,
 		               "sluice_affinity_picks_total{result=\"%s\"} "

@@ -47,10 +47,13 @@ struct sl_upstream *sl_pool_pick(const struct sl_pool *p, bool need_slot,
                                  size_t size)
 {
 	struct sl_upstream *best = NULL, *fallback = NULL;
-	/* The qualifying members, for prefix affinity. */
-	struct sl_upstream *cand[SL_POOL_MAX];
+	/*
+	 * The usable members, for prefix affinity: where a prefix is may be a
+	 * member that cannot take this request now (full, or just failed).
+	 */
+	struct sl_upstream *usable[SL_POOL_MAX];
 	uint32_t ids[SL_POOL_MAX];
-	unsigned n_cand = 0;
+	unsigned n_usable = 0;
 	unsigned n_starting = 0, n_restarting = 0, n_suspect = 0;
 	unsigned n_ejected = 0;
 	/* Members are in index order: start at the first at or past next. */
@@ -64,32 +67,36 @@ struct sl_upstream *sl_pool_pick(const struct sl_pool *p, bool need_slot,
 		n_suspect += u->state == SL_UPSTREAM_READY && u->suspect;
 		n_ejected +=
 		    u->state == SL_UPSTREAM_READY && u->outlier.ejected;
-		if (!sl_upstream_usable(u) ||
-		    (need_slot && u->inflight >= u->total_slots))
+		if (!sl_upstream_usable(u))
+			continue;
+		usable[n_usable] = u;
+		ids[n_usable++] = u->id;
+		if (need_slot && u->inflight >= u->total_slots)
 			continue;
 		if (u == avoid) {
 			fallback = u;
 			continue;
 		}
-		cand[n_cand] = u;
-		ids[n_cand++] = u->id;
 		/* Fewest in flight per slot: compare a/b < c/d as ad < cb. */
 		if (!best || (uint64_t)u->inflight * best->total_slots <
 		                 (uint64_t)best->inflight * u->total_slots)
 			best = u;
 	}
-	/* Two candidates at least: with one there is nothing to choose. */
-	if (best && aff && aff->key && aff->key->n > 0 && n_cand > 1) {
+	/* Two usable members at least: with one there is nothing to choose. */
+	if (best && aff && aff->key && aff->key->n > 0 && n_usable > 1) {
 		unsigned matched;
-		int c = sl_affinity_lookup(aff->table, aff->key, ids, n_cand,
+		int c = sl_affinity_lookup(aff->table, aff->key, ids, n_usable,
 		                           &matched);
-		if (c < 0)
+		struct sl_upstream *home = c < 0 ? NULL : usable[c];
+		if (!home)
 			aff->result = SL_AFFINITY_MISS;
-		else if (cand[c]->inflight > best->inflight + aff->margin)
+		else if (home == avoid ||
+		         (need_slot && home->inflight >= home->total_slots) ||
+		         home->inflight > best->inflight + aff->margin)
 			aff->result = SL_AFFINITY_BUSY;
 		else {
 			aff->result = SL_AFFINITY_HIT;
-			best = cand[c];
+			best = home;
 		}
 	}
 	if (!best)

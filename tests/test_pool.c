@@ -179,12 +179,18 @@ static void test_affinity(void)
 	c.inflight = 2;
 	ASSERT(sl_pool_pick(&p, true, NULL, 0, &aff, why, sizeof(why)) == &a);
 	ASSERT_EQ(aff.result, SL_AFFINITY_BUSY);
-	/* Full, or avoided after a failure: not a candidate at all. */
+	/* Full, or avoided after a failure: the home is busy. */
 	c.inflight = 4;
 	ASSERT(sl_pool_pick(&p, true, NULL, 0, &aff, why, sizeof(why)) == &a);
-	ASSERT_EQ(aff.result, SL_AFFINITY_MISS);
+	ASSERT_EQ(aff.result, SL_AFFINITY_BUSY);
 	c.inflight = 0;
 	ASSERT(sl_pool_pick(&p, true, &c, 0, &aff, why, sizeof(why)) == &a);
+	ASSERT_EQ(aff.result, SL_AFFINITY_BUSY);
+	/* A home that is not usable at all is no home: a miss. */
+	c.suspect = true;
+	ASSERT(sl_pool_pick(&p, true, NULL, 0, &aff, why, sizeof(why)) == &a);
+	ASSERT_EQ(aff.result, SL_AFFINITY_MISS);
+	c.suspect = false;
 	/* No key, or one candidate only: the plain choice. */
 	aff.key = NULL;
 	ASSERT(sl_pool_pick(&p, true, NULL, 0, &aff, why, sizeof(why)) == &a);

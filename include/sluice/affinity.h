@@ -63,7 +63,7 @@
 /* How prefix affinity decided one pick, for the metrics. */
 enum sl_affinity_result {
 	SL_AFFINITY_HIT,  /* sent to the replica holding its prefix */
-	SL_AFFINITY_BUSY, /* that replica was busier than the margin allows */
+	SL_AFFINITY_BUSY, /* that replica was full, or beyond the margin */
 	SL_AFFINITY_MISS, /* no replica holds a prefix of it */
 	SL_AFFINITY_RESULTS,
 };

@@ -58,11 +58,14 @@ struct sl_pool_affinity {
  * Ties go in turn: the first qualifying member whose index (its place in
  * the app's list) is at or after `next` wins, wrapping around. `avoid` (or
  * NULL), the upstream a request just failed on, is picked only when no
- * other qualifies. With `aff` (or NULL) and a key to match, a qualifying
- * member that served the longest known prefix of the request is chosen
- * instead, unless it has more than aff->margin requests in flight beyond
- * the one with the most room; aff->result says how it went. The table is
- * only read: the caller stores the choice it makes.
+ * other qualifies. With `aff` (or NULL) and a key to match, the usable
+ * member that served the longest known prefix of the request (its home)
+ * is chosen instead, when it qualifies and has at most aff->margin
+ * requests in flight beyond the one with the most room; aff->result says
+ * how it went: BUSY when the home cannot take it now (full, avoided, or
+ * beyond the margin). The table is only read: the caller stores the
+ * choice it makes (and keeps a BUSY prefix's home as it was: the detour
+ * is for this request only).
  */
 struct sl_upstream *sl_pool_pick(const struct sl_pool *p, bool need_slot,
                                  const struct sl_upstream *avoid, unsigned next,
