@@ -4,9 +4,22 @@
 Two llama-servers of the slow demo model (4 slots each, one thread each) behind
 one sluice, which is started twice per round: with --affinity on and with
 --affinity off, alternating. The workload is what affinity is for: 8 long
-system prompts, each followed by many short user turns, sent by 8 clients at
-once (client i cycles through the prompts starting at prompt i, so every
-prompt is in use all the time). Every answer carries llama-server's own
+system prompts, each followed by many short user turns, sent by 4 clients at
+once (client i cycles through the prompts starting at prompt 2i, so every
+prompt is in use all the time). Four clients on eight slots: sluice sends a
+request to a replica with a free slot (it never holds one back while a slot
+is free), so affinity can only choose where both replicas have room; with
+every slot busy the one free slot decides. The first WARMUP turns of each
+client are not counted: they load the prompts into the slots, from whatever
+the run before left there.
+
+llama-server 0.7.0 also keeps prompts' KV states in host memory
+(--cache-ram, 8 GiB by default) and restores them into any slot. The demo
+model's states are a few megabytes, so that cache soon holds every prompt on
+both replicas and either mode hits; a real model's states are hundreds of
+megabytes per long prompt, and a replica's cache holds a few. So the
+replicas run with --cache-ram 0 by default (--cache-ram MIB to change it):
+only the slots' own KV cache counts, as for prompts that do not fit. Every answer carries llama-server's own
 timings: prompt_n is the prompt tokens it evaluated, cache_n the tokens it
 took from a slot's cache. The table gives, per mode, the share of prompt
 tokens served from the cache and the requests per second.
@@ -17,6 +30,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -29,8 +43,9 @@ import sluice_test as st  # noqa: E402
 
 MODEL = os.path.join(ROOT, "build", "tests", "demo-slow.gguf")
 PROMPTS = 8
-CLIENTS = 8
+CLIENTS = 4
 SLOTS = 4
+WARMUP = 2
 # About 1,500 tokens each: long against the turns (a dozen tokens), short
 # against a slot's context.
 SYSTEM_CHARS = 1500
@@ -47,8 +62,8 @@ def system_prompt(i):
 
 
 def client(port, c, turns, results):
-    for t in range(turns):
-        p = (c + t) % PROMPTS
+    for t in range(WARMUP + turns):
+        p = (2 * c + t) % PROMPTS
         body = {"messages": [
             {"role": "system", "content": system_prompt(p)},
             {"role": "user", "content": "Question %d from client %d?" % (t, c)}],
@@ -58,42 +73,55 @@ def client(port, c, turns, results):
         if r.status != 200:
             raise RuntimeError("status %d: %s" % (r.status, r.body[:200]))
         timings = r.json()["timings"]
-        results.append((timings["prompt_n"], timings.get("cache_n", 0)))
+        if t >= WARMUP:
+            results.append((timings["prompt_n"], timings.get("cache_n", 0),
+                            time.monotonic()))
 
 
 def run(upstreams, affinity, turns):
     s = st.Sluice("--upstream", upstreams[0].url, "--upstream",
-                  upstreams[1].url, "--affinity", affinity,
-                  "--log-level", "warn")
+                  upstreams[1].url, "--affinity", affinity)
     try:
         s.wait_all_upstreams_ready()
         results = []
-        t0 = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(CLIENTS) as pool:
             futures = [pool.submit(client, s.port, c, turns, results)
                        for c in range(CLIENTS)]
             for f in futures:
                 f.result()
-        elapsed = time.monotonic() - t0
+        picks = {}
+        for line in s.get("/metrics").body.decode().splitlines():
+            m = re.match(r'sluice_affinity_picks_total\{result="(\w+)"\} '
+                         r'(\d+)', line)
+            if m:
+                picks[m.group(1)] = int(m.group(2))
     finally:
         s.stop()
-    prompt = sum(p for p, _ in results)
-    cached = sum(c for _, c in results)
+    prompt = sum(r[0] for r in results)
+    cached = sum(r[1] for r in results)
+    # Throughput over the counted turns: from the first counted answer
+    # to the last, per answer in between.
+    ends = sorted(r[2] for r in results)
     return {"cached_share": cached / (prompt + cached),
             "evaluated": prompt, "cached": cached,
-            "rps": len(results) / elapsed}
+            "rps": (len(ends) - 1) / (ends[-1] - ends[0]),
+            "picks": picks}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--turns", type=int, default=12)
+    ap.add_argument("--cache-ram", type=int, default=0,
+                    help="llama-server's --cache-ram, MiB (0: off)")
     args = ap.parse_args()
     if not os.path.exists(MODEL):
         sys.exit("bench/affinity.py: %s is missing: build first "
                  "(./deploy/setup.sh)" % MODEL)
     servers = [st.LlamaServer(MODEL, slots=SLOTS, ctx=4096,
-                              extra=st.LLAMA_ONE_THREAD) for _ in range(2)]
+                              extra=st.LLAMA_ONE_THREAD +
+                              ("--cache-ram", str(args.cache_ram)))
+               for _ in range(2)]
     runs = {"on": [], "off": []}
     try:
         for r in range(args.rounds):

@@ -212,16 +212,22 @@ static void respond_coded(struct sl_http_request *req, int status,
 	free(body);
 }
 
-/*
- * HOOK(keys, /v1/models): a tenant's GET /v1/models should list only the
- * models sl_keys_allows_model(req->info.tenant->key, id) allows. The
- * listing is being rebuilt with routing by model (models:); the filter is
- * wired where that listing is made, once both are merged. Until then a key
- * with a models: list sees the upstream's whole list there (but is refused
- * any model off its list, here).
- */
+bool sl_access_model_allowed(struct sl_app *app, const struct sl_key *key,
+                             const struct sl_model *m, const char *named)
+{
+	if (key->any_model)
+		return true;
+	if (!app->model_section)
+		return !named || sl_keys_allows_model(key, named);
+	for (unsigned i = 0; i < key->n_models; i++)
+		if (sl_app_find_model(app, key->models[i]) == m)
+			return true;
+	return false;
+}
+
 bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
-                     bool limited, double *priority)
+                     bool limited, double *priority, bool priority_given,
+                     struct sl_model *m, const char *named)
 {
 	struct sl_tenant *t = req->info.tenant;
 	if (!t || !t->key) {
@@ -234,14 +240,19 @@ bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
 		}
 		return true;
 	}
-	char model[SL_KEYS_MODEL_MAX];
-	struct sl_admission a = {.limited = limited, .priority = *priority};
-	bool named = sl_keys_body_facts(req->body, req->body_len, model,
-	                                sizeof(model), &a.priority_given);
-	a.priority_given |= sl_http_header(req, "X-Priority") != NULL;
-	a.model = named ? model : NULL;
-	snprintf(req->info.model, sizeof(req->info.model), "%s", model);
-	enum sl_admit verdict = sl_tenant_admit(t->key, &a, uv_now(&app->loop));
+	/*
+	 * The model first, so that a key learns nothing of other models'
+	 * limits; it is checked here rather than by sl_tenant_admit (a.model
+	 * stays NULL), since only the app knows what a name stands for.
+	 */
+	struct sl_admission a = {.limited = limited,
+	                         .priority = *priority,
+	                         .priority_given = priority_given};
+	enum sl_admit verdict = SL_ADMIT_MODEL;
+	if (sl_access_model_allowed(app, t->key, m, named))
+		verdict = sl_tenant_admit(t->key, &a, uv_now(&app->loop));
+	/* Usage counts under the model's own name: a bounded set. */
+	snprintf(req->info.model, sizeof(req->info.model), "%s", m->name);
 	size_t n = (size_t)snprintf(req->own_headers, sizeof(req->own_headers),
 	                            "%s", a.headers);
 	if (limited && n < sizeof(req->own_headers)) {
@@ -258,7 +269,8 @@ bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
 		/* Word for word what an unknown model gets. */
 		char message[SL_KEYS_MODEL_MAX + 64];
 		snprintf(message, sizeof(message),
-		         "The model `%s` does not exist.", model);
+		         "The model `%.*s` does not exist.", SL_KEYS_MODEL_MAX,
+		         named ? named : m->name);
 		respond_coded(req, 404, "invalid_request_error", "model",
 		              "model_not_found", message);
 		return false;

@@ -37,6 +37,12 @@ void sl_affinity_key_of(struct sl_affinity_key *k, const struct sl_jscan *s)
 	sl_affinity_key_text(k, s->text + start, end - start);
 }
 
+const char *sl_affinity_result_name(enum sl_affinity_result r)
+{
+	static const char *const names[] = {"hit", "busy", "miss"};
+	return r < SL_AFFINITY_RESULTS ? names[r] : "?";
+}
+
 void sl_affinity_init(struct sl_affinity *a)
 {
 	memset(a, 0, sizeof(*a));

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "sl_build_config.h"
@@ -201,11 +202,10 @@ const char *sl_model_state(const struct sl_model *m)
 	return starting ? "starting" : "down";
 }
 
-struct sl_upstream *sl_app_pick_upstream(struct sl_app *app,
-                                         const struct sl_model *m,
-                                         bool need_slot,
-                                         const struct sl_upstream *avoid,
-                                         char *why, size_t size)
+struct sl_upstream *
+sl_app_pick_upstream(struct sl_app *app, const struct sl_model *m,
+                     bool need_slot, const struct sl_upstream *avoid,
+                     const struct sl_affinity_key *key, char *why, size_t size)
 {
 	if (m->pool.n == 0 && m->managed) {
 		snprintf(why, size,
@@ -214,8 +214,24 @@ struct sl_upstream *sl_app_pick_upstream(struct sl_app *app,
 		         m->name);
 		return NULL;
 	}
-	return sl_pool_pick(&m->pool, need_slot, avoid, app->next_upstream, why,
-	                    size);
+	struct sl_pool_affinity aff = {.table = app->affinity,
+	                               .key = key,
+	                               .margin = app->cfg->affinity_margin,
+	                               .result = SL_AFFINITY_RESULTS};
+	struct sl_upstream *u =
+	    sl_pool_pick(&m->pool, need_slot, avoid, app->next_upstream,
+	                 app->affinity && key ? &aff : NULL, why, size);
+	/*
+	 * The choice is remembered, but a prefix whose home was busy keeps
+	 * that home: the detour is for this request only, and moving the
+	 * home would send the next ones where the prefix is not.
+	 */
+	if (u && app->affinity && key && key->n > 0 &&
+	    aff.result != SL_AFFINITY_BUSY)
+		sl_affinity_store(app->affinity, key, u->id);
+	if (u && aff.result < SL_AFFINITY_RESULTS)
+		app->affinity_picks[aff.result]++;
+	return u;
 }
 
 bool sl_app_upstream_expected(const struct sl_app *app,
@@ -251,14 +267,42 @@ static bool model_idle(const struct sl_model *m)
 }
 
 /* Managed models whose llama-servers run, start or are being stopped. */
+static bool model_running(const struct sl_model *m)
+{
+	return m->managed && (m->loaded || m->pool.n > 0);
+}
+
 static unsigned models_running(const struct sl_app *app)
 {
 	unsigned n = 0;
-	for (unsigned i = 0; i < app->n_models; i++) {
-		const struct sl_model *m = app->models[i];
-		n += m->managed && (m->loaded || m->pool.n > 0);
-	}
+	for (unsigned i = 0; i < app->n_models; i++)
+		n += model_running(app->models[i]);
 	return n;
+}
+
+/*
+ * Whether `m` may start beside what runs: within --max-loaded and
+ * --memory-budget. A model being stopped still counts until it has
+ * stopped: its memory is not free before.
+ */
+static bool room_for(const struct sl_app *app, const struct sl_model *m,
+                     char *why, size_t size)
+{
+	const struct sl_config *cfg = app->cfg;
+	if (app->max_loaded && models_running(app) >= app->max_loaded) {
+		snprintf(why, size, "--max-loaded %u", app->max_loaded);
+		return false;
+	}
+	uint64_t bytes = m->bytes;
+	for (unsigned i = 0; i < app->n_models; i++)
+		if (model_running(app->models[i]))
+			bytes += app->models[i]->bytes;
+	if (cfg->memory_budget && bytes > cfg->memory_budget) {
+		snprintf(why, size, "--memory-budget %llu",
+		         (unsigned long long)cfg->memory_budget);
+		return false;
+	}
+	return true;
 }
 
 static void on_idle_timer(uv_timer_t *t)
@@ -327,14 +371,14 @@ static struct sl_model *lru_idle(struct sl_app *app, const struct sl_model *m)
 
 /*
  * Starts what waiting requests want, in the order of the models, within
- * --max-loaded: a model being stopped still counts until it has stopped
- * (its memory is not free before), and then this runs again.
+ * --max-loaded and --memory-budget (room_for): when a wanted model does
+ * not fit, the least recently used idle one stops, and once it has
+ * stopped this runs again; with none idle, it waits for one.
  */
 static void start_wanted(struct sl_app *app)
 {
 	if (app->stopping)
 		return;
-	unsigned max = app->max_loaded;
 	for (unsigned i = 0; i < app->n_models; i++) {
 		struct sl_model *m = app->models[i];
 		/* Wanted while a request waits: one that left wants nothing. */
@@ -342,16 +386,16 @@ static void start_wanted(struct sl_app *app)
 			m->wanted = false;
 		if (!m->wanted || m->loaded || m->unloading)
 			continue;
-		if (max && models_running(app) >= max) {
+		char limit[64];
+		if (!room_for(app, m, limit, sizeof(limit))) {
 			for (unsigned k = 0; k < app->n_models; k++)
 				if (app->models[k]->unloading)
 					return; /* room is being made */
 			struct sl_model *victim = lru_idle(app, m);
 			if (victim) {
-				char why[SL_MODEL_NAME_MAX + 64];
-				snprintf(why, sizeof(why),
-				         "--max-loaded %u: room for %s", max,
-				         m->name);
+				char why[SL_MODEL_NAME_MAX + 96];
+				snprintf(why, sizeof(why), "%s: room for %s",
+				         limit, m->name);
 				unload(victim, why);
 			}
 			/* Else every running model is busy: wait for one. */
@@ -378,7 +422,7 @@ void sl_app_model_used(struct sl_model *m)
 		uv_timer_start(&m->idle_timer, on_idle_timer,
 		               conf->idle_timeout_ms, 0);
 	/* A model that went idle may make room for one that is wanted. */
-	if (app->max_loaded && model_idle(m))
+	if ((app->max_loaded || app->cfg->memory_budget) && model_idle(m))
 		start_wanted(app);
 }
 
@@ -473,6 +517,7 @@ static void app_maybe_done(struct sl_app *app)
 {
 	if (!app->stopping || app->n_upstreams > 0 || app->http.loop)
 		return;
+	sl_h1_close(&app->h1);
 	if (app->curl.multi)
 		sl_curl_close(&app->curl, on_curl_closed);
 }
@@ -830,6 +875,29 @@ static void plan_upstream_cfg(struct sl_model *m)
 	m->upstream_cfg = c;
 }
 
+/* A managed model's GGUF bytes, with its replicas (--memory-budget). */
+static uint64_t model_bytes(const char *file, unsigned replicas)
+{
+	struct stat st;
+	if (!file || stat(file, &st) != 0)
+		return 0;
+	return (uint64_t)st.st_size * replicas;
+}
+
+/* Refuses a model that alone is more than --memory-budget. */
+static int over_budget(const struct sl_config *cfg, uint64_t bytes, char *err,
+                       size_t size)
+{
+	if (!cfg->memory_budget || bytes <= cfg->memory_budget)
+		return 0;
+	snprintf(err, size,
+	         "%llu bytes of model files (with its replicas) is more than "
+	         "--memory-budget %llu: it could never run",
+	         (unsigned long long)bytes,
+	         (unsigned long long)cfg->memory_budget);
+	return SL_EINVAL;
+}
+
 /* Decides what a managed model runs and checks it, before the loop. */
 static int plan_managed(struct sl_app *app, struct sl_model *m,
                         const char *cache, const char *file)
@@ -844,6 +912,10 @@ static int plan_managed(struct sl_app *app, struct sl_model *m,
 		if (sl_check_model_file(file, err, sizeof(err)) != 0)
 			goto fail;
 		m->file = sl_xstrdup(file);
+		m->bytes = model_bytes(file, m->conf ? m->conf->replicas : 1);
+		if (m->conf &&
+		    over_budget(cfg, m->bytes, err, sizeof(err)) != 0)
+			goto fail;
 	}
 	plan_upstream_cfg(m);
 	return 0;
@@ -963,18 +1035,18 @@ static int start_models(struct sl_app *app)
 			    add_upstream(app, m, cfg->upstreams.items[i], NULL);
 		return rc;
 	}
-	unsigned max = app->max_loaded;
 	for (unsigned i = 0; rc == 0 && i < app->n_models; i++) {
 		struct sl_model *m = app->models[i];
 		const struct sl_model_config *conf = m->conf;
+		char limit[64];
 		if (m->managed && !conf->preload)
 			sl_info("model %s: stopped until a request needs it "
 			        "(preload: false)",
 			        m->name);
-		else if (m->managed && max && models_running(app) >= max)
+		else if (m->managed && !room_for(app, m, limit, sizeof(limit)))
 			sl_info("model %s: stopped until a request needs it "
-			        "(--max-loaded %u)",
-			        m->name, max);
+			        "(%s)",
+			        m->name, limit);
 		else if (m->managed)
 			load(app, m, "preload");
 		for (unsigned k = 0; rc == 0 && k < conf->upstreams.count; k++)
@@ -1557,6 +1629,7 @@ static void update_model(struct sl_app *app, struct sl_model *m,
 		memset(&m->llama_args, 0, sizeof(m->llama_args));
 		free(m->file);
 		m->file = c->file ? sl_xstrdup(c->file) : NULL;
+		m->bytes = model_bytes(c->file, c->replicas);
 		plan_upstream_cfg(m);
 		if (m->loaded && !m->unloading) {
 			retire_pool(m, NULL);
@@ -1571,15 +1644,14 @@ static void update_model(struct sl_app *app, struct sl_model *m,
 static void start_added(struct sl_app *app, struct sl_model *m)
 {
 	const struct sl_model_config *conf = m->conf;
+	char limit[64];
 	if (m->managed && !conf->preload)
 		sl_info("model %s: stopped until a request needs it "
 		        "(preload: false)",
 		        m->name);
-	else if (m->managed && app->max_loaded &&
-	         models_running(app) >= app->max_loaded)
-		sl_info("model %s: stopped until a request needs it "
-		        "(--max-loaded %u)",
-		        m->name, app->max_loaded);
+	else if (m->managed && !room_for(app, m, limit, sizeof(limit)))
+		sl_info("model %s: stopped until a request needs it (%s)",
+		        m->name, limit);
 	else if (m->managed)
 		load(app, m, "added by a reload");
 	if (!m->managed)
@@ -1617,7 +1689,9 @@ static int check_models(struct sl_app *app, const struct sl_config *cfg,
 			}
 		}
 		if (c->file &&
-		    sl_check_model_file(c->file, why, sizeof(why)) != 0) {
+		    (sl_check_model_file(c->file, why, sizeof(why)) != 0 ||
+		     over_budget(app->cfg, model_bytes(c->file, c->replicas),
+		                 why, sizeof(why)) != 0)) {
 			snprintf(err, size, "models.%s: %s", c->name, why);
 			return SL_EINVAL;
 		}
@@ -1687,6 +1761,7 @@ static void reload_models(struct sl_app *app, const struct sl_config *cfg,
 				m->managed = true;
 				m->exe = sl_xstrdup(exe);
 				m->file = c->file ? sl_xstrdup(c->file) : NULL;
+				m->bytes = model_bytes(c->file, c->replicas);
 				plan_upstream_cfg(m);
 			}
 			fresh[n_fresh++] = m;
@@ -1977,6 +2052,11 @@ int sl_app_run(const struct sl_config *cfg)
 	app->reap_timer.data = app;
 
 	sl_stats_init(&app->stats);
+	sl_h1_init(&app->h1, &app->loop);
+	if (cfg->affinity) {
+		app->affinity = sl_xmalloc(sizeof(*app->affinity));
+		sl_affinity_init(app->affinity);
+	}
 	rc = sl_curl_init(&app->curl, &app->loop);
 	if (rc == 0)
 		rc = open_listener(app);
@@ -2004,6 +2084,7 @@ int sl_app_run(const struct sl_config *cfg)
 	free_old_launches(app);
 	free(app->trusted_proxies);
 	free(app->discoveries);
+	free(app->affinity);
 	free(app);
 	return code;
 }

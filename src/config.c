@@ -68,6 +68,7 @@ static const char *const log_levels[] = {"debug", "info", "warn", "error",
                                          NULL};
 static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const demo_sizes[] = {"tiny", "slow", NULL};
+static const char *const upstream_clients[] = {"native", "curl", NULL};
 static const char *const switch_on[] = {"on", "true", "yes", "1", NULL};
 static const char *const switch_off[] = {"off", "false", "no", "0", NULL};
 
@@ -122,6 +123,12 @@ static const struct option_def options[] = {
 	 "managed models (of a models: section) running at once; to start "
 	 "another, sluice first stops the least recently used idle one; 0: no "
 	 "bound",
+	 NULL},
+	{"memory-budget", "SLUICE_MEMORY_BUDGET", "SIZE", OPT_SIZE,
+	 FIELD(memory_budget), "0", 0, SL_MEMORY_BUDGET_MAX, NULL,
+	 "bytes of model files (GGUF, times replicas) running at once, for "
+	 "the managed models of a models: section; to start another, sluice "
+	 "first stops the least recently used idle ones; 0: no bound",
 	 NULL},
 	{"llama-server", "SLUICE_LLAMA_SERVER", "PATH", OPT_STRING,
 	 FIELD(llama_server), "", 0, 0, NULL, "llama-server executable to run",
@@ -187,6 +194,23 @@ static const struct option_def options[] = {
 	 "the DNS server --upstream-dns names are asked of ([IPv6]:PORT for "
 	 "IPv6)",
 	 "the system's, from /etc/resolv.conf"},
+	{"affinity", "SLUICE_AFFINITY", "on|off", OPT_SWITCH, FIELD(affinity),
+	 "on", 0, 0, NULL,
+	 "prefix affinity: a request whose prompt starts like a recent one "
+	 "goes to the replica of its model that served it, where "
+	 "llama-server's prompt cache can reuse it",
+	 NULL},
+	{"affinity-margin", "SLUICE_AFFINITY_MARGIN", "N", OPT_UINT,
+	 FIELD(affinity_margin), "2", 0, SL_AFFINITY_MARGIN_MAX, NULL,
+	 "requests in flight the replica holding a prompt's prefix may have "
+	 "beyond the least busy replica and still be chosen for it",
+	 NULL},
+	{"upstream-client", "SLUICE_UPSTREAM_CLIENT", "native|curl", OPT_CHOICE,
+	 FIELD(upstream_client), "native", 0, 0, upstream_clients,
+	 "what relays requests to http:// upstreams: sluice's own pooled "
+	 "HTTP/1.1 client (fewer system calls and allocations per request) "
+	 "or libcurl; https upstreams always use libcurl",
+	 NULL},
 	{"retries", "SLUICE_RETRIES", "N", OPT_UINT, FIELD(retries), "1", 0,
 	 SL_RETRIES_MAX, NULL,
 	 "times a queued request is sent again, to another ready upstream "

@@ -286,6 +286,24 @@ static void expose_upstreams(struct sl_app *app, struct sl_text *t)
 	}
 }
 
+/* Prefix affinity (affinity.h): how its picks among replicas went. */
+static void expose_affinity(struct sl_app *app, struct sl_text *t)
+{
+	if (!app->affinity)
+		return;
+	sl_expose_family(t, "sluice_affinity_picks_total", "counter",
+	                 "Picks among two or more replicas by prompt prefix: "
+	                 "hit (sent where the prefix is), busy (that replica "
+	                 "could not take it: full, or beyond "
+	                 "--affinity-margin), miss (no replica had it).");
+	for (int r = 0; r < SL_AFFINITY_RESULTS; r++)
+		sl_text_printf(t,
+		               "sluice_affinity_picks_total{result=\"%s\"} "
+		               "%llu\n",
+		               sl_affinity_result_name(r),
+		               app->affinity_picks[r]);
+}
+
 /* DNS discovery (discovery.h): each --upstream-dns name's lookups. */
 static void expose_dns(struct sl_app *app, struct sl_text *t)
 {
@@ -347,6 +365,7 @@ void sl_exposition_prometheus(struct sl_app *app, struct sl_text *t)
 	               (unsigned long long)app->http.refused_connections);
 	expose_upstreams(app, t);
 	expose_dns(app, t);
+	expose_affinity(app, t);
 
 	/* Each model has its own queue (app.h). */
 	sl_expose_family(t, "sluice_queue_depth", "gauge",

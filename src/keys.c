@@ -477,29 +477,3 @@ void sl_tenants_write_metrics(const struct sl_tenants *t, struct sl_text *out)
 		}
 	}
 }
-
-bool sl_keys_body_facts(const char *body, size_t len, char *out, size_t size,
-                        bool *has_priority)
-{
-	*has_priority = false;
-	out[0] = '\0';
-	if (!body || len == 0)
-		return false;
-	struct sl_jscan s;
-	bool found = false;
-	/* Only the top level is read; a token per byte bounds any body. */
-	if (sl_jscan_parse(&s, body, len,
-	                   (unsigned)SL_MIN(len + 1, UINT32_MAX)) == 0 &&
-	    sl_jscan_type(&s, 0) == JSMN_OBJECT) {
-		*has_priority = sl_jscan_get(&s, 0, "priority") >= 0;
-		int m = sl_jscan_get(&s, 0, "model");
-		if (m >= 0 && sl_jscan_type(&s, m) == JSMN_STRING) {
-			size_t n = SL_MIN(sl_jscan_len(&s, m), size - 1);
-			memcpy(out, sl_jscan_text(&s, m), n);
-			out[n] = '\0';
-			found = true;
-		}
-	}
-	sl_jscan_free(&s);
-	return found;
-}

@@ -43,9 +43,17 @@ bool sl_pool_contains(const struct sl_pool *p, const struct sl_upstream *u)
 
 struct sl_upstream *sl_pool_pick(const struct sl_pool *p, bool need_slot,
                                  const struct sl_upstream *avoid, unsigned next,
-                                 char *why, size_t size)
+                                 struct sl_pool_affinity *aff, char *why,
+                                 size_t size)
 {
 	struct sl_upstream *best = NULL, *fallback = NULL;
+	/*
+	 * The usable members, for prefix affinity: where a prefix is may be a
+	 * member that cannot take this request now (full, or just failed).
+	 */
+	struct sl_upstream *usable[SL_POOL_MAX];
+	uint32_t ids[SL_POOL_MAX];
+	unsigned n_usable = 0;
 	unsigned n_starting = 0, n_restarting = 0, n_suspect = 0;
 	unsigned n_ejected = 0;
 	/* Members are in index order: start at the first at or past next. */
@@ -59,8 +67,11 @@ struct sl_upstream *sl_pool_pick(const struct sl_pool *p, bool need_slot,
 		n_suspect += u->state == SL_UPSTREAM_READY && u->suspect;
 		n_ejected +=
 		    u->state == SL_UPSTREAM_READY && u->outlier.ejected;
-		if (!sl_upstream_usable(u) ||
-		    (need_slot && u->inflight >= u->total_slots))
+		if (!sl_upstream_usable(u))
+			continue;
+		usable[n_usable] = u;
+		ids[n_usable++] = u->id;
+		if (need_slot && u->inflight >= u->total_slots)
 			continue;
 		if (u == avoid) {
 			fallback = u;
@@ -70,6 +81,23 @@ struct sl_upstream *sl_pool_pick(const struct sl_pool *p, bool need_slot,
 		if (!best || (uint64_t)u->inflight * best->total_slots <
 		                 (uint64_t)best->inflight * u->total_slots)
 			best = u;
+	}
+	/* Two usable members at least: with one there is nothing to choose. */
+	if (best && aff && aff->key && aff->key->n > 0 && n_usable > 1) {
+		unsigned matched;
+		int c = sl_affinity_lookup(aff->table, aff->key, ids, n_usable,
+		                           &matched);
+		struct sl_upstream *home = c < 0 ? NULL : usable[c];
+		if (!home)
+			aff->result = SL_AFFINITY_MISS;
+		else if (home == avoid ||
+		         (need_slot && home->inflight >= home->total_slots) ||
+		         home->inflight > best->inflight + aff->margin)
+			aff->result = SL_AFFINITY_BUSY;
+		else {
+			aff->result = SL_AFFINITY_HIT;
+			best = home;
+		}
 	}
 	if (!best)
 		best = fallback;

@@ -9,6 +9,15 @@
  * exchange on a list, so that shutdown can end them all before the
  * upstreams they point to go away.
  *
+ * Transfers: to an http:// upstream through sluice's own client
+ * (h1_client.h), unless --upstream-client curl; to an https:// one through
+ * libcurl. Both drive the same callbacks (header lines, body bytes, done
+ * with a CURLcode: the native client's results are mapped to libcurl's),
+ * so that retries, suspicion and the client's answer do not depend on
+ * which carried the request. One difference: libcurl keeps a chunk the
+ * client is too slow for (CURL_WRITEFUNC_PAUSE), the native client
+ * delivers what it has read and then stops reading.
+ *
  * Events: every Server-Sent Event from an upstream is parsed once, to learn
  * when tokens arrive (time to first token, gaps, counts), whether it ends
  * the stream, and whether it is an error; then it is relayed as it came,
@@ -28,6 +37,7 @@
 #include "sluice/common.h"
 #include "sluice/event_scan.h"
 #include "sluice/fanout.h"
+#include "sluice/h1_client.h"
 #include "sluice/log.h"
 #include "sluice/native_api.h"
 #include "sluice/request.h"
@@ -86,9 +96,10 @@ struct exchange {
 	char *target;                 /* upstream path and query, malloc'd */
 	char *body;                   /* what is sent upstream */
 	size_t body_len;
-	bool has_body;            /* body goes upstream (a POST) */
-	char *accept_encoding;    /* the UI's: relayed, so gzip passes */
-	struct sl_fanout *fanout; /* a GET asked of every upstream */
+	struct sl_affinity_key affinity; /* its prompt's prefix (affinity.h) */
+	bool has_body;                   /* body goes upstream (a POST) */
+	char *accept_encoding;           /* the UI's: relayed, so gzip passes */
+	struct sl_fanout *fanout;        /* a GET asked of every upstream */
 	char id[SL_HTTP_REQUEST_ID_MAX + 1];
 
 	struct sl_sched_item item; /* while waiting in sluice's queue */
@@ -105,8 +116,15 @@ struct exchange {
 	size_t answer_bytes;
 	json_t *final; /* /generate streams: the event with "stop": true */
 
+	/*
+	 * The upstream side: a libcurl transfer, or (native) a request of
+	 * sluice's own client (h1_client.h) with its header lines.
+	 */
+	bool native;
 	struct sl_transfer transfer;
 	struct curl_slist *headers;
+	struct sl_h1_request h1;
+	char *h1_headers;
 	/*
 	 * The upstream's response header lines worth passing on, "Name:
 	 * value\r\n" each (at most SL_PROXY_PASSED_HEADERS_MAX bytes), and the
@@ -155,6 +173,31 @@ struct exchange {
 
 static void exchange_release(struct exchange *x);
 static void on_timer(uv_timer_t *t);
+
+/* ---- the upstream transport: libcurl or sluice's own client ---- */
+
+static bool transfer_active(const struct exchange *x)
+{
+	return x->native ? x->h1.active : x->transfer.active;
+}
+
+/* Stops the transfer without its done callback; closes its connection. */
+static void transfer_abort(struct exchange *x)
+{
+	if (x->native)
+		sl_h1_abort(&x->h1);
+	else
+		sl_curl_abort(&x->app->curl, &x->transfer);
+}
+
+static long upstream_status(const struct exchange *x)
+{
+	long status = 0;
+	if (x->native)
+		return x->h1.status;
+	curl_easy_getinfo(x->transfer.easy, CURLINFO_RESPONSE_CODE, &status);
+	return status;
+}
 
 /* ---- the client side ---- */
 
@@ -263,8 +306,8 @@ static void on_client_abort(struct sl_http_request *req)
 		sl_sched_remove(&x->model->sched, &x->item);
 		sl_stats_queued(&x->app->stats, x->priority, -1);
 	}
-	/* Removing the handle closes the connection: llama-server stops. */
-	sl_curl_abort(&x->app->curl, &x->transfer);
+	/* Closing the connection is what makes llama-server stop. */
+	transfer_abort(x);
 	if (x->fanout) {
 		sl_fanout_free(x->fanout);
 		x->fanout = NULL;
@@ -276,10 +319,14 @@ static void on_client_abort(struct sl_http_request *req)
 static void on_client_drain(struct sl_http_request *req)
 {
 	struct exchange *x = req->handler_data;
-	if (!x->paused || !x->transfer.active)
+	if (!x->paused || !transfer_active(x))
 		return;
 	x->paused = false;
 	x->last_byte_ms = uv_now(&x->app->loop);
+	if (x->native) {
+		sl_h1_resume(&x->h1);
+		return;
+	}
 	/* May call on_upstream_data before it returns: state is updated. */
 	curl_easy_pause(x->transfer.easy, CURLPAUSE_CONT);
 }
@@ -815,13 +862,18 @@ static char *response_extras(const struct exchange *x, const char *own)
 static bool start_response(struct exchange *x)
 {
 	const struct sl_config *cfg = x->app->cfg;
-	long status = 0;
+	long status = upstream_status(x);
 	char *ctype = NULL;
 	curl_off_t length = -1;
-	CURL *e = x->transfer.easy;
-	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-	curl_easy_getinfo(e, CURLINFO_CONTENT_TYPE, &ctype);
-	curl_easy_getinfo(e, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+	if (x->native) {
+		ctype = x->h1.content_type;
+		length = x->h1.content_length;
+	} else {
+		curl_easy_getinfo(x->transfer.easy, CURLINFO_CONTENT_TYPE,
+		                  &ctype);
+		curl_easy_getinfo(x->transfer.easy,
+		                  CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+	}
 	/* Both go into the client's head: only sane values do. */
 	if (status < 200 || status > 599) {
 		char message[96];
@@ -868,13 +920,6 @@ static bool start_response(struct exchange *x)
 	return true;
 }
 
-static long upstream_status(const struct exchange *x)
-{
-	long status = 0;
-	curl_easy_getinfo(x->transfer.easy, CURLINFO_RESPONSE_CODE, &status);
-	return status;
-}
-
 /*
  * Whether the upstream's 5xx, before any byte of it went to the client,
  * is kept from the client so that the request is sent again. Only a
@@ -904,9 +949,9 @@ static size_t on_upstream_data(char *data, size_t size, size_t n, void *arg)
 	 */
 	if (!x->req)
 		return x->gave_up ? 0 : len;
-	/* Back-pressure: leave the bytes with libcurl until the client reads.
-	 */
-	if (sl_http_backlog(x->req) > SL_HTTP_BACKLOG_HIGH) {
+	/* Back-pressure: leave the bytes with libcurl until the client reads
+	 * (the native client pauses after the bytes, on_native_body). */
+	if (!x->native && sl_http_backlog(x->req) > SL_HTTP_BACKLOG_HIGH) {
 		x->paused = true;
 		sl_http_want_drain(x->req);
 		return CURL_WRITEFUNC_PAUSE;
@@ -1007,6 +1052,8 @@ static void reset_for_retry(struct exchange *x)
 	x->transfer.easy = NULL;
 	curl_slist_free_all(x->headers);
 	x->headers = NULL;
+	free(x->h1_headers);
+	x->h1_headers = NULL;
 	x->error[0] = '\0';
 	x->passed_len = 0;
 	x->connection[0] = '\0';
@@ -1170,12 +1217,66 @@ static void on_transfer_done(struct sl_transfer *t, CURLcode result)
 	exchange_release(x);
 }
 
+/*
+ * The native client's end, in libcurl's terms, so that what follows
+ * (retries, suspicion, the client's answer) is the same for both.
+ */
+static CURLcode native_result(enum sl_h1_result r)
+{
+	switch (r) {
+	case SL_H1_OK: return CURLE_OK;
+	case SL_H1_REFUSED: return CURLE_COULDNT_CONNECT;
+	case SL_H1_UNRESOLVED: return CURLE_COULDNT_RESOLVE_HOST;
+	case SL_H1_CONNECT_TIMEOUT: return CURLE_OPERATION_TIMEDOUT;
+	case SL_H1_SEND_FAILED: return CURLE_SEND_ERROR;
+	case SL_H1_NOTHING: return CURLE_GOT_NOTHING;
+	case SL_H1_PARTIAL: return CURLE_PARTIAL_FILE;
+	case SL_H1_BAD_RESPONSE: return CURLE_WEIRD_SERVER_REPLY;
+	case SL_H1_STOPPED: return CURLE_WRITE_ERROR;
+	}
+	return CURLE_RECV_ERROR;
+}
+
+static void on_native_done(struct sl_h1_request *r, enum sl_h1_result result)
+{
+	struct exchange *x = r->data;
+	if (r->error[0])
+		snprintf(x->error, sizeof(x->error), "%s", r->error);
+	on_transfer_done(&x->transfer, native_result(result));
+}
+
+static int on_native_header(struct sl_h1_request *r, const char *line,
+                            size_t len)
+{
+	on_upstream_header((char *)line, 1, len, r->data);
+	return SL_H1_GO_ON;
+}
+
+/*
+ * The native client's body bytes. They are taken whole, even by a slow
+ * client; then reading stops until the client has caught up, so that at
+ * most one read (SL_H1_READ_BUF) more than the high-water mark waits.
+ */
+static int on_native_body(struct sl_h1_request *r, const char *data, size_t len)
+{
+	struct exchange *x = r->data;
+	if (on_upstream_data((char *)data, 1, len, x) != len)
+		return SL_H1_STOP;
+	if (x->req && !x->paused &&
+	    sl_http_backlog(x->req) > SL_HTTP_BACKLOG_HIGH) {
+		x->paused = true;
+		sl_http_want_drain(x->req);
+		sl_h1_pause(r);
+	}
+	return SL_H1_GO_ON;
+}
+
 /* The first-byte or idle deadline. */
 static void on_timer(uv_timer_t *t)
 {
 	struct exchange *x = t->data;
 	const struct sl_config *cfg = x->app->cfg;
-	if (!x->transfer.active)
+	if (!transfer_active(x))
 		return;
 	uint64_t now = uv_now(&x->app->loop);
 	if (x->mode != MODE_WAITING || x->paused) {
@@ -1195,7 +1296,7 @@ static void on_timer(uv_timer_t *t)
 	                      ? cfg->upstream_timeout_ms
 	                      : cfg->upstream_idle_timeout_ms) /
 	             1000.0);
-	sl_curl_abort(&x->app->curl, &x->transfer);
+	transfer_abort(x);
 	sl_warn("%s: %s", x->id, x->error);
 	if (x->req)
 		finish_client(x, CURLE_OPERATION_TIMEDOUT);
@@ -1216,6 +1317,8 @@ static void on_timer_closed(uv_handle_t *h)
 	free(x->target);
 	free(x->passed);
 	free(x->accept_encoding);
+	free(x->h1_headers);
+	sl_h1_request_free(&x->h1);
 	sl_app_model_release(x->model);
 	free(x);
 }
@@ -1224,7 +1327,7 @@ static void on_timer_closed(uv_handle_t *h)
 static void exchange_release(struct exchange *x)
 {
 	struct sl_app *app = x->app;
-	if (x->req || x->transfer.active || sl_sched_queued(&x->item) ||
+	if (x->req || transfer_active(x) || sl_sched_queued(&x->item) ||
 	    x->fanout || x->released)
 		return;
 	x->released = true;
@@ -1265,7 +1368,7 @@ void sl_proxy_end_all(struct sl_app *app)
 	}
 	for (x = app->exchange_list; x; x = next) {
 		next = x->next;
-		sl_curl_abort(&app->curl, &x->transfer);
+		transfer_abort(x);
 		uv_timer_stop(&x->timer);
 		/*
 		 * Nothing sent yet: 503. A started stream: an error event and
@@ -1309,7 +1412,7 @@ void sl_proxy_abort_all(struct sl_app *app)
 			sl_sched_remove(&x->model->sched, &x->item);
 			sl_stats_queued(&app->stats, x->priority, -1);
 		}
-		sl_curl_abort(&app->curl, &x->transfer);
+		transfer_abort(x);
 		if (x->fanout) {
 			sl_fanout_free(x->fanout);
 			x->fanout = NULL;
@@ -1322,22 +1425,64 @@ void sl_proxy_abort_all(struct sl_app *app)
 
 /* ---- starting ---- */
 
+/*
+ * The native client's request: the same header lines libcurl is given
+ * below, as one string.
+ */
+static int start_native(struct exchange *x, struct sl_upstream *u)
+{
+	const struct sl_config *cfg = x->app->cfg;
+	struct sl_h1_request *r = &x->h1;
+	free(x->h1_headers);
+	x->h1_headers = sl_xasprintf(
+	    "Content-Type: application/json\r\nX-Request-Id: %s\r\n"
+	    "%s%s%s%s%s%s",
+	    x->id, x->accept_encoding ? "Accept-Encoding: " : "",
+	    x->accept_encoding ? x->accept_encoding : "",
+	    x->accept_encoding ? "\r\n" : "",
+	    u->api_key ? "Authorization: Bearer " : "",
+	    u->api_key ? u->api_key : "", u->api_key ? "\r\n" : "");
+	r->method = x->has_body ? "POST" : "GET";
+	r->target = x->target;
+	r->headers = x->h1_headers;
+	r->body = x->body;
+	r->body_len = x->body_len;
+	r->has_body = x->has_body;
+	r->connect_timeout_ms = cfg->upstream_connect_timeout_ms;
+	r->on_header = on_native_header;
+	r->on_body = on_native_body;
+	r->on_done = on_native_done;
+	r->data = x;
+	/* The pool's bound: what libcurl's is (app.c). */
+	int rc = sl_h1_start(&x->app->h1, r, u->url,
+	                     u->total_slots + SL_UPSTREAM_SPARE_CONNS);
+	if (rc == 0)
+		uv_timer_start(&x->timer, on_timer, cfg->upstream_timeout_ms,
+		               0);
+	return rc;
+}
+
 /* Builds and starts the upstream transfer. Returns 0 or an error. */
 static int start_transfer(struct exchange *x, struct sl_upstream *u)
 {
 	const struct sl_config *cfg = x->app->cfg;
-	CURL *e = sl_curl_easy(&x->app->curl);
-	if (!e)
-		return SL_ECURL;
 	/* The next tie goes to the upstream after this one. */
 	x->app->next_upstream = u->index + 1;
-	x->transfer.easy = e;
 	x->transfer.on_done = on_transfer_done;
 	x->transfer.data = x;
 	x->upstream = u;
 	u->inflight++;
 	snprintf(x->req->info.upstream, sizeof(x->req->info.upstream), "%s",
 	         u->url);
+	/* A URL the native client cannot take (https) goes to libcurl. */
+	x->native = cfg->upstream_client == SL_UPSTREAM_CLIENT_NATIVE;
+	if (x->native && start_native(x, u) == 0)
+		return 0;
+	x->native = false;
+	CURL *e = sl_curl_easy(&x->app->curl);
+	if (!e)
+		return SL_ECURL;
+	x->transfer.easy = e;
 
 	char *url = sl_xconcat(u->url, x->target);
 	curl_easy_setopt(e, CURLOPT_URL, url);
@@ -1385,6 +1530,7 @@ static void start_or_fail(struct exchange *x, struct sl_upstream *u)
 	if (u && start_transfer(x, u) == 0)
 		return;
 	x->transfer.active = false;
+	x->h1.active = false;
 	respond_error(x, 502, "server_error",
 	              "cannot start the upstream request");
 	exchange_release(x);
@@ -1414,9 +1560,9 @@ void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
 		         "X-Queue-Ms: %lld\r\nX-Batch-Size: %u\r\n",
 		         (long long)x->queue_ms, n);
 		char why[160];
-		start_or_fail(x,
-		              sl_app_pick_upstream(app, m, true, x->failed_on,
-		                                   why, sizeof(why)));
+		start_or_fail(
+		    x, sl_app_pick_upstream(app, m, true, x->failed_on,
+		                            &x->affinity, why, sizeof(why)));
 	}
 	sl_app_model_used(m);
 }
@@ -1685,11 +1831,6 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		return;
 	}
 	double priority = checked.priority;
-	/* The caller's key (keys.h): its models, priority and limits. */
-	if (!sl_access_admit(app, req, ep->scheduled, &priority)) {
-		sl_request_free(&checked);
-		return;
-	}
 
 	/*
 	 * Which model: the body's "model", or for a request without a JSON
@@ -1740,6 +1881,13 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		sl_request_free(&checked);
 		return;
 	}
+	/* The caller's key (keys.h): its models, priority and limits. */
+	if (!sl_access_admit(app, req, ep->scheduled, &priority,
+	                     checked.priority_given, m, wanted)) {
+		free(query);
+		sl_request_free(&checked);
+		return;
+	}
 	struct sl_upstream *ups[SL_POOL_MAX];
 	unsigned n_ups = model_upstreams(m, ups);
 	/* Changing one llama-server's state must say which. */
@@ -1777,7 +1925,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	 */
 	char why[SL_MODEL_NAME_MAX + 96];
 	struct sl_upstream *u =
-	    sl_app_pick_upstream(app, m, false, NULL, why, sizeof(why));
+	    sl_app_pick_upstream(app, m, false, NULL, NULL, why, sizeof(why));
 	bool wait = !u && ep->scheduled && sl_app_upstream_expected(app, m);
 	if (pinned) {
 		u = sl_upstream_is_ready(pinned) ? pinned : NULL;
@@ -1809,6 +1957,9 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	if (ep->json_body) {
 		x->body = checked.body; /* the exchange owns it now */
 		x->body_len = checked.body_len;
+		x->affinity.n = checked.affinity.n;
+		memcpy(x->affinity.hash, checked.affinity.hash,
+		       checked.affinity.n * sizeof(*checked.affinity.hash));
 		x->has_body = true;
 		free(checked.model);
 	} else if (ep->method == HTTP_POST) {

@@ -214,6 +214,7 @@ static int take_priority(struct sl_request *r, json_t *doc, const char *header,
                          const char *written, size_t written_len)
 {
 	json_t *field = json_object_get(doc, "priority");
+	r->priority_given = header || field;
 	if (header) {
 		if (sl_priority_parse(header, &r->priority) != 0)
 			return bad_priority(r, "X-Priority", header,
@@ -490,8 +491,10 @@ static int validate(struct sl_request *r, const struct sl_endpoint *ep,
 		written_len = sl_jscan_len(&scan, priority);
 	}
 	rc = take_priority(r, doc, priority_header, written, written_len);
-	if (rc == 0)
+	if (rc == 0) {
+		sl_affinity_key_of(&r->affinity, &scan);
 		relay_body(r, ep, doc, &scan, opts);
+	}
 free_doc:
 	json_decref(doc);
 free_scan:

@@ -44,15 +44,21 @@ static void handle_ready(struct sl_app *app, struct sl_http_request *req)
 }
 
 /*
- * /v1/models with a models: section: every configured model, whether its
- * llama-servers are up or not, with its state, in OpenAI's shape. Without
+ * /v1/models with a models: section: every configured model (for a key
+ * with a models: list, every model it may use), whether its llama-servers
+ * are up or not, with its state, in OpenAI's shape. Without
  * one the single model's upstream answers, with llama-server's own fields.
  */
 static void respond_models(struct sl_app *app, struct sl_http_request *req)
 {
+	/* A key with a models: list sees only its own (keys.h). */
+	const struct sl_key *key =
+	    req->info.tenant ? req->info.tenant->key : NULL;
 	json_t *data = json_array();
 	for (unsigned i = 0; i < app->n_models; i++) {
 		const struct sl_model *m = app->models[i];
+		if (key && !sl_access_model_allowed(app, key, m, m->name))
+			continue;
 		json_t *aliases = json_array();
 		for (unsigned k = 0; m->aliases && k < m->aliases->count; k++)
 			json_array_append_new(

@@ -486,7 +486,10 @@ struct sl_upstream *sl_upstream_new(uv_loop_t *loop, struct sl_curl *curl,
                                     const struct sl_upstream_hooks *hooks,
                                     void *data)
 {
+	/* One loop thread creates every upstream: a plain counter will do. */
+	static uint32_t last_id;
 	struct sl_upstream *u = sl_xcalloc(1, sizeof(*u));
+	u->id = ++last_id;
 	u->loop = loop;
 	u->curl = curl;
 	u->cfg = cfg;

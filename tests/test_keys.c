@@ -394,29 +394,6 @@ static void test_reload_keeps_state_by_name(void)
 	sl_tenants_free(&t);
 }
 
-static void test_body_facts(void)
-{
-	char m[SL_KEYS_MODEL_MAX];
-	bool prio;
-	const char *b = "{\"messages\":[{\"model\":\"x\"}],\"model\":\"tiny\"}";
-	ASSERT(sl_keys_body_facts(b, strlen(b), m, sizeof(m), &prio));
-	ASSERT_STR_EQ(m, "tiny");
-	ASSERT(!prio);
-	b = "{\"priority\":\"urgent\",\"x\":{\"model\":\"y\"}}";
-	ASSERT(!sl_keys_body_facts(b, strlen(b), m, sizeof(m), &prio));
-	ASSERT_STR_EQ(m, "");
-	ASSERT(prio);
-	b = "{\"model\":3}";
-	ASSERT(!sl_keys_body_facts(b, strlen(b), m, sizeof(m), &prio));
-	b = "not json";
-	ASSERT(!sl_keys_body_facts(b, strlen(b), m, sizeof(m), &prio));
-	ASSERT(!sl_keys_body_facts(NULL, 0, m, sizeof(m), &prio));
-	/* A long name is cut to the buffer. */
-	b = "{\"model\":\"abcdefgh\"}";
-	ASSERT(sl_keys_body_facts(b, strlen(b), m, 4, &prio));
-	ASSERT_STR_EQ(m, "abc");
-}
-
 int main(void)
 {
 	RUN(test_digest_and_lookup);
@@ -428,6 +405,5 @@ int main(void)
 	RUN(test_models_and_priority);
 	RUN(test_usage_and_metrics);
 	RUN(test_reload_keeps_state_by_name);
-	RUN(test_body_facts);
 	return 0;
 }

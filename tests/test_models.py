@@ -6,6 +6,7 @@ loading on demand: preload: false, idle-timeout, and --max-loaded stopping
 the least recently used idle model, never one in use."""
 
 import datetime
+import os
 import re
 import subprocess
 import threading
@@ -325,11 +326,21 @@ class OnDemand(WithDirect):
         self.assert_served_by(s, "tiny", asked="small")
 
     def test_max_loaded_stops_the_least_recently_used(self):
+        self.check_lru_swap("max-loaded: 2", r"--max-loaded 2")
+
+    def test_memory_budget_stops_the_least_recently_used(self):
+        # Room for tiny and slow, the two preloaded; third (tiny's file
+        # again) fits only once one of them has stopped.
+        budget = (os.path.getsize(st.MODEL_TINY) +
+                  os.path.getsize(st.MODEL_SLOW))
+        self.check_lru_swap("memory-budget: %d" % budget,
+                            r"--memory-budget %d" % budget)
+
+    def check_lru_swap(self, top, limit):
         third = ("  third:\n    model: %s\n    slots: 1\n    ctx-size: %d\n"
                  "    args: [%s]\n    preload: false\n"
                  % (st.MODEL_TINY, TINY_CTX, ", ".join(st.LLAMA_ONE_THREAD)))
-        s = self.sluice("--config", config(self.tmp, top="max-loaded: 2",
-                                           more=third))
+        s = self.sluice("--config", config(self.tmp, top=top, more=third))
         st.wait_until(lambda: self.states(s) == {
             "tiny": "ready", "slow": "ready", "third": "stopped"}, 60,
             "tiny and slow to be ready")
@@ -341,8 +352,7 @@ class OnDemand(WithDirect):
         self.assertEqual(r.status, 200, r.body)
         self.assertEqual(self.states(s), {"tiny": "ready", "slow": "stopped",
                                           "third": "ready"})
-        s.wait_line(r"model slow: stopping \(--max-loaded 2: room for "
-                    r"third\)")
+        s.wait_line(r"model slow: stopping \(%s: room for third\)" % limit)
         # Now tiny is: slow's return stops it.
         self.assert_served_by(s, "slow")
         self.assertEqual(self.states(s), {"tiny": "stopped", "slow": "ready",
@@ -463,6 +473,16 @@ class CheckConfig(st.TestCase):
                          "sluice: %s:%d: models.slow.replicas: expected a "
                          "whole number from 1 to 16, got \"many\""
                          % (path, line))
+
+
+    def test_a_model_beyond_the_memory_budget_is_refused_at_start(self):
+        budget = os.path.getsize(st.MODEL_SLOW) - 1
+        s = st.Sluice("--config", config(
+            self.tmp, top="memory-budget: %d" % budget), wait_ready=None)
+        self.assertNotEqual(s.wait_exit(30), 0)
+        s.wait_line(r"models\.slow: %d bytes of model files \(with its "
+                    r"replicas\) is more than --memory-budget %d: it could "
+                    r"never run$" % (os.path.getsize(st.MODEL_SLOW), budget))
 
 
 class OneModel(st.TestCase):

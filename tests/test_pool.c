@@ -54,19 +54,19 @@ static void test_most_room_wins(void)
 	sl_pool_add(&p, up(&a, 0, 4, 3));
 	sl_pool_add(&p, up(&b, 1, 2, 1));
 	sl_pool_add(&p, up(&c, 2, 8, 2));
-	ASSERT(sl_pool_pick(&p, true, NULL, 0, why, sizeof(why)) == &c);
+	ASSERT(sl_pool_pick(&p, true, NULL, 0, NULL, why, sizeof(why)) == &c);
 	ASSERT_EQ(sl_pool_free_slots(&p), 1 + 1 + 6);
 	ASSERT_EQ(sl_pool_total_slots(&p), 14);
 	/* A suspect or ejected one is neither chosen nor counted. */
 	c.suspect = true;
-	ASSERT(sl_pool_pick(&p, true, NULL, 0, why, sizeof(why)) == &b);
+	ASSERT(sl_pool_pick(&p, true, NULL, 0, NULL, why, sizeof(why)) == &b);
 	ASSERT_EQ(sl_pool_free_slots(&p), 2);
 	ASSERT_EQ(sl_pool_total_slots(&p), 6);
 	ASSERT(sl_pool_expected(&p));
 	ASSERT(sl_pool_other_usable(&p, &a));
 	c.suspect = false;
 	c.outlier.ejected = true;
-	ASSERT(sl_pool_pick(&p, true, NULL, 0, why, sizeof(why)) == &b);
+	ASSERT(sl_pool_pick(&p, true, NULL, 0, NULL, why, sizeof(why)) == &b);
 	ASSERT(sl_pool_expected(&p));
 	c.outlier.ejected = false;
 	ASSERT(!sl_pool_expected(&p));
@@ -82,10 +82,10 @@ static void test_ties_go_in_turn(void)
 	sl_pool_add(&p, up(&b, 7, 2, 0));
 	sl_pool_add(&p, up(&c, 12, 2, 0));
 	/* The first at or past `next`, wrapping around. */
-	ASSERT(sl_pool_pick(&p, true, NULL, 0, why, sizeof(why)) == &a);
-	ASSERT(sl_pool_pick(&p, true, NULL, 4, why, sizeof(why)) == &b);
-	ASSERT(sl_pool_pick(&p, true, NULL, 8, why, sizeof(why)) == &c);
-	ASSERT(sl_pool_pick(&p, true, NULL, 13, why, sizeof(why)) == &a);
+	ASSERT(sl_pool_pick(&p, true, NULL, 0, NULL, why, sizeof(why)) == &a);
+	ASSERT(sl_pool_pick(&p, true, NULL, 4, NULL, why, sizeof(why)) == &b);
+	ASSERT(sl_pool_pick(&p, true, NULL, 8, NULL, why, sizeof(why)) == &c);
+	ASSERT(sl_pool_pick(&p, true, NULL, 13, NULL, why, sizeof(why)) == &a);
 }
 
 static void test_avoided_unless_alone(void)
@@ -96,11 +96,11 @@ static void test_avoided_unless_alone(void)
 	sl_pool_add(&p, up(&a, 0, 4, 0));
 	sl_pool_add(&p, up(&b, 1, 4, 3));
 	/* a has more room, but a request just failed there. */
-	ASSERT(sl_pool_pick(&p, true, &a, 0, why, sizeof(why)) == &b);
+	ASSERT(sl_pool_pick(&p, true, &a, 0, NULL, why, sizeof(why)) == &b);
 	b.inflight = 4;
-	ASSERT(sl_pool_pick(&p, true, &a, 0, why, sizeof(why)) == &a);
+	ASSERT(sl_pool_pick(&p, true, &a, 0, NULL, why, sizeof(why)) == &a);
 	/* Without need_slot a full upstream still qualifies. */
-	ASSERT(sl_pool_pick(&p, false, &a, 0, why, sizeof(why)) == &b);
+	ASSERT(sl_pool_pick(&p, false, &a, 0, NULL, why, sizeof(why)) == &b);
 }
 
 static void test_why_nothing_qualifies(void)
@@ -109,10 +109,10 @@ static void test_why_nothing_qualifies(void)
 	struct sl_pool p = {.n = 0};
 	char why[160];
 	sl_pool_add(&p, up(&a, 0, 1, 1));
-	ASSERT(!sl_pool_pick(&p, true, NULL, 0, why, sizeof(why)));
+	ASSERT(!sl_pool_pick(&p, true, NULL, 0, NULL, why, sizeof(why)));
 	ASSERT_STR_EQ(why, "no upstream has a free slot");
 	a.state = SL_UPSTREAM_STARTING;
-	ASSERT(!sl_pool_pick(&p, false, NULL, 0, why, sizeof(why)));
+	ASSERT(!sl_pool_pick(&p, false, NULL, 0, NULL, why, sizeof(why)));
 	ASSERT_STR_EQ(why, "llama-server is starting and not ready yet; "
 	                   "retry shortly");
 	/* Under its first check: expected only when DNS found it. */
@@ -122,28 +122,84 @@ static void test_why_nothing_qualifies(void)
 	ASSERT(sl_pool_expected(&p));
 	a.origin = NULL;
 	a.state = SL_UPSTREAM_RESTARTING;
-	ASSERT(!sl_pool_pick(&p, false, NULL, 0, why, sizeof(why)));
+	ASSERT(!sl_pool_pick(&p, false, NULL, 0, NULL, why, sizeof(why)));
 	ASSERT_STR_EQ(why, "llama-server is restarting after it exited; "
 	                   "retry shortly");
 	ASSERT(sl_pool_expected(&p));
 	a.state = SL_UPSTREAM_READY;
 	a.suspect = true;
-	ASSERT(!sl_pool_pick(&p, false, NULL, 0, why, sizeof(why)));
+	ASSERT(!sl_pool_pick(&p, false, NULL, 0, NULL, why, sizeof(why)));
 	ASSERT_STR_EQ(why, "the upstream just failed a request and is being "
 	                   "checked; retry shortly");
 	a.suspect = false;
 	a.outlier.ejected = true;
-	ASSERT(!sl_pool_pick(&p, false, NULL, 0, why, sizeof(why)));
+	ASSERT(!sl_pool_pick(&p, false, NULL, 0, NULL, why, sizeof(why)));
 	ASSERT_STR_EQ(why, "every ready upstream is ejected after failing "
 	                   "requests in a row; retry shortly");
 	a.state = SL_UPSTREAM_DOWN;
-	ASSERT(!sl_pool_pick(&p, false, NULL, 0, why, sizeof(why)));
+	ASSERT(!sl_pool_pick(&p, false, NULL, 0, NULL, why, sizeof(why)));
 	ASSERT_STR_EQ(why, "no upstream is ready: every llama-server is down "
 	                   "or not answering");
 	ASSERT(!sl_pool_other_usable(&p, &b));
 	struct sl_pool empty = {.n = 0};
-	ASSERT(!sl_pool_pick(&empty, false, NULL, 0, why, sizeof(why)));
+	ASSERT(!sl_pool_pick(&empty, false, NULL, 0, NULL, why, sizeof(why)));
 	ASSERT_EQ(sl_pool_free_slots(&empty), 0);
+}
+
+/*
+ * Prefix affinity: the member that served the prefix wins while it is
+ * within the margin of the one with the most room, and only among those
+ * that qualify.
+ */
+static void test_affinity(void)
+{
+	struct sl_upstream a, b, c;
+	struct sl_pool p = {.n = 0};
+	char why[160];
+	sl_pool_add(&p, up(&a, 0, 4, 0));
+	sl_pool_add(&p, up(&b, 1, 4, 0));
+	sl_pool_add(&p, up(&c, 2, 4, 0));
+	a.id = 10, b.id = 11, c.id = 12;
+	struct sl_affinity *t = sl_xmalloc(sizeof(*t));
+	sl_affinity_init(t);
+	struct sl_affinity_key k;
+	sl_affinity_key_text(&k, "a long system prompt", 20);
+	struct sl_pool_affinity aff = {.table = t, .key = &k, .margin = 1};
+	/* Nothing known: the most room, in turn. */
+	ASSERT(sl_pool_pick(&p, true, NULL, 0, &aff, why, sizeof(why)) == &a);
+	ASSERT_EQ(aff.result, SL_AFFINITY_MISS);
+	sl_affinity_store(t, &k, c.id);
+	/* c holds it, and is as free as any: c. */
+	ASSERT(sl_pool_pick(&p, true, NULL, 0, &aff, why, sizeof(why)) == &c);
+	ASSERT_EQ(aff.result, SL_AFFINITY_HIT);
+	/* One more in flight than the least busy: within the margin. */
+	c.inflight = 1;
+	ASSERT(sl_pool_pick(&p, true, NULL, 0, &aff, why, sizeof(why)) == &c);
+	/* Two more: beyond it, the least busy instead. */
+	c.inflight = 2;
+	ASSERT(sl_pool_pick(&p, true, NULL, 0, &aff, why, sizeof(why)) == &a);
+	ASSERT_EQ(aff.result, SL_AFFINITY_BUSY);
+	/* Full, or avoided after a failure: the home is busy. */
+	c.inflight = 4;
+	ASSERT(sl_pool_pick(&p, true, NULL, 0, &aff, why, sizeof(why)) == &a);
+	ASSERT_EQ(aff.result, SL_AFFINITY_BUSY);
+	c.inflight = 0;
+	ASSERT(sl_pool_pick(&p, true, &c, 0, &aff, why, sizeof(why)) == &a);
+	ASSERT_EQ(aff.result, SL_AFFINITY_BUSY);
+	/* A home that is not usable at all is no home: a miss. */
+	c.suspect = true;
+	ASSERT(sl_pool_pick(&p, true, NULL, 0, &aff, why, sizeof(why)) == &a);
+	ASSERT_EQ(aff.result, SL_AFFINITY_MISS);
+	c.suspect = false;
+	/* No key, or one candidate only: the plain choice. */
+	aff.key = NULL;
+	ASSERT(sl_pool_pick(&p, true, NULL, 0, &aff, why, sizeof(why)) == &a);
+	aff.key = &k;
+	a.state = b.state = SL_UPSTREAM_DOWN;
+	aff.result = SL_AFFINITY_RESULTS;
+	ASSERT(sl_pool_pick(&p, true, NULL, 0, &aff, why, sizeof(why)) == &c);
+	ASSERT_EQ(aff.result, SL_AFFINITY_RESULTS);
+	free(t);
 }
 
 int main(void)
@@ -153,5 +209,6 @@ int main(void)
 	RUN(test_ties_go_in_turn);
 	RUN(test_avoided_unless_alone);
 	RUN(test_why_nothing_qualifies);
+	RUN(test_affinity);
 	return 0;
 }

@@ -188,11 +188,11 @@ class Tenants(st.TestCase):
         self.assertEqual(mine["prompt_tokens"], prompt)
         text = s.get("/metrics", headers=bearer(ADMIN)).body.decode()
         self.assertEqual(metric(text, "sluice_key_requests_total",
-                                key="tok", model=""), len(used))
+                                key="tok", model="default"), len(used))
         self.assertEqual(metric(text, "sluice_key_prompt_tokens_total",
-                                key="tok", model=""), prompt)
+                                key="tok", model="default"), prompt)
         self.assertEqual(metric(text, "sluice_key_completion_tokens_total",
-                                key="tok", model=""), generated)
+                                key="tok", model="default"), generated)
 
     def test_wrong_missing_and_revoked_keys_get_401(self):
         s = self.start({"a": {"secret": "sk-a"}, "b": {"secret": "sk-b"}})
@@ -248,28 +248,47 @@ class Tenants(st.TestCase):
         self.assertEqual(s.stop(), 0)
 
     def test_models_off_the_list_look_unknown_and_usage_is_admin_only(self):
-        s = self.start({"narrow": {"secret": "sk-n", "models": ["tiny"]},
-                        "wide": {"secret": "sk-w"}})
-        r = s.post("/v1/chat/completions", chat(n=1, model="secret-model"),
-                   headers=bearer("sk-n"))
-        self.assertEqual(r.status, 404)
-        self.assertEqual(r.json(), {"error": {
-            "message": "The model `secret-model` does not exist.",
-            "type": "invalid_request_error", "param": "model",
-            "code": "model_not_found"}})
-        for key, model in (("sk-n", "tiny"), ("sk-w", "secret-model")):
+        # Two models on the one llama-server: "narrow" may use tiny, by its
+        # name or its alias, and nothing else; "wide" may use both.
+        self.config = os.path.join(self.tmp, "sluice.yaml")
+        with open(self.config, "w") as f:
+            f.write(keys_yaml({"narrow": {"secret": "sk-n",
+                                          "models": ["tiny"]},
+                               "wide": {"secret": "sk-w"}}))
+            f.write("models:\n"
+                    "  tiny:\n    upstreams: [%s]\n    aliases: [small]\n"
+                    "  other:\n    upstreams: [%s]\n"
+                    % (self.ls.url, self.ls.url))
+        s = self.sluice("--config", self.config, "--admin-key", ADMIN)
+        for model in ("other", "secret-model"):
+            r = s.post("/v1/chat/completions", chat(n=1, model=model),
+                       headers=bearer("sk-n"))
+            self.assertEqual(r.status, 404, model)
+            # Word for word what a model that does not exist gets.
+            self.assertEqual(r.json(), {"error": {
+                "message": "The model `%s` does not exist." % model,
+                "type": "invalid_request_error", "param": "model",
+                "code": "model_not_found"}})
+        for key, model in (("sk-n", "tiny"), ("sk-n", "small"),
+                           ("sk-w", "other")):
             r = s.post("/v1/chat/completions", chat(n=1, model=model),
                        headers=bearer(key))
             self.assertEqual(r.status, 200, (key, model))
-        # Without a model field: the default model, allowed.
+        # Without a model field: the default model, tiny, allowed.
         r = s.post("/v1/chat/completions", chat(n=1), headers=bearer("sk-n"))
         self.assertEqual(r.status, 200)
+        # /v1/models lists a key's own models only.
+        listed = {key: [m["id"] for m in s.get(
+            "/v1/models", headers=bearer(key)).json()["data"]]
+            for key in ("sk-n", "sk-w")}
+        self.assertEqual(listed, {"sk-n": ["tiny"],
+                                  "sk-w": ["tiny", "other"]})
+        # Usage counts under the model's own name, whatever it was called.
         usage = self.usage(s)
-        self.assertEqual(usage["narrow"]["models"]["tiny"]["requests"], 1)
-        self.assertEqual(usage["narrow"]["models"][""]["requests"], 1)
-        self.assertNotIn("secret-model", usage["narrow"]["models"])
-        self.assertEqual(usage["wide"]["models"]["secret-model"]["requests"],
-                         1)
+        self.assertEqual(set(usage["narrow"]["models"]), {"tiny"})
+        self.assertEqual(usage["narrow"]["models"]["tiny"]["requests"], 3)
+        self.assertEqual(set(usage["wide"]["models"]), {"other"})
+        self.assertEqual(usage["wide"]["models"]["other"]["requests"], 1)
         # A tenant's key is not the admin key.
         r = s.get("/v1/usage", headers=bearer("sk-w"))
         self.assertEqual(r.status, 403)

@@ -35,19 +35,32 @@ bool sl_access_allow(struct sl_app *app, struct sl_http_request *req,
 
 /*
  * The tenant checks of a request whose key is one of keys: (keys.h), made
- * once it is validated: its model (`model`, NULL when it names none) must
- * be on the key's list, else it is answered 404 model_not_found as an
- * unknown model is; a `limited` request (one that takes a slot) must be
- * within the key's rpm, tpm and max-concurrent, else 429 with OpenAI's
- * shape and headers. *priority comes in as the request asked (or the
- * default when `priority_given` is false) and goes out as granted. Every
- * answer to the request then carries the key's rate-limit headers and,
- * when `limited`, X-Priority. Returns false when req has been answered.
- * Requests without a tenant pass, their answers with X-Priority when
- * `limited`.
+ * once it is validated and its model `m` is known (`named`: the name the
+ * request used, NULL when it named none): the model must be one the key
+ * may use (sl_access_model_allowed), else it is answered 404
+ * model_not_found as an unknown model is; a `limited` request (one that
+ * takes a slot) must be within the key's rpm, tpm and max-concurrent, else
+ * 429 with OpenAI's shape and headers. *priority comes in as the request
+ * asked (or the default when `priority_given` is false) and goes out as
+ * granted. Every answer to the request then carries the key's rate-limit
+ * headers and, when `limited`, X-Priority. Its usage counts under m's
+ * name. Returns false when req has been answered. Requests without a
+ * tenant pass, their answers with X-Priority when `limited`.
  */
 bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
-                     bool limited, double *priority);
+                     bool limited, double *priority, bool priority_given,
+                     struct sl_model *m, const char *named);
+
+/*
+ * Whether `key` may use model `m`, asked for as `named` (NULL: none named,
+ * the default model). With a models: section a key's list names models or
+ * their aliases, and a name counts for the model it stands for, so a key
+ * listing `tiny` may use it by any alias. With the one model of --model or
+ * --upstream, which takes any name, the name asked for is compared as
+ * written, and a request naming none passes.
+ */
+bool sl_access_model_allowed(struct sl_app *app, const struct sl_key *key,
+                             const struct sl_model *m, const char *named);
 
 /*
  * Answers req when it is a CORS preflight (OPTIONS) and returns true;

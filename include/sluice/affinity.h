@@ -60,6 +60,16 @@
 #define SL_AFFINITY_WAYS 4
 #define SL_AFFINITY_SETS 4096
 
+/* How prefix affinity decided one pick, for the metrics. */
+enum sl_affinity_result {
+	SL_AFFINITY_HIT,  /* sent to the replica holding its prefix */
+	SL_AFFINITY_BUSY, /* that replica was full, or beyond the margin */
+	SL_AFFINITY_MISS, /* no replica holds a prefix of it */
+	SL_AFFINITY_RESULTS,
+};
+
+const char *sl_affinity_result_name(enum sl_affinity_result r);
+
 /* One request's key: the chain of its leading blocks. */
 struct sl_affinity_key {
 	uint64_t hash[SL_AFFINITY_MAX_BLOCKS];

@@ -18,6 +18,7 @@
 #include "sluice/config.h"
 #include "sluice/curl_loop.h"
 #include "sluice/discovery.h"
+#include "sluice/h1_client.h"
 #include "sluice/http.h"
 #include "sluice/keys.h"
 #include "sluice/models_config.h"
@@ -83,6 +84,12 @@ struct sl_model {
 	 * millisecond still have an order (least recently used).
 	 */
 	uint64_t last_used;
+	/*
+	 * What it weighs against --memory-budget: its GGUF file's size
+	 * times its replicas (0 for a model llama-server downloads, whose
+	 * size is not known before).
+	 */
+	uint64_t bytes;
 	uv_timer_t idle_timer; /* idle-timeout */
 	/*
 	 * Its dns: NAME:PORT, followed (NULL without one, or once closed);
@@ -110,6 +117,7 @@ struct sl_app {
 	uv_loop_t loop;
 	const struct sl_config *cfg;
 	struct sl_curl curl;
+	struct sl_h1 h1; /* exchanges with http:// upstreams (proxy.c) */
 	struct sl_http_server http;
 	uv_signal_t sigint, sigterm;
 	/*
@@ -157,6 +165,13 @@ struct sl_app {
 	unsigned exchanges;     /* relayed requests not yet finished */
 	struct exchange *exchange_list; /* all of them (proxy.c) */
 	struct sl_stats stats;
+	/*
+	 * Prefix affinity (affinity.h): which replica served which prompt
+	 * prefixes, for every model (a pick only matches its own model's
+	 * replicas); NULL with --affinity off. And how its picks went.
+	 */
+	struct sl_affinity *affinity;
+	unsigned long long affinity_picks[SL_AFFINITY_RESULTS];
 	/* --trusted-proxy, parsed: the HTTP server's limits point here. */
 	struct sl_cidr *trusted_proxies;
 	unsigned n_trusted_proxies;
@@ -204,13 +219,15 @@ struct sl_model *sl_app_find_model(struct sl_app *app, const char *name);
  * per slot; ties in turn), or NULL with the reason, for the client, in
  * `why` (see sl_pool_pick). Ties go in turn from next_upstream, which the
  * caller advances past the one it sends a request to (a pick only to see
- * that one is ready takes no turn).
+ * that one is ready takes no turn). With a prefix-affinity `key` (or NULL:
+ * a pick only to see that one is ready) and --affinity on, the replica
+ * that served the request's prefix is preferred within --affinity-margin,
+ * and the choice is remembered for the prefixes that follow.
  */
-struct sl_upstream *sl_app_pick_upstream(struct sl_app *app,
-                                         const struct sl_model *m,
-                                         bool need_slot,
-                                         const struct sl_upstream *avoid,
-                                         char *why, size_t size);
+struct sl_upstream *
+sl_app_pick_upstream(struct sl_app *app, const struct sl_model *m,
+                     bool need_slot, const struct sl_upstream *avoid,
+                     const struct sl_affinity_key *key, char *why, size_t size);
 
 /*
  * Whether an upstream of `m` that cannot take work now is expected back

@@ -48,6 +48,10 @@ enum sl_config_source {
 #define SL_CONFIG_OPTIONS_MAX 64
 /* --retries: more than a few resends only multiplies a failure's load. */
 #define SL_RETRIES_MAX 5
+/* --memory-budget at most: 1 PiB, beyond any machine's memory. */
+#define SL_MEMORY_BUDGET_MAX (1ull << 50)
+/* --affinity-margin at most: beyond any replica's slots. */
+#define SL_AFFINITY_MARGIN_MAX 1024
 /* --eject-after: a bound so that the option is read as intended. */
 #define SL_EJECT_AFTER_MAX 1000
 /*
@@ -58,6 +62,8 @@ enum sl_config_source {
 #define SL_EJECT_TIME_MAX_MS (SL_EJECT_TIME_MAX_S * 1000u)
 
 struct sl_model_config; /* models_config.h */
+/* --upstream-client: the choices, in their order there. */
+enum sl_upstream_client { SL_UPSTREAM_CLIENT_NATIVE, SL_UPSTREAM_CLIENT_CURL };
 
 struct sl_config {
 	/* The configuration file (--config): "" = none. Read once, at start. */
@@ -75,6 +81,7 @@ struct sl_config {
 	char *model_name;    /* the one model's name without models:, or "" */
 	char *default_model; /* for a request naming none, or "" */
 	unsigned max_loaded; /* managed models running at once; 0: any */
+	uint64_t memory_budget; /* bytes of GGUF files running; 0: any */
 	struct sl_model_config *models; /* the models: section, or NULL */
 	unsigned n_models;
 	char *llama_server;           /* executable, or "" to search */
@@ -88,9 +95,16 @@ struct sl_config {
 	uint64_t upstream_connect_timeout_ms;
 	uint64_t upstream_timeout_ms;      /* to the first response byte */
 	uint64_t upstream_idle_timeout_ms; /* between bytes afterwards */
-	unsigned retries;       /* resends after a failure, see --retries */
-	unsigned eject_after;   /* consecutive failures; 0: never eject */
-	uint64_t eject_time_ms; /* the first ejection period */
+	/*
+	 * What relays exchanges to http:// upstreams: sluice's own client
+	 * (h1_client.h) or libcurl. https upstreams always use libcurl.
+	 */
+	int upstream_client;      /* enum sl_upstream_client */
+	unsigned retries;         /* resends after a failure, see --retries */
+	bool affinity;            /* prefix affinity among replicas */
+	unsigned affinity_margin; /* see --affinity-margin */
+	unsigned eject_after;     /* consecutive failures; 0: never eject */
+	uint64_t eject_time_ms;   /* the first ejection period */
 	/* Upstreams found in DNS (discovery.h). */
 	struct sl_strlist upstream_dns; /* NAME:PORT, each followed */
 	uint64_t dns_refresh_ms;        /* between lookups of a name */

@@ -277,12 +277,4 @@ json_t *sl_tenants_usage_json(const struct sl_tenants *t);
 struct sl_text;
 void sl_tenants_write_metrics(const struct sl_tenants *t, struct sl_text *out);
 
-/*
- * A request body's top-level "model" (a string, copied into out, cut at
- * size - 1 bytes) and whether it has a top-level "priority". Returns
- * whether a model was found; body need not be JSON.
- */
-bool sl_keys_body_facts(const char *body, size_t len, char *out, size_t size,
-                        bool *has_priority);
-
 #endif

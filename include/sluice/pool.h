@@ -15,6 +15,7 @@
 #ifndef SLUICE_POOL_H
 #define SLUICE_POOL_H
 
+#include "sluice/affinity.h"
 #include "sluice/upstream.h"
 
 #include <stdbool.h>
@@ -39,17 +40,37 @@ void sl_pool_remove(struct sl_pool *p, const struct sl_upstream *u);
 
 bool sl_pool_contains(const struct sl_pool *p, const struct sl_upstream *u);
 
+/* Prefix affinity for one pick (affinity.h). */
+struct sl_pool_affinity {
+	struct sl_affinity *table;
+	const struct sl_affinity_key *key;
+	/*
+	 * The most requests in flight the replica holding the prefix may
+	 * have beyond the least busy qualifying one and still be chosen.
+	 */
+	unsigned margin;
+	enum sl_affinity_result result; /* out, when a key was matched */
+};
+
 /*
  * The usable member with the most room, or NULL with the reason, for the
  * client, in `why`. With need_slot, only one with a free slot qualifies.
  * Ties go in turn: the first qualifying member whose index (its place in
  * the app's list) is at or after `next` wins, wrapping around. `avoid` (or
  * NULL), the upstream a request just failed on, is picked only when no
- * other qualifies.
+ * other qualifies. With `aff` (or NULL) and a key to match, the usable
+ * member that served the longest known prefix of the request (its home)
+ * is chosen instead, when it qualifies and has at most aff->margin
+ * requests in flight beyond the one with the most room; aff->result says
+ * how it went: BUSY when the home cannot take it now (full, avoided, or
+ * beyond the margin). The table is only read: the caller stores the
+ * choice it makes (and keeps a BUSY prefix's home as it was: the detour
+ * is for this request only).
  */
 struct sl_upstream *sl_pool_pick(const struct sl_pool *p, bool need_slot,
                                  const struct sl_upstream *avoid, unsigned next,
-                                 char *why, size_t size);
+                                 struct sl_pool_affinity *aff, char *why,
+                                 size_t size);
 
 /* Free slots across the usable members: the model's capacity now. */
 unsigned sl_pool_free_slots(const struct sl_pool *p);

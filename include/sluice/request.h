@@ -35,6 +35,7 @@
 #ifndef SLUICE_REQUEST_H
 #define SLUICE_REQUEST_H
 
+#include "sluice/affinity.h"
 #include "sluice/assemble.h"
 #include "sluice/proxy.h"
 
@@ -75,6 +76,13 @@ struct sl_request {
 	 * NULL when absent or of another type: the default model then.
 	 */
 	char *model;
+	/* Whether the client named a priority (X-Priority or the body's). */
+	bool priority_given;
+	/*
+	 * A relayed body's prefix-affinity key (affinity.h): its messages or
+	 * prompt, as written, in hashed blocks; n = 0 for none.
+	 */
+	struct sl_affinity_key affinity;
 	/* On refusal: the HTTP status and one line saying why. */
 	int status;
 	char error[SL_REQUEST_ERROR_MAX];

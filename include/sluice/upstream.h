@@ -126,8 +126,13 @@ struct sl_upstream {
 	unsigned restarts;    /* relaunches after unexpected exits */
 	unsigned inflight;    /* exchanges sent to it and not finished */
 	unsigned index;       /* position among sluice's upstreams */
-	bool suspect;         /* see the top of this file */
-	bool draining;        /* see the top of this file */
+	/*
+	 * Unique in the process and never reused (an index moves as
+	 * upstreams come and go): what prefix affinity remembers it by.
+	 */
+	uint32_t id;
+	bool suspect;  /* see the top of this file */
+	bool draining; /* see the top of this file */
 	/* Where it came from: "dns:NAME:PORT", or NULL (given or managed). */
 	char *origin;
 	struct sl_outlier outlier; /* failures in a row; ejection */
