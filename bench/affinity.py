@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Prefix affinity, measured: bench/affinity.py [--rounds N] [--turns N]
 
-Two llama-servers of the slow demo model (4 slots each, one thread each) behind
+Two llama-servers of the slow demo model (4 slots each by default, one
+thread each) behind
 one sluice, which is started twice per round: with --affinity on and with
 --affinity off, alternating. The workload is what affinity is for: 8 long
 system prompts, each followed by many short user turns, sent by 4 clients at
@@ -112,13 +113,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--turns", type=int, default=12)
+    ap.add_argument("--slots", type=int, default=SLOTS,
+                    help="slots per llama-server")
     ap.add_argument("--cache-ram", type=int, default=0,
                     help="llama-server's --cache-ram, MiB (0: off)")
     args = ap.parse_args()
     if not os.path.exists(MODEL):
         sys.exit("bench/affinity.py: %s is missing: build first "
                  "(./deploy/setup.sh)" % MODEL)
-    servers = [st.LlamaServer(MODEL, slots=SLOTS, ctx=4096,
+    servers = [st.LlamaServer(MODEL, slots=args.slots, ctx=4096,
                               extra=st.LLAMA_ONE_THREAD +
                               ("--cache-ram", str(args.cache_ram)))
                for _ in range(2)]

@@ -103,14 +103,16 @@ class KillOneReplica(st.TestCase):
 class Retry5xx(MockTestCase):
     """A replica that answers 500 to every generation, beside a good one.
     With one slot each and requests one at a time, sluice takes them in
-    turn, so at least every other request meets the bad one first."""
+    turn, so at least every other request meets the bad one first. Prefix
+    affinity is off: it would send these alike requests where the first
+    one went, and turns are what these tests count on."""
 
     def pair(self, *sluice_args):
         bad = self.mock("--fail-rate", "1", "--fail-status", "500",
                         "--slots", "1")
         good = self.mock("--slots", "1", "--tokens", "5")
         s = self.sluice("--upstream", bad.url, "--upstream", good.url,
-                        *sluice_args)
+                        "--affinity", "off", *sluice_args)
         s.wait_all_upstreams_ready(SAFETY_NET_S)
         return bad, good, s
 
