@@ -7,8 +7,8 @@
  * sl_config_parse() with --config. The file is read again on SIGHUP, so a
  * bad one must cost a clear error, never a crash or a leak. Invariants
  * checked:
- *   - a refusal is one line, naming the file (its path, or "--config PATH"
- *     for a file that cannot be read or is too large);
+ *   - a refusal is one line that names the file (most start with its
+ *     path and line; a check across options names it after the options);
  *   - a file that is accepted prints back (--check-config's output).
  */
 #define _GNU_SOURCE
@@ -54,8 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} else {
 		CHECK(err[0] != '\0');
 		CHECK(!strchr(err, '\n'));
-		CHECK(strncmp(err, path, strlen(path)) == 0 ||
-		      strncmp(err, "--config ", 9) == 0);
+		CHECK(strstr(err, path));
 	}
 	sl_config_free(&cfg);
 	close(fd);
