@@ -1021,6 +1021,27 @@ static int add_upstream(struct sl_app *app, struct sl_model *m, const char *url,
 	return rc;
 }
 
+/*
+ * Starts a managed model of a models: section now (`why` says what for the
+ * log), unless it waits for its first request: preload: false, or no room
+ * within --max-loaded and --memory-budget.
+ */
+static void preload(struct sl_app *app, struct sl_model *m, const char *why)
+{
+	char limit[64];
+	if (!m->managed)
+		return;
+	if (!m->conf->preload)
+		sl_info("model %s: stopped until a request needs it "
+		        "(preload: false)",
+		        m->name);
+	else if (!room_for(app, m, limit, sizeof(limit)))
+		sl_info("model %s: stopped until a request needs it (%s)",
+		        m->name, limit);
+	else
+		load(app, m, why);
+}
+
 /* Every model's upstreams, in the order of the configuration. */
 static int start_models(struct sl_app *app)
 {
@@ -1038,17 +1059,7 @@ static int start_models(struct sl_app *app)
 	for (unsigned i = 0; rc == 0 && i < app->n_models; i++) {
 		struct sl_model *m = app->models[i];
 		const struct sl_model_config *conf = m->conf;
-		char limit[64];
-		if (m->managed && !conf->preload)
-			sl_info("model %s: stopped until a request needs it "
-			        "(preload: false)",
-			        m->name);
-		else if (m->managed && !room_for(app, m, limit, sizeof(limit)))
-			sl_info("model %s: stopped until a request needs it "
-			        "(%s)",
-			        m->name, limit);
-		else if (m->managed)
-			load(app, m, "preload");
+		preload(app, m, "preload");
 		for (unsigned k = 0; rc == 0 && k < conf->upstreams.count; k++)
 			rc = add_upstream(app, m, conf->upstreams.items[k],
 			                  NULL);
@@ -1644,16 +1655,7 @@ static void update_model(struct sl_app *app, struct sl_model *m,
 static void start_added(struct sl_app *app, struct sl_model *m)
 {
 	const struct sl_model_config *conf = m->conf;
-	char limit[64];
-	if (m->managed && !conf->preload)
-		sl_info("model %s: stopped until a request needs it "
-		        "(preload: false)",
-		        m->name);
-	else if (m->managed && !room_for(app, m, limit, sizeof(limit)))
-		sl_info("model %s: stopped until a request needs it (%s)",
-		        m->name, limit);
-	else if (m->managed)
-		load(app, m, "added by a reload");
+	preload(app, m, "added by a reload");
 	if (!m->managed)
 		m->late = true; /* see sl_model */
 	for (unsigned k = 0; k < conf->upstreams.count; k++)
