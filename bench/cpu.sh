@@ -21,6 +21,7 @@ BENCH=build/bench/sluice-bench
 MOCK=build/bench/mock-llama-server
 ROUNDS=${ROUNDS:-3}
 REQUESTS=${REQUESTS:-2000}
+TOKENS=${TOKENS:-64}
 logs=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$logs"' EXIT
@@ -50,11 +51,11 @@ run() { # run LABEL STREAM SLUICE-ARGS...
 	done
 	# A warm-up, so that connections and caches are in place.
 	"$BENCH" --quiet on --url "http://127.0.0.1:$port" --stream "$stream" \
-		--concurrency 32 --requests 200 --max-tokens 64 >/dev/null
+		--concurrency 32 --requests 200 --max-tokens "$TOKENS" >/dev/null
 	local t0 t1
 	t0=$(cpu_ticks "$pid")
 	"$BENCH" --quiet on --url "http://127.0.0.1:$port" --stream "$stream" \
-		--concurrency 32 --requests "$REQUESTS" --max-tokens 64 \
+		--concurrency 32 --requests "$REQUESTS" --max-tokens "$TOKENS" \
 		--json "$logs/out.json" >/dev/null
 	t1=$(cpu_ticks "$pid")
 	kill "$pid"

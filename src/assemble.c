@@ -213,20 +213,26 @@ void sl_assembler_free(struct sl_assembler *a)
 	memset(a, 0, sizeof(*a));
 }
 
-/* The parts of choice `index` (absent: 0), made on first use. */
-static struct sl_choice_parts *choice_at(struct sl_assembler *a,
-                                         const struct sl_jscan *s, int index,
-                                         long *out)
+/* The parts of choice i, made on first use; NULL past the limit. */
+static struct sl_choice_parts *choice_of(struct sl_assembler *a, long i)
 {
-	long i = index < 0 ? 0 : small_int(s, index);
 	if (i < 0 || i >= SL_ASSEMBLE_MAX_CHOICES)
 		return NULL;
 	if (!a->choices[i]) {
 		a->choices[i] = sl_xcalloc(1, sizeof(*a->choices[i]));
 		a->n_choices = SL_MAX(a->n_choices, (unsigned)i + 1);
 	}
-	*out = i;
 	return a->choices[i];
+}
+
+/* The parts of choice `index` (absent: 0), made on first use. */
+static struct sl_choice_parts *choice_at(struct sl_assembler *a,
+                                         const struct sl_jscan *s, int index,
+                                         long *out)
+{
+	long i = index < 0 ? 0 : small_int(s, index);
+	*out = i;
+	return choice_of(a, i);
 }
 
 /* ---- adding events ---- */
@@ -384,6 +390,29 @@ int sl_assembler_add_scanned(struct sl_assembler *a, const struct sl_jscan *s)
 	if (top[TOP_ERROR] >= 0)
 		return add_error(a, s, top[TOP_ERROR]);
 	return add_openai(a, s, top);
+}
+
+int sl_assembler_add_piece(struct sl_assembler *a, const char *data, size_t len,
+                           const struct sl_event_facts *f, const char *piece,
+                           size_t piece_len)
+{
+	if (a->error.len)
+		return 0; /* the answer is the error already */
+	/* What add_openai does with a plain token event. Native endpoints'
+	 * events are scanned as native, which have no pieces: never here. */
+	struct sl_choice_parts *c = choice_of(a, f->piece_choice);
+	if (a->kind == SL_ASSEMBLE_NATIVE || !c)
+		return SL_EINVAL;
+	a->seen_event = true;
+	buf_set(&a->last, data, len);
+	bool chat = a->kind == SL_ASSEMBLE_CHAT;
+	if (chat && f->piece_kind == SL_PIECE_CONTENT)
+		buf_add(&c->text, piece, piece_len);
+	else if (chat && f->piece_kind == SL_PIECE_REASONING)
+		buf_add(&c->reasoning, piece, piece_len);
+	else if (!chat && f->piece_kind == SL_PIECE_TEXT)
+		buf_add(&c->text, piece, piece_len);
+	return 0;
 }
 
 int sl_assembler_add(struct sl_assembler *a, const char *data, size_t len)

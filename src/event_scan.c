@@ -1,6 +1,9 @@
 /* event_scan.c: recognising upstream events from their JSON text. */
 #include "sluice/event_scan.h"
 
+#include "sluice/common.h"
+
+#include <stdlib.h>
 #include <string.h>
 
 /*
@@ -143,15 +146,43 @@ static void scan_native(const struct sl_jscan *s, struct sl_event_facts *f)
 	}
 }
 
+/* Whether a member is absent or null: nothing for an assembler to read. */
+static bool absent(const struct sl_jscan *s, int i)
+{
+	return i < 0 || (sl_jscan_type(s, i) == JSMN_PRIMITIVE &&
+	                 sl_jscan_is(s, i, "null"));
+}
+
+/* A choice's index as the assembler reads it (absent: 0), else -1. */
+static long choice_index(const struct sl_jscan *s, int i)
+{
+	if (i < 0)
+		return 0;
+	if (sl_jscan_type(s, i) != JSMN_PRIMITIVE)
+		return -1;
+	const char *p = sl_jscan_text(s, i);
+	size_t n = sl_jscan_len(s, i);
+	if (n == 0 || n > 9)
+		return -1;
+	long v = 0;
+	for (size_t k = 0; k < n; k++) {
+		if (p[k] < '0' || p[k] > '9')
+			return -1;
+		v = v * 10 + (p[k] - '0');
+	}
+	return v;
+}
+
 /* OpenAI's chunks: one token per choice that carries any output. */
 static void scan_openai(const struct sl_jscan *s, struct sl_event_facts *f)
 {
-	enum { ERROR, USAGE, CHOICES, TIMINGS, N_KEYS };
+	enum { ERROR, USAGE, CHOICES, TIMINGS, VERBOSE, N_KEYS };
 	static const struct sl_jscan_key keys[N_KEYS] = {
 	    [ERROR] = SL_JSCAN_KEY("error"),
 	    [USAGE] = SL_JSCAN_KEY("usage"),
 	    [CHOICES] = SL_JSCAN_KEY("choices"),
-	    [TIMINGS] = SL_JSCAN_KEY("timings")};
+	    [TIMINGS] = SL_JSCAN_KEY("timings"),
+	    [VERBOSE] = SL_JSCAN_KEY("__verbose")};
 	int v[N_KEYS];
 	sl_jscan_members(s, 0, keys, v, N_KEYS);
 	if (v[ERROR] >= 0) {
@@ -183,9 +214,13 @@ static void scan_openai(const struct sl_jscan *s, struct sl_event_facts *f)
 			    int_value(s, cached) + int_value(s, evaluated);
 		}
 	}
-	enum { DELTA, TEXT, N_CHOICE };
+	enum { DELTA, TEXT, INDEX, FINISH, LOGPROBS, N_CHOICE };
 	static const struct sl_jscan_key choice_keys[N_CHOICE] = {
-	    [DELTA] = SL_JSCAN_KEY("delta"), [TEXT] = SL_JSCAN_KEY("text")};
+	    [DELTA] = SL_JSCAN_KEY("delta"),
+	    [TEXT] = SL_JSCAN_KEY("text"),
+	    [INDEX] = SL_JSCAN_KEY("index"),
+	    [FINISH] = SL_JSCAN_KEY("finish_reason"),
+	    [LOGPROBS] = SL_JSCAN_KEY("logprobs")};
 	enum { CONTENT, REASONING, TOOL_CALLS, N_DELTA };
 	static const struct sl_jscan_key delta_keys[N_DELTA] = {
 	    [CONTENT] = SL_JSCAN_KEY("content"),
@@ -193,8 +228,8 @@ static void scan_openai(const struct sl_jscan *s, struct sl_event_facts *f)
 	    [TOOL_CALLS] = SL_JSCAN_KEY("tool_calls")};
 	int n = array_size(s, choices);
 	int c = choices + 1;
+	int cv[N_CHOICE], dv[N_DELTA];
 	for (int k = 0; k < n && c < s->n; k++, c = sl_jscan_skip(s, c)) {
-		int cv[N_CHOICE], dv[N_DELTA];
 		sl_jscan_members(s, c, choice_keys, cv, N_CHOICE);
 		sl_jscan_members(s, cv[DELTA], delta_keys, dv, N_DELTA);
 		if (nonempty_string(s, cv[TEXT]) ||
@@ -204,12 +239,39 @@ static void scan_openai(const struct sl_jscan *s, struct sl_event_facts *f)
 			f->arrivals++;
 	}
 	f->per_arrival = f->arrivals > 0;
+	/*
+	 * A plain token event (event_scan.h): with one choice, cv and dv
+	 * still hold its members. Its one piece is whichever of the three
+	 * strings is present; the other two and everything else an
+	 * assembler reads must be absent or null.
+	 */
+	if (n != 1 || f->arrivals != 1 || !absent(s, usage) ||
+	    !absent(s, timings) || !absent(s, v[VERBOSE]) ||
+	    !absent(s, cv[FINISH]) || !absent(s, cv[LOGPROBS]) ||
+	    !absent(s, dv[TOOL_CALLS]) || choice_index(s, cv[INDEX]) < 0)
+		return;
+	const int pieces[] = {cv[TEXT], dv[CONTENT], dv[REASONING]};
+	const enum sl_event_piece kinds[] = {SL_PIECE_TEXT, SL_PIECE_CONTENT,
+	                                     SL_PIECE_REASONING};
+	int found = -1;
+	for (int k = 0; k < 3; k++) {
+		if (absent(s, pieces[k]))
+			continue;
+		if (found >= 0 || !nonempty_string(s, pieces[k]))
+			return;
+		found = k;
+	}
+	if (found < 0)
+		return;
+	f->piece = pieces[found];
+	f->piece_kind = kinds[found];
+	f->piece_choice = choice_index(s, cv[INDEX]);
 }
 
 void sl_event_scan(struct sl_jscan *s, const char *data, size_t len,
                    enum sl_event_dialect dialect, struct sl_event_facts *f)
 {
-	*f = (struct sl_event_facts){0};
+	*f = (struct sl_event_facts){.piece = -1};
 	/* A scan to free even when nothing is parsed. */
 	s->tok = s->inline_tok;
 	s->n = 0;
@@ -230,4 +292,98 @@ void sl_event_scan(struct sl_jscan *s, const char *data, size_t len,
 	case SL_DIALECT_OPENAI: scan_openai(s, f); break;
 	case SL_DIALECT_TYPED: scan_typed(s, f); break;
 	}
+}
+
+/* ---- the shape of token events ---- */
+
+void sl_event_shape_learn(struct sl_event_shape *sh, const struct sl_jscan *s,
+                          const struct sl_event_facts *f)
+{
+	if (f->piece < 0 || s->len > SL_EVENT_SHAPE_MAX)
+		return;
+	if (sh->cap < s->len) {
+		sh->cap = s->len;
+		free(sh->text);
+		sh->text = sl_xmalloc(sh->cap);
+	}
+	memcpy(sh->text, s->text, s->len);
+	sh->len = s->len;
+	sh->piece_start = (size_t)s->tok[f->piece].start;
+	sh->piece_end = (size_t)s->tok[f->piece].end;
+	sh->facts = *f;
+	sh->facts.piece = -1;
+}
+
+static bool is_hex(char c)
+{
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
+	       (c >= 'A' && c <= 'F');
+}
+
+/*
+ * Whether `n` bytes are a JSON string's inside: no quote or control byte
+ * unescaped, and every escape whole (RFC 8259, 7). Stricter than jsmn,
+ * which lets control bytes through: such a piece is scanned in full.
+ */
+static bool string_inside(const char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)p[i];
+		if (c == '"' || c < 0x20)
+			return false;
+		if (c != '\\')
+			continue;
+		if (++i == n)
+			return false;
+		if (p[i] == 'u') {
+			if (n - i < 5 || !is_hex(p[i + 1]) ||
+			    !is_hex(p[i + 2]) || !is_hex(p[i + 3]) ||
+			    !is_hex(p[i + 4]))
+				return false;
+			i += 4;
+		} else if (!strchr("\"\\/bfnrt", p[i]) || p[i] == '\0') {
+			return false;
+		}
+	}
+	return true;
+}
+
+bool sl_event_shape_match(const struct sl_event_shape *sh, const char *data,
+                          size_t len, struct sl_event_facts *f,
+                          const char **piece, size_t *piece_len)
+{
+	if (!sh->text)
+		return false;
+	size_t head = sh->piece_start, tail = sh->len - sh->piece_end;
+	if (len <= head + tail || memcmp(data, sh->text, head) != 0 ||
+	    memcmp(data + len - tail, sh->text + sh->piece_end, tail) != 0)
+		return false;
+	size_t n = len - head - tail;
+	if (!string_inside(data + head, n))
+		return false;
+	*f = sh->facts;
+	*piece = data + head;
+	*piece_len = n;
+	return true;
+}
+
+void sl_event_shape_free(struct sl_event_shape *sh)
+{
+	free(sh->text);
+	*sh = (struct sl_event_shape){0};
+}
+
+void sl_event_read(struct sl_event_shape *sh, struct sl_jscan *s,
+                   const char *data, size_t len, enum sl_event_dialect dialect,
+                   struct sl_event_facts *f, const char **piece,
+                   size_t *piece_len)
+{
+	s->tok = s->inline_tok;
+	s->n = 0;
+	*piece = NULL;
+	*piece_len = 0;
+	if (sl_event_shape_match(sh, data, len, f, piece, piece_len))
+		return;
+	sl_event_scan(s, data, len, dialect, f);
+	sl_event_shape_learn(sh, s, f);
 }

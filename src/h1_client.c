@@ -44,6 +44,8 @@ struct sl_h1_pool {
 	 */
 	struct sl_h1_conn *draining;
 	bool streams_close;
+	unsigned streams_kept; /* chunked answers found still open, to
+	                          SL_H1_STREAM_PEEKS */
 	unsigned max_conns;
 	struct sl_h1_request *wait_head, *wait_tail;
 };
@@ -564,16 +566,26 @@ static void scrub_head(struct sl_h1_conn *c, char *buf, size_t n)
  * the close is usually in the socket already. Kept, the connection would
  * be handed at once to the next request (a freed slot dispatches one
  * before this read returns), which would then be written in vain and sent
- * again on a new connection. One peek after a chunked answer spares that;
- * answers with a length keep their connection without it.
+ * again on a new connection. One peek after a chunked answer spares that,
+ * until one close is seen or SL_H1_STREAM_PEEKS answers have shown that
+ * the upstream keeps them (sluice's own mock does); answers with a length
+ * keep their connection without it.
  */
 static bool peer_closing(struct sl_h1_conn *c)
 {
+	struct sl_h1_pool *p = c->pool;
+	if (p->streams_close)
+		return false; /* known: the connection is drained anyway */
+	if (p->streams_kept >= SL_H1_STREAM_PEEKS)
+		return false; /* known: it keeps them */
 	uv_os_fd_t fd;
 	char b;
 	if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
 		return true;
-	return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+	if (recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) >= 0)
+		return true;
+	p->streams_kept++;
+	return false;
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
@@ -608,8 +620,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		    llhttp_get_error_pos(&c->parser) == buf->base + nread;
 		bool keep = llhttp_should_keep_alive(&c->parser);
 		bool chunked = c->parser.flags & F_CHUNKED;
-		bool closing = whole && keep && chunked &&
-		               !c->pool->streams_close && peer_closing(c);
+		bool closing = whole && keep && chunked && peer_closing(c);
 		if (closing)
 			learn_streams_close(c->pool);
 		if (!whole || !keep || closing)

@@ -114,6 +114,8 @@ struct exchange {
 	bool assemble; /* it wants one answer, built from upstream events */
 	struct sl_assembler answer;
 	size_t answer_bytes;
+	/* The stream's plain token events, learned to skip their scans. */
+	struct sl_event_shape shape;
 	json_t *final; /* /generate streams: the event with "stop": true */
 
 	/*
@@ -623,8 +625,9 @@ static void relay_event(struct exchange *x, const char *event, size_t len)
 }
 
 /*
- * One upstream event: recognised by a scan of its data (no allocation for
- * llama-server's token events), then relayed, assembled or rebuilt.
+ * One upstream event: recognised from its data (matched to the stream's
+ * shape, else scanned without allocation for llama-server's token events),
+ * then relayed, assembled or rebuilt.
  */
 static int on_event(const char *event, size_t len, void *arg)
 {
@@ -640,11 +643,13 @@ static int on_event(const char *event, size_t len, void *arg)
 		n = copy ? strlen(copy) : 0;
 	}
 	struct sl_jscan scan;
-	struct sl_event_facts facts = {0};
+	scan.tok = scan.inline_tok;
+	struct sl_event_facts facts = {.piece = -1};
+	const char *piece = NULL;
+	size_t piece_len = 0;
 	if (data)
-		sl_event_scan(&scan, data, n, dialect_of(x), &facts);
-	else
-		scan.tok = scan.inline_tok;
+		sl_event_read(&x->shape, &scan, data, n, dialect_of(x), &facts,
+		              &piece, &piece_len);
 	if (facts.error) {
 		relay_flush(x);
 		upstream_error_event(x, event, len);
@@ -656,8 +661,11 @@ static int on_event(const char *event, size_t len, void *arg)
 		x->answer_bytes += len;
 		if (x->answer_bytes > SL_PROXY_MAX_ANSWER)
 			fail(x, 502, "upstream answer too large to assemble");
-		else if (facts.json &&
-		         sl_assembler_add_scanned(&x->answer, &scan) != 0)
+		else if (piece ? sl_assembler_add_piece(&x->answer, data, n,
+		                                        &facts, piece,
+		                                        piece_len) != 0
+		               : facts.json && sl_assembler_add_scanned(
+		                                   &x->answer, &scan) != 0)
 			fail(x, 502,
 			     "upstream sent an event sluice cannot read");
 	} else if (x->ep->api == SL_API_GENERATE) {
@@ -1312,6 +1320,7 @@ static void on_timer_closed(uv_handle_t *h)
 		sl_sse_free(&x->sse);
 	if (x->assemble)
 		sl_assembler_free(&x->answer);
+	sl_event_shape_free(&x->shape);
 	json_decref(x->final);
 	free(x->body);
 	free(x->target);

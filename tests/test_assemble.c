@@ -22,15 +22,80 @@ struct recording {
 
 #include "assemble_recordings.h"
 
+/*
+ * Every answer is assembled twice: from sl_assembler_add() per event, and
+ * as the proxy does it, each event read against the stream's shape
+ * (sl_event_read: plain token events matched, not scanned). The two must
+ * be the same to the byte. Matches are counted, so that a test can tell
+ * that the second way was taken.
+ */
+struct twice {
+	struct sl_assembler plain, shaped;
+	struct sl_event_shape shape;
+	enum sl_event_dialect dialect;
+	unsigned matched;
+};
+
+static unsigned shape_matches; /* over every answer so far */
+
+static void twice_init(struct twice *t, enum sl_assemble_kind kind, bool tokens)
+{
+	sl_assembler_init(&t->plain, kind, tokens);
+	sl_assembler_init(&t->shaped, kind, tokens);
+	t->shape = (struct sl_event_shape){0};
+	t->dialect =
+	    kind == SL_ASSEMBLE_NATIVE ? SL_DIALECT_NATIVE : SL_DIALECT_OPENAI;
+	t->matched = 0;
+}
+
+static void twice_add(struct twice *t, const char *data, size_t len)
+{
+	ASSERT_EQ(sl_assembler_add(&t->plain, data, len), 0);
+	struct sl_jscan s;
+	struct sl_event_facts f;
+	const char *piece;
+	size_t piece_len;
+	sl_event_read(&t->shape, &s, data, len, t->dialect, &f, &piece,
+	              &piece_len);
+	if (piece) {
+		t->matched++;
+		shape_matches++;
+		ASSERT_EQ(sl_assembler_add_piece(&t->shaped, data, len, &f,
+		                                 piece, piece_len),
+		          0);
+	} else if (f.json) {
+		ASSERT_EQ(sl_assembler_add_scanned(&t->shaped, &s), 0);
+	}
+	sl_jscan_free(&s);
+}
+
+/* The answer, checked to be the same both ways. */
+static char *twice_result(struct twice *t, int *status)
+{
+	size_t len = 0, shaped_len = 0;
+	char *s = sl_assembler_result(&t->plain, &len);
+	char *shaped = sl_assembler_result(&t->shaped, &shaped_len);
+	ASSERT(s != NULL && shaped != NULL);
+	ASSERT_EQ(strlen(s), len);
+	ASSERT_STR_EQ(shaped, s);
+	*status = sl_assembler_status(&t->plain);
+	ASSERT_EQ(sl_assembler_status(&t->shaped), *status);
+	free(shaped);
+	sl_assembler_free(&t->plain);
+	sl_assembler_free(&t->shaped);
+	sl_event_shape_free(&t->shape);
+	return s;
+}
+
 /* Feeds each event's data ("data: " lines; one line each here). */
-static void feed_stream(struct sl_assembler *a, const char *stream)
+static void feed_stream(struct twice *t, const char *stream)
 {
 	const char *p = stream;
 	while (*p) {
 		const char *nl = strchr(p, '\n');
 		size_t n = nl ? (size_t)(nl - p) : strlen(p);
 		if (n > 6 && memcmp(p, "data: ", 6) == 0)
-			ASSERT_EQ(sl_assembler_add(a, p + 6, n - 6), 0);
+			twice_add(t, p + 6, n - 6);
 		p += n + (nl != NULL);
 	}
 }
@@ -38,16 +103,10 @@ static void feed_stream(struct sl_assembler *a, const char *stream)
 static char *assemble_stream(enum sl_assemble_kind kind, bool tokens,
                              const char *stream, int *status)
 {
-	struct sl_assembler a;
-	sl_assembler_init(&a, kind, tokens);
-	feed_stream(&a, stream);
-	size_t len = 0;
-	char *s = sl_assembler_result(&a, &len);
-	ASSERT(s != NULL);
-	ASSERT_EQ(strlen(s), len);
-	*status = sl_assembler_status(&a);
-	sl_assembler_free(&a);
-	return s;
+	struct twice t;
+	twice_init(&t, kind, tokens);
+	feed_stream(&t, stream);
+	return twice_result(&t, status);
 }
 
 static void test_recordings(void)
@@ -68,16 +127,11 @@ static void test_recordings(void)
 static char *assemble(enum sl_assemble_kind kind, const char *const *events,
                       int *status)
 {
-	struct sl_assembler a;
-	sl_assembler_init(&a, kind, false);
+	struct twice t;
+	twice_init(&t, kind, false);
 	for (; *events; events++)
-		ASSERT_EQ(sl_assembler_add(&a, *events, strlen(*events)), 0);
-	size_t len;
-	char *s = sl_assembler_result(&a, &len);
-	ASSERT(s != NULL);
-	*status = sl_assembler_status(&a);
-	sl_assembler_free(&a);
-	return s;
+		twice_add(&t, *events, strlen(*events));
+	return twice_result(&t, status);
 }
 
 #define EVENTS(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -299,9 +353,86 @@ static void test_reproducible(void)
 	ASSERT(!reproducible(SL_ASSEMBLE_NONE, "{}"));
 }
 
+/* A chat token event: `piece` as written, `created` as given. */
+static char *chat_token(const char *member, const char *piece, int created)
+{
+	char *e = NULL;
+	ASSERT(asprintf(&e,
+	                "{\"choices\":[{\"finish_reason\":null,\"index\":0,"
+	                "\"delta\":{\"%s\":\"%s\"}}],\"created\":%d,\"id\":"
+	                "\"chatcmpl-x\",\"model\":\"m\",\"system_"
+	                "fingerprint\":\"f\",\"object\":\"chat.completion."
+	                "chunk\"}",
+	                member, piece, created) > 0);
+	return e;
+}
+
+/*
+ * Plain token events matched to the stream's shape: escapes of every kind
+ * in the piece, a shape relearnt when "created" turns, reasoning pieces,
+ * and events of other shapes among them. The answer must be the same as
+ * from scanning every event (twice_result), and exactly the plain token
+ * events after the first of each shape must have been matched.
+ */
+static void test_shape_matched_events(void)
+{
+	struct {
+		const char *member, *piece;
+		int created;
+		bool matched;
+	} tokens[] = {
+	    {"content", "Hel", 1, false}, /* scanned: the shape */
+	    {"content", "lo", 1, true},
+	    {"content", "\\\"", 1, true},
+	    {"content", "\\u00e9", 1, true},
+	    {"content", "\\\\", 1, true},
+	    {"content", "\\n", 1, true},
+	    {"content", " w", 2, false}, /* a new second: a new shape */
+	    {"content", "or", 2, true},
+	    {"reasoning_content", "hm", 2, false},
+	    {"reasoning_content", " ok", 2, true},
+	    {"content", "ld", 2, false},
+	    {"content", "\\ud83d\\ude00", 2, true},
+	};
+	struct twice t;
+	twice_init(&t, SL_ASSEMBLE_CHAT, false);
+	const char *role =
+	    "{\"choices\":[{\"finish_reason\":null,\"index\":0,\"delta\":{"
+	    "\"role\":\"assistant\",\"content\":null}}],\"created\":1,"
+	    "\"id\":\"chatcmpl-x\",\"model\":\"m\",\"system_fingerprint\":"
+	    "\"f\",\"object\":\"chat.completion.chunk\"}";
+	twice_add(&t, role, strlen(role));
+	unsigned want = 0;
+	for (size_t i = 0; i < SL_ARRAY_SIZE(tokens); i++) {
+		char *e = chat_token(tokens[i].member, tokens[i].piece,
+		                     tokens[i].created);
+		unsigned before = t.matched;
+		twice_add(&t, e, strlen(e));
+		ASSERT_EQ(t.matched - before, tokens[i].matched ? 1u : 0u);
+		want += tokens[i].matched;
+		free(e);
+	}
+	const char *finish =
+	    "{\"choices\":[{\"finish_reason\":\"length\",\"index\":0,"
+	    "\"delta\":{}}],\"created\":2,\"id\":\"chatcmpl-x\",\"model\":"
+	    "\"m\",\"system_fingerprint\":\"f\",\"object\":\"chat."
+	    "completion.chunk\",\"timings\":{\"cache_n\":0,\"prompt_n\":3}}";
+	twice_add(&t, finish, strlen(finish));
+	twice_add(&t, "[DONE]", 6);
+	ASSERT_EQ(t.matched, want);
+	int status;
+	char *s = twice_result(&t, &status);
+	ASSERT_EQ(status, 200);
+	ASSERT(strstr(s, "\"content\":\"Hello\\\"\\u00e9\\\\\\n world"
+	                 "\\ud83d\\ude00\"") != NULL);
+	ASSERT(strstr(s, "\"reasoning_content\":\"hm ok\"") != NULL);
+	free(s);
+}
+
 int main(void)
 {
 	RUN(test_recordings);
+	RUN(test_shape_matched_events);
 	RUN(test_escapes_joined_as_written);
 	RUN(test_chat_tool_calls_and_reasoning);
 	RUN(test_error_mid_stream);

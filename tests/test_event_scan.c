@@ -5,6 +5,7 @@
  */
 #include "sluice/event_scan.h"
 
+#include "sluice/common.h"
 #include "test.h"
 
 /* Recorded from llama-server 0.7.0 (demo-tiny model), as sent. */
@@ -313,6 +314,110 @@ static void test_prompt_counts(void)
 	ASSERT_EQ(f.prompt_tokens, 54);
 }
 
+/* Reads `data` against `sh`; returns the piece matched, or NULL. */
+static const char *read_event(struct sl_event_shape *sh, const char *data,
+                              struct sl_event_facts *f, size_t *piece_len)
+{
+	struct sl_jscan s;
+	const char *piece;
+	sl_event_read(sh, &s, data, strlen(data), SL_DIALECT_OPENAI, f, &piece,
+	              piece_len);
+	sl_jscan_free(&s);
+	return piece;
+}
+
+#define CHUNK(piece)                                                           \
+	"{\"choices\":[{\"finish_reason\":null,\"index\":0,\"delta\":{"        \
+	"\"content\":\"" piece "\"}}],\"created\":5,\"id\":\"c\"}"
+
+/*
+ * Which events are plain token events, and which later events match the
+ * shape one of them leaves: only those that differ in a valid, non-empty
+ * piece of text.
+ */
+static void test_shape(void)
+{
+	struct sl_event_shape sh = {0};
+	struct sl_event_facts f;
+	size_t n;
+	/* Not plain token events: nothing learnt. */
+	const char *not_plain[] = {
+	    "{\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
+	    "\"content\":null}}]}",
+	    "{\"choices\":[{\"finish_reason\":\"stop\",\"index\":0,"
+	    "\"delta\":{\"content\":\"a\"}}]}",
+	    "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}],"
+	    "\"usage\":{\"completion_tokens\":1}}",
+	    "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}],"
+	    "\"timings\":{\"prompt_n\":1}}",
+	    "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},"
+	    "\"logprobs\":{\"content\":[]}}]}",
+	    "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\","
+	    "\"reasoning_content\":\"b\"}}]}",
+	    "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\","
+	    "\"tool_calls\":[]}}]}",
+	    "{\"choices\":[{\"index\":\"0\",\"delta\":{\"content\":\"a\"}}]}",
+	    "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}},"
+	    "{\"index\":1,\"delta\":{\"content\":\"b\"}}]}",
+	    "{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}],"
+	    "\"__verbose\":{}}",
+	    CHUNK(""),
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(not_plain); i++) {
+		ASSERT(read_event(&sh, not_plain[i], &f, &n) == NULL);
+		ASSERT_EQ(f.piece, -1);
+		ASSERT(sh.text == NULL);
+	}
+	/* A plain token event is scanned and becomes the shape... */
+	ASSERT(read_event(&sh, CHUNK("Hi"), &f, &n) == NULL);
+	ASSERT(f.piece >= 0);
+	ASSERT_EQ(f.piece_kind, SL_PIECE_CONTENT);
+	ASSERT_EQ(f.piece_choice, 0);
+	ASSERT(sh.text != NULL);
+	/* ... which later ones match, with the same facts. */
+	const char *matching[][2] = {
+	    {CHUNK(" there"), " there"},
+	    {CHUNK("\\\""), "\\\""},
+	    {CHUNK("\\u00E9\\/"), "\\u00E9\\/"},
+	    {CHUNK("\\\\"), "\\\\"},
+	    {CHUNK("\\b\\f\\n\\r\\t"), "\\b\\f\\n\\r\\t"},
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(matching); i++) {
+		const char *piece = read_event(&sh, matching[i][0], &f, &n);
+		ASSERT(piece != NULL);
+		ASSERT_EQ(n, strlen(matching[i][1]));
+		ASSERT(memcmp(piece, matching[i][1], n) == 0);
+		ASSERT(f.json && f.object && !f.error);
+		ASSERT_EQ(f.arrivals, 1);
+		ASSERT_EQ(f.per_arrival, 1);
+		ASSERT_EQ(f.piece_kind, SL_PIECE_CONTENT);
+	}
+	/* Scanned in full: what is not the shape around a valid string. */
+	const char *others[] = {
+	    CHUNK("a\\"),      /* the closing quote escaped */
+	    CHUNK("a\\x"),     /* no such escape */
+	    CHUNK("\\u00g0"),  /* not hex */
+	    CHUNK("\\u00"),    /* cut short */
+	    CHUNK("a\tb"),     /* a raw control byte */
+	    CHUNK("a\", \"b"), /* a quote: another member */
+	    CHUNK(""),         /* no piece */
+	    "{\"choices\":[{\"finish_reason\":null,\"index\":0,\"delta\":{"
+	    "\"content\":\"a\"}}],\"created\":6,\"id\":\"c\"}",
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(others); i++) {
+		sl_event_shape_free(&sh);
+		ASSERT(read_event(&sh, CHUNK("Hi"), &f, &n) == NULL);
+		ASSERT(sh.text != NULL);
+		ASSERT(read_event(&sh, others[i], &f, &n) == NULL);
+	}
+	/* A plain token event that did not match is the new shape: the
+	 * last above said "created": 6, so 5 no longer matches. */
+	ASSERT(read_event(&sh, CHUNK("b"), &f, &n) == NULL);
+	ASSERT(read_event(&sh, CHUNK("c"), &f, &n) != NULL);
+	sl_event_shape_free(&sh);
+	ASSERT(sh.text == NULL);
+}
+
 int main(void)
 {
 	RUN(test_native_token);
@@ -326,5 +431,6 @@ int main(void)
 	RUN(test_openai);
 	RUN(test_typed);
 	RUN(test_prompt_counts);
+	RUN(test_shape);
 	return 0;
 }

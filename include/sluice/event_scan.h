@@ -40,6 +40,14 @@ enum sl_event_dialect {
 	SL_DIALECT_TYPED,  /* "type": content_block_delta, response.* */
 };
 
+/* Which member holds a plain token event's piece of text. */
+enum sl_event_piece {
+	SL_PIECE_NONE,
+	SL_PIECE_TEXT,      /* choices[i].text (/v1/completions) */
+	SL_PIECE_CONTENT,   /* choices[i].delta.content (chat) */
+	SL_PIECE_REASONING, /* choices[i].delta.reasoning_content */
+};
+
 struct sl_event_facts {
 	bool done;   /* the data is the [DONE] marker */
 	bool json;   /* the data is one JSON value */
@@ -71,6 +79,17 @@ struct sl_event_facts {
 	 */
 	bool has_prompt;
 	int64_t prompt_tokens;
+
+	/*
+	 * A plain token event (OpenAI's dialect): one choice whose only
+	 * output is one non-empty string, with no finish, usage, timings,
+	 * logprobs or anything else an assembler reads. `piece` is that
+	 * string's token, -1 for any other event; `piece_kind` which member
+	 * it is and `piece_choice` the choice's index.
+	 */
+	int piece;
+	enum sl_event_piece piece_kind;
+	long piece_choice;
 };
 
 /*
@@ -81,5 +100,60 @@ struct sl_event_facts {
  */
 void sl_event_scan(struct sl_jscan *s, const char *data, size_t len,
                    enum sl_event_dialect dialect, struct sl_event_facts *f);
+
+/*
+ * The shape of a stream's plain token events, so that most of them need no
+ * scan at all. llama-server writes its OpenAI chunks from one template:
+ * between two token events of a stream only the piece of text differs (and
+ * "created", once a second). So once a plain token event has been scanned,
+ * a later event whose bytes are the same around a valid JSON string where
+ * the piece was says what that one said, and its piece is that string:
+ * two memcmp calls and one pass over a few bytes of text, where a scan
+ * tokenizes some 250 bytes into two dozen tokens and walks them.
+ *
+ * Nothing is assumed about the upstream: an event of any other shape simply
+ * does not match and is scanned in full, and a plain token event that is
+ * scanned becomes the new shape.
+ */
+#define SL_EVENT_SHAPE_MAX 4096 /* bytes; longer events are not kept */
+
+struct sl_event_shape {
+	char *text; /* the shape event's data, malloc'd; NULL before one */
+	size_t len, cap;
+	size_t piece_start, piece_end; /* its piece's inner bytes */
+	struct sl_event_facts facts;
+};
+
+/*
+ * Keeps the event that `s` scanned, whose facts `f` name a piece, as the
+ * shape to match. Events of other kinds and longer than SL_EVENT_SHAPE_MAX
+ * are ignored.
+ */
+void sl_event_shape_learn(struct sl_event_shape *sh, const struct sl_jscan *s,
+                          const struct sl_event_facts *f);
+
+/*
+ * Whether `len` bytes of `data` are the shape's event with another
+ * non-empty piece. If so, fills `f` with what a scan would have said (its
+ * `piece` then -1, as there are no tokens) and points *piece at the new
+ * piece's inner bytes, escapes as written, inside `data`.
+ */
+bool sl_event_shape_match(const struct sl_event_shape *sh, const char *data,
+                          size_t len, struct sl_event_facts *f,
+                          const char **piece, size_t *piece_len);
+
+void sl_event_shape_free(struct sl_event_shape *sh);
+
+/*
+ * One event of a stream, read the cheapest way: matched to the stream's
+ * shape (*piece then points at its piece, and `s` holds no tokens), else
+ * scanned in full into `s` (*piece NULL), a plain token event then
+ * becoming the shape. Either way `f` says what the event says, and the
+ * caller sl_jscan_free()s `s`.
+ */
+void sl_event_read(struct sl_event_shape *sh, struct sl_jscan *s,
+                   const char *data, size_t len, enum sl_event_dialect dialect,
+                   struct sl_event_facts *f, const char **piece,
+                   size_t *piece_len);
 
 #endif

@@ -91,6 +91,15 @@
  */
 #define SL_H1_ADDRS_MAX 8
 
+/*
+ * Chunked answers after which an upstream whose connections were still
+ * open at each one's end is taken to keep them: from then on the peek for
+ * its close (h1_client.c, peer_closing) is spared, a system call per
+ * streamed answer. A close that comes later is still learnt when the idle
+ * connection reads it.
+ */
+#define SL_H1_STREAM_PEEKS 64
+
 /* Room for a result's message in sl_h1_request.error. */
 #define SL_H1_ERROR_MAX 256
 

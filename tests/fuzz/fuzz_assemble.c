@@ -35,6 +35,11 @@
  *     message.content is the delta "content" strings joined (null only
  *     when none came), and reasoning_content, present exactly when some
  *     came, the "reasoning_content" strings joined.
+ * Every line fed is also fed as the proxy reads events (sl_event_read:
+ * plain token events matched to the stream's shape rather than scanned)
+ * to a second assembler. Whenever every sl_assembler_add returned 0, that
+ * one must have accepted every event too, and its answer and status must
+ * be the first's to the byte.
  * Whatever the lines were, nothing may crash, leak or read out of bounds.
  */
 #include "sluice/assemble.h"
@@ -77,6 +82,34 @@ struct expect {
 	json_t *reasoning[SL_ASSEMBLE_MAX_CHOICES];
 	json_t *tokens; /* native: the "tokens" arrays joined */
 };
+
+/* The same lines, read as the proxy reads them. */
+struct shaped {
+	struct sl_assembler a;
+	struct sl_event_shape shape;
+	enum sl_event_dialect dialect;
+	bool plain_ok;  /* every sl_assembler_add returned 0 */
+	bool shaped_ok; /* and every add here */
+};
+
+static void feed_shaped(struct shaped *sh, const char *line, size_t len)
+{
+	struct sl_jscan s;
+	struct sl_event_facts f;
+	const char *piece;
+	size_t piece_len;
+	sl_event_read(&sh->shape, &s, line, len, sh->dialect, &f, &piece,
+	              &piece_len);
+	int rc = 0;
+	if (piece)
+		rc = sl_assembler_add_piece(&sh->a, line, len, &f, piece,
+		                            piece_len);
+	else if (f.json)
+		rc = sl_assembler_add_scanned(&sh->a, &s);
+	sl_jscan_free(&s);
+	if (rc != 0)
+		sh->shaped_ok = false;
+}
 
 /* Appends a piece, when it is a string, to the joined text in *slot. */
 static void join(json_t **slot, const json_t *piece)
@@ -154,8 +187,9 @@ static void note_openai(struct expect *e, json_t *doc,
 	}
 }
 
-static void feed(struct sl_assembler *a, struct expect *e, const char *line,
-                 size_t len, enum sl_assemble_kind kind, bool every_line)
+static void feed(struct sl_assembler *a, struct shaped *sh, struct expect *e,
+                 const char *line, size_t len, enum sl_assemble_kind kind,
+                 bool every_line)
 {
 	static const char prefix[] = "data: ";
 	if (len >= sizeof(prefix) - 1 &&
@@ -174,8 +208,11 @@ static void feed(struct sl_assembler *a, struct expect *e, const char *line,
 		e->all_valid = false;
 	}
 	bool was_error = e->error_event;
-	if (sl_assembler_add(a, line, len) != 0)
+	if (sl_assembler_add(a, line, len) != 0) {
 		e->all_valid = false;
+		sh->plain_ok = false;
+	}
+	feed_shaped(sh, line, len);
 	/* After a refusal nothing is checked: the proxy answers 502. */
 	if (!e->all_valid || !json_is_object(doc) || was_error) {
 		json_decref(doc);
@@ -271,6 +308,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	struct sl_assembler a;
 	sl_assembler_init(&a, kind, return_tokens);
+	struct shaped sh = {.dialect = kind == SL_ASSEMBLE_NATIVE
+	                                   ? SL_DIALECT_NATIVE
+	                                   : SL_DIALECT_OPENAI,
+	                    .plain_ok = true,
+	                    .shaped_ok = true};
+	sl_assembler_init(&sh.a, kind, return_tokens);
 	struct expect e = {.all_valid = true,
 	                   .plain_keys = true,
 	                   .one_index = true,
@@ -279,7 +322,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	while (from < len) {
 		const char *nl = memchr(text + from, '\n', len - from);
 		size_t to = nl ? (size_t)(nl - text) : len;
-		feed(&a, &e, text + from, to - from, kind,
+		feed(&a, &sh, &e, text + from, to - from, kind,
 		     data[0] & EVERY_LINE_BIT);
 		from = to + 1;
 	}
@@ -289,6 +332,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int status = sl_assembler_status(&a);
 	if (out)
 		CHECK(strlen(out) <= out_len && out[out_len] == '\0');
+	if (sh.plain_ok) {
+		size_t shaped_len = 0;
+		char *shaped = sl_assembler_result(&sh.a, &shaped_len);
+		CHECK(sh.shaped_ok);
+		CHECK((shaped != NULL) == (out != NULL));
+		CHECK(shaped_len == out_len &&
+		      (!out || memcmp(shaped, out, out_len) == 0));
+		CHECK(sl_assembler_status(&sh.a) == status);
+		free(shaped);
+	}
+	sl_assembler_free(&sh.a);
+	sl_event_shape_free(&sh.shape);
 	if (e.all_valid) {
 		CHECK((out != NULL) == e.any_event);
 		if (e.error_event) {
