@@ -171,7 +171,9 @@ struct sl_choice_parts {
 	struct sl_abuf probs;     /* probabilities / logprobs.content, joined */
 	struct sl_abuf final;     /* native: final event; OpenAI: the choice's
 	                             finish object */
-	struct tool_call calls[SL_ASSEMBLE_MAX_TOOL_CALLS];
+	/* SL_ASSEMBLE_MAX_TOOL_CALLS of them, made with the first: most
+	 * answers have none, and their room is most of a choice's size. */
+	struct tool_call *calls;
 	unsigned n_calls;
 };
 
@@ -198,6 +200,7 @@ static void choice_free(struct sl_choice_parts *c)
 		buf_free(&c->calls[i].name);
 		buf_free(&c->calls[i].arguments);
 	}
+	free(c->calls);
 	free(c);
 }
 
@@ -205,6 +208,7 @@ void sl_assembler_free(struct sl_assembler *a)
 {
 	buf_free(&a->last);
 	buf_free(&a->base);
+	free(a->base_tok);
 	buf_free(&a->verbose);
 	buf_free(&a->error);
 	for (unsigned i = 0; i < a->n_choices; i++)
@@ -256,6 +260,30 @@ static int add_native(struct sl_assembler *a, const struct sl_jscan *s)
 	return 0;
 }
 
+/* The event `s` as the answer's frame, its tokens kept to build it. */
+static void keep_base(struct sl_assembler *a, const struct sl_jscan *s)
+{
+	buf_set(&a->base, s->text, s->len);
+	a->base_tok = sl_xrealloc(a->base_tok, sizeof(*s->tok) * (size_t)s->n);
+	memcpy(a->base_tok, s->tok, sizeof(*s->tok) * (size_t)s->n);
+	a->base_n = s->n;
+}
+
+/*
+ * The scan of the answer's frame: the kept event's tokens, or a scan of
+ * the last event when no event was kept.
+ */
+static int scan_base(const struct sl_assembler *a, const struct sl_abuf *base,
+                     struct sl_jscan *s)
+{
+	if (base == &a->base && a->base_n > 0) {
+		sl_jscan_restore(s, base->data, base->len, a->base_tok,
+		                 a->base_n);
+		return 0;
+	}
+	return scan(s, base->data, base->len);
+}
+
 /* The object slice of token i, copied into *b. */
 static void keep_slice(struct sl_abuf *b, const struct sl_jscan *s, int i)
 {
@@ -272,6 +300,9 @@ static int add_tool_calls(struct sl_choice_parts *c, const struct sl_jscan *s,
 		size_t i = at >= 0 ? (size_t)at : c->n_calls;
 		if (i >= SL_ASSEMBLE_MAX_TOOL_CALLS)
 			return SL_EINVAL;
+		if (!c->calls)
+			c->calls = sl_xcalloc(SL_ASSEMBLE_MAX_TOOL_CALLS,
+			                      sizeof(*c->calls));
 		if (c->n_calls <= i)
 			c->n_calls = (unsigned)i + 1;
 		struct tool_call *t = &c->calls[i];
@@ -318,7 +349,7 @@ static int add_openai(struct sl_assembler *a, const struct sl_jscan *s,
 	int choices = top[TOP_CHOICES];
 	int verbose = top[TOP_VERBOSE];
 	if (chat && top[TOP_USAGE] >= 0)
-		buf_set(&a->base, s->text, s->len);
+		keep_base(a, s);
 	if (!is_type(s, choices, JSMN_ARRAY))
 		return 0;
 	int ch = choices + 1;
@@ -349,7 +380,7 @@ static int add_openai(struct sl_assembler *a, const struct sl_jscan *s,
 		/* The first choice's finish is the answer's frame. */
 		bool first = a->base_index < 0 || idx < a->base_index;
 		if (!chat && first)
-			buf_set(&a->base, s->text, s->len);
+			keep_base(a, s);
 		if (first)
 			a->base_index = (int)idx;
 		if (verbose >= 0 && (a->verbose.len == 0 || first)) {
@@ -681,7 +712,7 @@ static void text_result(struct sl_assembler *a, struct sl_abuf *out)
 {
 	const struct sl_abuf *base = a->base.len ? &a->base : &a->last;
 	struct sl_jscan s;
-	if (scan(&s, base->data, base->len) != 0) {
+	if (scan_base(a, base, &s) != 0) {
 		buf_add(out, base->data, base->len);
 		sl_jscan_free(&s);
 		return;
@@ -725,8 +756,7 @@ static void chat_result(struct sl_assembler *a, struct sl_abuf *out)
 {
 	const struct sl_abuf *base = a->base.len ? &a->base : &a->last;
 	struct sl_jscan s;
-	bool ok =
-	    scan(&s, base->data, base->len) == 0 && is_type(&s, 0, JSMN_OBJECT);
+	bool ok = scan_base(a, base, &s) == 0 && is_type(&s, 0, JSMN_OBJECT);
 	buf_str(out, "{\"choices\":");
 	emit_choices(a, out);
 	for (size_t i = 0; ok && i < SL_ARRAY_SIZE(chat_order); i++) {

@@ -76,6 +76,32 @@ char *sl_xconcat(const char *a, const char *b)
 	return s;
 }
 
+void sl_join_mem(struct sl_join *j, const char *s, size_t n)
+{
+	if (j->cap == 0)
+		return;
+	n = SL_MIN(n, j->cap - 1 - j->len);
+	memcpy(j->p + j->len, s, n);
+	j->len += n;
+	j->p[j->len] = '\0';
+}
+
+void sl_join_str(struct sl_join *j, const char *s)
+{
+	sl_join_mem(j, s, strlen(s));
+}
+
+void sl_join_u64(struct sl_join *j, uint64_t v)
+{
+	char digits[20];
+	size_t n = sizeof(digits);
+	do {
+		digits[--n] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v > 0);
+	sl_join_mem(j, digits + n, sizeof(digits) - n);
+}
+
 char *sl_xasprintf(const char *fmt, ...)
 {
 	/* Most strings fit here; measuring into a real buffer, not NULL. */

@@ -692,7 +692,7 @@ static int conn_write(struct sl_http_conn *c, const uv_buf_t *bufs, unsigned n)
 	struct request_state *st = c->req;
 	if (!st || !st->held_head)
 		return n ? conn_write_raw(c, bufs, n) : 0;
-	uv_buf_t all[3 * SL_HTTP_WRITEV_MAX + 1];
+	uv_buf_t all[SL_HTTP_WRITEV_MAX + 3];
 	if (n >= sizeof(all) / sizeof(all[0]))
 		return UV_EINVAL;
 	all[0] = uv_buf_init(st->held_head, (unsigned)st->held_head_len);
@@ -964,25 +964,29 @@ int sl_http_stream_writev(struct sl_http_request *req, const uv_buf_t *pieces,
 		return 0;
 	if (n > SL_HTTP_WRITEV_MAX)
 		return UV_EINVAL;
-	/* Each piece's chunk: its size line, the piece, CRLF. */
-	char sizes[SL_HTTP_WRITEV_MAX][20];
-	uv_buf_t bufs[3 * SL_HTTP_WRITEV_MAX];
-	unsigned k = 0;
+	/*
+	 * One chunk for all the pieces: its size line, the pieces, CRLF.
+	 * Where chunks end means nothing to the client (an SSE event is
+	 * framed by its blank line), and one size line instead of one per
+	 * piece spares the kernel two buffers per piece.
+	 */
+	char size[20];
+	uv_buf_t bufs[SL_HTTP_WRITEV_MAX + 2];
+	unsigned k = st->chunked;
+	size_t total = 0;
 	for (unsigned i = 0; i < n; i++) {
 		/* An empty chunk would end the stream. */
 		if (pieces[i].len == 0)
 			continue;
-		if (!st->chunked) {
-			bufs[k++] = pieces[i];
-			continue;
-		}
-		bufs[k++] = uv_buf_init(
-		    sizes[i], chunk_size_line(sizes[i], pieces[i].len));
 		bufs[k++] = pieces[i];
+		total += pieces[i].len;
+	}
+	if (total == 0)
+		return 0;
+	if (st->chunked) {
+		bufs[0] = uv_buf_init(size, chunk_size_line(size, total));
 		bufs[k++] = uv_buf_init("\r\n", 2);
 	}
-	if (k == 0)
-		return 0;
 	int rc = conn_write(c, bufs, k);
 	if (rc == 0 && c->backlog > SL_HTTP_BACKLOG_HIGH)
 		c->draining_wait = true;

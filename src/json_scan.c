@@ -147,6 +147,23 @@ int sl_jscan_parse(struct sl_jscan *s, const char *text, size_t len,
 	return 0;
 }
 
+void sl_jscan_restore(struct sl_jscan *s, const char *text, size_t len,
+                      const jsmntok_t *tok, int n)
+{
+	s->text = text;
+	s->len = len;
+	s->n = n;
+	UNPOISON(s->inline_tok, sizeof(s->inline_tok));
+	if (n <= SL_JSCAN_INLINE) {
+		s->tok = s->inline_tok;
+		POISON(s->inline_tok + n,
+		       sizeof(*s->tok) * (SL_JSCAN_INLINE - (size_t)n));
+	} else {
+		s->tok = sl_xmalloc(sizeof(*s->tok) * (size_t)n);
+	}
+	memcpy(s->tok, tok, sizeof(*s->tok) * (size_t)n);
+}
+
 void sl_jscan_free(struct sl_jscan *s)
 {
 	UNPOISON(s->inline_tok, sizeof(s->inline_tok));

@@ -1443,14 +1443,31 @@ static int start_native(struct exchange *x, struct sl_upstream *u)
 	const struct sl_config *cfg = x->app->cfg;
 	struct sl_h1_request *r = &x->h1;
 	free(x->h1_headers);
-	x->h1_headers = sl_xasprintf(
-	    "Content-Type: application/json\r\nX-Request-Id: %s\r\n"
-	    "%s%s%s%s%s%s",
-	    x->id, x->accept_encoding ? "Accept-Encoding: " : "",
-	    x->accept_encoding ? x->accept_encoding : "",
-	    x->accept_encoding ? "\r\n" : "",
-	    u->api_key ? "Authorization: Bearer " : "",
-	    u->api_key ? u->api_key : "", u->api_key ? "\r\n" : "");
+	static const char type[] = "Content-Type: application/json\r\n";
+	static const char id_name[] = "X-Request-Id: ";
+	static const char encoding[] = "Accept-Encoding: ";
+	static const char bearer[] = "Authorization: Bearer ";
+	size_t size = sizeof(type) + sizeof(id_name) + strlen(x->id) + 2;
+	if (x->accept_encoding)
+		size += sizeof(encoding) + strlen(x->accept_encoding) + 2;
+	if (u->api_key)
+		size += sizeof(bearer) + strlen(u->api_key) + 2;
+	struct sl_join j = {.p = sl_xmalloc(size), .cap = size};
+	sl_join_str(&j, type);
+	sl_join_str(&j, id_name);
+	sl_join_str(&j, x->id);
+	sl_join_str(&j, "\r\n");
+	if (x->accept_encoding) {
+		sl_join_str(&j, encoding);
+		sl_join_str(&j, x->accept_encoding);
+		sl_join_str(&j, "\r\n");
+	}
+	if (u->api_key) {
+		sl_join_str(&j, bearer);
+		sl_join_str(&j, u->api_key);
+		sl_join_str(&j, "\r\n");
+	}
+	x->h1_headers = j.p;
 	r->method = x->has_body ? "POST" : "GET";
 	r->target = x->target;
 	r->headers = x->h1_headers;
@@ -1481,8 +1498,8 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 	x->transfer.data = x;
 	x->upstream = u;
 	u->inflight++;
-	snprintf(x->req->info.upstream, sizeof(x->req->info.upstream), "%s",
-	         u->url);
+	struct sl_join upstream = SL_JOIN(x->req->info.upstream);
+	sl_join_str(&upstream, u->url);
 	/* A URL the native client cannot take (https) goes to libcurl. */
 	x->native = cfg->upstream_client == SL_UPSTREAM_CLIENT_NATIVE;
 	if (x->native && start_native(x, u) == 0)
@@ -1565,9 +1582,12 @@ void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
 		sl_stats_queued(&app->stats, x->priority, -1);
 		sl_stats_queue_wait(&app->stats, x->priority,
 		                    (double)x->queue_ms / 1000.0);
-		snprintf(x->sched_headers, sizeof(x->sched_headers),
-		         "X-Queue-Ms: %lld\r\nX-Batch-Size: %u\r\n",
-		         (long long)x->queue_ms, n);
+		struct sl_join h = SL_JOIN(x->sched_headers);
+		sl_join_str(&h, "X-Queue-Ms: ");
+		sl_join_u64(&h, (uint64_t)SL_MAX(x->queue_ms, (int64_t)0));
+		sl_join_str(&h, "\r\nX-Batch-Size: ");
+		sl_join_u64(&h, n);
+		sl_join_str(&h, "\r\n");
 		char why[160];
 		start_or_fail(
 		    x, sl_app_pick_upstream(app, m, true, x->failed_on,
@@ -1796,7 +1816,8 @@ static struct exchange *exchange_new(struct sl_app *app, struct sl_model *m,
 	/* Also for one never queued: a retry queues it (try_again). */
 	x->arrived_ms = uv_now(&app->loop);
 	x->item.heap_index = SL_SCHED_NOT_QUEUED;
-	snprintf(x->id, sizeof(x->id), "%s", req->id);
+	struct sl_join id = SL_JOIN(x->id);
+	sl_join_str(&id, req->id);
 	uv_timer_init(&app->loop, &x->timer);
 	x->timer.data = x;
 	x->next = app->exchange_list;

@@ -224,6 +224,17 @@ class RawClient:
             self._take(2)
             yield time.monotonic(), data
 
+    def events(self):
+        """Yields (arrival time, event) of a chunked SSE body, to its end:
+        each chunk split at its events' blank lines. sluice writes whole
+        events only (those of one upstream read share a chunk), so a
+        chunk must end where an event ends."""
+        for t, chunk in self.chunks():
+            assert chunk.endswith(b"\n\n"), \
+                "a chunk that ends inside an event: %r" % chunk[-200:]
+            for event in chunk[:-2].split(b"\n\n"):
+                yield t, event + b"\n\n"
+
     def read_response(self):
         """(status, headers, body) of one complete response."""
         status, headers = self.read_head()
@@ -258,8 +269,8 @@ class RawClient:
 
 
 def sse_data(chunk):
-    """The data of one SSE event (one HTTP chunk): a JSON value or the
-    string "[DONE]"; None for a comment."""
+    """The data of one SSE event (from RawClient.events): a JSON value or
+    the string "[DONE]"; None for a comment."""
     text = chunk.decode()
     assert text.endswith("\n\n"), "not one whole event: %r" % text
     data = [line[5:].lstrip() for line in text.split("\n")

@@ -560,9 +560,9 @@ class Deploy(unittest.TestCase):
         return r.json()
 
     def read_stream(self, chunks):
-        """A streamed chat answer from its chunks (an iterator of
-        (time, chunk)): its text and its finish reasons. Each chunk must
-        be one event, and the stream must end with [DONE]."""
+        """A streamed chat answer from its events (an iterator of
+        (time, event), RawClient.events): its text and its finish reasons.
+        The stream must end with [DONE]."""
         text, events = "", []
         for _, chunk in chunks:
             event = st.sse_data(chunk)
@@ -666,7 +666,7 @@ class Deploy(unittest.TestCase):
             status, head = c.read_head()
             self.assertEqual(status, 200)
             self.assertEqual(head["content-type"], "text/event-stream")
-            text, finishes = self.read_stream(c.chunks())
+            text, finishes = self.read_stream(c.events())
         finally:
             c.close()
         self.assertEqual(text,
@@ -692,8 +692,8 @@ class Deploy(unittest.TestCase):
         try:
             c.request("POST", "/v1/chat/completions", body)
             self.assertEqual(c.read_head()[0], 200)
-            chunks = c.chunks()
-            first = next(chunks)  # under way
+            events = c.events()
+            first = next(events)  # under way
             stopper.start()
             st.wait_until(lambda: re.search(
                 r"draining: waiting up to [\d.]+ s for 1 requests in flight",
@@ -702,7 +702,7 @@ class Deploy(unittest.TestCase):
             self.assertEqual(r.status, 503)
             self.assertIn("shutting down", r.json()["error"]["message"])
             text, finishes = self.read_stream(
-                itertools.chain([first], chunks))
+                itertools.chain([first], events))
         finally:
             c.close()
             if stopper.is_alive():

@@ -64,6 +64,17 @@ def read_stream(port, path, body):
         c.close()
 
 
+def read_events(port, path, body):
+    """(status, headers, [each event's bytes]) of a whole SSE answer."""
+    c = st.RawClient(port, timeout=SAFETY_NET_S)
+    try:
+        c.request("POST", path, body)
+        status, head = c.read_head()
+        return status, head, [event for _, event in c.events()]
+    finally:
+        c.close()
+
+
 def busy_slots(port):
     r = st.request(port, "GET", "/slots", timeout=SAFETY_NET_S)
     assert r.status == 200, r.status
@@ -339,10 +350,10 @@ class ThroughSluice(MockTestCase):
                     self.assertEqual(r.status, 200, r.body[:300])
                     self.assertEqual(st.text_of(path, r.json()), want)
                 with self.subTest(path=path, n=n, stream=True):
-                    status, _, chunks = read_stream(
+                    status, _, raw = read_events(
                         s.port, path, body_for(path, n, True))
                     self.assertEqual(status, 200)
-                    events = [st.sse_data(c) for c in chunks]
+                    events = [st.sse_data(e) for e in raw]
                     self.assertEqual(events[-1] == "[DONE]",
                                      path != "/completion")
                     self.assertEqual("".join(st.delta_of(path, e)
@@ -418,10 +429,10 @@ class ThroughSluice(MockTestCase):
 
         for path in PATHS:
             with self.subTest(path=path, stream=True):
-                status, _, chunks = read_stream(
+                status, _, raw = read_events(
                     s.port, path, body_for(path, None, True))
                 self.assertEqual(status, 200)
-                events = [st.sse_data(c) for c in chunks]
+                events = [st.sse_data(e) for e in raw]
                 self.assertNotIn("[DONE]", events)
                 last = events[-1]
                 self.assertEqual(last["error"]["code"], 502)
@@ -466,8 +477,8 @@ class Timeouts(MockTestCase):
         c = st.RawClient(s.port, timeout=SAFETY_NET_S)
         c.request("POST", "/completion", body_for("/completion", 5, True))
         self.assertEqual(c.read_head()[0], 200)
-        events = [(t, json.loads(chunk.decode()[6:])) for t, chunk in
-                  c.chunks()]
+        events = [(t, json.loads(event.decode()[6:])) for t, event in
+                  c.events()]
         c.close()
         self.assertEqual(len(events), 2, events)  # one token, the error
         first, last = events
@@ -490,7 +501,8 @@ class Timeouts(MockTestCase):
         stream.request("POST", "/completion",
                        body_for("/completion", tokens, True))
         self.assertEqual(stream.read_head()[0], 200)
-        first = st.sse_data(next(stream.chunks())[1])
+        stream_events = stream.events()
+        first = st.sse_data(next(stream_events)[1])
         self.assertEqual(first["content"], " tok0")
         plain = st.RawClient(s.port, timeout=SAFETY_NET_S)
         plain.request("POST", "/completion",
@@ -505,7 +517,7 @@ class Timeouts(MockTestCase):
         started = time.monotonic()
         s.proc.send_signal(signal.SIGTERM)
         # The stream: an error event, then its terminating chunk.
-        events = [st.sse_data(chunk) for _, chunk in stream.chunks()]
+        events = [st.sse_data(e) for _, e in stream_events]
         err = events[-1]["error"]
         self.assertEqual(err["code"], 503)
         self.assertEqual(err["type"], "unavailable_error")

@@ -47,7 +47,7 @@ class Generate(st.RelayTestCase):
         status, head = c.read_head()
         self.assertEqual(status, 200)
         self.assertEqual(head["content-type"], "text/event-stream")
-        events = [st.sse_data(chunk) for _, chunk in c.chunks()]
+        events = [st.sse_data(chunk) for _, chunk in c.events()]
         c.close()
         *deltas, totals = events
         self.assertTrue(all(set(e) == {"id", "text"} for e in deltas))

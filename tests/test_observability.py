@@ -424,7 +424,7 @@ class Readiness(st.TestCase):
         c = st.RawClient(s.port)
         c.request("POST", "/completion", completion("long", n=n, stream=True))
         self.assertEqual(c.read_head()[0], 200)
-        chunks = c.chunks()
+        chunks = c.events()
         first = st.sse_data(next(chunks)[1])
         s.proc.send_signal(signal.SIGTERM)
         s.wait_line("draining")

@@ -38,7 +38,7 @@ def is_end(path, event):
 
 def stream_text(port, path, body, headers=None):
     """Streams one request; returns (text, [arrival times], head, events).
-    Each HTTP chunk must be exactly one SSE event, and the stream must end
+    Each HTTP chunk must hold whole SSE events, and the stream must end
     with the endpoint's end marker, then the end of the chunked body."""
     c = st.RawClient(port)
     try:
@@ -49,7 +49,7 @@ def stream_text(port, path, body, headers=None):
         assert head["cache-control"] == "no-cache", head
         assert head["x-accel-buffering"] == "no", head
         text, times, events, ended = "", [], [], False
-        for t, chunk in c.chunks():
+        for t, chunk in c.events():
             assert not ended, "event after the end marker"
             event = st.sse_data(chunk)
             events.append(event)
@@ -310,7 +310,7 @@ def timed_events(port, path, body, on_event=None):
         status, _ = c.read_head()
         assert status == 200, (status, c.buf[:300])
         times, events = [], []
-        for t, chunk in c.chunks():
+        for t, chunk in c.events():
             times.append(t)
             events.append(st.sse_data(chunk))
             if on_event:
@@ -553,7 +553,7 @@ class Faults(st.TestCase):
                   body_for("/v1/completions", "go", True, n=5000))
         self.assertEqual(c.read_head()[0], 200)
         events = []
-        for _, chunk in c.chunks():  # ends at the terminating chunk
+        for _, chunk in c.events():  # ends at the terminating chunk
             events.append(st.sse_data(chunk))
             if len(events) == 5:
                 os.kill(pid, signal.SIGKILL)

@@ -43,13 +43,13 @@ class Stream:
                                        "max_tokens": tokens,
                                        "stream": True}, **extra))
         self.status, _ = self.client.read_head()
-        self.chunks = self.client.chunks()
+        self.events = self.client.events()
         self.text = ""
         self.done = False
 
     def read(self, n=None):
         """Reads n events (None: to the end)."""
-        for _, chunk in self.chunks:
+        for _, chunk in self.events:
             event = st.sse_data(chunk)
             if event == "[DONE]":
                 self.done = True

@@ -12,7 +12,7 @@ import time
 
 import sluice_test as st
 from test_mock_faults import (MockTestCase, PATHS, body_for,
-                              expected_text, read_stream)
+                              expected_text, read_events)
 
 N_CRASH = 200  # tokens per request in the crash test: still in flight
 
@@ -52,9 +52,9 @@ class CrashSurvival(st.TestCase):
         try:
             c.request("POST", path, crash_body(path, True))
             out["status"], _ = c.read_head()
-            # chunks() ends only at the terminating chunk: a cut stream
+            # events() ends only at the terminating chunk: a cut stream
             # raises EOFError instead.
-            out["events"] = [st.sse_data(ch) for _, ch in c.chunks()]
+            out["events"] = [st.sse_data(e) for _, e in c.events()]
         except Exception as e:
             out["exception"] = repr(e)
         finally:
@@ -360,10 +360,10 @@ class Nul(MockTestCase):
                                  if path != "/completion"
                                  else doc["tokens_predicted"], 4)
             with self.subTest(path=path, stream=True):
-                status, _, chunks = read_stream(
+                status, _, raw = read_events(
                     s.port, path, body_for(path, None, True))
                 self.assertEqual(status, 200)
-                events = [st.sse_data(c) for c in chunks]
+                events = [st.sse_data(e) for e in raw]
                 self.assertEqual("".join(st.delta_of(path, e)
                                          for e in events
                                          if isinstance(e, dict)), want)

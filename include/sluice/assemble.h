@@ -69,9 +69,11 @@ struct sl_assembler {
 	enum sl_assemble_kind kind;
 	bool return_tokens; /* native: the client asked for token ids */
 	bool seen_event;
-	struct sl_abuf last;    /* the latest event, as written */
-	struct sl_abuf base;    /* OpenAI: the event whose top-level members
-	                           the answer takes (see assemble.c) */
+	struct sl_abuf last; /* the latest event, as written */
+	struct sl_abuf base; /* OpenAI: the event whose top-level members
+	                        the answer takes (see assemble.c) */
+	jsmntok_t *base_tok; /* its scan's tokens, kept for the answer */
+	int base_n;
 	int base_index;         /* text: the choice whose finish is `base` */
 	struct sl_abuf verbose; /* OpenAI: the finish event's "__verbose" */
 	int verbose_index;      /* the choice that "__verbose" describes */

@@ -73,6 +73,20 @@ char *sl_xasprintf(const char *fmt, ...) SL_PRINTF(1, 2);
 char *sl_xconcat(const char *a, const char *b);
 
 /*
+ * Text joined into a fixed buffer, cut where the buffer ends and always
+ * NUL-terminated: header lines and labels built on every request, without
+ * printf's reading of a format. Start one with SL_JOIN(array).
+ */
+struct sl_join {
+	char *p;
+	size_t len, cap; /* cap: the buffer's size, its NUL included */
+};
+#define SL_JOIN(buf) ((struct sl_join){.p = (buf), .cap = sizeof(buf)})
+void sl_join_mem(struct sl_join *j, const char *s, size_t n);
+void sl_join_str(struct sl_join *j, const char *s);
+void sl_join_u64(struct sl_join *j, uint64_t v);
+
+/*
  * Makes the NUL-terminated text in buf (of `size` bytes) one line: each
  * control byte becomes a C escape ("\n", "\t", "\r", "\xHH"), cut short
  * where the buffer ends. Error lines quote what users wrote, and a value

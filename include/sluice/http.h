@@ -335,14 +335,18 @@ void sl_http_stream_end(struct sl_http_request *req);
 /* Writes a held head now (see above); 0, or as sl_http_stream_write(). */
 int sl_http_flush(struct sl_http_request *req);
 
-/* The most pieces one sl_http_stream_writev() takes. */
-#define SL_HTTP_WRITEV_MAX 32
+/*
+ * The most pieces one sl_http_stream_writev() takes: a relay holds the
+ * events of one upstream read up to this many (64 events of about 250
+ * bytes fill a 16 KiB read).
+ */
+#define SL_HTTP_WRITEV_MAX 64
 
 /*
- * Writes n (at most SL_HTTP_WRITEV_MAX) pieces at once, each its own chunk
- * as if written one by one, in one write to the socket: a relay that has
- * several events in hand pays one system call, not one per event. Returns
- * as sl_http_stream_write(); UV_EINVAL for too many pieces.
+ * Writes n (at most SL_HTTP_WRITEV_MAX) pieces at once, joined in one
+ * chunk, in one write to the socket: a relay that has several events in
+ * hand pays one system call, not one per event. Returns as
+ * sl_http_stream_write(); UV_EINVAL for too many pieces.
  */
 int sl_http_stream_writev(struct sl_http_request *req, const uv_buf_t *pieces,
                           unsigned n);

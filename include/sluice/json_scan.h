@@ -64,6 +64,15 @@ int sl_jscan_parse(struct sl_jscan *s, const char *text, size_t len,
                    unsigned max_tokens);
 void sl_jscan_free(struct sl_jscan *s);
 
+/*
+ * Makes `s` the scan of `len` bytes of `text` that sl_jscan_parse() gave
+ * as the `n` tokens `tok` (copied here): for text kept from an earlier
+ * scan, whose bytes give the same tokens, without a second pass.
+ * sl_jscan_free() it afterwards.
+ */
+void sl_jscan_restore(struct sl_jscan *s, const char *text, size_t len,
+                      const jsmntok_t *tok, int n);
+
 /* The index just past token i and everything inside it; n when i >= n. */
 int sl_jscan_skip(const struct sl_jscan *s, int i);
 
