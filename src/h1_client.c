@@ -88,7 +88,7 @@ struct sl_h1_conn {
 	char in[SL_H1_READ_BUF];
 };
 
-/* A request head on its way out; freed when the write is done. */
+/* What uv_try_write left of a request, on its way out; freed when done. */
 struct head_write {
 	uv_write_t req;
 	char head[];
@@ -685,6 +685,43 @@ static void on_send_failed(uv_timer_t *t)
 		          uv_strerror(c->deferred_error));
 }
 
+/*
+ * Writes a request's pieces. Most requests fit the socket's buffer at once:
+ * written here, they need no write request, and libuv no change to the
+ * connection's poll (the end of each uv_write() stops watching for POLLOUT,
+ * an epoll_ctl per request). What does not fit is copied and queued.
+ */
+static int write_request(struct sl_h1_conn *c, const uv_buf_t *bufs, unsigned n)
+{
+	size_t total = 0;
+	for (unsigned i = 0; i < n; i++)
+		total += bufs[i].len;
+	int rc = uv_try_write((uv_stream_t *)&c->tcp, bufs, n);
+	if (rc == UV_EAGAIN)
+		rc = 0;
+	if (rc < 0)
+		return rc;
+	size_t skip = (size_t)rc, rest = total - skip, at = 0;
+	if (rest == 0)
+		return 0;
+	struct head_write *w = sl_xmalloc(sizeof(*w) + rest);
+	for (unsigned i = 0; i < n; i++) {
+		size_t len = bufs[i].len;
+		if (skip >= len) {
+			skip -= len;
+			continue;
+		}
+		memcpy(w->head + at, bufs[i].base + skip, len - skip);
+		at += len - skip;
+		skip = 0;
+	}
+	uv_buf_t b = uv_buf_init(w->head, (unsigned)rest);
+	rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written);
+	if (rc != 0)
+		free(w);
+	return rc;
+}
+
 /* Writes r's head and body on `c`, which is connected and free. */
 static void conn_send(struct sl_h1_conn *c, struct sl_h1_request *r)
 {
@@ -704,27 +741,34 @@ static void conn_send(struct sl_h1_conn *c, struct sl_h1_request *r)
 	const char *headers = r->headers ? r->headers : "";
 	size_t cap = strlen(r->method) + strlen(p->prefix) + strlen(r->target) +
 	             strlen(p->authority) + strlen(headers) + 96;
-	struct head_write *w = sl_xmalloc(sizeof(*w) + cap);
-	int n = r->has_body ? snprintf(w->head, cap,
-	                               "%s %s%s HTTP/1.1\r\nHost: %s\r\n%s"
-	                               "Content-Length: %zu\r\n\r\n",
-	                               r->method, p->prefix, r->target,
-	                               p->authority, headers, r->body_len)
-	                    : snprintf(w->head, cap,
-	                               "%s %s%s HTTP/1.1\r\nHost: %s\r\n%s\r\n",
-	                               r->method, p->prefix, r->target,
-	                               p->authority, headers);
+	char small[SL_H1_HEAD_INLINE];
+	char *head = cap <= sizeof(small) ? small : sl_xmalloc(cap);
+	struct sl_join j = {.p = head, .cap = cap};
+	sl_join_str(&j, r->method);
+	sl_join_str(&j, " ");
+	sl_join_str(&j, p->prefix);
+	sl_join_str(&j, r->target);
+	sl_join_str(&j, " HTTP/1.1\r\nHost: ");
+	sl_join_str(&j, p->authority);
+	sl_join_str(&j, "\r\n");
+	sl_join_str(&j, headers);
+	if (r->has_body) {
+		sl_join_str(&j, "Content-Length: ");
+		sl_join_u64(&j, r->body_len);
+		sl_join_str(&j, "\r\n");
+	}
+	sl_join_str(&j, "\r\n");
 	uv_buf_t bufs[2] = {
-	    uv_buf_init(w->head, (unsigned)n),
+	    uv_buf_init(head, (unsigned)j.len),
 	    uv_buf_init((char *)(r->body ? r->body : ""),
 	                (unsigned)r->body_len),
 	};
 	unsigned nbufs = r->has_body && r->body_len ? 2 : 1;
-	int rc =
-	    uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, nbufs, on_written);
+	int rc = write_request(c, bufs, nbufs);
+	if (head != small)
+		free(head);
 	if (rc == 0)
 		return;
-	free(w);
 	/* Handled from the loop: sl_h1_start never calls on_done. */
 	c->deferred_error = rc;
 	uv_timer_start(&c->timer, on_send_failed, 0, 0);

@@ -72,6 +72,12 @@
 #define SL_H1_HEAD_MAX (32u * 1024)
 
 /*
+ * A request head up to this size is built on the stack; llama-server's
+ * requests from sluice are about 150 bytes.
+ */
+#define SL_H1_HEAD_INLINE 1024
+
+/*
  * Each connection's read buffer. A streamed token is a few hundred bytes,
  * a plain answer can be megabytes: 64 KiB takes either in few reads.
  */
