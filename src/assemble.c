@@ -908,6 +908,23 @@ static bool fields_reproducible(const json_t *body)
  * prompt arrays and n_cmpl (native), n and prompt arrays
  * (/v1/completions), __verbose (a -v llama-server), text with NUL bytes.
  */
+/*
+ * What sl_assemble_reproducible() below reads, less what matters only
+ * beside another of these: stop words only with probabilities, "prompt"
+ * and "n_cmpl" only with response_fields.
+ */
+bool sl_assemble_member_matters(const char *name, size_t n)
+{
+	static const char *const matter[] = {
+	    "logprobs",      "n_probs", "response_fields",
+	    "return_tokens", "n",       "tools",
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(matter); i++)
+		if (strlen(matter[i]) == n && memcmp(matter[i], name, n) == 0)
+			return true;
+	return false;
+}
+
 bool sl_assemble_reproducible(enum sl_assemble_kind kind, const json_t *body)
 {
 	if (kind == SL_ASSEMBLE_NONE || (wants_probs(body) && has_stop(body)))

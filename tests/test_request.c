@@ -1,6 +1,7 @@
 /* Unit tests for request.c: body checks, priorities, the upstream body. */
 #include "sluice/request.h"
 
+#include "sluice/common.h"
 #include "test.h"
 
 #include <jansson.h>
@@ -460,6 +461,106 @@ static void test_huge_numbers_are_relayed_as_written(void)
 	ASSERT_CONTAINS(r.error, "malformed JSON");
 }
 
+/*
+ * Validates `body` both ways, with the fast path and with jansson's alone,
+ * and checks that the results are the same.
+ */
+static void compare_paths(const struct sl_endpoint *ep, const char *header,
+                          const char *body, bool stream_upstream,
+                          bool want_fast)
+{
+	struct sl_request_options o = {.max_tokens_cap = 64,
+	                               .stream_upstream = stream_upstream};
+	struct sl_request fast, slow;
+	int rc = sl_request_validate(&fast, ep, header, body, strlen(body), &o);
+	o.jansson_only = true;
+	int slow_rc =
+	    sl_request_validate(&slow, ep, header, body, strlen(body), &o);
+	ASSERT_EQ(rc, slow_rc);
+	ASSERT(!slow.read_fast);
+	if (rc != 0) {
+		ASSERT_EQ(fast.status, slow.status);
+		ASSERT_STR_EQ(fast.error, slow.error);
+		return;
+	}
+	if (fast.read_fast !=
+	    (want_fast && ep->api == SL_API_RELAY && ep->json_body))
+		TEST_FAIL("%s %s: read_fast %d", ep->path, body,
+		          fast.read_fast);
+	ASSERT(fast.priority == slow.priority);
+	ASSERT_EQ(fast.priority_given, slow.priority_given);
+	ASSERT_EQ(fast.stream, slow.stream);
+	ASSERT_EQ(fast.assemble, slow.assemble);
+	ASSERT_EQ(fast.assemble_kind, slow.assemble_kind);
+	ASSERT_EQ(fast.return_tokens, slow.return_tokens);
+	ASSERT_EQ(fast.model == NULL, slow.model == NULL);
+	if (fast.model)
+		ASSERT_STR_EQ(fast.model, slow.model);
+	ASSERT_EQ(fast.body_len, slow.body_len);
+	ASSERT(fast.body_len == 0 ||
+	       memcmp(fast.body, slow.body, fast.body_len) == 0);
+	ASSERT(memcmp(&fast.affinity, &slow.affinity, sizeof(fast.affinity)) ==
+	       0);
+	sl_request_free(&fast);
+	sl_request_free(&slow);
+}
+
+/*
+ * The fast path (yajl and jsmn) and jansson's path give the same result
+ * for every body: the same refusal, or the same priority, stream and
+ * assembly decisions, model, affinity key and upstream body. Bodies that
+ * hold nothing the fast path leaves to jansson must take it.
+ */
+static void test_fast_path_agrees_with_jansson(void)
+{
+	static const struct {
+		const char *body;
+		bool fast;
+	} bodies[] = {
+	    {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
+	     "\"Hi\"}],\"max_tokens\":16,\"stream\":false,\"temperature\":0.7}",
+	     true},
+	    {"{\"prompt\":\"a\\nb\",\"stream\":true,\"stop\":[\"x\"]}", true},
+	    {" {\"stream\":true,\"stream\":false} ", true},
+	    {"{\"model\":1,\"seed\":18446744073709551615}", true},
+	    {"{\"model\":\"a\",\"model\":\"b\",\"x\":1e400}", true},
+	    {"{}", true},
+	    {"{\"model\":\"caf\xc3\xa9\"}", false},
+	    {"{\"prompt\":\"\\ud800\"}", false},
+	    {"{\"prompt\":\"\\u00e9\"}", false},
+	    {"{\"model\":\"a\\/b\"}", false},
+	    {"{\"str\\u0065am\":true}", false},
+	    {"{\"a\\/\":true}", false},
+	    {"{\"stream\":1}", false},
+	    {"{\"stream\":null}", false},
+	    {"{\"priority\":\"urgent\"}", false},
+	    {"{\"n_discard\":5}", false},
+	    {"{\"n\":2}", false},
+	    {"{\"logprobs\":true,\"stop\":\"x\"}", false},
+	    {"{\"tools\":[]}", false},
+	    {"{\"return_tokens\":true}", false},
+	    {"{\"response_fields\":[\"content\"]}", false},
+	    {"[1]", false},
+	    {"\"x\"", false},
+	    {"{\"a\":1,}", false},
+	    {"{\"a\":01}", false},
+	    {"{\"a\":\"x\ty\"}", false},
+	    {"{\"a\":1} x", false},
+	    {"", false},
+	};
+	static const char *const paths[] = {"/v1/chat/completions",
+	                                    "/v1/completions", "/completion",
+	                                    "/v1/embeddings", "/tokenize"};
+	static const char *const headers[] = {NULL, "urgent", "bogus"};
+	for (size_t b = 0; b < SL_ARRAY_SIZE(bodies); b++)
+		for (size_t p = 0; p < SL_ARRAY_SIZE(paths); p++)
+			for (size_t h = 0; h < SL_ARRAY_SIZE(headers); h++)
+				for (int up = 0; up < 2; up++)
+					compare_paths(
+					    endpoint(paths[p]), headers[h],
+					    bodies[b].body, up, bodies[b].fast);
+}
+
 int main(void)
 {
 	RUN(test_priority_header);
@@ -467,6 +568,7 @@ int main(void)
 	RUN(test_priority_field);
 	RUN(test_priority_messages);
 	RUN(test_body_checks);
+	RUN(test_fast_path_agrees_with_jansson);
 	RUN(test_upstream_bodies);
 	RUN(test_nul_in_strings_survives);
 	RUN(test_untouched_body_is_byte_identical);

@@ -139,4 +139,12 @@ int sl_assembler_status(const struct sl_assembler *a);
  */
 bool sl_assemble_reproducible(enum sl_assemble_kind kind, const json_t *body);
 
+/*
+ * Whether a top-level member of this name (n bytes, as written) can make
+ * sl_assemble_reproducible() false. A body with none of them is
+ * reproducible for every kind but SL_ASSEMBLE_NONE, which lets a body be
+ * judged from its member names alone (request.c's fast path).
+ */
+bool sl_assemble_member_matters(const char *name, size_t n);
+
 #endif

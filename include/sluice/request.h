@@ -54,6 +54,11 @@
 struct sl_request_options {
 	unsigned max_tokens_cap; /* /generate and /infer */
 	bool stream_upstream;    /* plain answers assembled from streams */
+	/*
+	 * Every body read by jansson, none by the fast path (request.c): for
+	 * tests, which compare the two.
+	 */
+	bool jansson_only;
 };
 
 /* What sl_request_validate() learned: the result, or why it refused. */
@@ -78,6 +83,8 @@ struct sl_request {
 	char *model;
 	/* Whether the client named a priority (X-Priority or the body's). */
 	bool priority_given;
+	/* The body was read by the fast path, without jansson (request.c). */
+	bool read_fast;
 	/*
 	 * A relayed body's prefix-affinity key (affinity.h): its messages or
 	 * prompt, as written, in hashed blocks; n = 0 for none.

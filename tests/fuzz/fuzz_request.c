@@ -11,7 +11,9 @@
  * JSON object without "priority", whose stream field agrees with what the
  * exchange will expect; a relayed body is the client's document less
  * "priority" (plus the stream fields when assembled), and the client's
- * bytes exactly when nothing had to change.
+ * bytes exactly when nothing had to change. And the fast path (yajl and
+ * jsmn, request.c's read_fast) agrees with jansson's path in everything:
+ * the refusal and its message, or every field of the result.
  */
 #include "sluice/request.h"
 
@@ -132,8 +134,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	CHECK(body);
 	memcpy(body, rest, left);
 
-	struct sl_request r;
+	struct sl_request r, slow;
 	int rc = sl_request_validate(&r, ep, header, body, left, &opts);
+	struct sl_request_options jansson_only = opts;
+	jansson_only.jansson_only = true;
+	int slow_rc =
+	    sl_request_validate(&slow, ep, header, body, left, &jansson_only);
+	CHECK(rc == slow_rc);
+	if (rc != 0) {
+		CHECK(r.status == slow.status);
+		CHECK(strcmp(r.error, slow.error) == 0);
+	} else {
+		CHECK(r.priority == slow.priority);
+		CHECK(r.priority_given == slow.priority_given);
+		CHECK(r.stream == slow.stream && r.assemble == slow.assemble);
+		CHECK(r.assemble_kind == slow.assemble_kind);
+		CHECK(r.return_tokens == slow.return_tokens);
+		CHECK((r.model == NULL) == (slow.model == NULL));
+		CHECK(!r.model || strcmp(r.model, slow.model) == 0);
+		CHECK(r.body_len == slow.body_len);
+		CHECK(!r.body || memcmp(r.body, slow.body, r.body_len) == 0);
+		CHECK(memcmp(&r.affinity, &slow.affinity, sizeof(r.affinity)) ==
+		      0);
+	}
+	sl_request_free(&slow);
 	if (rc != 0) {
 		CHECK(rc == SL_EINVAL);
 		CHECK(r.status == 400);
