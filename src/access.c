@@ -192,10 +192,25 @@ bool sl_access_allow(struct sl_app *app, struct sl_http_request *req,
 static void format_priority(double p, char *buf, size_t size)
 {
 	if (p == SL_PRIORITY_URGENT || p == SL_PRIORITY_NORMAL ||
-	    p == SL_PRIORITY_BATCH)
-		snprintf(buf, size, "%s", sl_priority_class(p));
-	else
+	    p == SL_PRIORITY_BATCH) {
+		struct sl_join j = {.p = buf, .cap = size};
+		sl_join_str(&j, sl_priority_class(p));
+	} else {
 		snprintf(buf, size, "%g", p);
+	}
+}
+
+/* "X-Priority: P\r\n" after `from` bytes of the tenant's own headers. */
+static void priority_header(struct sl_http_request *req, size_t from, double p)
+{
+	char text[32];
+	format_priority(p, text, sizeof(text));
+	struct sl_join j = {.p = req->own_headers,
+	                    .len = from,
+	                    .cap = sizeof(req->own_headers)};
+	sl_join_str(&j, "X-Priority: ");
+	sl_join_str(&j, text);
+	sl_join_str(&j, "\r\n");
 }
 
 /* OpenAI's error shape with a code: {"error":{message,type,param,code}}. */
@@ -232,12 +247,8 @@ bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
 	struct sl_tenant *t = req->info.tenant;
 	if (!t || !t->key) {
 		/* Every queued request's answer says the priority it got. */
-		if (limited) {
-			char p[32];
-			format_priority(*priority, p, sizeof(p));
-			snprintf(req->own_headers, sizeof(req->own_headers),
-			         "X-Priority: %s\r\n", p);
-		}
+		if (limited)
+			priority_header(req, 0, *priority);
 		return true;
 	}
 	/*
@@ -252,15 +263,12 @@ bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
 	if (sl_access_model_allowed(app, t->key, m, named))
 		verdict = sl_tenant_admit(t->key, &a, uv_now(&app->loop));
 	/* Usage counts under the model's own name: a bounded set. */
-	snprintf(req->info.model, sizeof(req->info.model), "%s", m->name);
-	size_t n = (size_t)snprintf(req->own_headers, sizeof(req->own_headers),
-	                            "%s", a.headers);
-	if (limited && n < sizeof(req->own_headers)) {
-		char p[32];
-		format_priority(a.priority, p, sizeof(p));
-		snprintf(req->own_headers + n, sizeof(req->own_headers) - n,
-		         "X-Priority: %s\r\n", p);
-	}
+	struct sl_join model = SL_JOIN(req->info.model);
+	sl_join_str(&model, m->name);
+	struct sl_join own = SL_JOIN(req->own_headers);
+	sl_join_str(&own, a.headers);
+	if (limited)
+		priority_header(req, own.len, a.priority);
 	req->info.counted = a.counted;
 	*priority = a.priority;
 	switch (verdict) {

@@ -714,15 +714,16 @@ static char *format_head(struct sl_http_conn *c, int status,
                          long long body_len, bool keep_alive, size_t *len)
 {
 	struct request_state *st = c->req;
-	char length[48]; /* fits any long long */
-	if (body_len >= 0)
-		snprintf(length, sizeof(length), "Content-Length: %lld\r\n",
-		         body_len);
-	else if (st && st->http10)
-		length[0] = '\0'; /* HTTP/1.0: the body ends with the close */
-	else
-		snprintf(length, sizeof(length),
-		         "Transfer-Encoding: chunked\r\n");
+	char length[48] = ""; /* fits any long long */
+	struct sl_join lj = SL_JOIN(length);
+	if (body_len >= 0) {
+		sl_join_str(&lj, "Content-Length: ");
+		sl_join_u64(&lj, (uint64_t)body_len);
+		sl_join_str(&lj, "\r\n");
+	} else if (!(st && st->http10)) {
+		/* HTTP/1.0 has neither: the body ends with the close. */
+		sl_join_str(&lj, "Transfer-Encoding: chunked\r\n");
+	}
 	if (content_type &&
 	    !sl_http_field_value_ok(content_type, SL_HTTP_CONTENT_TYPE_MAX)) {
 		sl_debug(
@@ -750,9 +751,10 @@ static char *format_head(struct sl_http_conn *c, int status,
 	 */
 	/* Every caller passes a three-digit status; a longer one is cut. */
 	char status_text[8];
-	size_t status_len =
-	    (size_t)snprintf(status_text, sizeof(status_text), "%d ", status);
-	status_len = SL_MIN(status_len, sizeof(status_text) - 1);
+	struct sl_join sj = SL_JOIN(status_text);
+	sl_join_u64(&sj, (uint64_t)SL_MAX(status, 0));
+	sl_join_str(&sj, " ");
+	size_t status_len = sj.len;
 	const char *pieces[] = {
 	    "HTTP/1.1 ",
 	    status_text,
@@ -1089,8 +1091,10 @@ static void assign_request_id(struct sl_http_server *s,
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
 	z ^= z >> 31;
-	snprintf(st->pub.id, sizeof(st->pub.id), "%016llx",
-	         (unsigned long long)z);
+	/* "%016llx", without printf's reading of a format per request */
+	for (int i = 15; i >= 0; i--, z >>= 4)
+		st->pub.id[i] = "0123456789abcdef"[z & 0xf];
+	st->pub.id[16] = '\0';
 }
 
 /*

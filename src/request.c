@@ -22,9 +22,9 @@
  */
 #define SL_N_DISCARD_MAX INT32_MAX
 /*
- * The most '{' and '[' a body may hold for the fast path (read_fast): so
- * many cannot nest deeper than jansson's limit of 2048 levels, beyond
- * which it refuses a body that yajl would take.
+ * The most objects and arrays a body may hold for the fast path
+ * (read_fast): so many cannot nest deeper than jansson's limit of 2048
+ * levels, beyond which it refuses a body that yajl would take.
  */
 #define SL_FAST_MAX_BRACKETS 1024
 /*
@@ -471,8 +471,8 @@ static int native_body(struct sl_request *r, const struct sl_endpoint *ep,
  * valid skips jansson, unless it holds something on which the two judge
  * differently or that sluice must decode to check:
  *   - a \u escape (jansson refuses lone surrogates), a byte past ASCII
- *     (jansson refuses overlong and surrogate UTF-8), or more brackets
- *     than SL_FAST_MAX_BRACKETS (jansson's depth limit);
+ *     (jansson refuses overlong and surrogate UTF-8), or more objects
+ *     and arrays than SL_FAST_MAX_BRACKETS (jansson's depth limit);
  *   - a top-level value that is no object (refused, by jansson's path);
  *   - an escaped member name, or a member whose value sluice checks or
  *     reads closely: "priority", "n_discard", "stream" other than true or
@@ -486,16 +486,22 @@ static int native_body(struct sl_request *r, const struct sl_endpoint *ep,
 static bool read_fast(struct sl_request *r, const char *body, size_t len,
                       struct sl_jscan *scan, struct relay_facts *facts)
 {
-	unsigned brackets = 0;
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)body[i];
-		if (c >= 0x80 ||
-		    (c == '\\' && i + 1 < len && body[i + 1] == 'u'))
-			return false;
-		brackets += c == '{' || c == '[';
+	/* ASCII: every byte's high bit clear, read eight bytes at a time. */
+	uint64_t high = 0;
+	size_t i = 0;
+	for (; i + 8 <= len; i += 8) {
+		uint64_t w;
+		memcpy(&w, body + i, sizeof(w));
+		high |= w;
 	}
-	if (brackets > SL_FAST_MAX_BRACKETS)
+	for (; i < len; i++)
+		high |= (unsigned char)body[i];
+	if (high & 0x8080808080808080u)
 		return false;
+	for (const char *b = body, *end = body + len;
+	     (b = memchr(b, '\\', (size_t)(end - b))) != NULL; b += 2)
+		if (b + 1 < end && b[1] == 'u')
+			return false;
 	yajl_handle h = yajl_alloc(NULL, NULL, NULL);
 	if (!h)
 		return false;
@@ -507,18 +513,25 @@ static bool read_fast(struct sl_request *r, const char *body, size_t len,
 	    sl_jscan_parse(scan, body, len, max_tokens_for(len)) != 0 ||
 	    sl_jscan_type(scan, 0) != JSMN_OBJECT)
 		goto slow;
+	unsigned containers = 0;
+	for (int t = 0; t < scan->n; t++)
+		containers += sl_jscan_type(scan, t) == JSMN_OBJECT ||
+		              sl_jscan_type(scan, t) == JSMN_ARRAY;
+	if (containers > SL_FAST_MAX_BRACKETS)
+		goto slow;
+	/* Names without escapes (checked first) compare as written. */
 	int stream = -1, model = -1;
 	FOR_EACH_MEMBER(scan, m, k)
 	{
 		const char *name = sl_jscan_text(scan, k);
 		size_t n = sl_jscan_len(scan, k);
-		if (memchr(name, '\\', n) || key_is(scan, k, "priority") ||
-		    key_is(scan, k, "n_discard") ||
+		if (memchr(name, '\\', n) || sl_jscan_is(scan, k, "priority") ||
+		    sl_jscan_is(scan, k, "n_discard") ||
 		    sl_assemble_member_matters(name, n))
 			goto slow;
-		if (key_is(scan, k, "stream"))
+		if (sl_jscan_is(scan, k, "stream"))
 			stream = k + 1;
-		else if (key_is(scan, k, "model"))
+		else if (sl_jscan_is(scan, k, "model"))
 			model = k + 1;
 	}
 	/* The last of each, as jansson reads duplicates. */

@@ -559,6 +559,24 @@ static void test_fast_path_agrees_with_jansson(void)
 					compare_paths(
 					    endpoint(paths[p]), headers[h],
 					    bodies[b].body, up, bodies[b].fast);
+	/*
+	 * Nesting: within the fast path's bound, past it (jansson's path
+	 * takes it), and past jansson's own limit of 2048 (refused).
+	 */
+	static const unsigned depths[] = {1000, 1500, 3000};
+	for (size_t d = 0; d < SL_ARRAY_SIZE(depths); d++) {
+		unsigned n = depths[d];
+		char *body = sl_xmalloc(2 * n + 16);
+		size_t at = (size_t)sprintf(body, "{\"a\":");
+		for (unsigned i = 1; i < n; i++)
+			body[at++] = '[';
+		for (unsigned i = 1; i < n; i++)
+			body[at++] = ']';
+		strcpy(body + at, "}");
+		compare_paths(endpoint("/v1/completions"), NULL, body, true,
+		              n <= 1024);
+		free(body);
+	}
 }
 
 int main(void)
