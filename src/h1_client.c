@@ -544,19 +544,26 @@ static void conn_ended(struct sl_h1_conn *c, int status)
  */
 static void scrub_head(struct sl_h1_conn *c, char *buf, size_t n)
 {
-	for (size_t i = 0; i < n && !c->head_scrubbed; i++) {
+	/* In locals, and the common byte first: this runs on every head. */
+	unsigned char ends = c->line_ends;
+	bool done = c->head_scrubbed;
+	for (size_t i = 0; i < n && !done; i++) {
 		unsigned char b = (unsigned char)buf[i];
-		if (b == '\n') {
-			c->head_scrubbed = c->line_ends > 0;
-			c->line_ends = 1;
+		if (b >= 0x20 && b != 0x7f) {
+			ends = 0;
+		} else if (b == '\n') {
+			done = ends > 0;
+			ends = 1;
 		} else if (b == '\r') {
-			c->line_ends = c->line_ends ? 2 : 0;
+			ends = ends ? 2 : 0;
 		} else {
-			c->line_ends = 0;
-			if ((b < 0x20 && b != '\t') || b == 0x7f)
+			ends = 0;
+			if (b != '\t')
 				buf[i] = (char)0xff;
 		}
 	}
+	c->line_ends = ends;
+	c->head_scrubbed = done;
 }
 
 /*

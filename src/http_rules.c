@@ -160,10 +160,11 @@ const char *sl_http_rule_absolute_form_path(const char *target)
 
 bool sl_http_field_value_ok(const char *v, size_t max)
 {
-	for (size_t n = 0; v[n]; n++) {
+	size_t n = 0;
+	for (; v[n]; n++) {
 		unsigned char ch = (unsigned char)v[n];
-		if (n >= max || (ch < 0x20 && ch != '\t') || ch >= 0x7f)
+		if ((ch < 0x20 && ch != '\t') || ch >= 0x7f)
 			return false;
 	}
-	return true;
+	return n <= max;
 }

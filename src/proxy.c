@@ -712,25 +712,35 @@ static bool name_has_prefix(const char *name, size_t len, const char *prefix)
  */
 static bool header_always_withheld(const char *name, size_t len)
 {
-	static const char *const withheld[] = {
-	    "Connection",
-	    "Keep-Alive",
-	    "TE",
-	    "Trailer",
-	    "Transfer-Encoding",
-	    "Upgrade",
-	    "Server",
-	    "Date",
-	    "Content-Length",
-	    "Content-Type",
-	    "X-Request-Id",
-	    "X-Queue-Ms",
-	    "X-Batch-Size",
-	    "Retry-After",
-	    "retry-after-ms",
+#define NAME(s)                                                                \
+	{                                                                      \
+		s, sizeof(s) - 1                                               \
+	}
+	/* With their lengths: this runs for every header line. */
+	static const struct {
+		const char *name;
+		size_t len;
+	} withheld[] = {
+	    NAME("Connection"),
+	    NAME("Keep-Alive"),
+	    NAME("TE"),
+	    NAME("Trailer"),
+	    NAME("Transfer-Encoding"),
+	    NAME("Upgrade"),
+	    NAME("Server"),
+	    NAME("Date"),
+	    NAME("Content-Length"),
+	    NAME("Content-Type"),
+	    NAME("X-Request-Id"),
+	    NAME("X-Queue-Ms"),
+	    NAME("X-Batch-Size"),
+	    NAME("Retry-After"),
+	    NAME("retry-after-ms"),
 	};
+#undef NAME
 	for (size_t i = 0; i < SL_ARRAY_SIZE(withheld); i++)
-		if (name_is(name, len, withheld[i]))
+		if (withheld[i].len == len &&
+		    strncasecmp(name, withheld[i].name, len) == 0)
 			return true;
 	return name_has_prefix(name, len, "Proxy-") ||
 	       name_has_prefix(name, len, "Access-Control-");
