@@ -11,6 +11,9 @@
 #          32, in the default mode (assembled from an upstream stream) and
 #          with --stream-upstream off: CPU microseconds per request.
 #
+# ROUNDS, REQUESTS, TOKENS (per answer, default 64) and ENDPOINT
+# (sluice-bench's --endpoint: chat, completions or completion) vary it.
+#
 # One mock serves every run; each run starts its own sluice on a free port.
 # ROUNDS (default 3) rounds, alternating the binaries given (default
 # build/sluice) within each round; one line per run.
@@ -22,6 +25,7 @@ MOCK=build/bench/mock-llama-server
 ROUNDS=${ROUNDS:-3}
 REQUESTS=${REQUESTS:-2000}
 TOKENS=${TOKENS:-64}
+ENDPOINT=${ENDPOINT:-chat}
 logs=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$logs"' EXIT
@@ -51,11 +55,13 @@ run() { # run LABEL STREAM SLUICE-ARGS...
 	done
 	# A warm-up, so that connections and caches are in place.
 	"$BENCH" --quiet on --url "http://127.0.0.1:$port" --stream "$stream" \
-		--concurrency 32 --requests 200 --max-tokens "$TOKENS" >/dev/null
+		--concurrency 32 --requests 200 --max-tokens "$TOKENS" \
+		--endpoint "$ENDPOINT" >/dev/null
 	local t0 t1
 	t0=$(cpu_ticks "$pid")
 	"$BENCH" --quiet on --url "http://127.0.0.1:$port" --stream "$stream" \
 		--concurrency 32 --requests "$REQUESTS" --max-tokens "$TOKENS" \
+		--endpoint "$ENDPOINT" \
 		--json "$logs/out.json" >/dev/null
 	t1=$(cpu_ticks "$pid")
 	kill "$pid"

@@ -424,25 +424,41 @@ int sl_assembler_add_scanned(struct sl_assembler *a, const struct sl_jscan *s)
 }
 
 int sl_assembler_add_piece(struct sl_assembler *a, const char *data, size_t len,
-                           const struct sl_event_facts *f, const char *piece,
-                           size_t piece_len)
+                           const struct sl_event_facts *f,
+                           const struct sl_event_match *m)
 {
 	if (a->error.len)
 		return 0; /* the answer is the error already */
-	/* What add_openai does with a plain token event. Native endpoints'
-	 * events are scanned as native, which have no pieces: never here. */
+	/*
+	 * What add_native and add_openai do with a plain token event. The
+	 * caller reads events in its kind's dialect, so a native piece comes
+	 * only to a native assembler, and another only to the others.
+	 */
+	bool native = f->piece_kind == SL_PIECE_NATIVE;
 	struct sl_choice_parts *c = choice_of(a, f->piece_choice);
-	if (a->kind == SL_ASSEMBLE_NATIVE || !c)
+	if (native != (a->kind == SL_ASSEMBLE_NATIVE) || !c)
 		return SL_EINVAL;
 	a->seen_event = true;
 	buf_set(&a->last, data, len);
 	bool chat = a->kind == SL_ASSEMBLE_CHAT;
-	if (chat && f->piece_kind == SL_PIECE_CONTENT)
-		buf_add(&c->text, piece, piece_len);
-	else if (chat && f->piece_kind == SL_PIECE_REASONING)
-		buf_add(&c->reasoning, piece, piece_len);
-	else if (!chat && f->piece_kind == SL_PIECE_TEXT)
-		buf_add(&c->text, piece, piece_len);
+	if (native) {
+		buf_add(&c->text, m->piece, m->piece_len);
+		if (m->tokens_len > 0) {
+			if (c->tokens.len)
+				buf_add(&c->tokens, ",", 1);
+			buf_add(&c->tokens, m->tokens, m->tokens_len);
+		}
+		/* "stop": false; the first event holds the place of the
+		 * final one until it comes. */
+		if (c->final.len == 0)
+			buf_set(&c->final, data, len);
+	} else if (chat && f->piece_kind == SL_PIECE_CONTENT) {
+		buf_add(&c->text, m->piece, m->piece_len);
+	} else if (chat && f->piece_kind == SL_PIECE_REASONING) {
+		buf_add(&c->reasoning, m->piece, m->piece_len);
+	} else if (!chat && f->piece_kind == SL_PIECE_TEXT) {
+		buf_add(&c->text, m->piece, m->piece_len);
+	}
 	return 0;
 }
 

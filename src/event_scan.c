@@ -100,52 +100,6 @@ static void scan_typed(const struct sl_jscan *s, struct sl_event_facts *f)
 	}
 }
 
-/* llama-server's /completion events. */
-static void scan_native(const struct sl_jscan *s, struct sl_event_facts *f)
-{
-	enum {
-		ERROR,
-		INDEX,
-		STOP,
-		TOKENS,
-		CONTENT,
-		PREDICTED,
-		EVALUATED,
-		N_KEYS
-	};
-	static const struct sl_jscan_key keys[N_KEYS] = {
-	    [ERROR] = SL_JSCAN_KEY("error"),
-	    [INDEX] = SL_JSCAN_KEY("index"),
-	    [STOP] = SL_JSCAN_KEY("stop"),
-	    [TOKENS] = SL_JSCAN_KEY("tokens"),
-	    [CONTENT] = SL_JSCAN_KEY("content"),
-	    [PREDICTED] = SL_JSCAN_KEY("tokens_predicted"),
-	    [EVALUATED] = SL_JSCAN_KEY("tokens_evaluated"),
-	};
-	int v[N_KEYS];
-	sl_jscan_members(s, 0, keys, v, N_KEYS);
-	if (v[ERROR] >= 0) {
-		f->error = true;
-		return;
-	}
-	f->index = int_value(s, v[INDEX]);
-	if (!(v[STOP] >= 0 && sl_jscan_type(s, v[STOP]) == JSMN_PRIMITIVE &&
-	      sl_jscan_is(s, v[STOP], "false"))) {
-		f->final = true;
-		f->tokens_predicted = int_value(s, v[PREDICTED]);
-		f->has_prompt = is_integer(s, v[EVALUATED]);
-		f->prompt_tokens = int_value(s, v[EVALUATED]);
-		return;
-	}
-	int n = array_size(s, v[TOKENS]);
-	if (n == 0 && nonempty_string(s, v[CONTENT]))
-		n = 1;
-	if (n > 0) {
-		f->arrivals = 1;
-		f->per_arrival = (uint64_t)n;
-	}
-}
-
 /* Whether a member is absent or null: nothing for an assembler to read. */
 static bool absent(const struct sl_jscan *s, int i)
 {
@@ -171,6 +125,78 @@ static long choice_index(const struct sl_jscan *s, int i)
 		v = v * 10 + (p[k] - '0');
 	}
 	return v;
+}
+
+/* A token of type `type`. */
+static bool is_type(const struct sl_jscan *s, int i, jsmntype_t type)
+{
+	return i >= 0 && sl_jscan_type(s, i) == type;
+}
+
+/* llama-server's /completion events. */
+static void scan_native(const struct sl_jscan *s, struct sl_event_facts *f)
+{
+	enum {
+		ERROR,
+		INDEX,
+		STOP,
+		TOKENS,
+		CONTENT,
+		PREDICTED,
+		EVALUATED,
+		PROBS,
+		N_KEYS
+	};
+	static const struct sl_jscan_key keys[N_KEYS] = {
+	    [ERROR] = SL_JSCAN_KEY("error"),
+	    [INDEX] = SL_JSCAN_KEY("index"),
+	    [STOP] = SL_JSCAN_KEY("stop"),
+	    [TOKENS] = SL_JSCAN_KEY("tokens"),
+	    [CONTENT] = SL_JSCAN_KEY("content"),
+	    [PREDICTED] = SL_JSCAN_KEY("tokens_predicted"),
+	    [EVALUATED] = SL_JSCAN_KEY("tokens_evaluated"),
+	    [PROBS] = SL_JSCAN_KEY("completion_probabilities"),
+	};
+	int v[N_KEYS];
+	sl_jscan_members(s, 0, keys, v, N_KEYS);
+	if (v[ERROR] >= 0) {
+		f->error = true;
+		return;
+	}
+	f->index = int_value(s, v[INDEX]);
+	if (!(v[STOP] >= 0 && sl_jscan_type(s, v[STOP]) == JSMN_PRIMITIVE &&
+	      sl_jscan_is(s, v[STOP], "false"))) {
+		f->final = true;
+		f->tokens_predicted = int_value(s, v[PREDICTED]);
+		f->has_prompt = is_integer(s, v[EVALUATED]);
+		f->prompt_tokens = int_value(s, v[EVALUATED]);
+		return;
+	}
+	int n = array_size(s, v[TOKENS]);
+	if (n == 0 && nonempty_string(s, v[CONTENT]))
+		n = 1;
+	if (n > 0) {
+		f->arrivals = 1;
+		f->per_arrival = (uint64_t)n;
+	}
+	/*
+	 * A plain token event (event_scan.h): what varies from one to the
+	 * next is its content, its token ids and the count; probabilities
+	 * would vary too, so an event with them is no plain one.
+	 */
+	int tokens = v[TOKENS];
+	if (v[PROBS] >= 0 || !is_type(s, v[CONTENT], JSMN_STRING) ||
+	    !is_type(s, tokens, JSMN_ARRAY) || choice_index(s, v[INDEX]) < 0 ||
+	    (v[PREDICTED] >= 0 && !is_integer(s, v[PREDICTED])))
+		return;
+	for (int k = 0, t = tokens + 1; k < s->tok[tokens].size; k++, t++)
+		if (t >= s->n || !is_integer(s, t))
+			return;
+	f->piece = v[CONTENT];
+	f->piece_kind = SL_PIECE_NATIVE;
+	f->piece_choice = choice_index(s, v[INDEX]);
+	f->tokens = tokens;
+	f->predicted = v[PREDICTED];
 }
 
 /* OpenAI's chunks: one token per choice that carries any output. */
@@ -271,7 +297,8 @@ static void scan_openai(const struct sl_jscan *s, struct sl_event_facts *f)
 void sl_event_scan(struct sl_jscan *s, const char *data, size_t len,
                    enum sl_event_dialect dialect, struct sl_event_facts *f)
 {
-	*f = (struct sl_event_facts){.piece = -1};
+	*f =
+	    (struct sl_event_facts){.piece = -1, .tokens = -1, .predicted = -1};
 	/* A scan to free even when nothing is parsed. */
 	s->tok = s->inline_tok;
 	s->n = 0;
@@ -296,11 +323,127 @@ void sl_event_scan(struct sl_jscan *s, const char *data, size_t len,
 
 /* ---- the shape of token events ---- */
 
+static bool is_hex(char c)
+{
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
+	       (c >= 'A' && c <= 'F');
+}
+
+static bool is_digit(char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+/*
+ * The end of a string's inside that starts at p[at]: the index of its
+ * closing quote, with no control byte unescaped and every escape whole
+ * (RFC 8259, 7), or 0 when there is none. Stricter than jsmn, which lets
+ * control bytes through: such an event is scanned in full.
+ */
+static size_t string_end(const char *p, size_t at, size_t n)
+{
+	for (size_t i = at; i < n; i++) {
+		unsigned char c = (unsigned char)p[i];
+		if (c == '"')
+			return i;
+		if (c < 0x20)
+			return 0;
+		if (c != '\\')
+			continue;
+		if (++i == n)
+			return 0;
+		if (p[i] == 'u') {
+			if (n - i < 5 || !is_hex(p[i + 1]) ||
+			    !is_hex(p[i + 2]) || !is_hex(p[i + 3]) ||
+			    !is_hex(p[i + 4]))
+				return 0;
+			i += 4;
+		} else if (p[i] == '\0' || !strchr("\"\\/bfnrt", p[i])) {
+			return 0;
+		}
+	}
+	return 0;
+}
+
+/* The end of an integer at p[at] (a sign, digits), or 0 for none. */
+static size_t int_end(const char *p, size_t at, size_t n)
+{
+	size_t i = at + (at < n && p[at] == '-');
+	size_t digits = i;
+	while (i < n && is_digit(p[i]))
+		i++;
+	return i > digits ? i : 0;
+}
+
+/*
+ * The end of a hole of `kind` that starts at p[at], or 0 when what is
+ * there is no such value. An empty array's inside ends where it starts.
+ */
+static size_t hole_end(enum sl_event_hole kind, const char *p, size_t at,
+                       size_t n)
+{
+	switch (kind) {
+	case SL_HOLE_STRING: return string_end(p, at, n);
+	case SL_HOLE_INT: return int_end(p, at, n);
+	case SL_HOLE_INTS:
+		if (at < n && p[at] == ']')
+			return at;
+		for (size_t i = at;;) {
+			i = int_end(p, i, n);
+			if (i == 0 || i == n || p[i] != ',')
+				return i;
+			i++;
+		}
+	}
+	return 0;
+}
+
+/* Adds a hole for token i's value, the inside of a string or array. */
+static void add_hole(struct sl_event_shape *sh, const struct sl_jscan *s, int i,
+                     enum sl_event_hole kind)
+{
+	size_t start = (size_t)s->tok[i].start, end = (size_t)s->tok[i].end;
+	if (kind == SL_HOLE_INTS) {
+		start++; /* jsmn's array spans its brackets */
+		end--;
+	}
+	unsigned h = sh->n_holes++;
+	while (h > 0 && sh->holes[h - 1].start > start) {
+		sh->holes[h] = sh->holes[h - 1];
+		h--;
+	}
+	sh->holes[h].start = start;
+	sh->holes[h].end = end;
+	sh->holes[h].kind = kind;
+}
+
+/* Which hole starts at `start`. */
+static unsigned hole_at(const struct sl_event_shape *sh, size_t start)
+{
+	unsigned h = 0;
+	while (h + 1 < sh->n_holes && sh->holes[h].start != start)
+		h++;
+	return h;
+}
+
 void sl_event_shape_learn(struct sl_event_shape *sh, const struct sl_jscan *s,
                           const struct sl_event_facts *f)
 {
 	if (f->piece < 0 || s->len > SL_EVENT_SHAPE_MAX)
 		return;
+	sh->n_holes = 0;
+	add_hole(sh, s, f->piece, SL_HOLE_STRING);
+	if (f->tokens >= 0)
+		add_hole(sh, s, f->tokens, SL_HOLE_INTS);
+	if (f->predicted >= 0)
+		add_hole(sh, s, f->predicted, SL_HOLE_INT);
+	/* Each hole must hold what it will be matched as (no spaces). */
+	for (unsigned h = 0; h < sh->n_holes; h++)
+		if (hole_end(sh->holes[h].kind, s->text, sh->holes[h].start,
+		             s->len) != sh->holes[h].end) {
+			sl_event_shape_free(sh);
+			return;
+		}
 	if (sh->cap < s->len) {
 		sh->cap = s->len;
 		free(sh->text);
@@ -308,62 +451,62 @@ void sl_event_shape_learn(struct sl_event_shape *sh, const struct sl_jscan *s,
 	}
 	memcpy(sh->text, s->text, s->len);
 	sh->len = s->len;
-	sh->piece_start = (size_t)s->tok[f->piece].start;
-	sh->piece_end = (size_t)s->tok[f->piece].end;
+	sh->piece_hole = hole_at(sh, (size_t)s->tok[f->piece].start);
+	sh->tokens_hole =
+	    f->tokens >= 0
+	        ? (int)hole_at(sh, (size_t)s->tok[f->tokens].start + 1)
+	        : -1;
 	sh->facts = *f;
-	sh->facts.piece = -1;
-}
-
-static bool is_hex(char c)
-{
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
-	       (c >= 'A' && c <= 'F');
-}
-
-/*
- * Whether `n` bytes are a JSON string's inside: no quote or control byte
- * unescaped, and every escape whole (RFC 8259, 7). Stricter than jsmn,
- * which lets control bytes through: such a piece is scanned in full.
- */
-static bool string_inside(const char *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)p[i];
-		if (c == '"' || c < 0x20)
-			return false;
-		if (c != '\\')
-			continue;
-		if (++i == n)
-			return false;
-		if (p[i] == 'u') {
-			if (n - i < 5 || !is_hex(p[i + 1]) ||
-			    !is_hex(p[i + 2]) || !is_hex(p[i + 3]) ||
-			    !is_hex(p[i + 4]))
-				return false;
-			i += 4;
-		} else if (!strchr("\"\\/bfnrt", p[i]) || p[i] == '\0') {
-			return false;
-		}
-	}
-	return true;
+	sh->facts.piece = sh->facts.tokens = sh->facts.predicted = -1;
 }
 
 bool sl_event_shape_match(const struct sl_event_shape *sh, const char *data,
                           size_t len, struct sl_event_facts *f,
-                          const char **piece, size_t *piece_len)
+                          struct sl_event_match *m)
 {
 	if (!sh->text)
 		return false;
-	size_t head = sh->piece_start, tail = sh->len - sh->piece_end;
-	if (len <= head + tail || memcmp(data, sh->text, head) != 0 ||
-	    memcmp(data + len - tail, sh->text + sh->piece_end, tail) != 0)
+	size_t at = 0, from = 0;
+	size_t starts[SL_EVENT_SHAPE_HOLES], ends[SL_EVENT_SHAPE_HOLES];
+	for (unsigned h = 0; h < sh->n_holes; h++) {
+		size_t same = sh->holes[h].start - from;
+		if (len - at < same ||
+		    memcmp(data + at, sh->text + from, same) != 0)
+			return false;
+		at += same;
+		size_t end = hole_end(sh->holes[h].kind, data, at, len);
+		if (end == 0)
+			return false;
+		starts[h] = at;
+		ends[h] = end;
+		at = end;
+		from = sh->holes[h].end;
+	}
+	if (len - at != sh->len - from ||
+	    memcmp(data + at, sh->text + from, len - at) != 0)
 		return false;
-	size_t n = len - head - tail;
-	if (!string_inside(data + head, n))
-		return false;
+	unsigned p = sh->piece_hole;
+	*m = (struct sl_event_match){.piece = data + starts[p],
+	                             .piece_len = ends[p] - starts[p]};
 	*f = sh->facts;
-	*piece = data + head;
-	*piece_len = n;
+	if (sh->tokens_hole < 0) {
+		/* OpenAI: one token per non-empty piece, as the shape's. */
+		return m->piece_len > 0;
+	}
+	/* Native: its tokens' count, or 1 for text without ids. */
+	unsigned t = (unsigned)sh->tokens_hole;
+	m->tokens = data + starts[t];
+	m->tokens_len = ends[t] - starts[t];
+	uint64_t n = 0;
+	if (m->tokens_len > 0) {
+		n = 1;
+		for (size_t i = 0; i < m->tokens_len; i++)
+			n += m->tokens[i] == ',';
+	}
+	if (n == 0 && m->piece_len > 0)
+		n = 1;
+	f->arrivals = n > 0;
+	f->per_arrival = n;
 	return true;
 }
 
@@ -375,15 +518,13 @@ void sl_event_shape_free(struct sl_event_shape *sh)
 
 void sl_event_read(struct sl_event_shape *sh, struct sl_jscan *s,
                    const char *data, size_t len, enum sl_event_dialect dialect,
-                   struct sl_event_facts *f, const char **piece,
-                   size_t *piece_len)
+                   struct sl_event_facts *f, struct sl_event_match *m)
 {
 	s->tok = s->inline_tok;
 	s->n = 0;
-	*piece = NULL;
-	*piece_len = 0;
-	if (sl_event_shape_match(sh, data, len, f, piece, piece_len))
+	if (sl_event_shape_match(sh, data, len, f, m))
 		return;
+	*m = (struct sl_event_match){0};
 	sl_event_scan(s, data, len, dialect, f);
 	sl_event_shape_learn(sh, s, f);
 }

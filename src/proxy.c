@@ -645,11 +645,10 @@ static int on_event(const char *event, size_t len, void *arg)
 	struct sl_jscan scan;
 	scan.tok = scan.inline_tok;
 	struct sl_event_facts facts = {.piece = -1};
-	const char *piece = NULL;
-	size_t piece_len = 0;
+	struct sl_event_match match = {0};
 	if (data)
 		sl_event_read(&x->shape, &scan, data, n, dialect_of(x), &facts,
-		              &piece, &piece_len);
+		              &match);
 	if (facts.error) {
 		relay_flush(x);
 		upstream_error_event(x, event, len);
@@ -661,11 +660,11 @@ static int on_event(const char *event, size_t len, void *arg)
 		x->answer_bytes += len;
 		if (x->answer_bytes > SL_PROXY_MAX_ANSWER)
 			fail(x, 502, "upstream answer too large to assemble");
-		else if (piece ? sl_assembler_add_piece(&x->answer, data, n,
-		                                        &facts, piece,
-		                                        piece_len) != 0
-		               : facts.json && sl_assembler_add_scanned(
-		                                   &x->answer, &scan) != 0)
+		else if (match.piece
+		             ? sl_assembler_add_piece(&x->answer, data, n,
+		                                      &facts, &match) != 0
+		             : facts.json && sl_assembler_add_scanned(
+		                                 &x->answer, &scan) != 0)
 			fail(x, 502,
 			     "upstream sent an event sluice cannot read");
 	} else if (x->ep->api == SL_API_GENERATE) {

@@ -53,15 +53,12 @@ static void twice_add(struct twice *t, const char *data, size_t len)
 	ASSERT_EQ(sl_assembler_add(&t->plain, data, len), 0);
 	struct sl_jscan s;
 	struct sl_event_facts f;
-	const char *piece;
-	size_t piece_len;
-	sl_event_read(&t->shape, &s, data, len, t->dialect, &f, &piece,
-	              &piece_len);
-	if (piece) {
+	struct sl_event_match m;
+	sl_event_read(&t->shape, &s, data, len, t->dialect, &f, &m);
+	if (m.piece) {
 		t->matched++;
 		shape_matches++;
-		ASSERT_EQ(sl_assembler_add_piece(&t->shaped, data, len, &f,
-		                                 piece, piece_len),
+		ASSERT_EQ(sl_assembler_add_piece(&t->shaped, data, len, &f, &m),
 		          0);
 	} else if (f.json) {
 		ASSERT_EQ(sl_assembler_add_scanned(&t->shaped, &s), 0);
@@ -429,10 +426,68 @@ static void test_shape_matched_events(void)
 	free(s);
 }
 
+/* A native token event: `content` and `tokens` as written. */
+static char *native_token(const char *content, const char *tokens, int n)
+{
+	char *e = NULL;
+	ASSERT(asprintf(&e,
+	                "{\"index\":0,\"content\":\"%s\",\"tokens\":[%s],"
+	                "\"stop\":false,\"id_slot\":-1,\"tokens_predicted\":%d,"
+	                "\"tokens_evaluated\":7}",
+	                content, tokens, n) > 0);
+	return e;
+}
+
+/*
+ * Native token events matched to their shape: the content, the token ids
+ * (one, several, none) and the count differ from event to event. With
+ * return_tokens the ids are joined; the answer is the same as from
+ * scanning every event, and every plain token event after the first was
+ * matched.
+ */
+static void test_shape_matched_native_events(void)
+{
+	struct {
+		const char *content, *tokens;
+	} tokens[] = {
+	    {"Hel", "15043"},   {"lo", "29892"},     {"", "227"},
+	    {"\\u00e9", "169"}, {" w", "281,29877"}, {"or\\\"ld", "1"},
+	    {"!", ""},
+	};
+	for (int return_tokens = 0; return_tokens < 2; return_tokens++) {
+		struct twice t;
+		twice_init(&t, SL_ASSEMBLE_NATIVE, return_tokens);
+		for (size_t i = 0; i < SL_ARRAY_SIZE(tokens); i++) {
+			char *e = native_token(tokens[i].content,
+			                       tokens[i].tokens, (int)i + 1);
+			twice_add(&t, e, strlen(e));
+			free(e);
+		}
+		ASSERT_EQ(t.matched, SL_ARRAY_SIZE(tokens) - 1);
+		const char *final =
+		    "{\"index\":0,\"content\":\"\",\"tokens\":[],\"id_slot\":0,"
+		    "\"stop\":true,\"model\":\"m\",\"tokens_predicted\":8,"
+		    "\"tokens_evaluated\":7,\"generation_settings\":{"
+		    "\"stream\":true},\"stop_type\":\"limit\"}";
+		twice_add(&t, final, strlen(final));
+		int status;
+		char *s = twice_result(&t, &status);
+		ASSERT_EQ(status, 200);
+		ASSERT(strstr(s, "\"content\":\"Hello\\u00e9 wor\\\"ld!\"") !=
+		       NULL);
+		ASSERT(strstr(s, return_tokens
+		                     ? "\"tokens\":[15043,29892,227,169,281,"
+		                       "29877,1]"
+		                     : "\"tokens\":[]") != NULL);
+		free(s);
+	}
+}
+
 int main(void)
 {
 	RUN(test_recordings);
 	RUN(test_shape_matched_events);
+	RUN(test_shape_matched_native_events);
 	RUN(test_escapes_joined_as_written);
 	RUN(test_chat_tool_calls_and_reasoning);
 	RUN(test_error_mid_stream);

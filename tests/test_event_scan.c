@@ -319,11 +319,11 @@ static const char *read_event(struct sl_event_shape *sh, const char *data,
                               struct sl_event_facts *f, size_t *piece_len)
 {
 	struct sl_jscan s;
-	const char *piece;
-	sl_event_read(sh, &s, data, strlen(data), SL_DIALECT_OPENAI, f, &piece,
-	              piece_len);
+	struct sl_event_match m;
+	sl_event_read(sh, &s, data, strlen(data), SL_DIALECT_OPENAI, f, &m);
 	sl_jscan_free(&s);
-	return piece;
+	*piece_len = m.piece_len;
+	return m.piece;
 }
 
 #define CHUNK(piece)                                                           \
@@ -418,6 +418,71 @@ static void test_shape(void)
 	ASSERT(sh.text == NULL);
 }
 
+/*
+ * Native token events: the shape has three holes (content, tokens and the
+ * count), each matched by kind; the facts follow the new token ids.
+ */
+static void test_native_shape(void)
+{
+	struct sl_event_shape sh = {0};
+	struct sl_jscan s;
+	struct sl_event_facts f;
+	struct sl_event_match m;
+	/* With probabilities, or final: no plain token event. */
+	const char *not_plain[] = {native_probs10, native_final};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(not_plain); i++) {
+		sl_event_read(&sh, &s, not_plain[i], strlen(not_plain[i]),
+		              SL_DIALECT_NATIVE, &f, &m);
+		sl_jscan_free(&s);
+		ASSERT(m.piece == NULL && sh.text == NULL);
+	}
+	sl_event_read(&sh, &s, native_token, strlen(native_token),
+	              SL_DIALECT_NATIVE, &f, &m);
+	sl_jscan_free(&s);
+	ASSERT(m.piece == NULL && sh.text != NULL);
+	ASSERT_EQ(sh.n_holes, 3);
+#define NATIVE(content, tokens, n)                                             \
+	"{\"index\":0,\"content\":\"" content "\",\"tokens\":[" tokens         \
+	"],\"stop\":false,\"id_slot\":-1,\"tokens_predicted\":" n              \
+	",\"tokens_evaluated\":7}"
+	const struct {
+		const char *event, *piece, *tokens;
+		unsigned per_arrival;
+	} matching[] = {
+	    {NATIVE("a", "7", "2"), "a", "7", 1},
+	    {NATIVE("", "227", "3"), "", "227", 1},
+	    {NATIVE("bc", "1,22,-3", "40"), "bc", "1,22,-3", 3},
+	    {NATIVE("d", "", "41"), "d", "", 1},
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(matching); i++) {
+		const char *e = matching[i].event;
+		ASSERT(sl_event_shape_match(&sh, e, strlen(e), &f, &m));
+		ASSERT_EQ(m.piece_len, strlen(matching[i].piece));
+		ASSERT(memcmp(m.piece, matching[i].piece, m.piece_len) == 0);
+		ASSERT_EQ(m.tokens_len, strlen(matching[i].tokens));
+		ASSERT(memcmp(m.tokens, matching[i].tokens, m.tokens_len) == 0);
+		ASSERT_EQ(f.arrivals, 1);
+		ASSERT_EQ(f.per_arrival, matching[i].per_arrival);
+		ASSERT(!f.final && f.json && f.object);
+	}
+	/* No text, no ids: no token. */
+	const char *nothing = NATIVE("", "", "5");
+	ASSERT(sl_event_shape_match(&sh, nothing, strlen(nothing), &f, &m));
+	ASSERT_EQ(f.arrivals, 0);
+	/* Not the shape's values: scanned in full. */
+	const char *others[] = {
+	    NATIVE("a", "1, 2", "2"), NATIVE("a", "1,", "2"),
+	    NATIVE("a", "1.5", "2"),  NATIVE("a", "x", "2"),
+	    NATIVE("a", "1", "2.0"),  NATIVE("a", "1", ""),
+	    NATIVE("a\\", "1", "2"),  NATIVE("a", "1", "2") " ",
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(others); i++)
+		ASSERT(!sl_event_shape_match(&sh, others[i], strlen(others[i]),
+		                             &f, &m));
+#undef NATIVE
+	sl_event_shape_free(&sh);
+}
+
 int main(void)
 {
 	RUN(test_native_token);
@@ -432,5 +497,6 @@ int main(void)
 	RUN(test_typed);
 	RUN(test_prompt_counts);
 	RUN(test_shape);
+	RUN(test_native_shape);
 	return 0;
 }

@@ -111,13 +111,13 @@ int sl_assembler_add_scanned(struct sl_assembler *a, const struct sl_jscan *s);
 
 /*
  * The same for a plain token event matched to its stream's shape
- * (event_scan.h) rather than scanned: `data` is the event's data, `f` what
- * the match said, `piece` the piece's inner bytes inside `data`. Adds
- * exactly what sl_assembler_add_scanned() would have for that event.
+ * (event_scan.h) rather than scanned: `data` is the event's data, `f` and
+ * `m` what the match said. Adds exactly what sl_assembler_add_scanned()
+ * would have for that event.
  */
 int sl_assembler_add_piece(struct sl_assembler *a, const char *data, size_t len,
-                           const struct sl_event_facts *f, const char *piece,
-                           size_t piece_len);
+                           const struct sl_event_facts *f,
+                           const struct sl_event_match *m);
 
 /*
  * The whole answer as JSON text, malloc'd and NUL-terminated, owned by the

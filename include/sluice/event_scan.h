@@ -46,6 +46,7 @@ enum sl_event_piece {
 	SL_PIECE_TEXT,      /* choices[i].text (/v1/completions) */
 	SL_PIECE_CONTENT,   /* choices[i].delta.content (chat) */
 	SL_PIECE_REASONING, /* choices[i].delta.reasoning_content */
+	SL_PIECE_NATIVE,    /* a native event's "content", with "tokens" */
 };
 
 struct sl_event_facts {
@@ -81,15 +82,19 @@ struct sl_event_facts {
 	int64_t prompt_tokens;
 
 	/*
-	 * A plain token event (OpenAI's dialect): one choice whose only
+	 * A plain token event: in OpenAI's dialect, one choice whose only
 	 * output is one non-empty string, with no finish, usage, timings,
-	 * logprobs or anything else an assembler reads. `piece` is that
-	 * string's token, -1 for any other event; `piece_kind` which member
-	 * it is and `piece_choice` the choice's index.
+	 * logprobs or anything else an assembler reads; in the native one,
+	 * "stop": false with "content", integer "tokens" and
+	 * "tokens_predicted", and no probabilities. `piece` is the string's
+	 * token, -1 for any other event; `piece_kind` which member it is and
+	 * `piece_choice` the choice's index (native: the prompt's). Native:
+	 * `tokens` and `predicted` are the other two members' tokens.
 	 */
 	int piece;
 	enum sl_event_piece piece_kind;
 	long piece_choice;
+	int tokens, predicted;
 };
 
 /*
@@ -103,25 +108,49 @@ void sl_event_scan(struct sl_jscan *s, const char *data, size_t len,
 
 /*
  * The shape of a stream's plain token events, so that most of them need no
- * scan at all. llama-server writes its OpenAI chunks from one template:
- * between two token events of a stream only the piece of text differs (and
- * "created", once a second). So once a plain token event has been scanned,
- * a later event whose bytes are the same around a valid JSON string where
- * the piece was says what that one said, and its piece is that string:
- * two memcmp calls and one pass over a few bytes of text, where a scan
- * tokenizes some 250 bytes into two dozen tokens and walks them.
+ * scan at all. llama-server writes a stream's events from one template:
+ * between two token events of an OpenAI stream only the piece of text
+ * differs (and "created", once a second); in a native stream, the piece,
+ * the "tokens" array and the "tokens_predicted" count. So once a plain
+ * token event has been scanned, a later event whose bytes are the same
+ * around those members (its *holes*), each holding a value of its kind
+ * (a valid JSON string, integers), says what that one said, with its own
+ * piece and tokens: a few memcmp calls and a pass over the holes' bytes,
+ * where a scan tokenizes 150-250 bytes into two dozen tokens and walks
+ * them.
  *
  * Nothing is assumed about the upstream: an event of any other shape simply
  * does not match and is scanned in full, and a plain token event that is
  * scanned becomes the new shape.
  */
 #define SL_EVENT_SHAPE_MAX 4096 /* bytes; longer events are not kept */
+#define SL_EVENT_SHAPE_HOLES 3
+
+enum sl_event_hole {
+	SL_HOLE_STRING, /* a string's inside, escapes as written */
+	SL_HOLE_INT,    /* an integer */
+	SL_HOLE_INTS,   /* an array's inside: integers and commas, or "" */
+};
 
 struct sl_event_shape {
 	char *text; /* the shape event's data, malloc'd; NULL before one */
 	size_t len, cap;
-	size_t piece_start, piece_end; /* its piece's inner bytes */
+	struct {
+		size_t start, end; /* its bytes in text, holes in order */
+		enum sl_event_hole kind;
+	} holes[SL_EVENT_SHAPE_HOLES];
+	unsigned n_holes;
+	unsigned piece_hole; /* which hole is the piece */
+	int tokens_hole;     /* native: which is "tokens"; else -1 */
 	struct sl_event_facts facts;
+};
+
+/* A matched event's piece and, native, its "tokens" (inside `data`). */
+struct sl_event_match {
+	const char *piece; /* inner bytes, escapes as written; NULL: none */
+	size_t piece_len;
+	const char *tokens; /* the array's inside, without brackets */
+	size_t tokens_len;
 };
 
 /*
@@ -133,27 +162,26 @@ void sl_event_shape_learn(struct sl_event_shape *sh, const struct sl_jscan *s,
                           const struct sl_event_facts *f);
 
 /*
- * Whether `len` bytes of `data` are the shape's event with another
- * non-empty piece. If so, fills `f` with what a scan would have said (its
- * `piece` then -1, as there are no tokens) and points *piece at the new
- * piece's inner bytes, escapes as written, inside `data`.
+ * Whether `len` bytes of `data` are the shape's event with other values in
+ * its holes (an OpenAI piece must not be empty). If so, fills `f` with what
+ * a scan would have said (its `piece` then -1, as there are no tokens) and
+ * `m` with the new piece and tokens.
  */
 bool sl_event_shape_match(const struct sl_event_shape *sh, const char *data,
                           size_t len, struct sl_event_facts *f,
-                          const char **piece, size_t *piece_len);
+                          struct sl_event_match *m);
 
 void sl_event_shape_free(struct sl_event_shape *sh);
 
 /*
  * One event of a stream, read the cheapest way: matched to the stream's
- * shape (*piece then points at its piece, and `s` holds no tokens), else
- * scanned in full into `s` (*piece NULL), a plain token event then
- * becoming the shape. Either way `f` says what the event says, and the
- * caller sl_jscan_free()s `s`.
+ * shape (m->piece then set, and `s` holds no tokens), else scanned in full
+ * into `s` (m->piece NULL), a plain token event then becoming the shape.
+ * Either way `f` says what the event says, and the caller sl_jscan_free()s
+ * `s`.
  */
 void sl_event_read(struct sl_event_shape *sh, struct sl_jscan *s,
                    const char *data, size_t len, enum sl_event_dialect dialect,
-                   struct sl_event_facts *f, const char **piece,
-                   size_t *piece_len);
+                   struct sl_event_facts *f, struct sl_event_match *m);
 
 #endif

@@ -96,14 +96,11 @@ static void feed_shaped(struct shaped *sh, const char *line, size_t len)
 {
 	struct sl_jscan s;
 	struct sl_event_facts f;
-	const char *piece;
-	size_t piece_len;
-	sl_event_read(&sh->shape, &s, line, len, sh->dialect, &f, &piece,
-	              &piece_len);
+	struct sl_event_match m;
+	sl_event_read(&sh->shape, &s, line, len, sh->dialect, &f, &m);
 	int rc = 0;
-	if (piece)
-		rc = sl_assembler_add_piece(&sh->a, line, len, &f, piece,
-		                            piece_len);
+	if (m.piece)
+		rc = sl_assembler_add_piece(&sh->a, line, len, &f, &m);
 	else if (f.json)
 		rc = sl_assembler_add_scanned(&sh->a, &s);
 	sl_jscan_free(&s);
