@@ -38,9 +38,11 @@ installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install o
 # libc-ares-dev: --upstream-dns names are looked up with c-ares.
 # libssl-dev: sluice digests API keys (keys:) with libcrypto's SHA-256.
 # libyajl-dev: relayed request bodies are validated with yajl.
+# libunistring-dev: ... and their UTF-8 checked with libunistring.
 packages=(gcc libc6-dev pkgconf meson ninja-build python3
 	libuv1-dev libcurl4-openssl-dev libjansson-dev libjsmn-dev libyaml-dev libxxhash-dev chromium
-	nginx python3-yaml systemd libc-ares-dev libssl-dev libyajl-dev)
+	nginx python3-yaml systemd libc-ares-dev libssl-dev libyajl-dev
+	libunistring-dev)
 read -r -a extra <<<"${SLUICE_EXTRA_PACKAGES:-}"
 missing=()
 extra_missing=()
