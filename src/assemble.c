@@ -87,11 +87,6 @@ static int scan(struct sl_jscan *s, const char *text, size_t len)
 	return sl_jscan_parse(s, text, len, MAX_SCAN_TOKENS);
 }
 
-static bool is_type(const struct sl_jscan *s, int i, jsmntype_t type)
-{
-	return i >= 0 && sl_jscan_type(s, i) == type;
-}
-
 /* A present member whose value is not null. */
 static bool has_value(const struct sl_jscan *s, int i)
 {
@@ -115,35 +110,17 @@ static void buf_raw(struct sl_abuf *b, const struct sl_jscan *s, int i)
 	buf_add(b, p, n);
 }
 
-/* A small non-negative integer primitive ("index"), else -1. */
-static long small_int(const struct sl_jscan *s, int i)
-{
-	if (!is_type(s, i, JSMN_PRIMITIVE))
-		return -1;
-	const char *p = sl_jscan_text(s, i);
-	size_t n = sl_jscan_len(s, i);
-	long v = 0;
-	if (n == 0 || n > 9)
-		return -1;
-	for (size_t k = 0; k < n; k++) {
-		if (p[k] < '0' || p[k] > '9')
-			return -1;
-		v = v * 10 + (p[k] - '0');
-	}
-	return v;
-}
-
 /* Appends a string's inner bytes, escapes as written. */
 static void join_string(struct sl_abuf *b, const struct sl_jscan *s, int i)
 {
-	if (is_type(s, i, JSMN_STRING))
+	if (sl_jscan_is_type(s, i, JSMN_STRING))
 		buf_add(b, sl_jscan_text(s, i), sl_jscan_len(s, i));
 }
 
 /* Appends an array's elements as written, comma-separated from before. */
 static void join_array(struct sl_abuf *b, const struct sl_jscan *s, int i)
 {
-	if (!is_type(s, i, JSMN_ARRAY) || s->tok[i].size == 0)
+	if (!sl_jscan_is_type(s, i, JSMN_ARRAY) || s->tok[i].size == 0)
 		return;
 	int first = i + 1;
 	int last = first;
@@ -234,7 +211,7 @@ static struct sl_choice_parts *choice_at(struct sl_assembler *a,
                                          const struct sl_jscan *s, int index,
                                          long *out)
 {
-	long i = index < 0 ? 0 : small_int(s, index);
+	long i = index < 0 ? 0 : sl_jscan_small_uint(s, index);
 	*out = i;
 	return choice_of(a, i);
 }
@@ -296,7 +273,7 @@ static int add_tool_calls(struct sl_choice_parts *c, const struct sl_jscan *s,
 {
 	int d = calls + 1;
 	for (int k = 0; k < s->tok[calls].size; k++, d = sl_jscan_skip(s, d)) {
-		long at = small_int(s, sl_jscan_get(s, d, "index"));
+		long at = sl_jscan_small_uint(s, sl_jscan_get(s, d, "index"));
 		size_t i = at >= 0 ? (size_t)at : c->n_calls;
 		if (i >= SL_ASSEMBLE_MAX_TOOL_CALLS)
 			return SL_EINVAL;
@@ -350,7 +327,7 @@ static int add_openai(struct sl_assembler *a, const struct sl_jscan *s,
 	int verbose = top[TOP_VERBOSE];
 	if (chat && top[TOP_USAGE] >= 0)
 		keep_base(a, s);
-	if (!is_type(s, choices, JSMN_ARRAY))
+	if (!sl_jscan_is_type(s, choices, JSMN_ARRAY))
 		return 0;
 	int ch = choices + 1;
 	for (int k = 0; k < s->tok[choices].size;
@@ -370,7 +347,7 @@ static int add_openai(struct sl_assembler *a, const struct sl_jscan *s,
 			sl_jscan_members(s, cv[DELTA], delta_keys, dv, N_DELTA);
 			join_string(&c->text, s, dv[CONTENT]);
 			join_string(&c->reasoning, s, dv[REASONING]);
-			if (is_type(s, dv[TOOL_CALLS], JSMN_ARRAY) &&
+			if (sl_jscan_is_type(s, dv[TOOL_CALLS], JSMN_ARRAY) &&
 			    add_tool_calls(c, s, dv[TOOL_CALLS]) != 0)
 				return SL_EINVAL;
 		}
@@ -395,7 +372,7 @@ static int add_error(struct sl_assembler *a, const struct sl_jscan *s,
                      int error)
 {
 	buf_set(&a->error, s->text, s->len);
-	long code = small_int(s, sl_jscan_get(s, error, "code"));
+	long code = sl_jscan_small_uint(s, sl_jscan_get(s, error, "code"));
 	a->error_status = code >= 400 && code <= 599 ? (int)code : 500;
 	return 0;
 }
@@ -408,7 +385,7 @@ int sl_assembler_add_scanned(struct sl_assembler *a, const struct sl_jscan *s)
 		return 0;
 	/* The same limit as a scan of its own would have had. */
 	if (s->n == 0 || (unsigned)s->n > MAX_SCAN_TOKENS ||
-	    !is_type(s, 0, JSMN_OBJECT))
+	    !sl_jscan_is_type(s, 0, JSMN_OBJECT))
 		return SL_EINVAL;
 	a->seen_event = true;
 	buf_set(&a->last, s->text, s->len);
@@ -534,7 +511,7 @@ static void emit_native(struct sl_abuf *out, const char *text, size_t len,
                         const struct sl_choice_parts *c, bool return_tokens)
 {
 	struct sl_jscan s;
-	if (scan(&s, text, len) != 0 || !is_type(&s, 0, JSMN_OBJECT)) {
+	if (scan(&s, text, len) != 0 || !sl_jscan_is_type(&s, 0, JSMN_OBJECT)) {
 		buf_add(out, text, len);
 		sl_jscan_free(&s);
 		return;
@@ -543,10 +520,10 @@ static void emit_native(struct sl_abuf *out, const char *text, size_t len,
 	unsigned n = 0;
 	static const struct sl_abuf none;
 	int v = sl_jscan_get(&s, 0, "content");
-	if (is_type(&s, v, JSMN_STRING))
+	if (sl_jscan_is_type(&s, v, JSMN_STRING))
 		splice_value(sp, &n, &s, v, "\"", &c->text, "\"");
 	v = sl_jscan_get(&s, 0, "tokens");
-	if (is_type(&s, v, JSMN_ARRAY))
+	if (sl_jscan_is_type(&s, v, JSMN_ARRAY))
 		splice_value(sp, &n, &s, v, "[",
 		             return_tokens ? &c->tokens : &none, "]");
 	v = sl_jscan_get(&s, sl_jscan_get(&s, 0, "generation_settings"),
@@ -772,7 +749,8 @@ static void chat_result(struct sl_assembler *a, struct sl_abuf *out)
 {
 	const struct sl_abuf *base = a->base.len ? &a->base : &a->last;
 	struct sl_jscan s;
-	bool ok = scan_base(a, base, &s) == 0 && is_type(&s, 0, JSMN_OBJECT);
+	bool ok =
+	    scan_base(a, base, &s) == 0 && sl_jscan_is_type(&s, 0, JSMN_OBJECT);
 	buf_str(out, "{\"choices\":");
 	emit_choices(a, out);
 	for (size_t i = 0; ok && i < SL_ARRAY_SIZE(chat_order); i++) {
@@ -796,7 +774,7 @@ static void chat_result(struct sl_assembler *a, struct sl_abuf *out)
 	 */
 	int k = 1;
 	for (int m = 0; ok && m < s.tok[0].size && k + 1 < s.n; m++) {
-		if (!is_type(&s, k, JSMN_STRING) || s.tok[k].size != 1)
+		if (!sl_jscan_is_type(&s, k, JSMN_STRING) || s.tok[k].size != 1)
 			break;
 		int v = k + 1;
 		if (!in_chat_order(&s, k)) {

@@ -76,6 +76,20 @@ char *sl_xconcat(const char *a, const char *b)
 	return s;
 }
 
+void sl_bufs_copy_tail(char *out, const uv_buf_t *bufs, unsigned n, size_t skip)
+{
+	for (unsigned i = 0; i < n; i++) {
+		size_t len = bufs[i].len;
+		if (skip >= len) {
+			skip -= len;
+			continue;
+		}
+		memcpy(out, bufs[i].base + skip, len - skip);
+		out += len - skip;
+		skip = 0;
+	}
+}
+
 void sl_join_mem(struct sl_join *j, const char *s, size_t n)
 {
 	if (j->cap == 0)

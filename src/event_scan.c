@@ -110,27 +110,7 @@ static bool absent(const struct sl_jscan *s, int i)
 /* A choice's index as the assembler reads it (absent: 0), else -1. */
 static long choice_index(const struct sl_jscan *s, int i)
 {
-	if (i < 0)
-		return 0;
-	if (sl_jscan_type(s, i) != JSMN_PRIMITIVE)
-		return -1;
-	const char *p = sl_jscan_text(s, i);
-	size_t n = sl_jscan_len(s, i);
-	if (n == 0 || n > 9)
-		return -1;
-	long v = 0;
-	for (size_t k = 0; k < n; k++) {
-		if (p[k] < '0' || p[k] > '9')
-			return -1;
-		v = v * 10 + (p[k] - '0');
-	}
-	return v;
-}
-
-/* A token of type `type`. */
-static bool is_type(const struct sl_jscan *s, int i, jsmntype_t type)
-{
-	return i >= 0 && sl_jscan_type(s, i) == type;
+	return i < 0 ? 0 : sl_jscan_small_uint(s, i);
 }
 
 /* llama-server's /completion events. */
@@ -185,8 +165,9 @@ static void scan_native(const struct sl_jscan *s, struct sl_event_facts *f)
 	 * would vary too, so an event with them is no plain one.
 	 */
 	int tokens = v[TOKENS];
-	if (v[PROBS] >= 0 || !is_type(s, v[CONTENT], JSMN_STRING) ||
-	    !is_type(s, tokens, JSMN_ARRAY) || choice_index(s, v[INDEX]) < 0 ||
+	if (v[PROBS] >= 0 || !sl_jscan_is_type(s, v[CONTENT], JSMN_STRING) ||
+	    !sl_jscan_is_type(s, tokens, JSMN_ARRAY) ||
+	    choice_index(s, v[INDEX]) < 0 ||
 	    (v[PREDICTED] >= 0 && !is_integer(s, v[PREDICTED])))
 		return;
 	for (int k = 0, t = tokens + 1; k < s->tok[tokens].size; k++, t++)

@@ -708,20 +708,11 @@ static int write_request(struct sl_h1_conn *c, const uv_buf_t *bufs, unsigned n)
 		rc = 0;
 	if (rc < 0)
 		return rc;
-	size_t skip = (size_t)rc, rest = total - skip, at = 0;
+	size_t rest = total - (size_t)rc;
 	if (rest == 0)
 		return 0;
 	struct head_write *w = sl_xmalloc(sizeof(*w) + rest);
-	for (unsigned i = 0; i < n; i++) {
-		size_t len = bufs[i].len;
-		if (skip >= len) {
-			skip -= len;
-			continue;
-		}
-		memcpy(w->head + at, bufs[i].base + skip, len - skip);
-		at += len - skip;
-		skip = 0;
-	}
+	sl_bufs_copy_tail(w->head, bufs, n, (size_t)rc);
 	uv_buf_t b = uv_buf_init(w->head, (unsigned)rest);
 	rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written);
 	if (rc != 0)

@@ -654,17 +654,7 @@ static int conn_write_raw(struct sl_http_conn *c, const uv_buf_t *bufs,
 	struct write_req *wr = sl_xmalloc(sizeof(*wr) + rest);
 	wr->conn = c;
 	wr->len = rest;
-	size_t skip = done, at = 0;
-	for (unsigned i = 0; i < n; i++) {
-		size_t len = bufs[i].len;
-		if (skip >= len) {
-			skip -= len;
-			continue;
-		}
-		memcpy(wr->data + at, bufs[i].base + skip, len - skip);
-		at += len - skip;
-		skip = 0;
-	}
+	sl_bufs_copy_tail(wr->data, bufs, n, done);
 	uv_buf_t b = uv_buf_init(wr->data, (unsigned)rest);
 	int r = uv_write(&wr->w, (uv_stream_t *)&c->tcp, &b, 1, on_write_done);
 	if (r < 0) {

@@ -229,6 +229,23 @@ void sl_jscan_members(const struct sl_jscan *s, int obj,
 	}
 }
 
+long sl_jscan_small_uint(const struct sl_jscan *s, int i)
+{
+	if (!sl_jscan_is_type(s, i, JSMN_PRIMITIVE))
+		return -1;
+	const char *p = sl_jscan_text(s, i);
+	size_t n = sl_jscan_len(s, i);
+	if (n == 0 || n > 9)
+		return -1;
+	long v = 0;
+	for (size_t k = 0; k < n; k++) {
+		if (p[k] < '0' || p[k] > '9')
+			return -1;
+		v = v * 10 + (p[k] - '0');
+	}
+	return v;
+}
+
 bool sl_jscan_is(const struct sl_jscan *s, int i, const char *literal)
 {
 	size_t n = strlen(literal);

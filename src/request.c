@@ -27,7 +27,7 @@
  * (read_fast): so many cannot nest deeper than jansson's limit of 2048
  * levels, beyond which it refuses a body that yajl would take.
  */
-#define SL_FAST_MAX_BRACKETS 1024
+#define SL_FAST_MAX_CONTAINERS 1024
 /*
  * Room beyond the client's body for what sluice inserts ("stream" and
  * "stream_options"), so that a splice usually needs one allocation.
@@ -526,7 +526,7 @@ static bool escapes_ok(const char *body, size_t len)
  * differently or that sluice must decode to check:
  *   - a \u escape of half a surrogate pair or of NUL, or UTF-8 that is
  *     not well-formed (jansson refuses them; yajl takes them), or more
- *     objects and arrays than SL_FAST_MAX_BRACKETS (jansson's limit);
+ *     objects and arrays than SL_FAST_MAX_CONTAINERS (jansson's limit);
  *   - a top-level value that is no object (refused, by jansson's path);
  *   - an escaped member name, or a member whose value sluice checks or
  *     reads closely: "priority", "n_discard", "stream" other than true or
@@ -572,7 +572,7 @@ static bool read_fast(struct sl_request *r, const char *body, size_t len,
 	for (int t = 0; t < scan->n; t++)
 		containers += sl_jscan_type(scan, t) == JSMN_OBJECT ||
 		              sl_jscan_type(scan, t) == JSMN_ARRAY;
-	if (containers > SL_FAST_MAX_BRACKETS)
+	if (containers > SL_FAST_MAX_CONTAINERS)
 		goto slow;
 	/* Names without escapes (checked first) compare as written. */
 	int stream = -1, model = -1;

@@ -53,24 +53,15 @@ def split_events(data):
     return events
 
 
-def read_stream(port, path, body):
-    """(status, headers, [chunk payloads]) of a whole chunked answer."""
+def read_stream(port, path, body, by_event=False):
+    """(status, headers, [payloads]) of a whole chunked answer: each
+    chunk's, or by_event each SSE event's (RawClient.events)."""
     c = st.RawClient(port, timeout=SAFETY_NET_S)
     try:
         c.request("POST", path, body)
         status, head = c.read_head()
-        return status, head, [chunk for _, chunk in c.chunks()]
-    finally:
-        c.close()
-
-
-def read_events(port, path, body):
-    """(status, headers, [each event's bytes]) of a whole SSE answer."""
-    c = st.RawClient(port, timeout=SAFETY_NET_S)
-    try:
-        c.request("POST", path, body)
-        status, head = c.read_head()
-        return status, head, [event for _, event in c.events()]
+        parts = c.events() if by_event else c.chunks()
+        return status, head, [part for _, part in parts]
     finally:
         c.close()
 
@@ -350,8 +341,9 @@ class ThroughSluice(MockTestCase):
                     self.assertEqual(r.status, 200, r.body[:300])
                     self.assertEqual(st.text_of(path, r.json()), want)
                 with self.subTest(path=path, n=n, stream=True):
-                    status, _, raw = read_events(
-                        s.port, path, body_for(path, n, True))
+                    status, _, raw = read_stream(
+                        s.port, path, body_for(path, n, True),
+                        by_event=True)
                     self.assertEqual(status, 200)
                     events = [st.sse_data(e) for e in raw]
                     self.assertEqual(events[-1] == "[DONE]",
@@ -429,8 +421,9 @@ class ThroughSluice(MockTestCase):
 
         for path in PATHS:
             with self.subTest(path=path, stream=True):
-                status, _, raw = read_events(
-                    s.port, path, body_for(path, None, True))
+                status, _, raw = read_stream(
+                    s.port, path, body_for(path, None, True),
+                    by_event=True)
                 self.assertEqual(status, 200)
                 events = [st.sse_data(e) for e in raw]
                 self.assertNotIn("[DONE]", events)

@@ -88,5 +88,22 @@ class BothClients(st.TestCase):
         # request finds the connection idle: one for all ten.
         self.assertEqual(len(seen), 1, (before, seen))
 
+    def test_relays_a_body_larger_than_one_write_takes(self):
+        # Most of --max-body (1 MiB by default): more than a loopback
+        # socket takes in one write before llama-server reads, so what
+        # uv_try_write leaves is queued and must follow in order.
+        words = " ".join(PROMPTS[i % 16] for i in range(80000))
+        self.assertGreater(len(words), 900 * 1024)
+        body = {"content": words[:900 * 1024]}
+        want = st.request(self.ls.port, "POST", "/tokenize", body,
+                          timeout=120).json()
+        self.assertGreater(len(want["tokens"]), 100000)
+        for name, s in (("native", self.native), ("curl", self.curl)):
+            with self.subTest(client=name):
+                r = s.post("/tokenize", body, timeout=120)
+                self.assertEqual(r.status, 200, r.body[:300])
+                self.assertEqual(r.json(), want)
+
+
 if __name__ == "__main__":
     st.main()

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <uv.h>
 
 /* The struct that holds `member` at address `ptr`. */
 #define sl_container_of(ptr, type, member)                                     \
@@ -71,6 +72,14 @@ char *sl_xstrdup(const char *s);
 char *sl_xasprintf(const char *fmt, ...) SL_PRINTF(1, 2);
 /* a then b in one new string: what sl_xasprintf("%s%s") makes, cheaper. */
 char *sl_xconcat(const char *a, const char *b);
+
+/*
+ * Copies what is left of n buffers after their first `skip` bytes into
+ * `out` (which has room for it): the part of a write that uv_try_write()
+ * did not take, kept for a uv_write() of its own.
+ */
+void sl_bufs_copy_tail(char *out, const uv_buf_t *bufs, unsigned n,
+                       size_t skip);
 
 /*
  * Text joined into a fixed buffer, cut where the buffer ends and always

@@ -118,6 +118,21 @@ static inline size_t sl_jscan_len(const struct sl_jscan *s, int i)
 	return (size_t)(s->tok[i].end - s->tok[i].start);
 }
 
+/* Whether token i exists (i >= 0) and is of `type`. */
+static inline bool sl_jscan_is_type(const struct sl_jscan *s, int i,
+                                    jsmntype_t type)
+{
+	return i >= 0 && s->tok[i].type == type;
+}
+
+/*
+ * Token i as a small non-negative integer, as written (a choice's index,
+ * an error code: at most 9 digits, nothing else), or -1 for anything else
+ * and for no token (i < 0). The assembler and the event scanner read
+ * indexes alike through it.
+ */
+long sl_jscan_small_uint(const struct sl_jscan *s, int i);
+
 /*
  * Token i's whole extent in the text: for a string, quotes included. The
  * slice to copy when a value is passed on as written.
