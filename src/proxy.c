@@ -1488,9 +1488,14 @@ static int start_native(struct exchange *x, struct sl_upstream *u)
 	r->on_body = on_native_body;
 	r->on_done = on_native_done;
 	r->data = x;
-	/* The pool's bound: what libcurl's is (app.c). */
+	/*
+	 * The pool's bound: the slots and the spares, less the spare that
+	 * the health check takes (libcurl keeps that connection open between
+	 * checks, outside this pool), so that both together stay within
+	 * SL_UPSTREAM_SPARE_CONNS of the slots, as through libcurl alone.
+	 */
 	int rc = sl_h1_start(&x->app->h1, r, u->url,
-	                     u->total_slots + SL_UPSTREAM_SPARE_CONNS);
+	                     u->total_slots + SL_UPSTREAM_SPARE_CONNS - 1);
 	if (rc == 0)
 		uv_timer_start(&x->timer, on_timer, cfg->upstream_timeout_ms,
 		               0);

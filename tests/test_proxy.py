@@ -137,7 +137,11 @@ class Relay(st.RelayTestCase):
                                                    False)))
 
     def test_upstream_connections_stay_within_slots_plus_two(self):
-        # Every connection holds one of llama-server's HTTP threads.
+        # Every connection holds one of llama-server's HTTP threads: the
+        # relay's pool and the health check's kept connection together.
+        # One llama-server has closed (CLOSE_WAIT, state 08) holds none:
+        # it is one sluice left for llama-server to close after a stream,
+        # and sluice closes it as soon as it reads that close.
         port = self.ls.port
         pid = self.sl.proc.pid
         most = [0]
@@ -157,7 +161,8 @@ class Relay(st.RelayTestCase):
                 for line in f.readlines()[1:]:
                     fields = line.split()
                     remote_port = int(fields[2].split(":")[1], 16)
-                    if remote_port == port and fields[9] in inodes:
+                    if (remote_port == port and fields[9] in inodes
+                            and fields[3] != "08"):
                         n += 1
             return n
 
