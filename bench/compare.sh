@@ -8,8 +8,11 @@
 #   direct        the mock itself, no gateway: the baseline of added latency,
 #                 always measured
 #   sluice        build/sluice (SLUICE) as it comes: the default batch window
-#                 and --stream-upstream, its access log on (info, to a file)
-#   sluice-relay  the same with --stream-upstream off
+#                 and --stream-upstream (auto: plain answers relayed), its
+#                 access log on (info, to a file)
+#   sluice-streams  the same with --stream-upstream on: plain answers asked
+#                 for as streams and assembled, as auto does for a while
+#                 after a client left one
 #   nginx         Debian's nginx: one worker, keep-alive to the mock, the
 #                 access log to a file, proxy_buffering off
 #   haproxy       Debian's haproxy: one thread, mode http, http-reuse always,
@@ -49,7 +52,7 @@ cd "$(dirname "$0")/.."
 OUT=${SLUICE_BENCH_OUT:-bench/results}
 ROUNDS=${ROUNDS:-2}
 DURATION=${DURATION:-3}
-PEERS=${PEERS:-direct sluice sluice-relay nginx haproxy portkey}
+PEERS=${PEERS:-direct sluice sluice-streams nginx haproxy portkey}
 SLUICE=${SLUICE:-build/sluice}
 BENCH=build/bench/sluice-bench
 MOCK=build/bench/mock-llama-server
@@ -220,9 +223,9 @@ start_peer() {
 	p=$(free_port)
 	port[$name]=$p
 	case $name in
-	sluice | sluice-relay)
+	sluice | sluice-streams)
 		local extra=()
-		[ "$name" = sluice-relay ] && extra=(--stream-upstream off)
+		[ "$name" = sluice-streams ] && extra=(--stream-upstream on)
 		# Access lines are logged at info, sluice's default level.
 		start "$name" "$SLUICE" --listen "127.0.0.1:$p" \
 			--upstream "http://127.0.0.1:${port[direct]}" \
@@ -383,7 +386,7 @@ done
 mkdir -p "$work/access"
 for peer in "${peers[@]}"; do
 	case $peer in
-	sluice | sluice-relay) grep -c ' access ' "$work/$peer.log" ;;
+	sluice | sluice-streams) grep -c ' access ' "$work/$peer.log" ;;
 	nginx) wc -l <"$work/nginx-access.log" ;;
 	haproxy) wc -l <"$work/haproxy.log" ;;
 	*) continue ;;

@@ -8,8 +8,9 @@
 #          sluice process per relayed token (its /proc utime+stime over the
 #          run, divided by the tokens sluice-bench counted).
 # plain    plain /v1/chat/completions answers of 64 tokens at concurrency
-#          32, in the default mode (assembled from an upstream stream) and
-#          with --stream-upstream off: CPU microseconds per request.
+#          32, assembled from an upstream stream (--stream-upstream on) and
+#          relayed (off, what the default, auto, does until a client leaves
+#          one): CPU microseconds per request.
 #
 # ROUNDS, REQUESTS, TOKENS (per answer, default 64) and ENDPOINT
 # (sluice-bench's --endpoint: chat, completions or completion) vary it.
@@ -83,7 +84,7 @@ PY
 for _ in $(seq "$ROUNDS"); do
 	for bin in "$@"; do
 		run "$bin stream" on
-		run "$bin plain" off
+		run "$bin plain-assembled" off --stream-upstream on
 		run "$bin plain-relay" off --stream-upstream off
 	done
 done

@@ -3,8 +3,9 @@
 #
 #   bench/run.sh overhead   sluice against the mock llama-server (zero delays)
 #   bench/run.sh llama      the mini-v sweep against a real llama-server
+#   bench/run.sh plain      plain answers against a real llama-server
 #   bench/run.sh priority   10% urgent, 90% normal at twice capacity
-#   bench/run.sh all        all three (the default)
+#   bench/run.sh all        all four (the default)
 #
 # Needs a build (./deploy/setup.sh). Results go to $SLUICE_BENCH_OUT
 # (default bench/results): a Markdown table per run, JSON, and SVG plots
@@ -129,10 +130,12 @@ wait_inflight() { # PORT N
 overhead() {
 	say "overhead: the same load straight to the mock and through sluice"
 	start_mock mock --slots 4096
-	# Plain answers two ways: assembled from an upstream stream (the
-	# default) and relayed as they come (--stream-upstream off).
+	# Plain answers two ways: assembled from an upstream stream
+	# (--stream-upstream on) and relayed as they come (off; the default,
+	# auto, relays them until a client leaves one).
 	start_sluice front --upstream "http://127.0.0.1:$mock_port" \
-		--batch-window 0 --slots-per-upstream 4096 --max-connections 19000
+		--batch-window 0 --slots-per-upstream 4096 --max-connections 19000 \
+		--stream-upstream on
 	start_sluice relay --upstream "http://127.0.0.1:$mock_port" \
 		--batch-window 0 --slots-per-upstream 4096 --max-connections 19000 \
 		--stream-upstream off
@@ -298,6 +301,49 @@ PY
 	stop ls
 }
 
+plain() {
+	say "plain answers against a real llama-server: relayed, assembled"
+	start_llama lp 4
+	start_sluice pdef --upstream "http://127.0.0.1:$lp_port"
+	start_sluice pon --upstream "http://127.0.0.1:$lp_port" \
+		--stream-upstream on
+	levels=(--endpoint chat --max-tokens 64 --requests 100
+		--concurrency-sweep 1,2,4,8,16)
+	# Alternating rounds, as in llama(): llama-server alone answering
+	# plain, sluice as it comes (relaying them), sluice asking for streams
+	# and assembling (--stream-upstream on), and a client reading
+	# llama-server's own stream (what asking for a stream costs it).
+	for round in 1 2 3 4 5; do
+		for target in "ls:$lp_port:off" "default:$pdef_port:off" \
+			"on:$pon_port:off" "lsstream:$lp_port:on"; do
+			IFS=: read -r name tport stream <<<"$target"
+			"$BENCH" --quiet on --url "http://127.0.0.1:$tport" \
+				"${levels[@]}" --stream "$stream" \
+				--json "$OUT/plain-round$round-$name.json" >/dev/null
+		done
+	done
+	python3 - "$OUT" <<'PY' | tee "$OUT/plain-ratio.md"
+import json, statistics, sys
+out = sys.argv[1]
+def median(name, i):
+    return statistics.median(
+        json.load(open("%s/plain-round%d-%s.json" % (out, r, name)))
+        ["runs"][i]["output_tokens_per_s"] for r in range(1, 6))
+print("| concurrency | llama-server tok/s | sluice default | ratio "
+      "| sluice `--stream-upstream on` | ratio | llama-server streamed "
+      "| ratio |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+for i, level in enumerate((1, 2, 4, 8, 16)):
+    d = median("ls", i)
+    row = [median(n, i) for n in ("default", "on", "lsstream")]
+    print("| %d | %.0f | " % (level, d) +
+          " | ".join("%.0f | %.3f" % (v, v / d) for v in row) + " |")
+PY
+	stop pon
+	stop pdef
+	stop lp
+}
+
 priority() {
 	say "priority under saturation: twice capacity, open loop"
 	# One thread: llama-server's threads spin at every barrier, so on a
@@ -353,8 +399,9 @@ priority() {
 case "${1:-all}" in
 overhead) overhead ;;
 llama) llama ;;
+plain) plain ;;
 priority) priority ;;
-all) overhead; llama; priority ;;
-*) echo "usage: bench/run.sh [overhead|llama|priority|all]" >&2; exit 2 ;;
+all) overhead; llama; plain; priority ;;
+*) echo "usage: bench/run.sh [overhead|llama|plain|priority|all]" >&2; exit 2 ;;
 esac
 echo "results in $OUT" >&2

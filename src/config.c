@@ -69,6 +69,7 @@ static const char *const log_levels[] = {"debug", "info", "warn", "error",
 static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const demo_sizes[] = {"tiny", "slow", NULL};
 static const char *const upstream_clients[] = {"native", "curl", NULL};
+static const char *const stream_upstreams[] = {"auto", "on", "off", NULL};
 static const char *const switch_on[] = {"on", "true", "yes", "1", NULL};
 static const char *const switch_off[] = {"off", "false", "no", "0", NULL};
 
@@ -169,8 +170,8 @@ static const struct option_def options[] = {
 	 OPT_DURATION, FIELD(upstream_timeout_ms), "600", 1, 24 * 3600 * SEC,
 	 NULL,
 	 "time allowed for an upstream's first response byte (its first token; "
-	 "with --stream-upstream off a plain answer arrives whole, so then it "
-	 "bounds the whole generation)",
+	 "a plain answer relayed, see --stream-upstream, arrives whole, so "
+	 "then it bounds the whole generation)",
 	 NULL},
 	{"upstream-idle-timeout", "SLUICE_UPSTREAM_IDLE_TIMEOUT", "DURATION",
 	 OPT_DURATION, FIELD(upstream_idle_timeout_ms), "60", 1,
@@ -329,12 +330,15 @@ static const struct option_def options[] = {
 	{"urgent-bypass", "SLUICE_URGENT_BYPASS", "on|off", OPT_SWITCH,
 	 FIELD(urgent_bypass), "on", 0, 0, NULL,
 	 "urgent requests skip the batching window when a slot is free", NULL},
-	{"stream-upstream", "SLUICE_STREAM_UPSTREAM", "on|off", OPT_SWITCH,
-	 FIELD(stream_upstream), "on", 0, 0, NULL,
-	 "ask upstreams for a stream even when a client wants one answer, "
-	 "which sluice then assembles: llama-server stops a stream whose "
-	 "client left, but not a plain answer; off relays plain answers as "
-	 "they come, cheaper",
+	{"stream-upstream", "SLUICE_STREAM_UPSTREAM", "auto|on|off", OPT_CHOICE,
+	 FIELD(stream_upstream), "auto", 0, 0, stream_upstreams,
+	 "how a plain answer (no \"stream\") is asked of llama-server: off "
+	 "relays it as llama-server writes it, which costs llama-server and "
+	 "sluice least, but llama-server finishes it even when its client has "
+	 "left; on asks for a stream, which sluice assembles into the same "
+	 "answer, so that a client leaving stops the generation; auto relays "
+	 "until a client leaves a plain answer in flight, then asks for "
+	 "streams for " STR(SL_STREAM_UPSTREAM_WINDOW_S) " s",
 	 NULL},
 	{"ui", "SLUICE_UI", "on|off", OPT_SWITCH, FIELD(ui), "off", 0, 0,
 	 NULL,

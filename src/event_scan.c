@@ -71,10 +71,21 @@ static void scan_typed(const struct sl_jscan *s, struct sl_event_facts *f)
 	}
 	int type = sl_jscan_get(s, 0, "type");
 	int usage = -1, prompt_usage = -1;
-	if (type < 0 || sl_jscan_type(s, type) != JSMN_STRING)
+	/*
+	 * The plain answers (relayed, counted by proxy.c): a Responses
+	 * answer is an object "response" with no type, an Anthropic one of
+	 * type "message"; both with the answer's usage.
+	 */
+	int object = sl_jscan_get(s, 0, "object");
+	if (type < 0 && sl_jscan_is_type(s, object, JSMN_STRING) &&
+	    sl_jscan_is(s, object, "response"))
+		usage = sl_jscan_get(s, 0, "usage");
+	else if (type < 0 || sl_jscan_type(s, type) != JSMN_STRING)
 		return;
-	if (sl_jscan_is(s, type, "content_block_delta") ||
-	    sl_jscan_is(s, type, "response.output_text.delta")) {
+	else if (sl_jscan_is(s, type, "message"))
+		usage = sl_jscan_get(s, 0, "usage");
+	else if (sl_jscan_is(s, type, "content_block_delta") ||
+	         sl_jscan_is(s, type, "response.output_text.delta")) {
 		f->arrivals = 1;
 		f->per_arrival = 1;
 	} else if (sl_jscan_is(s, type, "message_start")) {

@@ -18,6 +18,7 @@
 #include "sluice/common.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -244,6 +245,27 @@ long sl_jscan_small_uint(const struct sl_jscan *s, int i)
 		v = v * 10 + (p[k] - '0');
 	}
 	return v;
+}
+
+bool sl_jscan_number(const struct sl_jscan *s, int i, double *out)
+{
+	if (!sl_jscan_is_type(s, i, JSMN_PRIMITIVE))
+		return false;
+	size_t n = sl_jscan_len(s, i);
+	const char *p = sl_jscan_text(s, i);
+	/* true, false and null are primitives too; a number starts so. */
+	if (n == 0 || n > SL_JSCAN_NUMBER_MAX ||
+	    !(p[0] == '-' || (p[0] >= '0' && p[0] <= '9')))
+		return false;
+	char text[SL_JSCAN_NUMBER_MAX + 1];
+	memcpy(text, p, n);
+	text[n] = '\0';
+	char *end;
+	double v = strtod(text, &end);
+	if (end != text + n || !isfinite(v))
+		return false;
+	*out = v;
+	return true;
 }
 
 bool sl_jscan_is(const struct sl_jscan *s, int i, const char *literal)

@@ -112,6 +112,8 @@ struct exchange {
 
 	bool stream;   /* the client wants events */
 	bool assemble; /* it wants one answer, built from upstream events */
+	/* It wants one answer that a stream would let its client stop. */
+	bool assemblable;
 	struct sl_assembler answer;
 	size_t answer_bytes;
 	/* The stream's plain token events, learned to skip their scans. */
@@ -162,6 +164,18 @@ struct exchange {
 	size_t feed_len;
 	uv_buf_t relay[SL_HTTP_WRITEV_MAX];
 	unsigned relay_n;
+	/*
+	 * A relayed plain answer of a generation, kept (at most
+	 * SL_PROXY_ANSWER_KEEP_MAX bytes) so that its usage can be read at
+	 * its end: the token counts the access log, metrics and tenants get
+	 * from a stream's last events otherwise.
+	 */
+	bool keep;
+	struct {
+		char *p;
+		size_t len, cap;
+		bool over; /* past the bound: dropped, not counted */
+	} kept;
 	bool ended;   /* the stream's end went out as it should */
 	bool gave_up; /* sluice stopped relaying: the transfer must stop too */
 	bool paused;  /* the transfer waits for the client to catch up */
@@ -190,6 +204,19 @@ static void transfer_abort(struct exchange *x)
 		sl_h1_abort(&x->h1);
 	else
 		sl_curl_abort(&x->app->curl, &x->transfer);
+}
+
+/* Lets a paused transfer go on. */
+static void transfer_resume(struct exchange *x)
+{
+	x->paused = false;
+	x->last_byte_ms = uv_now(&x->app->loop);
+	if (x->native) {
+		sl_h1_resume(&x->h1);
+		return;
+	}
+	/* May call on_upstream_data before it returns: state is updated. */
+	curl_easy_pause(x->transfer.easy, CURLPAUSE_CONT);
 }
 
 static long upstream_status(const struct exchange *x)
@@ -295,12 +322,43 @@ static void fail(struct exchange *x, int status, const char *message)
 	}
 }
 
+/* Whether llama-server was asked for a stream: its client leaving stops it. */
+static bool upstream_streams(const struct exchange *x)
+{
+	return x->stream || x->assemble;
+}
+
+/*
+ * --stream-upstream: whether a plain answer is asked for as a stream now.
+ * auto does so for a while after a client left a relayed one (config.h).
+ */
+static bool plain_as_stream(const struct sl_app *app)
+{
+	switch (app->cfg->stream_upstream) {
+	case SL_STREAM_UPSTREAM_ON: return true;
+	case SL_STREAM_UPSTREAM_OFF: return false;
+	default: return uv_now(&app->loop) < app->plain_streams_until_ms;
+	}
+}
+
+static void note_plain_left(struct sl_app *app)
+{
+	uint64_t now = uv_now(&app->loop);
+	if (now >= app->plain_streams_until_ms)
+		sl_info("a client left a plain answer llama-server was "
+		        "generating: plain answers are asked for as streams "
+		        "for %u s, so that leaving stops them "
+		        "(--stream-upstream auto)",
+		        SL_STREAM_UPSTREAM_WINDOW_S);
+	app->plain_streams_until_ms =
+	    now + SL_STREAM_UPSTREAM_WINDOW_S * UINT64_C(1000);
+}
+
 /* HTTP server: the client went away before its response was complete. */
 static void on_client_abort(struct sl_http_request *req)
 {
 	struct exchange *x = req->handler_data;
 	bool queued = sl_sched_queued(&x->item);
-	sl_debug("%s: client left; cancelling its request", x->id);
 	note_totals(x);
 	req->info.cancel_stage = queued ? "queued" : "inflight";
 	client_done(x);
@@ -308,12 +366,31 @@ static void on_client_abort(struct sl_http_request *req)
 		sl_sched_remove(&x->model->sched, &x->item);
 		sl_stats_queued(&x->app->stats, x->priority, -1);
 	}
-	/* Closing the connection is what makes llama-server stop. */
-	transfer_abort(x);
 	if (x->fanout) {
 		sl_fanout_free(x->fanout);
 		x->fanout = NULL;
 	}
+	if (transfer_active(x) && !upstream_streams(x)) {
+		/*
+		 * llama-server finishes a plain answer whose client left
+		 * (LLAMA-SERVER.md): closing the connection would only make
+		 * its slot look free while it is busy. So the answer is read
+		 * to its end (on_upstream_data drops it) and the slot freed
+		 * then; the upstream timeouts still bound it.
+		 */
+		sl_debug("%s: client left; its plain answer is read to its "
+		         "end, as llama-server finishes it",
+		         x->id);
+		if (x->assemblable &&
+		    x->app->cfg->stream_upstream == SL_STREAM_UPSTREAM_AUTO)
+			note_plain_left(x->app);
+		if (x->paused)
+			transfer_resume(x);
+		return;
+	}
+	sl_debug("%s: client left; cancelling its request", x->id);
+	/* Closing the connection is what makes llama-server stop. */
+	transfer_abort(x);
 	exchange_release(x);
 }
 
@@ -323,14 +400,7 @@ static void on_client_drain(struct sl_http_request *req)
 	struct exchange *x = req->handler_data;
 	if (!x->paused || !transfer_active(x))
 		return;
-	x->paused = false;
-	x->last_byte_ms = uv_now(&x->app->loop);
-	if (x->native) {
-		sl_h1_resume(&x->h1);
-		return;
-	}
-	/* May call on_upstream_data before it returns: state is updated. */
-	curl_easy_pause(x->transfer.easy, CURLPAUSE_CONT);
+	transfer_resume(x);
 }
 
 /* ---- watching the generation ---- */
@@ -927,6 +997,7 @@ static bool start_response(struct exchange *x)
 	}
 	x->mode = MODE_BODY;
 	x->head_sent = true;
+	x->keep = status == 200 && x->ep->stream_end != SL_END_NONE;
 	if (status >= 400)
 		x->req->info.outcome = "failed"; /* llama-server said no */
 	char *extra = response_extras(x, x->sched_headers);
@@ -954,6 +1025,69 @@ static bool hold_5xx(struct exchange *x)
 	return true;
 }
 
+/* A relayed plain answer's bytes, kept to be counted at its end. */
+static void keep_answer(struct exchange *x, const char *data, size_t len)
+{
+	if (!x->keep || x->kept.over)
+		return;
+	if (len > SL_PROXY_ANSWER_KEEP_MAX - x->kept.len) {
+		sl_debug("%s: answer past %u bytes: its tokens go uncounted",
+		         x->id, SL_PROXY_ANSWER_KEEP_MAX);
+		x->kept.over = true;
+		free(x->kept.p);
+		x->kept.p = NULL;
+		x->kept.len = x->kept.cap = 0;
+		return;
+	}
+	size_t need = x->kept.len + len;
+	if (need > x->kept.cap) {
+		size_t cap =
+		    SL_MAX(need, SL_MAX(x->kept.cap * 2,
+		                        (size_t)SL_PROXY_ANSWER_KEEP_MIN));
+		x->kept.cap = SL_MIN(cap, (size_t)SL_PROXY_ANSWER_KEEP_MAX);
+		x->kept.p = sl_xrealloc(x->kept.p, x->kept.cap);
+	}
+	memcpy(x->kept.p + x->kept.len, data, len);
+	x->kept.len = need;
+}
+
+/*
+ * A relayed plain answer's token counts: its usage (OpenAI, Anthropic,
+ * Responses) or tokens_predicted and tokens_evaluated (native), read as
+ * from a stream's last event. A native answer to several prompts (an
+ * array) goes uncounted.
+ */
+static void count_answer(struct exchange *x)
+{
+	if (!x->keep || x->kept.over)
+		return;
+	struct sl_jscan s;
+	struct sl_event_facts f;
+	sl_event_scan(&s, x->kept.p, x->kept.len, dialect_of(x), &f);
+	if (f.has_count && f.count > 0)
+		x->tokens_final = (uint64_t)f.count;
+	if (f.final && f.tokens_predicted > 0)
+		x->tokens_final = (uint64_t)f.tokens_predicted;
+	if (f.has_prompt && f.prompt_tokens > 0)
+		x->prompt_tokens = (uint64_t)f.prompt_tokens;
+	/*
+	 * Time to first token: llama-server times the generation from its
+	 * first token to the answer (timings.predicted_ms), so the answer's
+	 * arrival less that is when the first token came.
+	 */
+	double predicted_ms;
+	int ms =
+	    sl_jscan_get(&s, sl_jscan_get(&s, 0, "timings"), "predicted_ms");
+	if (x->tokens_final > 0 && sl_jscan_number(&s, ms, &predicted_ms) &&
+	    predicted_ms >= 0) {
+		double took = (double)(sl_now_ns() - x->req->start_ns) / 1e9;
+		double ttft = SL_MAX(took - predicted_ms / 1000, 0.0);
+		x->req->info.ttft_ms = (int64_t)(ttft * 1000);
+		sl_stats_first_token(&x->app->stats, x->priority, ttft);
+	}
+	sl_jscan_free(&s);
+}
+
 /* CURLOPT_WRITEFUNCTION: the upstream's body, as it arrives. */
 static size_t on_upstream_data(char *data, size_t size, size_t n, void *arg)
 {
@@ -979,6 +1113,7 @@ static size_t on_upstream_data(char *data, size_t size, size_t n, void *arg)
 	if (x->mode == MODE_WAITING && !start_response(x))
 		return 0;
 	if (x->mode == MODE_BODY) {
+		keep_answer(x, data, len);
 		sl_http_stream_write(x->req, data, len);
 		return len;
 	}
@@ -1023,6 +1158,7 @@ static void finish_client(struct exchange *x, CURLcode result)
 	if (result == CURLE_OK && x->mode == MODE_WAITING && !start_response(x))
 		return;
 	if (result == CURLE_OK && x->mode == MODE_BODY) {
+		count_answer(x);
 		note_totals(x);
 		sl_http_stream_end(x->req);
 		client_done(x);
@@ -1084,6 +1220,10 @@ static void reset_for_retry(struct exchange *x)
 		sl_assembler_init(&x->answer, kind, return_tokens);
 	}
 	x->answer_bytes = 0;
+	free(x->kept.p);
+	x->kept.p = NULL;
+	x->kept.len = x->kept.cap = 0;
+	x->kept.over = x->keep = false;
 	json_decref(x->final);
 	x->final = NULL;
 	x->mode = MODE_WAITING;
@@ -1336,6 +1476,7 @@ static void on_timer_closed(uv_handle_t *h)
 	free(x->passed);
 	free(x->accept_encoding);
 	free(x->h1_headers);
+	free(x->kept.p);
 	sl_h1_request_free(&x->h1);
 	sl_app_model_release(x->model);
 	free(x);
@@ -1865,7 +2006,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	struct sl_request checked;
 	const struct sl_request_options opts = {
 	    .max_tokens_cap = app->cfg->max_tokens_cap,
-	    .stream_upstream = app->cfg->stream_upstream,
+	    .stream_upstream = plain_as_stream(app),
 	};
 	if (sl_request_validate(&checked, ep, sl_http_header(req, "X-Priority"),
 	                        req->body, req->body_len, &opts) != 0) {
@@ -2022,6 +2163,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	}
 	x->stream = checked.stream;
 	x->assemble = checked.assemble;
+	x->assemblable = checked.assemblable;
 	if (x->assemble)
 		sl_assembler_init(&x->answer, checked.assemble_kind,
 		                  checked.return_tokens);

@@ -425,8 +425,9 @@ static void relay_body(struct sl_request *r, const struct sl_endpoint *ep,
                        const struct sl_request_options *opts)
 {
 	r->stream = facts.stream;
-	if (ep->assemble != SL_ASSEMBLE_NONE && !r->stream &&
-	    opts->stream_upstream && facts.reproducible) {
+	r->assemblable = ep->assemble != SL_ASSEMBLE_NONE && !r->stream &&
+	                 facts.reproducible;
+	if (r->assemblable && opts->stream_upstream) {
 		r->assemble = true;
 		r->assemble_kind = ep->assemble;
 		r->return_tokens = facts.return_tokens;
@@ -452,7 +453,7 @@ static int native_body(struct sl_request *r, const struct sl_endpoint *ep,
 	r->stream = ep->api == SL_API_GENERATE &&
 	            json_is_true(json_object_get(doc, "stream"));
 	if (!r->stream) {
-		r->assemble = true;
+		r->assemble = r->assemblable = true;
 		r->assemble_kind = SL_ASSEMBLE_NATIVE;
 	}
 	r->body = json_dumps(out, JSON_COMPACT);

@@ -271,6 +271,51 @@ static void test_typed(void)
 	ASSERT(!f.has_count);
 }
 
+/*
+ * Plain answers, which proxy.c reads for their counts when it relays them
+ * (llama-server 0.7.0's, shortened): the same members as a stream's last
+ * events, plus the typed APIs' whole answers.
+ */
+static void test_plain_answers(void)
+{
+	struct sl_event_facts f = scan(
+	    "{\"choices\":[{\"finish_reason\":\"length\",\"index\":0,"
+	    "\"message\":{\"role\":\"assistant\",\"content\":\" all\"}}],"
+	    "\"object\":\"chat.completion\",\"usage\":{\"completion_tokens\":3,"
+	    "\"prompt_tokens\":54,\"total_tokens\":57},\"timings\":{"
+	    "\"cache_n\":53,\"prompt_n\":1}}",
+	    SL_DIALECT_OPENAI);
+	ASSERT(f.has_count && f.has_prompt);
+	ASSERT_EQ(f.count, 3);
+	ASSERT_EQ(f.prompt_tokens, 54);
+	f = scan("{\"index\":0,\"content\":\"^ w\",\"tokens\":[],\"stop\":true,"
+	         "\"tokens_predicted\":3,\"tokens_evaluated\":4}",
+	         SL_DIALECT_NATIVE);
+	ASSERT(f.final && f.has_prompt);
+	ASSERT_EQ(f.tokens_predicted, 3);
+	ASSERT_EQ(f.prompt_tokens, 4);
+	f = scan("{\"id\":\"c\",\"type\":\"message\",\"role\":\"assistant\","
+	         "\"content\":[{\"type\":\"text\",\"text\":\" some\"}],"
+	         "\"usage\":{\"cache_read_input_tokens\":0,\"input_tokens\":54,"
+	         "\"output_tokens\":3}}",
+	         SL_DIALECT_TYPED);
+	ASSERT(f.has_count && f.has_prompt && f.arrivals == 0);
+	ASSERT_EQ(f.count, 3);
+	ASSERT_EQ(f.prompt_tokens, 54);
+	f = scan(
+	    "{\"id\":\"resp_E\",\"object\":\"response\",\"output\":[{"
+	    "\"type\":\"message\"}],\"status\":\"completed\",\"usage\":{"
+	    "\"input_tokens\":54,\"output_tokens\":3,\"total_tokens\":57}}",
+	    SL_DIALECT_TYPED);
+	ASSERT(f.has_count && f.has_prompt);
+	ASSERT_EQ(f.count, 3);
+	ASSERT_EQ(f.prompt_tokens, 54);
+	/* "object" names a response only as a string. */
+	f = scan("{\"object\":[\"response\"],\"usage\":{\"output_tokens\":3}}",
+	         SL_DIALECT_TYPED);
+	ASSERT(!f.has_count);
+}
+
 /* The prompt's token count, for a tenant's usage (keys.h). */
 static void test_prompt_counts(void)
 {
@@ -495,6 +540,7 @@ int main(void)
 	RUN(test_done_and_non_json);
 	RUN(test_openai);
 	RUN(test_typed);
+	RUN(test_plain_answers);
 	RUN(test_prompt_counts);
 	RUN(test_shape);
 	RUN(test_native_shape);

@@ -226,6 +226,35 @@ static void test_token_limit(void)
 	ASSERT(refused(text, (size_t)INT_MAX + 1, ANY_TOKENS));
 }
 
+/* Numbers as llama-server writes its timings; anything else is none. */
+static void test_numbers(void)
+{
+	struct sl_jscan s;
+	ASSERT_EQ(scan(&s, "[0.166, -2, 1e3, 12048.192771084337, true, null, "
+	                   "\"1\", 1e400]"),
+	          0);
+	double v = -1;
+	ASSERT(sl_jscan_number(&s, 1, &v) && v == 0.166);
+	ASSERT(sl_jscan_number(&s, 2, &v) && v == -2);
+	ASSERT(sl_jscan_number(&s, 3, &v) && v == 1000);
+	ASSERT(sl_jscan_number(&s, 4, &v) && v > 12048.19 && v < 12048.2);
+	v = 7;
+	ASSERT(!sl_jscan_number(&s, 5, &v));  /* true */
+	ASSERT(!sl_jscan_number(&s, 6, &v));  /* null */
+	ASSERT(!sl_jscan_number(&s, 7, &v));  /* a string */
+	ASSERT(!sl_jscan_number(&s, 8, &v));  /* not finite */
+	ASSERT(!sl_jscan_number(&s, -1, &v)); /* no token */
+	ASSERT(v == 7);
+	sl_jscan_free(&s);
+	/* Longer than any number written: not read, however valid. */
+	char text[SL_JSCAN_NUMBER_MAX + 8];
+	memset(text, '1', SL_JSCAN_NUMBER_MAX + 1);
+	text[SL_JSCAN_NUMBER_MAX + 1] = '\0';
+	ASSERT_EQ(scan(&s, text), 0);
+	ASSERT(!sl_jscan_number(&s, 0, &v));
+	sl_jscan_free(&s);
+}
+
 static void test_heap_path(void)
 {
 	/* Enough tokens to grow the array several times over. */
@@ -338,6 +367,7 @@ int main(void)
 	RUN(test_get);
 	RUN(test_trailing_text_is_refused);
 	RUN(test_token_limit);
+	RUN(test_numbers);
 	RUN(test_heap_path);
 	RUN(test_parent_links);
 	RUN(test_members_agree_with_get);

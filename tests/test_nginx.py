@@ -364,7 +364,11 @@ class Disconnect(NginxTestCase):
         super().setUp()
         self.ls = self.llama_server(st.MODEL_SLOW, slots=1, ctx=8192,
                                    extra=ONE_THREAD)
-        self.s = self.sluice("--upstream", self.ls.url)
+        # Plain answers asked for as streams from the first (the default,
+        # auto, does so once a client has left one: test_proxy), so that
+        # leaving stops a plain answer too.
+        self.s = self.sluice("--upstream", self.ls.url,
+                             "--stream-upstream", "on")
         self.ng = self.nginx(self.s.port)
 
     def assert_slot_freed_after(self, leave):

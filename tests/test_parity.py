@@ -757,7 +757,9 @@ def compare(row, straight, through):
 class Parity(st.TestCase):
     """One llama-server with embeddings, reranking and slot files (a
     generation still works with --embeddings on: probed), and sluice in
-    front of it."""
+    front of it, as it comes: plain answers relayed."""
+
+    sluice_args = ()
 
     @classmethod
     def setUpClass(cls):
@@ -769,7 +771,8 @@ class Parity(st.TestCase):
                 extra=("--embeddings", "--reranking",
                        "--slot-save-path", cls.slot_dir))
             cls.sl = st.Sluice("--upstream", cls.ls.url, "--batch-window",
-                               "0", "--admin-key", ADMIN_KEY)
+                               "0", "--admin-key", ADMIN_KEY,
+                               *cls.sluice_args)
         except BaseException:
             if cls.ls:
                 cls.ls.kill()
@@ -856,6 +859,14 @@ class Parity(st.TestCase):
         }
         have = {row.path.split("?")[0] for row in TABLE}
         self.assertEqual(wanted - have, set())
+
+
+class ParityAssembled(Parity):
+    """The same table with plain answers asked for as streams and
+    assembled, as --stream-upstream auto does once a client has left one:
+    the answers must not change."""
+
+    sluice_args = ("--stream-upstream", "on")
 
 
 class ClientKeys(st.TestCase):

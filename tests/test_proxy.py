@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 
+import promcheck
 import sluice_test as st
 
 PROMPTS = [
@@ -72,7 +73,27 @@ def plain_text(port, path, body, timeout=30):
 
 
 class Relay(st.RelayTestCase):
-    """Answers straight from llama-server and through sluice, compared."""
+    """Answers straight from llama-server and through sluice, compared:
+    sluice as it comes (plain answers relayed), and `on`, one that asks for
+    plain answers as streams and assembles them (as the default, auto,
+    does once a client has left one: Cancellation)."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        try:
+            cls.on = st.Sluice("--upstream", cls.ls.url,
+                               "--stream-upstream", "on")
+        except BaseException:
+            super().tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            assert cls.on.stop() == 0
+        finally:
+            super().tearDownClass()
 
     def test_exactness_streamed_and_not(self):
         for path in ("/completion", "/v1/completions", "/v1/chat/completions"):
@@ -81,21 +102,22 @@ class Relay(st.RelayTestCase):
                     direct = plain_text(self.ls.port, path,
                                         body_for(path, prompt, False))
                     self.assertEqual(len(direct) > 0, True)
-                    through = plain_text(self.sl.port, path,
-                                         body_for(path, prompt, False))
-                    self.assertEqual(through, direct)
+                    for s in (self.sl, self.on):
+                        through = plain_text(s.port, path,
+                                             body_for(path, prompt, False))
+                        self.assertEqual(through, direct)
                     streamed, _, _, _ = stream_text(
                         self.sl.port, path, body_for(path, prompt, True))
                     self.assertEqual(streamed, direct)
 
     def test_plain_answers_have_llama_servers_own_shape(self):
-        # sluice streams from llama-server and assembles plain answers.
+        # Assembled from a stream, a plain answer is llama-server's own.
         volatile = {"id", "created", "timings", "id_slot", "tokens_cached"}
         for path in ("/completion", "/v1/completions", "/v1/chat/completions"):
             with self.subTest(path=path):
                 body = body_for(path, "shape", False)
                 direct = self.ls.post(path, body).json()
-                r = self.sl.post(path, body)
+                r = self.on.post(path, body)
                 self.assertEqual(r.header("Content-Type"),
                                  "application/json; charset=utf-8")
                 through = r.json()
@@ -116,8 +138,14 @@ class Relay(st.RelayTestCase):
                     self.assertEqual(t[k], d[k], k)
 
     def test_plain_answers_relayed_as_they_come(self):
-        # --stream-upstream off: plain answers are relayed, not assembled.
-        s = self.sluice("--upstream", self.ls.url, "--stream-upstream", "off")
+        # By default (auto) and with --stream-upstream off, plain answers
+        # are relayed, not assembled; their tokens are still counted.
+        for args in ((), ("--stream-upstream", "off")):
+            with self.subTest(args=args):
+                self.assert_relayed(
+                    self.sluice("--upstream", self.ls.url, *args))
+
+    def assert_relayed(self, s):
         for path in ("/completion", "/v1/completions", "/v1/chat/completions"):
             with self.subTest(path=path):
                 body = body_for(path, "relay", False)
@@ -135,6 +163,22 @@ class Relay(st.RelayTestCase):
         self.assertEqual(text, plain_text(self.ls.port, "/completion",
                                           body_for("/completion", "relay",
                                                    False)))
+        # Three plain answers and a stream of N_TOKENS tokens each: all
+        # counted, all with a time to first token (a plain one from
+        # llama-server's timings), but only the stream's gaps between
+        # tokens seen, as nothing was assembled from events.
+        r = s.get("/metrics")
+        self.assertEqual(r.status, 200)
+        seen = promcheck.check(r.body.decode())
+        self.assertEqual(
+            promcheck.value(seen, "sluice_generated_tokens_total"),
+            4 * N_TOKENS)
+        self.assertEqual(
+            promcheck.value(seen, "sluice_time_to_first_token_seconds_count",
+                            priority="normal"), 4)
+        self.assertEqual(
+            promcheck.value(seen, "sluice_inter_token_seconds_count"),
+            N_TOKENS - 1)
 
     def test_upstream_connections_stay_within_slots_plus_two(self):
         # Every connection holds one of llama-server's HTTP threads: the
@@ -377,10 +421,16 @@ class Streaming(st.TestCase):
 
 class Cancellation(st.TestCase):
     """A client that leaves frees llama-server's slot long before its
-    generation would have ended."""
+    generation would have ended: at once for a stream; for a plain answer
+    once sluice asks for plain answers as streams (--stream-upstream on, or
+    by default once a client has left one)."""
 
     N = 6000  # tokens asked for: far more than the test waits for
     PACE_TOKENS = 20  # tokens timed to learn llama-server's pace
+    # A plain answer left by its client that llama-server finishes anyway:
+    # long enough that a request sent after its client left finds it still
+    # being generated, on any machine.
+    RUNS_ON = 3000
 
     def setUp(self):
         super().setUp()
@@ -402,10 +452,58 @@ class Cancellation(st.TestCase):
         self.assert_slot_freed_after(c.close)
 
     def test_client_leaving_while_waiting_for_a_plain_answer(self):
+        s = self.sluice("--upstream", self.ls.url, "--stream-upstream", "on")
+        c = st.RawClient(s.port)
+        c.request("POST", "/completion",
+                  body_for("/completion", "go on", False, n=self.N))
+        self.assert_slot_freed_after(c.close)
+
+    def queued(self):
+        r = self.s.get("/metrics")
+        self.assertEqual(r.status, 200)
+        return promcheck.value(promcheck.check(r.body.decode()),
+                               "sluice_queue_depth", priority="normal",
+                               model="default")
+
+    def test_plain_answer_left_runs_on_then_plain_answers_stream(self):
+        # By default the first plain answer is relayed, and llama-server
+        # finishes it though its client left (LLAMA-SERVER.md).
+        a = st.RawClient(self.s.port)
+        a.request("POST", "/completion",
+                  body_for("/completion", "go on", False, n=self.RUNS_ON))
+        st.wait_until(lambda: st.decoding(self.ls)[1] > 0, 60,
+                      "the generation to start")
+        a.close()
+        self.s.wait_line(r"a client left a plain answer llama-server was "
+                         r"generating: plain answers are asked for as "
+                         r"streams for 60 s")
+        # Its slot stays taken in sluice's count until llama-server is
+        # done: the next request waits in sluice's queue, not in
+        # llama-server's, while the generation goes on.
+        done = {}
+        b = threading.Thread(target=lambda: done.update(r=self.s.post(
+            "/completion", body_for("/completion", "next", False, n=4),
+            timeout=120)))
+        b.start()
+        try:
+            st.wait_until(
+                lambda: self.queued() == 1 or not st.slot_busy(self.ls), 60,
+                "the next request to be queued")
+            self.assertTrue(st.slot_busy(self.ls),
+                            "the left answer ended before the next request "
+                            "was queued: RUNS_ON is too small")
+            self.assertEqual(self.queued(), 1)
+        finally:
+            b.join(120)
+        self.assertEqual(done["r"].status, 200)
+        self.assertEqual(self.queued(), 0)
+        # Plain answers are now asked for as streams: leaving stops one.
         c = st.RawClient(self.s.port)
         c.request("POST", "/completion",
                   body_for("/completion", "go on", False, n=self.N))
         self.assert_slot_freed_after(c.close)
+        st.wait_until(lambda: self.s.health().json()["inflight"] == 0, 60,
+                      "sluice to count nothing in flight")
 
 
 class SlowReader(st.TestCase):

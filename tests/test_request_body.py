@@ -37,14 +37,18 @@ class ExactBytes(st.TestCase):
     def setUpClass(cls):
         cls.up = st.RecordingUpstream(answer=smallest_answer, total_slots=1)
         cls.sl = st.Sluice("--upstream", cls.up.url)
+        # One that asks for plain answers as streams from the start.
+        cls.on = st.Sluice("--upstream", cls.up.url,
+                           "--stream-upstream", "on")
 
     @classmethod
     def tearDownClass(cls):
         assert cls.sl.stop() == 0
+        assert cls.on.stop() == 0
         cls.up.stop()
 
-    def send(self, path, body):
-        r = st.request(self.sl.port, "POST", path, body=body,
+    def send(self, path, body, via=None):
+        r = st.request((via or self.sl).port, "POST", path, body=body,
                        headers={"Content-Type": "application/json"})
         self.assertEqual(r.status, 200, r.body[:300])
         got = self.up.received()[-1]
@@ -65,9 +69,13 @@ class ExactBytes(st.TestCase):
         self.assertEqual(self.send("/v1/embeddings", body),
                          b'{"temperature":0.1, "seed":18446744073709551615'
                          b' ,"messages":[]}')
-        # A plain chat request is asked for as a stream, in place.
+        # A plain chat request goes as written by default (auto, until
+        # a client leaves one)...
         body = b'{"stream": false, "temperature":0.1, "messages":[]}'
-        self.assertEqual(self.send("/v1/chat/completions", body),
+        self.assertEqual(self.send("/v1/chat/completions", body), body)
+        # ...and with --stream-upstream on it is asked for as a stream,
+        # in place.
+        self.assertEqual(self.send("/v1/chat/completions", body, self.on),
                          b'{"stream": true, "temperature":0.1, "messages":[],'
                          + STREAM_OPTIONS + b'}')
 

@@ -22,7 +22,7 @@ import sys
 LABELS = {
     "direct": "direct (the mock, no gateway)",
     "sluice": "sluice default",
-    "sluice-relay": "sluice `--stream-upstream off`",
+    "sluice-streams": "sluice `--stream-upstream on`",
     "nginx": "nginx",
     "haproxy": "haproxy",
     "portkey": "Portkey",

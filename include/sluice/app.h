@@ -164,6 +164,12 @@ struct sl_app {
 	unsigned next_upstream; /* round-robin start among equals */
 	unsigned exchanges;     /* relayed requests not yet finished */
 	struct exchange *exchange_list; /* all of them (proxy.c) */
+	/*
+	 * --stream-upstream auto: until when (uv_now) plain answers are asked
+	 * for as streams, SL_STREAM_UPSTREAM_WINDOW_S after a client last
+	 * left a relayed plain answer that llama-server was generating.
+	 */
+	uint64_t plain_streams_until_ms;
 	struct sl_stats stats;
 	/*
 	 * Prefix affinity (affinity.h): which replica served which prompt

@@ -64,6 +64,18 @@ enum sl_config_source {
 struct sl_model_config; /* models_config.h */
 /* --upstream-client: the choices, in their order there. */
 enum sl_upstream_client { SL_UPSTREAM_CLIENT_NATIVE, SL_UPSTREAM_CLIENT_CURL };
+/*
+ * --stream-upstream: the choices, in their order there. With auto, plain
+ * answers are asked for as streams for this long after a client left one
+ * in flight: clients that leave tend to do so again (timeouts under load),
+ * and then a stream lets their leaving free the slot.
+ */
+#define SL_STREAM_UPSTREAM_WINDOW_S 60
+enum sl_stream_upstream {
+	SL_STREAM_UPSTREAM_AUTO,
+	SL_STREAM_UPSTREAM_ON,
+	SL_STREAM_UPSTREAM_OFF,
+};
 
 struct sl_config {
 	/* The configuration file (--config): "" = none. Read once, at start. */
@@ -149,7 +161,7 @@ struct sl_config {
 	/* Free slots kept for urgent requests; SL_SCHED_RESERVE_AUTO: auto. */
 	unsigned urgent_reserve;
 	unsigned max_tokens_cap; /* /generate and /infer */
-	bool stream_upstream;    /* plain answers assembled from streams */
+	int stream_upstream;     /* enum sl_stream_upstream */
 	bool ui;                 /* llama-server's web UI relayed at / */
 
 	/* Files */

@@ -134,6 +134,14 @@ static inline bool sl_jscan_is_type(const struct sl_jscan *s, int i,
 long sl_jscan_small_uint(const struct sl_jscan *s, int i);
 
 /*
+ * Token i as a finite number (a JSON number of at most SL_JSCAN_NUMBER_MAX
+ * characters), read with strtod into *out; false for anything else and for
+ * no token (i < 0).
+ */
+#define SL_JSCAN_NUMBER_MAX 64
+bool sl_jscan_number(const struct sl_jscan *s, int i, double *out);
+
+/*
  * Token i's whole extent in the text: for a string, quotes included. The
  * slice to copy when a value is passed on as written.
  */

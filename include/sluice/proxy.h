@@ -84,6 +84,14 @@ extern const struct sl_endpoint sl_proxy_ui_endpoint;
  * sends a few hundred bytes; lines past the bound are dropped.
  */
 #define SL_PROXY_PASSED_HEADERS_MAX (8u * 1024)
+/*
+ * A relayed plain answer is kept, up to this many bytes, so that its token
+ * counts can be read from its usage at the end (llama-server's answer to
+ * 50,000 tokens of text fits); a longer one goes uncounted. The first
+ * room taken is the smaller bound, doubled as the answer grows.
+ */
+#define SL_PROXY_ANSWER_KEEP_MAX (256u * 1024)
+#define SL_PROXY_ANSWER_KEEP_MIN 2048u
 /* One relayed header's value, at most: longer ones are dropped. */
 #define SL_PROXY_PASSED_VALUE_MAX 4096u
 /*

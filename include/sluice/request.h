@@ -66,6 +66,12 @@ struct sl_request {
 	double priority;
 	bool stream;   /* the client wants events */
 	bool assemble; /* it wants one answer, built from upstream events */
+	/*
+	 * It wants one answer that could be assembled (asked for as a
+	 * stream, so that its client leaving stops it) were
+	 * opts->stream_upstream set; assemble implies it.
+	 */
+	bool assemblable;
 	enum sl_assemble_kind assemble_kind; /* when assemble */
 	bool return_tokens; /* native answers: the client asked for ids */
 	/*

@@ -72,6 +72,7 @@ static void check_upstream_body(const struct sl_endpoint *ep,
 	if (r->assemble)
 		CHECK(json_is_true(stream));
 	CHECK(!(r->assemble && r->stream));
+	CHECK(!r->assemble || r->assemblable);
 	if (ep->api == SL_API_RELAY) {
 		json_t *want = load(body, len);
 		if (!want) {
@@ -148,6 +149,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		CHECK(r.priority == slow.priority);
 		CHECK(r.priority_given == slow.priority_given);
 		CHECK(r.stream == slow.stream && r.assemble == slow.assemble);
+		CHECK(r.assemblable == slow.assemblable);
 		CHECK(r.assemble_kind == slow.assemble_kind);
 		CHECK(r.return_tokens == slow.return_tokens);
 		CHECK((r.model == NULL) == (slow.model == NULL));
