@@ -15,8 +15,9 @@
  *     raw NUL right after a number or literal, "[1\0]", which is no JSON
  *     and which jscan refuses), and the two agree on the tree: types, array
  * lengths, object member counts (keys as written, duplicates counted, as
- * jansson with JSON_REJECT_DUPLICATES agrees when it loads), and strings
- * without escapes byte for byte.
+ * jansson with JSON_REJECT_DUPLICATES agrees when it loads), strings
+ * without escapes byte for byte, and numbers as sl_jscan_number reads
+ * them.
  */
 #include "sluice/json_scan.h"
 
@@ -93,6 +94,13 @@ static void check_tokens(const struct sl_jscan *s)
 	CHECK(sl_jscan_skip(s, s->n) == s->n);
 }
 
+/* Whether sl_jscan_number reads token i as a number. */
+static bool is_number(const struct sl_jscan *s, int i)
+{
+	double v;
+	return sl_jscan_number(s, i, &v);
+}
+
 /* jscan's tree against jansson's, from token i; returns the next token. */
 static int compare(const struct sl_jscan *s, int i, const json_t *v,
                    bool unique_keys)
@@ -138,9 +146,30 @@ static int compare(const struct sl_jscan *s, int i, const json_t *v,
 			             n) == 0);
 		return i + 1;
 	}
-	case JSON_TRUE: CHECK(sl_jscan_is(s, i, "true")); return i + 1;
-	case JSON_FALSE: CHECK(sl_jscan_is(s, i, "false")); return i + 1;
-	case JSON_NULL: CHECK(sl_jscan_is(s, i, "null")); return i + 1;
+	case JSON_TRUE:
+		CHECK(sl_jscan_is(s, i, "true") && !is_number(s, i));
+		return i + 1;
+	case JSON_FALSE:
+		CHECK(sl_jscan_is(s, i, "false") && !is_number(s, i));
+		return i + 1;
+	case JSON_NULL:
+		CHECK(sl_jscan_is(s, i, "null") && !is_number(s, i));
+		return i + 1;
+	case JSON_REAL:
+	case JSON_INTEGER: {
+		CHECK(t->type == JSMN_PRIMITIVE);
+		/*
+		 * sl_jscan_number reads what jansson read: strtod for reals,
+		 * and an integer's nearest double (jansson refuses integers
+		 * past int64), where the text is not too long for it.
+		 */
+		double got;
+		if (sl_jscan_number(s, i, &got))
+			CHECK(got == json_number_value(v));
+		else
+			CHECK(sl_jscan_len(s, i) > SL_JSCAN_NUMBER_MAX);
+		return i + 1;
+	}
 	default: CHECK(t->type == JSMN_PRIMITIVE); return i + 1;
 	}
 }
