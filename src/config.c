@@ -169,9 +169,15 @@ static const struct option_def options[] = {
 	{"upstream-timeout", "SLUICE_UPSTREAM_TIMEOUT", "DURATION",
 	 OPT_DURATION, FIELD(upstream_timeout_ms), "600", 1, 24 * 3600 * SEC,
 	 NULL,
-	 "time allowed for an upstream's first response byte (its first token; "
-	 "a plain answer relayed, see --stream-upstream, arrives whole, so "
-	 "then it bounds the whole generation)",
+	 "time allowed for an upstream's first response byte (its first "
+	 "token)",
+	 NULL},
+	{"upstream-plain-timeout", "SLUICE_UPSTREAM_PLAIN_TIMEOUT", "DURATION",
+	 OPT_DURATION, FIELD(upstream_plain_timeout_ms), "3600", 1,
+	 24 * 3600 * SEC, NULL,
+	 "time allowed for a relayed plain answer of a generation (see "
+	 "--stream-upstream), which llama-server sends whole once it is "
+	 "generated: it bounds the whole generation",
 	 NULL},
 	{"upstream-idle-timeout", "SLUICE_UPSTREAM_IDLE_TIMEOUT", "DURATION",
 	 OPT_DURATION, FIELD(upstream_idle_timeout_ms), "60", 1,

@@ -1428,6 +1428,27 @@ static int on_native_body(struct sl_h1_request *r, const char *data, size_t len)
 	return SL_H1_GO_ON;
 }
 
+/*
+ * Whether the answer is a relayed plain one of a generation: it comes
+ * whole once generated, so its first byte is its last.
+ */
+static bool relayed_generation(const struct exchange *x)
+{
+	return !upstream_streams(x) && x->ep->stream_end != SL_END_NONE;
+}
+
+/* Time allowed for the first response byte, and the option that set it. */
+static uint64_t first_byte_ms(const struct exchange *x, const char **option)
+{
+	const struct sl_config *cfg = x->app->cfg;
+	bool plain = relayed_generation(x);
+	if (option)
+		*option =
+		    plain ? "--upstream-plain-timeout" : "--upstream-timeout";
+	return plain ? cfg->upstream_plain_timeout_ms
+	             : cfg->upstream_timeout_ms;
+}
+
 /* The first-byte or idle deadline. */
 static void on_timer(uv_timer_t *t)
 {
@@ -1445,14 +1466,16 @@ static void on_timer(uv_timer_t *t)
 			return;
 		}
 	}
-	snprintf(x->error, sizeof(x->error),
-	         x->mode == MODE_WAITING
-	             ? "no answer within --upstream-timeout (%.1f s)"
-	             : "upstream silent for --upstream-idle-timeout (%.1f s)",
-	         (double)(x->mode == MODE_WAITING
-	                      ? cfg->upstream_timeout_ms
-	                      : cfg->upstream_idle_timeout_ms) /
-	             1000.0);
+	const char *option;
+	uint64_t first_ms = first_byte_ms(x, &option);
+	if (x->mode == MODE_WAITING)
+		snprintf(x->error, sizeof(x->error),
+		         "no answer within %s (%.1f s)", option,
+		         (double)first_ms / 1000.0);
+	else
+		snprintf(x->error, sizeof(x->error),
+		         "upstream silent for --upstream-idle-timeout (%.1f s)",
+		         (double)cfg->upstream_idle_timeout_ms / 1000.0);
 	transfer_abort(x);
 	sl_warn("%s: %s", x->id, x->error);
 	if (x->req)
@@ -1638,8 +1661,7 @@ static int start_native(struct exchange *x, struct sl_upstream *u)
 	int rc = sl_h1_start(&x->app->h1, r, u->url,
 	                     u->total_slots + SL_UPSTREAM_SPARE_CONNS - 1);
 	if (rc == 0)
-		uv_timer_start(&x->timer, on_timer, cfg->upstream_timeout_ms,
-		               0);
+		uv_timer_start(&x->timer, on_timer, first_byte_ms(x, NULL), 0);
 	return rc;
 }
 
@@ -1701,7 +1723,7 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 	curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->error);
 
-	uv_timer_start(&x->timer, on_timer, cfg->upstream_timeout_ms, 0);
+	uv_timer_start(&x->timer, on_timer, first_byte_ms(x, NULL), 0);
 	return sl_curl_start(&x->app->curl, &x->transfer);
 }
 

@@ -367,14 +367,24 @@ class ThroughSluice(MockTestCase):
                     self.assertEqual(r.json(), want)
 
     def test_hang_gives_504_and_frees_the_slot(self):
+        # A stream's first byte is its first token: --upstream-timeout.
+        # A relayed plain answer comes whole: --upstream-plain-timeout.
         m, s = self.pair("--hang-rate", "1", "--slots", "2",
-                         sluice_args=("--upstream-timeout", "1"))
+                         sluice_args=("--upstream-timeout", "1",
+                                      "--upstream-plain-timeout", "2"))
+        for stream, seconds, option in (
+                (True, 1, "--upstream-timeout"),
+                (False, 2, "--upstream-plain-timeout")):
+            with self.subTest(stream=stream):
+                self.assert_hang_times_out(m, s, stream, seconds, option)
+
+    def assert_hang_times_out(self, m, s, stream, seconds, option):
         result = {}
 
         def ask():
             t0 = time.monotonic()
             result["r"] = s.post("/v1/chat/completions",
-                                 body_for("/v1/chat/completions", 4, False),
+                                 body_for("/v1/chat/completions", 4, stream),
                                  timeout=SAFETY_NET_S)
             result["elapsed"] = time.monotonic() - t0
 
@@ -390,10 +400,11 @@ class ThroughSluice(MockTestCase):
         err = r.json()["error"]
         self.assertEqual(err["code"], 504)
         self.assertEqual(err["type"], "timeout_error")
-        self.assertTrue(err["message"])
+        self.assertIn("no answer within %s (%d.0 s)" % (option, seconds),
+                      err["message"])
         # The mock never answers: the 504 itself says the timeout ended it,
-        # and not before its second.
-        self.assertGreaterEqual(result["elapsed"], 0.9)
+        # and not before its time.
+        self.assertGreaterEqual(result["elapsed"], seconds - 0.1)
         # sluice closed its upstream connection: the mock's slot is free.
         st.wait_until(lambda: busy_slots(m.port) == 0, SAFETY_NET_S,
                       "idle slots")

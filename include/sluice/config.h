@@ -105,8 +105,9 @@ struct sl_config {
 	uint64_t health_interval_ms;
 	char *upstream_api_key; /* for --upstream servers, or "" */
 	uint64_t upstream_connect_timeout_ms;
-	uint64_t upstream_timeout_ms;      /* to the first response byte */
-	uint64_t upstream_idle_timeout_ms; /* between bytes afterwards */
+	uint64_t upstream_timeout_ms;       /* to the first response byte */
+	uint64_t upstream_plain_timeout_ms; /* to a relayed plain answer */
+	uint64_t upstream_idle_timeout_ms;  /* between bytes afterwards */
 	/*
 	 * What relays exchanges to http:// upstreams: sluice's own client
 	 * (h1_client.h) or libcurl. https upstreams always use libcurl.
