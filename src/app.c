@@ -224,9 +224,10 @@ sl_app_pick_upstream(struct sl_app *app, const struct sl_model *m,
 	/*
 	 * The choice is remembered, but a prefix whose home was busy keeps
 	 * that home: the detour is for this request only, and moving the
-	 * home would send the next ones where the prefix is not.
+	 * home would send the next ones where the prefix is not. A model of
+	 * one upstream has no choice to remember.
 	 */
-	if (u && app->affinity && key && key->n > 0 &&
+	if (u && app->affinity && key && key->n > 0 && m->pool.n > 1 &&
 	    aff.result != SL_AFFINITY_BUSY)
 		sl_affinity_store(app->affinity, key, u->id);
 	if (u && aff.result < SL_AFFINITY_RESULTS)

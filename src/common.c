@@ -100,11 +100,6 @@ void sl_join_mem(struct sl_join *j, const char *s, size_t n)
 	j->p[j->len] = '\0';
 }
 
-void sl_join_str(struct sl_join *j, const char *s)
-{
-	sl_join_mem(j, s, strlen(s));
-}
-
 void sl_join_u64(struct sl_join *j, uint64_t v)
 {
 	char digits[20];

@@ -61,6 +61,15 @@ enum conn_state {
 struct sl_h1_conn {
 	uv_tcp_t tcp;
 	uv_timer_t timer; /* connect timeout, idle timeout, deferred error */
+	/*
+	 * The idle timeout is checked lazily: the timer, once armed for it,
+	 * is left running while the connection serves requests (sparing two
+	 * timer-heap operations per request) and, when it fires, closes the
+	 * connection only if it has been idle since idle_since for
+	 * SL_H1_IDLE_MS, else waits out the rest.
+	 */
+	bool idle_armed;
+	uint64_t idle_since;
 	uv_connect_t connect;
 	struct sl_h1_pool *pool;
 	struct sl_h1_conn *idle_next; /* the pool's idle or draining list */
@@ -237,7 +246,11 @@ static void conn_idle(struct sl_h1_conn *c)
 	}
 	c->idle_next = p->idle;
 	p->idle = c;
-	uv_timer_start(&c->timer, on_idle_timer, SL_H1_IDLE_MS, 0);
+	c->idle_since = uv_now(c->timer.loop);
+	if (!c->idle_armed) {
+		c->idle_armed = true;
+		uv_timer_start(&c->timer, on_idle_timer, SL_H1_IDLE_MS, 0);
+	}
 }
 
 /*
@@ -268,6 +281,7 @@ static void conn_drain(struct sl_h1_conn *c)
 	p->draining = c;
 	read_on(c, true);
 	/* Closed by sluice if the peer does not after all. */
+	c->idle_armed = false;
 	uv_timer_start(&c->timer, on_idle_timer, SL_H1_IDLE_MS, 0);
 }
 
@@ -724,7 +738,9 @@ static int write_request(struct sl_h1_conn *c, const uv_buf_t *bufs, unsigned n)
 static void conn_send(struct sl_h1_conn *c, struct sl_h1_request *r)
 {
 	struct sl_h1_pool *p = c->pool;
-	uv_timer_stop(&c->timer);
+	/* A pending idle timeout may stay: on_idle_timer sees it busy. */
+	if (!c->idle_armed)
+		uv_timer_stop(&c->timer);
 	c->state = CONN_BUSY;
 	c->req = r;
 	r->conn = c;
@@ -769,6 +785,7 @@ static void conn_send(struct sl_h1_conn *c, struct sl_h1_request *r)
 		return;
 	/* Handled from the loop: sl_h1_start never calls on_done. */
 	c->deferred_error = rc;
+	c->idle_armed = false;
 	uv_timer_start(&c->timer, on_send_failed, 0, 0);
 }
 
@@ -815,6 +832,19 @@ static void on_connect_timer(uv_timer_t *t)
 static void on_idle_timer(uv_timer_t *t)
 {
 	struct sl_h1_conn *c = t->data;
+	c->idle_armed = false;
+	/* Busy again: conn_idle arms it anew once it is idle. */
+	if (c->state == CONN_BUSY)
+		return;
+	if (c->state == CONN_IDLE) {
+		uint64_t idle = uv_now(t->loop) - c->idle_since;
+		if (idle < SL_H1_IDLE_MS) {
+			c->idle_armed = true;
+			uv_timer_start(t, on_idle_timer, SL_H1_IDLE_MS - idle,
+			               0);
+			return;
+		}
+	}
 	sl_debug("upstream %s: closing a connection idle for %u ms",
 	         c->pool->url, SL_H1_IDLE_MS);
 	conn_close(c);

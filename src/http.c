@@ -84,7 +84,17 @@ struct request_state {
 
 struct sl_http_conn {
 	uv_tcp_t tcp;
+	/*
+	 * The connection's one deadline (header, body, idle, send or linger
+	 * time, by phase), kept lazily: set_timer() only moves `deadline`
+	 * when the running timer fires no later than it, and on_timer() waits
+	 * out what is left; stop_timer() only clears it. Most requests then
+	 * start and stop no timer at all, where each phase used to.
+	 * TIMER_NONE: no deadline; no timer running.
+	 */
 	uv_timer_t timer;
+	uint64_t deadline; /* uv_now() milliseconds */
+	uint64_t armed;    /* when the running timer fires */
 	uv_shutdown_t shutdown_req;
 	llhttp_t parser;
 	struct sl_http_server *server;
@@ -187,13 +197,24 @@ static const char *http_date(struct sl_http_server *s)
 	return s->date;
 }
 
-static void set_timer(struct sl_http_conn *c, uint64_t ms);
+#define TIMER_NONE UINT64_MAX
 
 static void on_timer(uv_timer_t *t);
 
+/* on_timer() runs once `ms` have passed, unless set again or stopped. */
 static void set_timer(struct sl_http_conn *c, uint64_t ms)
 {
+	uint64_t now = uv_now(c->server->loop);
+	c->deadline = now + ms;
+	if (c->armed <= c->deadline)
+		return; /* it fires first, and waits out the rest */
+	c->armed = c->deadline;
 	uv_timer_start(&c->timer, on_timer, ms, 0);
+}
+
+static void stop_timer(struct sl_http_conn *c)
+{
+	c->deadline = TIMER_NONE;
 }
 
 /* ---- request memory ---- */
@@ -521,7 +542,7 @@ static int on_message_complete(llhttp_t *p)
 	/* After an upgrade request the parser cannot go on: close after. */
 	st->keep_alive = llhttp_should_keep_alive(p) && !p->upgrade &&
 	                 !c->server->closing && !c->server->draining;
-	uv_timer_stop(&c->timer);
+	stop_timer(c);
 	c->phase = PHASE_HANDLING;
 	/* The next bytes are the next request's: scan its head. */
 	sl_http_frame_reset(&c->frame);
@@ -545,10 +566,18 @@ static const llhttp_settings_t parser_settings = {
 
 const char *sl_http_header(const struct sl_http_request *req, const char *name)
 {
-	for (unsigned i = 0; i < req->n_headers; i++)
-		if (req->headers[i].name &&
-		    strcasecmp(req->headers[i].name, name) == 0)
+	/*
+	 * The first characters, with ASCII letters' case bit set, pass over
+	 * most names before strcasecmp (a request is looked up a dozen times
+	 * or more); names equal but for case always agree on them.
+	 */
+	unsigned first = (unsigned char)name[0] | 0x20u;
+	for (unsigned i = 0; i < req->n_headers; i++) {
+		const char *have = req->headers[i].name;
+		if (have && ((unsigned char)have[0] | 0x20u) == first &&
+		    strcasecmp(have, name) == 0)
 			return req->headers[i].value;
+	}
 	return NULL;
 }
 
@@ -666,7 +695,7 @@ static int conn_write_raw(struct sl_http_conn *c, const uv_buf_t *bufs,
 	if (c->backlog == 0 &&
 	    (c->phase == PHASE_HANDLING || c->phase == PHASE_LINGER)) {
 		c->write_progress_ms = uv_now(c->server->loop);
-		if (!uv_is_active((uv_handle_t *)&c->timer))
+		if (c->deadline == TIMER_NONE)
 			set_timer(c, c->server->limits.send_timeout_ms);
 	}
 	c->backlog += rest;
@@ -1301,6 +1330,16 @@ static void arm_send_timeout(struct sl_http_conn *c)
 static void on_timer(uv_timer_t *t)
 {
 	struct sl_http_conn *c = t->data;
+	uint64_t now = uv_now(c->server->loop);
+	c->armed = TIMER_NONE;
+	if (c->deadline == TIMER_NONE)
+		return;
+	if (now < c->deadline) {
+		c->armed = c->deadline;
+		uv_timer_start(t, on_timer, c->deadline - now, 0);
+		return;
+	}
+	c->deadline = TIMER_NONE;
 	switch (c->phase) {
 	case PHASE_HEADERS:
 		conn_reject(c, 408, "request headers not received in time");
@@ -1434,6 +1473,7 @@ static struct sl_http_conn *conn_new(struct sl_http_server *s)
 	c->server = s;
 	uv_tcp_init(s->loop, &c->tcp);
 	uv_timer_init(s->loop, &c->timer);
+	c->deadline = c->armed = TIMER_NONE;
 	c->tcp.data = c;
 	c->timer.data = c;
 	c->open_handles = 2;

@@ -188,7 +188,9 @@ class Relay(st.RelayTestCase):
         # and sluice closes it as soon as it reads that close.
         port = self.ls.port
         pid = self.sl.proc.pid
-        most = [0]
+        # The most seen at once, and their TCP states and local ports
+        # then, for a failure to say what they were.
+        most = [0, []]
         done = threading.Event()
 
         def count():
@@ -200,19 +202,21 @@ class Relay(st.RelayTestCase):
                     continue
                 if link.startswith("socket:["):
                     inodes.add(link[8:-1])
-            n = 0
+            held = []
             with open("/proc/net/tcp") as f:
                 for line in f.readlines()[1:]:
                     fields = line.split()
                     remote_port = int(fields[2].split(":")[1], 16)
                     if (remote_port == port and fields[9] in inodes
                             and fields[3] != "08"):
-                        n += 1
-            return n
+                        held.append("%s:%d" % (
+                            fields[3], int(fields[1].split(":")[1], 16)))
+            if len(held) > most[0]:
+                most[0], most[1] = len(held), held
 
         def sample():
             while not done.is_set():
-                most[0] = max(most[0], count())
+                count()
                 time.sleep(0.005)  # a sampling interval, not a wait
 
         t = threading.Thread(target=sample)
@@ -230,9 +234,11 @@ class Relay(st.RelayTestCase):
         # With 64 client threads holding the GIL the sampler may get no
         # turn while the answers come; the connections stay pooled after
         # them, so one more look always sees them.
-        most[0] = max(most[0], count())
+        count()
         self.assertGreaterEqual(most[0], 1)
-        self.assertLessEqual(most[0], 4 + 2)  # 4 slots, 2 spare
+        # 4 slots, 2 spare; "state:local port" of each (TCP states in hex:
+        # 01 established, 02 connecting).
+        self.assertLessEqual(most[0], 4 + 2, most[1])
 
     def test_64_concurrent_requests_each_get_their_own_text(self):
         path = "/completion"
@@ -430,7 +436,7 @@ class Cancellation(st.TestCase):
     # A plain answer left by its client that llama-server finishes anyway:
     # long enough that a request sent after its client left finds it still
     # being generated, on any machine.
-    RUNS_ON = 3000
+    RUNS_ON = 1000
 
     def setUp(self):
         super().setUp()
@@ -458,8 +464,8 @@ class Cancellation(st.TestCase):
                   body_for("/completion", "go on", False, n=self.N))
         self.assert_slot_freed_after(c.close)
 
-    def queued(self):
-        r = self.s.get("/metrics")
+    def queued(self, s):
+        r = s.get("/metrics")
         self.assertEqual(r.status, 200)
         return promcheck.value(promcheck.check(r.body.decode()),
                                "sluice_queue_depth", priority="normal",
@@ -467,42 +473,45 @@ class Cancellation(st.TestCase):
 
     def test_plain_answer_left_runs_on_then_plain_answers_stream(self):
         # By default the first plain answer is relayed, and llama-server
-        # finishes it though its client left (LLAMA-SERVER.md).
-        a = st.RawClient(self.s.port)
+        # finishes it though its client left (LLAMA-SERVER.md). The next
+        # request waits for it in sluice's queue: however long a busy
+        # machine makes that, it is not to time out.
+        s = self.sluice("--upstream", self.ls.url, "--queue-timeout", "3600")
+        a = st.RawClient(s.port)
         a.request("POST", "/completion",
                   body_for("/completion", "go on", False, n=self.RUNS_ON))
         st.wait_until(lambda: st.decoding(self.ls)[1] > 0, 60,
                       "the generation to start")
         a.close()
-        self.s.wait_line(r"a client left a plain answer llama-server was "
+        s.wait_line(r"a client left a plain answer llama-server was "
                          r"generating: plain answers are asked for as "
                          r"streams for 60 s")
         # Its slot stays taken in sluice's count until llama-server is
         # done: the next request waits in sluice's queue, not in
         # llama-server's, while the generation goes on.
         done = {}
-        b = threading.Thread(target=lambda: done.update(r=self.s.post(
+        b = threading.Thread(target=lambda: done.update(r=s.post(
             "/completion", body_for("/completion", "next", False, n=4),
-            timeout=120)))
+            timeout=600)))
         b.start()
         try:
             st.wait_until(
-                lambda: self.queued() == 1 or not st.slot_busy(self.ls), 60,
+                lambda: self.queued(s) == 1 or not st.slot_busy(self.ls), 60,
                 "the next request to be queued")
             self.assertTrue(st.slot_busy(self.ls),
                             "the left answer ended before the next request "
                             "was queued: RUNS_ON is too small")
-            self.assertEqual(self.queued(), 1)
+            self.assertEqual(self.queued(s), 1)
         finally:
-            b.join(120)
+            b.join(600)
         self.assertEqual(done["r"].status, 200)
-        self.assertEqual(self.queued(), 0)
+        self.assertEqual(self.queued(s), 0)
         # Plain answers are now asked for as streams: leaving stops one.
-        c = st.RawClient(self.s.port)
+        c = st.RawClient(s.port)
         c.request("POST", "/completion",
                   body_for("/completion", "go on", False, n=self.N))
         self.assert_slot_freed_after(c.close)
-        st.wait_until(lambda: self.s.health().json()["inflight"] == 0, 60,
+        st.wait_until(lambda: s.health().json()["inflight"] == 0, 60,
                       "sluice to count nothing in flight")
 
 

@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <uv.h>
 
 /* The struct that holds `member` at address `ptr`. */
@@ -92,8 +93,12 @@ struct sl_join {
 };
 #define SL_JOIN(buf) ((struct sl_join){.p = (buf), .cap = sizeof(buf)})
 void sl_join_mem(struct sl_join *j, const char *s, size_t n);
-void sl_join_str(struct sl_join *j, const char *s);
 void sl_join_u64(struct sl_join *j, uint64_t v);
+/* Inline, so that a literal's length is known when compiling. */
+static inline void sl_join_str(struct sl_join *j, const char *s)
+{
+	sl_join_mem(j, s, strlen(s));
+}
 
 /*
  * Makes the NUL-terminated text in buf (of `size` bytes) one line: each
