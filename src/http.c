@@ -90,7 +90,7 @@ struct sl_http_conn {
 	 * when the running timer fires no later than it, and on_timer() waits
 	 * out what is left; stop_timer() only clears it. Most requests then
 	 * start and stop no timer at all, where each phase used to.
-	 * TIMER_NONE: no deadline; no timer running.
+	 * TIMER_NONE: no deadline (deadline), no timer running (armed).
 	 */
 	uv_timer_t timer;
 	uint64_t deadline; /* uv_now() milliseconds */
