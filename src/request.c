@@ -590,9 +590,11 @@ static bool read_fast(struct sl_request *r, const char *body, size_t len,
 		else if (sl_jscan_is(scan, k, "model"))
 			model = k + 1;
 	}
-	/* The last of each, as jansson reads duplicates. */
-	if (stream >= 0 && !sl_jscan_is(scan, stream, "true") &&
-	    !sl_jscan_is(scan, stream, "false"))
+	/* The last of each, as jansson reads duplicates. A boolean is a
+	 * primitive: the string "false" reads as false too. */
+	if (stream >= 0 && (sl_jscan_type(scan, stream) != JSMN_PRIMITIVE ||
+	                    (!sl_jscan_is(scan, stream, "true") &&
+	                     !sl_jscan_is(scan, stream, "false"))))
 		goto slow;
 	if (model >= 0 && sl_jscan_type(scan, model) == JSMN_STRING &&
 	    memchr(sl_jscan_text(scan, model), '\\', sl_jscan_len(scan, model)))

@@ -545,6 +545,8 @@ static void test_fast_path_agrees_with_jansson(void)
 	    {"{\"a\\/\":true}", false},
 	    {"{\"stream\":1}", false},
 	    {"{\"stream\":null}", false},
+	    {"{\"stream\":\"false\" }", false},
+	    {"{\"stream\":\"true\"}", false},
 	    {"{\"priority\":\"urgent\"}", false},
 	    {"{\"n_discard\":5}", false},
 	    {"{\"n\":2}", false},
