@@ -562,6 +562,14 @@ static void scrub_head(struct sl_h1_conn *c, char *buf, size_t n)
 	unsigned char ends = c->line_ends;
 	bool done = c->head_scrubbed;
 	for (size_t i = 0; i < n && !done; i++) {
+		/* A run of printable bytes only ends a line's CR LF count. */
+		size_t run = sl_printable_span(buf + i, n - i);
+		if (run > 0) {
+			ends = 0;
+			i += run;
+			if (i == n)
+				break;
+		}
 		unsigned char b = (unsigned char)buf[i];
 		if (b >= 0x20 && b != 0x7f) {
 			ends = 0;
@@ -635,6 +643,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	scrub_head(c, buf->base, (size_t)nread);
 	llhttp_errno_t err =
 	    llhttp_execute(&c->parser, buf->base, (size_t)nread);
+	if (c->req && c->req->on_read_end)
+		c->req->on_read_end(c->req);
 	if (c->complete) {
 		/* Bytes past the answer: the connection cannot be trusted. */
 		bool whole =

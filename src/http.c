@@ -711,7 +711,9 @@ static int conn_write(struct sl_http_conn *c, const uv_buf_t *bufs, unsigned n)
 	struct request_state *st = c->req;
 	if (!st || !st->held_head)
 		return n ? conn_write_raw(c, bufs, n) : 0;
-	uv_buf_t all[SL_HTTP_WRITEV_MAX + 3];
+	/* The head, and write_chunk's most: a size line, the pieces, CRLF
+	 * and the last chunk. */
+	uv_buf_t all[1 + SL_HTTP_WRITEV_MAX + 3];
 	if (n >= sizeof(all) / sizeof(all[0]))
 		return UV_EINVAL;
 	all[0] = uv_buf_init(st->held_head, (unsigned)st->held_head_len);
@@ -971,28 +973,25 @@ static unsigned chunk_size_line(char *line, size_t size)
 	return n + 2;
 }
 
-int sl_http_stream_writev(struct sl_http_request *req, const uv_buf_t *pieces,
-                          unsigned n)
+/*
+ * Writes n pieces as one chunk (its size line, the pieces, CRLF) and, when
+ * `last`, the chunk that ends the body, all in one write to the socket.
+ * Where chunks end means nothing to the client (an SSE event is framed by
+ * its blank line), and one size line instead of one per piece spares the
+ * kernel two buffers per piece.
+ */
+static int write_chunk(struct sl_http_request *req, const uv_buf_t *pieces,
+                       unsigned n, bool last)
 {
 	struct sl_http_conn *c = req->conn;
 	struct request_state *st = state_of(req);
-	if (!can_respond(req))
-		return UV_ECANCELED;
 	/* A HEAD response's body is never written: its head goes now. */
 	if (st->head_only)
-		return conn_write(c, NULL, 0);
-	if (n == 0)
-		return 0;
+		n = 0;
 	if (n > SL_HTTP_WRITEV_MAX)
 		return UV_EINVAL;
-	/*
-	 * One chunk for all the pieces: its size line, the pieces, CRLF.
-	 * Where chunks end means nothing to the client (an SSE event is
-	 * framed by its blank line), and one size line instead of one per
-	 * piece spares the kernel two buffers per piece.
-	 */
 	char size[20];
-	uv_buf_t bufs[SL_HTTP_WRITEV_MAX + 2];
+	uv_buf_t bufs[SL_HTTP_WRITEV_MAX + 3];
 	unsigned k = st->chunked;
 	size_t total = 0;
 	for (unsigned i = 0; i < n; i++) {
@@ -1003,15 +1002,28 @@ int sl_http_stream_writev(struct sl_http_request *req, const uv_buf_t *pieces,
 		total += pieces[i].len;
 	}
 	if (total == 0)
-		return 0;
-	if (st->chunked) {
+		k = 0;
+	else if (st->chunked) {
 		bufs[0] = uv_buf_init(size, chunk_size_line(size, total));
 		bufs[k++] = uv_buf_init("\r\n", 2);
 	}
+	if (last && st->chunked && !st->head_only)
+		bufs[k++] = uv_buf_init("0\r\n\r\n", 5);
+	/* Nothing to write but a held head: it goes only with the end. */
+	if (k == 0 && !last && !st->head_only)
+		return 0;
 	int rc = conn_write(c, bufs, k);
 	if (rc == 0 && c->backlog > SL_HTTP_BACKLOG_HIGH)
 		c->draining_wait = true;
 	return rc;
+}
+
+int sl_http_stream_writev(struct sl_http_request *req, const uv_buf_t *pieces,
+                          unsigned n)
+{
+	if (!can_respond(req))
+		return UV_ECANCELED;
+	return write_chunk(req, pieces, n, false);
 }
 
 int sl_http_stream_write(struct sl_http_request *req, const void *data,
@@ -1021,17 +1033,20 @@ int sl_http_stream_write(struct sl_http_request *req, const void *data,
 	return sl_http_stream_writev(req, &piece, 1);
 }
 
-void sl_http_stream_end(struct sl_http_request *req)
+void sl_http_stream_end_with(struct sl_http_request *req,
+                             const uv_buf_t *pieces, unsigned n)
 {
-	struct sl_http_conn *c = req->conn;
-	struct request_state *st = state_of(req);
 	if (!can_respond(req)) {
 		detach_handler(req);
 		return;
 	}
-	uv_buf_t last = uv_buf_init("0\r\n\r\n", 5);
-	conn_write(c, &last, st->chunked && !st->head_only);
-	request_complete(c);
+	write_chunk(req, pieces, n, true);
+	request_complete(req->conn);
+}
+
+void sl_http_stream_end(struct sl_http_request *req)
+{
+	sl_http_stream_end_with(req, NULL, 0);
 }
 
 void sl_http_abort(struct sl_http_request *req)

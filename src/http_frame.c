@@ -207,10 +207,16 @@ static size_t scan_lines(struct sl_http_frame *f, const char *p, size_t len,
 		 * Chunk extensions are headers in all but name: they count
 		 * against the same limit (llhttp bounds them nowhere).
 		 */
-		if (f->state == SL_HTTP_FRAME_CHUNK_SIZE &&
-		    ++*header_bytes > max_header_bytes)
-			return scan_refuse(f, 431, "chunk extensions too large",
-			                   i);
+		if (f->state == SL_HTTP_FRAME_CHUNK_SIZE) {
+			if (++*header_bytes > max_header_bytes)
+				return scan_refuse(
+				    f, 431, "chunk extensions too large", i);
+			continue;
+		}
+		/* The rest of a header's printable bytes pass as they are. */
+		size_t run = sl_printable_span(p + i + 1, len - i - 1);
+		f->line_len += run;
+		i += run;
 	}
 	return len;
 }

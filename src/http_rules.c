@@ -4,6 +4,8 @@
  */
 #include "sluice/http_rules.h"
 
+#include "sluice/common.h"
+
 #include <string.h>
 #include <strings.h>
 
@@ -160,11 +162,13 @@ const char *sl_http_rule_absolute_form_path(const char *target)
 
 bool sl_http_field_value_ok(const char *v, size_t max)
 {
-	size_t n = 0;
-	for (; v[n]; n++) {
-		unsigned char ch = (unsigned char)v[n];
-		if ((ch < 0x20 && ch != '\t') || ch >= 0x7f)
+	size_t n = strlen(v);
+	if (n > max)
+		return false;
+	/* Printable runs, and between them only tabs. */
+	for (size_t i = sl_printable_span(v, n); i < n;
+	     i += 1 + sl_printable_span(v + i + 1, n - i - 1))
+		if (v[i] != '\t')
 			return false;
-	}
-	return n <= max;
+	return true;
 }

@@ -114,7 +114,8 @@ struct exchange {
 	bool assemble; /* it wants one answer, built from upstream events */
 	/* It wants one answer that a stream would let its client stop. */
 	bool assemblable;
-	struct sl_assembler answer;
+	/* While assemble: allocated then, as most answers are relayed. */
+	struct sl_assembler *answer;
 	size_t answer_bytes;
 	/* The stream's plain token events, learned to skip their scans. */
 	struct sl_event_shape shape;
@@ -156,9 +157,12 @@ struct exchange {
 	bool head_sent; /* the client's response has begun */
 	struct sl_sse sse;
 	/*
-	 * While an upstream read is scanned (feed_data: NULL otherwise), the
-	 * relayed events found in it so far, written together when the read
-	 * is done: one write per read, not per event.
+	 * While a piece of the upstream's body is scanned (feed_data: NULL
+	 * otherwise), the relayed events found in the read it came from so
+	 * far, written together when the read is done: one write per read,
+	 * not per event. libcurl says only where a piece ends, the native
+	 * client also where its read does (on_native_read_end), and
+	 * llama-server sends each event as its own chunk.
 	 */
 	const char *feed_data;
 	size_t feed_len;
@@ -299,10 +303,14 @@ static void end_stream_with_error(struct exchange *x, int code,
 	client_done(x);
 }
 
+static void relay_flush(struct exchange *x);
+
 /* Whatever response the client is owed, for a stream sluice gives up on. */
 static void fail(struct exchange *x, int status, const char *message)
 {
 	x->gave_up = true;
+	/* What came before the failure, the client gets before it. */
+	relay_flush(x);
 	if (!x->req)
 		return;
 	if (!x->head_sent)
@@ -496,14 +504,14 @@ static void finish_answer(struct exchange *x)
 {
 	x->ended = true;
 	size_t n;
-	char *body = sl_assembler_result(&x->answer, &n);
+	char *body = sl_assembler_result(x->answer, &n);
 	if (!body) {
 		respond_error(x, 502, "server_error",
 		              "upstream ended its answer without any content");
 		return;
 	}
 	note_totals(x);
-	int status = sl_assembler_status(&x->answer);
+	int status = sl_assembler_status(x->answer);
 	/* An upstream error is relayed as written, whatever the API. */
 	if (status != 200 || x->ep->api == SL_API_RELAY) {
 		sl_http_respond(x->req, status, SL_HTTP_JSON, x->sched_headers,
@@ -543,7 +551,9 @@ static void end_ok(struct exchange *x)
 		json_decref(totals);
 	}
 	note_totals(x);
-	sl_http_stream_end(x->req);
+	/* The events held back and the body's end, in one write. */
+	sl_http_stream_end_with(x->req, x->relay, x->relay_n);
+	x->relay_n = 0;
 	client_done(x);
 }
 
@@ -659,9 +669,9 @@ static int assemble_event(struct exchange *x, const char *event, size_t len)
 	const char *data;
 	size_t n;
 	if (single_data_line(event, len, &data, &n))
-		return sl_assembler_add(&x->answer, data, n);
+		return sl_assembler_add(x->answer, data, n);
 	char *copy = event_data(event, len);
-	int rc = copy ? sl_assembler_add(&x->answer, copy, strlen(copy)) : 0;
+	int rc = copy ? sl_assembler_add(x->answer, copy, strlen(copy)) : 0;
 	free(copy);
 	return rc;
 }
@@ -731,10 +741,10 @@ static int on_event(const char *event, size_t len, void *arg)
 		if (x->answer_bytes > SL_PROXY_MAX_ANSWER)
 			fail(x, 502, "upstream answer too large to assemble");
 		else if (match.piece
-		             ? sl_assembler_add_piece(&x->answer, data, n,
+		             ? sl_assembler_add_piece(x->answer, data, n,
 		                                      &facts, &match) != 0
 		             : facts.json && sl_assembler_add_scanned(
-		                                 &x->answer, &scan) != 0)
+		                                 x->answer, &scan) != 0)
 			fail(x, 502,
 			     "upstream sent an event sluice cannot read");
 	} else if (x->ep->api == SL_API_GENERATE) {
@@ -743,10 +753,8 @@ static int on_event(const char *event, size_t len, void *arg)
 	} else {
 		relay_event(x, event, len);
 	}
-	if (facts.done && x->req && !x->ended) {
-		relay_flush(x);
+	if (facts.done && x->req && !x->ended)
 		end_ok(x);
-	}
 done:
 	sl_jscan_free(&scan);
 	free(copy);
@@ -1088,6 +1096,17 @@ static void count_answer(struct exchange *x)
 	sl_jscan_free(&s);
 }
 
+/*
+ * The end of one upstream read: the events held from it go out, and a
+ * stream's head with them even if no whole event came yet.
+ */
+static void flush_read(struct exchange *x)
+{
+	relay_flush(x);
+	if (x->req && x->head_sent)
+		sl_http_flush(x->req);
+}
+
 /* CURLOPT_WRITEFUNCTION: the upstream's body, as it arrives. */
 static size_t on_upstream_data(char *data, size_t size, size_t n, void *arg)
 {
@@ -1120,10 +1139,10 @@ static size_t on_upstream_data(char *data, size_t size, size_t n, void *arg)
 	x->feed_data = data;
 	x->feed_len = len;
 	int rc = sl_sse_feed(&x->sse, data, len, on_event, x);
-	relay_flush(x);
-	/* A stream's head goes out now even if no whole event came yet. */
-	if (x->req && x->head_sent)
-		sl_http_flush(x->req);
+	/* The native client says when its read is done: the events wait
+	 * until then (on_native_read_end). */
+	if (!x->native)
+		flush_read(x);
 	x->feed_data = NULL;
 	if (rc != 0) {
 		fail(x, 502, "upstream sent an oversized event");
@@ -1214,10 +1233,10 @@ static void reset_for_retry(struct exchange *x)
 	if (x->mode == MODE_SSE)
 		sl_sse_free(&x->sse);
 	if (x->assemble) {
-		enum sl_assemble_kind kind = x->answer.kind;
-		bool return_tokens = x->answer.return_tokens;
-		sl_assembler_free(&x->answer);
-		sl_assembler_init(&x->answer, kind, return_tokens);
+		enum sl_assemble_kind kind = x->answer->kind;
+		bool return_tokens = x->answer->return_tokens;
+		sl_assembler_free(x->answer);
+		sl_assembler_init(x->answer, kind, return_tokens);
 	}
 	x->answer_bytes = 0;
 	free(x->kept.p);
@@ -1411,21 +1430,32 @@ static int on_native_header(struct sl_h1_request *r, const char *line,
 
 /*
  * The native client's body bytes. They are taken whole, even by a slow
- * client; then reading stops until the client has caught up, so that at
- * most one read (SL_H1_READ_BUF) more than the high-water mark waits.
+ * client; then, at the read's end, reading stops until the client has
+ * caught up, so that at most one read (SL_H1_READ_BUF) more than the
+ * high-water mark waits.
  */
 static int on_native_body(struct sl_h1_request *r, const char *data, size_t len)
 {
 	struct exchange *x = r->data;
 	if (on_upstream_data((char *)data, 1, len, x) != len)
 		return SL_H1_STOP;
+	return SL_H1_GO_ON;
+}
+
+/*
+ * The native client's read is done: what was held of it is written, and
+ * reading stops if the client has fallen behind.
+ */
+static void on_native_read_end(struct sl_h1_request *r)
+{
+	struct exchange *x = r->data;
+	flush_read(x);
 	if (x->req && !x->paused &&
 	    sl_http_backlog(x->req) > SL_HTTP_BACKLOG_HIGH) {
 		x->paused = true;
 		sl_http_want_drain(x->req);
 		sl_h1_pause(r);
 	}
-	return SL_H1_GO_ON;
 }
 
 /*
@@ -1490,8 +1520,9 @@ static void on_timer_closed(uv_handle_t *h)
 	struct exchange *x = h->data;
 	if (x->mode == MODE_SSE)
 		sl_sse_free(&x->sse);
-	if (x->assemble)
-		sl_assembler_free(&x->answer);
+	if (x->answer)
+		sl_assembler_free(x->answer);
+	free(x->answer);
 	sl_event_shape_free(&x->shape);
 	json_decref(x->final);
 	free(x->body);
@@ -1650,6 +1681,7 @@ static int start_native(struct exchange *x, struct sl_upstream *u)
 	r->connect_timeout_ms = cfg->upstream_connect_timeout_ms;
 	r->on_header = on_native_header;
 	r->on_body = on_native_body;
+	r->on_read_end = on_native_read_end;
 	r->on_done = on_native_done;
 	r->data = x;
 	/*
@@ -2186,9 +2218,11 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	x->stream = checked.stream;
 	x->assemble = checked.assemble;
 	x->assemblable = checked.assemblable;
-	if (x->assemble)
-		sl_assembler_init(&x->answer, checked.assemble_kind,
+	if (x->assemble) {
+		x->answer = sl_xmalloc(sizeof(*x->answer));
+		sl_assembler_init(x->answer, checked.assemble_kind,
 		                  checked.return_tokens);
+	}
 	if (ep->scheduled) {
 		enqueue(app, x);
 		sl_app_model_demand(app, m); /* a stopped model starts */

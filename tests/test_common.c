@@ -1,7 +1,8 @@
 /*
  * Unit tests for common.c's helpers for the request path: text joined into
  * fixed buffers (cut at their end, never past it) and the part of a write
- * that uv_try_write() left, copied for a write of its own.
+ * that uv_try_write() left, copied for a write of its own, and the span of
+ * printable bytes that header checks skip eight at a time.
  */
 #include "sluice/common.h"
 
@@ -47,9 +48,45 @@ static void test_copy_tail(void)
 	}
 }
 
+/* The span a byte-at-a-time loop finds. */
+static size_t printable_span_slowly(const char *p, size_t n)
+{
+	size_t i = 0;
+	while (i < n && (unsigned char)p[i] >= 0x20 &&
+	       (unsigned char)p[i] != 0x7f && (unsigned char)p[i] < 0x80)
+		i++;
+	return i;
+}
+
+/*
+ * Every byte value, at every place in runs of every length up to three
+ * words: a byte's neighbours must never change what it is taken for
+ * (no carry or borrow crosses from one byte into the next).
+ */
+static void test_printable_span(void)
+{
+	char buf[24];
+	for (size_t len = 0; len <= sizeof(buf); len++)
+		for (size_t at = 0; at < SL_MAX(len, (size_t)1); at++)
+			for (int b = 0; b < 256; b++) {
+				/* Neighbours at the edges of the range. */
+				memset(buf, (b & 1) ? 0x7e : 0x20, sizeof(buf));
+				if (at < len)
+					buf[at] = (char)b;
+				ASSERT_EQ(sl_printable_span(buf, len),
+				          printable_span_slowly(buf, len));
+			}
+	/* Only what n allows is read: a control byte after it is unseen. */
+	memcpy(buf, "abcdefgh\x01", 9);
+	ASSERT_EQ(sl_printable_span(buf, 8), 8);
+	ASSERT_EQ(sl_printable_span(buf, 9), 8);
+	ASSERT_EQ(sl_printable_span("GET / HTTP/1.1\r\n", 16), 14);
+}
+
 int main(void)
 {
 	RUN(test_join);
 	RUN(test_copy_tail);
+	RUN(test_printable_span);
 	return 0;
 }

@@ -182,6 +182,10 @@ struct call {
 	bool stop_at_body;  /* on_body returns SL_H1_STOP */
 	bool pause_at_body; /* the first piece pauses the request */
 	unsigned pieces;
+	unsigned read_ends;       /* on_read_end calls */
+	unsigned pieces_read_end; /* pieces when on_read_end last ran */
+	unsigned pieces_at_done;  /* pieces when on_done ran */
+	bool read_end_after_done;
 };
 
 static int call_header(struct sl_h1_request *r, const char *line, size_t len)
@@ -206,10 +210,19 @@ static int call_body(struct sl_h1_request *r, const char *data, size_t len)
 	return c->stop_at_body ? SL_H1_STOP : SL_H1_GO_ON;
 }
 
+static void call_read_end(struct sl_h1_request *r)
+{
+	struct call *c = r->data;
+	c->read_ends++;
+	c->pieces_read_end = c->pieces;
+	c->read_end_after_done |= c->done;
+}
+
 static void call_done(struct sl_h1_request *r, enum sl_h1_result result)
 {
 	struct call *c = r->data;
 	c->done = true;
+	c->pieces_at_done = c->pieces;
 	c->done_calls++;
 	c->result = result;
 	c->body[c->body_len] = '\0';
@@ -224,6 +237,7 @@ static void call_init(struct call *c, const char *method, const char *target)
 	c->r.on_header = call_header;
 	c->r.on_body = call_body;
 	c->r.on_done = call_done;
+	c->r.on_read_end = call_read_end;
 	c->r.data = c;
 }
 
@@ -363,6 +377,12 @@ static void test_chunked(void)
 	ASSERT_EQ(c.r.content_length, -1);
 	ASSERT_STR_EQ(c.r.content_type, "text/event-stream");
 	ASSERT_STR_EQ(c.body, "data: {\"a\":1}\n\ndata: {\"b\":2}\n\n");
+	/* Every piece was followed by the end of its read before on_done,
+	 * which an owner holding pieces until then relies on. */
+	ASSERT(c.read_ends >= 1);
+	ASSERT_EQ(c.pieces_read_end, c.pieces_at_done);
+	ASSERT_EQ(c.pieces_at_done, 2);
+	ASSERT(!c.read_end_after_done);
 	/* A chunked answer read to its end leaves the connection usable. */
 	sl_h1_request_free(&c.r);
 	call_init(&c, "GET", "/");
@@ -682,6 +702,9 @@ static void test_pause_resume(void)
 	ASSERT_EQ(c.result, SL_H1_OK);
 	ASSERT_EQ(c.body_len, 100 * 1024);
 	ASSERT(c.pieces >= 2);
+	/* A read's end after each read's pieces, the paused one's too. */
+	ASSERT(c.read_ends >= 2);
+	ASSERT_EQ(c.pieces_read_end, c.pieces_at_done);
 	sl_h1_request_free(&c.r);
 	teardown();
 }

@@ -160,6 +160,23 @@ static void handler(struct sl_http_request *req, void *data)
 		sl_http_stream_end(req);
 		return;
 	}
+	if (strcmp(req->path, "/streamend") == 0) {
+		/* The last pieces go with the end; empty ones are dropped. */
+		uv_buf_t first = uv_buf_init("x,", 2);
+		uv_buf_t last[] = {uv_buf_init("y,", 2), uv_buf_init("", 0),
+		                   uv_buf_init("z", 1)};
+		sl_http_stream_start(req, 200, "text/plain", NULL, -1);
+		sl_http_stream_writev(req, &first, 1);
+		sl_http_stream_end_with(req, last, 3);
+		return;
+	}
+	if (strcmp(req->path, "/streamempty") == 0) {
+		/* Nothing but the head and the end: none of it is a chunk. */
+		uv_buf_t empty = uv_buf_init("", 0);
+		sl_http_stream_start(req, 200, "text/plain", NULL, -1);
+		sl_http_stream_end_with(req, &empty, 1);
+		return;
+	}
 	if (strcmp(req->path, "/stream") == 0) {
 		sl_http_stream_start(req, 200, "text/plain", NULL, -1);
 		sl_http_stream_write(req, "one,", 4);
@@ -484,6 +501,24 @@ static void read_raw(int fd, char *buf, size_t size, const char *end)
 	}
 }
 
+/*
+ * The raw body of one request on a new connection: read up to the last
+ * chunk for HTTP/1.1, to the close otherwise. `buf` holds the whole
+ * response.
+ */
+static const char *raw_body(const struct server *s, const char *request,
+                            char *buf, size_t size)
+{
+	int fd = client(s->port);
+	send_str(fd, request);
+	read_raw(fd, buf, size,
+	         strstr(request, "HTTP/1.1") ? "\r\n0\r\n\r\n" : NULL);
+	close(fd);
+	const char *body = strstr(buf, "\r\n\r\n");
+	ASSERT(body);
+	return body + 4;
+}
+
 /* sl_http_stream_writev: the pieces joined in one chunk; none empty. */
 static void test_stream_writev(void)
 {
@@ -491,22 +526,26 @@ static void test_stream_writev(void)
 	small_limits(&l);
 	struct server *s = server_start(&l);
 	char buf[4096];
-	int fd = client(s->port);
-	send_str(fd, "GET /streamv HTTP/1.1\r\nHost: x\r\n\r\n");
-	read_raw(fd, buf, sizeof(buf), "\r\n0\r\n\r\n");
-	const char *body = strstr(buf, "\r\n\r\n");
-	ASSERT(body);
-	ASSERT_STR_EQ(body + 4, "21\r\na,bc,d,abcdefghijklmnopqrstuvwxyz\r\n"
-	                        "0\r\n\r\n");
-	close(fd);
+	ASSERT_STR_EQ(raw_body(s, "GET /streamv HTTP/1.1\r\nHost: x\r\n\r\n",
+	                       buf, sizeof(buf)),
+	              "21\r\na,bc,d,abcdefghijklmnopqrstuvwxyz\r\n0\r\n\r\n");
 	/* HTTP/1.0: no chunks, the pieces as they are, then the close. */
-	fd = client(s->port);
-	send_str(fd, "GET /streamv HTTP/1.0\r\n\r\n");
-	read_raw(fd, buf, sizeof(buf), NULL);
-	body = strstr(buf, "\r\n\r\n");
-	ASSERT(body);
-	ASSERT_STR_EQ(body + 4, "a,bc,d,abcdefghijklmnopqrstuvwxyz");
-	close(fd);
+	ASSERT_STR_EQ(
+	    raw_body(s, "GET /streamv HTTP/1.0\r\n\r\n", buf, sizeof(buf)),
+	    "a,bc,d,abcdefghijklmnopqrstuvwxyz");
+	/* sl_http_stream_end_with: the last pieces in one chunk, then the
+	 * end; with none, the end alone; for HEAD, the head only. */
+	ASSERT_STR_EQ(raw_body(s, "GET /streamend HTTP/1.1\r\nHost: x\r\n\r\n",
+	                       buf, sizeof(buf)),
+	              "2\r\nx,\r\n3\r\ny,z\r\n0\r\n\r\n");
+	ASSERT_STR_EQ(raw_body(s,
+	                       "GET /streamempty HTTP/1.1\r\nHost: x\r\n\r\n",
+	                       buf, sizeof(buf)),
+	              "0\r\n\r\n");
+	ASSERT_STR_EQ(
+	    raw_body(s, "HEAD /streamend HTTP/1.0\r\n\r\n", buf, sizeof(buf)),
+	    "");
+	ASSERT(strstr(buf, "HTTP/1.1 200 OK\r\n") == buf);
 	server_stop(s);
 }
 

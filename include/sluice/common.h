@@ -108,4 +108,32 @@ static inline void sl_join_str(struct sl_join *j, const char *s)
  */
 void sl_one_line(char *buf, size_t size);
 
+/*
+ * How many bytes from p on (at most n) are printable ASCII, 0x20 to 0x7e:
+ * those that the checks of a header pass without a second look. Every
+ * request's head is checked byte by byte in three places (http_frame.c,
+ * h1_client.c's scrub, sl_http_field_value_ok), so this reads eight bytes
+ * at a time. The high bit of each byte of `bad` is set where the byte is
+ * below 0x20 (x + 0x60 stays below 0x80), is 0x7f (x + 1 reaches it) or
+ * has the high bit itself; x, the byte without it, never carries into the
+ * next byte.
+ */
+static inline size_t sl_printable_span(const char *p, size_t n)
+{
+	const uint64_t ones = 0x0101010101010101u, highs = ones * 0x80;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		uint64_t w;
+		memcpy(&w, p + i, sizeof(w));
+		uint64_t x = w & ~highs;
+		uint64_t bad = (~(x + ones * 0x60) | (x + ones) | w) & highs;
+		if (bad)
+			break;
+	}
+	while (i < n && (unsigned char)p[i] >= 0x20 &&
+	       (unsigned char)p[i] < 0x7f)
+		i++;
+	return i;
+}
+
 #endif

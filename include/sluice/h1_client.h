@@ -155,6 +155,13 @@ typedef int (*sl_h1_body_cb)(struct sl_h1_request *r, const char *data,
                              size_t len);
 typedef void (*sl_h1_done_cb)(struct sl_h1_request *r,
                               enum sl_h1_result result);
+/*
+ * One read's bytes have all been handed to on_header and on_body; it runs
+ * before on_done when the response ended within them. The pieces of a
+ * read stay valid until then, so an owner may hold several and write them
+ * together here. Like on_done, it runs outside the parser.
+ */
+typedef void (*sl_h1_read_end_cb)(struct sl_h1_request *r);
 
 struct sl_h1_request {
 	/* Set by the owner before sl_h1_start; valid until done or abort. */
@@ -168,7 +175,8 @@ struct sl_h1_request {
 	sl_h1_header_cb on_header; /* NULL: headers are not wanted */
 	sl_h1_body_cb on_body;
 	sl_h1_done_cb on_done;
-	void *data; /* the owner's */
+	sl_h1_read_end_cb on_read_end; /* NULL: not wanted */
+	void *data;                    /* the owner's */
 
 	/* The response, as far as it came; reset by sl_h1_start. */
 	int status;             /* 0 until the status line is in */

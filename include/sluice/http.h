@@ -332,6 +332,14 @@ int sl_http_stream_write(struct sl_http_request *req, const void *data,
 
 void sl_http_stream_end(struct sl_http_request *req);
 
+/*
+ * sl_http_stream_end() with n last pieces (at most SL_HTTP_WRITEV_MAX),
+ * joined as by sl_http_stream_writev(): the last events and the body's
+ * end leave in one write, and the client is woken once for them.
+ */
+void sl_http_stream_end_with(struct sl_http_request *req,
+                             const uv_buf_t *pieces, unsigned n);
+
 /* Writes a held head now (see above); 0, or as sl_http_stream_write(). */
 int sl_http_flush(struct sl_http_request *req);
 
