@@ -873,6 +873,10 @@ static size_t on_upstream_header(char *line, size_t size, size_t n, void *arg)
 	for (size_t i = 0; i < name_len; i++)
 		if (!is_tchar((unsigned char)line[i]))
 			return len;
+	bool connection = name_is(line, name_len, "Connection");
+	/* Most of llama-server's own lines: not even read further. */
+	if (!connection && header_always_withheld(line, name_len))
+		return len;
 	const char *v = colon + 1;
 	while (v < line + end && (*v == ' ' || *v == '\t'))
 		v++;
@@ -886,7 +890,7 @@ static size_t on_upstream_header(char *line, size_t size, size_t n, void *arg)
 	value[v_len] = '\0';
 	if (!sl_http_field_value_ok(value, SL_PROXY_PASSED_VALUE_MAX))
 		return len;
-	if (name_is(line, name_len, "Connection")) {
+	if (connection) {
 		size_t have = strlen(x->connection);
 		if (have + 1 + v_len > SL_PROXY_CONNECTION_MAX) {
 			sl_debug(
@@ -902,9 +906,6 @@ static size_t on_upstream_header(char *line, size_t size, size_t n, void *arg)
 		memcpy(out, value, v_len + 1);
 		return len;
 	}
-	/* Most of llama-server's own lines: not even stored. */
-	if (header_always_withheld(line, name_len))
-		return len;
 	size_t need = name_len + 2 + v_len + 2;
 	if (x->passed_len + need > SL_PROXY_PASSED_HEADERS_MAX) {
 		sl_debug("%s: upstream header %.*s dropped: over %u bytes of "
