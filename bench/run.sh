@@ -358,6 +358,13 @@ priority() {
 	start_sluice reserve "${common_sluice[@]}" --urgent-reserve 1
 	start_sluice reserve2 "${common_sluice[@]}" --urgent-reserve 2
 	start_sluice auto "${common_sluice[@]}"
+	# Room that only urgent requests use: a llama-server with two slots
+	# more than the four that normal traffic gets, kept for urgent ones
+	# (--urgent-reserve 2 of its 6), so that an urgent request joins the
+	# running batch rather than taking a slot from normal traffic.
+	LLAMA_ARG_THREADS=1 start_llama plx 6
+	start_sluice extra --upstream "http://127.0.0.1:$plx_port" \
+		--max-queue 64 --queue-timeout 30 --urgent-reserve 2
 	common=(--endpoint chat --stream on --max-tokens 128)
 	# Unloaded: one at a time.
 	bench prio-unloaded --url "http://127.0.0.1:$prio_port" "${common[@]}" \
@@ -388,7 +395,12 @@ priority() {
 	bench prio-mixed-auto --url "http://127.0.0.1:$auto_port" \
 		"${common[@]}" "${load[@]}" "${mix[@]}" \
 		--label "mixed, default (auto)" || true
+	bench prio-mixed-extra --url "http://127.0.0.1:$extra_port" \
+		"${common[@]}" "${load[@]}" "${mix[@]}" \
+		--label "mixed, 6 slots, 2 kept for urgent" || true
 	echo "twice capacity: $rate requests/s" | tee "$OUT/prio-rate.md"
+	stop extra
+	stop plx
 	stop auto
 	stop reserve2
 	stop reserve
