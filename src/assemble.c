@@ -909,12 +909,18 @@ static bool fields_reproducible(const json_t *body)
  */
 bool sl_assemble_member_matters(const char *name, size_t n)
 {
-	static const char *const matter[] = {
-	    "logprobs",      "n_probs", "response_fields",
-	    "return_tokens", "n",       "tools",
+	/* Lengths known when compiling: this runs on every member of every
+	 * relayed body. */
+	static const struct sl_jscan_key matter[] = {
+	    SL_JSCAN_KEY("logprobs"),
+	    SL_JSCAN_KEY("n_probs"),
+	    SL_JSCAN_KEY("response_fields"),
+	    SL_JSCAN_KEY("return_tokens"),
+	    SL_JSCAN_KEY("n"),
+	    SL_JSCAN_KEY("tools"),
 	};
 	for (size_t i = 0; i < SL_ARRAY_SIZE(matter); i++)
-		if (strlen(matter[i]) == n && memcmp(matter[i], name, n) == 0)
+		if (matter[i].len == n && memcmp(matter[i].name, name, n) == 0)
 			return true;
 	return false;
 }

@@ -286,6 +286,17 @@ static void scan_openai(const struct sl_jscan *s, struct sl_event_facts *f)
 	f->piece_choice = choice_index(s, cv[INDEX]);
 }
 
+/* An object's facts; each dialect looks for "error" among its members. */
+static void scan_object(const struct sl_jscan *s, enum sl_event_dialect dialect,
+                        struct sl_event_facts *f)
+{
+	switch (dialect) {
+	case SL_DIALECT_NATIVE: scan_native(s, f); break;
+	case SL_DIALECT_OPENAI: scan_openai(s, f); break;
+	case SL_DIALECT_TYPED: scan_typed(s, f); break;
+	}
+}
+
 void sl_event_scan(struct sl_jscan *s, const char *data, size_t len,
                    enum sl_event_dialect dialect, struct sl_event_facts *f)
 {
@@ -305,12 +316,27 @@ void sl_event_scan(struct sl_jscan *s, const char *data, size_t len,
 	if (sl_jscan_type(s, 0) != JSMN_OBJECT)
 		return;
 	f->object = true;
-	/* Each dialect looks for "error" among the members it reads. */
-	switch (dialect) {
-	case SL_DIALECT_NATIVE: scan_native(s, f); break;
-	case SL_DIALECT_OPENAI: scan_openai(s, f); break;
-	case SL_DIALECT_TYPED: scan_typed(s, f); break;
-	}
+	scan_object(s, dialect, f);
+}
+
+void sl_event_scan_answer(struct sl_jscan *s, const char *data, size_t len,
+                          enum sl_event_dialect dialect,
+                          struct sl_event_facts *f)
+{
+	/*
+	 * The containers whose members a plain answer's counts are: events
+	 * nest them deeper (message_start's message.usage), answers do not.
+	 */
+	static const struct sl_jscan_key counted[] = {SL_JSCAN_KEY("usage"),
+	                                              SL_JSCAN_KEY("timings")};
+	*f =
+	    (struct sl_event_facts){.piece = -1, .tokens = -1, .predicted = -1};
+	if (sl_jscan_parse_shallow(s, data, len, counted,
+	                           (int)SL_ARRAY_SIZE(counted),
+	                           (unsigned)len + 1) != 0)
+		return;
+	f->json = f->object = true;
+	scan_object(s, dialect, f);
 }
 
 /* ---- the shape of token events ---- */

@@ -89,6 +89,25 @@ static int scan_primitive(struct sl_jscan *s, size_t start)
 }
 
 /*
+ * Doubles the room for tokens, up to max_tokens: the inline array moves to
+ * the heap the first time. False when the room is max_tokens already.
+ */
+static bool grow(struct sl_jscan *s, unsigned *room, unsigned max_tokens)
+{
+	if (*room == max_tokens)
+		return false;
+	unsigned more = *room > max_tokens / 2 ? max_tokens : *room * 2;
+	if (s->tok == s->inline_tok) {
+		s->tok = sl_xmalloc(sizeof(*s->tok) * more);
+		memcpy(s->tok, s->inline_tok, sizeof(*s->tok) * *room);
+	} else {
+		s->tok = sl_xrealloc(s->tok, sizeof(*s->tok) * more);
+	}
+	*room = more;
+	return true;
+}
+
+/*
  * Runs jsmn over the text, growing the token array as it goes: jsmn stops
  * with JSMN_ERROR_NOMEM where it ran out, and carries on from there when
  * called again with more room, so the text is read once. Returns the
@@ -103,33 +122,48 @@ static int scan_tokens(struct sl_jscan *s, unsigned max_tokens)
 		int n = jsmn_parse(&p, s->text, s->len, s->tok, room);
 		if (n != JSMN_ERROR_NOMEM)
 			return n;
-		if (room == max_tokens)
+		if (!grow(s, &room, max_tokens))
 			return SL_EINVAL;
-		unsigned more = room > max_tokens / 2 ? max_tokens : room * 2;
-		if (s->tok == s->inline_tok) {
-			s->tok = sl_xmalloc(sizeof(*s->tok) * more);
-			memcpy(s->tok, s->inline_tok, sizeof(*s->tok) * room);
-		} else {
-			s->tok = sl_xrealloc(s->tok, sizeof(*s->tok) * more);
-		}
-		room = more;
 	}
 }
 
-int sl_jscan_parse(struct sl_jscan *s, const char *text, size_t len,
-                   unsigned max_tokens)
+/*
+ * A scan of the text with no tokens yet; false when it cannot have any
+ * (jsmn keeps offsets in ints).
+ */
+static bool begin(struct sl_jscan *s, const char *text, size_t len,
+                  unsigned max_tokens)
 {
 	s->text = text;
 	s->len = len;
 	s->tok = s->inline_tok;
 	s->n = 0;
 	UNPOISON(s->inline_tok, sizeof(s->inline_tok));
-	/* jsmn keeps offsets in ints. */
-	if (len > INT_MAX || max_tokens == 0)
+	return len <= INT_MAX && max_tokens > 0;
+}
+
+/* The inline tokens past the scan's, poisoned (see POISON). */
+static void poison_rest(struct sl_jscan *s)
+{
+	if (s->tok == s->inline_tok)
+		POISON(s->inline_tok + s->n,
+		       sizeof(*s->tok) * (SL_JSCAN_INLINE - (size_t)s->n));
+}
+
+/* The index of the first byte from `at` on that is not whitespace. */
+static size_t skip_space(const char *text, size_t len, size_t at)
+{
+	while (at < len && is_space(text[at]))
+		at++;
+	return at;
+}
+
+int sl_jscan_parse(struct sl_jscan *s, const char *text, size_t len,
+                   unsigned max_tokens)
+{
+	if (!begin(s, text, len, max_tokens))
 		return SL_EINVAL;
-	size_t first = 0;
-	while (first < len && is_space(text[first]))
-		first++;
+	size_t first = skip_space(text, len, 0);
 	if (first == len)
 		return SL_EINVAL;
 	if (!strchr("{[\"", text[first]))
@@ -142,26 +176,245 @@ int sl_jscan_parse(struct sl_jscan *s, const char *text, size_t len,
 	if (!only_space_after(s, end))
 		return SL_EINVAL;
 	s->n = n;
-	if (s->tok == s->inline_tok)
-		POISON(s->inline_tok + n,
-		       sizeof(*s->tok) * (SL_JSCAN_INLINE - (size_t)n));
+	poison_rest(s);
+	return 0;
+}
+
+/* ---- the shallow scan: skipping what is not read ---- */
+
+/*
+ * The index just past the string whose opening quote is text[at], or 0
+ * when it never closes. A quote closes it unless an odd run of
+ * backslashes comes right before; each run is counted once, by the quote
+ * after it, so the walk is linear. Escapes are not checked.
+ */
+static size_t skim_string(const char *text, size_t len, size_t at)
+{
+	size_t from = at + 1;
+	for (;;) {
+		const char *q = memchr(text + from, '"', len - from);
+		if (!q)
+			return 0;
+		size_t quote = (size_t)(q - text), run = 0;
+		while (quote - run > at + 1 && text[quote - run - 1] == '\\')
+			run++;
+		if (run % 2 == 0)
+			return quote + 1;
+		from = quote + 1;
+	}
+}
+
+/*
+ * The index just past the container that opens at text[at], or 0 when it
+ * never closes: brackets are counted, not matched by kind, and strings
+ * are skipped whole, so that a bracket inside one counts for nothing.
+ */
+static size_t skim_container(const char *text, size_t len, size_t at)
+{
+	size_t depth = 0;
+	for (size_t i = at; i < len; i++) {
+		switch (text[i]) {
+		case '"':
+			i = skim_string(text, len, i);
+			if (i == 0)
+				return 0;
+			i--; /* the loop steps past the closing quote */
+			break;
+		case '{':
+		case '[': depth++; break;
+		case '}':
+		case ']':
+			if (--depth == 0)
+				return i + 1;
+			break;
+		default: break;
+		}
+	}
+	return 0;
+}
+
+/*
+ * The index just past the primitive at text[at] (a number, true, false or
+ * null, as jsmn's strict mode has them start), or 0 when there is none.
+ * Compared byte by byte, not with strchr: most are short numbers.
+ */
+static size_t skim_primitive(const char *text, size_t len, size_t at)
+{
+	char first = at < len ? text[at] : '\0';
+	if (!((first >= '0' && first <= '9') || first == '-' || first == 't' ||
+	      first == 'f' || first == 'n'))
+		return 0;
+	size_t i = at;
+	for (; i < len; i++) {
+		unsigned char c = (unsigned char)text[i];
+		if (c == ',' || c == '}' || c == ']' || is_space((char)c))
+			break;
+		if (c < 0x20 || c >= 0x7f || c == '"' || c == '{' || c == '[' ||
+		    c == ':')
+			return 0;
+	}
+	return i;
+}
+
+/* Appends a token, growing the array; false past max_tokens. */
+static bool push(struct sl_jscan *s, unsigned *room, unsigned max_tokens,
+                 jsmntok_t tok)
+{
+	if ((unsigned)s->n == *room && !grow(s, room, max_tokens))
+		return false;
+	s->tok[s->n++] = tok;
+	return true;
+}
+
+/* Whether the key `name`, n bytes as written, is one of `keys`. */
+static bool is_key(const char *name, size_t n, const struct sl_jscan_key *keys,
+                   int n_keys)
+{
+	for (int k = 0; k < n_keys; k++)
+		if (keys[k].len == n && memcmp(keys[k].name, name, n) == 0)
+			return true;
+	return false;
+}
+
+/* A string's or a primitive's token, for the value at text[*at]. */
+static bool leaf(struct sl_jscan *s, unsigned *room, unsigned max_tokens,
+                 size_t *at, int parent)
+{
+	size_t i = *at, end;
+	jsmntok_t tok = {.parent = parent};
+	if (s->text[i] == '"') {
+		end = skim_string(s->text, s->len, i);
+		tok.type = JSMN_STRING;
+		tok.start = (int)i + 1;
+		tok.end = (int)end - 1;
+	} else {
+		end = skim_primitive(s->text, s->len, i);
+		tok.type = JSMN_PRIMITIVE;
+		tok.start = (int)i;
+		tok.end = (int)end;
+	}
+	*at = end;
+	return end != 0 && push(s, room, max_tokens, tok);
+}
+
+/* The token of a container at text[*at] that is skipped, not walked. */
+static bool skipped(struct sl_jscan *s, unsigned *room, unsigned max_tokens,
+                    size_t *at, int parent)
+{
+	size_t i = *at, end = skim_container(s->text, s->len, i);
+	*at = end;
+	return end != 0 &&
+	       push(s, room, max_tokens,
+	            (jsmntok_t){.type = s->text[i] == '{' ? JSMN_OBJECT
+	                                                  : JSMN_ARRAY,
+	                        .start = (int)i,
+	                        .end = (int)end,
+	                        .parent = parent});
+}
+
+/*
+ * The container at text[*at] (an opening bracket): its token, then those
+ * of its keys and values, and *at past it. A container inside is one token
+ * with no children, skipped whole, unless it is the value of a member that
+ * `open` names: that one is walked the same way, with nothing opened
+ * further, so the walk nests two deep at most.
+ */
+static bool walk(struct sl_jscan *s, unsigned *room, unsigned max_tokens,
+                 size_t *at, int parent, const struct sl_jscan_key *open,
+                 int n_open)
+{
+	const char *text = s->text;
+	size_t len = s->len, i = *at;
+	bool object = text[i] == '{';
+	char close = object ? '}' : ']';
+	int self = s->n;
+	if (!push(s, room, max_tokens,
+	          (jsmntok_t){.type = object ? JSMN_OBJECT : JSMN_ARRAY,
+	                      .start = (int)i,
+	                      .end = -1,
+	                      .parent = parent}))
+		return false;
+	i = skip_space(text, len, i + 1);
+	while (i < len && text[i] != close) {
+		int holder = self; /* the value's parent: its key, in objects */
+		bool opened = false;
+		s->tok[self].size++;
+		if (object) {
+			size_t key_end =
+			    text[i] == '"' ? skim_string(text, len, i) : 0;
+			if (key_end == 0)
+				return false;
+			holder = s->n;
+			opened =
+			    is_key(text + i + 1, key_end - i - 2, open, n_open);
+			if (!push(s, room, max_tokens,
+			          (jsmntok_t){.type = JSMN_STRING,
+			                      .start = (int)i + 1,
+			                      .end = (int)key_end - 1,
+			                      .size = 1,
+			                      .parent = self}))
+				return false;
+			i = skip_space(text, len, key_end);
+			if (i == len || text[i] != ':')
+				return false;
+			i = skip_space(text, len, i + 1);
+			if (i == len)
+				return false;
+		}
+		bool nested = text[i] == '{' || text[i] == '[';
+		if (nested && opened) {
+			if (!walk(s, room, max_tokens, &i, holder, NULL, 0))
+				return false;
+		} else if (nested) {
+			if (!skipped(s, room, max_tokens, &i, holder))
+				return false;
+		} else if (!leaf(s, room, max_tokens, &i, holder)) {
+			return false;
+		}
+		i = skip_space(text, len, i);
+		if (i < len && text[i] == ',') {
+			i = skip_space(text, len, i + 1);
+			if (i < len && text[i] == close) /* a trailing comma */
+				return false;
+		} else if (i == len || text[i] != close) {
+			return false;
+		}
+	}
+	if (i == len)
+		return false;
+	s->tok[self].end = (int)i + 1;
+	*at = i + 1;
+	return true;
+}
+
+int sl_jscan_parse_shallow(struct sl_jscan *s, const char *text, size_t len,
+                           const struct sl_jscan_key *open, int n_open,
+                           unsigned max_tokens)
+{
+	if (!begin(s, text, len, max_tokens))
+		return SL_EINVAL;
+	unsigned room = SL_MIN((unsigned)SL_JSCAN_INLINE, max_tokens);
+	size_t i = skip_space(text, len, 0);
+	if (i == len || text[i] != '{' ||
+	    !walk(s, &room, max_tokens, &i, -1, open, n_open) ||
+	    !only_space_after(s, i)) {
+		/* No tokens from a refused text, as sl_jscan_parse() leaves
+		 * none. */
+		s->n = 0;
+		return SL_EINVAL;
+	}
+	poison_rest(s);
 	return 0;
 }
 
 void sl_jscan_restore(struct sl_jscan *s, const char *text, size_t len,
                       const jsmntok_t *tok, int n)
 {
-	s->text = text;
-	s->len = len;
-	s->n = n;
-	UNPOISON(s->inline_tok, sizeof(s->inline_tok));
-	if (n <= SL_JSCAN_INLINE) {
-		s->tok = s->inline_tok;
-		POISON(s->inline_tok + n,
-		       sizeof(*s->tok) * (SL_JSCAN_INLINE - (size_t)n));
-	} else {
+	begin(s, text, len, 1);
+	if (n > SL_JSCAN_INLINE)
 		s->tok = sl_xmalloc(sizeof(*s->tok) * (size_t)n);
-	}
+	s->n = n;
+	poison_rest(s);
 	memcpy(s->tok, tok, sizeof(*s->tok) * (size_t)n);
 }
 
@@ -266,13 +519,6 @@ bool sl_jscan_number(const struct sl_jscan *s, int i, double *out)
 		return false;
 	*out = v;
 	return true;
-}
-
-bool sl_jscan_is(const struct sl_jscan *s, int i, const char *literal)
-{
-	size_t n = strlen(literal);
-	return sl_jscan_len(s, i) == n &&
-	       memcmp(sl_jscan_text(s, i), literal, n) == 0;
 }
 
 void sl_jscan_extent(const struct sl_jscan *s, int i, size_t *start,

@@ -1072,7 +1072,7 @@ static void count_answer(struct exchange *x)
 		return;
 	struct sl_jscan s;
 	struct sl_event_facts f;
-	sl_event_scan(&s, x->kept.p, x->kept.len, dialect_of(x), &f);
+	sl_event_scan_answer(&s, x->kept.p, x->kept.len, dialect_of(x), &f);
 	if (f.has_count && f.count > 0)
 		x->tokens_final = (uint64_t)f.count;
 	if (f.final && f.tokens_predicted > 0)

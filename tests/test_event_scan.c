@@ -276,9 +276,31 @@ static void test_typed(void)
  * (llama-server 0.7.0's, shortened): the same members as a stream's last
  * events, plus the typed APIs' whole answers.
  */
+/*
+ * A plain answer's facts from a full scan, checked against
+ * sl_event_scan_answer's shallow one: the counts must agree.
+ */
+static struct sl_event_facts plain(const char *data,
+                                   enum sl_event_dialect dialect)
+{
+	struct sl_event_facts f = scan(data, dialect), g;
+	struct sl_jscan s;
+	sl_event_scan_answer(&s, data, strlen(data), dialect, &g);
+	sl_jscan_free(&s);
+	ASSERT_EQ(g.object, f.object);
+	ASSERT_EQ(g.error, f.error);
+	ASSERT_EQ(g.has_count, f.has_count);
+	ASSERT_EQ(g.count, f.count);
+	ASSERT_EQ(g.has_prompt, f.has_prompt);
+	ASSERT_EQ(g.prompt_tokens, f.prompt_tokens);
+	ASSERT_EQ(g.final, f.final);
+	ASSERT_EQ(g.tokens_predicted, f.tokens_predicted);
+	return f;
+}
+
 static void test_plain_answers(void)
 {
-	struct sl_event_facts f = scan(
+	struct sl_event_facts f = plain(
 	    "{\"choices\":[{\"finish_reason\":\"length\",\"index\":0,"
 	    "\"message\":{\"role\":\"assistant\",\"content\":\" all\"}}],"
 	    "\"object\":\"chat.completion\",\"usage\":{\"completion_tokens\":3,"
@@ -288,21 +310,23 @@ static void test_plain_answers(void)
 	ASSERT(f.has_count && f.has_prompt);
 	ASSERT_EQ(f.count, 3);
 	ASSERT_EQ(f.prompt_tokens, 54);
-	f = scan("{\"index\":0,\"content\":\"^ w\",\"tokens\":[],\"stop\":true,"
-	         "\"tokens_predicted\":3,\"tokens_evaluated\":4}",
-	         SL_DIALECT_NATIVE);
+	f = plain(
+	    "{\"index\":0,\"content\":\"^ w\",\"tokens\":[],\"stop\":true,"
+	    "\"tokens_predicted\":3,\"tokens_evaluated\":4}",
+	    SL_DIALECT_NATIVE);
 	ASSERT(f.final && f.has_prompt);
 	ASSERT_EQ(f.tokens_predicted, 3);
 	ASSERT_EQ(f.prompt_tokens, 4);
-	f = scan("{\"id\":\"c\",\"type\":\"message\",\"role\":\"assistant\","
-	         "\"content\":[{\"type\":\"text\",\"text\":\" some\"}],"
-	         "\"usage\":{\"cache_read_input_tokens\":0,\"input_tokens\":54,"
-	         "\"output_tokens\":3}}",
-	         SL_DIALECT_TYPED);
+	f = plain(
+	    "{\"id\":\"c\",\"type\":\"message\",\"role\":\"assistant\","
+	    "\"content\":[{\"type\":\"text\",\"text\":\" some\"}],"
+	    "\"usage\":{\"cache_read_input_tokens\":0,\"input_tokens\":54,"
+	    "\"output_tokens\":3}}",
+	    SL_DIALECT_TYPED);
 	ASSERT(f.has_count && f.has_prompt && f.arrivals == 0);
 	ASSERT_EQ(f.count, 3);
 	ASSERT_EQ(f.prompt_tokens, 54);
-	f = scan(
+	f = plain(
 	    "{\"id\":\"resp_E\",\"object\":\"response\",\"output\":[{"
 	    "\"type\":\"message\"}],\"status\":\"completed\",\"usage\":{"
 	    "\"input_tokens\":54,\"output_tokens\":3,\"total_tokens\":57}}",
@@ -311,9 +335,53 @@ static void test_plain_answers(void)
 	ASSERT_EQ(f.count, 3);
 	ASSERT_EQ(f.prompt_tokens, 54);
 	/* "object" names a response only as a string. */
-	f = scan("{\"object\":[\"response\"],\"usage\":{\"output_tokens\":3}}",
-	         SL_DIALECT_TYPED);
+	f = plain("{\"object\":[\"response\"],\"usage\":{\"output_tokens\":3}}",
+	          SL_DIALECT_TYPED);
 	ASSERT(!f.has_count);
+	/* Without usage, llama-server's timings give the prompt. */
+	f = plain("{\"choices\":[{\"message\":{\"content\":\"}]\\\"\"}}],"
+	          "\"timings\":{\"cache_n\":2,\"prompt_n\":3}}",
+	          SL_DIALECT_OPENAI);
+	ASSERT(f.has_prompt && !f.has_count);
+	ASSERT_EQ(f.prompt_tokens, 5);
+	f = plain("{\"error\":{\"code\":500,\"message\":\"x\"},"
+	          "\"usage\":{\"completion_tokens\":3}}",
+	          SL_DIALECT_OPENAI);
+	ASSERT(f.error && !f.has_count);
+	/* A native answer to several prompts is an array: not counted. */
+	f = plain("[{\"content\":\"a\",\"stop\":true,\"tokens_predicted\":1}]",
+	          SL_DIALECT_NATIVE);
+	ASSERT(!f.object && !f.final);
+}
+
+/*
+ * A native answer's settings are skipped, not read, and its timings stay
+ * in the scan for proxy.c's time to first token.
+ */
+static void test_answer_timings(void)
+{
+	static const char answer[] =
+	    "{\"content\":\"a \\\"}\\\" b\",\"stop\":true,"
+	    "\"generation_settings\":{\"n_predict\":3,\"samplers\":[\"top_k\"]}"
+	    ","
+	    "\"tokens_predicted\":3,\"tokens_evaluated\":4,"
+	    "\"timings\":{\"prompt_n\":4,\"predicted_ms\":1.5}}";
+	struct sl_event_facts f = plain(answer, SL_DIALECT_NATIVE);
+	ASSERT(f.final && f.has_prompt);
+	ASSERT_EQ(f.tokens_predicted, 3);
+	ASSERT_EQ(f.prompt_tokens, 4);
+	struct sl_jscan s;
+	sl_event_scan_answer(&s, answer, strlen(answer), SL_DIALECT_NATIVE, &f);
+	int settings = sl_jscan_get(&s, 0, "generation_settings");
+	ASSERT(sl_jscan_is_type(&s, settings, JSMN_OBJECT));
+	ASSERT_EQ(s.tok[settings].size, 0);
+	double ms = 0;
+	ASSERT(sl_jscan_number(
+	    &s,
+	    sl_jscan_get(&s, sl_jscan_get(&s, 0, "timings"), "predicted_ms"),
+	    &ms));
+	ASSERT(ms == 1.5);
+	sl_jscan_free(&s);
 }
 
 /* The prompt's token count, for a tenant's usage (keys.h). */
@@ -541,6 +609,7 @@ int main(void)
 	RUN(test_openai);
 	RUN(test_typed);
 	RUN(test_plain_answers);
+	RUN(test_answer_timings);
 	RUN(test_prompt_counts);
 	RUN(test_shape);
 	RUN(test_native_shape);

@@ -358,6 +358,159 @@ static void test_members_agree_with_get(void)
 	sl_jscan_free(&s);
 }
 
+/* The members a shallow scan opens in the tests below. */
+static const struct sl_jscan_key shallow_open[] = {SL_JSCAN_KEY("usage"),
+                                                   SL_JSCAN_KEY("list")};
+
+static int scan_shallow(struct sl_jscan *s, const char *text,
+                        unsigned max_tokens)
+{
+	return sl_jscan_parse_shallow(s, text, strlen(text), shallow_open,
+	                              (int)SL_ARRAY_SIZE(shallow_open),
+	                              max_tokens);
+}
+
+/*
+ * Skipped containers are single tokens with their whole extent; opened
+ * ones hold their members, with their own containers skipped; leaves are
+ * as a full scan has them.
+ */
+static void test_shallow(void)
+{
+	static const char text[] =
+	    " {\"choices\":[{\"text\":\"}]\\\"{\"},[1,2]],"
+	    "\"usage\":{\"n\":3,\"deep\":{\"m\":[4]},\"s\":\"x\"},"
+	    "\"list\":[5,{\"k\":6},\"y\"],"
+	    "\"esc\":\"a\\\\\",\"num\":-1.5e3,\"t\":true,\"e\":{},"
+	    "\"usage\":7} \n";
+	struct sl_jscan s, full;
+	ASSERT_EQ(scan_shallow(&s, text, ANY_TOKENS), 0);
+	ASSERT_EQ(scan(&full, text), 0);
+	ASSERT_EQ(s.tok[0].size, 8);
+	ASSERT_EQ(s.tok[0].end, full.tok[0].end);
+
+	int choices = sl_jscan_get(&s, 0, "choices");
+	ASSERT(sl_jscan_is_type(&s, choices, JSMN_ARRAY));
+	ASSERT_EQ(s.tok[choices].size, 0);
+	ASSERT_STR_EQ(extent_of(&s, choices), "[{\"text\":\"}]\\\"{\"},[1,2]]");
+
+	/* The first "usage", opened: its own object is skipped. */
+	int usage = sl_jscan_get(&s, 0, "usage");
+	ASSERT(sl_jscan_is_type(&s, usage, JSMN_OBJECT));
+	ASSERT_EQ(s.tok[usage].size, 3);
+	double v;
+	ASSERT(sl_jscan_number(&s, sl_jscan_get(&s, usage, "n"), &v));
+	ASSERT(v == 3);
+	int deep = sl_jscan_get(&s, usage, "deep");
+	ASSERT(sl_jscan_is_type(&s, deep, JSMN_OBJECT));
+	ASSERT_EQ(s.tok[deep].size, 0);
+	ASSERT_STR_EQ(extent_of(&s, deep), "{\"m\":[4]}");
+	ASSERT(sl_jscan_is(&s, sl_jscan_get(&s, usage, "s"), "x"));
+
+	/* An opened array: its elements, the object among them skipped. */
+	int list = sl_jscan_get(&s, 0, "list");
+	ASSERT(sl_jscan_is_type(&s, list, JSMN_ARRAY));
+	ASSERT_EQ(s.tok[list].size, 3);
+	ASSERT(sl_jscan_is(&s, list + 1, "5"));
+	ASSERT(sl_jscan_is_type(&s, list + 2, JSMN_OBJECT));
+	ASSERT_EQ(s.tok[list + 2].size, 0);
+	ASSERT(sl_jscan_is(&s, list + 3, "y"));
+	ASSERT_EQ(s.tok[list + 3].parent, list);
+
+	/* A string that ends in an escaped backslash ends there. */
+	ASSERT(sl_jscan_is(&s, sl_jscan_get(&s, 0, "esc"), "a\\\\"));
+	ASSERT(sl_jscan_number(&s, sl_jscan_get(&s, 0, "num"), &v));
+	ASSERT(v == -1500);
+	ASSERT(sl_jscan_is(&s, sl_jscan_get(&s, 0, "t"), "true"));
+	int e = sl_jscan_get(&s, 0, "e");
+	ASSERT(sl_jscan_is_type(&s, e, JSMN_OBJECT) && s.tok[e].size == 0);
+
+	/* Each key and leaf where the full scan has it, parent included. */
+	for (int k = 1; k < s.n; k++) {
+		if (s.tok[k].parent != 0)
+			continue;
+		int f = 1;
+		while (full.tok[f].start != s.tok[k].start)
+			f++;
+		ASSERT_EQ(full.tok[f].end, s.tok[k].end);
+		ASSERT_EQ(full.tok[f].type, s.tok[k].type);
+		ASSERT_EQ(full.tok[f + 1].start, s.tok[k + 1].start);
+		ASSERT_EQ(full.tok[f + 1].end, s.tok[k + 1].end);
+		ASSERT_EQ(s.tok[k + 1].parent, k);
+	}
+	sl_jscan_free(&full);
+	sl_jscan_free(&s);
+}
+
+/* What is not one whole object is refused, with no tokens left. */
+static void test_shallow_refusals(void)
+{
+	static const char *const texts[] = {
+	    "",
+	    "  ",
+	    "[1]",
+	    "\"s\"",
+	    "5",
+	    "{",
+	    "{\"a\":1",
+	    "{\"a\":1,}",
+	    "{\"a\" 1}",
+	    "{\"a\":1 \"b\":2}",
+	    "{a:1}",
+	    "{\"a\":}",
+	    "{\"a\":\"open}",
+	    "{\"a\":\"esc\\\"}",
+	    "{\"a\":[1,{]}",
+	    "{\"a\":+1}",
+	    "{\"a\":1}x",
+	    "{\"a\":1}{}",
+	    "{\"usage\":[1,]}",
+	    "{\"usage\":{\"b\":1 2}}",
+	    "{\"usage\":{\"b\"}}",
+	};
+	for (size_t t = 0; t < SL_ARRAY_SIZE(texts); t++) {
+		struct sl_jscan s;
+		ASSERT_EQ(scan_shallow(&s, texts[t], ANY_TOKENS), SL_EINVAL);
+		ASSERT_EQ(s.n, 0);
+		sl_jscan_free(&s);
+	}
+	/* And "{}" is an object, of no members. */
+	struct sl_jscan s;
+	ASSERT_EQ(scan_shallow(&s, "{ }", ANY_TOKENS), 0);
+	ASSERT_EQ(s.n, 1);
+	ASSERT_EQ(s.tok[0].size, 0);
+	sl_jscan_free(&s);
+}
+
+/*
+ * The token limit counts the shallow tokens, exactly, and the array moves
+ * to the heap past SL_JSCAN_INLINE as a full scan's does.
+ */
+static void test_shallow_limit(void)
+{
+	static const char text[] = "{\"a\":[1,2,3],\"usage\":{\"b\":1}}";
+	struct sl_jscan s;
+	/* The object, "a", its skipped array, "usage", its object, "b", 1. */
+	ASSERT_EQ(scan_shallow(&s, text, 7), 0);
+	ASSERT_EQ(s.n, 7);
+	sl_jscan_free(&s);
+	ASSERT_EQ(scan_shallow(&s, text, 6), SL_EINVAL);
+	sl_jscan_free(&s);
+
+	char big[8 * SL_JSCAN_INLINE + 64];
+	struct sl_join j = SL_JOIN(big);
+	sl_join_str(&j, "{\"list\":[");
+	for (int i = 0; i < SL_JSCAN_INLINE; i++)
+		sl_join_str(&j, i ? ",7" : "7");
+	sl_join_str(&j, "]}");
+	ASSERT(j.len + 1 < sizeof(big));
+	ASSERT_EQ(scan_shallow(&s, big, ANY_TOKENS), 0);
+	ASSERT(s.tok != s.inline_tok);
+	ASSERT_EQ(s.n, 3 + SL_JSCAN_INLINE);
+	ASSERT(sl_jscan_is(&s, s.n - 1, "7"));
+	sl_jscan_free(&s);
+}
+
 int main(void)
 {
 	RUN(test_objects_and_arrays);
@@ -371,5 +524,8 @@ int main(void)
 	RUN(test_heap_path);
 	RUN(test_parent_links);
 	RUN(test_members_agree_with_get);
+	RUN(test_shallow);
+	RUN(test_shallow_refusals);
+	RUN(test_shallow_limit);
 	return 0;
 }

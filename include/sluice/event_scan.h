@@ -107,6 +107,22 @@ void sl_event_scan(struct sl_jscan *s, const char *data, size_t len,
                    enum sl_event_dialect dialect, struct sl_event_facts *f);
 
 /*
+ * The counts of a plain answer (a whole response body, not an event): as
+ * sl_event_scan() gives them (has_count and count, has_prompt and
+ * prompt_tokens, final and tokens_predicted, error), read from a shallow
+ * scan (sl_jscan_parse_shallow) that opens only "usage" and "timings".
+ * An answer is mostly its text, which the scan skips with memchr where
+ * jsmn would read it byte by byte. What lies in other containers (choices,
+ * a native answer's tokens, an event's message.usage) is not read, so
+ * arrivals and pieces stay empty; `s` holds the shallow tokens, for the
+ * caller to read timings from, until its sl_jscan_free(s). Text that is no
+ * object gives a zeroed f.
+ */
+void sl_event_scan_answer(struct sl_jscan *s, const char *data, size_t len,
+                          enum sl_event_dialect dialect,
+                          struct sl_event_facts *f);
+
+/*
  * The shape of a stream's plain token events, so that most of them need no
  * scan at all. llama-server writes a stream's events from one template:
  * between two token events of an OpenAI stream only the piece of text

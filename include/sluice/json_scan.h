@@ -36,6 +36,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 /*
  * Tokens held without allocating; larger documents take them from malloc.
@@ -64,6 +65,39 @@ int sl_jscan_parse(struct sl_jscan *s, const char *text, size_t len,
                    unsigned max_tokens);
 void sl_jscan_free(struct sl_jscan *s);
 
+/* A key for sl_jscan_members() and sl_jscan_parse_shallow(): its text as
+ * written, and its length. */
+struct sl_jscan_key {
+	const char *name;
+	size_t len;
+};
+#define SL_JSCAN_KEY(literal)                                                  \
+	{                                                                      \
+		literal, sizeof(literal) - 1                                   \
+	}
+
+/*
+ * Like sl_jscan_parse(), for an object of which only a few members are
+ * read while others may be long (a plain answer's text, its generation
+ * settings). Values are skipped, with memchr over strings, rather than
+ * tokenized byte by byte as jsmn does; only the containers that are the
+ * values of members named in `open` (keys as written) are opened, one
+ * level: their own members or elements are tokens, and containers inside
+ * them are skipped too. A skipped container is one token of its type and
+ * extent with no children (size 0), so lookups and walks work as on a
+ * full scan while they do not look inside one; strings, primitives and
+ * keys are tokens as usual, with the same ranges and parent links.
+ *
+ * The skip checks less than jsmn does: that strings close, brackets
+ * balance and primitives start as JSON's do, not that bracket kinds match
+ * or that escapes are whole. Returns
+ * 0, or SL_EINVAL when the text is not one object or needs more than
+ * max_tokens tokens. Either way sl_jscan_free() it afterwards.
+ */
+int sl_jscan_parse_shallow(struct sl_jscan *s, const char *text, size_t len,
+                           const struct sl_jscan_key *open, int n_open,
+                           unsigned max_tokens);
+
 /*
  * Makes `s` the scan of `len` bytes of `text` that sl_jscan_parse() gave
  * as the `n` tokens `tok` (copied here): for text kept from an earlier
@@ -82,16 +116,6 @@ int sl_jscan_skip(const struct sl_jscan *s, int i);
  */
 int sl_jscan_get(const struct sl_jscan *s, int obj, const char *key);
 
-/* A key for sl_jscan_members(): its text as written, and its length. */
-struct sl_jscan_key {
-	const char *name;
-	size_t len;
-};
-#define SL_JSCAN_KEY(literal)                                                  \
-	{                                                                      \
-		literal, sizeof(literal) - 1                                   \
-	}
-
 /*
  * The values of several members of the object at index obj in one walk
  * over its members, rather than one walk per key: vals[k] is what
@@ -100,9 +124,6 @@ struct sl_jscan_key {
  */
 void sl_jscan_members(const struct sl_jscan *s, int obj,
                       const struct sl_jscan_key *keys, int *vals, int n_keys);
-
-/* Whether token i's text is exactly `literal` ("true", "[DONE]", a key). */
-bool sl_jscan_is(const struct sl_jscan *s, int i, const char *literal);
 
 /* Token i's type, text and length. */
 static inline jsmntype_t sl_jscan_type(const struct sl_jscan *s, int i)
@@ -116,6 +137,19 @@ static inline const char *sl_jscan_text(const struct sl_jscan *s, int i)
 static inline size_t sl_jscan_len(const struct sl_jscan *s, int i)
 {
 	return (size_t)(s->tok[i].end - s->tok[i].start);
+}
+
+/*
+ * Whether token i's text is exactly `literal` ("true", "[DONE]", a key).
+ * Inline, so that a literal's length is known when compiling: it is asked
+ * of every member of every relayed body.
+ */
+static inline bool sl_jscan_is(const struct sl_jscan *s, int i,
+                               const char *literal)
+{
+	size_t n = strlen(literal);
+	return sl_jscan_len(s, i) == n &&
+	       memcmp(sl_jscan_text(s, i), literal, n) == 0;
 }
 
 /* Whether token i exists (i >= 0) and is of `type`. */

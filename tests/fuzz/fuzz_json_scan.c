@@ -17,7 +17,12 @@
  * lengths, object member counts (keys as written, duplicates counted, as
  * jansson with JSON_REJECT_DUPLICATES agrees when it loads), strings
  * without escapes byte for byte, and numbers as sl_jscan_number reads
- * them.
+ * them;
+ *   - sl_jscan_parse_shallow, opening the members named "a" and "usage",
+ *     gives tokens inside the text, and on any object jansson takes it
+ *     takes too and agrees with the full scan token for token: the same ranges,
+ *     types and parent links, except that a container it skipped has no
+ *     children, and one it opened has skipped containers as children.
  */
 #include "sluice/json_scan.h"
 
@@ -174,6 +179,81 @@ static int compare(const struct sl_jscan *s, int i, const json_t *v,
 	}
 }
 
+/*
+ * Whether token j of a full scan is one a shallow scan opening "a" and
+ * "usage" holds: the top-level object's keys and values, and the members
+ * or elements of an opened value.
+ */
+static bool kept_shallow(const struct sl_jscan *full, int j)
+{
+	int depth = 0; /* containers above token j */
+	for (int p = full->tok[j].parent; p >= 0; p = full->tok[p].parent)
+		if (full->tok[p].type != JSMN_STRING)
+			depth++;
+	if (depth <= 1)
+		return true;
+	if (depth > 2)
+		return false;
+	int container = full->tok[j].parent;
+	if (full->tok[container].type == JSMN_STRING)
+		container = full->tok[container].parent;
+	int key = full->tok[container].parent;
+	return key > 0 && full->tok[key].type == JSMN_STRING &&
+	       (sl_jscan_is(full, key, "a") || sl_jscan_is(full, key, "usage"));
+}
+
+/*
+ * The shallow scan: inside the text whatever it took, and on valid JSON
+ * that the full scan took as an object, the full scan's tokens less those
+ * skipped.
+ */
+static void check_shallow(const char *text, size_t size,
+                          const struct sl_jscan *full, bool full_ok)
+{
+	static const struct sl_jscan_key open[] = {SL_JSCAN_KEY("a"),
+	                                           SL_JSCAN_KEY("usage")};
+	struct sl_jscan s;
+	int rc = sl_jscan_parse_shallow(&s, text, size, open, 2, MAX_TOKENS);
+	if (rc != 0) {
+		CHECK(s.n == 0);
+		CHECK(!full_ok || full->tok[0].type != JSMN_OBJECT);
+		sl_jscan_free(&s);
+		return;
+	}
+	CHECK(s.tok[0].type == JSMN_OBJECT && s.tok[0].parent == -1);
+	for (int i = 0; i < s.n; i++) {
+		const jsmntok_t *t = &s.tok[i];
+		CHECK(t->start >= 0 && t->start <= t->end);
+		CHECK((size_t)t->end <= size);
+		CHECK(i == 0 || (t->parent >= 0 && t->parent < i));
+	}
+	if (full_ok && full->tok[0].type == JSMN_OBJECT) {
+		/* Token j of the full scan is token map[j] of this one. */
+		int *map = malloc(sizeof(int) * (size_t)full->n);
+		CHECK(map);
+		int i = 0;
+		for (int j = 0; j < full->n; j++) {
+			map[j] = -1;
+			if (!kept_shallow(full, j))
+				continue;
+			CHECK(i < s.n);
+			const jsmntok_t *a = &full->tok[j], *b = &s.tok[i];
+			CHECK(a->type == b->type && a->start == b->start &&
+			      a->end == b->end);
+			CHECK(a->parent < 0 ? b->parent < 0
+			                    : b->parent == map[a->parent]);
+			bool container =
+			    a->type == JSMN_OBJECT || a->type == JSMN_ARRAY;
+			CHECK(b->size == a->size ||
+			      (container && b->size == 0));
+			map[j] = i++;
+		}
+		CHECK(i == s.n);
+		free(map);
+	}
+	sl_jscan_free(&s);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -190,7 +270,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	json_t *doc =
 	    json_loadb(text, size, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
-	if (doc && !memchr(text, '\0', size)) {
+	bool valid = doc && !memchr(text, '\0', size);
+	check_shallow(text, size, &s, valid && rc == 0);
+	if (valid) {
 		if (rc != 0)
 			fprintf(stderr, "fuzz_json_scan: jansson took "
 			                "what jscan refused\n");
