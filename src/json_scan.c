@@ -247,6 +247,10 @@ static size_t skim_primitive(const char *text, size_t len, size_t at)
 	size_t i = at;
 	for (; i < len; i++) {
 		unsigned char c = (unsigned char)text[i];
+		/* The bytes of numbers and literals first: most are digits. */
+		if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+		    c == '.' || c == '-' || c == '+' || c == 'E')
+			continue;
 		if (c == ',' || c == '}' || c == ']' || is_space((char)c))
 			break;
 		if (c < 0x20 || c >= 0x7f || c == '"' || c == '{' || c == '[' ||
