@@ -258,8 +258,9 @@ static void conn_idle(struct sl_h1_conn *c)
  * does so after every one (llama-server 0.7.0 does, after each stream).
  * From now on such connections are not reused but left for the peer to
  * close, which spares each next request a write in vain and a resend.
- * Nothing unlearns it: an upstream that changed its ways in place keeps
- * the lesser reuse until sluice restarts.
+ * A drained connection that the peer keeps open unlearns it
+ * (on_idle_timer): an upstream restarted as another version, or a close
+ * that was not about the answer after all.
  */
 static void learn_streams_close(struct sl_h1_pool *p)
 {
@@ -629,7 +630,14 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 			         c->pool->url,
 			         nread < 0 ? "was closed by the peer"
 			                   : "got bytes nobody asked for");
-			if (nread < 0 && c->after_chunked)
+			/*
+			 * Only a close that follows the answer at once says
+			 * the peer closes after each: one after a while is
+			 * its idle timeout, or its end.
+			 */
+			if (nread < 0 && c->after_chunked &&
+			    uv_now(c->timer.loop) - c->idle_since <
+			        SL_H1_STREAM_CLOSE_MS)
 				learn_streams_close(c->pool);
 		}
 		conn_close(c);
@@ -854,6 +862,20 @@ static void on_idle_timer(uv_timer_t *t)
 			               0);
 			return;
 		}
+	}
+	if (c->state == CONN_DRAINING && c->pool->streams_close) {
+		/*
+		 * Left for the peer to close, and still open: it keeps its
+		 * connections after chunked answers, so they are reused again
+		 * (and peeked at again, to learn it anew if it changes).
+		 * Otherwise each answer would open a connection and leave
+		 * one open here, thousands under load.
+		 */
+		c->pool->streams_close = false;
+		c->pool->streams_kept = 0;
+		sl_debug("upstream %s kept a connection open after a chunked "
+		         "answer: connections are reused after them again",
+		         c->pool->url);
 	}
 	sl_debug("upstream %s: closing a connection idle for %u ms",
 	         c->pool->url, SL_H1_IDLE_MS);

@@ -507,6 +507,85 @@ static void test_streams_close_is_learned(void)
 	teardown();
 }
 
+/* Runs a call for `text`'s chunked or plain answer and checks it. */
+static void call_for(const char *want)
+{
+	struct call c;
+	call_init(&c, "GET", "/");
+	run_call(&c);
+	ASSERT_EQ(c.result, SL_H1_OK);
+	ASSERT_STR_EQ(c.body, want);
+	sl_h1_request_free(&c.r);
+}
+
+/*
+ * A connection left for the peer to close that the peer keeps open (an
+ * upstream restarted as one that keeps them) unlearns it: once sluice
+ * closes it for its idleness, chunked answers' connections are reused
+ * again, where each would otherwise open one and leave one open.
+ */
+static void test_streams_close_is_unlearned(void)
+{
+	static const struct step script[] = {
+	    {REPLY_CLOSE, CHUNKED("s1")},
+	    {REPLY, CHUNKED("s2")},
+	    {REPLY, CHUNKED("s3")},
+	    {REPLY, CHUNKED("s4")},
+	};
+	setup(script, 4);
+	call_for("s1");
+	call_for("s2");
+	/* s2's connection, left for the server, which keeps it. */
+	ASSERT_EQ(server.accepted, 2);
+	run_until_count(&server.peer_closed, 1);
+	call_for("s3");
+	call_for("s4");
+	ASSERT_EQ(server.accepted, 3);
+	ASSERT_EQ(server.requests, 4);
+	teardown();
+}
+
+static uv_timer_t late_close;
+
+static void on_late_close(uv_timer_t *t)
+{
+	(void)t;
+	ASSERT(server.conns[0] != NULL);
+	sconn_close(server.conns[0]);
+}
+
+/*
+ * A kept connection that the peer closes a while after a chunked answer
+ * (its idle timeout, or its end) teaches nothing: the next chunked
+ * answer's connection is kept and reused.
+ */
+static void test_late_close_teaches_nothing(void)
+{
+	static const struct step script[] = {
+	    {REPLY, CHUNKED("s1")},
+	    {REPLY, CHUNKED("s2")},
+	    {REPLY, PLAIN(2) "p1"},
+	};
+	setup(script, 3);
+	call_for("s1");
+	ASSERT_EQ(sl_h1_pool_conns(&client, base_url), 1);
+	uv_timer_init(&loop, &late_close);
+	uv_timer_start(&late_close, on_late_close, 2 * SL_H1_STREAM_CLOSE_MS,
+	               0);
+	uint64_t until = uv_now(&loop) + TEST_DEADLINE_MS;
+	while (sl_h1_pool_conns(&client, base_url) > 0) {
+		if (uv_now(&loop) > until)
+			TEST_FAIL("deadline passed");
+		uv_run(&loop, UV_RUN_ONCE);
+	}
+	uv_close((uv_handle_t *)&late_close, NULL);
+	call_for("s2");
+	call_for("p1");
+	ASSERT_EQ(server.accepted, 2);
+	ASSERT_EQ(server.requests, 3);
+	teardown();
+}
+
 /* On a fresh connection, a close before any byte is the upstream's. */
 static void test_fresh_connection_closed_is_nothing(void)
 {
@@ -776,6 +855,8 @@ int main(void)
 	RUN(test_body_to_the_close);
 	RUN(test_stale_connection_is_retried);
 	RUN(test_streams_close_is_learned);
+	RUN(test_streams_close_is_unlearned);
+	RUN(test_late_close_teaches_nothing);
 	RUN(test_fresh_connection_closed_is_nothing);
 	RUN(test_partial);
 	RUN(test_refused);

@@ -106,6 +106,14 @@
  */
 #define SL_H1_STREAM_PEEKS 64
 
+/*
+ * How soon after a chunked answer the peer's close of an idle connection
+ * must come to say that the peer closes after every such answer (as
+ * llama-server 0.7.0 does, at once). A later close is its idle timeout or
+ * a restart, and teaches nothing.
+ */
+#define SL_H1_STREAM_CLOSE_MS 100
+
 /* Room for a result's message in sl_h1_request.error. */
 #define SL_H1_ERROR_MAX 256
 
