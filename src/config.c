@@ -343,8 +343,10 @@ static const struct option_def options[] = {
 	 "sluice least, but llama-server finishes it even when its client has "
 	 "left; on asks for a stream, which sluice assembles into the same "
 	 "answer, so that a client leaving stops the generation; auto relays "
-	 "until a client leaves a plain answer in flight, then asks for "
-	 "streams for " STR(SL_STREAM_UPSTREAM_WINDOW_S) " s",
+	 "until a client leaves a plain answer that llama-server spends "
+	 "at least " STR(SL_STREAM_UPSTREAM_LEFT_MS) " ms on (before or "
+	 "after), then asks for streams for " STR(
+	     SL_STREAM_UPSTREAM_WINDOW_S) " s",
 	 NULL},
 	{"ui", "SLUICE_UI", "on|off", OPT_SWITCH, FIELD(ui), "off", 0, 0,
 	 NULL,

@@ -45,6 +45,7 @@
 #include "sluice/stats.h"
 
 #include <jansson.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +107,13 @@ struct exchange {
 	double priority;
 	uint64_t arrived_ms;
 	int64_t queue_ms; /* -1 until dispatched */
+	/*
+	 * Its client left this relayed plain answer after llama-server had
+	 * been generating it for less than SL_STREAM_UPSTREAM_LEFT_MS: how
+	 * long it runs on is judged when it ends (judge_left_plain).
+	 */
+	bool left_plain;
+	uint64_t left_ms;
 	unsigned batch_size;
 	/* X-Queue-Ms and X-Batch-Size once known; Retry-After on refusals. */
 	char sched_headers[160];
@@ -349,6 +357,10 @@ static bool plain_as_stream(const struct sl_app *app)
 	}
 }
 
+/*
+ * --stream-upstream auto: a client left a plain answer llama-server was
+ * generating, and that cost it SL_STREAM_UPSTREAM_LEFT_MS or more.
+ */
 static void note_plain_left(struct sl_app *app)
 {
 	uint64_t now = uv_now(&app->loop);
@@ -360,6 +372,40 @@ static void note_plain_left(struct sl_app *app)
 		        SL_STREAM_UPSTREAM_WINDOW_S);
 	app->plain_streams_until_ms =
 	    now + SL_STREAM_UPSTREAM_WINDOW_S * UINT64_C(1000);
+}
+
+/*
+ * A client left a relayed plain answer: llama-server goes on generating
+ * it. Whether that is worth asking for the next ones as streams depends on
+ * what it costs: at once if it had been generating for
+ * SL_STREAM_UPSTREAM_LEFT_MS already, else when it ends.
+ */
+static void plain_left(struct exchange *x)
+{
+	uint64_t now = uv_now(&x->app->loop);
+	uint64_t dispatched =
+	    x->arrived_ms + (uint64_t)SL_MAX(x->queue_ms, (int64_t)0);
+	uint64_t ran = now > dispatched ? now - dispatched : 0;
+	sl_debug("%s: its client left a plain answer llama-server had been "
+	         "generating for %" PRIu64 " ms",
+	         x->id, ran);
+	if (ran >= SL_STREAM_UPSTREAM_LEFT_MS) {
+		note_plain_left(x->app);
+		return;
+	}
+	x->left_plain = true;
+	x->left_ms = now;
+}
+
+/* A left plain answer has ended (plain_left): how long it ran on. */
+static void judge_left_plain(struct exchange *x)
+{
+	uint64_t after = uv_now(&x->app->loop) - x->left_ms;
+	sl_debug("%s: the plain answer its client left ran on for %" PRIu64
+	         " ms",
+	         x->id, after);
+	if (after >= SL_STREAM_UPSTREAM_LEFT_MS)
+		note_plain_left(x->app);
 }
 
 /* HTTP server: the client went away before its response was complete. */
@@ -391,7 +437,7 @@ static void on_client_abort(struct sl_http_request *req)
 		         x->id);
 		if (x->assemblable &&
 		    x->app->cfg->stream_upstream == SL_STREAM_UPSTREAM_AUTO)
-			note_plain_left(x->app);
+			plain_left(x);
 		if (x->paused)
 			transfer_resume(x);
 		return;
@@ -1545,6 +1591,8 @@ static void exchange_release(struct exchange *x)
 	    x->fanout || x->released)
 		return;
 	x->released = true;
+	if (x->left_plain)
+		judge_left_plain(x);
 	if (x->prev)
 		x->prev->next = x->next;
 	else

@@ -409,6 +409,50 @@ class ThroughSluice(MockTestCase):
         st.wait_until(lambda: busy_slots(m.port) == 0, SAFETY_NET_S,
                       "idle slots")
 
+    SWITCH = (r"a client left a plain answer llama-server was generating: "
+              r"plain answers are asked for as streams for 60 s")
+
+    def test_left_plain_answer_starts_streams_only_if_it_cost(self):
+        # --stream-upstream auto asks for plain answers as streams for a
+        # while after a client left one that the upstream spent
+        # SL_STREAM_UPSTREAM_LEFT_MS (1 s) or more on, before its client
+        # left or after; one that ends soon after wasted little. With the
+        # mock's answer 2.5 s away, one of the two is over 1 s however the
+        # machine's timing falls; with 0.3 s away, neither is unless the
+        # machine stalls, which the logged times would show.
+        for delay_ms in (300, 2500):
+            with self.subTest(delay_ms=delay_ms):
+                m, s = self.pair("--prompt-delay-ms", str(delay_ms),
+                                 sluice_args=("--log-level", "debug"))
+                path = "/v1/chat/completions"
+                c = st.RawClient(s.port)
+                c.request("POST", path, body_for(path, 2, False))
+                st.wait_until(lambda: busy_slots(m.port) == 1,
+                              SAFETY_NET_S, "the mock to take it")
+                c.close()
+                before = int(s.wait_line(
+                    r"its client left a plain answer llama-server had "
+                    r"been generating for (\d+) ms",
+                    timeout=SAFETY_NET_S).group(1))
+                after = 0
+                if before < 1000:
+                    after = int(s.wait_line(
+                        r"the plain answer its client left ran on for "
+                        r"(\d+) ms", timeout=SAFETY_NET_S).group(1))
+                # A request after it: its access line comes after any
+                # line the left answer's end made.
+                r = s.post(path, body_for(path, 2, False),
+                           timeout=SAFETY_NET_S)
+                self.assertEqual(r.status, 200)
+                s.wait_line(r"access id=%s " % r.header("X-Request-Id"),
+                            timeout=SAFETY_NET_S)
+                switched = s.count_lines(self.SWITCH) == 1
+                self.assertEqual(switched, before >= 1000 or after >= 1000,
+                                 "%d ms before, %d after" % (before, after))
+                if delay_ms == 2500:
+                    self.assertTrue(switched, s.output())
+                self.assertEqual(s.stop(), 0)
+
     def test_close_mid_stream_gives_an_error_event(self):
         m, s = self.pair("--close-rate", "1", "--tokens", "10")
         # Straight from the mock: half the tokens, then the connection

@@ -429,7 +429,8 @@ class Cancellation(st.TestCase):
     """A client that leaves frees llama-server's slot long before its
     generation would have ended: at once for a stream; for a plain answer
     once sluice asks for plain answers as streams (--stream-upstream on, or
-    by default once a client has left one)."""
+    by default once a client has left one that llama-server spent a second
+    or more on)."""
 
     N = 6000  # tokens asked for: far more than the test waits for
     PACE_TOKENS = 20  # tokens timed to learn llama-server's pace
@@ -483,37 +484,37 @@ class Cancellation(st.TestCase):
         st.wait_until(lambda: st.decoding(self.ls)[1] > 0, 60,
                       "the generation to start")
         a.close()
-        s.wait_line(r"a client left a plain answer llama-server was "
-                    r"generating: plain answers are asked for as "
-                    r"streams for 60 s")
         # Its slot stays taken in sluice's count until llama-server is
-        # done: the next requests wait in sluice's queue, not in
-        # llama-server's, while the generation goes on. The second is
-        # sent within the 60 s, so it is asked for as a stream, however
-        # long a busy machine keeps it queued.
+        # done: the next request waits in sluice's queue, not in
+        # llama-server's, while the generation goes on.
         done = {}
         b = threading.Thread(target=lambda: done.update(r=s.post(
             "/completion", body_for("/completion", "next", False, n=4),
             timeout=600)))
         b.start()
-        c = st.RawClient(s.port)
         try:
             st.wait_until(
                 lambda: self.queued(s) == 1 or not st.slot_busy(self.ls), 60,
                 "the next request to be queued")
+            self.assertTrue(st.slot_busy(self.ls),
+                            "the left answer ended before the next request "
+                            "was queued: RUNS_ON is too small")
+            self.assertEqual(self.queued(s), 1)
+            # RUNS_ON tokens take llama-server well over
+            # SL_STREAM_UPSTREAM_LEFT_MS (1 s), before or after the client
+            # left: that starts the window, at once or when it ends.
+            s.wait_line(r"a client left a plain answer llama-server was "
+                        r"generating: plain answers are asked for as "
+                        r"streams for 60 s", timeout=600)
+            # A plain answer asked for now, within the window, is a stream
+            # upstream (however long a busy machine keeps it queued), and
+            # its client leaving stops it.
+            c = st.RawClient(s.port)
             c.request("POST", "/completion",
                       body_for("/completion", "go on", False, n=self.N))
-            st.wait_until(
-                lambda: self.queued(s) == 2 or not st.slot_busy(self.ls), 60,
-                "a second request to be queued")
-            self.assertTrue(st.slot_busy(self.ls),
-                            "the left answer ended before the next requests "
-                            "were queued: RUNS_ON is too small")
-            self.assertEqual(self.queued(s), 2)
         finally:
             b.join(600)
         self.assertEqual(done["r"].status, 200)
-        # The stream's client leaving stops it.
         self.assert_slot_freed_after(c.close)
         st.wait_until(lambda: s.health().json()["inflight"] == 0, 60,
                       "sluice to count nothing in flight")

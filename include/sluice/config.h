@@ -71,6 +71,14 @@ enum sl_upstream_client { SL_UPSTREAM_CLIENT_NATIVE, SL_UPSTREAM_CLIENT_CURL };
  * and then a stream lets their leaving free the slot.
  */
 #define SL_STREAM_UPSTREAM_WINDOW_S 60
+/*
+ * ... but only once a left answer cost llama-server this long: it had been
+ * generating it this long when the client left, or went on this long
+ * after. One that ends sooner (a fast upstream; a load generator that
+ * stops with answers in flight) wasted little, and switching for it would
+ * make every plain answer dearer for the whole window.
+ */
+#define SL_STREAM_UPSTREAM_LEFT_MS 1000
 enum sl_stream_upstream {
 	SL_STREAM_UPSTREAM_AUTO,
 	SL_STREAM_UPSTREAM_ON,
