@@ -44,8 +44,8 @@
 #include "sluice/sse.h"
 #include "sluice/stats.h"
 
-#include <jansson.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
