@@ -76,10 +76,11 @@ struct sl_h1_conn {
 	struct sl_h1_request *req;    /* the request on it, or NULL */
 	enum conn_state state;
 	unsigned open_handles;
-	unsigned served;    /* responses read whole on it */
-	unsigned addr;      /* the index in its pool's addrs */
-	bool after_chunked; /* the last answer on it was chunked */
-	int deferred_error; /* a connect or write failure, for the timer */
+	unsigned served;      /* responses read whole on it */
+	unsigned addr;        /* the index in its pool's addrs */
+	bool after_chunked;   /* the last answer on it was chunked */
+	uint64_t answered_ms; /* when the last answer on it ended */
+	int deferred_error;   /* a connect or write failure, for the timer */
 	bool reading;
 	llhttp_t parser;
 	size_t head_bytes; /* of the current response's head */
@@ -272,6 +273,17 @@ static void learn_streams_close(struct sl_h1_pool *p)
 	         p->url);
 }
 
+/*
+ * Whether the peer's close of `c`, seen now, came right after a chunked
+ * answer: only such a close says that the peer closes after each. One
+ * that comes a while later is its idle timeout, or its end (a restart).
+ */
+static bool closed_after_stream(const struct sl_h1_conn *c)
+{
+	return c->after_chunked &&
+	       uv_now(c->timer.loop) - c->answered_ms < SL_H1_STREAM_CLOSE_MS;
+}
+
 /* Leaves `c`, answered, for the peer to close; it no longer counts. */
 static void conn_drain(struct sl_h1_conn *c)
 {
@@ -295,6 +307,7 @@ static void conn_finish(struct sl_h1_conn *c, bool keep, bool chunked,
 	if (keep && result == SL_H1_OK && !p->h1->closing) {
 		c->served++;
 		c->after_chunked = chunked;
+		c->answered_ms = uv_now(c->timer.loop);
 		if (chunked && p->streams_close) {
 			conn_drain(c);
 			pool_kick(p);
@@ -322,7 +335,7 @@ static bool resend_if_stale(struct sl_h1_conn *c)
 	if (!r || c->got_byte || c->served == 0 || r->resent)
 		return false;
 	struct sl_h1_pool *p = c->pool;
-	if (c->after_chunked)
+	if (closed_after_stream(c))
 		learn_streams_close(p);
 	sl_debug("upstream %s: a kept connection was closed by the peer; "
 	         "sending the request again on a new one",
@@ -630,14 +643,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 			         c->pool->url,
 			         nread < 0 ? "was closed by the peer"
 			                   : "got bytes nobody asked for");
-			/*
-			 * Only a close that follows the answer at once says
-			 * the peer closes after each: one after a while is
-			 * its idle timeout, or its end.
-			 */
-			if (nread < 0 && c->after_chunked &&
-			    uv_now(c->timer.loop) - c->idle_since <
-			        SL_H1_STREAM_CLOSE_MS)
+			if (nread < 0 && closed_after_stream(c))
 				learn_streams_close(c->pool);
 		}
 		conn_close(c);

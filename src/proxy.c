@@ -382,6 +382,10 @@ static void note_plain_left(struct sl_app *app)
  */
 static void plain_left(struct exchange *x)
 {
+	/* Its bytes had begun to come: llama-server sends a plain answer
+	 * once it has generated it whole, so leaving wasted nothing. */
+	if (x->mode != MODE_WAITING)
+		return;
 	uint64_t now = uv_now(&x->app->loop);
 	uint64_t dispatched =
 	    x->arrived_ms + (uint64_t)SL_MAX(x->queue_ms, (int64_t)0);
@@ -397,9 +401,14 @@ static void plain_left(struct exchange *x)
 	x->left_ms = now;
 }
 
-/* A left plain answer has ended (plain_left): how long it ran on. */
+/*
+ * A left plain answer has ended (plain_left): how long it ran on. One
+ * that sluice's shutdown ended says nothing of what it would have cost.
+ */
 static void judge_left_plain(struct exchange *x)
 {
+	if (x->app->stopping)
+		return;
 	uint64_t after = uv_now(&x->app->loop) - x->left_ms;
 	sl_debug("%s: the plain answer its client left ran on for %" PRIu64
 	         " ms",

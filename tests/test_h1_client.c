@@ -535,7 +535,9 @@ static void test_streams_close_is_unlearned(void)
 	setup(script, 4);
 	call_for("s1");
 	call_for("s2");
-	/* s2's connection, left for the server, which keeps it. */
+	/* s1's close was learned: s2's connection is left for the server
+	 * (no longer the pool's), which keeps it. */
+	ASSERT_EQ(sl_h1_pool_conns(&client, base_url), 0);
 	ASSERT_EQ(server.accepted, 2);
 	run_until_count(&server.peer_closed, 1);
 	call_for("s3");
@@ -583,6 +585,49 @@ static void test_late_close_teaches_nothing(void)
 	call_for("p1");
 	ASSERT_EQ(server.accepted, 2);
 	ASSERT_EQ(server.requests, 3);
+	teardown();
+}
+
+static bool waited;
+
+static void on_waited(uv_timer_t *t)
+{
+	(void)t;
+	waited = true;
+}
+
+/* Runs the loop for `ms`: a connection's idleness is what is tested. */
+static void run_for(uint64_t ms)
+{
+	uv_timer_t t;
+	waited = false;
+	uv_timer_init(&loop, &t);
+	uv_timer_start(&t, on_waited, ms, 0);
+	run_until(&waited);
+	uv_close((uv_handle_t *)&t, NULL);
+	uv_run(&loop, UV_RUN_NOWAIT);
+}
+
+/*
+ * A request written to a kept connection that the peer closed a while
+ * after its chunked answer (a restart) is sent again, and teaches
+ * nothing: the next chunked answer's connection is kept and reused.
+ */
+static void test_stale_after_a_while_teaches_nothing(void)
+{
+	static const struct step script[] = {
+	    {REPLY, CHUNKED("s1")},
+	    {DROP, NULL},
+	    {REPLY, CHUNKED("s2")},
+	    {REPLY, PLAIN(2) "p1"},
+	};
+	setup(script, 4);
+	call_for("s1");
+	run_for(2 * SL_H1_STREAM_CLOSE_MS);
+	call_for("s2");
+	call_for("p1");
+	ASSERT_EQ(server.accepted, 2);
+	ASSERT_EQ(server.requests, 4);
 	teardown();
 }
 
@@ -857,6 +902,7 @@ int main(void)
 	RUN(test_streams_close_is_learned);
 	RUN(test_streams_close_is_unlearned);
 	RUN(test_late_close_teaches_nothing);
+	RUN(test_stale_after_a_while_teaches_nothing);
 	RUN(test_fresh_connection_closed_is_nothing);
 	RUN(test_partial);
 	RUN(test_refused);

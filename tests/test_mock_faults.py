@@ -418,9 +418,10 @@ class ThroughSluice(MockTestCase):
         # SL_STREAM_UPSTREAM_LEFT_MS (1 s) or more on, before its client
         # left or after; one that ends soon after wasted little. With the
         # mock's answer 2.5 s away, one of the two is over 1 s however the
-        # machine's timing falls; with 0.3 s away, neither is unless the
-        # machine stalls, which the logged times would show.
-        for delay_ms in (300, 2500):
+        # machine's timing falls; with 0.7 s away (time enough for the
+        # test to see it taken and leave), neither is unless the machine
+        # stalls, which the logged times would show.
+        for delay_ms in (700, 2500):
             with self.subTest(delay_ms=delay_ms):
                 m, s = self.pair("--prompt-delay-ms", str(delay_ms),
                                  sluice_args=("--log-level", "debug"))

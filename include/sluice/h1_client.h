@@ -107,10 +107,11 @@
 #define SL_H1_STREAM_PEEKS 64
 
 /*
- * How soon after a chunked answer the peer's close of an idle connection
- * must come to say that the peer closes after every such answer (as
- * llama-server 0.7.0 does, at once). A later close is its idle timeout or
- * a restart, and teaches nothing.
+ * How soon after a chunked answer the peer's close of a kept connection
+ * (read while it is idle, or by the request written to it) must come to
+ * say that the peer closes after every such answer (as llama-server 0.7.0
+ * does, at once). A later close is its idle timeout or a restart, and
+ * teaches nothing.
  */
 #define SL_H1_STREAM_CLOSE_MS 100
 
