@@ -547,47 +547,6 @@ static void test_streams_close_is_unlearned(void)
 	teardown();
 }
 
-static uv_timer_t late_close;
-
-static void on_late_close(uv_timer_t *t)
-{
-	(void)t;
-	ASSERT(server.conns[0] != NULL);
-	sconn_close(server.conns[0]);
-}
-
-/*
- * A kept connection that the peer closes a while after a chunked answer
- * (its idle timeout, or its end) teaches nothing: the next chunked
- * answer's connection is kept and reused.
- */
-static void test_late_close_teaches_nothing(void)
-{
-	static const struct step script[] = {
-	    {REPLY, CHUNKED("s1")},
-	    {REPLY, CHUNKED("s2")},
-	    {REPLY, PLAIN(2) "p1"},
-	};
-	setup(script, 3);
-	call_for("s1");
-	ASSERT_EQ(sl_h1_pool_conns(&client, base_url), 1);
-	uv_timer_init(&loop, &late_close);
-	uv_timer_start(&late_close, on_late_close, 2 * SL_H1_STREAM_CLOSE_MS,
-	               0);
-	uint64_t until = uv_now(&loop) + TEST_DEADLINE_MS;
-	while (sl_h1_pool_conns(&client, base_url) > 0) {
-		if (uv_now(&loop) > until)
-			TEST_FAIL("deadline passed");
-		uv_run(&loop, UV_RUN_ONCE);
-	}
-	uv_close((uv_handle_t *)&late_close, NULL);
-	call_for("s2");
-	call_for("p1");
-	ASSERT_EQ(server.accepted, 2);
-	ASSERT_EQ(server.requests, 3);
-	teardown();
-}
-
 static bool waited;
 
 static void on_waited(uv_timer_t *t)
@@ -606,6 +565,37 @@ static void run_for(uint64_t ms)
 	run_until(&waited);
 	uv_close((uv_handle_t *)&t, NULL);
 	uv_run(&loop, UV_RUN_NOWAIT);
+}
+
+/*
+ * A kept connection that the peer closes a while after a chunked answer
+ * (its idle timeout, or its end) teaches nothing: the next chunked
+ * answer's connection is kept and reused.
+ */
+static void test_late_close_teaches_nothing(void)
+{
+	static const struct step script[] = {
+	    {REPLY, CHUNKED("s1")},
+	    {REPLY, CHUNKED("s2")},
+	    {REPLY, PLAIN(2) "p1"},
+	};
+	setup(script, 3);
+	call_for("s1");
+	ASSERT_EQ(sl_h1_pool_conns(&client, base_url), 1);
+	run_for(2 * SL_H1_STREAM_CLOSE_MS);
+	ASSERT(server.conns[0] != NULL);
+	sconn_close(server.conns[0]);
+	uint64_t until = uv_now(&loop) + TEST_DEADLINE_MS;
+	while (sl_h1_pool_conns(&client, base_url) > 0) {
+		if (uv_now(&loop) > until)
+			TEST_FAIL("deadline passed");
+		uv_run(&loop, UV_RUN_ONCE);
+	}
+	call_for("s2");
+	call_for("p1");
+	ASSERT_EQ(server.accepted, 2);
+	ASSERT_EQ(server.requests, 3);
+	teardown();
 }
 
 /*
