@@ -35,9 +35,11 @@
 #define SL_SPLICE_SLACK 128
 /*
  * Stack room for yajl's memory while it validates one body (read_fast):
- * its handle, lexer, buffers and depth stack take about 600 bytes.
+ * its handle, lexer, buffers and depth stack take about 600 bytes, and the
+ * lexer's buffer 2048 more (yajl's YAJL_BUF_INIT_SIZE), which it takes at
+ * the end of every input, where it keeps a token that may go on.
  */
-#define SL_YAJL_ARENA 2048
+#define SL_YAJL_ARENA 4096
 
 SL_PRINTF(2, 3)
 static int refuse(struct sl_request *r, const char *fmt, ...)
@@ -701,8 +703,12 @@ static int validate(struct sl_request *r, const struct sl_endpoint *ep,
 		return rc;
 	}
 
-	/* Empty until scanned; sl_jscan_free() takes it either way. */
-	struct sl_jscan scan = {.n = 0};
+	/* Empty until scanned; sl_jscan_free() takes it either way. Its 5 KB
+	 * of inline tokens are left as they are: only a scan writes them. */
+	struct sl_jscan scan;
+	scan.text = NULL;
+	scan.len = 0;
+	scan.n = 0;
 	scan.tok = scan.inline_tok;
 	struct relay_facts facts;
 	json_t *doc = NULL;
