@@ -554,6 +554,7 @@ static void close_front(struct sl_app *app)
 	}
 	uv_close((uv_handle_t *)&app->flush_timer, NULL);
 	uv_close((uv_handle_t *)&app->reap_timer, NULL);
+	uv_close((uv_handle_t *)&app->coalesce_timer, NULL);
 	if (app->http.loop)
 		sl_http_server_close(&app->http, on_http_closed);
 	else
@@ -2053,6 +2054,8 @@ int sl_app_run(const struct sl_config *cfg)
 	app->flush_timer.data = app;
 	uv_timer_init(&app->loop, &app->reap_timer);
 	app->reap_timer.data = app;
+	uv_timer_init(&app->loop, &app->coalesce_timer);
+	app->coalesce_timer.data = app;
 
 	sl_stats_init(&app->stats);
 	sl_h1_init(&app->h1, &app->loop);

@@ -348,6 +348,14 @@ static const struct option_def options[] = {
 	 "after), then asks for streams for " STR(
 	     SL_STREAM_UPSTREAM_WINDOW_S) " s",
 	 NULL},
+	{"stream-coalesce", "SLUICE_STREAM_COALESCE", "DURATION", OPT_DURATION,
+	 FIELD(stream_coalesce_ms), "1ms", 0, 100, NULL,
+	 "while a stream's tokens come faster than this, sluice reads them "
+	 "from llama-server once per this long and relays those that came in "
+	 "one write, which saves wakeups where the model needs every core; a "
+	 "token waits about this long at most, the first and the stream's end "
+	 "not at all; 0 relays each token as it comes",
+	 NULL},
 	{"ui", "SLUICE_UI", "on|off", OPT_SWITCH, FIELD(ui), "off", 0, 0,
 	 NULL,
 	 "start the managed llama-server with its web UI on and relay the UI "

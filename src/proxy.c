@@ -90,7 +90,18 @@ enum relay_mode {
 struct exchange {
 	struct sl_app *app;
 	struct exchange *prev, *next; /* the app's list */
-	struct sl_http_request *req;  /* NULL once the client side is over */
+	/*
+	 * Coalescing (--stream-coalesce): while tokens come faster than the
+	 * window, the transfer's reading waits out the window after each read
+	 * that relayed an event, on the app's list (co_prev, co_next) and its
+	 * one timer, so that the next read takes several events at once.
+	 */
+	struct exchange *co_prev, *co_next;
+	bool coalesced;
+	/* In the read being scanned: plain token events, and other events. */
+	unsigned read_tokens, read_others;
+	uint64_t read_end_ns;        /* when the last read of tokens ended */
+	struct sl_http_request *req; /* NULL once the client side is over */
 	const struct sl_endpoint *ep;
 	struct sl_model *model;       /* whose queue and upstreams */
 	struct sl_upstream *upstream; /* set when dispatched */
@@ -218,13 +229,14 @@ static void transfer_abort(struct exchange *x)
 		sl_curl_abort(&x->app->curl, &x->transfer);
 }
 
-/* Lets a paused transfer go on. */
+/* Lets a paused transfer go on (once its coalescing wait is over too). */
 static void transfer_resume(struct exchange *x)
 {
 	x->paused = false;
 	x->last_byte_ms = uv_now(&x->app->loop);
 	if (x->native) {
-		sl_h1_resume(&x->h1);
+		if (!x->coalesced)
+			sl_h1_resume(&x->h1);
 		return;
 	}
 	/* May call on_upstream_data before it returns: state is updated. */
@@ -791,6 +803,11 @@ static int on_event(const char *event, size_t len, void *arg)
 	}
 	if (facts.object)
 		observe(x, &facts);
+	/* A token event: matched to the stream's shape, or scanned. */
+	if (match.piece || facts.piece >= 0)
+		x->read_tokens++;
+	else
+		x->read_others++;
 	if (x->assemble) {
 		x->answer_bytes += len;
 		if (x->answer_bytes > SL_PROXY_MAX_ANSWER)
@@ -1502,6 +1519,68 @@ static int on_native_body(struct sl_h1_request *r, const char *data, size_t len)
  * The native client's read is done: what was held of it is written, and
  * reading stops if the client has fallen behind.
  */
+/* Takes x off the app's coalescing list, if it is on it. */
+static void coalesce_unlink(struct exchange *x)
+{
+	if (!x->coalesced)
+		return;
+	x->coalesced = false;
+	if (x->co_prev)
+		x->co_prev->co_next = x->co_next;
+	else
+		x->app->coalesced = x->co_next;
+	if (x->co_next)
+		x->co_next->co_prev = x->co_prev;
+	x->co_prev = x->co_next = NULL;
+}
+
+/* The coalescing window is over: every transfer waiting on it reads on. */
+static void on_coalesce_timer(uv_timer_t *t)
+{
+	struct sl_app *app = t->data;
+	struct exchange *x;
+	while ((x = app->coalesced) != NULL) {
+		coalesce_unlink(x);
+		if (!x->paused && transfer_active(x))
+			sl_h1_resume(&x->h1);
+	}
+}
+
+/*
+ * After a read of a stream: whether its transfer waits out the coalescing
+ * window before reading again. Only after a read of plain tokens alone,
+ * and only while they come faster than the window (two or more in the
+ * read, or the read soon after the last), so that a stream at a human
+ * pace is never held. Any other event (the first, with the role; the
+ * finish, the usage; an error) is followed by no wait: the end of the
+ * stream, and the slot it frees, come as soon as llama-server sends them.
+ */
+static void maybe_coalesce(struct exchange *x)
+{
+	unsigned tokens = x->read_tokens, others = x->read_others;
+	x->read_tokens = x->read_others = 0;
+	uint64_t window_ms = x->app->cfg->stream_coalesce_ms;
+	if (tokens == 0 || others > 0 || window_ms == 0 ||
+	    x->mode != MODE_SSE || !x->req || x->ended || x->gave_up ||
+	    x->paused || x->coalesced || !transfer_active(x))
+		return;
+	uint64_t now = sl_now_ns(), last = x->read_end_ns;
+	x->read_end_ns = now;
+	if (tokens < 2 && (last == 0 || now - last >= window_ms * 1000000))
+		return;
+	struct sl_app *app = x->app;
+	x->coalesced = true;
+	x->co_prev = NULL;
+	x->co_next = app->coalesced;
+	if (app->coalesced)
+		app->coalesced->co_prev = x;
+	app->coalesced = x;
+	sl_h1_pause(&x->h1);
+	if (!uv_is_active((uv_handle_t *)&app->coalesce_timer))
+		uv_timer_start(&app->coalesce_timer, on_coalesce_timer,
+		               window_ms, 0);
+}
+
 static void on_native_read_end(struct sl_h1_request *r)
 {
 	struct exchange *x = r->data;
@@ -1512,6 +1591,7 @@ static void on_native_read_end(struct sl_h1_request *r)
 		sl_http_want_drain(x->req);
 		sl_h1_pause(r);
 	}
+	maybe_coalesce(x);
 }
 
 /*
@@ -1600,6 +1680,7 @@ static void exchange_release(struct exchange *x)
 	    x->fanout || x->released)
 		return;
 	x->released = true;
+	coalesce_unlink(x);
 	if (x->left_plain)
 		judge_left_plain(x);
 	if (x->prev)

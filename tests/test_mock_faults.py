@@ -122,43 +122,6 @@ class MockTestCase(st.TestCase):
         self.assertEqual(code, 0, m.output())
         self.assertEqual(len(m.lines), 1, m.output())
 
-
-class MockFraming(MockTestCase):
-    """Answers straight from the mock have llama-server's shapes."""
-
-    def test_plain_answers(self):
-        m = self.mock("--tokens", "5")
-        for path in PATHS:
-            for n in (None, 0, 7):
-                with self.subTest(path=path, n=n):
-                    r = m.post(path, body_for(path, n, False))
-                    self.assertEqual(r.status, 200)
-                    self.assertEqual(r.header("Content-Type"), JSON_TYPE)
-                    self.assertEqual(int(r.header("Content-Length")),
-                                     len(r.body))
-                    doc = r.json()
-                    want = 5 if n is None else n
-                    self.assertEqual(st.text_of(path, doc),
-                                     expected_text(want))
-                    if path == "/completion":
-                        self.assertIs(doc["stop"], True)
-                        self.assertEqual(doc["stop_type"], "limit")
-                        self.assertEqual(doc["tokens_predicted"], want)
-                        self.assertEqual(doc["tokens_evaluated"], 3)
-                        self.assertIn("timings", doc)
-                        continue
-                    choice = doc["choices"][0]
-                    self.assertEqual(choice["finish_reason"], "length")
-                    self.assertEqual(doc["usage"]["completion_tokens"], want)
-                    self.assertEqual(doc["usage"]["prompt_tokens"], 3)
-                    self.assertEqual(doc["usage"]["total_tokens"], want + 3)
-                    if path == "/v1/chat/completions":
-                        self.assertEqual(doc["object"], "chat.completion")
-                        self.assertEqual(choice["message"]["role"],
-                                         "assistant")
-                    else:
-                        self.assertEqual(doc["object"], "text_completion")
-
     def check_stream(self, path, events, n, usage):
         """Checks one stream's events; returns its text."""
         text = "".join(st.delta_of(path, e) for e in events
@@ -208,6 +171,43 @@ class MockFraming(MockTestCase):
             self.assertNotIn("usage", finish)
             return
         self.assertEqual({k: got[k] for k in want_usage}, want_usage)
+
+
+class MockFraming(MockTestCase):
+    """Answers straight from the mock have llama-server's shapes."""
+
+    def test_plain_answers(self):
+        m = self.mock("--tokens", "5")
+        for path in PATHS:
+            for n in (None, 0, 7):
+                with self.subTest(path=path, n=n):
+                    r = m.post(path, body_for(path, n, False))
+                    self.assertEqual(r.status, 200)
+                    self.assertEqual(r.header("Content-Type"), JSON_TYPE)
+                    self.assertEqual(int(r.header("Content-Length")),
+                                     len(r.body))
+                    doc = r.json()
+                    want = 5 if n is None else n
+                    self.assertEqual(st.text_of(path, doc),
+                                     expected_text(want))
+                    if path == "/completion":
+                        self.assertIs(doc["stop"], True)
+                        self.assertEqual(doc["stop_type"], "limit")
+                        self.assertEqual(doc["tokens_predicted"], want)
+                        self.assertEqual(doc["tokens_evaluated"], 3)
+                        self.assertIn("timings", doc)
+                        continue
+                    choice = doc["choices"][0]
+                    self.assertEqual(choice["finish_reason"], "length")
+                    self.assertEqual(doc["usage"]["completion_tokens"], want)
+                    self.assertEqual(doc["usage"]["prompt_tokens"], 3)
+                    self.assertEqual(doc["usage"]["total_tokens"], want + 3)
+                    if path == "/v1/chat/completions":
+                        self.assertEqual(doc["object"], "chat.completion")
+                        self.assertEqual(choice["message"]["role"],
+                                         "assistant")
+                    else:
+                        self.assertEqual(doc["object"], "text_completion")
 
     def test_streams(self):
         m = self.mock("--tokens", "4")
@@ -513,6 +513,58 @@ class ThroughSluice(MockTestCase):
         self.assertEqual(m.get("/health").json(), {"status": "ok"})
         r = s.post("/completion", body_for("/completion", 3, False))
         self.assertEqual(st.text_of("/completion", r.json()), expected_text(3))
+
+
+    def test_fast_tokens_come_together_whole(self):
+        # Tokens 1 ms apart. With a window of 50 ms, sluice reads them (and
+        # relays what came) at most once a window after the first two, so
+        # 60 tokens come in a handful of chunks; without one, each of the
+        # mock's steps is a chunk. Either way every event is the mock's, in
+        # its order, the finish and [DONE] included.
+        m = self.mock("--token-delay-ms", "1")
+        held = self.sluice("--upstream", m.url, "--stream-coalesce", "50ms")
+        each = self.sluice("--upstream", m.url, "--stream-coalesce", "0")
+        n = 60
+        for path in PATHS:
+            chunks = {}
+            for name, s in (("held", held), ("each", each)):
+                with self.subTest(path=path, coalesce=name):
+                    status, _, got = read_stream(
+                        s.port, path, body_for(path, n, True))
+                    self.assertEqual(status, 200)
+                    self.check_stream(
+                        path, sum((split_events(c) for c in got), []), n,
+                        False)
+                    chunks[name] = len(got)
+            # The mock's steps: one per token, the finish, and for the
+            # OpenAI paths [DONE]; the held relay has a fourth of that at
+            # most (two before the first wait, one per 50 ms window, the
+            # finish and [DONE]).
+            self.assertLessEqual(chunks["held"], n // 4, chunks)
+            self.assertGreater(chunks["each"], chunks["held"], chunks)
+
+    def test_client_leaving_a_held_stream_cancels_it(self):
+        # Tokens 20 ms apart and a window of 100 ms: the stream is held
+        # most of the time, so that is where its client leaves it. The
+        # mock would take 4096 x 20 ms = 82 s to finish it.
+        m = self.mock("--slots", "1", "--token-delay-ms", "20",
+                      "--tokens", "4096")
+        s = self.sluice("--upstream", m.url, "--stream-coalesce", "100ms")
+        c = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        c.request("POST", "/completion", body_for("/completion", None, True))
+        self.assertEqual(c.read_head()[0], 200)
+        chunks = c.chunks()
+        sizes = [len(split_events(next(chunks)[1])) for _ in range(3)]
+        c.close()
+        # The third chunk came after a wait, with what the window gathered.
+        self.assertGreater(sizes[2], 1, sizes)
+        st.wait_until(lambda: busy_slots(m.port) == 0, 60,
+                      "the mock's slot freed before the answer's end")
+        status, _, got = read_stream(s.port, "/completion",
+                                     body_for("/completion", 5, True))
+        self.assertEqual(status, 200)
+        self.check_stream("/completion",
+                          sum((split_events(c) for c in got), []), 5, False)
 
 
 class Timeouts(MockTestCase):

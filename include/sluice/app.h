@@ -164,6 +164,9 @@ struct sl_app {
 	unsigned next_upstream; /* round-robin start among equals */
 	unsigned exchanges;     /* relayed requests not yet finished */
 	struct exchange *exchange_list; /* all of them (proxy.c) */
+	/* Streams waiting out --stream-coalesce, and its timer (proxy.c). */
+	struct exchange *coalesced;
+	uv_timer_t coalesce_timer;
 	/*
 	 * --stream-upstream auto: until when (uv_now) plain answers are asked
 	 * for as streams, SL_STREAM_UPSTREAM_WINDOW_S after a client last

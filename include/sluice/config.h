@@ -164,8 +164,9 @@ struct sl_config {
 	unsigned max_queue;
 	uint64_t queue_timeout_ms;
 	double aging_rate;
-	uint64_t batch_window_ms; /* SL_SCHED_WINDOW_AUTO: "auto" */
-	unsigned max_batch;       /* 0: the free slots */
+	uint64_t batch_window_ms;    /* SL_SCHED_WINDOW_AUTO: "auto" */
+	uint64_t stream_coalesce_ms; /* 0: each read relayed at once */
+	unsigned max_batch;          /* 0: the free slots */
 	bool urgent_bypass;
 	/* Free slots kept for urgent requests; SL_SCHED_RESERVE_AUTO: auto. */
 	unsigned urgent_reserve;
