@@ -1554,6 +1554,9 @@ static void on_coalesce_timer(uv_timer_t *t)
  * pace is never held. Any other event (the first, with the role; the
  * finish, the usage; an error) is followed by no wait: the end of the
  * stream, and the slot it frees, come as soon as llama-server sends them.
+ * Nor is a stream held while requests for its model wait in the queue: the
+ * end of a generation could come during the wait, and its slot would then
+ * sit idle until the wait is over.
  */
 static void maybe_coalesce(struct exchange *x)
 {
@@ -1562,7 +1565,8 @@ static void maybe_coalesce(struct exchange *x)
 	uint64_t window_ms = x->app->cfg->stream_coalesce_ms;
 	if (tokens == 0 || others > 0 || window_ms == 0 ||
 	    x->mode != MODE_SSE || !x->req || x->ended || x->gave_up ||
-	    x->paused || x->coalesced || !transfer_active(x))
+	    x->paused || x->coalesced || !transfer_active(x) ||
+	    sl_sched_depth(&x->model->sched) > 0)
 		return;
 	uint64_t now = sl_now_ns(), last = x->read_end_ns;
 	x->read_end_ns = now;
