@@ -1549,9 +1549,12 @@ static void on_coalesce_timer(uv_timer_t *t)
 /*
  * After a read of a stream: whether its transfer waits out the coalescing
  * window before reading again. Only after a read of plain tokens alone,
- * and only while they come faster than the window (two or more in the
- * read, or the read soon after the last), so that a stream at a human
- * pace is never held. Any other event (the first, with the role; the
+ * and only while they come at more than two per window (two or more in the
+ * read, or the read within half a window of the last): a wait gathers
+ * several then, where at a slower pace it would only add a wakeup (four
+ * streams sharing a llama-server's steps come about one per window each,
+ * and their reads already come together), and a stream at a human pace is
+ * never held. Any other event (the first, with the role; the
  * finish, the usage; an error) is followed by no wait: the end of the
  * stream, and the slot it frees, come as soon as llama-server sends them.
  * Nor is a stream held while requests for its model wait in the queue: the
@@ -1570,7 +1573,7 @@ static void maybe_coalesce(struct exchange *x)
 		return;
 	uint64_t now = sl_now_ns(), last = x->read_end_ns;
 	x->read_end_ns = now;
-	if (tokens < 2 && (last == 0 || now - last >= window_ms * 1000000))
+	if (tokens < 2 && (last == 0 || now - last >= window_ms * 500000))
 		return;
 	struct sl_app *app = x->app;
 	x->coalesced = true;
