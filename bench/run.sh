@@ -251,6 +251,8 @@ llama() {
 	start_sluice auto --upstream "http://127.0.0.1:$ls_port"
 	start_sluice win50 --upstream "http://127.0.0.1:$ls_port" --batch-window 50ms
 	start_sluice win0 --upstream "http://127.0.0.1:$ls_port" --batch-window 0
+	start_sluice each --upstream "http://127.0.0.1:$ls_port" \
+		--stream-coalesce 0
 	sweep=(--endpoint chat --stream on --max-tokens 64 --requests 200
 		--concurrency-sweep 1,2,4,8,16)
 	bench llama-direct --url "http://127.0.0.1:$ls_port" "${sweep[@]}" \
@@ -262,10 +264,11 @@ llama() {
 	bench llama-window0 --url "http://127.0.0.1:$win0_port" "${sweep[@]}" \
 		--label "sluice 0 ms" --plot "$OUT/llama-window0.svg"
 	# One sweep each is at the mercy of a noisy machine: alternate five
-	# rounds of llama-server alone and sluice with its default settings,
-	# and compare the medians of tokens/s and TTFT p50 level by level.
+	# rounds of llama-server alone, sluice with its default settings and
+	# sluice relaying each token as it comes (--stream-coalesce 0), and
+	# compare the medians of tokens/s and TTFT p50 level by level.
 	for round in 1 2 3 4 5; do
-		for target in "ls:$ls_port" "auto:$auto_port"; do
+		for target in "ls:$ls_port" "auto:$auto_port" "each:$each_port"; do
 			"$BENCH" --quiet on --url "http://127.0.0.1:${target#*:}" \
 				"${sweep[@]}" --requests 100 \
 				--json "$OUT/llama-round$round-${target%%:*}.json" >/dev/null
@@ -279,15 +282,17 @@ def runs(round, name):
 def median(name, i, key):
     return statistics.median(runs(r, name)[i][key] for r in range(1, 6))
 print("| concurrency | llama-server tok/s | sluice default tok/s | ratio "
+      "| `--stream-coalesce 0` ratio "
       "| TTFT p50 llama-server | TTFT p50 sluice | difference |")
-print("|---:|---:|---:|---:|---:|---:|---:|")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|")
 for i, level in enumerate((1, 2, 4, 8, 16)):
     d = median("ls", i, "output_tokens_per_s")
     s = median("auto", i, "output_tokens_per_s")
+    e = median("each", i, "output_tokens_per_s")
     td = median("ls", i, "ttft_p50_ms")
     ts = median("auto", i, "ttft_p50_ms")
-    print("| %d | %.0f | %.0f | %.3f | %.2f ms | %.2f ms | %+.2f ms |"
-          % (level, d, s, s / d, td, ts, ts - td))
+    print("| %d | %.0f | %.0f | %.3f | %.3f | %.2f ms | %.2f ms | %+.2f ms |"
+          % (level, d, s, s / d, e / d, td, ts, ts - td))
 PY
 	# Contended: 16 clients on 4 slots, a fifth of them urgent. The auto
 	# window gathers batches (avg batch > 1) and urgent requests overtake.
@@ -295,6 +300,7 @@ PY
 		--endpoint chat --stream on --max-tokens 64 --requests 400 \
 		--concurrency 16 --priority-mix urgent=0.2,normal=0.8 \
 		--label "sluice default, contended"
+	stop each
 	stop win0
 	stop win50
 	stop auto
