@@ -243,6 +243,21 @@ static void transfer_resume(struct exchange *x)
 	curl_easy_pause(x->transfer.easy, CURLPAUSE_CONT);
 }
 
+/* Takes x off the app's coalescing list, if it is on it. */
+static void coalesce_unlink(struct exchange *x)
+{
+	if (!x->coalesced)
+		return;
+	x->coalesced = false;
+	if (x->co_prev)
+		x->co_prev->co_next = x->co_next;
+	else
+		x->app->coalesced = x->co_next;
+	if (x->co_next)
+		x->co_next->co_prev = x->co_prev;
+	x->co_prev = x->co_next = NULL;
+}
+
 static long upstream_status(const struct exchange *x)
 {
 	long status = 0;
@@ -1293,6 +1308,9 @@ static bool transport_failure(CURLcode result)
  */
 static void reset_for_retry(struct exchange *x)
 {
+	coalesce_unlink(x);
+	x->read_tokens = x->read_others = 0;
+	x->read_end_ns = 0;
 	sl_curl_easy_done(&x->app->curl, x->transfer.easy);
 	x->transfer.easy = NULL;
 	curl_slist_free_all(x->headers);
@@ -1519,21 +1537,6 @@ static int on_native_body(struct sl_h1_request *r, const char *data, size_t len)
  * The native client's read is done: what was held of it is written, and
  * reading stops if the client has fallen behind.
  */
-/* Takes x off the app's coalescing list, if it is on it. */
-static void coalesce_unlink(struct exchange *x)
-{
-	if (!x->coalesced)
-		return;
-	x->coalesced = false;
-	if (x->co_prev)
-		x->co_prev->co_next = x->co_next;
-	else
-		x->app->coalesced = x->co_next;
-	if (x->co_next)
-		x->co_next->co_prev = x->co_prev;
-	x->co_prev = x->co_next = NULL;
-}
-
 /* The coalescing window is over: every transfer waiting on it reads on. */
 static void on_coalesce_timer(uv_timer_t *t)
 {
