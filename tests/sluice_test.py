@@ -357,6 +357,14 @@ class Process:
         with self._cond:
             return sum(1 for line in self.lines if regex.search(line))
 
+    def wait_lines(self, pattern, n, timeout=30):
+        """The number of lines matching pattern, once it is n or more: a
+        line written before an answer can reach the reader thread after
+        the answer reaches the test."""
+        wait_until(lambda: self.count_lines(pattern) >= n, timeout,
+                   "%d lines matching %r" % (n, pattern))
+        return self.count_lines(pattern)
+
     def output(self):
         with self._cond:
             return "\n".join(self.lines)

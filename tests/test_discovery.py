@@ -231,16 +231,18 @@ class Discovery(st.TestCase):
         self.dns.mode("drop")
         st.wait_until(lambda: lookups("timeout") >= 2, SAFETY_NET_S,
                       "two lookups to time out")
-        self.assertEqual(s.count_lines(r"dns %s: lookup failed" %
-                                       re.escape(target)), 1)
+        self.assertEqual(s.wait_lines(r"dns %s: lookup failed" %
+                                      re.escape(target), 1, SAFETY_NET_S),
+                         1)
         still_served("during-timeouts")
 
         # SERVFAIL: a new way of failing, one more line; the set stays.
         self.dns.mode("servfail")
         st.wait_until(lambda: lookups("error") >= 2, SAFETY_NET_S,
                       "two lookups to fail")
-        self.assertEqual(s.count_lines(r"dns %s: lookup failed" %
-                                       re.escape(target)), 2)
+        self.assertEqual(s.wait_lines(r"dns %s: lookup failed" %
+                                      re.escape(target), 2, SAFETY_NET_S),
+                         2)
         still_served("during-servfail")
 
         # Answers again: one line says so.
@@ -256,8 +258,9 @@ class Discovery(st.TestCase):
                       "the upstream to be removed")
         r = completion(s.port, SHORT_TOKENS, "no-upstream")
         self.assertEqual(r.status, 503)
-        self.assertEqual(s.count_lines(r"dns %s: the name has no address"
-                                       % re.escape(target)), 1)
+        self.assertEqual(s.wait_lines(r"dns %s: the name has no address"
+                                      % re.escape(target), 1, SAFETY_NET_S),
+                         1)
         # The address comes back: a new upstream, checked and used.
         self.dns.set(NAME, ["127.0.0.2"])
         s.wait_ready(SAFETY_NET_S)

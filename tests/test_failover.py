@@ -97,7 +97,7 @@ class KillOneReplica(st.TestCase):
         # What was in flight on the dead replica was sent again.
         self.assertGreater(retries(s, a.url, "transport"), 0)
         self.assertEqual(retries(s, b.url, "transport"), 0)
-        self.assertGreater(s.count_lines(r"queued to be sent again"), 0)
+        s.wait_line(r"queued to be sent again", SAFETY_NET_S)
 
 
 class Retry5xx(MockTestCase):
@@ -124,15 +124,12 @@ class Retry5xx(MockTestCase):
                 r = s.post(path, body_for(path, None, i % 2 == 1),
                            timeout=SAFETY_NET_S)
                 self.assertEqual(r.status, 200, r.body[:300])
-        # Each that met the bad replica first was sent again, once. The
-        # log's lines reach this test through a reader thread, which may
-        # lag behind the answers on a busy machine: wait for the count.
+        # Each that met the bad replica first was sent again, once.
         resent = retries(s, bad.url, "5xx")
         self.assertGreaterEqual(resent, 3)
-        pattern = r"\(it answered 500\); queued to be sent again"
-        st.wait_until(lambda: s.count_lines(pattern) >= resent,
-                      SAFETY_NET_S, "a log line for every resend")
-        self.assertEqual(s.count_lines(pattern), resent)
+        self.assertEqual(s.wait_lines(r"\(it answered 500\); queued to be "
+                                      r"sent again", resent, SAFETY_NET_S),
+                         resent)
         self.assertEqual(retries(s, good.url, "5xx"), 0)
         # Nothing was ejected: --eject-after 0.
         self.assertEqual(upstream_named(s, bad.url)["ejections"], 0)
@@ -175,9 +172,9 @@ class Retry5xx(MockTestCase):
         self.assertEqual(retries(s, bad.url, "5xx"), 2)
         self.assertEqual(promcheck.value(metrics(s), "sluice_upstream_ejected",
                                          upstream=bad.url, model="default"), 1)
-        self.assertEqual(s.count_lines(r"upstream %s ejected for 1\.0 s "
-                                       r"after 2 failures in a row"
-                                       % bad.url), 1)
+        self.assertEqual(s.wait_lines(r"upstream %s ejected for 1\.0 s "
+                                      r"after 2 failures in a row"
+                                      % bad.url, 1, SAFETY_NET_S), 1)
         # Its /health answers, so a health check brings it back.
         st.wait_until(lambda: not upstream_named(s, bad.url).get("ejected"),
                       SAFETY_NET_S, "the replica's return")
@@ -190,9 +187,9 @@ class Retry5xx(MockTestCase):
         self.assertEqual(u["ejections"], 2)
         self.assertLessEqual(u["ejected_ms"], 2000)
         self.assertEqual(retries(s, bad.url, "5xx"), 4)
-        self.assertEqual(s.count_lines(r"upstream %s ejected for 2\.0 s "
-                                       r"after 2 failures in a row"
-                                       % bad.url), 1)
+        self.assertEqual(s.wait_lines(r"upstream %s ejected for 2\.0 s "
+                                      r"after 2 failures in a row"
+                                      % bad.url, 1, SAFETY_NET_S), 1)
         self.assertEqual(promcheck.value(
             metrics(s), "sluice_upstream_ejections_total",
             upstream=bad.url, model="default"), 2)

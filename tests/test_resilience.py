@@ -138,7 +138,7 @@ class CrashSurvival(st.TestCase):
         # Only a stream that had started may fail: at most the 8 that
         # held a slot.
         self.assertLessEqual(streams_failed, 8)
-        self.assertGreater(s.count_lines(r"queued to be sent again"), 0)
+        s.wait_line(r"queued to be sent again", SAFETY_NET_S)
         self.assertEqual(s.upstream()["restarts"], 1)
 
     def test_queue_timeout_while_the_upstream_is_gone(self):
