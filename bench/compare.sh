@@ -44,8 +44,9 @@
 # table on stdout and in $SLUICE_BENCH_OUT (default bench/results)/compare.md,
 # every figure per round in compare.json, and a plot, compare.svg. The load
 # generator, the gateways and the mock share the machine's cores; only the
-# runs at concurrency 1 are pinned (C1_CPU, below). Portkey needs node (20
-# is what it was measured on) and npm; without them it is skipped.
+# runs at concurrency 1 are pinned (C1_CPU, below), unless GATEWAY_CPU
+# (below) pins the loaded ones too. Portkey needs node (20 is what it was
+# measured on) and npm; without them it is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -73,6 +74,14 @@ RUN_GRACE_S=60
 # other, idle one; the difference of two such runs says little about a
 # gateway. Every other run is left unpinned.
 C1_CPU=${C1_CPU:-0}
+# The loaded runs (2-4 above) with the gateway alone on CPU GATEWAY_CPU
+# and the load generator and the mock on the other CPUs (for direct, the
+# mock takes the gateway's CPU); default "none", where the scheduler
+# places them. Unpinned, on two vCPUs, which process shares a vCPU with
+# which changes from run to run, and one peer's ratio to another moved
+# between 0.66 and 1.52 from round to round; pinned, each gateway gets
+# the same core, as one a deployment dedicates to its gateway would.
+GATEWAY_CPU=${GATEWAY_CPU:-none}
 # Debian keeps nginx and haproxy in sbin, which a user's PATH may lack.
 PATH=$PATH:/usr/sbin:/sbin
 
@@ -278,7 +287,7 @@ wrk_chat() {
 # bench_stream PEER CONCURRENCY OUTPUT-JSON: streams for DURATION seconds,
 # timed event by event.
 bench_stream() {
-	timeout $((DURATION + RUN_GRACE_S)) "$BENCH" --quiet on \
+	timeout $((DURATION + RUN_GRACE_S)) "${pinned[@]}" "$BENCH" --quiet on \
 		--url "http://127.0.0.1:${port[$1]}" --endpoint chat --stream on \
 		--max-tokens "$STREAM_TOKENS" --concurrency "$2" \
 		--duration "$DURATION" --requests 100000000 --timeout 30 \
@@ -323,11 +332,21 @@ measure() {
 		set_affinity "$peer" "$all_cpus"
 		pinned=()
 	fi
+	if [ "$GATEWAY_CPU" != none ]; then
+		set_affinity direct "$load_cpus"
+		set_affinity "$peer" "$GATEWAY_CPU"
+		pinned=(taskset -c "$load_cpus")
+	fi
 	with_cpu "$peer" "$stem-c32-cpu.json" \
 		wrk_chat "$peer" "$LOAD_CONCURRENCY" 16 off "$stem-c32.json"
 	with_cpu "$peer" "$stem-w32-cpu.json" \
 		wrk_chat "$peer" "$LOAD_CONCURRENCY" "$STREAM_TOKENS" on "$stem-w32.json"
 	bench_stream "$peer" "$LOAD_CONCURRENCY" "$stem-s32.json"
+	if [ "$GATEWAY_CPU" != none ]; then
+		set_affinity direct "$all_cpus"
+		set_affinity "$peer" "$all_cpus"
+		pinned=()
+	fi
 	bench_stream "$peer" 1 "$stem-s1.json"
 }
 
@@ -353,6 +372,18 @@ all_cpus=$(taskset -cp $$ 2>/dev/null | sed 's/.*: //') || true
 if [ "$C1_CPU" != none ] && ! taskset -c "$C1_CPU" true 2>/dev/null; then
 	echo "bench/compare.sh: cannot run on CPU '$C1_CPU' (taskset); latency at concurrency 1 is timed unpinned" >&2
 	C1_CPU=none
+fi
+# The CPUs left to the load generator and the mock: all but GATEWAY_CPU.
+load_cpus=none
+if [ "$GATEWAY_CPU" != none ]; then
+	load_cpus=$(python3 -c 'import os, sys
+cpus = sorted(os.sched_getaffinity(0))
+gw = int(sys.argv[1]) if sys.argv[1].isdigit() else -1
+print(",".join(map(str, (c for c in cpus if c != gw))) if gw in cpus and len(cpus) > 1 else "")' "$GATEWAY_CPU")
+	if [ -z "$load_cpus" ]; then
+		echo "bench/compare.sh: GATEWAY_CPU=$GATEWAY_CPU is not one of this process's CPUs ($all_cpus), or no other is left for the load; the loaded runs are unpinned" >&2
+		GATEWAY_CPU=none load_cpus=none
+	fi
 fi
 
 say "starting the mock and the gateways"
@@ -394,5 +425,5 @@ for peer in "${peers[@]}"; do
 done
 
 python3 "$HERE/report.py" "$work" "$OUT" "$ROUNDS" "$DURATION" "$(nproc)" \
-	"$STREAM_TOKENS" "$C1_CPU" "${peers[@]}" | tee "$OUT/compare.md"
+	"$STREAM_TOKENS" "$C1_CPU" "$GATEWAY_CPU:$load_cpus" "${peers[@]}" | tee "$OUT/compare.md"
 echo "results in $OUT: compare.md, compare.json, compare.svg" >&2

@@ -1999,14 +1999,31 @@ static void on_sighup(uv_signal_t *h, int signum)
 	start_reload(app);
 }
 
+static void on_log_turn(uv_prepare_t *h)
+{
+	(void)h;
+	sl_log_flush();
+}
+
 static void run_loop_to_end(struct sl_app *app)
 {
+	/*
+	 * Log lines wait for the end of the loop's turn (log.h, Holding). The
+	 * handle runs before each wait for I/O, and does not by itself keep
+	 * the loop running.
+	 */
+	uv_prepare_init(&app->loop, &app->log_turn);
+	uv_prepare_start(&app->log_turn, on_log_turn);
+	uv_unref((uv_handle_t *)&app->log_turn);
+	sl_log_hold(true);
 	uv_run(&app->loop, UV_RUN_DEFAULT);
 	/* The signal handles were unref'd, not closed: close them now. */
 	uv_close((uv_handle_t *)&app->sigint, NULL);
 	uv_close((uv_handle_t *)&app->sigterm, NULL);
 	uv_close((uv_handle_t *)&app->sighup, NULL);
+	uv_close((uv_handle_t *)&app->log_turn, NULL);
 	uv_run(&app->loop, UV_RUN_DEFAULT);
+	sl_log_hold(false);
 	if (uv_loop_close(&app->loop) != 0)
 		sl_warn("a libuv handle was left open at exit");
 }

@@ -1,6 +1,8 @@
 /* common.c: error texts, clocks and allocation that cannot fail. */
 #include "sluice/common.h"
 
+#include "sluice/log.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +35,7 @@ uint64_t sl_now_ms(void)
 
 SL_NORETURN static void out_of_memory(size_t size)
 {
+	sl_log_flush(); /* the lines held before it, in order */
 	fprintf(stderr, "sluice: out of memory allocating %zu bytes\n", size);
 	abort();
 }

@@ -61,7 +61,7 @@ static void format_timestamp(char *buf, size_t size)
 }
 
 /* One write(2), retried only for signals and short writes. */
-static void write_line(const char *line, size_t len)
+static void write_out(const char *line, size_t len)
 {
 	while (len > 0) {
 		ssize_t n = write(STDERR_FILENO, line, len);
@@ -73,6 +73,61 @@ static void write_line(const char *line, size_t len)
 		line += n;
 		len -= (size_t)n;
 	}
+}
+
+/*
+ * Held lines (log.h, "Holding"): whole lines, in the order logged. The
+ * process that began holding is remembered, so that a forked child that
+ * exits does not write its copy of the parent's lines.
+ */
+static char held[SL_LOG_HOLD_MAX];
+static size_t held_len;
+static bool holding;
+static pid_t holder;
+
+void sl_log_flush(void)
+{
+	if (held_len == 0)
+		return;
+	write_out(held, held_len);
+	held_len = 0;
+}
+
+static void flush_at_exit(void)
+{
+	if (getpid() == holder)
+		sl_log_flush();
+}
+
+void sl_log_hold(bool on)
+{
+	static bool registered;
+	if (!on)
+		sl_log_flush();
+	holding = on;
+	if (on) {
+		holder = getpid();
+		/* An exit() between two turns still writes what was held. */
+		if (!registered)
+			registered = atexit(flush_at_exit) == 0;
+	}
+}
+
+/* A whole line: written now, or held; a full buffer is written first. */
+static void write_line(const char *line, size_t len)
+{
+	if (!holding) {
+		write_out(line, len);
+		return;
+	}
+	if (len > sizeof(held) - held_len)
+		sl_log_flush();
+	if (len > sizeof(held)) {
+		write_out(line, len);
+		return;
+	}
+	memcpy(held + held_len, line, len);
+	held_len += len;
 }
 
 /* JSON wants UTF-8; relayed child output may not be. */

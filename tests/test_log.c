@@ -110,11 +110,76 @@ static void test_overlong(void)
 	ASSERT_STR_EQ(text + strlen(text) - 6, "xx...\n");
 }
 
+/* The bytes written to `f` so far, read back from its start (static). */
+static const char *written(FILE *f, size_t *len)
+{
+	static char out[3 * SL_LOG_HOLD_MAX];
+	fflush(f);
+	rewind(f);
+	*len = fread(out, 1, sizeof(out) - 1, f);
+	out[*len] = '\0';
+	return out;
+}
+
+/* Newlines in s: whole lines written. */
+static size_t lines_in(const char *s)
+{
+	size_t n = 0;
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+/*
+ * Holding: nothing reaches standard error until a flush, then every held
+ * line in order; a line that no longer fits writes the held ones first,
+ * whole; holding off writes the rest.
+ */
+static void test_held_until_flushed(void)
+{
+	FILE *tmp = tmpfile();
+	ASSERT(tmp);
+	int saved = dup(STDERR_FILENO);
+	ASSERT(saved >= 0);
+	ASSERT(dup2(fileno(tmp), STDERR_FILENO) >= 0);
+	sl_log_setup(SL_LOG_INFO, SL_LOG_TEXT);
+	sl_log_hold(true);
+	size_t len;
+	sl_info("first");
+	sl_info("second");
+	ASSERT_EQ(written(tmp, &len)[0], '\0');
+	sl_log_flush();
+	const char *out = written(tmp, &len);
+	ASSERT_EQ(lines_in(out), 2);
+	ASSERT_CONTAINS(out, "info  first\n");
+	ASSERT(strstr(out, "first") < strstr(out, "second"));
+	/* More than the buffer holds: whole lines leave, the rest wait. */
+	char msg[1000];
+	memset(msg, 'x', sizeof(msg) - 1);
+	msg[sizeof(msg) - 1] = '\0';
+	size_t n = 3 * SL_LOG_HOLD_MAX / sizeof(msg) / 2;
+	for (size_t i = 0; i < n; i++)
+		sl_info("%zu %s", i, msg);
+	out = written(tmp, &len);
+	ASSERT(lines_in(out) > 2 && lines_in(out) < 2 + n);
+	ASSERT_EQ(out[len - 1], '\n');
+	sl_log_hold(false);
+	out = written(tmp, &len);
+	ASSERT_EQ(lines_in(out), 2 + n);
+	/* Not holding: each line at once. */
+	sl_info("last");
+	ASSERT_CONTAINS(written(tmp, &len), "info  last\n");
+	ASSERT(dup2(saved, STDERR_FILENO) >= 0);
+	close(saved);
+	fclose(tmp);
+}
+
 int main(void)
 {
 	RUN(test_text_plain_and_quoted);
 	RUN(test_json_line_reads_back);
 	RUN(test_not_utf8_dropped);
 	RUN(test_overlong);
+	RUN(test_held_until_flushed);
 	return 0;
 }

@@ -216,9 +216,10 @@ def svg_plot(path, peers, med, footer):
 
 
 def main():
-    work, out, rounds, duration, cores, tokens, c1_cpu = sys.argv[1:8]
+    work, out, rounds, duration, cores, tokens, c1_cpu, split = sys.argv[1:9]
     rounds, tokens = int(rounds), int(tokens)
-    peers = [p for p in ORDER if p in sys.argv[8:]]
+    gateway_cpu, load_cpus = split.split(":", 1)
+    peers = [p for p in ORDER if p in sys.argv[9:]]
     problems = []
     per_round = {p: [one_round(work, r, p, tokens, problems) for r in range(1, rounds + 1)]
                  for p in peers}
@@ -290,11 +291,16 @@ def main():
                 diff(p, "ttft_p50_ms_s32", "{:+.2f} ms".format),
                 diff(p, "ttft_p50_ms_s1", "{:+.2f} ms".format)))
 
+    if gateway_cpu == "none":
+        placed = ("Load generator (wrk, sluice-bench), gateway and mock share this "
+                  "machine's %s cores; nothing is pinned but at c=1 (below), so the "
+                  "figures include their competition for CPU." % cores)
+    else:
+        placed = ("At c=32 the gateway runs alone on CPU %s, the load generator (wrk, "
+                  "sluice-bench) and the mock on CPU %s (direct: the mock on CPU %s); "
+                  "streams at c=1 are unpinned." % (gateway_cpu, load_cpus, gateway_cpu))
     notes = ["", "%d round(s), each measuring every path in turn; %s s per run; ranges "
-             "are the lowest and highest of the rounds. Load generator (wrk, "
-             "sluice-bench), gateway and mock share this machine's %s cores; nothing "
-             "is pinned but at c=1 (below), so the figures include their competition "
-             "for CPU." % (rounds, duration, cores)]
+             "are the lowest and highest of the rounds. %s" % (rounds, duration, placed)]
     pinned = ("with wrk, the gateway and the mock all on CPU %s (unpinned, which vCPU "
               "each wakeup lands on moves the mock's own p50 between about 11 and 75 µs "
               "from run to run)" % c1_cpu if c1_cpu != "none" else "unpinned")
@@ -326,7 +332,8 @@ def main():
     sys.stdout.write(report)
     with open(os.path.join(out, "compare.json"), "w") as f:
         json.dump({"rounds": rounds, "duration_s": float(duration), "cores": int(cores),
-                   "c1_cpu": c1_cpu,
+                   "c1_cpu": c1_cpu, "gateway_cpu": gateway_cpu,
+                   "load_cpus": load_cpus,
                    "peers": {p: {"label": LABELS[p], "rounds": per_round[p], "median": med[p]}
                              for p in peers},
                    "skipped": skipped, "versions": versions, "errors": problems},

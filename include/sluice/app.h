@@ -167,6 +167,8 @@ struct sl_app {
 	/* Streams waiting out --stream-coalesce, and its timer (proxy.c). */
 	struct exchange *coalesced;
 	uv_timer_t coalesce_timer;
+	/* Writes the log's held lines once per turn of the loop (log.h). */
+	uv_prepare_t log_turn;
 	/*
 	 * --stream-upstream auto: until when (uv_now) plain answers are asked
 	 * for as streams, SL_STREAM_UPSTREAM_WINDOW_S after a client last
