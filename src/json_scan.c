@@ -280,6 +280,20 @@ static bool is_key(const char *name, size_t n, const struct sl_jscan_key *keys,
 	return false;
 }
 
+/*
+ * Where the value of a member whose name ends at key_end starts: past
+ * the colon and the whitespace around it; 0 when there is none (a value
+ * never starts the text).
+ */
+static size_t value_at(const char *text, size_t len, size_t key_end)
+{
+	size_t i = skip_space(text, len, key_end);
+	if (i == len || text[i] != ':')
+		return 0;
+	i = skip_space(text, len, i + 1);
+	return i == len ? 0 : i;
+}
+
 /* A string's or a primitive's token, for the value at text[*at]. */
 static bool leaf(struct sl_jscan *s, unsigned *room, unsigned max_tokens,
                  size_t *at, int parent)
@@ -358,11 +372,8 @@ static bool walk(struct sl_jscan *s, unsigned *room, unsigned max_tokens,
 			                      .size = 1,
 			                      .parent = self}))
 				return false;
-			i = skip_space(text, len, key_end);
-			if (i == len || text[i] != ':')
-				return false;
-			i = skip_space(text, len, i + 1);
-			if (i == len)
+			i = value_at(text, len, key_end);
+			if (i == 0)
 				return false;
 		}
 		bool nested = text[i] == '{' || text[i] == '[';
@@ -409,6 +420,44 @@ int sl_jscan_parse_shallow(struct sl_jscan *s, const char *text, size_t len,
 	}
 	poison_rest(s);
 	return 0;
+}
+
+bool sl_jscan_leading_member(const char *text, size_t len,
+                             const struct sl_jscan_key *key, size_t *start,
+                             size_t *end)
+{
+	size_t i = skip_space(text, len, 0);
+	if (i == len || text[i] != '{')
+		return false;
+	i = skip_space(text, len, i + 1);
+	while (i < len && text[i] == '"') {
+		size_t key_end = skim_string(text, len, i);
+		if (key_end == 0)
+			return false;
+		bool wanted = is_key(text + i + 1, key_end - i - 2, key, 1);
+		i = value_at(text, len, key_end);
+		if (i == 0)
+			return false;
+		size_t value_end;
+		if (text[i] == '{' || text[i] == '[')
+			value_end = skim_container(text, len, i);
+		else if (text[i] == '"')
+			value_end = skim_string(text, len, i);
+		else /* a number the bytes end in may go on past them */
+			value_end = skim_primitive(text, len, i);
+		if (value_end == 0 || value_end == len)
+			return false;
+		if (wanted) {
+			*start = i;
+			*end = value_end;
+			return true;
+		}
+		i = skip_space(text, len, value_end);
+		if (i == len || text[i] != ',')
+			return false;
+		i = skip_space(text, len, i + 1);
+	}
+	return false;
 }
 
 void sl_jscan_restore(struct sl_jscan *s, const char *text, size_t len,

@@ -197,7 +197,8 @@ struct exchange {
 	struct {
 		char *p;
 		size_t len, cap;
-		bool over; /* past the bound: dropped, not counted */
+		bool over;   /* past the bound: dropped, not counted */
+		bool prefix; /* only its start (SL_PROXY_USAGE_PREFIX_MAX) */
 	} kept;
 	bool ended;   /* the stream's end went out as it should */
 	bool gave_up; /* sluice stopped relaying: the transfer must stop too */
@@ -1093,7 +1094,14 @@ static bool start_response(struct exchange *x)
 	}
 	x->mode = MODE_BODY;
 	x->head_sent = true;
-	x->keep = status == 200 && x->ep->stream_end != SL_END_NONE;
+	/*
+	 * A generation's answer is kept whole for its counts; that of another
+	 * slot user (embeddings, rerank) only in part, for the usage that
+	 * leads its vectors or results.
+	 */
+	x->keep = status == 200 &&
+	          (x->ep->stream_end != SL_END_NONE || x->ep->scheduled);
+	x->kept.prefix = x->ep->stream_end == SL_END_NONE;
 	if (status >= 400)
 		x->req->info.outcome = "failed"; /* llama-server said no */
 	char *extra = response_extras(x, x->sched_headers);
@@ -1126,6 +1134,10 @@ static void keep_answer(struct exchange *x, const char *data, size_t len)
 {
 	if (!x->keep || x->kept.over)
 		return;
+	if (x->kept.prefix)
+		len = SL_MIN(len, SL_PROXY_USAGE_PREFIX_MAX - x->kept.len);
+	if (len == 0)
+		return;
 	if (len > SL_PROXY_ANSWER_KEEP_MAX - x->kept.len) {
 		sl_debug("%s: answer past %u bytes: its tokens go uncounted",
 		         x->id, SL_PROXY_ANSWER_KEEP_MAX);
@@ -1148,6 +1160,29 @@ static void keep_answer(struct exchange *x, const char *data, size_t len)
 }
 
 /*
+ * The prompt tokens of an answer kept in part (embeddings, rerank): the
+ * OpenAI forms' usage, which llama-server writes before the vectors or
+ * results. Its native /embedding answer has none, and goes uncounted.
+ */
+static void count_leading_usage(struct exchange *x)
+{
+	static const struct sl_jscan_key usage = SL_JSCAN_KEY("usage");
+	size_t start, end;
+	if (!sl_jscan_leading_member(x->kept.p, x->kept.len, &usage, &start,
+	                             &end))
+		return;
+	struct sl_jscan s;
+	if (sl_jscan_parse(&s, x->kept.p + start, end - start,
+	                   (unsigned)(end - start) + 1) == 0) {
+		long n = sl_jscan_small_uint(
+		    &s, sl_jscan_get(&s, 0, "prompt_tokens"));
+		if (n > 0)
+			x->prompt_tokens = (uint64_t)n;
+	}
+	sl_jscan_free(&s);
+}
+
+/*
  * A relayed plain answer's token counts: its usage (OpenAI, Anthropic,
  * Responses) or tokens_predicted and tokens_evaluated (native), read as
  * from a stream's last event. A native answer to several prompts (an
@@ -1157,6 +1192,10 @@ static void count_answer(struct exchange *x)
 {
 	if (!x->keep || x->kept.over)
 		return;
+	if (x->kept.prefix) {
+		count_leading_usage(x);
+		return;
+	}
 	struct sl_jscan s;
 	struct sl_event_facts f;
 	sl_event_scan_answer(&s, x->kept.p, x->kept.len, dialect_of(x), &f);
@@ -1333,7 +1372,7 @@ static void reset_for_retry(struct exchange *x)
 	free(x->kept.p);
 	x->kept.p = NULL;
 	x->kept.len = x->kept.cap = 0;
-	x->kept.over = x->keep = false;
+	x->kept.over = x->kept.prefix = x->keep = false;
 	json_decref(x->final);
 	x->final = NULL;
 	x->mode = MODE_WAITING;

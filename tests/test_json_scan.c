@@ -511,6 +511,57 @@ static void test_shallow_limit(void)
 	sl_jscan_free(&s);
 }
 
+/* The value of `key` read from the first n bytes of text, as "" if none. */
+static const char *leading(const char *text, size_t n, const char *key)
+{
+	static char out[256];
+	struct sl_jscan_key k = {key, strlen(key)};
+	size_t start, end;
+	if (!sl_jscan_leading_member(text, n, &k, &start, &end))
+		return "";
+	ASSERT(end > start && end <= n && end - start < sizeof(out));
+	memcpy(out, text + start, end - start);
+	out[end - start] = '\0';
+	return out;
+}
+
+static void test_leading_member(void)
+{
+	const char *doc =
+	    "{\"model\":\"m\",\"object\":\"list\", "
+	    "\"usage\" : {\"prompt_tokens\":12,\"total_tokens\":12},"
+	    "\"data\":[{\"usage\":1,\"e\":[0.1,-2e-3]}]}";
+	size_t n = strlen(doc);
+	const char *usage = "{\"prompt_tokens\":12,\"total_tokens\":12}";
+	ASSERT_STR_EQ(leading(doc, n, "usage"), usage);
+	ASSERT_STR_EQ(leading(doc, n, "model"), "\"m\"");
+	ASSERT_STR_EQ(leading(doc, n, "data"),
+	              "[{\"usage\":1,\"e\":[0.1,-2e-3]}]");
+	/* Members inside values are not the object's own. */
+	ASSERT_STR_EQ(leading(doc, n, "e"), "");
+	ASSERT_STR_EQ(leading(doc, n, "missing"), "");
+	/* Only the start of the document: what lies whole within it. */
+	size_t usage_end = (size_t)(strstr(doc, usage) - doc) + strlen(usage);
+	ASSERT_STR_EQ(leading(doc, usage_end + 1, "usage"), usage);
+	ASSERT_STR_EQ(leading(doc, usage_end, "usage"), "");
+	ASSERT_STR_EQ(leading(doc, usage_end - 1, "usage"), "");
+	ASSERT_STR_EQ(leading(doc, usage_end + 10, "data"), "");
+	/* A number the bytes end in may go on past them. */
+	ASSERT_STR_EQ(leading("{\"n\":12", 7, "n"), "");
+	ASSERT_STR_EQ(leading("{\"n\":12}", 8, "n"), "12");
+	/* Quotes and brackets inside strings are skipped as text. */
+	const char *tricky =
+	    "{\"a\":\"x\\\"}],\\\\\",\"b\":[\"]\",{}],\"c\":true}";
+	ASSERT_STR_EQ(leading(tricky, strlen(tricky), "b"), "[\"]\",{}]");
+	ASSERT_STR_EQ(leading(tricky, strlen(tricky), "c"), "true");
+	/* Not an object's members. */
+	ASSERT_STR_EQ(leading("[1,2]", 5, "a"), "");
+	const char *no_colon = "{\"a\" 1}", *no_comma = "{\"a\":1 \"b\":2}";
+	ASSERT_STR_EQ(leading(no_colon, strlen(no_colon), "a"), "");
+	ASSERT_STR_EQ(leading(no_comma, strlen(no_comma), "b"), "");
+	ASSERT_STR_EQ(leading("", 0, "a"), "");
+}
+
 int main(void)
 {
 	RUN(test_objects_and_arrays);
@@ -527,5 +578,6 @@ int main(void)
 	RUN(test_shallow);
 	RUN(test_shallow_refusals);
 	RUN(test_shallow_limit);
+	RUN(test_leading_member);
 	return 0;
 }

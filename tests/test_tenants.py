@@ -296,6 +296,48 @@ class Tenants(st.TestCase):
         self.assertEqual(r.status, 401)
 
 
+    def test_embeddings_and_rerank_charge_their_prompt_tokens(self):
+        # Their answers carry a usage ahead of the vectors or results: the
+        # prompt tokens in it are the tenant's, in /v1/usage and against
+        # its tokens per minute, however long the answer runs.
+        ls = self.llama_server(st.MODEL_TINY, slots=2, ctx=1024,
+                               extra=("--embeddings", "--reranking"))
+        tpm = 100
+        self.config = os.path.join(self.tmp, "sluice.yaml")
+        with open(self.config, "w") as f:
+            f.write(keys_yaml({"emb": {"secret": "sk-e", "tpm": tpm},
+                               "free": {"secret": "sk-f"}}))
+        s = self.sluice("--config", self.config, "--upstream", ls.url,
+                        "--admin-key", ADMIN)
+        many = ["text number %d of many" % i for i in range(40)]
+        asked = [("/v1/embeddings", {"input": "hello there"}),
+                 ("/v1/rerank", {"query": "a b", "documents": ["c", "d e"]}),
+                 ("/v1/embeddings", {"input": many})]
+        used = []
+        for path, body in asked:
+            r = s.post(path, body, headers=bearer("sk-e"))
+            self.assertEqual(r.status, 200, (path, r.body[:300]))
+            used.append(r.json()["usage"]["prompt_tokens"])
+        # The last answer runs past the first bytes kept: its usage leads.
+        self.assertGreater(len(r.body), 4096)
+        self.assertLess(sum(used[:-1]), tpm)
+        self.assertGreater(sum(used), tpm)
+        # Past its tokens per minute, the key's next request is refused.
+        r = s.post("/v1/embeddings", {"input": "one more"},
+                   headers=bearer("sk-e"))
+        self.assertEqual(r.status, 429, r.body[:300])
+        self.assertEqual(r.json()["error"]["type"], "tokens")
+        mine = self.usage(s)["emb"]
+        self.assertEqual(mine["requests"], len(asked))
+        self.assertEqual(mine["prompt_tokens"], sum(used))
+        self.assertEqual(mine["completion_tokens"], 0)
+        # The native /embedding answer has no usage: a request, no tokens.
+        r = s.post("/embedding", {"content": "hi"}, headers=bearer("sk-f"))
+        self.assertEqual(r.status, 200, r.body[:300])
+        self.assertNotIn(b"usage", r.body)
+        free = self.usage(s)["free"]
+        self.assertEqual((free["requests"], free["prompt_tokens"]), (1, 0))
+
     def test_api_keys_keep_working_and_every_queued_answer_says_its_priority(
             self):
         s = self.start({"batchy": {"secret": "sk-b", "max-priority": "batch",

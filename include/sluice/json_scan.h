@@ -99,6 +99,20 @@ int sl_jscan_parse_shallow(struct sl_jscan *s, const char *text, size_t len,
                            unsigned max_tokens);
 
 /*
+ * The value of the member named `key` (as written) of the object that
+ * `text` opens, read from the first `len` bytes of a document that may go
+ * on past them: a long answer of which only the start was kept. The
+ * members are read in order, each value skipped whole as the shallow scan
+ * skips it, until `key`; true, with the value's extent (a string's quotes
+ * included) in [*start, *end), when that member and its whole value lie
+ * within the bytes; false when they end first, or stop being an object's
+ * members.
+ */
+bool sl_jscan_leading_member(const char *text, size_t len,
+                             const struct sl_jscan_key *key, size_t *start,
+                             size_t *end);
+
+/*
  * Makes `s` the scan of `len` bytes of `text` that sl_jscan_parse() gave
  * as the `n` tokens `tok` (copied here): for text kept from an earlier
  * scan, whose bytes give the same tokens, without a second pass.

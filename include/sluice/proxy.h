@@ -92,6 +92,12 @@ extern const struct sl_endpoint sl_proxy_ui_endpoint;
  */
 #define SL_PROXY_ANSWER_KEEP_MAX (256u * 1024)
 #define SL_PROXY_ANSWER_KEEP_MIN 2048u
+/*
+ * Of a plain answer that is not a generation's (embeddings, rerank), only
+ * the first bytes are kept: the OpenAI forms put their usage before the
+ * vectors or results, which can run to megabytes.
+ */
+#define SL_PROXY_USAGE_PREFIX_MAX 4096u
 /* One relayed header's value, at most: longer ones are dropped. */
 #define SL_PROXY_PASSED_VALUE_MAX 4096u
 /*
