@@ -350,11 +350,11 @@ static const struct option_def options[] = {
 	 NULL},
 	{"stream-coalesce", "SLUICE_STREAM_COALESCE", "DURATION", OPT_DURATION,
 	 FIELD(stream_coalesce_ms), "1ms", 0, 100, NULL,
-	 "while a stream's tokens come faster than this, sluice reads them "
-	 "from llama-server once per this long and relays those that came in "
-	 "one write, which saves wakeups where the model needs every core; a "
-	 "token waits up to about twice this long (the loop's timers count "
-	 "whole milliseconds), the first and the stream's end not at all; 0 "
+	 "while a stream's tokens come about once per this long or faster, "
+	 "sluice reads them from llama-server once per this long and relays "
+	 "those that came in one write, which saves wakeups where the model "
+	 "needs every core; a token waits up to about twice this long (the "
+	 "loop's timers count whole milliseconds), the first not at all; 0 "
 	 "relays each token as it comes",
 	 NULL},
 	{"ui", "SLUICE_UI", "on|off", OPT_SWITCH, FIELD(ui), "off", 0, 0,

@@ -14,6 +14,7 @@
 #include "sluice/common.h"
 #include "sluice/log.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1254,6 +1255,29 @@ void sl_h1_resume(struct sl_h1_request *r)
 	r->paused = false;
 	if (r->conn && r->conn->state == CONN_BUSY)
 		read_on(r->conn, true);
+}
+
+enum sl_h1_read sl_h1_read_paused(struct sl_h1_request *r)
+{
+	struct sl_h1_conn *c = r->conn;
+	uv_os_fd_t fd;
+	if (!r->paused || !c || c->state != CONN_BUSY || c->reading ||
+	    uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
+		return SL_H1_READ_NONE;
+	ssize_t n;
+	do
+		n = recv(fd, c->in, sizeof(c->in), MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return SL_H1_READ_NOTHING;
+	/* As libuv would have delivered it: 0 is the peer's close. */
+	uv_buf_t buf = uv_buf_init(c->in, sizeof(c->in));
+	on_read((uv_stream_t *)&c->tcp,
+	        n > 0    ? n
+	        : n == 0 ? UV_EOF
+	                 : uv_translate_sys_error(errno),
+	        &buf);
+	return SL_H1_READ_DONE;
 }
 
 void sl_h1_request_free(struct sl_h1_request *r)

@@ -91,13 +91,15 @@ struct exchange {
 	struct sl_app *app;
 	struct exchange *prev, *next; /* the app's list */
 	/*
-	 * Coalescing (--stream-coalesce): while tokens come faster than the
-	 * window, the transfer's reading waits out the window after each read
-	 * that relayed an event, on the app's list (co_prev, co_next) and its
-	 * one timer, so that the next read takes several events at once.
+	 * Coalescing (--stream-coalesce): while tokens come about as fast as
+	 * the window or faster, the transfer stays paused on the app's list
+	 * (co_prev, co_next), and each tick of the app's one timer reads it
+	 * once (sl_h1_read_paused), taking what came since at once.
 	 */
 	struct exchange *co_prev, *co_next;
+	uint64_t co_tick; /* the tick that put it on the list */
 	bool coalesced;
+	bool tick_read; /* the read being scanned is a tick's */
 	/* In the read being scanned: plain token events, and other events. */
 	unsigned read_tokens, read_others;
 	uint64_t read_end_ns;        /* when the last read of tokens ended */
@@ -256,6 +258,8 @@ static void coalesce_unlink(struct exchange *x)
 		x->app->coalesced = x->co_next;
 	if (x->co_next)
 		x->co_next->co_prev = x->co_prev;
+	else
+		x->app->coalesced_last = x->co_prev;
 	x->co_prev = x->co_next = NULL;
 }
 
@@ -1349,6 +1353,7 @@ static void reset_for_retry(struct exchange *x)
 {
 	coalesce_unlink(x);
 	x->read_tokens = x->read_others = 0;
+	x->tick_read = false;
 	x->read_end_ns = 0;
 	sl_curl_easy_done(&x->app->curl, x->transfer.easy);
 	x->transfer.easy = NULL;
@@ -1573,63 +1578,98 @@ static int on_native_body(struct sl_h1_request *r, const char *data, size_t len)
 }
 
 /*
- * The native client's read is done: what was held of it is written, and
- * reading stops if the client has fallen behind.
+ * A tick of the coalescing timer: each stream that was on the list before
+ * it is read once, in the order they came. What a read relays decides, in
+ * maybe_coalesce(), whether the stream waits for the next tick (put back
+ * at the list's end with this tick's number, so this loop stops before
+ * it). A stream with nothing to read is slower than the window: it is
+ * watched again, as are the streams paused for their client.
  */
-/* The coalescing window is over: every transfer waiting on it reads on. */
 static void on_coalesce_timer(uv_timer_t *t)
 {
 	struct sl_app *app = t->data;
+	uint64_t tick = ++app->coalesce_tick;
 	struct exchange *x;
-	while ((x = app->coalesced) != NULL) {
+	while ((x = app->coalesced) != NULL && x->co_tick != tick) {
 		coalesce_unlink(x);
-		if (!x->paused && transfer_active(x))
+		if (x->paused || !transfer_active(x))
+			continue; /* transfer_resume() reads on */
+		x->tick_read = true;
+		if (sl_h1_read_paused(&x->h1) != SL_H1_READ_DONE) {
+			x->tick_read = false;
 			sl_h1_resume(&x->h1);
+		}
+		/* Read: x may be over now, and is not touched again. */
 	}
+	if (app->coalesced)
+		uv_timer_start(&app->coalesce_timer, on_coalesce_timer,
+		               app->cfg->stream_coalesce_ms, 0);
 }
 
 /*
- * After a read of a stream: whether its transfer waits out the coalescing
- * window before reading again. Only after a read of plain tokens alone,
- * and only while they come at more than two per window (two or more in the
- * read, or the read within half a window of the last): a wait gathers
- * several then, where at a slower pace it would only add a wakeup (four
- * streams sharing a llama-server's steps come about one per window each,
- * and their reads already come together), and a stream at a human pace is
- * never held. Any other event (the first, with the role; the
- * finish, the usage; an error) is followed by no wait: the end of the
- * stream, and the slot it frees, come as soon as llama-server sends them.
- * Nor is a stream held while requests for its model wait in the queue: the
- * end of a generation could come during the wait, and its slot would then
- * sit idle until the wait is over.
+ * After a read of a stream: whether its transfer stays paused until the
+ * coalescing timer's next tick, which reads it then. Only after a read of
+ * plain tokens alone, and only while they come about as fast as the
+ * window or faster (two or more in the read, or the read within two
+ * windows of the last; a tick's read that found any). A stream at a
+ * human pace is never held, and one that slows down is watched again.
+ * Held streams cost one wakeup per tick between them, and no system call
+ * beyond their reads and writes: the first hold leaves a socket that
+ * libuv drops from epoll at its next arrival, and it stays dropped while
+ * ticks read it. Any other event (the first, with the role; the finish,
+ * the usage; an error) is followed by no wait: the end of the stream,
+ * and the slot it frees, come as soon as llama-server sends them. Nor is
+ * a stream held while requests for its model wait in the queue: the end
+ * of a generation could come during the wait, and its slot would then sit
+ * idle until the wait is over.
  */
-static void maybe_coalesce(struct exchange *x)
+static bool holds(struct exchange *x, unsigned tokens, unsigned others,
+                  bool tick_read)
 {
-	unsigned tokens = x->read_tokens, others = x->read_others;
-	x->read_tokens = x->read_others = 0;
 	uint64_t window_ms = x->app->cfg->stream_coalesce_ms;
 	if (tokens == 0 || others > 0 || window_ms == 0 ||
 	    x->mode != MODE_SSE || !x->req || x->ended || x->gave_up ||
 	    x->paused || x->coalesced || !transfer_active(x) ||
 	    sl_sched_depth(&x->model->sched) > 0)
-		return;
+		return false;
 	uint64_t now = sl_now_ns(), last = x->read_end_ns;
 	x->read_end_ns = now;
-	if (tokens < 2 && (last == 0 || now - last >= window_ms * 500000))
+	return tick_read || tokens >= 2 ||
+	       (last != 0 && now - last < window_ms * 2000000);
+}
+
+static void maybe_coalesce(struct exchange *x)
+{
+	unsigned tokens = x->read_tokens, others = x->read_others;
+	bool tick_read = x->tick_read;
+	x->read_tokens = x->read_others = 0;
+	x->tick_read = false;
+	if (!holds(x, tokens, others, tick_read)) {
+		/* Read by a tick, and not held again: watched from now on. */
+		if (tick_read && !x->paused && transfer_active(x))
+			sl_h1_resume(&x->h1);
 		return;
+	}
 	struct sl_app *app = x->app;
 	x->coalesced = true;
-	x->co_prev = NULL;
-	x->co_next = app->coalesced;
-	if (app->coalesced)
-		app->coalesced->co_prev = x;
-	app->coalesced = x;
+	x->co_tick = app->coalesce_tick;
+	x->co_next = NULL;
+	x->co_prev = app->coalesced_last;
+	if (app->coalesced_last)
+		app->coalesced_last->co_next = x;
+	else
+		app->coalesced = x;
+	app->coalesced_last = x;
 	sl_h1_pause(&x->h1);
 	if (!uv_is_active((uv_handle_t *)&app->coalesce_timer))
 		uv_timer_start(&app->coalesce_timer, on_coalesce_timer,
-		               window_ms, 0);
+		               app->cfg->stream_coalesce_ms, 0);
 }
 
+/*
+ * The native client's read is done: what was held of it is written, and
+ * reading stops if the client has fallen behind.
+ */
 static void on_native_read_end(struct sl_h1_request *r)
 {
 	struct exchange *x = r->data;

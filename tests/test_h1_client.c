@@ -637,8 +637,44 @@ static void test_fresh_connection_closed_is_nothing(void)
 	teardown();
 }
 
-/* Closed midway: partial, not a whole answer. */
-static void test_partial(void)
+/*
+ * Reads a paused call by sl_h1_read_paused() alone until it is done, and
+ * checks that every read after the pause came from those calls: the
+ * socket was not watched again.
+ */
+static void read_by_hand(struct call *c)
+{
+	run_until_count(&c->pieces, 1);
+	ASSERT(c->r.paused);
+	unsigned read_ends = c->read_ends, reads = 0;
+	uint64_t until = uv_now(&loop) + TEST_DEADLINE_MS;
+	while (!c->done) {
+		if (uv_now(&loop) > until)
+			TEST_FAIL("deadline passed");
+		unsigned pieces = c->pieces;
+		enum sl_h1_read got = sl_h1_read_paused(&c->r);
+		ASSERT(got != SL_H1_READ_NONE);
+		if (got == SL_H1_READ_NOTHING)
+			ASSERT_EQ(c->pieces, pieces);
+		else
+			reads++;
+		/* The server's writes, and nothing of the client's socket. */
+		uv_run(&loop, UV_RUN_NOWAIT);
+	}
+	ASSERT_EQ(c->done_calls, 1);
+	ASSERT(reads >= 1);
+	/* The last read ends the answer: it may make no read end of its own. */
+	ASSERT(c->read_ends - read_ends == reads ||
+	       c->read_ends - read_ends + 1 == reads);
+	/* Done: nothing is left to read. */
+	ASSERT_EQ(sl_h1_read_paused(&c->r), SL_H1_READ_NONE);
+}
+
+/*
+ * Closed midway: partial, not a whole answer. By hand, the read that
+ * finds the close is sl_h1_read_paused()'s.
+ */
+static void check_partial(bool by_hand)
 {
 	static const struct step script[] = {
 	    {REPLY_CLOSE, PLAIN(10) "only"},
@@ -646,12 +682,23 @@ static void test_partial(void)
 	setup(script, 1);
 	struct call c;
 	call_init(&c, "GET", "/");
-	run_call(&c);
+	if (by_hand) {
+		c.pause_at_body = true;
+		ASSERT_EQ(sl_h1_start(&client, &c.r, base_url, 4), 0);
+		read_by_hand(&c);
+	} else {
+		run_call(&c);
+	}
 	ASSERT_EQ(c.result, SL_H1_PARTIAL);
 	ASSERT_STR_EQ(c.body, "only");
 	ASSERT_CONTAINS(c.r.error, "before the end of its answer");
 	sl_h1_request_free(&c.r);
 	teardown();
+}
+
+static void test_partial(void)
+{
+	check_partial(false);
 }
 
 static void test_refused(void)
@@ -793,14 +840,20 @@ static void resume_soon(uv_timer_t *t)
 }
 
 /* Paused after the first piece, the rest comes after the resume. */
-static void test_pause_resume(void)
+/* An answer of 100 KiB, which takes several reads. */
+static const char *big_answer(void)
 {
 	static char answer[128 * 1024];
 	int n = snprintf(answer, sizeof(answer),
 	                 "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n",
 	                 100 * 1024);
 	memset(answer + n, 'x', 100 * 1024);
-	const struct step script[] = {{REPLY, answer}};
+	return answer;
+}
+
+static void test_pause_resume(void)
+{
+	const struct step script[] = {{REPLY, big_answer()}};
 	setup(script, 1);
 	struct call c;
 	call_init(&c, "GET", "/");
@@ -821,6 +874,30 @@ static void test_pause_resume(void)
 	ASSERT_EQ(c.pieces_read_end, c.pieces_at_done);
 	sl_h1_request_free(&c.r);
 	teardown();
+}
+
+/* A paused answer read by hand, without its socket watched, to its end. */
+static void test_read_paused(void)
+{
+	const struct step script[] = {{REPLY, big_answer()}};
+	setup(script, 1);
+	struct call c;
+	call_init(&c, "GET", "/");
+	/* Not paused: nothing to read by hand. */
+	ASSERT_EQ(sl_h1_read_paused(&c.r), SL_H1_READ_NONE);
+	c.pause_at_body = true;
+	ASSERT_EQ(sl_h1_start(&client, &c.r, base_url, 4), 0);
+	read_by_hand(&c);
+	ASSERT_EQ(c.result, SL_H1_OK);
+	ASSERT_EQ(c.body_len, 100 * 1024);
+	ASSERT(c.pieces >= 2);
+	sl_h1_request_free(&c.r);
+	teardown();
+}
+
+static void test_read_paused_close(void)
+{
+	check_partial(true);
 }
 
 /* Beyond the pool's bound, requests wait for a connection. */
@@ -902,6 +979,8 @@ int main(void)
 	RUN(test_abort_mid_body);
 	RUN(test_stop);
 	RUN(test_pause_resume);
+	RUN(test_read_paused);
+	RUN(test_read_paused_close);
 	RUN(test_bound_and_queue);
 	RUN(test_name_resolved);
 	return 0;

@@ -454,6 +454,37 @@ class ThroughSluice(MockTestCase):
                     self.assertTrue(switched, s.output())
                 self.assertEqual(s.stop(), 0)
 
+    def check_cut_streams(self, s, n):
+        # Each path's stream through s: the first n tokens, exact, then
+        # sluice's error event in place of the end.
+        for path in PATHS:
+            with self.subTest(path=path, stream=True):
+                status, _, raw = read_stream(
+                    s.port, path, body_for(path, None, True),
+                    by_event=True)
+                self.assertEqual(status, 200)
+                events = [st.sse_data(e) for e in raw]
+                self.assertNotIn("[DONE]", events)
+                last = events[-1]
+                self.assertEqual(last["error"]["code"], 502)
+                self.assertEqual(last["error"]["type"], "server_error")
+                self.assertEqual("".join(st.delta_of(path, e)
+                                         for e in events[:-1]),
+                                 expected_text(n))
+
+    def test_close_mid_held_stream_gives_an_error_event(self):
+        # Tokens 2 ms apart and a window of 20 ms: the stream is held and
+        # read by the window's ticks, which read the mock's close too.
+        m, s = self.pair("--close-rate", "1", "--tokens", "60",
+                         "--token-delay-ms", "2",
+                         sluice_args=("--stream-coalesce", "20ms"))
+        self.check_cut_streams(s, 30)
+        # Held: the 30 tokens came in a handful of chunks.
+        status, _, got = read_stream(s.port, "/completion",
+                                     body_for("/completion", None, True))
+        self.assertEqual(status, 200)
+        self.assertLessEqual(len(got), 30 // 3, got)
+
     def test_close_mid_stream_gives_an_error_event(self):
         m, s = self.pair("--close-rate", "1", "--tokens", "10")
         # Straight from the mock: half the tokens, then the connection
@@ -475,20 +506,8 @@ class ThroughSluice(MockTestCase):
         self.assertEqual(c.buf, b"")
         c.close()
 
+        self.check_cut_streams(s, 5)
         for path in PATHS:
-            with self.subTest(path=path, stream=True):
-                status, _, raw = read_stream(
-                    s.port, path, body_for(path, None, True),
-                    by_event=True)
-                self.assertEqual(status, 200)
-                events = [st.sse_data(e) for e in raw]
-                self.assertNotIn("[DONE]", events)
-                last = events[-1]
-                self.assertEqual(last["error"]["code"], 502)
-                self.assertEqual(last["error"]["type"], "server_error")
-                self.assertEqual("".join(st.delta_of(path, e)
-                                         for e in events[:-1]),
-                                 expected_text(5))
             with self.subTest(path=path, stream=False):
                 r = s.post(path, body_for(path, None, False))
                 self.assertEqual(r.status, 502, r.body)

@@ -164,9 +164,13 @@ struct sl_app {
 	unsigned next_upstream; /* round-robin start among equals */
 	unsigned exchanges;     /* relayed requests not yet finished */
 	struct exchange *exchange_list; /* all of them (proxy.c) */
-	/* Streams waiting out --stream-coalesce, and its timer (proxy.c). */
-	struct exchange *coalesced;
+	/*
+	 * Streams waiting out --stream-coalesce, oldest first, and the timer
+	 * whose ticks read them (proxy.c); each tick numbers its own.
+	 */
+	struct exchange *coalesced, *coalesced_last;
 	uv_timer_t coalesce_timer;
+	uint64_t coalesce_tick;
 	/* Writes the log's held lines once per turn of the loop (log.h). */
 	uv_prepare_t log_turn;
 	/*

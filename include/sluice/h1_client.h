@@ -241,6 +241,22 @@ void sl_h1_abort(struct sl_h1_request *r);
 void sl_h1_pause(struct sl_h1_request *r);
 void sl_h1_resume(struct sl_h1_request *r);
 
+/*
+ * For a paused request: reads once what has come on its connection,
+ * without waiting and without watching the socket, and delivers it as a
+ * read would (on_headers, on_body, on_read_end, on_done). A caller that
+ * keeps a fast stream paused and reads it this way on its own timer wakes
+ * once per tick for all such streams, where a watched socket would wake
+ * the loop for each arrival (and resuming it would cost system calls to
+ * watch it again). Returns SL_H1_READ_NOTHING when nothing had come (r is
+ * untouched, still paused); SL_H1_READ_DONE when bytes, the end or an
+ * error were delivered: the callbacks may have ended and freed r, so the
+ * caller must not touch it unless it knows otherwise; SL_H1_READ_NONE
+ * when r is not paused on a connection that is reading an answer.
+ */
+enum sl_h1_read { SL_H1_READ_NONE, SL_H1_READ_NOTHING, SL_H1_READ_DONE };
+enum sl_h1_read sl_h1_read_paused(struct sl_h1_request *r);
+
 /* Frees what the response holds (content_type); r must be inactive. */
 void sl_h1_request_free(struct sl_h1_request *r);
 
