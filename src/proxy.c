@@ -99,7 +99,8 @@ struct exchange {
 	struct exchange *co_prev, *co_next;
 	uint64_t co_tick; /* the tick that put it on the list */
 	bool coalesced;
-	bool tick_read; /* the read being scanned is a tick's */
+	bool tick_read;  /* the read being scanned is a tick's */
+	bool tick_empty; /* the last tick found nothing to read */
 	/* In the read being scanned: plain token events, and other events. */
 	unsigned read_tokens, read_others;
 	uint64_t read_end_ns;        /* when the last read of tokens ended */
@@ -1353,7 +1354,7 @@ static void reset_for_retry(struct exchange *x)
 {
 	coalesce_unlink(x);
 	x->read_tokens = x->read_others = 0;
-	x->tick_read = false;
+	x->tick_read = x->tick_empty = false;
 	x->read_end_ns = 0;
 	sl_curl_easy_done(&x->app->curl, x->transfer.easy);
 	x->transfer.easy = NULL;
@@ -1577,13 +1578,18 @@ static int on_native_body(struct sl_h1_request *r, const char *data, size_t len)
 	return SL_H1_GO_ON;
 }
 
+static void coalesce_hold(struct exchange *x);
+
 /*
  * A tick of the coalescing timer: each stream that was on the list before
  * it is read once, in the order they came. What a read relays decides, in
  * maybe_coalesce(), whether the stream waits for the next tick (put back
  * at the list's end with this tick's number, so this loop stops before
- * it). A stream with nothing to read is slower than the window: it is
- * watched again, as are the streams paused for their client.
+ * it). A tick that finds nothing keeps the stream for one more: at about
+ * one token per window, ticks and tokens drift in and out of step, and an
+ * empty read costs less than watching the socket again and leaving it
+ * once more. A second empty tick in a row means the stream has slowed: it
+ * is watched again, as are the streams paused for their client.
  */
 static void on_coalesce_timer(uv_timer_t *t)
 {
@@ -1595,11 +1601,17 @@ static void on_coalesce_timer(uv_timer_t *t)
 		if (x->paused || !transfer_active(x))
 			continue; /* transfer_resume() reads on */
 		x->tick_read = true;
-		if (sl_h1_read_paused(&x->h1) != SL_H1_READ_DONE) {
-			x->tick_read = false;
+		if (sl_h1_read_paused(&x->h1) == SL_H1_READ_DONE)
+			continue; /* x may be over now, and is not touched again
+			           */
+		x->tick_read = false;
+		if (!x->tick_empty && sl_sched_depth(&x->model->sched) == 0) {
+			x->tick_empty = true;
+			coalesce_hold(x);
+		} else {
+			x->tick_empty = false;
 			sl_h1_resume(&x->h1);
 		}
-		/* Read: x may be over now, and is not touched again. */
 	}
 	if (app->coalesced)
 		uv_timer_start(&app->coalesce_timer, on_coalesce_timer,
@@ -1612,13 +1624,15 @@ static void on_coalesce_timer(uv_timer_t *t)
  * plain tokens alone, and only while they come about as fast as the
  * window or faster (two or more in the read, or the read within two
  * windows of the last; a tick's read that found any). A stream at a
- * human pace is never held, and one that slows down is watched again.
- * Held streams cost one wakeup per tick between them, and no system call
- * beyond their reads and writes: the first hold leaves a socket that
- * libuv drops from epoll at its next arrival, and it stays dropped while
- * ticks read it. Any other event (the first, with the role; the finish,
- * the usage; an error) is followed by no wait: the end of the stream,
- * and the slot it frees, come as soon as llama-server sends them. Nor is
+ * human pace is never held, and one that slows down is watched again
+ * (on_coalesce_timer). Held streams cost one wakeup per tick between
+ * them, and no system call beyond their reads and writes: the first hold
+ * leaves a socket that libuv drops from epoll at its next arrival, and it
+ * stays dropped while ticks read it. Any other event (the first, with the
+ * role; the finish, the usage; an error) is followed by no wait: a finish
+ * that came during a wait goes out at the tick, and what follows it (the
+ * end of the stream, the slot it frees) as soon as llama-server sends it.
+ * Nor is
  * a stream held while requests for its model wait in the queue: the end
  * of a generation could come during the wait, and its slot would then sit
  * idle until the wait is over.
@@ -1650,6 +1664,13 @@ static void maybe_coalesce(struct exchange *x)
 			sl_h1_resume(&x->h1);
 		return;
 	}
+	x->tick_empty = false;
+	coalesce_hold(x);
+}
+
+/* Puts x at the end of the list, paused until the timer's next tick. */
+static void coalesce_hold(struct exchange *x)
+{
 	struct sl_app *app = x->app;
 	x->coalesced = true;
 	x->co_tick = app->coalesce_tick;
