@@ -1601,9 +1601,9 @@ static void on_coalesce_timer(uv_timer_t *t)
 		if (x->paused || !transfer_active(x))
 			continue; /* transfer_resume() reads on */
 		x->tick_read = true;
+		/* Read: x may be over now, and is not touched again. */
 		if (sl_h1_read_paused(&x->h1) == SL_H1_READ_DONE)
-			continue; /* x may be over now, and is not touched again
-			           */
+			continue;
 		x->tick_read = false;
 		if (!x->tick_empty && sl_sched_depth(&x->model->sched) == 0) {
 			x->tick_empty = true;
@@ -1632,10 +1632,9 @@ static void on_coalesce_timer(uv_timer_t *t)
  * role; the finish, the usage; an error) is followed by no wait: a finish
  * that came during a wait goes out at the tick, and what follows it (the
  * end of the stream, the slot it frees) as soon as llama-server sends it.
- * Nor is
- * a stream held while requests for its model wait in the queue: the end
- * of a generation could come during the wait, and its slot would then sit
- * idle until the wait is over.
+ * Nor is a stream held while requests for its model wait in the queue:
+ * the end of a generation could come during the wait, and its slot would
+ * then sit idle until the wait is over.
  */
 static bool holds(struct exchange *x, unsigned tokens, unsigned others,
                   bool tick_read)

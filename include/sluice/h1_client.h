@@ -43,6 +43,9 @@
  *   - on_done runs from the loop, never inside sl_h1_start(), sl_h1_abort()
  *     or sl_h1_resume(); it may start, abort and free requests, its own
  *     included.
+ *   - sl_h1_read_paused() reads as the loop would: every callback, on_done
+ *     included, may run inside it, so it is called from the loop (a
+ *     timer), never from the callbacks.
  *
  * Glossary:
  *   pool        one upstream base URL's connections and waiting requests
@@ -244,7 +247,7 @@ void sl_h1_resume(struct sl_h1_request *r);
 /*
  * For a paused request: reads once what has come on its connection,
  * without waiting and without watching the socket, and delivers it as a
- * read would (on_headers, on_body, on_read_end, on_done). A caller that
+ * read would (on_header, on_body, on_read_end, on_done). A caller that
  * keeps a fast stream paused and reads it this way on its own timer wakes
  * once per tick for all such streams, where a watched socket would wake
  * the loop for each arrival (and resuming it would cost system calls to
