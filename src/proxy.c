@@ -2115,6 +2115,12 @@ void sl_proxy_shed(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 /* Queues a scheduled exchange, or answers 429 when the queue is full. */
 static void enqueue(struct sl_app *app, struct exchange *x)
 {
+	/*
+	 * The loop's time was read when this iteration began, before this
+	 * request and those ahead of it in the iteration were parsed: read
+	 * it again, or the queue timeout would count time not spent queued.
+	 */
+	uv_update_time(&app->loop);
 	x->arrived_ms = uv_now(&app->loop);
 	if (sl_sched_push(&x->model->sched, &x->item, x->priority,
 	                  x->arrived_ms) == 0) {

@@ -370,7 +370,12 @@ int sl_sched_push(struct sl_sched *s, struct sl_sched_item *it, double priority,
 	}
 	it->priority = priority;
 	it->arrival_ms = now_ms;
-	it->deadline_ms = now_ms + s->cfg.queue_timeout_ms;
+	/*
+	 * The clock counts whole milliseconds, so an item stamped N arrived
+	 * somewhere in [N, N + 1): one more millisecond keeps it from being
+	 * refused before it has waited the whole timeout.
+	 */
+	it->deadline_ms = now_ms + s->cfg.queue_timeout_ms + 1;
 	it->seq = s->seq++;
 	it->key = key;
 	it->prev = s->newest;

@@ -310,7 +310,7 @@ static void test_window_deadline_and_early_close(void)
 	sl_sched_run(&s, 3000);
 	uint64_t next = sl_sched_run(&s, 3050);
 	ASSERT(next > 3050); /* only the queue timeout is due */
-	ASSERT_EQ(next, 3000 + cfg.queue_timeout_ms);
+	ASSERT_EQ(next, 3000 + cfg.queue_timeout_ms + 1);
 	f.free = 1; /* a slot frees: it goes at once */
 	sl_sched_run(&s, 3300);
 	ASSERT_EQ(f.n_dispatched, 7);
@@ -387,7 +387,7 @@ static void test_auto_window_never_holds_an_uncontested_request(void)
 	}
 	ASSERT_EQ(f.n_dispatched, 3);
 	f.free = 1;
-	ASSERT_EQ(sl_sched_run(&s, 2100), 2004 + cfg.queue_timeout_ms);
+	ASSERT_EQ(sl_sched_run(&s, 2100), 2004 + cfg.queue_timeout_ms + 1);
 	ASSERT_EQ(f.n_dispatched, 4);
 	ASSERT_EQ(f.dispatched[3], 3);
 	ASSERT_EQ(f.at[3], 2100);
@@ -549,7 +549,7 @@ static void test_auto_window_urgent_and_reserve(void)
 	push(&s, &f, 0, SL_PRIORITY_BATCH, 0);
 	push(&s, &f, 1, SL_PRIORITY_NORMAL, 0);
 	f.free = 1;
-	ASSERT_EQ(sl_sched_run(&s, 0), cfg.queue_timeout_ms);
+	ASSERT_EQ(sl_sched_run(&s, 0), cfg.queue_timeout_ms + 1);
 	ASSERT_EQ(f.n_dispatched, 0);
 	push(&s, &f, 2, SL_PRIORITY_URGENT, 10);
 	sl_sched_run(&s, 10);
@@ -1073,11 +1073,17 @@ static void test_queue_timeout(void)
 	start(&s, &f, &cfg);
 	push(&s, &f, 0, SL_PRIORITY_BATCH, 0);
 	push(&s, &f, 1, SL_PRIORITY_URGENT, 500);
-	ASSERT_EQ(sl_sched_run(&s, 999), 1000);
+	/*
+	 * Stamped at 0, the first may have arrived at 0.999: at 1000 it has
+	 * not surely waited the whole second, at 1001 it has.
+	 */
+	ASSERT_EQ(sl_sched_run(&s, 1000), 1001);
 	ASSERT_EQ(f.n_expired, 0);
-	ASSERT_EQ(sl_sched_run(&s, 1000), 1500);
+	ASSERT_EQ(sl_sched_run(&s, 1001), 1501);
 	ASSERT_EQ(f.n_expired, 1);
 	ASSERT_EQ(f.expired[0], 0);
+	ASSERT_EQ(sl_sched_depth(&s), 1);
+	ASSERT_EQ(sl_sched_run(&s, 1500), 1501);
 	ASSERT_EQ(sl_sched_depth(&s), 1);
 	ASSERT_EQ(sl_sched_run(&s, 1600), UINT64_MAX);
 	ASSERT_EQ(f.expired[1], 1);
@@ -1110,11 +1116,11 @@ static void test_requeue_keeps_place_and_deadline(void)
 	ASSERT_EQ(f.items[1].arrival_ms, 10);
 	check_heap(&s);
 	/* Its deadline, not a new one, is the next thing due. */
-	ASSERT_EQ(sl_sched_run(&s, 40), 60010);
-	ASSERT_EQ(sl_sched_run(&s, 60010), 60020);
+	ASSERT_EQ(sl_sched_run(&s, 40), 60011);
+	ASSERT_EQ(sl_sched_run(&s, 60011), 60021);
 	ASSERT_EQ(f.n_expired, 1);
 	ASSERT_EQ(f.expired[0], 1);
-	ASSERT_EQ(sl_sched_run(&s, 60030), UINT64_MAX);
+	ASSERT_EQ(sl_sched_run(&s, 60031), UINT64_MAX);
 	ASSERT_EQ(f.n_expired, 3);
 	ASSERT_EQ(f.expired[1], 2);
 	ASSERT_EQ(f.expired[2], 3);
