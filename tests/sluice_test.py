@@ -29,11 +29,15 @@ MODEL_TINY = os.environ.get("SLUICE_MODEL_TINY")
 MODEL_SLOW = os.environ.get("SLUICE_MODEL_SLOW")
 
 
-# llama-server on one thread, for tests that run several generations at
-# once: on a busy machine its pace then drops in proportion, where with a
-# thread per core a generation can stall for seconds whenever one of them
-# loses its core (two 600-token generations at once took 100 s instead of
-# 4 beside two busy loops on two cores).
+# llama-server on one thread: on a busy machine its pace then drops in
+# proportion, where with a thread per core a generation can stall for
+# seconds whenever one of them loses its core (two 600-token generations at
+# once took 100 s instead of 4 beside two busy loops on two cores; 64
+# requests through four slots fell from 0.5 s to 4 s and more per wave).
+# The environment sets it for every llama-server a test starts, directly or
+# through sluice (a --threads on the command line still wins); the flags
+# are for tests that spell it out in a configuration file.
+os.environ.setdefault("LLAMA_ARG_THREADS", "1")
 LLAMA_ONE_THREAD = ("--threads", "1")
 
 
