@@ -66,6 +66,14 @@ def read_stream(port, path, body, by_event=False):
         c.close()
 
 
+def stream_events(port, path, n=None):
+    """(status, [each SSE event's data]) of a streamed request for n tokens
+    on path: JSON events parsed, "[DONE]" as it is."""
+    status, _, raw = read_stream(port, path, body_for(path, n, True),
+                                 by_event=True)
+    return status, [st.sse_data(e) for e in raw]
+
+
 def busy_slots(port):
     r = st.request(port, "GET", "/slots", timeout=SAFETY_NET_S)
     assert r.status == 200, r.status
@@ -341,11 +349,8 @@ class ThroughSluice(MockTestCase):
                     self.assertEqual(r.status, 200, r.body[:300])
                     self.assertEqual(st.text_of(path, r.json()), want)
                 with self.subTest(path=path, n=n, stream=True):
-                    status, _, raw = read_stream(
-                        s.port, path, body_for(path, n, True),
-                        by_event=True)
+                    status, events = stream_events(s.port, path, n)
                     self.assertEqual(status, 200)
-                    events = [st.sse_data(e) for e in raw]
                     self.assertEqual(events[-1] == "[DONE]",
                                      path != "/completion")
                     self.assertEqual("".join(st.delta_of(path, e)
@@ -459,11 +464,8 @@ class ThroughSluice(MockTestCase):
         # sluice's error event in place of the end.
         for path in PATHS:
             with self.subTest(path=path, stream=True):
-                status, _, raw = read_stream(
-                    s.port, path, body_for(path, None, True),
-                    by_event=True)
+                status, events = stream_events(s.port, path)
                 self.assertEqual(status, 200)
-                events = [st.sse_data(e) for e in raw]
                 self.assertNotIn("[DONE]", events)
                 last = events[-1]
                 self.assertEqual(last["error"]["code"], 502)

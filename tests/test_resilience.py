@@ -12,7 +12,7 @@ import time
 
 import sluice_test as st
 from test_mock_faults import (MockTestCase, PATHS, body_for,
-                              expected_text, read_stream)
+                              expected_text, stream_events)
 
 N_CRASH = 200  # tokens per request in the crash test: still in flight
 
@@ -360,11 +360,8 @@ class Nul(MockTestCase):
                                  if path != "/completion"
                                  else doc["tokens_predicted"], 4)
             with self.subTest(path=path, stream=True):
-                status, _, raw = read_stream(
-                    s.port, path, body_for(path, None, True),
-                    by_event=True)
+                status, events = stream_events(s.port, path)
                 self.assertEqual(status, 200)
-                events = [st.sse_data(e) for e in raw]
                 self.assertEqual("".join(st.delta_of(path, e)
                                          for e in events
                                          if isinstance(e, dict)), want)
