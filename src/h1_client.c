@@ -96,7 +96,6 @@ struct sl_h1_conn {
 	char *line;
 	size_t line_len, line_cap, name_len;
 	bool in_value;
-	char in[SL_H1_READ_BUF];
 };
 
 /* What uv_try_write left of a request, on its way out; freed when done. */
@@ -527,8 +526,10 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
 	(void)suggested;
 	struct sl_h1_conn *c = h->data;
-	/* Each read is parsed whole before the next: the buffer is free. */
-	*buf = uv_buf_init(c->in, sizeof(c->in));
+	/* Each read is parsed whole, and handed over, before the next one
+	 * (of any connection) starts: the shared buffer is free. */
+	struct sl_h1 *h1 = c->pool->h1;
+	*buf = uv_buf_init(h1->in, sizeof(h1->in));
 }
 
 /* The peer closed or reset the connection (status < 0) mid-request. */
@@ -1264,14 +1265,15 @@ enum sl_h1_read sl_h1_read_paused(struct sl_h1_request *r)
 	if (!r->paused || !c || c->state != CONN_BUSY || c->reading ||
 	    uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
 		return SL_H1_READ_NONE;
+	char *in = c->pool->h1->in;
 	ssize_t n;
 	do
-		n = recv(fd, c->in, sizeof(c->in), MSG_DONTWAIT);
+		n = recv(fd, in, SL_H1_READ_BUF, MSG_DONTWAIT);
 	while (n < 0 && errno == EINTR);
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 		return SL_H1_READ_NOTHING;
 	/* As libuv would have delivered it: 0 is the peer's close. */
-	uv_buf_t buf = uv_buf_init(c->in, sizeof(c->in));
+	uv_buf_t buf = uv_buf_init(in, SL_H1_READ_BUF);
 	on_read((uv_stream_t *)&c->tcp,
 	        n > 0    ? n
 	        : n == 0 ? UV_EOF

@@ -81,8 +81,13 @@
 #define SL_H1_HEAD_INLINE 1024
 
 /*
- * Each connection's read buffer. A streamed token is a few hundred bytes,
- * a plain answer can be megabytes: 64 KiB takes either in few reads.
+ * The read buffer, one for the whole client (struct sl_h1), not one per
+ * connection: every read is parsed whole, and its pieces handed to the
+ * owner, before the next read starts (on_read_end says when), so no
+ * connection needs bytes of its own between reads. A streamed token is a
+ * few hundred bytes, a plain answer can be megabytes: 64 KiB takes either
+ * in few reads, and costs 64 KiB once rather than per stream (it was per
+ * connection, and made up most of the memory of each active stream).
  */
 #define SL_H1_READ_BUF (64u * 1024)
 
@@ -152,6 +157,11 @@ struct sl_h1 {
 	uv_loop_t *loop;
 	struct sl_h1_pool *pools;
 	bool closing; /* sl_h1_close() was called: nothing is kept idle */
+	/*
+	 * Every connection reads into this (see SL_H1_READ_BUF); the owner
+	 * must copy what it keeps of a piece past on_read_end.
+	 */
+	char in[SL_H1_READ_BUF];
 };
 
 struct sl_h1_request;
