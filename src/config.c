@@ -340,13 +340,16 @@ static const struct option_def options[] = {
 	 FIELD(stream_upstream), "auto", 0, 0, stream_upstreams,
 	 "how a plain answer (no \"stream\") is asked of llama-server: off "
 	 "relays it as llama-server writes it, which costs llama-server and "
-	 "sluice least, but llama-server finishes it even when its client has "
-	 "left; on asks for a stream, which sluice assembles into the same "
-	 "answer, so that a client leaving stops the generation; auto relays "
-	 "until a client leaves a plain answer that llama-server spends "
-	 "at least " STR(SL_STREAM_UPSTREAM_LEFT_MS) " ms on (before or "
-	 "after), then asks for streams for " STR(
-	     SL_STREAM_UPSTREAM_WINDOW_S) " s",
+	 "sluice least; on asks for a stream, which sluice assembles into "
+	 "the same answer; auto relays it, but asks for a stream where "
+	 "streams run: on an upstream with one in flight, or within " STR(
+	     SL_STREAM_UPSTREAM_WINDOW_S) " s of a client's stream ending "
+	 "there or of a client leaving a plain answer there that cost "
+	 "llama-server at least " STR(SL_STREAM_UPSTREAM_LEFT_MS) " ms. A "
+	 "client leaving stops its generation either way: a stream at its "
+	 "next token, a relayed answer within about a second, while its "
+	 "llama-server takes no new work (at most " STR(
+	     SL_STREAM_UPSTREAM_QUIET_MS) " ms)",
 	 NULL},
 	{"stream-coalesce", "SLUICE_STREAM_COALESCE", "DURATION", OPT_DURATION,
 	 FIELD(stream_coalesce_ms), "1ms", 0, 100, NULL,

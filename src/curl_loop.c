@@ -8,6 +8,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 /* One watched socket. */
 struct curl_sock {
@@ -96,7 +97,20 @@ static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp,
 {
 	struct sl_curl *c = userp;
 	struct curl_sock *s = socketp;
-	(void)easy;
+	/* Which socket the transfer is on, and whether its request is out
+	 * (see struct sl_transfer); a handle of no transfer has none. */
+	struct sl_transfer *t = NULL;
+	if (easy)
+		curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&t);
+	if (t && t->easy == easy) {
+		if (what != CURL_POLL_REMOVE) {
+			t->fd = fd;
+			t->reading = what == CURL_POLL_IN;
+		} else if (t->fd == fd) {
+			t->fd = CURL_SOCKET_BAD;
+			t->reading = false;
+		}
+	}
 
 	if (what == CURL_POLL_REMOVE) {
 		if (s) {
@@ -192,6 +206,8 @@ void sl_curl_easy_done(struct sl_curl *c, CURL *easy)
 int sl_curl_start(struct sl_curl *c, struct sl_transfer *t)
 {
 	curl_easy_setopt(t->easy, CURLOPT_PRIVATE, t);
+	t->fd = CURL_SOCKET_BAD;
+	t->reading = false;
 	if (curl_multi_add_handle(c->multi, t->easy) != CURLM_OK)
 		return SL_ECURL;
 	t->active = true;
@@ -204,6 +220,16 @@ void sl_curl_abort(struct sl_curl *c, struct sl_transfer *t)
 		return;
 	curl_multi_remove_handle(c->multi, t->easy);
 	t->active = false;
+}
+
+bool sl_curl_half_close(struct sl_transfer *t)
+{
+	if (!t->active || t->fd == CURL_SOCKET_BAD || !t->reading)
+		return false;
+	/* Read at the transfer's end (the connection is then closed, not
+	 * kept): a half-closed one is of no use to the next transfer. */
+	curl_easy_setopt(t->easy, CURLOPT_FORBID_REUSE, 1L);
+	return shutdown(t->fd, SHUT_WR) == 0;
 }
 
 static size_t on_get_body(char *data, size_t size, size_t n, void *userp)

@@ -96,6 +96,12 @@ struct sl_h1_conn {
 	char *line;
 	size_t line_len, line_cap, name_len;
 	bool in_value;
+	/*
+	 * sl_h1_half_close(): sluice sends nothing more; the answer is read
+	 * to its end, and the connection is not kept after it.
+	 */
+	bool half_closed;
+	uv_shutdown_t shutdown;
 };
 
 /* What uv_try_write left of a request, on its way out; freed when done. */
@@ -304,7 +310,7 @@ static void conn_finish(struct sl_h1_conn *c, bool keep, bool chunked,
 {
 	struct sl_h1_pool *p = c->pool;
 	struct sl_h1_request *r = conn_detach(c);
-	if (keep && result == SL_H1_OK && !p->h1->closing) {
+	if (keep && result == SL_H1_OK && !c->half_closed && !p->h1->closing) {
 		c->served++;
 		c->after_chunked = chunked;
 		c->answered_ms = uv_now(c->timer.loop);
@@ -332,7 +338,8 @@ static void conn_open(struct sl_h1_pool *p, struct sl_h1_request *r);
 static bool resend_if_stale(struct sl_h1_conn *c)
 {
 	struct sl_h1_request *r = c->req;
-	if (!r || c->got_byte || c->served == 0 || r->resent)
+	/* A half-closed one was given up on: it is not sent again. */
+	if (!r || c->got_byte || c->served == 0 || r->resent || c->half_closed)
 		return false;
 	struct sl_h1_pool *p = c->pool;
 	if (closed_after_stream(c))
@@ -1240,6 +1247,30 @@ void sl_h1_abort(struct sl_h1_request *r)
 	} else {
 		wait_remove(p, r);
 	}
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+	/* Nothing to do: a failure means the connection is going anyway,
+	 * and its read reports how. */
+	(void)req;
+	(void)status;
+}
+
+bool sl_h1_half_close(struct sl_h1_request *r)
+{
+	struct sl_h1_conn *c = r->conn;
+	if (!r->active || !c || c->state != CONN_BUSY)
+		return false;
+	if (!c->half_closed) {
+		/* After the request's bytes: uv_shutdown waits for the
+		 * writes queued before it. */
+		if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp,
+		                on_shutdown) != 0)
+			return false;
+		c->half_closed = true;
+	}
+	return true;
 }
 
 void sl_h1_pause(struct sl_h1_request *r)

@@ -71,7 +71,7 @@ struct sl_upstream *sl_pool_pick(const struct sl_pool *p, bool need_slot,
 			continue;
 		usable[n_usable] = u;
 		ids[n_usable++] = u->id;
-		if (need_slot && u->inflight >= u->total_slots)
+		if (need_slot && sl_upstream_free_slots(u) == 0)
 			continue;
 		if (u == avoid) {
 			fallback = u;
@@ -91,7 +91,7 @@ struct sl_upstream *sl_pool_pick(const struct sl_pool *p, bool need_slot,
 		if (!home)
 			aff->result = SL_AFFINITY_MISS;
 		else if (home == avoid ||
-		         (need_slot && home->inflight >= home->total_slots) ||
+		         (need_slot && sl_upstream_free_slots(home) == 0) ||
 		         home->inflight > best->inflight + aff->margin)
 			aff->result = SL_AFFINITY_BUSY;
 		else {
@@ -133,8 +133,8 @@ unsigned sl_pool_free_slots(const struct sl_pool *p)
 	unsigned free = 0;
 	for (unsigned i = 0; i < p->n; i++) {
 		const struct sl_upstream *u = p->members[i];
-		if (sl_upstream_usable(u) && u->inflight < u->total_slots)
-			free += u->total_slots - u->inflight;
+		if (sl_upstream_usable(u))
+			free += sl_upstream_free_slots(u);
 	}
 	return free;
 }

@@ -121,21 +121,37 @@ struct exchange {
 	double priority;
 	uint64_t arrived_ms;
 	int64_t queue_ms; /* -1 until dispatched */
+	uint64_t dispatched_ms; /* when its request went upstream */
 	/*
-	 * Its client left this relayed plain answer after llama-server had
-	 * been generating it for less than SL_STREAM_UPSTREAM_LEFT_MS: how
-	 * long it runs on is judged when it ends (judge_left_plain).
+	 * Its client left while the upstream had its request: the
+	 * connection is half-closed and the answer read to its end, which is
+	 * when llama-server has let go of the slot ("Leaving", below).
+	 */
+	bool left;
+	uint64_t left_ms;
+	/*
+	 * A relayed plain answer left after llama-server had been generating
+	 * it for less than SL_STREAM_UPSTREAM_LEFT_MS: how long it runs on is
+	 * judged when it ends (judge_left_plain).
 	 */
 	bool left_plain;
-	uint64_t left_ms;
+	/* It keeps its upstream quiet until quiet_end_ms ("Leaving"). */
+	bool quieting;
+	uint64_t quiet_end_ms;
+	bool counts_stream; /* counted in its upstream's streams */
 	unsigned batch_size;
 	/* X-Queue-Ms and X-Batch-Size once known; Retry-After on refusals. */
 	char sched_headers[160];
 
 	bool stream;   /* the client wants events */
 	bool assemble; /* it wants one answer, built from upstream events */
-	/* It wants one answer that a stream would let its client stop. */
+	/*
+	 * It wants one answer that a stream would let its client stop, and
+	 * how that answer would be assembled (ask_for_stream).
+	 */
 	bool assemblable;
+	enum sl_assemble_kind assemble_kind;
+	bool return_tokens;
 	/* While assemble: allocated then, as most answers are relayed. */
 	struct sl_assembler *answer;
 	size_t answer_bytes;
@@ -378,60 +394,110 @@ static bool upstream_streams(const struct exchange *x)
 }
 
 /*
- * --stream-upstream: whether a plain answer is asked for as a stream now.
- * auto does so for a while after a client left a relayed one (config.h).
+ * ---- Leaving ----
+ *
+ * A client that leaves while llama-server generates its answer must stop
+ * the generation, and its slot must stay counted as taken until
+ * llama-server has let go of it: a request sent there sooner would wait
+ * in llama-server's own queue, where sluice's priorities do not reach.
+ *
+ * So sluice half-closes the upstream connection (sl_h1_half_close,
+ * sl_curl_half_close) and reads the answer on to its end. llama-server
+ * takes the half-close for its client leaving (measured on 0.7.0): a
+ * stream stops at its next token and the connection closes; a plain
+ * answer stops the next time its HTTP thread's one-second wait for
+ * results passes without a result, anyone's, and answers an empty 200.
+ * Either end frees the exchange, and with it the slot.
+ *
+ * That wait is the difficulty: while anything else on the same
+ * llama-server produces results (each token of a stream is one), a plain
+ * answer is never stopped. Under --stream-upstream auto, therefore:
+ *   - a plain answer is asked for as a stream, and assembled, when the
+ *     upstream it is sent to has a stream in flight, or had a client's
+ *     stream within SL_STREAM_UPSTREAM_WINDOW_S (plain_as_stream):
+ *     there its client leaving could not be noticed otherwise;
+ *   - elsewhere it is relayed as it comes, which costs llama-server much
+ *     less (a chunk per token, bench/RESULTS.md). When its client leaves,
+ *     its upstream turns quiet: it takes no new work that needs a slot
+ *     until the answer ends, for SL_STREAM_UPSTREAM_QUIET_MS at most, so that
+ *     what runs there finishes, a second passes without a result, and
+ *     llama-server stops it;
+ *   - a left plain answer that cost llama-server SL_STREAM_UPSTREAM_LEFT_MS
+ *     or more starts the window on its upstream too: clients that leave
+ *     tend to do so again (timeouts under load), and a stream stops
+ *     without a quiet spell.
+ * One case is left: a plain answer relayed before a stream started on its
+ * upstream, whose client leaves while streams run there. It stops once
+ * they pause for a second (or at its end); its slot stays taken until then.
  */
-static bool plain_as_stream(const struct sl_app *app)
+
+/* Whether a plain answer sent to `u` now is asked for as a stream. */
+static bool plain_as_stream(const struct sl_app *app,
+                            const struct sl_upstream *u)
 {
 	switch (app->cfg->stream_upstream) {
 	case SL_STREAM_UPSTREAM_ON: return true;
 	case SL_STREAM_UPSTREAM_OFF: return false;
-	default: return uv_now(&app->loop) < app->plain_streams_until_ms;
+	default:
+		return u->streams > 0 ||
+		       uv_now(&app->loop) < u->plain_streams_until_ms;
 	}
 }
 
 /*
- * --stream-upstream auto: a client left a plain answer llama-server was
- * generating, and that cost it SL_STREAM_UPSTREAM_LEFT_MS or more.
+ * The exchange, validated to be relayed plain, is asked for as a stream
+ * and assembled after all; it stays plain if its body cannot be spliced
+ * (never: the body is sluice's own).
  */
-static void note_plain_left(struct sl_app *app)
+static void ask_for_stream(struct exchange *x)
 {
-	uint64_t now = uv_now(&app->loop);
-	if (now >= app->plain_streams_until_ms)
+	char *body;
+	size_t len;
+	if (sl_request_stream_body(x->assemble_kind, x->body, x->body_len,
+	                           &body, &len) != 0)
+		return;
+	free(x->body);
+	x->body = body;
+	x->body_len = len;
+	x->assemble = true;
+	x->answer = sl_xmalloc(sizeof(*x->answer));
+	sl_assembler_init(x->answer, x->assemble_kind, x->return_tokens);
+}
+
+/*
+ * --stream-upstream auto: a client left a plain answer that cost
+ * llama-server SL_STREAM_UPSTREAM_LEFT_MS or more.
+ */
+static void note_plain_left(struct exchange *x)
+{
+	struct sl_upstream *u = x->upstream;
+	uint64_t now = uv_now(&x->app->loop);
+	if (now >= u->plain_streams_until_ms)
 		sl_info("a client left a plain answer llama-server was "
-		        "generating: plain answers are asked for as streams "
-		        "for %u s, so that leaving stops them "
+		        "generating: plain answers sent to %s are asked for as "
+		        "streams for %u s, so that leaving stops them at once "
 		        "(--stream-upstream auto)",
-		        SL_STREAM_UPSTREAM_WINDOW_S);
-	app->plain_streams_until_ms =
+		        u->name, SL_STREAM_UPSTREAM_WINDOW_S);
+	u->plain_streams_until_ms =
 	    now + SL_STREAM_UPSTREAM_WINDOW_S * UINT64_C(1000);
 }
 
 /*
- * A client left a relayed plain answer: llama-server goes on generating
- * it. Whether that is worth asking for the next ones as streams depends on
+ * A client left a relayed plain answer that llama-server was generating:
+ * whether that is worth asking for the next ones as streams depends on
  * what it costs: at once if it had been generating for
  * SL_STREAM_UPSTREAM_LEFT_MS already, else when it ends.
  */
 static void plain_left(struct exchange *x)
 {
-	/* Its bytes had begun to come: llama-server sends a plain answer
-	 * once it has generated it whole, so leaving wasted nothing. */
-	if (x->mode != MODE_WAITING)
-		return;
-	uint64_t now = uv_now(&x->app->loop);
-	uint64_t dispatched =
-	    x->arrived_ms + (uint64_t)SL_MAX(x->queue_ms, (int64_t)0);
-	uint64_t ran = now > dispatched ? now - dispatched : 0;
+	uint64_t ran = x->left_ms - x->dispatched_ms;
 	sl_debug("%s: its client left a plain answer llama-server had been "
 	         "generating for %" PRIu64 " ms",
 	         x->id, ran);
-	if (ran >= SL_STREAM_UPSTREAM_LEFT_MS) {
-		note_plain_left(x->app);
-		return;
-	}
-	x->left_plain = true;
-	x->left_ms = now;
+	if (ran >= SL_STREAM_UPSTREAM_LEFT_MS)
+		note_plain_left(x);
+	else
+		x->left_plain = true;
 }
 
 /*
@@ -447,7 +513,85 @@ static void judge_left_plain(struct exchange *x)
 	         " ms",
 	         x->id, after);
 	if (after >= SL_STREAM_UPSTREAM_LEFT_MS)
-		note_plain_left(x->app);
+		note_plain_left(x);
+}
+
+/* The upstream of a left plain answer takes no new work for a while. */
+static void quiet_start(struct exchange *x)
+{
+	uint64_t now = uv_now(&x->app->loop);
+	x->quieting = true;
+	x->quiet_end_ms = now + SL_STREAM_UPSTREAM_QUIET_MS;
+	x->upstream->quiet++;
+	/* The timer ends the spell (on_timer), unless it is due sooner. */
+	uint64_t due = uv_timer_get_due_in(&x->timer);
+	if (due == 0 || due > SL_STREAM_UPSTREAM_QUIET_MS)
+		uv_timer_start(&x->timer, on_timer, SL_STREAM_UPSTREAM_QUIET_MS,
+		               0);
+}
+
+/* The quiet spell is over; the caller lets the queue move. */
+static void quiet_end(struct exchange *x)
+{
+	if (!x->quieting)
+		return;
+	x->quieting = false;
+	x->upstream->quiet--;
+}
+
+/*
+ * The exchange lets go of its upstream's slot (it ended, or goes back to
+ * the queue). A client's stream that ends keeps plain answers to that
+ * upstream streamed for the window after it.
+ */
+static void upstream_let_go(struct exchange *x)
+{
+	struct sl_upstream *u = x->upstream;
+	quiet_end(x);
+	if (x->counts_stream) {
+		x->counts_stream = false;
+		u->streams--;
+	}
+	if (x->stream)
+		u->plain_streams_until_ms =
+		    uv_now(&x->app->loop) +
+		    SL_STREAM_UPSTREAM_WINDOW_S * UINT64_C(1000);
+	u->inflight--;
+}
+
+/*
+ * The client left while the upstream had the request: stops the
+ * generation as above and reads the answer on to its end. Returns false
+ * when the request has not gone out whole yet (waiting for a connection,
+ * connecting): closing it is then all it takes.
+ */
+static bool leave_upstream(struct exchange *x)
+{
+	bool plain = !upstream_streams(x);
+	/* A plain answer's bytes come once it is generated whole: nothing
+	 * to stop, and the connection stays worth keeping. */
+	if (!(plain && x->mode == MODE_BODY)) {
+		bool half = x->native ? sl_h1_half_close(&x->h1)
+		                      : sl_curl_half_close(&x->transfer);
+		if (!half)
+			return false;
+	}
+	x->left = true;
+	x->left_ms = uv_now(&x->app->loop);
+	sl_debug("%s: client left; the upstream is told (its connection "
+	         "half-closed) and its answer read to its end",
+	         x->id);
+	bool held = x->coalesced;
+	coalesce_unlink(x);
+	if (x->paused || held)
+		transfer_resume(x);
+	if (plain && x->mode == MODE_WAITING) {
+		if (x->assemblable &&
+		    x->app->cfg->stream_upstream == SL_STREAM_UPSTREAM_AUTO)
+			plain_left(x);
+		quiet_start(x);
+	}
+	return true;
 }
 
 /* HTTP server: the client went away before its response was complete. */
@@ -466,26 +610,10 @@ static void on_client_abort(struct sl_http_request *req)
 		sl_fanout_free(x->fanout);
 		x->fanout = NULL;
 	}
-	if (transfer_active(x) && !upstream_streams(x)) {
-		/*
-		 * llama-server finishes a plain answer whose client left
-		 * (LLAMA-SERVER.md): closing the connection would only make
-		 * its slot look free while it is busy. So the answer is read
-		 * to its end (on_upstream_data drops it) and the slot freed
-		 * then; the upstream timeouts still bound it.
-		 */
-		sl_debug("%s: client left; its plain answer is read to its "
-		         "end, as llama-server finishes it",
-		         x->id);
-		if (x->assemblable &&
-		    x->app->cfg->stream_upstream == SL_STREAM_UPSTREAM_AUTO)
-			plain_left(x);
-		if (x->paused)
-			transfer_resume(x);
+	/* What holds a slot is stopped with care; the rest is cut. */
+	if (transfer_active(x) && x->ep->scheduled && leave_upstream(x))
 		return;
-	}
 	sl_debug("%s: client left; cancelling its request", x->id);
-	/* Closing the connection is what makes llama-server stop. */
 	transfer_abort(x);
 	exchange_release(x);
 }
@@ -1387,7 +1515,7 @@ static void reset_for_retry(struct exchange *x)
 	x->tokens_seen = x->tokens_final = 0;
 	x->prompt_tokens = 0;
 	x->prompts = x->stopped = 0;
-	x->upstream->inflight--;
+	upstream_let_go(x);
 	x->upstream = NULL;
 	x->req->info.upstream[0] = '\0';
 	x->req->info.ttft_ms = -1;
@@ -1411,7 +1539,7 @@ static void describe_failure(const struct exchange *x, CURLcode result,
  */
 static bool connection_failed(const struct exchange *x, CURLcode result)
 {
-	if (x->ended || x->gave_up)
+	if (x->ended || x->gave_up || x->left)
 		return false; /* the answer was whole, or sluice cut it */
 	return transport_failure(result) ||
 	       (result == CURLE_OK && x->mode == MODE_SSE &&
@@ -1520,7 +1648,7 @@ static void on_transfer_done(struct sl_transfer *t, CURLcode result)
 	note_outcome(x, result);
 	if (try_again(x, result))
 		return;
-	if (result != CURLE_OK && !x->ended && !x->gave_up)
+	if (result != CURLE_OK && !x->ended && !x->gave_up && !x->left)
 		sl_warn("%s: upstream %s%s: %s", x->id, x->upstream->url,
 		        x->target,
 		        x->error[0] ? x->error : curl_easy_strerror(result));
@@ -1732,6 +1860,23 @@ static void on_timer(uv_timer_t *t)
 	if (!transfer_active(x))
 		return;
 	uint64_t now = uv_now(&x->app->loop);
+	if (x->quieting && now >= x->quiet_end_ms) {
+		sl_debug("%s: the plain answer its client left runs on after "
+		         "%u ms: its upstream takes new work again",
+		         x->id, SL_STREAM_UPSTREAM_QUIET_MS);
+		quiet_end(x);
+		sl_app_kick_scheduler(x->app);
+	}
+	/* Early for a quiet spell's end: the first byte's time is not up. */
+	if (x->mode == MODE_WAITING && !x->paused) {
+		uint64_t due = x->dispatched_ms + first_byte_ms(x, NULL);
+		if (now < due) {
+			if (x->quieting)
+				due = SL_MIN(due, x->quiet_end_ms);
+			uv_timer_start(t, on_timer, due - now, 0);
+			return;
+		}
+	}
 	if (x->mode != MODE_WAITING || x->paused) {
 		uint64_t quiet = x->paused ? 0 : now - x->last_byte_ms;
 		if (quiet < cfg->upstream_idle_timeout_ms) {
@@ -1803,8 +1948,12 @@ static void exchange_release(struct exchange *x)
 	curl_slist_free_all(x->headers);
 	uv_close((uv_handle_t *)&x->timer, on_timer_closed);
 	if (x->upstream) {
+		if (x->left)
+			sl_debug("%s: the answer its client left ended %" PRIu64
+			         " ms after it left",
+			         x->id, uv_now(&app->loop) - x->left_ms);
 		/* A slot is free: the queue's top may go. */
-		x->upstream->inflight--;
+		upstream_let_go(x);
 		sl_app_model_used(x->model);
 		sl_app_kick_scheduler(app);
 	}
@@ -1886,6 +2035,20 @@ void sl_proxy_abort_all(struct sl_app *app)
 
 /* ---- starting ---- */
 
+/* The exchange takes a slot of `u`, as a stream or not ("Leaving"). */
+static void upstream_take(struct exchange *x, struct sl_upstream *u)
+{
+	x->upstream = u;
+	x->dispatched_ms = uv_now(&x->app->loop);
+	u->inflight++;
+	if (x->assemblable && !x->assemble && plain_as_stream(x->app, u))
+		ask_for_stream(x);
+	if (upstream_streams(x)) {
+		x->counts_stream = true;
+		u->streams++;
+	}
+}
+
 /*
  * The native client's request: the same header lines libcurl is given
  * below, as one string.
@@ -1953,8 +2116,7 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 	x->app->next_upstream = u->index + 1;
 	x->transfer.on_done = on_transfer_done;
 	x->transfer.data = x;
-	x->upstream = u;
-	u->inflight++;
+	upstream_take(x, u);
 	struct sl_join upstream = SL_JOIN(x->req->info.upstream);
 	sl_join_str(&upstream, u->url);
 	/* A URL the native client cannot take (https) goes to libcurl. */
@@ -2312,9 +2474,11 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
                      const struct sl_endpoint *ep)
 {
 	struct sl_request checked;
+	/* auto decides when the exchange is dispatched (upstream_take). */
 	const struct sl_request_options opts = {
 	    .max_tokens_cap = app->cfg->max_tokens_cap,
-	    .stream_upstream = plain_as_stream(app),
+	    .stream_upstream =
+	        app->cfg->stream_upstream == SL_STREAM_UPSTREAM_ON,
 	};
 	if (sl_request_validate(&checked, ep, sl_http_header(req, "X-Priority"),
 	                        req->body, req->body_len, &opts) != 0) {
@@ -2472,6 +2636,8 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	x->stream = checked.stream;
 	x->assemble = checked.assemble;
 	x->assemblable = checked.assemblable;
+	x->assemble_kind = checked.assemble_kind;
+	x->return_tokens = checked.return_tokens;
 	if (x->assemble) {
 		x->answer = sl_xmalloc(sizeof(*x->answer));
 		sl_assembler_init(x->answer, checked.assemble_kind,

@@ -434,8 +434,10 @@ static void relay_body(struct sl_request *r, const struct sl_endpoint *ep,
 	r->stream = facts.stream;
 	r->assemblable = ep->assemble != SL_ASSEMBLE_NONE && !r->stream &&
 	                 facts.reproducible;
-	if (r->assemblable && opts->stream_upstream) {
-		r->assemble = true;
+	if (r->assemblable) {
+		/* Kept either way: the exchange may ask for a stream when it
+		 * is dispatched (sl_request_stream_body). */
+		r->assemble = opts->stream_upstream;
 		r->assemble_kind = ep->assemble;
 		r->return_tokens = facts.return_tokens;
 	}
@@ -765,6 +767,26 @@ int sl_request_validate(struct sl_request *r, const struct sl_endpoint *ep,
 		r->model = NULL;
 	}
 	return rc;
+}
+
+int sl_request_stream_body(enum sl_assemble_kind kind, const char *body,
+                           size_t len, char **out, size_t *out_len)
+{
+	struct sl_jscan scan;
+	if (sl_jscan_parse(&scan, body, len, max_tokens_for(len)) != 0 ||
+	    sl_jscan_type(&scan, 0) != JSMN_OBJECT) {
+		sl_jscan_free(&scan);
+		return SL_EINVAL;
+	}
+	struct sl_request r = {0};
+	splice_body(
+	    &r, &scan,
+	    (struct changes){.stream = true,
+	                     .stream_options = kind != SL_ASSEMBLE_NATIVE});
+	sl_jscan_free(&scan);
+	*out = r.body;
+	*out_len = r.body_len;
+	return 0;
 }
 
 void sl_request_free(struct sl_request *r)

@@ -51,6 +51,13 @@ bool sl_upstream_usable(const struct sl_upstream *u)
 	       !u->outlier.ejected && !u->draining;
 }
 
+unsigned sl_upstream_free_slots(const struct sl_upstream *u)
+{
+	if (u->quiet > 0 || u->inflight >= u->total_slots)
+		return 0;
+	return u->total_slots - u->inflight;
+}
+
 static void set_state(struct sl_upstream *u, enum sl_upstream_state s)
 {
 	enum sl_upstream_state old = u->state;

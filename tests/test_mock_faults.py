@@ -372,15 +372,18 @@ class ThroughSluice(MockTestCase):
                     self.assertEqual(r.json(), want)
 
     def test_hang_gives_504_and_frees_the_slot(self):
-        # A stream's first byte is its first token: --upstream-timeout.
         # A relayed plain answer comes whole: --upstream-plain-timeout.
+        # A stream's first byte is its first token: --upstream-timeout.
+        # After a client's stream, plain answers to that upstream are
+        # asked for as streams (--stream-upstream auto): the same.
         m, s = self.pair("--hang-rate", "1", "--slots", "2",
                          sluice_args=("--upstream-timeout", "1",
                                       "--upstream-plain-timeout", "2"))
         for stream, seconds, option in (
+                (False, 2, "--upstream-plain-timeout"),
                 (True, 1, "--upstream-timeout"),
-                (False, 2, "--upstream-plain-timeout")):
-            with self.subTest(stream=stream):
+                (False, 1, "--upstream-timeout")):
+            with self.subTest(stream=stream, option=option):
                 self.assert_hang_times_out(m, s, stream, seconds, option)
 
     def assert_hang_times_out(self, m, s, stream, seconds, option):
@@ -415,26 +418,30 @@ class ThroughSluice(MockTestCase):
                       "idle slots")
 
     SWITCH = (r"a client left a plain answer llama-server was generating: "
-              r"plain answers are asked for as streams for 60 s")
+              r"plain answers sent to \S+ are asked for as streams for 60 s")
 
     def test_left_plain_answer_starts_streams_only_if_it_cost(self):
         # --stream-upstream auto asks for plain answers as streams for a
         # while after a client left one that the upstream spent
         # SL_STREAM_UPSTREAM_LEFT_MS (1 s) or more on, before its client
-        # left or after; one that ends soon after wasted little. With the
-        # mock's answer 2.5 s away, one of the two is over 1 s however the
-        # machine's timing falls; with 0.7 s away (time enough for the
-        # test to see it taken and leave), neither is unless the machine
-        # stalls, which the logged times would show.
-        for delay_ms in (700, 2500):
-            with self.subTest(delay_ms=delay_ms):
-                m, s = self.pair("--prompt-delay-ms", str(delay_ms),
+        # left or after; one that ends soon after wasted little. The mock
+        # stops an answer as soon as sluice tells it that its client left
+        # (the connection half-closed), so the cost is the time before:
+        # none when the client leaves as soon as the mock takes its
+        # request, and over a second when it leaves 1.2 s later (the time
+        # is the condition here: the mock's answer is 2.5 s away). What
+        # sluice logged of both times decides, whatever the machine's
+        # timing.
+        for wait_s in (0, 1.2):
+            with self.subTest(wait_s=wait_s):
+                m, s = self.pair("--prompt-delay-ms", "2500",
                                  sluice_args=("--log-level", "debug"))
                 path = "/v1/chat/completions"
                 c = st.RawClient(s.port)
                 c.request("POST", path, body_for(path, 2, False))
                 st.wait_until(lambda: busy_slots(m.port) == 1,
                               SAFETY_NET_S, "the mock to take it")
+                time.sleep(wait_s)
                 c.close()
                 before = int(s.wait_line(
                     r"its client left a plain answer llama-server had "
@@ -445,6 +452,12 @@ class ThroughSluice(MockTestCase):
                     after = int(s.wait_line(
                         r"the plain answer its client left ran on for "
                         r"(\d+) ms", timeout=SAFETY_NET_S).group(1))
+                # The mock stopped it: its slot is free long before the
+                # answer's time, and sluice counts nothing in flight.
+                st.wait_until(lambda: busy_slots(m.port) == 0,
+                              SAFETY_NET_S, "the mock to stop it")
+                st.wait_until(lambda: s.health().json()["inflight"] == 0,
+                              SAFETY_NET_S, "nothing in flight")
                 # A request after it: its access line comes after any
                 # line the left answer's end made.
                 r = s.post(path, body_for(path, 2, False),
@@ -455,7 +468,7 @@ class ThroughSluice(MockTestCase):
                 switched = s.count_lines(self.SWITCH) == 1
                 self.assertEqual(switched, before >= 1000 or after >= 1000,
                                  "%d ms before, %d after" % (before, after))
-                if delay_ms == 2500:
+                if wait_s:
                     self.assertTrue(switched, s.output())
                 self.assertEqual(s.stop(), 0)
 

@@ -863,7 +863,7 @@ class Parity(st.TestCase):
 
 class ParityAssembled(Parity):
     """The same table with plain answers asked for as streams and
-    assembled, as --stream-upstream auto does once a client has left one:
+    assembled, as --stream-upstream auto does where streams run:
     the answers must not change."""
 
     sluice_args = ("--stream-upstream", "on")

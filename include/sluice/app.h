@@ -173,12 +173,6 @@ struct sl_app {
 	uint64_t coalesce_tick;
 	/* Writes the log's held lines once per turn of the loop (log.h). */
 	uv_prepare_t log_turn;
-	/*
-	 * --stream-upstream auto: until when (uv_now) plain answers are asked
-	 * for as streams, SL_STREAM_UPSTREAM_WINDOW_S after a client last
-	 * left a relayed plain answer that llama-server was generating.
-	 */
-	uint64_t plain_streams_until_ms;
 	struct sl_stats stats;
 	/*
 	 * Prefix affinity (affinity.h): which replica served which prompt

@@ -66,9 +66,11 @@ struct sl_model_config; /* models_config.h */
 enum sl_upstream_client { SL_UPSTREAM_CLIENT_NATIVE, SL_UPSTREAM_CLIENT_CURL };
 /*
  * --stream-upstream: the choices, in their order there. With auto, plain
- * answers are asked for as streams for this long after a client left one
- * in flight: clients that leave tend to do so again (timeouts under load),
- * and then a stream lets their leaving free the slot.
+ * answers sent to an upstream are asked for as streams for this long
+ * after a client's stream there ended, or a client left a plain answer
+ * there in flight (proxy.c, "Leaving"): while streams come and go, a
+ * relayed plain answer could not be stopped; and clients that leave tend
+ * to do so again (timeouts under load), where a stream stops at once.
  */
 #define SL_STREAM_UPSTREAM_WINDOW_S 60
 /*
@@ -79,6 +81,14 @@ enum sl_upstream_client { SL_UPSTREAM_CLIENT_NATIVE, SL_UPSTREAM_CLIENT_CURL };
  * make every plain answer dearer for the whole window.
  */
 #define SL_STREAM_UPSTREAM_LEFT_MS 1000
+/*
+ * How long a left plain answer keeps its upstream quiet at most (proxy.c,
+ * "Leaving"). llama-server stops it about a second after the last result
+ * there, and the answers in flight beside it end meanwhile; a longer wait
+ * means streams keep coming there, and waiting on would idle the
+ * upstream's other slots for nothing.
+ */
+#define SL_STREAM_UPSTREAM_QUIET_MS 3000
 enum sl_stream_upstream {
 	SL_STREAM_UPSTREAM_AUTO,
 	SL_STREAM_UPSTREAM_ON,

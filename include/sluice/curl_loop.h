@@ -53,6 +53,14 @@ struct sl_transfer {
 	sl_transfer_done_cb on_done;
 	void *data;  /* the owner's */
 	bool active; /* added to the multi handle and not yet done */
+	/*
+	 * The socket libcurl last watched for it, and whether only for
+	 * reading (its request is sent, the answer awaited): libcurl's
+	 * CURLINFO_ACTIVESOCKET says nothing while a transfer runs, so
+	 * sl_curl_half_close() learns them from the socket callback.
+	 */
+	curl_socket_t fd;
+	bool reading;
 };
 
 int sl_curl_init(struct sl_curl *c, uv_loop_t *loop);
@@ -91,6 +99,15 @@ int sl_curl_start(struct sl_curl *c, struct sl_transfer *t);
  * its connection, which is how llama-server learns to stop generating.
  */
 void sl_curl_abort(struct sl_curl *c, struct sl_transfer *t);
+
+/*
+ * As sl_h1_half_close() (h1_client.h): once the request is sent (libcurl
+ * watches its socket for reading only), the socket is shut for writing
+ * while libcurl reads the answer to its end, and the connection is not
+ * reused. Returns false, doing nothing, before that (connecting, or the
+ * request not all sent): then sl_curl_abort() is what stops it.
+ */
+bool sl_curl_half_close(struct sl_transfer *t);
 
 /* Largest body an sl_get keeps; more fails the GET. */
 #define SL_GET_BODY_MAX (1u << 20)

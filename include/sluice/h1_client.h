@@ -38,7 +38,8 @@
  * Re-entrancy, relied on here and by callers (the same as for libcurl,
  * curl_loop.h):
  *   - on_header and on_body run inside the parser: there, never call
- *     sl_h1_start() or sl_h1_abort(); return SL_H1_STOP instead, and the
+ *     sl_h1_start(), sl_h1_abort() or sl_h1_half_close(); return
+ *     SL_H1_STOP instead, and the
  *     request ends through on_done. sl_h1_pause() is allowed.
  *   - on_done runs from the loop, never inside sl_h1_start(), sl_h1_abort()
  *     or sl_h1_resume(); it may start, abort and free requests, its own
@@ -245,6 +246,19 @@ int sl_h1_start(struct sl_h1 *h, struct sl_h1_request *r, const char *base_url,
  * nothing for an inactive one.
  */
 void sl_h1_abort(struct sl_h1_request *r);
+
+/*
+ * Tells the upstream that sluice will send nothing more on the request's
+ * connection (a TCP half-close, after the request's bytes), while its
+ * answer is still read and delivered to the end: llama-server takes the
+ * half-close for its client leaving, stops the generation, and ends its
+ * answer (a stream at its next token; a plain answer at its next check,
+ * with an empty 200), so its end says when the slot is free. The
+ * connection is not kept afterwards. Returns false, doing nothing, when
+ * the request is not on a connection that has sent it (waiting, or still
+ * connecting: nothing reached the upstream, so sl_h1_abort() is enough).
+ */
+bool sl_h1_half_close(struct sl_h1_request *r);
 
 /*
  * Stops reading the request's response (the client is slow); bytes

@@ -72,7 +72,7 @@ struct sl_request {
 	 * opts->stream_upstream set; assemble implies it.
 	 */
 	bool assemblable;
-	enum sl_assemble_kind assemble_kind; /* when assemble */
+	enum sl_assemble_kind assemble_kind; /* when assemblable */
 	bool return_tokens; /* native answers: the client asked for ids */
 	/*
 	 * The upstream body, malloc'd and NUL-terminated (valid JSON holds no
@@ -110,6 +110,18 @@ struct sl_request {
 int sl_request_validate(struct sl_request *r, const struct sl_endpoint *ep,
                         const char *priority_header, const char *body,
                         size_t len, const struct sl_request_options *opts);
+
+/*
+ * The upstream body of an assemblable request (r->assemblable) that was
+ * validated to be relayed plain, asked for as a stream after all (proxy.c
+ * decides when it dispatches): `body` is the r->body validation made; the
+ * result is spliced as validation would have spliced it with
+ * opts->stream_upstream. Returns 0 with *out malloc'd and NUL-terminated,
+ * or SL_EINVAL when `body` is not one JSON object (sluice's own bodies
+ * always are).
+ */
+int sl_request_stream_body(enum sl_assemble_kind kind, const char *body,
+                           size_t len, char **out, size_t *out_len);
 
 /* Frees r->body; r may be reused. */
 void sl_request_free(struct sl_request *r);

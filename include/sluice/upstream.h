@@ -125,6 +125,22 @@ struct sl_upstream {
 	unsigned total_slots; /* from /props; 0 until known */
 	unsigned restarts;    /* relaunches after unexpected exits */
 	unsigned inflight;    /* exchanges sent to it and not finished */
+	/*
+	 * Of those, the ones asked for as streams (a client's, or a plain
+	 * answer assembled from one); and until when plain answers sent to
+	 * it are asked for as streams under --stream-upstream auto (proxy.c,
+	 * "Leaving"): while streams run there, a left plain answer could not
+	 * be stopped.
+	 */
+	unsigned streams;
+	uint64_t plain_streams_until_ms;
+	/*
+	 * Left plain answers being stopped on it: while any is, it takes no
+	 * new work that needs a slot, so that llama-server's wait for their
+	 * results can pass without a result, which is when it notices that
+	 * their client left (see proxy.c, "Leaving").
+	 */
+	unsigned quiet;
 	unsigned index;       /* position among sluice's upstreams */
 	/*
 	 * Unique in the process and never reused (an index moves as
@@ -186,6 +202,12 @@ bool sl_upstream_is_ready(const struct sl_upstream *u);
 
 /* Ready, neither suspect nor ejected: new work may go to it. */
 bool sl_upstream_usable(const struct sl_upstream *u);
+
+/*
+ * Its slots that new work may take: none while it is quiet (above), else
+ * those sluice has not filled.
+ */
+unsigned sl_upstream_free_slots(const struct sl_upstream *u);
 
 /*
  * A transfer to `u` failed at the transport level: marks a ready upstream
