@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Reproduces the runs of bench/RESULTS.md:
 #
-#   bench/run.sh overhead   sluice against the mock llama-server (zero delays)
+#   bench/run.sh overhead   sluice against the mock llama-server (zero delays),
+#                           then memory
+#   bench/run.sh memory     sluice's memory per idle connection and per stream
 #   bench/run.sh llama      the mini-v sweep against a real llama-server
 #   bench/run.sh plain      plain answers against a real llama-server
 #   bench/run.sh priority   10% urgent, 90% normal at twice capacity
@@ -132,7 +134,7 @@ overhead() {
 	start_mock mock --slots 4096
 	# Plain answers two ways: assembled from an upstream stream
 	# (--stream-upstream on) and relayed as they come (off; the default,
-	# auto, relays them until a client leaves one).
+	# auto, relays them where no stream runs).
 	start_sluice front --upstream "http://127.0.0.1:$mock_port" \
 		--batch-window 0 --slots-per-upstream 4096 --max-connections 19000 \
 		--stream-upstream on
@@ -190,6 +192,11 @@ print("%s: sluice CPU %.2f s for %d requests: %.1f us per request, "
 	stop sfront
 	stop slowmock
 
+	memory
+}
+
+# Resident memory: idle connections, and streams in flight.
+memory() {
 	say "memory: 10,000 idle connections"
 	start_mock idlemock --slots 16
 	start_sluice idle --upstream "http://127.0.0.1:$idlemock_port" \
@@ -416,10 +423,11 @@ priority() {
 
 case "${1:-all}" in
 overhead) overhead ;;
+memory) memory ;;
 llama) llama ;;
 plain) plain ;;
 priority) priority ;;
 all) overhead; llama; plain; priority ;;
-*) echo "usage: bench/run.sh [overhead|llama|plain|priority|all]" >&2; exit 2 ;;
+*) echo "usage: bench/run.sh [overhead|memory|llama|plain|priority|all]" >&2; exit 2 ;;
 esac
 echo "results in $OUT" >&2
