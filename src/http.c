@@ -422,6 +422,15 @@ static int on_header_value_complete(llhttp_t *p)
 	if (st->headers_done)
 		return 0;
 	unsigned i = st->pub.n_headers++;
+	/*
+	 * RFC 9110, 5.5: whitespace around a field value is not part of it.
+	 * llhttp drops what leads and keeps what trails, so that
+	 * "Authorization: Bearer KEY " would carry the key "KEY ".
+	 */
+	while (st->arena_len > st->value_off[i] &&
+	       (st->arena[st->arena_len - 1] == ' ' ||
+	        st->arena[st->arena_len - 1] == '\t'))
+		st->arena_len--;
 	st->pub.headers[i].value_len = st->arena_len - st->value_off[i];
 	arena_terminate(c);
 	return 0;

@@ -1,6 +1,7 @@
 """Hostile and unusual clients against a real sluice (in front of the mock
 llama-server): a flood of pipelined requests from clients that never read,
-HEAD on GET endpoints, absolute-form targets, a smuggling attempt."""
+HEAD on GET endpoints, absolute-form targets, a smuggling attempt, header
+values with trailing whitespace."""
 
 import os
 import re
@@ -21,6 +22,8 @@ GROWTH_LIMIT_KIB = 64 * 1024
 
 # Not a measure: how long a busy machine may take before a test gives up.
 SAFETY_NET_S = 240
+
+KEY = "hostile-test-key"
 
 
 def answered(port):
@@ -55,8 +58,8 @@ class Hostile(st.TestCase):
         self.mock = Mock()
         self.addCleanup(self.mock.stop)
 
-    def start(self, **kw):
-        return self.sluice("--upstream", self.mock.url, **kw)
+    def start(self, *args, **kw):
+        return self.sluice("--upstream", self.mock.url, *args, **kw)
 
     def test_pipelined_flood_without_reading_is_bounded(self):
         # Under AddressSanitizer freed memory sits in a quarantine and
@@ -156,6 +159,15 @@ class Hostile(st.TestCase):
         metrics = st.request(s.port, "GET", "/metrics").body.decode()
         self.assertNotIn('endpoint="/v1/completions"', metrics)
         self.assertIn("sluice_generated_tokens_total 0\n", metrics)
+        self.assertEqual(s.stop(), 0)
+
+    def test_whitespace_after_a_key_is_not_part_of_it(self):
+        # RFC 9110, 5.5; test_access.py compares with llama-server.
+        s = self.start("--api-key", KEY)
+        r = st.request(s.port, "GET", "/v1/models",
+                       headers={"Authorization": "Bearer %s \t " % KEY},
+                       timeout=SAFETY_NET_S)
+        self.assertEqual(r.status, 200, r.body)
         self.assertEqual(s.stop(), 0)
 
 

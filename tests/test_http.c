@@ -94,6 +94,7 @@ static const struct {
 #define BIG_BODY (32u * 1024)
 
 /*
+ * /header?NAME answers "[value]" of header NAME, or "none";
  * /echo answers "<method> <target> <body length>:<body>" at once;
  * /slow?NAME answers NAME after 50 ms; /id answers the request id;
  * /stream answers three chunks; /path and / answer "path=P query=Q";
@@ -138,6 +139,14 @@ static void handler(struct sl_http_request *req, void *data)
 		req->handler_data = d;
 		req->on_abort = on_delayed_abort;
 		uv_timer_start(&d->timer, on_delay, 50, 0);
+		return;
+	}
+	if (strcmp(req->path, "/header") == 0) {
+		const char *v = sl_http_header(req, req->query);
+		char *body = v ? sl_xasprintf("[%s]", v) : sl_xasprintf("none");
+		sl_http_respond(req, 200, "text/plain", NULL, body,
+		                strlen(body));
+		free(body);
 		return;
 	}
 	if (strcmp(req->path, "/id") == 0) {
@@ -1441,6 +1450,31 @@ static void test_cors_on_every_answer(void)
 	server_stop(s);
 }
 
+/* RFC 9110, 5.5: whitespace around a field value is not part of it. */
+static void test_header_values_are_trimmed(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	struct server *s = server_start(&l);
+	static const struct {
+		const char *line, *want;
+	} cases[] = {
+	    {"X-V: value \t \r\n", "[value]"},
+	    {"X-V:\t \tvalue\r\n", "[value]"},
+	    {"X-V: \t a b\t c\t \r\n", "[a b\t c]"},
+	    {"X-V:  \t \r\n", "[]"},
+	    {"X-V:\r\n", "[]"},
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(cases); i++) {
+		char *req = sl_xasprintf(
+		    "GET /header?X-V HTTP/1.1\r\nHost: x\r\n%s\r\n",
+		    cases[i].line);
+		expect_ok(s, req, cases[i].want);
+		free(req);
+	}
+	server_stop(s);
+}
+
 int main(void)
 {
 	RUN(test_keep_alive_and_pipelining);
@@ -1459,5 +1493,6 @@ int main(void)
 	RUN(test_hostile_content_types);
 	RUN(test_adopted_socket);
 	RUN(test_cors_on_every_answer);
+	RUN(test_header_values_are_trimmed);
 	return 0;
 }
