@@ -1196,6 +1196,25 @@ static void conn_refuse(struct sl_http_conn *c, unsigned status,
 }
 
 /*
+ * llhttp_execute() over the bytes the scanner allowed, with an HTTP/1.2 to
+ * 1.9 version digit read as 1 (http_frame.h, fold_minor): llhttp refuses
+ * those versions, and every rule after follows from the version it saw,
+ * so the request is then HTTP/1.1 throughout (keep-alive, chunked bodies).
+ * llhttp takes the two pieces as it takes a read split there.
+ */
+static llhttp_errno_t parser_feed(struct sl_http_conn *c, const char *p,
+                                  size_t n)
+{
+	if (!c->frame.fold_minor)
+		return llhttp_execute(&c->parser, p, n);
+	c->frame.fold_minor = false;
+	llhttp_errno_t e = HPE_OK;
+	if (n > 1)
+		e = llhttp_execute(&c->parser, p, n - 1);
+	return e == HPE_OK ? llhttp_execute(&c->parser, "1", 1) : e;
+}
+
+/*
  * Parses data and dispatches the requests in it until one is being
  * answered, the data runs out, the connection closes or the client must
  * read its answers first. Returns the bytes consumed.
@@ -1216,7 +1235,7 @@ static size_t conn_parse(struct sl_http_conn *c, const char *data, size_t len)
 		                       c->server->limits.max_header_bytes);
 		llhttp_errno_t e = HPE_OK;
 		if (feed > 0)
-			e = llhttp_execute(&c->parser, data + off, feed);
+			e = parser_feed(c, data + off, feed);
 		if (c->closing)
 			break;
 		if (e == HPE_PAUSED) {

@@ -1,7 +1,7 @@
 """Hostile and unusual clients against a real sluice (in front of the mock
 llama-server): a flood of pipelined requests from clients that never read,
 HEAD on GET endpoints, absolute-form targets, a smuggling attempt, header
-values with trailing whitespace."""
+values with trailing whitespace, HTTP/1.2."""
 
 import os
 import re
@@ -168,6 +168,19 @@ class Hostile(st.TestCase):
                        headers={"Authorization": "Bearer %s \t " % KEY},
                        timeout=SAFETY_NET_S)
         self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(s.stop(), 0)
+
+    def test_http_1_2_is_http_1_1(self):
+        # RFC 9110, 2.5: kept alive, two answers on one connection.
+        s = self.start()
+        c = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        c.send("GET /health HTTP/1.2\r\nHost: x\r\n\r\n"
+               "GET /health HTTP/1.2\r\nHost: x\r\n\r\n")
+        for _ in range(2):
+            status, head, _ = c.read_response()
+            self.assertEqual(status, 200)
+            self.assertEqual(head["connection"], "keep-alive")
+        c.close()
         self.assertEqual(s.stop(), 0)
 
 

@@ -1475,6 +1475,52 @@ static void test_header_values_are_trimmed(void)
 	server_stop(s);
 }
 
+/*
+ * RFC 9110, 2.5: HTTP/1.2 to HTTP/1.9 are answered as HTTP/1.1, with all
+ * its rules: keep-alive by default, chunked bodies, a Host required.
+ */
+static void test_higher_minor_versions_are_http11(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	struct server *s = server_start(&l);
+	int fd = client(s->port);
+	char carry[65536];
+	size_t carry_len = 0;
+	struct response r;
+	send_str(fd, "GET /echo HTTP/1.2\r\nHost: x\r\n\r\n"
+	             "POST /echo HTTP/1.9\r\nHost: x\r\nTransfer-Encoding: "
+	             "chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+	read_response(fd, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 200);
+	ASSERT_EQ(strncmp(r.head, "HTTP/1.1 200 OK\r\n", 17), 0);
+	ASSERT_CONTAINS(r.head, "Connection: keep-alive");
+	ASSERT_STR_EQ(r.body, "GET /echo 0:");
+	read_response(fd, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 200);
+	ASSERT_STR_EQ(r.body, "POST /echo 5:hello");
+	/* Still open: a third on the same connection. */
+	send_str(fd, "GET /echo HTTP/1.5\r\nHost: x\r\n\r\n");
+	read_response(fd, &r, carry, &carry_len);
+	ASSERT_STR_EQ(r.body, "GET /echo 0:");
+	close(fd);
+
+	bool closed;
+	exchange(s,
+	         "GET /echo HTTP/1.2\r\nHost: x\r\nConnection: close"
+	         "\r\n\r\n",
+	         &r, &closed);
+	ASSERT_EQ(r.status, 200);
+	ASSERT(closed);
+	/* HTTP/1.1's rules hold: exactly one Host. */
+	expect_refused(s, "GET /echo HTTP/1.2\r\n\r\n", 400,
+	               "malformed HTTP request");
+	/* One digit each (RFC 9112, 2.3). */
+	expect_refused(s, "GET /echo HTTP/1.23\r\nHost: x\r\n\r\n", 400,
+	               "malformed HTTP request");
+	server_stop(s);
+}
+
 int main(void)
 {
 	RUN(test_keep_alive_and_pipelining);
@@ -1494,5 +1540,6 @@ int main(void)
 	RUN(test_adopted_socket);
 	RUN(test_cors_on_every_answer);
 	RUN(test_header_values_are_trimmed);
+	RUN(test_higher_minor_versions_are_http11);
 	return 0;
 }
