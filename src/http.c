@@ -512,6 +512,17 @@ static int on_headers_complete(llhttp_t *p)
 static int on_chunk_header(llhttp_t *p)
 {
 	struct sl_http_conn *c = conn_of(p);
+	/*
+	 * A chunk that would take the body past the limit is refused from its
+	 * size line, as nginx does, rather than after its data (which may
+	 * never come: the body timeout would answer instead).
+	 */
+	if (p->content_length >
+	    c->server->limits.max_body - c->req->pub.body_len) {
+		c->reject_status = 413;
+		c->reject_message = "request body too large";
+		return -1;
+	}
 	/* Fed exactly one chunk-size line: what follows is data or trailers. */
 	sl_http_frame_chunk(&c->frame, p->content_length);
 	return 0;

@@ -1,7 +1,8 @@
 """Hostile and unusual clients against a real sluice (in front of the mock
 llama-server): a flood of pipelined requests from clients that never read,
-HEAD on GET endpoints, absolute-form targets, a smuggling attempt, header
-values with trailing whitespace, HTTP/1.2."""
+HEAD on GET endpoints, absolute-form targets, a smuggling attempt, a
+chunk larger than the body limit, header values with trailing whitespace,
+HTTP/1.2."""
 
 import os
 import re
@@ -180,6 +181,19 @@ class Hostile(st.TestCase):
             status, head, _ = c.read_response()
             self.assertEqual(status, 200)
             self.assertEqual(head["connection"], "keep-alive")
+        c.close()
+        self.assertEqual(s.stop(), 0)
+
+    def test_a_chunk_over_max_body_is_refused_at_its_size_line(self):
+        # 413 at once, with no wait for its data (the body timeout is two
+        # minutes here), as nginx does.
+        s = self.start("--max-body", "1K", "--body-timeout", "120")
+        c = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+               "Transfer-Encoding: chunked\r\n\r\n401\r\n")
+        status, _, body = c.read_response()
+        self.assertEqual(status, 413)
+        self.assertIn(b"request body too large", body)
         c.close()
         self.assertEqual(s.stop(), 0)
 

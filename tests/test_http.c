@@ -1450,6 +1450,42 @@ static void test_cors_on_every_answer(void)
 	server_stop(s);
 }
 
+/*
+ * A chunk whose size takes the body past max_body is refused when its size
+ * line arrives, its data never sent (as nginx does), not after the body
+ * timeout.
+ */
+static void test_chunk_over_the_limit_is_refused_at_its_size(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l); /* max_body 1024; the body timeout stays 30 s */
+	struct server *s = server_start(&l);
+	expect_refused(s,
+	               "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+	               "chunked\r\n\r\n401\r\n",
+	               413, "body too large");
+	char *half = repeat("h", 512);
+	char *req = sl_xasprintf("POST /echo HTTP/1.1\r\nHost: x\r\n"
+	                         "Transfer-Encoding: chunked\r\n\r\n"
+	                         "200\r\n%s\r\n201\r\n",
+	                         half);
+	expect_refused(s, req, 413, "body too large");
+	free(req);
+	/* Exactly at the limit is fine. */
+	req = sl_xasprintf("POST /echo HTTP/1.1\r\nHost: x\r\n"
+	                   "Transfer-Encoding: chunked\r\n\r\n"
+	                   "200\r\n%s\r\n200\r\n%s\r\n0\r\n\r\n",
+	                   half, half);
+	struct response r;
+	bool closed;
+	exchange(s, req, &r, &closed);
+	ASSERT_EQ(r.status, 200);
+	ASSERT_CONTAINS(r.body, "POST /echo 1024:hhh");
+	free(req);
+	free(half);
+	server_stop(s);
+}
+
 /* RFC 9110, 5.5: whitespace around a field value is not part of it. */
 static void test_header_values_are_trimmed(void)
 {
@@ -1539,6 +1575,7 @@ int main(void)
 	RUN(test_hostile_content_types);
 	RUN(test_adopted_socket);
 	RUN(test_cors_on_every_answer);
+	RUN(test_chunk_over_the_limit_is_refused_at_its_size);
 	RUN(test_header_values_are_trimmed);
 	RUN(test_higher_minor_versions_are_http11);
 	return 0;
