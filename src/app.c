@@ -1339,6 +1339,8 @@ static int open_listener(struct sl_app *app)
 		return rc;
 	}
 	app->http.on_finish = on_request_finished;
+	/* A request refused for its key is refused before its body is read. */
+	app->http.on_head = sl_routes_head;
 	unsigned port = sl_http_server_port(&app->http);
 	bool v6 = strchr(cfg->listen_host, ':') != NULL;
 	snprintf(app->listen_url, sizeof(app->listen_url), "http://%s%s%s:%u",

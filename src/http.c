@@ -22,7 +22,10 @@
  *
  * Once a head is parsed, the request rules (http_rules.c: Host, transfer
  * codings, the absolute-form target) judge what it says; this file applies
- * their verdicts and the limits.
+ * their verdicts and the limits. A head with a body after it pauses the
+ * parser (on_headers_complete returns HPE_PAUSED, as on_message_complete
+ * does) so that, outside llhttp's callbacks, the owner's on_head may
+ * answer it (body_begin) before a byte of the body is read.
  *
  * Closing: uv_close() on both handles; the request in flight, if any, gets
  * on_abort from the close callback, always from the loop and never from
@@ -64,6 +67,7 @@ struct request_state {
 	uint32_t name_off[SL_HTTP_MAX_HEADERS];
 	uint32_t value_off[SL_HTTP_MAX_HEADERS];
 	bool in_field;     /* inside a header name */
+	bool identified;   /* request id and client set */
 	bool seen_header;  /* past the request target */
 	bool headers_done; /* later fields are trailers: counted, dropped */
 	bool head_only;    /* a HEAD request: the response has no body */
@@ -111,12 +115,14 @@ struct sl_http_conn {
 	size_t backlog;         /* bytes in uv_write requests not yet done */
 	unsigned reject_status; /* set by a parser callback that refuses */
 	const char *reject_message;
+	bool head_paused; /* the parser paused after a head a body follows */
 	struct sl_http_frame frame; /* where the parts of a request end */
 	unsigned open_handles;
 	bool reading;
 	bool parsing;             /* inside conn_parse(): do not re-enter */
 	bool closing;             /* uv_close() called */
 	bool finish_when_flushed; /* linger once the backlog is written */
+	uint64_t linger_since;    /* loop time the linger began (FIN sent) */
 	bool shutdown_started;
 	bool peer_closed;   /* EOF seen while flushing a final response */
 	bool draining_wait; /* drain callback owed once below the low mark */
@@ -487,26 +493,17 @@ static int on_headers_complete(llhttp_t *p)
 		st->body_cap = (size_t)p->content_length;
 
 	const char *expect = sl_http_header(&st->pub, "Expect");
-	if (expect) {
-		if (strcasecmp(expect, "100-continue") != 0) {
-			c->reject_status = 417;
-			c->reject_message = "only \"Expect: 100-continue\" is "
-			                    "supported";
-			return -1;
-		}
-		if (!st->http10 && (chunked || p->content_length > 0)) {
-			static const char cont[] =
-			    "HTTP/1.1 100 Continue\r\n\r\n";
-			uv_buf_t b =
-			    uv_buf_init((char *)cont, sizeof(cont) - 1);
-			conn_write_raw(c, &b, 1);
-		}
+	if (expect && strcasecmp(expect, "100-continue") != 0) {
+		c->reject_status = 417;
+		c->reject_message = "only \"Expect: 100-continue\" is "
+		                    "supported";
+		return -1;
 	}
-	if (chunked || (has_length && p->content_length > 0)) {
-		c->phase = PHASE_BODY;
-		set_timer(c, lim->body_timeout_ms);
-	}
-	return 0;
+	if (!chunked && !(has_length && p->content_length > 0))
+		return 0;
+	/* A body follows: body_begin() decides on it, outside llhttp. */
+	c->head_paused = true;
+	return HPE_PAUSED;
 }
 
 static int on_chunk_header(llhttp_t *p)
@@ -1152,8 +1149,9 @@ static void assign_request_id(struct sl_http_server *s,
 }
 
 /*
- * The client behind a trusted proxy, from X-Forwarded-For; only complete
- * requests get this far, so a refused one keeps the peer.
+ * The client behind a trusted proxy, from X-Forwarded-For; only requests
+ * shown to on_head or the handler get this far, so one refused while it
+ * is parsed keeps the peer.
  */
 static void resolve_client(struct sl_http_conn *c, struct request_state *st)
 {
@@ -1166,15 +1164,75 @@ static void resolve_client(struct sl_http_conn *c, struct request_state *st)
 	sl_ip_format(&client, st->pub.client, sizeof(st->pub.client));
 }
 
+/* The request's id and client, once: at its head when it has a body. */
+static void identify(struct sl_http_conn *c, struct request_state *st)
+{
+	if (st->identified)
+		return;
+	st->identified = true;
+	assign_request_id(c->server, st);
+	resolve_client(c, st);
+}
+
 static void dispatch(struct sl_http_conn *c)
 {
 	struct request_state *st = c->req;
 	llhttp_resume(&c->parser);
-	assign_request_id(c->server, st);
-	resolve_client(c, st);
+	identify(c, st);
 	st->dispatched = true;
 	c->server->n_busy++;
 	c->server->handler(&st->pub, c->server->handler_data);
+}
+
+/*
+ * Shows a head to on_head (http.h). The request is answerable as a
+ * dispatched one while on_head runs; true when on_head let it through.
+ */
+static bool head_passes(struct sl_http_conn *c)
+{
+	struct sl_http_server *s = c->server;
+	struct request_state *st = c->req;
+	identify(c, st);
+	/* An answer now leaves the body unread: the connection closes. */
+	st->keep_alive = false;
+	st->dispatched = true;
+	s->n_busy++;
+	if (s->on_head(&st->pub, s->handler_data)) {
+		st->dispatched = false;
+		s->n_busy--;
+		return true;
+	}
+	if (c->req == st && !c->closing) {
+		/* on_head broke its contract: refused, not left hanging. */
+		sl_warn("http: a request's head was refused without an "
+		        "answer; answering 500");
+		conn_reject(c, 500, "internal error");
+	}
+	return false;
+}
+
+/*
+ * A head is parsed and a body follows: on_head sees it. Returns true when
+ * the body is to be read now; else the request has been answered and the
+ * connection is closing.
+ */
+static bool body_begin(struct sl_http_conn *c)
+{
+	struct sl_http_server *s = c->server;
+	struct request_state *st = c->req;
+	const struct sl_http_limits *lim = &s->limits;
+	if (s->on_head && !head_passes(c))
+		return false;
+	/* Only now may the client send what it held back for our word. */
+	const char *expect = sl_http_header(&st->pub, "Expect");
+	if (expect && !st->http10) {
+		static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+		uv_buf_t b = uv_buf_init((char *)cont, sizeof(cont) - 1);
+		conn_write_raw(c, &b, 1);
+	}
+	c->phase = PHASE_BODY;
+	set_timer(c, lim->body_timeout_ms);
+	return true;
 }
 
 /*
@@ -1251,7 +1309,16 @@ static size_t conn_parse(struct sl_http_conn *c, const char *data, size_t len)
 			break;
 		if (e == HPE_PAUSED) {
 			off = (size_t)(llhttp_get_error_pos(&c->parser) - data);
-			dispatch(c);
+			if (!c->head_paused) {
+				dispatch(c);
+				continue;
+			}
+			c->head_paused = false;
+			llhttp_resume(&c->parser);
+			if (!body_begin(c)) {
+				off = len; /* answered: the rest is discarded */
+				break;
+			}
 			continue;
 		}
 		if (e == HPE_OK) {
@@ -1302,6 +1369,21 @@ static void pending_append(struct sl_http_conn *c, const char *data, size_t len)
 	c->pending_len += len;
 }
 
+/*
+ * Input while lingering is discarded. A client still sending (the body of
+ * a request refused at its head, say) has until it has been quiet for
+ * SL_HTTP_LINGER_MS, so that it reads the answer rather than a reset when
+ * it sends all before it reads, but no longer than the body timeout in all.
+ */
+static void linger_on(struct sl_http_conn *c)
+{
+	if (!c->shutdown_started)
+		return; /* still sending the answer: the send timeout runs */
+	uint64_t lingered = uv_now(c->server->loop) - c->linger_since;
+	if (lingered + SL_HTTP_LINGER_MS <= c->server->limits.body_timeout_ms)
+		set_timer(c, SL_HTTP_LINGER_MS);
+}
+
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
 	struct sl_http_conn *c = h->data;
@@ -1332,8 +1414,10 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 	}
 	if (nread == 0 || c->closing)
 		return;
-	if (c->phase == PHASE_LINGER)
+	if (c->phase == PHASE_LINGER) {
+		linger_on(c);
 		return; /* discard */
+	}
 	if (buf->base == c->server->read_buf) {
 		size_t used = conn_parse(c, buf->base, (size_t)nread);
 		if (!c->closing && used < (size_t)nread)
@@ -1501,6 +1585,7 @@ static void maybe_linger(struct sl_http_conn *c)
 		conn_close(c);
 		return;
 	}
+	c->linger_since = uv_now(c->server->loop);
 	set_timer(c, SL_HTTP_LINGER_MS);
 }
 

@@ -1,8 +1,8 @@
 """Hostile and unusual clients against a real sluice (in front of the mock
 llama-server): a flood of pipelined requests from clients that never read,
-HEAD on GET endpoints, absolute-form targets, a smuggling attempt, a
-chunk larger than the body limit, header values with trailing whitespace,
-HTTP/1.2."""
+HEAD on GET endpoints, absolute-form targets, a smuggling attempt, bodies
+left one byte short without a key, a chunk larger than the body limit,
+header values with trailing whitespace, HTTP/1.2."""
 
 import os
 import re
@@ -24,7 +24,17 @@ GROWTH_LIMIT_KIB = 64 * 1024
 # Not a measure: how long a busy machine may take before a test gives up.
 SAFETY_NET_S = 240
 
+# The unfinished-body attack, scaled down for a busy 2-core machine: each
+# connection sends a body of --max-body's default (1 MiB) but its last
+# byte, and waits; ATTACKERS of them without a key held 1 MiB each.
+BODY = 1024 * 1024
+ATTACKERS = 48
+# What sluice may grow by meanwhile: heads, buffers and the allocator's
+# own; far below the ATTACKERS MiB of the attack.
+OVERHEAD_KIB = 8 * 1024
+
 KEY = "hostile-test-key"
+ORIGIN = "http://page.example"
 
 
 def answered(port):
@@ -50,6 +60,21 @@ def send_until_stopped(sock, data):
             if not writable:
                 break
     return sent
+
+
+def unfinished_body(port, headers=""):
+    """A connection that sends a head for a body of BODY bytes, then all of
+    it but the last byte, and waits; returns its socket. A connection
+    refused at its head is closed on; that is not an error here."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    head = ("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+            "Content-Type: application/json\r\n%sContent-Length: %d\r\n"
+            "\r\n" % (headers, BODY)).encode()
+    try:
+        send_until_stopped(sock, head + b" " * (BODY - 1))
+    except OSError:
+        pass
+    return sock
 
 
 class Hostile(st.TestCase):
@@ -160,6 +185,66 @@ class Hostile(st.TestCase):
         metrics = st.request(s.port, "GET", "/metrics").body.decode()
         self.assertNotIn('endpoint="/v1/completions"', metrics)
         self.assertIn("sluice_generated_tokens_total 0\n", metrics)
+        self.assertEqual(s.stop(), 0)
+
+    def test_a_request_without_a_key_is_refused_at_its_head(self):
+        asan = os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=0"
+        s = self.start("--api-key", KEY, "--body-timeout", "120",
+                       env={"ASAN_OPTIONS": asan})
+        whole = st.request(s.port, "POST", "/v1/completions", {"prompt": "x"},
+                           headers={"Origin": ORIGIN}, timeout=SAFETY_NET_S)
+        self.assertEqual(whole.status, 401)
+
+        # The head alone gets the same answer: no body is ever sent.
+        c = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nOrigin: %s\r\n"
+               "Content-Length: %d\r\n\r\n" % (ORIGIN, BODY))
+        status, head, body = c.read_response()
+        self.assertEqual(status, 401)
+        self.assertEqual(body, whole.body)
+        for name in ("content-type", "access-control-allow-origin", "vary"):
+            self.assertEqual(head.get(name), whole.header(name), name)
+        self.assertEqual(head["connection"], "close")
+        self.assertTrue(c.at_eof())
+        c.close()
+        # Expect: 100-continue gets it in place of the 100.
+        c = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+               "Expect: 100-continue\r\nContent-Length: 12\r\n\r\n")
+        self.assertEqual(c.read_response()[0], 401)
+        c.close()
+        # An admin action with a client key: its 403, from the head too.
+        c = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        c.send("POST /props HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+               "%s\r\nContent-Length: 100\r\n\r\n" % KEY)
+        status, _, body = c.read_response()
+        self.assertEqual(status, 403)
+        self.assertIn(b"is an admin action", body)
+        c.close()
+        # Requests that need no key are not judged early: a wrong method
+        # on a health check reads its body and says 405.
+        r = st.request(s.port, "POST", "/health", "{}", timeout=SAFETY_NET_S)
+        self.assertEqual(r.status, 405)
+
+        # The unfinished-body attack without a key costs no memory, and a
+        # client with the key is served meanwhile.
+        for _ in range(3):
+            answered_with_key = st.request(
+                s.port, "GET", "/metrics",
+                headers={"Authorization": "Bearer " + KEY},
+                timeout=SAFETY_NET_S)
+            self.assertEqual(answered_with_key.status, 200)
+        baseline = st.vm_hwm_kib(s.proc.pid)
+        socks = [unfinished_body(s.port) for _ in range(ATTACKERS)]
+        grown = st.vm_hwm_kib(s.proc.pid) - baseline
+        self.assertLess(grown, OVERHEAD_KIB, "sluice grew by %d KiB" % grown)
+        r = st.request(s.port, "POST", "/v1/completions",
+                       {"prompt": "hi", "max_tokens": 2},
+                       headers={"Authorization": "Bearer " + KEY},
+                       timeout=SAFETY_NET_S)
+        self.assertEqual(r.status, 200, r.body)
+        for sock in socks:
+            sock.close()
         self.assertEqual(s.stop(), 0)
 
     def test_whitespace_after_a_key_is_not_part_of_it(self):

@@ -35,6 +35,7 @@ struct server {
 	pthread_t thread;
 	unsigned port;
 	atomic_int handled;
+	atomic_int heads; /* seen by on_head */
 	atomic_int closed;
 };
 
@@ -201,6 +202,25 @@ static void handler(struct sl_http_request *req, void *data)
 	free(body);
 }
 
+/*
+ * on_head, as the routes' key check: /locked needs "X-Key: good" and is
+ * refused 401 without it; any other head goes on. It never sees a body.
+ */
+static bool on_head(struct sl_http_request *req, void *data)
+{
+	struct server *s = data;
+	atomic_fetch_add(&s->heads, 1);
+	ASSERT(req->body == NULL);
+	ASSERT(req->id[0] != '\0');
+	const char *key = sl_http_header(req, "X-Key");
+	if (strcmp(req->path, "/locked") != 0 ||
+	    (key && strcmp(key, "good") == 0))
+		return true;
+	sl_http_respond_error(req, 401, "authentication_error", NULL,
+	                      "Invalid API Key");
+	return false;
+}
+
 static void on_server_closed(struct sl_http_server *h)
 {
 	struct server *s = sl_container_of(h, struct server, http);
@@ -240,6 +260,7 @@ static struct server *server_start(const struct sl_http_limits *limits)
 	ASSERT_EQ(sl_http_server_listen(&s->http, &s->loop, "127.0.0.1", 0,
 	                                limits, handler, s),
 	          0);
+	s->http.on_head = on_head;
 	s->port = sl_http_server_port(&s->http);
 	ASSERT(s->port > 0);
 	ASSERT_EQ(pthread_create(&s->thread, NULL, server_main, s), 0);
@@ -1451,6 +1472,108 @@ static void test_cors_on_every_answer(void)
 }
 
 /*
+ * A request with a body is judged on its head: one refused there is
+ * answered before any of its body is sent, is never handled, and closes
+ * its connection (its body stands before any next request).
+ */
+static void test_head_is_judged_before_the_body(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	struct server *s = server_start(&l);
+	int handled = atomic_load(&s->handled);
+	struct response r;
+	char carry[65536];
+	size_t carry_len = 0;
+
+	/* No body sent at all: the 401 comes from the head alone. */
+	int fd = client(s->port);
+	send_str(fd, "POST /locked HTTP/1.1\r\nHost: x\r\nContent-Length: "
+	             "1000\r\nX-Request-Id: t-1\r\n\r\n");
+	read_response(fd, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 401);
+	ASSERT_CONTAINS(r.head, "Connection: close");
+	ASSERT_CONTAINS(r.head, "X-Request-Id: t-1\r\n");
+	ASSERT_STR_EQ(r.body,
+	              "{\"error\":{\"message\":\"Invalid API Key\","
+	              "\"type\":\"authentication_error\",\"code\":401}}");
+	char buf[4096];
+	bool eof;
+	recv_for(fd, buf, sizeof(buf), 2000, &eof);
+	ASSERT(eof);
+	close(fd);
+
+	/* Expect: 100-continue gets the refusal instead of the 100. */
+	fd = client(s->port);
+	send_str(fd, "POST /locked HTTP/1.1\r\nHost: x\r\nContent-Length: "
+	             "4\r\nExpect: 100-continue\r\n\r\n");
+	recv_for(fd, buf, sizeof(buf), 5000, &eof);
+	ASSERT_EQ(strncmp(buf, "HTTP/1.1 401 ", 13), 0);
+	close(fd);
+
+	/*
+	 * A client that sends its whole body before it reads, slowly: sluice
+	 * reads on (and drops) what it sends until it is quiet, so that no
+	 * send fails on a closed connection and the answer is read. Each
+	 * piece comes after longer than SL_HTTP_LINGER_MS would allow in all.
+	 */
+	fd = client(s->port);
+	send_str(fd, "POST /locked HTTP/1.1\r\nHost: x\r\nContent-Length: "
+	             "1000\r\n\r\n");
+	char piece[250];
+	memset(piece, 'p', sizeof(piece));
+	for (int i = 0; i < 4; i++) {
+		struct timespec pause = {0, (SL_HTTP_LINGER_MS / 3) * 1000000L};
+		nanosleep(&pause, NULL); /* the client's pace, not a wait */
+		ASSERT_EQ(send(fd, piece, sizeof(piece), MSG_NOSIGNAL),
+		          (long long)sizeof(piece));
+	}
+	carry_len = 0;
+	read_response(fd, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 401);
+	recv_for(fd, buf, sizeof(buf), 5000, &eof);
+	ASSERT(eof);
+	close(fd);
+
+	/* A chunked body, and a body with a request behind it: the same. */
+	expect_refused(s,
+	               "POST /locked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+	               "chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+	               401, "Invalid API Key");
+	expect_refused(s,
+	               "POST /locked HTTP/1.1\r\nHost: x\r\nContent-Length: "
+	               "4\r\n\r\ndataGET /echo HTTP/1.1\r\nHost: x\r\n\r\n",
+	               401, "Invalid API Key");
+	ASSERT_EQ(atomic_load(&s->handled), handled);
+
+	/* With the key, as before: the 100, the body, the handler. */
+	fd = client(s->port);
+	send_str(fd, "POST /locked HTTP/1.1\r\nHost: x\r\nContent-Length: "
+	             "4\r\nX-Key: good\r\nExpect: 100-continue\r\n\r\n");
+	recv_for(fd, buf, sizeof(buf), 5000, &eof);
+	ASSERT_STR_EQ(buf, "HTTP/1.1 100 Continue\r\n\r\n");
+	send_str(fd, "data");
+	carry_len = 0;
+	read_response(fd, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 200);
+	ASSERT_CONTAINS(r.head, "Connection: keep-alive");
+	ASSERT_STR_EQ(r.body, "POST /locked 4:data");
+	close(fd);
+
+	/* A request without a body goes to the handler, unseen by on_head. */
+	int heads = atomic_load(&s->heads);
+	expect_ok(s, "POST /locked HTTP/1.1\r\nHost: x\r\n\r\n",
+	          "POST /locked 0:");
+	expect_ok(s,
+	          "POST /locked HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+	          "\r\n",
+	          "POST /locked 0:");
+	ASSERT_EQ(atomic_load(&s->heads), heads);
+	ASSERT_EQ(atomic_load(&s->handled), handled + 3);
+	server_stop(s);
+}
+
+/*
  * A chunk whose size takes the body past max_body is refused when its size
  * line arrives, its data never sent (as nginx does), not after the body
  * timeout.
@@ -1575,6 +1698,7 @@ int main(void)
 	RUN(test_hostile_content_types);
 	RUN(test_adopted_socket);
 	RUN(test_cors_on_every_answer);
+	RUN(test_head_is_judged_before_the_body);
 	RUN(test_chunk_over_the_limit_is_refused_at_its_size);
 	RUN(test_header_values_are_trimmed);
 	RUN(test_higher_minor_versions_are_http11);

@@ -17,8 +17,13 @@
  *             socket; the handler reads it to apply back-pressure.
  *   linger    after an error response that closes the connection, sluice
  *             stops sending (FIN), then reads and discards what the client
- *             still sends for a moment, so that the client reads the error
+ *             still sends until it has been quiet for a moment (at most
+ *             the body timeout), so that the client reads the error
  *             instead of a connection reset.
+ *   head      the request line and headers. A request with a body is shown
+ *             to on_head (when set) once its head is parsed and before any
+ *             of its body is read, so that a request its handler would
+ *             refuse anyway (no valid key) costs no memory for its body.
  */
 #ifndef SLUICE_HTTP_H
 #define SLUICE_HTTP_H
@@ -52,7 +57,10 @@
 #define SL_HTTP_REQUEST_ID_MAX 128u
 /* Bytes read ahead while a request is being answered (pipelining). */
 #define SL_HTTP_PENDING_MAX (64u * 1024)
-/* How long a lingering close waits for the client to finish sending. */
+/*
+ * How long a lingering close waits for the client to go quiet: each read
+ * while it lingers waits this long again, up to the body timeout in all.
+ */
 #define SL_HTTP_LINGER_MS 2000u
 /* The one read buffer all connections share; reads are handled at once. */
 #define SL_HTTP_READ_BUF (64u * 1024)
@@ -210,6 +218,17 @@ typedef void (*sl_http_handler)(struct sl_http_request *req, void *data);
  */
 typedef void (*sl_http_finish_cb)(struct sl_http_request *req, bool completed,
                                   void *data);
+/*
+ * Shown the head of a request with a body, before any of the body is read
+ * (see "head" in the glossary): `req` has its method, target, headers, id
+ * and client; its body is NULL. Returns true to read the body and hand the
+ * request to the handler as usual; or answers `req` at once (as a handler
+ * would, e.g. sl_http_respond_error) and returns false: the body is then
+ * never read, and the connection closes after the answer (its head says
+ * "Connection: close"), since the unread body stands before any next
+ * request. A request without a body goes straight to the handler.
+ */
+typedef bool (*sl_http_head_cb)(struct sl_http_request *req, void *data);
 
 struct sl_http_server {
 	uv_loop_t *loop;
@@ -217,6 +236,7 @@ struct sl_http_server {
 	struct sl_http_limits limits;
 	sl_http_handler handler;
 	sl_http_finish_cb on_finish;
+	sl_http_head_cb on_head; /* set by the owner, or NULL: none */
 	void *handler_data;
 	uint64_t refused_connections; /* over --max-connections */
 	struct sl_http_conn *conns;   /* all open connections, a list */
