@@ -1321,6 +1321,7 @@ static int open_listener(struct sl_app *app)
 	    .max_header_bytes = cfg->max_header_size,
 	    .max_headers = cfg->max_headers,
 	    .max_body = cfg->max_body,
+	    .max_body_memory = cfg->max_body_memory,
 	    .header_timeout_ms = cfg->header_timeout_ms,
 	    .body_timeout_ms = cfg->body_timeout_ms,
 	    .idle_timeout_ms = cfg->keepalive_timeout_ms,

@@ -25,7 +25,8 @@
  * their verdicts and the limits. A head with a body after it pauses the
  * parser (on_headers_complete returns HPE_PAUSED, as on_message_complete
  * does) so that, outside llhttp's callbacks, the owner's on_head may
- * answer it (body_begin) before a byte of the body is read.
+ * answer it and the body memory is reserved (body_begin) before a byte of
+ * the body is read.
  *
  * Closing: uv_close() on both handles; the request in flight, if any, gets
  * on_abort from the close callback, always from the loop and never from
@@ -72,6 +73,8 @@ struct request_state {
 	bool headers_done; /* later fields are trailers: counted, dropped */
 	bool head_only;    /* a HEAD request: the response has no body */
 	size_t body_cap;
+	/* Body memory this request holds while its body is read (http.h). */
+	size_t body_reserved;
 	bool keep_alive; /* decided when the message completed */
 	bool http10;     /* HTTP/1.0 client: no chunked responses */
 	bool chunked;    /* the streamed response is chunked */
@@ -173,6 +176,7 @@ void sl_http_limits_default(struct sl_http_limits *l)
 	l->max_header_bytes = SL_HTTP_MAX_HEADER_BYTES;
 	l->max_headers = SL_HTTP_MAX_HEADERS;
 	l->max_body = SL_HTTP_MAX_BODY;
+	l->max_body_memory = SL_HTTP_MAX_BODY_MEMORY;
 	l->header_timeout_ms = SL_HTTP_HEADER_TIMEOUT_MS;
 	l->body_timeout_ms = SL_HTTP_BODY_TIMEOUT_MS;
 	l->idle_timeout_ms = SL_HTTP_IDLE_TIMEOUT_MS;
@@ -244,10 +248,19 @@ static void request_finished(struct sl_http_conn *c, struct request_state *st,
 		s->on_finish(&st->pub, completed, s->handler_data);
 }
 
+/* The body memory st holds goes back to the server (http.h, "body memory"). */
+static void body_release(struct request_state *st)
+{
+	struct sl_http_server *s = st->pub.conn->server;
+	s->body_memory -= st->body_reserved;
+	st->body_reserved = 0;
+}
+
 static void request_free(struct request_state *st)
 {
 	if (!st)
 		return;
+	body_release(st);
 	free(st->arena);
 	free(st->pub.body);
 	free(st->held_head);
@@ -556,6 +569,8 @@ static int on_message_complete(llhttp_t *p)
 	struct request_state *st = c->req;
 	if (!st->pub.body)
 		st->pub.body = sl_xcalloc(1, 1);
+	/* The body is the request's now, bounded by the handler's limits. */
+	body_release(st);
 	/* After an upgrade request the parser cannot go on: close after. */
 	st->keep_alive = llhttp_should_keep_alive(p) && !p->upgrade &&
 	                 !c->server->closing && !c->server->draining;
@@ -1093,7 +1108,9 @@ void sl_http_want_drain(struct sl_http_request *req)
 static void assign_request_id(struct sl_http_server *s,
                               struct request_state *st);
 
-static void conn_reject(struct sl_http_conn *c, int status, const char *message)
+/* conn_reject() with header lines (each ending in CRLF) added, or NULL. */
+static void conn_reject_with(struct sl_http_conn *c, int status,
+                             const char *extra_headers, const char *message)
 {
 	/* A refused request is traced like any other: it gets an id too. */
 	if (c->req && !c->req->pub.id[0])
@@ -1103,7 +1120,7 @@ static void conn_reject(struct sl_http_conn *c, int status, const char *message)
 	                                   : "invalid_request_error";
 	size_t body_len, head_len;
 	char *body = error_body(status, type, message, &body_len);
-	char *head = format_head(c, status, SL_HTTP_JSON, NULL,
+	char *head = format_head(c, status, SL_HTTP_JSON, extra_headers,
 	                         (long long)body_len, false, &head_len);
 	uv_buf_t bufs[2] = {uv_buf_init(head, (unsigned)head_len),
 	                    uv_buf_init(body, (unsigned)body_len)};
@@ -1118,6 +1135,11 @@ static void conn_reject(struct sl_http_conn *c, int status, const char *message)
 	c->req = NULL;
 	sl_debug("http: answered %d and closing: %s", status, message);
 	conn_finish(c);
+}
+
+static void conn_reject(struct sl_http_conn *c, int status, const char *message)
+{
+	conn_reject_with(c, status, NULL, message);
 }
 
 /* ---- the read side ---- */
@@ -1212,9 +1234,10 @@ static bool head_passes(struct sl_http_conn *c)
 }
 
 /*
- * A head is parsed and a body follows: on_head sees it. Returns true when
- * the body is to be read now; else the request has been answered and the
- * connection is closing.
+ * A head is parsed and a body follows: on_head sees it, then the body gets
+ * its body memory (http.h) or the request is refused with 503. Returns
+ * true when the body is to be read now; else the request has been answered
+ * and the connection is closing.
  */
 static bool body_begin(struct sl_http_conn *c)
 {
@@ -1223,6 +1246,29 @@ static bool body_begin(struct sl_http_conn *c)
 	const struct sl_http_limits *lim = &s->limits;
 	if (s->on_head && !head_passes(c))
 		return false;
+	/* A chunked body's length is known at its end only: --max-body. */
+	bool chunked = (c->parser.flags & F_CHUNKED) != 0;
+	size_t want =
+	    chunked ? lim->max_body : (size_t)c->parser.content_length;
+	if (want > lim->max_body_memory - s->body_memory) {
+		sl_debug(
+		    "http: a body of up to %zu bytes would take the memory "
+		    "of bodies being read past --max-body-memory (%zu of "
+		    "%zu in use)",
+		    want, s->body_memory, lim->max_body_memory);
+		st->pub.info.reject_reason = "body_memory";
+		char retry[80];
+		snprintf(retry, sizeof(retry),
+		         "Retry-After: %u\r\nretry-after-ms: %u\r\n",
+		         SL_HTTP_BODY_MEMORY_RETRY_S,
+		         SL_HTTP_BODY_MEMORY_RETRY_S * 1000);
+		conn_reject_with(c, 503, retry,
+		                 "sluice is reading too many request bodies "
+		                 "at once; retry shortly");
+		return false;
+	}
+	s->body_memory += want;
+	st->body_reserved = want;
 	/* Only now may the client send what it held back for our word. */
 	const char *expect = sl_http_header(&st->pub, "Expect");
 	if (expect && !st->http10) {
@@ -1700,6 +1746,9 @@ int sl_http_server_listen(struct sl_http_server *s, uv_loop_t *loop,
 	/* The per-request arrays are sized for the compiled-in maximum. */
 	s->limits.max_headers =
 	    SL_MIN(s->limits.max_headers, SL_HTTP_MAX_HEADERS);
+	/* Less than one body's worth would refuse every largest body. */
+	s->limits.max_body_memory =
+	    SL_MAX(s->limits.max_body_memory, s->limits.max_body);
 	s->handler = handler;
 	s->handler_data = data;
 	if (uv_random(NULL, NULL, &s->id_seed, sizeof(s->id_seed), 0, NULL))

@@ -1,13 +1,14 @@
 """Hostile and unusual clients against a real sluice (in front of the mock
 llama-server): a flood of pipelined requests from clients that never read,
 HEAD on GET endpoints, absolute-form targets, a smuggling attempt, bodies
-left one byte short without a key, a chunk larger than the body limit,
-header values with trailing whitespace, HTTP/1.2."""
+left one byte short (with and without a key), a chunk larger than the body
+limit, header values with trailing whitespace, HTTP/1.2."""
 
 import os
 import re
 import select
 import socket
+import statistics
 import time
 
 import sluice_test as st
@@ -26,12 +27,17 @@ SAFETY_NET_S = 240
 
 # The unfinished-body attack, scaled down for a busy 2-core machine: each
 # connection sends a body of --max-body's default (1 MiB) but its last
-# byte, and waits; ATTACKERS of them without a key held 1 MiB each.
+# byte, and waits. ATTACKERS of them held 1 MiB each before
+# --max-body-memory; BODY_MEMORY_MIB bounds them all now.
 BODY = 1024 * 1024
 ATTACKERS = 48
-# What sluice may grow by meanwhile: heads, buffers and the allocator's
-# own; far below the ATTACKERS MiB of the attack.
+BODY_MEMORY_MIB = 8
+# What sluice may grow by besides the bodies it admits: heads, buffers and
+# the allocator's own; far below the ATTACKERS MiB of the attack.
 OVERHEAD_KIB = 8 * 1024
+# How much slower /health may answer during the attack than before it
+# (the issue's bound: other clients served within 50 ms).
+HEALTH_SLOWER_S = 0.05
 
 KEY = "hostile-test-key"
 ORIGIN = "http://page.example"
@@ -75,6 +81,26 @@ def unfinished_body(port, headers=""):
     except OSError:
         pass
     return sock
+
+
+def metric(port, name):
+    """One sample of sluice's /metrics, by its full name with labels."""
+    text = st.request(port, "GET", "/metrics",
+                      timeout=SAFETY_NET_S).body.decode()
+    m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
+    assert m, "no %s in /metrics" % name
+    return float(m.group(1))
+
+
+def health_latency(port, n=7):
+    """The median time /health takes to answer, in seconds."""
+    times = []
+    for _ in range(n):
+        start = time.monotonic()
+        r = st.request(port, "GET", "/health", timeout=SAFETY_NET_S)
+        times.append(time.monotonic() - start)
+        assert r.status == 200, r.status
+    return statistics.median(times)
 
 
 class Hostile(st.TestCase):
@@ -185,6 +211,51 @@ class Hostile(st.TestCase):
         metrics = st.request(s.port, "GET", "/metrics").body.decode()
         self.assertNotIn('endpoint="/v1/completions"', metrics)
         self.assertIn("sluice_generated_tokens_total 0\n", metrics)
+        self.assertEqual(s.stop(), 0)
+
+    def test_unfinished_bodies_hold_at_most_max_body_memory(self):
+        asan = os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=0"
+        s = self.start("--max-body-memory", "%dM" % BODY_MEMORY_MIB,
+                       env={"ASAN_OPTIONS": asan})
+        for _ in range(3):  # warm up: the /metrics text, the allocator
+            answered(s.port)
+        baseline = st.vm_hwm_kib(s.proc.pid)
+        before = health_latency(s.port)
+
+        socks = [unfinished_body(s.port) for _ in range(ATTACKERS)]
+        # As many bodies as fit are held, and not one more...
+        self.assertEqual(metric(s.port, "sluice_body_memory_bytes"),
+                         BODY_MEMORY_MIB * BODY)
+        grown = st.vm_hwm_kib(s.proc.pid) - baseline
+        self.assertLess(grown, BODY_MEMORY_MIB * 1024 + OVERHEAD_KIB,
+                        "sluice grew by %d KiB" % grown)
+        # ...the others were refused before their bodies were read.
+        self.assertEqual(
+            metric(s.port, 'sluice_rejected_total{reason="body_memory"}'),
+            ATTACKERS - BODY_MEMORY_MIB)
+        # Other clients are served meanwhile; a new body is told to retry.
+        during = health_latency(s.port)
+        self.assertLess(during, before + HEALTH_SLOWER_S,
+                        "/health: %.3f s before, %.3f s during" %
+                        (before, during))
+        r = st.request(s.port, "POST", "/v1/completions",
+                       {"prompt": "hi", "max_tokens": 2},
+                       timeout=SAFETY_NET_S)
+        self.assertEqual(r.status, 503)
+        self.assertEqual(r.header("Retry-After"), "1")
+        self.assertEqual(r.header("retry-after-ms"), "1000")
+        self.assertEqual(r.json()["error"]["type"], "server_error")
+
+        # The memory comes back as the attackers go.
+        for sock in socks:
+            sock.close()
+        st.wait_until(
+            lambda: metric(s.port, "sluice_body_memory_bytes") == 0,
+            SAFETY_NET_S, "the bodies' memory to come back")
+        r = st.request(s.port, "POST", "/v1/completions",
+                       {"prompt": "hi", "max_tokens": 2},
+                       timeout=SAFETY_NET_S)
+        self.assertEqual(r.status, 200, r.body)
         self.assertEqual(s.stop(), 0)
 
     def test_a_request_without_a_key_is_refused_at_its_head(self):

@@ -1574,6 +1574,108 @@ static void test_head_is_judged_before_the_body(void)
 }
 
 /*
+ * Sends a head with "Expect: 100-continue" on a new connection; returns
+ * the connection and puts the first answer's bytes in buf.
+ */
+static int expect_100(const struct server *s, const char *head, char *buf,
+                      size_t size)
+{
+	int fd = client(s->port);
+	send_str(fd, head);
+	bool eof;
+	recv_for(fd, buf, size, 5000, &eof);
+	return fd;
+}
+
+#define BODY_1024                                                              \
+	"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1024\r\n"           \
+	"Expect: 100-continue\r\n\r\n"
+
+/*
+ * Bodies being read hold at most max_body_memory together: each reserves
+ * its length (max_body when chunked) from its head; one that would go past
+ * is answered 503 with Retry-After before it is read, and the memory comes
+ * back when a body is in or its connection goes.
+ */
+static void test_body_memory_is_bounded(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	l.max_body_memory = 2048; /* two bodies of max_body (1024) */
+	struct server *s = server_start(&l);
+	char buf[4096];
+	char *body = repeat("d", 1024);
+
+	/* Two bodies take it all (the 100 says each was admitted). */
+	int a = expect_100(s, BODY_1024, buf, sizeof(buf));
+	ASSERT_STR_EQ(buf, "HTTP/1.1 100 Continue\r\n\r\n");
+	send_all(a, body, 10);
+	int b = expect_100(s, BODY_1024, buf, sizeof(buf));
+	ASSERT_STR_EQ(buf, "HTTP/1.1 100 Continue\r\n\r\n");
+
+	/* A third, however small, and a chunked one: 503, Retry-After. */
+	static const char *const refused[] = {
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx",
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
+	    "\r\n\r\n1\r\nx\r\n0\r\n\r\n",
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(refused); i++) {
+		struct response r;
+		bool closed;
+		exchange(s, refused[i], &r, &closed);
+		ASSERT_EQ(r.status, 503);
+		ASSERT(closed);
+		ASSERT_CONTAINS(r.head, "\r\nRetry-After: 1\r\n"
+		                        "retry-after-ms: 1000\r\n");
+		ASSERT_CONTAINS(r.body, "too many request bodies");
+	}
+	/* Requests without a body are served all the same. */
+	expect_ok(s, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n", "GET /echo 0:");
+
+	/* A body once admitted is read whole. */
+	send_all(a, body + 10, 1014);
+	char carry[65536];
+	size_t carry_len = 0;
+	struct response r;
+	read_response(a, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 200);
+	ASSERT_CONTAINS(r.body, "POST /echo 1024:dddd");
+	/* Its memory came back when it was in: a new body is admitted. */
+	int c = expect_100(s, BODY_1024, buf, sizeof(buf));
+	ASSERT_STR_EQ(buf, "HTTP/1.1 100 Continue\r\n\r\n");
+
+	/* A client that leaves mid-body gives its memory back too. */
+	close(b);
+	uint64_t deadline = now_ms() + 5000;
+	int d = -1;
+	while (d < 0) {
+		d = expect_100(s, BODY_1024, buf, sizeof(buf));
+		if (strcmp(buf, "HTTP/1.1 100 Continue\r\n\r\n") == 0)
+			break;
+		ASSERT_CONTAINS(buf, "HTTP/1.1 503 ");
+		close(d);
+		d = -1;
+		if (now_ms() > deadline)
+			TEST_FAIL(
+			    "the memory of a body left halfway never came "
+			    "back");
+	}
+	send_all(c, body, 1024);
+	send_all(d, body, 1024);
+	carry_len = 0;
+	read_response(c, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 200);
+	carry_len = 0;
+	read_response(d, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 200);
+	close(a);
+	close(c);
+	close(d);
+	free(body);
+	server_stop(s);
+}
+
+/*
  * A chunk whose size takes the body past max_body is refused when its size
  * line arrives, its data never sent (as nginx does), not after the body
  * timeout.
@@ -1699,6 +1801,7 @@ int main(void)
 	RUN(test_adopted_socket);
 	RUN(test_cors_on_every_answer);
 	RUN(test_head_is_judged_before_the_body);
+	RUN(test_body_memory_is_bounded);
 	RUN(test_chunk_over_the_limit_is_refused_at_its_size);
 	RUN(test_header_values_are_trimmed);
 	RUN(test_higher_minor_versions_are_http11);
