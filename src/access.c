@@ -297,16 +297,20 @@ bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
 	return true;
 }
 
-bool sl_access_preflight(struct sl_app *app, struct sl_http_request *req)
+bool sl_access_is_preflight(const struct sl_app *app,
+                            const struct sl_http_request *req)
 {
-	if (req->method != HTTP_OPTIONS)
-		return false;
 	/*
 	 * With CORS off, OPTIONS is a method like any other (the routes say
 	 * 405 or 404): a browser then refuses the cross-origin call, as it
 	 * should.
 	 */
-	if (app->cfg->cors_origins.count == 0)
+	return req->method == HTTP_OPTIONS && app->cfg->cors_origins.count > 0;
+}
+
+bool sl_access_preflight(struct sl_app *app, struct sl_http_request *req)
+{
+	if (!sl_access_is_preflight(app, req))
 		return false;
 	/*
 	 * An origin not on the list gets a plain 200: without the allow

@@ -1321,6 +1321,7 @@ static int open_listener(struct sl_app *app)
 	    .max_header_bytes = cfg->max_header_size,
 	    .max_headers = cfg->max_headers,
 	    .max_body = cfg->max_body,
+	    .max_body_memory = cfg->max_body_memory,
 	    .header_timeout_ms = cfg->header_timeout_ms,
 	    .body_timeout_ms = cfg->body_timeout_ms,
 	    .idle_timeout_ms = cfg->keepalive_timeout_ms,
@@ -1339,6 +1340,8 @@ static int open_listener(struct sl_app *app)
 		return rc;
 	}
 	app->http.on_finish = on_request_finished;
+	/* A request refused for its key is refused before its body is read. */
+	app->http.on_head = sl_routes_head;
 	unsigned port = sl_http_server_port(&app->http);
 	bool v6 = strchr(cfg->listen_host, ':') != NULL;
 	snprintf(app->listen_url, sizeof(app->listen_url), "http://%s%s%s:%u",

@@ -279,6 +279,13 @@ static const struct option_def options[] = {
 	{"max-body", "SLUICE_MAX_BODY", "SIZE", OPT_SIZE, FIELD(max_body), "1M",
 	 0, 1024 * MIB, NULL, "request body, chunked or not; more gets 413",
 	 NULL},
+	{"max-body-memory", "SLUICE_MAX_BODY_MEMORY", "SIZE", OPT_SIZE,
+	 FIELD(max_body_memory), "256M", 1 * MIB, 1024ull * 1024 * MIB, NULL,
+	 "memory of the request bodies being read, all together: each "
+	 "reserves its Content-Length (--max-body if chunked) from its head "
+	 "until it is in; one that would go past this gets 503 with "
+	 "Retry-After before it is read; at least --max-body",
+	 NULL},
 	{"header-timeout", "SLUICE_HEADER_TIMEOUT", "DURATION", OPT_DURATION,
 	 FIELD(header_timeout_ms), "10", 100, 3600 * SEC, NULL,
 	 "time allowed for a request's line and headers, in total; then 408",
@@ -1300,6 +1307,22 @@ static int check_reserve(const struct parse_state *st)
 	return 0;
 }
 
+/* Across options: a budget smaller than one body would refuse that body. */
+static int check_body_memory(const struct parse_state *st)
+{
+	const struct sl_config *cfg = st->cfg;
+	char where[PATH_MAX + 64];
+	if (cfg->max_body_memory < cfg->max_body)
+		return fail(st->err, st->size,
+		            source_name(st, "max-body-memory", false, where,
+		                        sizeof(where)),
+		            "%llu bytes is less than --max-body (%llu): a body "
+		            "that large could never be read",
+		            (unsigned long long)cfg->max_body_memory,
+		            (unsigned long long)cfg->max_body);
+	return 0;
+}
+
 /* --upstream-dns and --dns-server: their syntax, checked before any use. */
 static int check_dns(const struct parse_state *st)
 {
@@ -1361,6 +1384,8 @@ int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
 		rc = settle_origins(&st);
 	if (rc == 0)
 		rc = check_reserve(&st);
+	if (rc == 0)
+		rc = check_body_memory(&st);
 	if (rc == 0)
 		rc = sl_models_config_check(cfg, err, size);
 	if (rc == 0)

@@ -414,6 +414,11 @@ void sl_exposition_prometheus(struct sl_app *app, struct sl_text *t)
 	sl_expose_family(t, "sluice_connections", "gauge",
 	                 "Open client connections.");
 	sl_text_printf(t, "sluice_connections %u\n", app->http.n_conns);
+	sl_expose_family(t, "sluice_body_memory_bytes", "gauge",
+	                 "Memory reserved by the request bodies being read; "
+	                 "at most --max-body-memory.");
+	sl_text_printf(t, "sluice_body_memory_bytes %zu\n",
+	               app->http.body_memory);
 
 	expose_by_class(t, "sluice_queue_wait_seconds",
 	                "Time spent in sluice's queue, batching window "

@@ -22,7 +22,11 @@
  *
  * Once a head is parsed, the request rules (http_rules.c: Host, transfer
  * codings, the absolute-form target) judge what it says; this file applies
- * their verdicts and the limits.
+ * their verdicts and the limits. A head with a body after it pauses the
+ * parser (on_headers_complete returns HPE_PAUSED, as on_message_complete
+ * does) so that, outside llhttp's callbacks, the owner's on_head may
+ * answer it and the body memory is reserved (body_begin) before a byte of
+ * the body is read.
  *
  * Closing: uv_close() on both handles; the request in flight, if any, gets
  * on_abort from the close callback, always from the loop and never from
@@ -64,10 +68,13 @@ struct request_state {
 	uint32_t name_off[SL_HTTP_MAX_HEADERS];
 	uint32_t value_off[SL_HTTP_MAX_HEADERS];
 	bool in_field;     /* inside a header name */
+	bool identified;   /* request id and client set */
 	bool seen_header;  /* past the request target */
 	bool headers_done; /* later fields are trailers: counted, dropped */
 	bool head_only;    /* a HEAD request: the response has no body */
 	size_t body_cap;
+	/* Body memory this request holds while its body is read (http.h). */
+	size_t body_reserved;
 	bool keep_alive; /* decided when the message completed */
 	bool http10;     /* HTTP/1.0 client: no chunked responses */
 	bool chunked;    /* the streamed response is chunked */
@@ -111,12 +118,14 @@ struct sl_http_conn {
 	size_t backlog;         /* bytes in uv_write requests not yet done */
 	unsigned reject_status; /* set by a parser callback that refuses */
 	const char *reject_message;
+	bool head_paused; /* the parser paused after a head a body follows */
 	struct sl_http_frame frame; /* where the parts of a request end */
 	unsigned open_handles;
 	bool reading;
 	bool parsing;             /* inside conn_parse(): do not re-enter */
 	bool closing;             /* uv_close() called */
 	bool finish_when_flushed; /* linger once the backlog is written */
+	uint64_t linger_since;    /* loop time the linger began (FIN sent) */
 	bool shutdown_started;
 	bool peer_closed;   /* EOF seen while flushing a final response */
 	bool draining_wait; /* drain callback owed once below the low mark */
@@ -167,6 +176,7 @@ void sl_http_limits_default(struct sl_http_limits *l)
 	l->max_header_bytes = SL_HTTP_MAX_HEADER_BYTES;
 	l->max_headers = SL_HTTP_MAX_HEADERS;
 	l->max_body = SL_HTTP_MAX_BODY;
+	l->max_body_memory = SL_HTTP_MAX_BODY_MEMORY;
 	l->header_timeout_ms = SL_HTTP_HEADER_TIMEOUT_MS;
 	l->body_timeout_ms = SL_HTTP_BODY_TIMEOUT_MS;
 	l->idle_timeout_ms = SL_HTTP_IDLE_TIMEOUT_MS;
@@ -238,10 +248,19 @@ static void request_finished(struct sl_http_conn *c, struct request_state *st,
 		s->on_finish(&st->pub, completed, s->handler_data);
 }
 
+/* The body memory st holds goes back to the server (http.h, "body memory"). */
+static void body_release(struct request_state *st)
+{
+	struct sl_http_server *s = st->pub.conn->server;
+	s->body_memory -= st->body_reserved;
+	st->body_reserved = 0;
+}
+
 static void request_free(struct request_state *st)
 {
 	if (!st)
 		return;
+	body_release(st);
 	free(st->arena);
 	free(st->pub.body);
 	free(st->held_head);
@@ -422,6 +441,15 @@ static int on_header_value_complete(llhttp_t *p)
 	if (st->headers_done)
 		return 0;
 	unsigned i = st->pub.n_headers++;
+	/*
+	 * RFC 9110, 5.5: whitespace around a field value is not part of it.
+	 * llhttp drops what leads and keeps what trails, so that
+	 * "Authorization: Bearer KEY " would carry the key "KEY ".
+	 */
+	while (st->arena_len > st->value_off[i] &&
+	       (st->arena[st->arena_len - 1] == ' ' ||
+	        st->arena[st->arena_len - 1] == '\t'))
+		st->arena_len--;
 	st->pub.headers[i].value_len = st->arena_len - st->value_off[i];
 	arena_terminate(c);
 	return 0;
@@ -478,31 +506,33 @@ static int on_headers_complete(llhttp_t *p)
 		st->body_cap = (size_t)p->content_length;
 
 	const char *expect = sl_http_header(&st->pub, "Expect");
-	if (expect) {
-		if (strcasecmp(expect, "100-continue") != 0) {
-			c->reject_status = 417;
-			c->reject_message = "only \"Expect: 100-continue\" is "
-			                    "supported";
-			return -1;
-		}
-		if (!st->http10 && (chunked || p->content_length > 0)) {
-			static const char cont[] =
-			    "HTTP/1.1 100 Continue\r\n\r\n";
-			uv_buf_t b =
-			    uv_buf_init((char *)cont, sizeof(cont) - 1);
-			conn_write_raw(c, &b, 1);
-		}
+	if (expect && strcasecmp(expect, "100-continue") != 0) {
+		c->reject_status = 417;
+		c->reject_message = "only \"Expect: 100-continue\" is "
+		                    "supported";
+		return -1;
 	}
-	if (chunked || (has_length && p->content_length > 0)) {
-		c->phase = PHASE_BODY;
-		set_timer(c, lim->body_timeout_ms);
-	}
-	return 0;
+	if (!chunked && !(has_length && p->content_length > 0))
+		return 0;
+	/* A body follows: body_begin() decides on it, outside llhttp. */
+	c->head_paused = true;
+	return HPE_PAUSED;
 }
 
 static int on_chunk_header(llhttp_t *p)
 {
 	struct sl_http_conn *c = conn_of(p);
+	/*
+	 * A chunk that would take the body past the limit is refused from its
+	 * size line, as nginx does, rather than after its data (which may
+	 * never come: the body timeout would answer instead).
+	 */
+	if (p->content_length >
+	    c->server->limits.max_body - c->req->pub.body_len) {
+		c->reject_status = 413;
+		c->reject_message = "request body too large";
+		return -1;
+	}
 	/* Fed exactly one chunk-size line: what follows is data or trailers. */
 	sl_http_frame_chunk(&c->frame, p->content_length);
 	return 0;
@@ -539,6 +569,8 @@ static int on_message_complete(llhttp_t *p)
 	struct request_state *st = c->req;
 	if (!st->pub.body)
 		st->pub.body = sl_xcalloc(1, 1);
+	/* The body is the request's now, bounded by the handler's limits. */
+	body_release(st);
 	/* After an upgrade request the parser cannot go on: close after. */
 	st->keep_alive = llhttp_should_keep_alive(p) && !p->upgrade &&
 	                 !c->server->closing && !c->server->draining;
@@ -1076,7 +1108,9 @@ void sl_http_want_drain(struct sl_http_request *req)
 static void assign_request_id(struct sl_http_server *s,
                               struct request_state *st);
 
-static void conn_reject(struct sl_http_conn *c, int status, const char *message)
+/* conn_reject() with header lines (each ending in CRLF) added, or NULL. */
+static void conn_reject_with(struct sl_http_conn *c, int status,
+                             const char *extra_headers, const char *message)
 {
 	/* A refused request is traced like any other: it gets an id too. */
 	if (c->req && !c->req->pub.id[0])
@@ -1086,7 +1120,7 @@ static void conn_reject(struct sl_http_conn *c, int status, const char *message)
 	                                   : "invalid_request_error";
 	size_t body_len, head_len;
 	char *body = error_body(status, type, message, &body_len);
-	char *head = format_head(c, status, SL_HTTP_JSON, NULL,
+	char *head = format_head(c, status, SL_HTTP_JSON, extra_headers,
 	                         (long long)body_len, false, &head_len);
 	uv_buf_t bufs[2] = {uv_buf_init(head, (unsigned)head_len),
 	                    uv_buf_init(body, (unsigned)body_len)};
@@ -1101,6 +1135,11 @@ static void conn_reject(struct sl_http_conn *c, int status, const char *message)
 	c->req = NULL;
 	sl_debug("http: answered %d and closing: %s", status, message);
 	conn_finish(c);
+}
+
+static void conn_reject(struct sl_http_conn *c, int status, const char *message)
+{
+	conn_reject_with(c, status, NULL, message);
 }
 
 /* ---- the read side ---- */
@@ -1132,8 +1171,9 @@ static void assign_request_id(struct sl_http_server *s,
 }
 
 /*
- * The client behind a trusted proxy, from X-Forwarded-For; only complete
- * requests get this far, so a refused one keeps the peer.
+ * The client behind a trusted proxy, from X-Forwarded-For; only requests
+ * shown to on_head or the handler get this far, so one refused while it
+ * is parsed keeps the peer.
  */
 static void resolve_client(struct sl_http_conn *c, struct request_state *st)
 {
@@ -1146,15 +1186,99 @@ static void resolve_client(struct sl_http_conn *c, struct request_state *st)
 	sl_ip_format(&client, st->pub.client, sizeof(st->pub.client));
 }
 
+/* The request's id and client, once: at its head when it has a body. */
+static void identify(struct sl_http_conn *c, struct request_state *st)
+{
+	if (st->identified)
+		return;
+	st->identified = true;
+	assign_request_id(c->server, st);
+	resolve_client(c, st);
+}
+
 static void dispatch(struct sl_http_conn *c)
 {
 	struct request_state *st = c->req;
 	llhttp_resume(&c->parser);
-	assign_request_id(c->server, st);
-	resolve_client(c, st);
+	identify(c, st);
 	st->dispatched = true;
 	c->server->n_busy++;
 	c->server->handler(&st->pub, c->server->handler_data);
+}
+
+/*
+ * Shows a head to on_head (http.h). The request is answerable as a
+ * dispatched one while on_head runs; true when on_head let it through.
+ */
+static bool head_passes(struct sl_http_conn *c)
+{
+	struct sl_http_server *s = c->server;
+	struct request_state *st = c->req;
+	identify(c, st);
+	/* An answer now leaves the body unread: the connection closes. */
+	st->keep_alive = false;
+	st->dispatched = true;
+	s->n_busy++;
+	if (s->on_head(&st->pub, s->handler_data)) {
+		st->dispatched = false;
+		s->n_busy--;
+		return true;
+	}
+	if (c->req == st && !c->closing) {
+		/* on_head broke its contract: refused, not left hanging. */
+		sl_warn("http: a request's head was refused without an "
+		        "answer; answering 500");
+		conn_reject(c, 500, "internal error");
+	}
+	return false;
+}
+
+/*
+ * A head is parsed and a body follows: on_head sees it, then the body gets
+ * its body memory (http.h) or the request is refused with 503. Returns
+ * true when the body is to be read now; else the request has been answered
+ * and the connection is closing.
+ */
+static bool body_begin(struct sl_http_conn *c)
+{
+	struct sl_http_server *s = c->server;
+	struct request_state *st = c->req;
+	const struct sl_http_limits *lim = &s->limits;
+	if (s->on_head && !head_passes(c))
+		return false;
+	/* A chunked body's length is known at its end only: --max-body. */
+	bool chunked = (c->parser.flags & F_CHUNKED) != 0;
+	size_t want =
+	    chunked ? lim->max_body : (size_t)c->parser.content_length;
+	if (want > lim->max_body_memory - s->body_memory) {
+		sl_debug(
+		    "http: a body of up to %zu bytes would take the memory "
+		    "of bodies being read past --max-body-memory (%zu of "
+		    "%zu in use)",
+		    want, s->body_memory, lim->max_body_memory);
+		st->pub.info.reject_reason = "body_memory";
+		char retry[80];
+		snprintf(retry, sizeof(retry),
+		         "Retry-After: %u\r\nretry-after-ms: %u\r\n",
+		         SL_HTTP_BODY_MEMORY_RETRY_S,
+		         SL_HTTP_BODY_MEMORY_RETRY_S * 1000);
+		conn_reject_with(c, 503, retry,
+		                 "sluice is reading too many request bodies "
+		                 "at once; retry shortly");
+		return false;
+	}
+	s->body_memory += want;
+	st->body_reserved = want;
+	/* Only now may the client send what it held back for our word. */
+	const char *expect = sl_http_header(&st->pub, "Expect");
+	if (expect && !st->http10) {
+		static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+		uv_buf_t b = uv_buf_init((char *)cont, sizeof(cont) - 1);
+		conn_write_raw(c, &b, 1);
+	}
+	c->phase = PHASE_BODY;
+	set_timer(c, lim->body_timeout_ms);
+	return true;
 }
 
 /*
@@ -1187,6 +1311,25 @@ static void conn_refuse(struct sl_http_conn *c, unsigned status,
 }
 
 /*
+ * llhttp_execute() over the bytes the scanner allowed, with an HTTP/1.2 to
+ * 1.9 version digit read as 1 (http_frame.h, fold_minor): llhttp refuses
+ * those versions, and every rule after follows from the version it saw,
+ * so the request is then HTTP/1.1 throughout (keep-alive, chunked bodies).
+ * llhttp takes the two pieces as it takes a read split there.
+ */
+static llhttp_errno_t parser_feed(struct sl_http_conn *c, const char *p,
+                                  size_t n)
+{
+	if (!c->frame.fold_minor)
+		return llhttp_execute(&c->parser, p, n);
+	c->frame.fold_minor = false;
+	llhttp_errno_t e = HPE_OK;
+	if (n > 1)
+		e = llhttp_execute(&c->parser, p, n - 1);
+	return e == HPE_OK ? llhttp_execute(&c->parser, "1", 1) : e;
+}
+
+/*
  * Parses data and dispatches the requests in it until one is being
  * answered, the data runs out, the connection closes or the client must
  * read its answers first. Returns the bytes consumed.
@@ -1207,12 +1350,21 @@ static size_t conn_parse(struct sl_http_conn *c, const char *data, size_t len)
 		                       c->server->limits.max_header_bytes);
 		llhttp_errno_t e = HPE_OK;
 		if (feed > 0)
-			e = llhttp_execute(&c->parser, data + off, feed);
+			e = parser_feed(c, data + off, feed);
 		if (c->closing)
 			break;
 		if (e == HPE_PAUSED) {
 			off = (size_t)(llhttp_get_error_pos(&c->parser) - data);
-			dispatch(c);
+			if (!c->head_paused) {
+				dispatch(c);
+				continue;
+			}
+			c->head_paused = false;
+			llhttp_resume(&c->parser);
+			if (!body_begin(c)) {
+				off = len; /* answered: the rest is discarded */
+				break;
+			}
 			continue;
 		}
 		if (e == HPE_OK) {
@@ -1263,6 +1415,21 @@ static void pending_append(struct sl_http_conn *c, const char *data, size_t len)
 	c->pending_len += len;
 }
 
+/*
+ * Input while lingering is discarded. A client still sending (the body of
+ * a request refused at its head, say) has until it has been quiet for
+ * SL_HTTP_LINGER_MS, so that it reads the answer rather than a reset when
+ * it sends all before it reads, but no longer than the body timeout in all.
+ */
+static void linger_on(struct sl_http_conn *c)
+{
+	if (!c->shutdown_started)
+		return; /* still sending the answer: the send timeout runs */
+	uint64_t lingered = uv_now(c->server->loop) - c->linger_since;
+	if (lingered + SL_HTTP_LINGER_MS <= c->server->limits.body_timeout_ms)
+		set_timer(c, SL_HTTP_LINGER_MS);
+}
+
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
 	struct sl_http_conn *c = h->data;
@@ -1293,8 +1460,10 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 	}
 	if (nread == 0 || c->closing)
 		return;
-	if (c->phase == PHASE_LINGER)
+	if (c->phase == PHASE_LINGER) {
+		linger_on(c);
 		return; /* discard */
+	}
 	if (buf->base == c->server->read_buf) {
 		size_t used = conn_parse(c, buf->base, (size_t)nread);
 		if (!c->closing && used < (size_t)nread)
@@ -1462,6 +1631,7 @@ static void maybe_linger(struct sl_http_conn *c)
 		conn_close(c);
 		return;
 	}
+	c->linger_since = uv_now(c->server->loop);
 	set_timer(c, SL_HTTP_LINGER_MS);
 }
 
@@ -1576,6 +1746,9 @@ int sl_http_server_listen(struct sl_http_server *s, uv_loop_t *loop,
 	/* The per-request arrays are sized for the compiled-in maximum. */
 	s->limits.max_headers =
 	    SL_MIN(s->limits.max_headers, SL_HTTP_MAX_HEADERS);
+	/* Less than one body's worth would refuse every largest body. */
+	s->limits.max_body_memory =
+	    SL_MAX(s->limits.max_body_memory, s->limits.max_body);
 	s->handler = handler;
 	s->handler_data = data;
 	if (uv_random(NULL, NULL, &s->id_seed, sizeof(s->id_seed), 0, NULL))

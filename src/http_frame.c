@@ -45,7 +45,8 @@ static size_t scan_refuse(struct sl_http_frame *f, unsigned status,
  * no '#' and nothing from 0x80 up; the version's major digit is judged here,
  * before llhttp sees it: 0 is HTTP/0.9 (closed without an answer, as there is
  * no way to answer it that its client would read as an error), 2 to 9 are
- * versions sluice does not speak (505). Returns false when refused.
+ * versions sluice does not speak (505). A minor digit from 2 to 9 after
+ * "HTTP/1." sets fold_minor. Returns false when refused.
  */
 static bool scan_request_line_byte(struct sl_http_frame *f, unsigned char ch)
 {
@@ -102,7 +103,13 @@ static bool scan_request_line_byte(struct sl_http_frame *f, unsigned char ch)
 			             "supported";
 			return false;
 		}
+		f->version_one = ch == '1';
 	}
+	if (f->spaces == 2 && f->part_len == sizeof(prefix) && ch != '.')
+		f->version_one = false;
+	if (f->spaces == 2 && f->part_len == sizeof(prefix) + 1 &&
+	    f->version_one && ch >= '2' && ch <= '9')
+		f->fold_minor = true;
 	f->part_len++;
 	return true;
 }
@@ -184,6 +191,8 @@ static size_t scan_lines(struct sl_http_frame *f, const char *p, size_t len,
 		if (f->state == SL_HTTP_FRAME_HEAD && !f->past_request_line) {
 			if (!scan_request_line_byte(f, ch))
 				return i;
+			if (f->fold_minor)
+				return i + 1; /* the caller feeds '1' for it */
 			continue;
 		}
 		if (first && f->state != SL_HTTP_FRAME_CHUNK_SIZE &&

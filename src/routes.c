@@ -152,36 +152,60 @@ static bool ui_path_ok(const char *path)
 	return true;
 }
 
+/* What a request is routed to. */
+enum target_kind {
+	TARGET_PREFLIGHT, /* a CORS preflight: answered without a key */
+	TARGET_ROUTE,     /* one of sluice's own routes */
+	TARGET_MODELS,    /* /v1/models from the models: section */
+	TARGET_ENDPOINT,  /* a relayed endpoint */
+	TARGET_METHOD,    /* a known path, another method: 405 */
+	TARGET_UI,        /* the web UI, relayed */
+	TARGET_NOT_FOUND, /* 404 */
+};
+
+/* Where a request goes and the access level checked before. */
+struct target {
+	enum target_kind kind;
+	enum sl_access access;
+	const struct route *route;    /* TARGET_ROUTE */
+	const struct sl_endpoint *ep; /* TARGET_ENDPOINT */
+	char allow[128];              /* TARGET_METHOD: the Allow list */
+};
+
 /*
  * Routes in this order: a CORS preflight; sluice's own routes; the relayed
  * endpoints; with --ui, any other GET goes to llama-server's web UI. Each
- * checks the caller's key for its level before anything else, and so does
- * an unknown path before its 404, as llama-server does (a client without
- * the key learns nothing of which paths exist).
+ * has its access level, and so has an unknown path before its 404, as in
+ * llama-server (a client without the key learns nothing of which paths
+ * exist). Reads the method, path and headers only, never the body, so
+ * that the head of a request gets the same verdict as the whole request.
  */
-void sl_routes_dispatch(struct sl_http_request *req, void *data)
+static void find_target(struct sl_app *app, const struct sl_http_request *req,
+                        struct target *t)
 {
-	struct sl_app *app = data;
-	char allow[128] = "";
+	memset(t, 0, sizeof(*t));
 	bool public_path = false; /* a health check's path, another method */
-	if (sl_access_preflight(app, req))
+	if (sl_access_is_preflight(app, req)) {
+		t->kind = TARGET_PREFLIGHT;
 		return;
+	}
 	for (size_t i = 0; i < SL_ARRAY_SIZE(routes); i++) {
 		if (strcmp(routes[i].path, req->path) != 0)
 			continue;
 		if (method_matches(routes[i].method, req->method)) {
-			if (sl_access_allow(app, req, routes[i].access))
-				routes[i].handler(app, req);
+			t->kind = TARGET_ROUTE;
+			t->route = &routes[i];
+			t->access = routes[i].access;
 			return;
 		}
-		add_allowed(allow, sizeof(allow), routes[i].method);
+		add_allowed(t->allow, sizeof(t->allow), routes[i].method);
 		public_path |= routes[i].access == SL_ACCESS_PUBLIC;
 	}
 	if (app->model_section && method_matches(HTTP_GET, req->method) &&
 	    (strcmp(req->path, "/v1/models") == 0 ||
 	     strcmp(req->path, "/models") == 0)) {
-		if (sl_access_allow(app, req, SL_ACCESS_CLIENT))
-			respond_models(app, req);
+		t->kind = TARGET_MODELS;
+		t->access = SL_ACCESS_CLIENT;
 		return;
 	}
 	/*
@@ -193,39 +217,70 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 		if (!endpoint_matches(ep, req->path))
 			continue;
 		if (method_matches(ep->method, req->method)) {
-			if (sl_access_allow(app, req,
-			                    ep->admin ? SL_ACCESS_ADMIN
-			                              : SL_ACCESS_CLIENT))
-				sl_proxy_handle(app, req, ep);
+			t->kind = TARGET_ENDPOINT;
+			t->ep = ep;
+			t->access =
+			    ep->admin ? SL_ACCESS_ADMIN : SL_ACCESS_CLIENT;
 			return;
 		}
-		add_allowed(allow, sizeof(allow), ep->method);
+		add_allowed(t->allow, sizeof(t->allow), ep->method);
 	}
 	/*
 	 * llama-server serves its web UI's page at / without a key (the page
 	 * asks for one); its assets, like every other path, need one.
 	 */
-	bool ui = app->cfg->ui && !allow[0] &&
+	bool ui = app->cfg->ui && !t->allow[0] &&
 	          method_matches(HTTP_GET, req->method) &&
 	          ui_path_ok(req->path);
 	/* POST /health is a wrong method, not a question for a key. */
 	bool public = public_path || (ui && strcmp(req->path, "/") == 0);
-	if (!sl_access_allow(app, req,
-	                     public ? SL_ACCESS_PUBLIC : SL_ACCESS_CLIENT))
+	t->access = public ? SL_ACCESS_PUBLIC : SL_ACCESS_CLIENT;
+	t->kind = t->allow[0] ? TARGET_METHOD
+	          : ui        ? TARGET_UI
+	                      : TARGET_NOT_FOUND;
+}
+
+void sl_routes_dispatch(struct sl_http_request *req, void *data)
+{
+	struct sl_app *app = data;
+	struct target t;
+	find_target(app, req, &t);
+	if (t.kind == TARGET_PREFLIGHT) {
+		sl_access_preflight(app, req);
 		return;
-	if (allow[0]) {
+	}
+	if (!sl_access_allow(app, req, t.access))
+		return;
+	switch (t.kind) {
+	case TARGET_PREFLIGHT: break; /* answered above */
+	case TARGET_ROUTE: t.route->handler(app, req); return;
+	case TARGET_MODELS: respond_models(app, req); return;
+	case TARGET_ENDPOINT: sl_proxy_handle(app, req, t.ep); return;
+	case TARGET_METHOD: {
 		char extra[160];
-		snprintf(extra, sizeof(extra), "Allow: %s\r\n", allow);
+		snprintf(extra, sizeof(extra), "Allow: %s\r\n", t.allow);
 		sl_http_respond_error(
 		    req, 405, "invalid_request_error", extra,
 		    "method %s is not allowed on %s; allowed: %s",
-		    llhttp_method_name(req->method), req->path, allow);
+		    llhttp_method_name(req->method), req->path, t.allow);
 		return;
 	}
-	if (ui) {
+	case TARGET_UI:
 		sl_proxy_handle(app, req, &sl_proxy_ui_endpoint);
 		return;
+	case TARGET_NOT_FOUND:
+		sl_http_respond_error(req, 404, "not_found_error", NULL,
+		                      "no such endpoint: %s", req->path);
+		return;
 	}
-	sl_http_respond_error(req, 404, "not_found_error", NULL,
-	                      "no such endpoint: %s", req->path);
+}
+
+bool sl_routes_head(struct sl_http_request *req, void *data)
+{
+	struct sl_app *app = data;
+	struct target t;
+	find_target(app, req, &t);
+	/* The same check dispatch makes first, with the same answers. */
+	return t.kind == TARGET_PREFLIGHT ||
+	       sl_access_allow(app, req, t.access);
 }

@@ -29,6 +29,7 @@ static const char *const reason_names[SL_REJECT_COUNT] = {
     [SL_REJECT_NOT_READY] = "not_ready",
     [SL_REJECT_NOT_FOUND] = "not_found",
     [SL_REJECT_KEY_LIMIT] = "key_limit",
+    [SL_REJECT_BODY_MEMORY] = "body_memory",
 };
 
 /*

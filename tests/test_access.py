@@ -162,6 +162,21 @@ class Keys(st.TestCase):
                 self.assertEqual(r.json()["content"],
                                  direct.json()["content"])
 
+    def test_whitespace_around_a_key_is_not_part_of_it(self):
+        # RFC 9110, 5.5: spaces and tabs after a field value are not part
+        # of it; llama-server's HTTP library drops them too.
+        body = {"prompt": "hi", "n_predict": 1}
+        for pad in (" ", "\t", " \t "):
+            for name, scheme in (("Authorization", "Bearer "),
+                                 ("X-Api-Key", "")):
+                with self.subTest(name=name, pad=pad):
+                    d, t = self.both(
+                        "POST", "/completion", body,
+                        {name: scheme + UPSTREAM_KEY + pad},
+                        {name: scheme + CLIENT_KEYS[0] + pad})
+                    self.assertEqual(d.status, 200, d.body)
+                    self.assertEqual(t.status, 200, t.body)
+
     def test_the_upstream_key_is_not_a_client_key(self):
         r = send(self.sl.port, "GET", "/v1/models", None,
                  bearer(UPSTREAM_KEY))

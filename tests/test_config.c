@@ -61,6 +61,7 @@ static void test_defaults(void)
 	ASSERT(p.cfg.urgent_bypass);
 	ASSERT_EQ(p.cfg.urgent_reserve, SL_SCHED_RESERVE_AUTO);
 	ASSERT_EQ(p.cfg.max_body, 1024 * 1024);
+	ASSERT_EQ(p.cfg.max_body_memory, 256 * 1024 * 1024);
 	ASSERT_EQ(p.cfg.max_header_size, 16 * 1024);
 	ASSERT(!p.cfg.help && !p.cfg.version && !p.cfg.write_demo_model);
 	sl_config_free(&p.cfg);
@@ -262,6 +263,14 @@ static void test_bad_values(void)
 		{{"--max-body", "1T"}, NULL, "--max-body: ", "size"},
 		{{"--max-body", "2G"}, NULL, "--max-body: ", "to 1073741824"},
 		{{"--max-queue", "0"}, NULL, "--max-queue: ", "from 1"},
+		{{"--max-body-memory", "512K"}, NULL, "--max-body-memory: ",
+		 "from 1048576"},
+		{{"--max-body-memory", "2M", "--max-body", "3M"}, NULL,
+		 "--max-body-memory: ",
+		 "2097152 bytes is less than --max-body (3145728): a body that "
+		 "large could never be read"},
+		{{"--max-body", "2M"}, "SLUICE_MAX_BODY_MEMORY=1M",
+		 "--max-body-memory: ", "is less than --max-body"},
 		{{"--urgent-reserve", "4"}, NULL, "--urgent-reserve: ",
 		 "less than the 4 slots"},
 		{{"--urgent-reserve", "lots"}, NULL, "--urgent-reserve: ",

@@ -1,11 +1,14 @@
 """Hostile and unusual clients against a real sluice (in front of the mock
 llama-server): a flood of pipelined requests from clients that never read,
-HEAD on GET endpoints, absolute-form targets, a smuggling attempt."""
+HEAD on GET endpoints, absolute-form targets, a smuggling attempt, bodies
+left one byte short (with and without a key), a chunk larger than the body
+limit, header values with trailing whitespace, HTTP/1.2."""
 
 import os
 import re
 import select
 import socket
+import statistics
 import time
 
 import sluice_test as st
@@ -21,6 +24,23 @@ GROWTH_LIMIT_KIB = 64 * 1024
 
 # Not a measure: how long a busy machine may take before a test gives up.
 SAFETY_NET_S = 240
+
+# The unfinished-body attack, scaled down for a busy 2-core machine: each
+# connection sends a body of --max-body's default (1 MiB) but its last
+# byte, and waits. ATTACKERS of them held 1 MiB each before
+# --max-body-memory; BODY_MEMORY_MIB bounds them all now.
+BODY = 1024 * 1024
+ATTACKERS = 48
+BODY_MEMORY_MIB = 8
+# What sluice may grow by besides the bodies it admits: heads, buffers and
+# the allocator's own; far below the ATTACKERS MiB of the attack.
+OVERHEAD_KIB = 8 * 1024
+# How much slower /health may answer during the attack than before it
+# (the issue's bound: other clients served within 50 ms).
+HEALTH_SLOWER_S = 0.05
+
+KEY = "hostile-test-key"
+ORIGIN = "http://page.example"
 
 
 def answered(port):
@@ -48,6 +68,41 @@ def send_until_stopped(sock, data):
     return sent
 
 
+def unfinished_body(port, headers=""):
+    """A connection that sends a head for a body of BODY bytes, then all of
+    it but the last byte, and waits; returns its socket. A connection
+    refused at its head is closed on; that is not an error here."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    head = ("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+            "Content-Type: application/json\r\n%sContent-Length: %d\r\n"
+            "\r\n" % (headers, BODY)).encode()
+    try:
+        send_until_stopped(sock, head + b" " * (BODY - 1))
+    except OSError:
+        pass
+    return sock
+
+
+def metric(port, name):
+    """One sample of sluice's /metrics, by its full name with labels."""
+    text = st.request(port, "GET", "/metrics",
+                      timeout=SAFETY_NET_S).body.decode()
+    m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
+    assert m, "no %s in /metrics" % name
+    return float(m.group(1))
+
+
+def health_latency(port, n=7):
+    """The median time /health takes to answer, in seconds."""
+    times = []
+    for _ in range(n):
+        start = time.monotonic()
+        r = st.request(port, "GET", "/health", timeout=SAFETY_NET_S)
+        times.append(time.monotonic() - start)
+        assert r.status == 200, r.status
+    return statistics.median(times)
+
+
 class Hostile(st.TestCase):
 
     def setUp(self):
@@ -55,8 +110,8 @@ class Hostile(st.TestCase):
         self.mock = Mock()
         self.addCleanup(self.mock.stop)
 
-    def start(self, **kw):
-        return self.sluice("--upstream", self.mock.url, **kw)
+    def start(self, *args, **kw):
+        return self.sluice("--upstream", self.mock.url, *args, **kw)
 
     def test_pipelined_flood_without_reading_is_bounded(self):
         # Under AddressSanitizer freed memory sits in a quarantine and
@@ -156,6 +211,146 @@ class Hostile(st.TestCase):
         metrics = st.request(s.port, "GET", "/metrics").body.decode()
         self.assertNotIn('endpoint="/v1/completions"', metrics)
         self.assertIn("sluice_generated_tokens_total 0\n", metrics)
+        self.assertEqual(s.stop(), 0)
+
+    def test_unfinished_bodies_hold_at_most_max_body_memory(self):
+        asan = os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=0"
+        s = self.start("--max-body-memory", "%dM" % BODY_MEMORY_MIB,
+                       env={"ASAN_OPTIONS": asan})
+        for _ in range(3):  # warm up: the /metrics text, the allocator
+            answered(s.port)
+        baseline = st.vm_hwm_kib(s.proc.pid)
+        before = health_latency(s.port)
+
+        socks = [unfinished_body(s.port) for _ in range(ATTACKERS)]
+        # As many bodies as fit are held, and not one more...
+        self.assertEqual(metric(s.port, "sluice_body_memory_bytes"),
+                         BODY_MEMORY_MIB * BODY)
+        grown = st.vm_hwm_kib(s.proc.pid) - baseline
+        self.assertLess(grown, BODY_MEMORY_MIB * 1024 + OVERHEAD_KIB,
+                        "sluice grew by %d KiB" % grown)
+        # ...the others were refused before their bodies were read.
+        self.assertEqual(
+            metric(s.port, 'sluice_rejected_total{reason="body_memory"}'),
+            ATTACKERS - BODY_MEMORY_MIB)
+        # Other clients are served meanwhile; a new body is told to retry.
+        during = health_latency(s.port)
+        self.assertLess(during, before + HEALTH_SLOWER_S,
+                        "/health: %.3f s before, %.3f s during" %
+                        (before, during))
+        r = st.request(s.port, "POST", "/v1/completions",
+                       {"prompt": "hi", "max_tokens": 2},
+                       timeout=SAFETY_NET_S)
+        self.assertEqual(r.status, 503)
+        self.assertEqual(r.header("Retry-After"), "1")
+        self.assertEqual(r.header("retry-after-ms"), "1000")
+        self.assertEqual(r.json()["error"]["type"], "server_error")
+
+        # The memory comes back as the attackers go.
+        for sock in socks:
+            sock.close()
+        st.wait_until(
+            lambda: metric(s.port, "sluice_body_memory_bytes") == 0,
+            SAFETY_NET_S, "the bodies' memory to come back")
+        r = st.request(s.port, "POST", "/v1/completions",
+                       {"prompt": "hi", "max_tokens": 2},
+                       timeout=SAFETY_NET_S)
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(s.stop(), 0)
+
+    def test_a_request_without_a_key_is_refused_at_its_head(self):
+        asan = os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=0"
+        s = self.start("--api-key", KEY, "--body-timeout", "120",
+                       env={"ASAN_OPTIONS": asan})
+        whole = st.request(s.port, "POST", "/v1/completions", {"prompt": "x"},
+                           headers={"Origin": ORIGIN}, timeout=SAFETY_NET_S)
+        self.assertEqual(whole.status, 401)
+
+        # The head alone gets the same answer: no body is ever sent.
+        c = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nOrigin: %s\r\n"
+               "Content-Length: %d\r\n\r\n" % (ORIGIN, BODY))
+        status, head, body = c.read_response()
+        self.assertEqual(status, 401)
+        self.assertEqual(body, whole.body)
+        for name in ("content-type", "access-control-allow-origin", "vary"):
+            self.assertEqual(head.get(name), whole.header(name), name)
+        self.assertEqual(head["connection"], "close")
+        self.assertTrue(c.at_eof())
+        c.close()
+        # Expect: 100-continue gets it in place of the 100.
+        c = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+               "Expect: 100-continue\r\nContent-Length: 12\r\n\r\n")
+        self.assertEqual(c.read_response()[0], 401)
+        c.close()
+        # An admin action with a client key: its 403, from the head too.
+        c = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        c.send("POST /props HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+               "%s\r\nContent-Length: 100\r\n\r\n" % KEY)
+        status, _, body = c.read_response()
+        self.assertEqual(status, 403)
+        self.assertIn(b"is an admin action", body)
+        c.close()
+        # Requests that need no key are not judged early: a wrong method
+        # on a health check reads its body and says 405.
+        r = st.request(s.port, "POST", "/health", "{}", timeout=SAFETY_NET_S)
+        self.assertEqual(r.status, 405)
+
+        # The unfinished-body attack without a key costs no memory, and a
+        # client with the key is served meanwhile.
+        for _ in range(3):
+            answered_with_key = st.request(
+                s.port, "GET", "/metrics",
+                headers={"Authorization": "Bearer " + KEY},
+                timeout=SAFETY_NET_S)
+            self.assertEqual(answered_with_key.status, 200)
+        baseline = st.vm_hwm_kib(s.proc.pid)
+        socks = [unfinished_body(s.port) for _ in range(ATTACKERS)]
+        grown = st.vm_hwm_kib(s.proc.pid) - baseline
+        self.assertLess(grown, OVERHEAD_KIB, "sluice grew by %d KiB" % grown)
+        r = st.request(s.port, "POST", "/v1/completions",
+                       {"prompt": "hi", "max_tokens": 2},
+                       headers={"Authorization": "Bearer " + KEY},
+                       timeout=SAFETY_NET_S)
+        self.assertEqual(r.status, 200, r.body)
+        for sock in socks:
+            sock.close()
+        self.assertEqual(s.stop(), 0)
+
+    def test_whitespace_after_a_key_is_not_part_of_it(self):
+        # RFC 9110, 5.5; test_access.py compares with llama-server.
+        s = self.start("--api-key", KEY)
+        r = st.request(s.port, "GET", "/v1/models",
+                       headers={"Authorization": "Bearer %s \t " % KEY},
+                       timeout=SAFETY_NET_S)
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(s.stop(), 0)
+
+    def test_http_1_2_is_http_1_1(self):
+        # RFC 9110, 2.5: kept alive, two answers on one connection.
+        s = self.start()
+        c = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        c.send("GET /health HTTP/1.2\r\nHost: x\r\n\r\n"
+               "GET /health HTTP/1.2\r\nHost: x\r\n\r\n")
+        for _ in range(2):
+            status, head, _ = c.read_response()
+            self.assertEqual(status, 200)
+            self.assertEqual(head["connection"], "keep-alive")
+        c.close()
+        self.assertEqual(s.stop(), 0)
+
+    def test_a_chunk_over_max_body_is_refused_at_its_size_line(self):
+        # 413 at once, with no wait for its data (the body timeout is two
+        # minutes here), as nginx does.
+        s = self.start("--max-body", "1K", "--body-timeout", "120")
+        c = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+               "Transfer-Encoding: chunked\r\n\r\n401\r\n")
+        status, _, body = c.read_response()
+        self.assertEqual(status, 413)
+        self.assertIn(b"request body too large", body)
+        c.close()
         self.assertEqual(s.stop(), 0)
 
 

@@ -35,6 +35,7 @@ struct server {
 	pthread_t thread;
 	unsigned port;
 	atomic_int handled;
+	atomic_int heads; /* seen by on_head */
 	atomic_int closed;
 };
 
@@ -94,6 +95,7 @@ static const struct {
 #define BIG_BODY (32u * 1024)
 
 /*
+ * /header?NAME answers "[value]" of header NAME, or "none";
  * /echo answers "<method> <target> <body length>:<body>" at once;
  * /slow?NAME answers NAME after 50 ms; /id answers the request id;
  * /stream answers three chunks; /path and / answer "path=P query=Q";
@@ -138,6 +140,14 @@ static void handler(struct sl_http_request *req, void *data)
 		req->handler_data = d;
 		req->on_abort = on_delayed_abort;
 		uv_timer_start(&d->timer, on_delay, 50, 0);
+		return;
+	}
+	if (strcmp(req->path, "/header") == 0) {
+		const char *v = sl_http_header(req, req->query);
+		char *body = v ? sl_xasprintf("[%s]", v) : sl_xasprintf("none");
+		sl_http_respond(req, 200, "text/plain", NULL, body,
+		                strlen(body));
+		free(body);
 		return;
 	}
 	if (strcmp(req->path, "/id") == 0) {
@@ -192,6 +202,25 @@ static void handler(struct sl_http_request *req, void *data)
 	free(body);
 }
 
+/*
+ * on_head, as the routes' key check: /locked needs "X-Key: good" and is
+ * refused 401 without it; any other head goes on. It never sees a body.
+ */
+static bool on_head(struct sl_http_request *req, void *data)
+{
+	struct server *s = data;
+	atomic_fetch_add(&s->heads, 1);
+	ASSERT(req->body == NULL);
+	ASSERT(req->id[0] != '\0');
+	const char *key = sl_http_header(req, "X-Key");
+	if (strcmp(req->path, "/locked") != 0 ||
+	    (key && strcmp(key, "good") == 0))
+		return true;
+	sl_http_respond_error(req, 401, "authentication_error", NULL,
+	                      "Invalid API Key");
+	return false;
+}
+
 static void on_server_closed(struct sl_http_server *h)
 {
 	struct server *s = sl_container_of(h, struct server, http);
@@ -231,6 +260,7 @@ static struct server *server_start(const struct sl_http_limits *limits)
 	ASSERT_EQ(sl_http_server_listen(&s->http, &s->loop, "127.0.0.1", 0,
 	                                limits, handler, s),
 	          0);
+	s->http.on_head = on_head;
 	s->port = sl_http_server_port(&s->http);
 	ASSERT(s->port > 0);
 	ASSERT_EQ(pthread_create(&s->thread, NULL, server_main, s), 0);
@@ -1441,6 +1471,317 @@ static void test_cors_on_every_answer(void)
 	server_stop(s);
 }
 
+/*
+ * A request with a body is judged on its head: one refused there is
+ * answered before any of its body is sent, is never handled, and closes
+ * its connection (its body stands before any next request).
+ */
+static void test_head_is_judged_before_the_body(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	struct server *s = server_start(&l);
+	int handled = atomic_load(&s->handled);
+	struct response r;
+	char carry[65536];
+	size_t carry_len = 0;
+
+	/* No body sent at all: the 401 comes from the head alone. */
+	int fd = client(s->port);
+	send_str(fd, "POST /locked HTTP/1.1\r\nHost: x\r\nContent-Length: "
+	             "1000\r\nX-Request-Id: t-1\r\n\r\n");
+	read_response(fd, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 401);
+	ASSERT_CONTAINS(r.head, "Connection: close");
+	ASSERT_CONTAINS(r.head, "X-Request-Id: t-1\r\n");
+	ASSERT_STR_EQ(r.body,
+	              "{\"error\":{\"message\":\"Invalid API Key\","
+	              "\"type\":\"authentication_error\",\"code\":401}}");
+	char buf[4096];
+	bool eof;
+	recv_for(fd, buf, sizeof(buf), 2000, &eof);
+	ASSERT(eof);
+	close(fd);
+
+	/* Expect: 100-continue gets the refusal instead of the 100. */
+	fd = client(s->port);
+	send_str(fd, "POST /locked HTTP/1.1\r\nHost: x\r\nContent-Length: "
+	             "4\r\nExpect: 100-continue\r\n\r\n");
+	recv_for(fd, buf, sizeof(buf), 5000, &eof);
+	ASSERT_EQ(strncmp(buf, "HTTP/1.1 401 ", 13), 0);
+	close(fd);
+
+	/*
+	 * A client that sends its whole body before it reads, slowly: sluice
+	 * reads on (and drops) what it sends until it is quiet, so that no
+	 * send fails on a closed connection and the answer is read. Each
+	 * piece comes after longer than SL_HTTP_LINGER_MS would allow in all.
+	 */
+	fd = client(s->port);
+	send_str(fd, "POST /locked HTTP/1.1\r\nHost: x\r\nContent-Length: "
+	             "1000\r\n\r\n");
+	char piece[250];
+	memset(piece, 'p', sizeof(piece));
+	for (int i = 0; i < 4; i++) {
+		struct timespec pause = {0, (SL_HTTP_LINGER_MS / 3) * 1000000L};
+		nanosleep(&pause, NULL); /* the client's pace, not a wait */
+		ASSERT_EQ(send(fd, piece, sizeof(piece), MSG_NOSIGNAL),
+		          (long long)sizeof(piece));
+	}
+	carry_len = 0;
+	read_response(fd, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 401);
+	recv_for(fd, buf, sizeof(buf), 5000, &eof);
+	ASSERT(eof);
+	close(fd);
+
+	/* A chunked body, and a body with a request behind it: the same. */
+	expect_refused(s,
+	               "POST /locked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+	               "chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+	               401, "Invalid API Key");
+	expect_refused(s,
+	               "POST /locked HTTP/1.1\r\nHost: x\r\nContent-Length: "
+	               "4\r\n\r\ndataGET /echo HTTP/1.1\r\nHost: x\r\n\r\n",
+	               401, "Invalid API Key");
+	ASSERT_EQ(atomic_load(&s->handled), handled);
+
+	/* With the key, as before: the 100, the body, the handler. */
+	fd = client(s->port);
+	send_str(fd, "POST /locked HTTP/1.1\r\nHost: x\r\nContent-Length: "
+	             "4\r\nX-Key: good\r\nExpect: 100-continue\r\n\r\n");
+	recv_for(fd, buf, sizeof(buf), 5000, &eof);
+	ASSERT_STR_EQ(buf, "HTTP/1.1 100 Continue\r\n\r\n");
+	send_str(fd, "data");
+	carry_len = 0;
+	read_response(fd, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 200);
+	ASSERT_CONTAINS(r.head, "Connection: keep-alive");
+	ASSERT_STR_EQ(r.body, "POST /locked 4:data");
+	close(fd);
+
+	/* A request without a body goes to the handler, unseen by on_head. */
+	int heads = atomic_load(&s->heads);
+	expect_ok(s, "POST /locked HTTP/1.1\r\nHost: x\r\n\r\n",
+	          "POST /locked 0:");
+	expect_ok(s,
+	          "POST /locked HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+	          "\r\n",
+	          "POST /locked 0:");
+	ASSERT_EQ(atomic_load(&s->heads), heads);
+	ASSERT_EQ(atomic_load(&s->handled), handled + 3);
+	server_stop(s);
+}
+
+/*
+ * Sends a head with "Expect: 100-continue" on a new connection; returns
+ * the connection and puts the first answer's bytes in buf.
+ */
+static int expect_100(const struct server *s, const char *head, char *buf,
+                      size_t size)
+{
+	int fd = client(s->port);
+	send_str(fd, head);
+	bool eof;
+	recv_for(fd, buf, size, 5000, &eof);
+	return fd;
+}
+
+#define BODY_1024                                                              \
+	"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1024\r\n"           \
+	"Expect: 100-continue\r\n\r\n"
+
+/*
+ * Bodies being read hold at most max_body_memory together: each reserves
+ * its length (max_body when chunked) from its head; one that would go past
+ * is answered 503 with Retry-After before it is read, and the memory comes
+ * back when a body is in or its connection goes.
+ */
+static void test_body_memory_is_bounded(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	l.max_body_memory = 2048; /* two bodies of max_body (1024) */
+	struct server *s = server_start(&l);
+	char buf[4096];
+	char *body = repeat("d", 1024);
+
+	/* Two bodies take it all (the 100 says each was admitted). */
+	int a = expect_100(s, BODY_1024, buf, sizeof(buf));
+	ASSERT_STR_EQ(buf, "HTTP/1.1 100 Continue\r\n\r\n");
+	send_all(a, body, 10);
+	int b = expect_100(s, BODY_1024, buf, sizeof(buf));
+	ASSERT_STR_EQ(buf, "HTTP/1.1 100 Continue\r\n\r\n");
+
+	/* A third, however small, and a chunked one: 503, Retry-After. */
+	static const char *const refused[] = {
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx",
+	    "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked"
+	    "\r\n\r\n1\r\nx\r\n0\r\n\r\n",
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(refused); i++) {
+		struct response r;
+		bool closed;
+		exchange(s, refused[i], &r, &closed);
+		ASSERT_EQ(r.status, 503);
+		ASSERT(closed);
+		ASSERT_CONTAINS(r.head, "\r\nRetry-After: 1\r\n"
+		                        "retry-after-ms: 1000\r\n");
+		ASSERT_CONTAINS(r.body, "too many request bodies");
+	}
+	/* Requests without a body are served all the same. */
+	expect_ok(s, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n", "GET /echo 0:");
+
+	/* A body once admitted is read whole. */
+	send_all(a, body + 10, 1014);
+	char carry[65536];
+	size_t carry_len = 0;
+	struct response r;
+	read_response(a, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 200);
+	ASSERT_CONTAINS(r.body, "POST /echo 1024:dddd");
+	/* Its memory came back when it was in: a new body is admitted. */
+	int c = expect_100(s, BODY_1024, buf, sizeof(buf));
+	ASSERT_STR_EQ(buf, "HTTP/1.1 100 Continue\r\n\r\n");
+
+	/* A client that leaves mid-body gives its memory back too. */
+	close(b);
+	uint64_t deadline = now_ms() + 5000;
+	int d = -1;
+	while (d < 0) {
+		d = expect_100(s, BODY_1024, buf, sizeof(buf));
+		if (strcmp(buf, "HTTP/1.1 100 Continue\r\n\r\n") == 0)
+			break;
+		ASSERT_CONTAINS(buf, "HTTP/1.1 503 ");
+		close(d);
+		d = -1;
+		if (now_ms() > deadline)
+			TEST_FAIL(
+			    "the memory of a body left halfway never came "
+			    "back");
+	}
+	send_all(c, body, 1024);
+	send_all(d, body, 1024);
+	carry_len = 0;
+	read_response(c, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 200);
+	carry_len = 0;
+	read_response(d, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 200);
+	close(a);
+	close(c);
+	close(d);
+	free(body);
+	server_stop(s);
+}
+
+/*
+ * A chunk whose size takes the body past max_body is refused when its size
+ * line arrives, its data never sent (as nginx does), not after the body
+ * timeout.
+ */
+static void test_chunk_over_the_limit_is_refused_at_its_size(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l); /* max_body 1024; the body timeout stays 30 s */
+	struct server *s = server_start(&l);
+	expect_refused(s,
+	               "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+	               "chunked\r\n\r\n401\r\n",
+	               413, "body too large");
+	char *half = repeat("h", 512);
+	char *req = sl_xasprintf("POST /echo HTTP/1.1\r\nHost: x\r\n"
+	                         "Transfer-Encoding: chunked\r\n\r\n"
+	                         "200\r\n%s\r\n201\r\n",
+	                         half);
+	expect_refused(s, req, 413, "body too large");
+	free(req);
+	/* Exactly at the limit is fine. */
+	req = sl_xasprintf("POST /echo HTTP/1.1\r\nHost: x\r\n"
+	                   "Transfer-Encoding: chunked\r\n\r\n"
+	                   "200\r\n%s\r\n200\r\n%s\r\n0\r\n\r\n",
+	                   half, half);
+	struct response r;
+	bool closed;
+	exchange(s, req, &r, &closed);
+	ASSERT_EQ(r.status, 200);
+	ASSERT_CONTAINS(r.body, "POST /echo 1024:hhh");
+	free(req);
+	free(half);
+	server_stop(s);
+}
+
+/* RFC 9110, 5.5: whitespace around a field value is not part of it. */
+static void test_header_values_are_trimmed(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	struct server *s = server_start(&l);
+	static const struct {
+		const char *line, *want;
+	} cases[] = {
+	    {"X-V: value \t \r\n", "[value]"},
+	    {"X-V:\t \tvalue\r\n", "[value]"},
+	    {"X-V: \t a b\t c\t \r\n", "[a b\t c]"},
+	    {"X-V:  \t \r\n", "[]"},
+	    {"X-V:\r\n", "[]"},
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(cases); i++) {
+		char *req = sl_xasprintf(
+		    "GET /header?X-V HTTP/1.1\r\nHost: x\r\n%s\r\n",
+		    cases[i].line);
+		expect_ok(s, req, cases[i].want);
+		free(req);
+	}
+	server_stop(s);
+}
+
+/*
+ * RFC 9110, 2.5: HTTP/1.2 to HTTP/1.9 are answered as HTTP/1.1, with all
+ * its rules: keep-alive by default, chunked bodies, a Host required.
+ */
+static void test_higher_minor_versions_are_http11(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	struct server *s = server_start(&l);
+	int fd = client(s->port);
+	char carry[65536];
+	size_t carry_len = 0;
+	struct response r;
+	send_str(fd, "GET /echo HTTP/1.2\r\nHost: x\r\n\r\n"
+	             "POST /echo HTTP/1.9\r\nHost: x\r\nTransfer-Encoding: "
+	             "chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+	read_response(fd, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 200);
+	ASSERT_EQ(strncmp(r.head, "HTTP/1.1 200 OK\r\n", 17), 0);
+	ASSERT_CONTAINS(r.head, "Connection: keep-alive");
+	ASSERT_STR_EQ(r.body, "GET /echo 0:");
+	read_response(fd, &r, carry, &carry_len);
+	ASSERT_EQ(r.status, 200);
+	ASSERT_STR_EQ(r.body, "POST /echo 5:hello");
+	/* Still open: a third on the same connection. */
+	send_str(fd, "GET /echo HTTP/1.5\r\nHost: x\r\n\r\n");
+	read_response(fd, &r, carry, &carry_len);
+	ASSERT_STR_EQ(r.body, "GET /echo 0:");
+	close(fd);
+
+	bool closed;
+	exchange(s,
+	         "GET /echo HTTP/1.2\r\nHost: x\r\nConnection: close"
+	         "\r\n\r\n",
+	         &r, &closed);
+	ASSERT_EQ(r.status, 200);
+	ASSERT(closed);
+	/* HTTP/1.1's rules hold: exactly one Host. */
+	expect_refused(s, "GET /echo HTTP/1.2\r\n\r\n", 400,
+	               "malformed HTTP request");
+	/* One digit each (RFC 9112, 2.3). */
+	expect_refused(s, "GET /echo HTTP/1.23\r\nHost: x\r\n\r\n", 400,
+	               "malformed HTTP request");
+	server_stop(s);
+}
+
 int main(void)
 {
 	RUN(test_keep_alive_and_pipelining);
@@ -1459,5 +1800,10 @@ int main(void)
 	RUN(test_hostile_content_types);
 	RUN(test_adopted_socket);
 	RUN(test_cors_on_every_answer);
+	RUN(test_head_is_judged_before_the_body);
+	RUN(test_body_memory_is_bounded);
+	RUN(test_chunk_over_the_limit_is_refused_at_its_size);
+	RUN(test_header_values_are_trimmed);
+	RUN(test_higher_minor_versions_are_http11);
 	return 0;
 }

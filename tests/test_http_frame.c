@@ -37,6 +37,8 @@ struct run {
 	size_t n_ends;
 	size_t requests[MAX_MARKS]; /* just past each complete request */
 	size_t n_requests;
+	size_t folds[MAX_MARKS]; /* each minor version digit fed as '1' */
+	size_t n_folds;
 };
 
 /* What the stand-in parser expects next, as llhttp would. */
@@ -176,6 +178,13 @@ static struct run drive(const char *s, size_t n, const size_t *reads,
 			    &d.frame, s + off, avail - off, &d.header_bytes,
 			    max_header_bytes);
 			ASSERT(feed <= avail - off);
+			if (d.frame.fold_minor) {
+				/* http.c feeds '1' for it, as the line does. */
+				ASSERT(feed > 0);
+				ASSERT(d.run.n_folds < MAX_MARKS);
+				d.run.folds[d.run.n_folds++] = off + feed - 1;
+				d.frame.fold_minor = false;
+			}
 			size_t used = feed ? parse(&d, s, off, feed) : 0;
 			off += used;
 			if (d.frame.status)
@@ -201,6 +210,7 @@ static void same_run(const struct run *whole, const struct run *split,
 	            whole->consumed == split->consumed &&
 	            whole->n_ends == split->n_ends &&
 	            whole->n_requests == split->n_requests &&
+	            whole->n_folds == split->n_folds &&
 	            (whole->message == split->message ||
 	             (whole->message && split->message &&
 	              strcmp(whole->message, split->message) == 0));
@@ -208,6 +218,8 @@ static void same_run(const struct run *whole, const struct run *split,
 		same = whole->ends[i] == split->ends[i];
 	for (size_t i = 0; same && i < whole->n_requests; i++)
 		same = whole->requests[i] == split->requests[i];
+	for (size_t i = 0; same && i < whole->n_folds; i++)
+		same = whole->folds[i] == split->folds[i];
 	if (!same)
 		TEST_FAIL("%s %zu: status %u consumed %zu, %zu parts, %zu "
 		          "requests; whole: status %u consumed %zu, %zu parts, "
@@ -486,6 +498,46 @@ static void test_chunk_data_must_end_in_crlf(void)
 	free(s);
 }
 
+/*
+ * RFC 9110, 2.5: HTTP/1.2 to HTTP/1.9 are read as HTTP/1.1, which llhttp
+ * takes: the minor digit, and only it, is handed back to be fed as '1',
+ * wherever the reads split. Other versions are left to llhttp's judgement
+ * (1.0, 1.1) or refused as before.
+ */
+static void test_higher_minor_versions_are_folded(void)
+{
+	static const char *const folded[] = {"1.2", "1.5", "1.9"};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(folded); i++) {
+		char *s = sl_xasprintf("GET / HTTP/%s\r\nHost: x\r\n\r\n"
+		                       "GET /b HTTP/%s\r\nHost: x\r\n\r\n",
+		                       folded[i], folded[i]);
+		struct run r = scan_str(s);
+		ASSERT_EQ(r.status, 0);
+		ASSERT_EQ(r.consumed, strlen(s));
+		ASSERT_EQ(r.n_requests, 2);
+		ASSERT_EQ(r.n_folds, 2);
+		ASSERT_EQ(r.folds[0], strlen("GET / HTTP/1."));
+		/* The first request is 27 bytes. */
+		ASSERT_EQ(r.folds[1], 27 + strlen("GET /b HTTP/1."));
+		free(s);
+	}
+	static const char *const kept[] = {
+	    "GET / HTTP/1.1\r\n\r\n",  "GET / HTTP/1.0\r\n\r\n",
+	    "GET / HTTP/11.2\r\n\r\n", "GET / HTTP/1x2\r\n\r\n",
+	    "GET / XTTP/1.2\r\n\r\n",  "GET /HTTP/1.2 HTTP/1.1\r\n\r\n",
+	    "GET / HTTP/1.\r\n\r\n"};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(kept); i++) {
+		struct run r = scan_str(kept[i]);
+		ASSERT_EQ(r.status, 0);
+		ASSERT_EQ(r.n_folds, 0);
+	}
+	/* One digit each (RFC 9112, 2.3): the scanner folds the first. */
+	struct run r = scan_str("GET / HTTP/1.23\r\n\r\n");
+	ASSERT_EQ(r.n_folds, 1);
+	expect_refused("GET / HTTP/3.2\r\n\r\n", 505,
+	               "only HTTP/1.0 and HTTP/1.1 are supported", 11);
+}
+
 int main(void)
 {
 	RUN(test_pipelined_heads_end_at_the_same_offsets);
@@ -498,5 +550,6 @@ int main(void)
 	RUN(test_request_line_refusals);
 	RUN(test_chunk_extensions_count_against_the_limit);
 	RUN(test_chunk_data_must_end_in_crlf);
+	RUN(test_higher_minor_versions_are_folded);
 	return 0;
 }

@@ -28,7 +28,8 @@ enum sl_access {
 /*
  * Whether req may use an endpoint of the given level. When not, it has
  * been answered (401 without a valid key, 403 for an admin action without
- * the admin key) and belongs to the server again.
+ * the admin key) and belongs to the server again. It reads the method,
+ * path and headers, never the body: sl_routes_head() calls it on a head.
  */
 bool sl_access_allow(struct sl_app *app, struct sl_http_request *req,
                      enum sl_access level);
@@ -61,6 +62,13 @@ bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
  */
 bool sl_access_model_allowed(struct sl_app *app, const struct sl_key *key,
                              const struct sl_model *m, const char *named);
+
+/*
+ * Whether req is a CORS preflight: OPTIONS while CORS is on. Such a
+ * request is answered by sl_access_preflight(), without a key.
+ */
+bool sl_access_is_preflight(const struct sl_app *app,
+                            const struct sl_http_request *req);
 
 /*
  * Answers req when it is a CORS preflight (OPTIONS) and returns true;

@@ -146,6 +146,7 @@ struct sl_config {
 	uint64_t max_header_size;
 	unsigned max_headers;
 	uint64_t max_body;
+	uint64_t max_body_memory; /* all bodies being read (http.h) */
 	uint64_t header_timeout_ms;
 	uint64_t body_timeout_ms;
 	uint64_t keepalive_timeout_ms;

@@ -17,8 +17,21 @@
  *             socket; the handler reads it to apply back-pressure.
  *   linger    after an error response that closes the connection, sluice
  *             stops sending (FIN), then reads and discards what the client
- *             still sends for a moment, so that the client reads the error
+ *             still sends until it has been quiet for a moment (at most
+ *             the body timeout), so that the client reads the error
  *             instead of a connection reset.
+ *   head      the request line and headers. A request with a body is shown
+ *             to on_head (when set) once its head is parsed and before any
+ *             of its body is read, so that a request its handler would
+ *             refuse anyway (no valid key) costs no body memory.
+ *   body      the bytes of the bodies being read: each request with a body
+ *   memory    reserves its Content-Length (--max-body for a chunked one)
+ *             when its head is admitted and gives it back once the body is
+ *             complete (it then belongs to the request) or the request
+ *             ends. A head whose reservation would take the total past
+ *             max_body_memory is answered 503 with Retry-After before any
+ *             of its body is read; a body once admitted always has its
+ *             memory, so it is never paused or cut off for want of it.
  */
 #ifndef SLUICE_HTTP_H
 #define SLUICE_HTTP_H
@@ -42,6 +55,19 @@
 #define SL_HTTP_MAX_HEADER_BYTES (16u * 1024)
 #define SL_HTTP_MAX_HEADERS 100u
 #define SL_HTTP_MAX_BODY (1024u * 1024)
+/*
+ * What the bodies being read may hold together (see "body memory" above):
+ * each body is --max-body at most, but 10,000 connections each sending 1 MiB
+ * less a byte would hold 10 GiB. 256 MiB admits 256 bodies of the default
+ * --max-body at once, more than the slots that will serve them.
+ */
+#define SL_HTTP_MAX_BODY_MEMORY (256u * 1024 * 1024)
+/*
+ * Retry-After of the 503 that refuses a body while body memory is spent:
+ * bodies on a loopback or LAN arrive in milliseconds, so room comes back
+ * soon; one second is the smallest the header can say.
+ */
+#define SL_HTTP_BODY_MEMORY_RETRY_S 1u
 #define SL_HTTP_HEADER_TIMEOUT_MS 10000u
 #define SL_HTTP_BODY_TIMEOUT_MS 30000u
 #define SL_HTTP_IDLE_TIMEOUT_MS 60000u
@@ -52,7 +78,10 @@
 #define SL_HTTP_REQUEST_ID_MAX 128u
 /* Bytes read ahead while a request is being answered (pipelining). */
 #define SL_HTTP_PENDING_MAX (64u * 1024)
-/* How long a lingering close waits for the client to finish sending. */
+/*
+ * How long a lingering close waits for the client to go quiet: each read
+ * while it lingers waits this long again, up to the body timeout in all.
+ */
 #define SL_HTTP_LINGER_MS 2000u
 /* The one read buffer all connections share; reads are handled at once. */
 #define SL_HTTP_READ_BUF (64u * 1024)
@@ -102,6 +131,8 @@ struct sl_http_limits {
 	size_t max_header_bytes;
 	unsigned max_headers;
 	size_t max_body;
+	/* body memory (see the glossary); at least max_body */
+	size_t max_body_memory;
 	uint64_t header_timeout_ms;
 	uint64_t body_timeout_ms;
 	uint64_t idle_timeout_ms;
@@ -210,6 +241,17 @@ typedef void (*sl_http_handler)(struct sl_http_request *req, void *data);
  */
 typedef void (*sl_http_finish_cb)(struct sl_http_request *req, bool completed,
                                   void *data);
+/*
+ * Shown the head of a request with a body, before any of the body is read
+ * (see "head" in the glossary): `req` has its method, target, headers, id
+ * and client; its body is NULL. Returns true to read the body and hand the
+ * request to the handler as usual; or answers `req` at once (as a handler
+ * would, e.g. sl_http_respond_error) and returns false: the body is then
+ * never read, and the connection closes after the answer (its head says
+ * "Connection: close"), since the unread body stands before any next
+ * request. A request without a body goes straight to the handler.
+ */
+typedef bool (*sl_http_head_cb)(struct sl_http_request *req, void *data);
 
 struct sl_http_server {
 	uv_loop_t *loop;
@@ -217,6 +259,7 @@ struct sl_http_server {
 	struct sl_http_limits limits;
 	sl_http_handler handler;
 	sl_http_finish_cb on_finish;
+	sl_http_head_cb on_head; /* set by the owner, or NULL: none */
 	void *handler_data;
 	uint64_t refused_connections; /* over --max-connections */
 	struct sl_http_conn *conns;   /* all open connections, a list */
@@ -238,6 +281,8 @@ struct sl_http_server {
 	uint64_t id_seed;
 	char date[40]; /* cached Date header value */
 	uint64_t date_sec;
+	/* body memory (see the glossary) reserved now, in bytes */
+	size_t body_memory;
 };
 
 void sl_http_limits_default(struct sl_http_limits *l);

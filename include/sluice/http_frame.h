@@ -16,7 +16,10 @@
  * request line, control and non-ASCII bytes in the target, HTTP/0.9 and
  * versions 2 to 9, obsolete line folding, an empty header name, control
  * bytes in the header section, chunk data not followed by CRLF, and chunk
- * extensions past the header byte limit.
+ * extensions past the header byte limit. HTTP/1.2 to HTTP/1.9, which
+ * llhttp refuses, are read as HTTP/1.1 (RFC 9110, 2.5: a server answers a
+ * higher minor version of a major it speaks as the highest it supports):
+ * see fold_minor.
  *
  * It is pure logic: no libuv, no llhttp, no connection. Its owner (http.c)
  * tells it what the parser learned that the bytes alone do not say (where
@@ -46,7 +49,9 @@
  *     SL_HTTP_FRAME_CLOSE_SILENTLY) and stops: the scanner is not called
  *     again for this request.
  *   - else the caller feeds the parser that many bytes and scans what is
- *     left. A count short of what was given means a part ends there, or
+ *     left; when fold_minor is set, the last of those bytes is fed as '1'
+ *     and the caller clears it. A count short of what was given means a
+ *     part ends there, the last byte counted is such a version digit, or
  *     the bytes left are a lone CR at the end whose LF has not arrived:
  *     the next scan then returns 0, and the caller keeps those bytes and
  *     scans them again with the next read.
@@ -90,12 +95,18 @@ struct sl_http_frame {
 	enum sl_http_frame_state state;
 	bool past_request_line; /* HEAD: in the header fields */
 	bool version_prefix_ok; /* the version begins "HTTP/" so far */
+	bool version_one;       /* ...and goes on "1." so far */
 	unsigned empty_lines;   /* CRLFs before the request line */
 	unsigned spaces;        /* SPs in the request line so far */
 	size_t part_len;        /* bytes of the request line's current part */
 	size_t line_len;        /* bytes of the current line, CRLF excluded */
 	uint64_t data_left;     /* CHUNK_DATA */
 	unsigned crlf_seen;     /* CHUNK_CRLF: 0 to 2 */
+	/*
+	 * The last byte counted is the minor digit of HTTP/1.2 to HTTP/1.9:
+	 * the caller feeds '1' in its place, then clears this.
+	 */
+	bool fold_minor;
 	/* A refusal: 0 none, else the status (see the glossary). */
 	unsigned status;
 	const char *message; /* static text; NULL when status is 0 */

@@ -43,6 +43,8 @@ enum sl_stats_reason {
 	SL_REJECT_NOT_READY, /* 503: no upstream ready */
 	SL_REJECT_NOT_FOUND, /* 404, 405 */
 	SL_REJECT_KEY_LIMIT, /* 429: over an API key's limits (keys.h) */
+	/* 503: the bodies being read fill --max-body-memory (http.h) */
+	SL_REJECT_BODY_MEMORY,
 	SL_REJECT_COUNT
 };
 

@@ -11,7 +11,9 @@
  *
  * The handler answers in one of three ways, by the request's path, so that
  * pipelined requests meet a response that is complete at once, one that is
- * streamed in chunks, and one that comes later from a timer.
+ * streamed in chunks, and one that comes later from a timer. The head of a
+ * request with a body under /refused is answered at once, its body unread,
+ * as the routes answer one without its key.
  *
  * Input layout: the bytes to send, then (when the input is long enough) its
  * last SPLIT_SEED_BYTES bytes also seed the choice of split points. They are
@@ -103,6 +105,16 @@ static void handle(struct sl_http_request *req, void *data)
 	}
 }
 
+static bool head(struct sl_http_request *req, void *data)
+{
+	(void)data;
+	progress++;
+	if (strncmp(req->path, "/refused", 8) != 0)
+		return true;
+	sl_http_respond(req, 401, "text/plain", NULL, "no key\n", 7);
+	return false;
+}
+
 static void start_server(void)
 {
 	/* Refusals are logged at info: quiet, or the log is all one sees. */
@@ -118,6 +130,7 @@ static void start_server(void)
 	if (sl_http_server_listen(&server, &loop, "127.0.0.1", 0, &limits,
 	                          handle, NULL) != 0)
 		abort();
+	server.on_head = head;
 	server_port = sl_http_server_port(&server);
 }
 
