@@ -40,6 +40,7 @@
 #include "sluice/h1_client.h"
 #include "sluice/log.h"
 #include "sluice/native_api.h"
+#include "sluice/query.h"
 #include "sluice/request.h"
 #include "sluice/sse.h"
 #include "sluice/stats.h"
@@ -2133,68 +2134,6 @@ static void enqueue(struct sl_app *app, struct exchange *x)
 
 /* ---- which upstream ---- */
 
-static int hex_digit(char c)
-{
-	return c >= '0' && c <= '9'   ? c - '0'
-	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
-	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
-	                              : -1;
-}
-
-/* Percent-decodes n bytes of s into out (size bytes, NUL-terminated). */
-static void percent_decode(const char *s, size_t n, char *out, size_t size)
-{
-	size_t k = 0;
-	for (size_t i = 0; i < n && k + 1 < size; i++) {
-		int hi, lo;
-		if (s[i] == '%' && i + 2 < n &&
-		    (hi = hex_digit(s[i + 1])) >= 0 &&
-		    (lo = hex_digit(s[i + 2])) >= 0) {
-			out[k++] = (char)(hi * 16 + lo);
-			i += 2;
-		} else {
-			out[k++] = s[i];
-		}
-	}
-	out[k] = '\0';
-}
-
-/*
- * The query that goes upstream without the client's `param` parameters,
- * which are sluice's ("upstream" for a per-upstream endpoint, "model"
- * where models are named). The last one's value, percent-decoded, goes
- * into name (found says whether there was one). Malloc'd.
- */
-static char *take_param(const char *query, const char *param, char *name,
-                        size_t size, bool *found)
-{
-	char *out = sl_xmalloc(strlen(query) + 1);
-	size_t k = 0, plen = strlen(param);
-	*found = false;
-	name[0] = '\0';
-	for (const char *p = query; *p;) {
-		size_t n = strcspn(p, "&");
-		if (n > plen && strncmp(p, param, plen) == 0 &&
-		    p[plen] == '=') {
-			*found = true;
-			percent_decode(p + plen + 1, n - plen - 1, name, size);
-		} else if (n == plen && strncmp(p, param, plen) == 0) {
-			*found = true;
-			name[0] = '\0';
-		} else if (n > 0) {
-			if (k)
-				out[k++] = '&';
-			memcpy(out + k, p, n);
-			k += n;
-		}
-		p += n;
-		if (*p == '&')
-			p++;
-	}
-	out[k] = '\0';
-	return out;
-}
-
 /* The upstream /health calls `name`, or NULL. */
 static struct sl_upstream *find_upstream(struct sl_app *app, const char *name)
 {
@@ -2332,19 +2271,33 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	 * named; otherwise the query goes upstream as it came.
 	 */
 	char model_param[SL_MODEL_NAME_MAX + 2];
-	bool model_named = false;
-	char *query = app->model_section && !ep->json_body
-	                  ? take_param(req->query, "model", model_param,
-	                               sizeof(model_param), &model_named)
-	                  : sl_xstrdup(req->query);
+	struct sl_query_param by_model = {0};
+	char *query = NULL;
+	if (app->model_section && !ep->json_body)
+		by_model = sl_query_take(req->query, "model", model_param,
+		                         sizeof(model_param), &query);
+	else
+		query = sl_xstrdup(req->query);
+	bool model_named = by_model.found;
 	/* "?upstream=NAME" picks one upstream; a GET without it asks all. */
 	char name[256];
-	bool named = false;
+	struct sl_query_param by_upstream = {0};
 	if (ep->per_upstream) {
-		char *rest =
-		    take_param(query, "upstream", name, sizeof(name), &named);
+		char *rest = NULL;
+		by_upstream =
+		    sl_query_take(query, "upstream", name, sizeof(name), &rest);
 		free(query);
 		query = rest;
+	}
+	bool named = by_upstream.found;
+	/* A NUL byte (%00) would cut the name short: it names nothing. */
+	if (by_model.nul || by_upstream.nul) {
+		free(query);
+		sl_request_free(&checked);
+		sl_http_respond_error(req, 400, "invalid_request_error", NULL,
+		                      "the query's %s holds a NUL byte (%%00)",
+		                      by_model.nul ? "model" : "upstream");
+		return;
 	}
 	struct sl_upstream *pinned = NULL;
 	if (named && !(pinned = find_upstream(app, name))) {

@@ -525,6 +525,20 @@ class SeveralUpstreams(st.TestCase):
                 r = s.get("%s?upstream=http://nowhere" % path)
                 self.assertEqual(r.status, 404)
                 self.assertEqual(r.json()["error"]["type"], "not_found_error")
+                # The name and value read as llama-server reads a query:
+                # percent-decoded ("%75" is "u"), the last one counting.
+                for query in ("%%75pstream=%s" % b.url.replace(":", "%3A"),
+                              "upstream=%s&upstre%%61m=%s" % (a.url, b.url)):
+                    one = s.get("%s?%s" % (path, query))
+                    self.assertEqual(one.status, 200, (query, one.body))
+                    if path == "/props":
+                        self.assertEqual(one.body, st.request(
+                            b.port, "GET", path).body, query)
+                    else:
+                        self.assertEqual(len(one.json()), 3, query)
+                r = s.get(path + "?upstream=" + a.url + "%00")
+                self.assertEqual(r.status, 400)
+                self.assertIn("NUL", r.json()["error"]["message"])
         self.assertEqual(s.stop(), 0)
 
     def test_an_upstream_that_does_not_answer_is_reported(self):
