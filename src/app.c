@@ -657,6 +657,7 @@ void sl_app_stop(struct sl_app *app, int exit_code)
 			        app->exchanges);
 		/* New requests get 503 and /ready says 503 meanwhile. */
 		sl_http_server_drain(&app->http);
+		sl_proxy_end_watches(app);
 		uv_timer_start(&app->drain_timer, on_drain_timeout,
 		               app->cfg->drain_timeout_ms, 0);
 		sl_app_maybe_drained(app);

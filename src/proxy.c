@@ -114,7 +114,15 @@ struct exchange {
 	size_t body_len;
 	struct sl_affinity_key affinity; /* its prompt's prefix (affinity.h) */
 	bool has_body;                   /* body goes upstream (a POST) */
+	char *content_type; /* of a body relayed as written: the client's */
 	char *accept_encoding;           /* the UI's: relayed, so gzip passes */
+	/* The client's headers that go upstream (enum sl_pass), or NULL. */
+	char *passed_request;
+	/*
+	 * A stream asked for with X-Conversation-Id: llama-server keeps it
+	 * for GET /v1/stream and finishes it when its client leaves.
+	 */
+	bool resumable;
 	struct sl_fanout *fanout;        /* a GET asked of every upstream */
 	char id[SL_HTTP_REQUEST_ID_MAX + 1];
 
@@ -467,17 +475,20 @@ static void on_client_abort(struct sl_http_request *req)
 		sl_fanout_free(x->fanout);
 		x->fanout = NULL;
 	}
-	if (transfer_active(x) && !upstream_streams(x)) {
+	if (transfer_active(x) && !x->ep->watch &&
+	    (!upstream_streams(x) || x->resumable)) {
 		/*
 		 * llama-server finishes a plain answer whose client left
-		 * (LLAMA-SERVER.md): closing the connection would only make
+		 * (LLAMA-SERVER.md), and a resumable stream (it is kept for
+		 * GET /v1/stream): closing the connection would only make
 		 * its slot look free while it is busy. So the answer is read
 		 * to its end (on_upstream_data drops it) and the slot freed
 		 * then; the upstream timeouts still bound it.
 		 */
-		sl_debug("%s: client left; its plain answer is read to its "
-		         "end, as llama-server finishes it",
-		         x->id);
+		sl_debug("%s: client left; its %s is read to its end, as "
+		         "llama-server finishes it",
+		         x->id,
+		         x->resumable ? "resumable stream" : "plain answer");
 		if (x->assemblable &&
 		    x->app->cfg->stream_upstream == SL_STREAM_UPSTREAM_AUTO)
 			plain_left(x);
@@ -485,6 +496,7 @@ static void on_client_abort(struct sl_http_request *req)
 			transfer_resume(x);
 		return;
 	}
+	/* A watch never ends by itself: its client leaving ends it. */
 	sl_debug("%s: client left; cancelling its request", x->id);
 	/* Closing the connection is what makes llama-server stop. */
 	transfer_abort(x);
@@ -855,7 +867,7 @@ done:
 	return 0;
 }
 
-/* ---- the upstream's response headers ---- */
+/* ---- header fields ---- */
 
 /* RFC 9110, 5.6.2: the characters of a token, such as a field name. */
 static bool is_tchar(unsigned char c)
@@ -874,6 +886,65 @@ static bool name_has_prefix(const char *name, size_t len, const char *prefix)
 	size_t n = strlen(prefix);
 	return len >= n && strncasecmp(name, prefix, n) == 0;
 }
+
+/* ---- the client's headers that go upstream ---- */
+
+/* The prefix of the headers /cors-proxy sends its target, less it. */
+#define PROXY_HEADER_PREFIX "X-Llama-Server-Proxy-Header-"
+
+/*
+ * Whether the client's header `name` goes upstream on an endpoint that
+ * passes `pass` (enum sl_pass); `stream`: the client asked for a stream.
+ */
+static bool request_header_passes(unsigned pass, const char *name, bool stream)
+{
+	size_t len = strlen(name);
+	if ((pass & SL_PASS_CONVERSATION) && stream &&
+	    name_is(name, len, "X-Conversation-Id"))
+		return true;
+	if ((pass & SL_PASS_TOOL) && (name_is(name, len, "X-Tool-Cwd") ||
+	                              name_is(name, len, "X-Tool-Runtime") ||
+	                              name_is(name, len, "X-Resp-Type")))
+		return true;
+	/* A bare prefix names no header: llama-server skips it too. */
+	return (pass & SL_PASS_PROXY_HEADERS) &&
+	       len > sizeof(PROXY_HEADER_PREFIX) - 1 &&
+	       name_has_prefix(name, len, PROXY_HEADER_PREFIX);
+}
+
+/*
+ * The client's header lines that go upstream ("Name: value\r\n" each, as
+ * the client wrote them; its HTTP parser checked them), or NULL for none.
+ * Bounded by --max-header-size. Malloc'd.
+ */
+static char *passed_request_headers(const struct sl_endpoint *ep,
+                                    const struct sl_http_request *req,
+                                    bool stream)
+{
+	if (!ep->pass)
+		return NULL;
+	size_t size = 1;
+	for (unsigned i = 0; i < req->n_headers; i++) {
+		const struct sl_http_header *h = &req->headers[i];
+		if (request_header_passes(ep->pass, h->name, stream))
+			size += strlen(h->name) + 2 + h->value_len + 2;
+	}
+	if (size == 1)
+		return NULL;
+	struct sl_join j = {.p = sl_xmalloc(size), .cap = size};
+	for (unsigned i = 0; i < req->n_headers; i++) {
+		const struct sl_http_header *h = &req->headers[i];
+		if (!request_header_passes(ep->pass, h->name, stream))
+			continue;
+		sl_join_str(&j, h->name);
+		sl_join_str(&j, ": ");
+		sl_join_mem(&j, h->value, h->value_len);
+		sl_join_str(&j, "\r\n");
+	}
+	return j.p;
+}
+
+/* ---- the upstream's response headers ---- */
 
 /*
  * Whether a field is not passed on: hop-by-hop (RFC 9110, 7.6.1: they
@@ -1730,7 +1801,8 @@ static void on_timer(uv_timer_t *t)
 {
 	struct exchange *x = t->data;
 	const struct sl_config *cfg = x->app->cfg;
-	if (!transfer_active(x))
+	/* A watch lasts as long as the upstream and the client want. */
+	if (!transfer_active(x) || x->ep->watch)
 		return;
 	uint64_t now = uv_now(&x->app->loop);
 	if (x->mode != MODE_WAITING || x->paused) {
@@ -1775,6 +1847,8 @@ static void on_timer_closed(uv_handle_t *h)
 	free(x->target);
 	free(x->passed);
 	free(x->accept_encoding);
+	free(x->content_type);
+	free(x->passed_request);
 	free(x->h1_headers);
 	free(x->kept.p);
 	sl_h1_request_free(&x->h1);
@@ -1800,6 +1874,8 @@ static void exchange_release(struct exchange *x)
 	if (x->next)
 		x->next->prev = x->prev;
 	app->exchanges--;
+	if (x->ep->watch)
+		app->watches--;
 	sl_curl_easy_done(&app->curl, x->transfer.easy);
 	curl_slist_free_all(x->headers);
 	uv_close((uv_handle_t *)&x->timer, on_timer_closed);
@@ -1849,6 +1925,30 @@ void sl_proxy_end_all(struct sl_app *app)
 	}
 }
 
+void sl_proxy_end_watches(struct sl_app *app)
+{
+	struct exchange *x, *next;
+	for (x = app->exchange_list; x; x = next) {
+		next = x->next;
+		if (!x->ep->watch)
+			continue;
+		transfer_abort(x);
+		uv_timer_stop(&x->timer);
+		if (x->req && x->head_sent) {
+			/* What was relayed stands: the answer just ends. */
+			note_totals(x);
+			sl_http_stream_end(x->req);
+			client_done(x);
+		} else if (x->req) {
+			snprintf(x->sched_headers, sizeof(x->sched_headers),
+			         "%s", SL_PROXY_UNAVAILABLE_RETRY);
+			respond_error(x, 503, "unavailable_error",
+			              "sluice is shutting down");
+		}
+		exchange_release(x);
+	}
+}
+
 void sl_proxy_fail_queued(struct sl_model *m, const char *message)
 {
 	struct sl_app *app = m->app;
@@ -1887,6 +1987,20 @@ void sl_proxy_abort_all(struct sl_app *app)
 
 /* ---- starting ---- */
 
+/* The method upstream: the endpoint's own (a HEAD goes as a GET). */
+static const char *upstream_method(const struct exchange *x)
+{
+	if (x->ep->method == HTTP_DELETE)
+		return "DELETE";
+	return x->has_body ? "POST" : "GET";
+}
+
+/* A body relayed as written goes with its own type; sluice's are JSON. */
+static const char *upstream_content_type(const struct exchange *x)
+{
+	return x->content_type ? x->content_type : "application/json";
+}
+
 /*
  * The native client's request: the same header lines libcurl is given
  * below, as one string.
@@ -1896,17 +2010,23 @@ static int start_native(struct exchange *x, struct sl_upstream *u)
 	const struct sl_config *cfg = x->app->cfg;
 	struct sl_h1_request *r = &x->h1;
 	free(x->h1_headers);
-	static const char type[] = "Content-Type: application/json\r\n";
+	static const char type_name[] = "Content-Type: ";
 	static const char id_name[] = "X-Request-Id: ";
 	static const char encoding[] = "Accept-Encoding: ";
 	static const char bearer[] = "Authorization: Bearer ";
-	size_t size = sizeof(type) + sizeof(id_name) + strlen(x->id) + 2;
+	const char *type = upstream_content_type(x);
+	size_t size = sizeof(type_name) + strlen(type) + 2 + sizeof(id_name) +
+	              strlen(x->id) + 2;
 	if (x->accept_encoding)
 		size += sizeof(encoding) + strlen(x->accept_encoding) + 2;
 	if (u->api_key)
 		size += sizeof(bearer) + strlen(u->api_key) + 2;
+	if (x->passed_request)
+		size += strlen(x->passed_request);
 	struct sl_join j = {.p = sl_xmalloc(size), .cap = size};
+	sl_join_str(&j, type_name);
 	sl_join_str(&j, type);
+	sl_join_str(&j, "\r\n");
 	sl_join_str(&j, id_name);
 	sl_join_str(&j, x->id);
 	sl_join_str(&j, "\r\n");
@@ -1920,8 +2040,10 @@ static int start_native(struct exchange *x, struct sl_upstream *u)
 		sl_join_str(&j, u->api_key);
 		sl_join_str(&j, "\r\n");
 	}
+	if (x->passed_request)
+		sl_join_str(&j, x->passed_request);
 	x->h1_headers = j.p;
-	r->method = x->has_body ? "POST" : "GET";
+	r->method = upstream_method(x);
 	r->target = x->target;
 	r->headers = x->h1_headers;
 	r->body = x->body;
@@ -1938,9 +2060,11 @@ static int start_native(struct exchange *x, struct sl_upstream *u)
 	 * the health check takes (libcurl keeps that connection open between
 	 * checks, outside this pool), so that both together stay within
 	 * SL_UPSTREAM_SPARE_CONNS of the slots, as through libcurl alone.
+	 * The watches open add theirs, which they hold for long.
 	 */
 	int rc = sl_h1_start(&x->app->h1, r, u->url,
-	                     u->total_slots + SL_UPSTREAM_SPARE_CONNS - 1);
+	                     u->total_slots + SL_UPSTREAM_SPARE_CONNS - 1 +
+	                         x->app->watches);
 	if (rc == 0)
 		uv_timer_start(&x->timer, on_timer, first_byte_ms(x, NULL), 0);
 	return rc;
@@ -1972,9 +2096,12 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	free(url);
 	sl_curl_common_options(e);
+	if (x->ep->method == HTTP_DELETE)
+		curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "DELETE");
 	x->headers = curl_slist_append(x->headers, "Expect:");
-	x->headers =
-	    curl_slist_append(x->headers, "Content-Type: application/json");
+	char *type = sl_xconcat("Content-Type: ", upstream_content_type(x));
+	x->headers = curl_slist_append(x->headers, type);
+	free(type);
 	char *id = sl_xconcat("X-Request-Id: ", x->id);
 	x->headers = curl_slist_append(x->headers, id);
 	free(id);
@@ -1989,6 +2116,14 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 		char *auth = sl_xconcat("Authorization: Bearer ", u->api_key);
 		x->headers = curl_slist_append(x->headers, auth);
 		free(auth);
+	}
+	/* The passed lines, one list entry each, without their CRLF. */
+	for (const char *p = x->passed_request; p && *p;) {
+		const char *eol = strstr(p, "\r\n");
+		char *line = sl_xasprintf("%.*s", (int)(eol - p), p);
+		x->headers = curl_slist_append(x->headers, line);
+		free(line);
+		p = eol + 2;
 	}
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->headers);
 	if (x->has_body) {
@@ -2227,6 +2362,8 @@ static struct exchange *exchange_new(struct sl_app *app, struct sl_model *m,
 		x->next->prev = x;
 	app->exchange_list = x;
 	app->exchanges++;
+	if (ep->watch)
+		app->watches++;
 	req->handler_data = x;
 	req->on_abort = on_client_abort;
 	req->on_drain = on_client_drain;
@@ -2391,6 +2528,16 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		                      SL_PROXY_UNAVAILABLE_RETRY, "%s", why);
 		return;
 	}
+	if (ep->watch && app->watches >= SL_PROXY_WATCHES_MAX) {
+		free(query);
+		sl_request_free(&checked);
+		sl_http_respond_error(
+		    req, 503, "unavailable_error", SL_PROXY_UNAVAILABLE_RETRY,
+		    "%u watches (GET /models/sse, GET /v1/stream) are open, "
+		    "sluice's most: each holds an upstream connection",
+		    SL_PROXY_WATCHES_MAX);
+		return;
+	}
 
 	struct exchange *x = exchange_new(app, m, req, ep, priority);
 	x->pinned = pinned != NULL;
@@ -2409,7 +2556,10 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		x->has_body = true;
 		free(checked.model);
 	} else if (ep->method == HTTP_POST) {
-		/* Relayed as written: llama-server judges it. */
+		/* Relayed as written, with its type: llama-server judges it. */
+		const char *type = sl_http_header(req, "Content-Type");
+		if (type && type[0])
+			x->content_type = sl_xstrdup(type);
 		x->body = sl_xmalloc(req->body_len + 1);
 		memcpy(x->body, req->body ? req->body : "", req->body_len);
 		x->body[req->body_len] = '\0';
@@ -2423,6 +2573,9 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 			x->accept_encoding = sl_xstrdup(ae);
 	}
 	x->stream = checked.stream;
+	x->passed_request = passed_request_headers(ep, req, x->stream);
+	x->resumable = x->stream && (ep->pass & SL_PASS_CONVERSATION) &&
+	               sl_http_header(req, "X-Conversation-Id");
 	x->assemble = checked.assemble;
 	x->assemblable = checked.assemblable;
 	if (x->assemble) {

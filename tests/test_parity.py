@@ -195,6 +195,17 @@ def embeddings_view(doc):
     return doc
 
 
+# A transcription request as OpenAI's SDK sends it: a multipart form with
+# the audio file (a few bytes of a WAV header here) and the model.
+FORM_BOUNDARY = "parity-form-boundary"
+FORM_TYPE = "multipart/form-data; boundary=" + FORM_BOUNDARY
+FORM = (("--%s\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\n"
+         "whisper-1\r\n--%s\r\nContent-Disposition: form-data; "
+         "name=\"file\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\n"
+         % (FORM_BOUNDARY, FORM_BOUNDARY)).encode()
+        + b"RIFF\x24\x00\x00\x00WAVE" + ("\r\n--%s--\r\n"
+                                          % FORM_BOUNDARY).encode())
+
 HUGE_SEED = 18446744073709551615  # 2^64 - 1: beyond int64
 HUGER_SEED = 99999999999999999999  # beyond uint64: llama-server reads a double
 CHAT = [{"role": "user", "content": "Hello"}]
@@ -434,6 +445,52 @@ TABLE = [
     Row("responses", "POST", "/v1/responses", gen("/v1/responses")),
     Row("responses stream", "POST", "/v1/responses",
         gen("/v1/responses", True), stream=True),
+    Row("responses alias", "POST", "/responses", gen("/v1/responses")),
+    Row("responses alias stream", "POST", "/responses",
+        gen("/v1/responses", True), stream=True),
+    Row("responses input tokens", "POST", "/responses/input_tokens",
+        {"input": "Hello"}),
+    Row("v1 responses input tokens", "POST", "/v1/responses/input_tokens",
+        {"input": [{"role": "user", "content": "Hello"}]}),
+
+    # Reasoning control of a generation under way: none is here.
+    Row("chat control without an id", "POST",
+        "/v1/chat/completions/control", {}),
+    Row("chat control of no generation", "POST",
+        "/v1/chat/completions/control",
+        {"id": "chatcmpl-none", "action": "reasoning_end"}),
+    Row("chat control, unknown action", "POST",
+        "/v1/chat/completions/control",
+        {"id": "chatcmpl-none", "action": "bogus"}),
+
+    # Transcriptions: a multipart form, relayed with its own type; the
+    # demo model hears nothing (501).
+    Row("transcriptions", "POST", "/v1/audio/transcriptions", FORM,
+        headers={"Content-Type": FORM_TYPE}),
+    Row("transcriptions alias", "POST", "/audio/transcriptions", FORM,
+        headers={"Content-Type": FORM_TYPE}),
+
+    # Resumable streams (test_resumable_stream makes one).
+    Row("stream without a conversation", "GET", "/v1/stream"),
+    Row("stream of an unknown conversation", "GET",
+        "/v1/stream?conv_id=parity-none&from=0"),
+    Row("stream delete", "DELETE", "/v1/stream?conv_id=parity-none"),
+    Row("stream delete without a conversation", "DELETE", "/v1/stream"),
+    Row("streams lookup", "POST", "/v1/streams/lookup",
+        {"conversation_ids": ["parity-none"]}),
+
+    # Router mode's endpoints: this llama-server is no router (404);
+    # RouterParity has one.
+    Row("models load", "POST", "/models/load", {"model": "x"}, admin=True),
+    Row("models unload", "POST", "/models/unload", {"model": "x"},
+        admin=True),
+    Row("models add", "POST", "/models", {"model": "x/y"}, admin=True),
+    Row("models delete", "DELETE", "/models?model=x", admin=True),
+    Row("models events", "GET", "/models/sse"),
+    Row("models load without admin key", "POST", "/models/load",
+        {"model": "x"}, sluice=ADMIN_403),
+    Row("models delete without admin key", "DELETE", "/models?model=x",
+        sluice=ADMIN_403),
 
     # Bad inputs.
     Row("malformed JSON", "POST", "/completion",
@@ -732,7 +789,8 @@ def compare(row, straight, through):
         if row.any_order:
             a, b = by_choice(a), by_choice(b)
         return problems + diff(a, b, "events")
-    if straight.is_json() and row.method != "HEAD":
+    # An answer without content (HEAD, 204) is compared as bytes: none.
+    if straight.is_json() and row.method != "HEAD" and straight.body:
         try:
             a = parse_json(straight.body)
         except ValueError as e:
@@ -856,9 +914,52 @@ class Parity(st.TestCase):
             "/v1/messages/count_tokens", "/v1/responses",
             "/chat/completions/input_tokens",
             "/v1/chat/completions/input_tokens", "/slots/0", "/slots/1",
+            "/responses", "/responses/input_tokens",
+            "/v1/responses/input_tokens", "/v1/chat/completions/control",
+            "/v1/audio/transcriptions", "/audio/transcriptions",
+            "/v1/stream", "/v1/streams/lookup", "/models/load",
+            "/models/unload", "/models/sse",
         }
         have = {row.path.split("?")[0] for row in TABLE}
         self.assertEqual(wanted - have, set())
+
+
+    def test_resumable_stream(self):
+        # A stream asked for through sluice with X-Conversation-Id is kept
+        # by llama-server: GET /v1/stream replays its bytes (from any byte
+        # offset), straight and through sluice alike, and they are the
+        # bytes sluice relayed; DELETE forgets it.
+        conv = "parity-%s" % type(self).__name__
+        live = send(self.sl.port, Row(
+            "resumable", "POST", "/v1/chat/completions",
+            gen("/v1/chat/completions", True),
+            headers={"X-Conversation-Id": conv}, stream=True))
+        self.assertEqual(live.status, 200, live.body)
+        for query in ("", "&from=0", "&from=57"):
+            with self.subTest(query=query):
+                row = Row("replay", "GET",
+                          "/v1/stream?conv_id=%s%s" % (conv, query))
+                straight = send(self.ls.port, row)
+                through = send(self.sl.port, row)
+                self.assertEqual(straight.status, 200, straight.body)
+                self.assertEqual(through.status, 200, through.body)
+                self.assertEqual(through.body, straight.body)
+                self.assertEqual(compare_headers(straight, through), [])
+                offset = int(query.rpartition("=")[2] or 0)
+                self.assertEqual(through.body, live.body[offset:])
+        lookup = Row("lookup", "POST", "/v1/streams/lookup",
+                     {"conversation_ids": [conv, "parity-none"]})
+        self.assertEqual(
+            compare(lookup, send(self.ls.port, lookup),
+                    send(self.sl.port, lookup)), [])
+        got = parse_json(send(self.sl.port, lookup).body)
+        self.assertEqual([s["conversation_id"] for s in got], [conv])
+        gone = send(self.sl.port,
+                    Row("delete", "DELETE", "/v1/stream?conv_id=" + conv))
+        self.assertEqual(gone.status, 204)
+        self.assertEqual(gone.body, b"")
+        replay = Row("replay", "GET", "/v1/stream?conv_id=" + conv)
+        self.assertEqual(send(self.ls.port, replay).status, 404)
 
 
 class ParityAssembled(Parity):

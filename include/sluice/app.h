@@ -163,6 +163,7 @@ struct sl_app {
 	bool upstreams_full;    /* an address found no room; logged once */
 	unsigned next_upstream; /* round-robin start among equals */
 	unsigned exchanges;     /* relayed requests not yet finished */
+	unsigned watches;       /* of them, watches (SL_PROXY_WATCHES_MAX) */
 	struct exchange *exchange_list; /* all of them (proxy.c) */
 	/*
 	 * Streams waiting out --stream-coalesce, oldest first, and the timer
