@@ -118,7 +118,8 @@ const struct sl_endpoint sl_endpoints[] = {
 	 * a llama-server per model, on demand): the models' states as events
 	 * (a watch), and the admin's actions on them: load, unload, download
 	 * one (POST /models {"model": "REPO"}), delete a downloaded one
-	 * (DELETE /models?model=NAME). Another llama-server answers 404.
+	 * (DELETE /models?model=NAME). Another llama-server answers 404. With
+	 * a models: section sluice answers these itself (models_api.h).
 	 */
 	EPX("/models/sse", HTTP_GET, SL_END_NONE, false, false,
 	    SL_ASSEMBLE_NONE, false, 0, true),

@@ -2292,7 +2292,8 @@ static unsigned model_upstreams(const struct sl_model *m,
  * 404 in OpenAI's own words for a model nobody serves, so that SDKs raise
  * their NotFoundError. A long name is quoted cut short.
  */
-static void respond_unknown_model(struct sl_http_request *req, const char *name)
+void sl_proxy_respond_unknown_model(struct sl_http_request *req,
+                                    const char *name)
 {
 	size_t shown = strlen(name);
 	if (shown > SL_MODEL_NAME_MAX) {
@@ -2453,7 +2454,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	if (!m || (pinned && m != sl_app_model_of(app, pinned))) {
 		free(query);
 		if (!m)
-			respond_unknown_model(req, wanted);
+			sl_proxy_respond_unknown_model(req, wanted);
 		else
 			sl_http_respond_error(
 			    req, 400, "invalid_request_error", NULL,

@@ -4,6 +4,7 @@
 #include "sluice/access.h"
 #include "sluice/common.h"
 #include "sluice/exposition.h"
+#include "sluice/models_api.h"
 #include "sluice/proxy.h"
 
 #include <stdlib.h>
@@ -193,9 +194,13 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 		if (!endpoint_matches(ep, req->path))
 			continue;
 		if (method_matches(ep->method, req->method)) {
-			if (sl_access_allow(app, req,
-			                    ep->admin ? SL_ACCESS_ADMIN
-			                              : SL_ACCESS_CLIENT))
+			if (!sl_access_allow(app, req,
+			                     ep->admin ? SL_ACCESS_ADMIN
+			                               : SL_ACCESS_CLIENT))
+				return;
+			if (sl_models_api_owns(app, ep))
+				sl_models_api_handle(app, req, ep);
+			else
 				sl_proxy_handle(app, req, ep);
 			return;
 		}

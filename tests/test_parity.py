@@ -18,9 +18,13 @@ notes are in /work/notes/llama-probe.md (not part of the repository).
 import base64
 import http.client
 import json
+import os
+import re
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 
 import sluice_test as st
 
@@ -968,6 +972,159 @@ class ParityAssembled(Parity):
     the answers must not change."""
 
     sluice_args = ("--stream-upstream", "on")
+
+
+class RouterServer(st.Process):
+    """llama-server in router mode (--models-dir DIR): it runs one
+    llama-server per model of DIR, on demand, and its /props says
+    "role": "router". Stopped with SIGTERM, so that it stops its own."""
+
+    def __init__(self, models_dir):
+        self.port = st.free_port()
+        argv = [st.llama_server_path(), "--host", "127.0.0.1", "--port",
+                str(self.port), "--models-dir", models_dir]
+        env = dict(os.environ, LLAMA_ARG_UI="0", LLAMA_ARG_NO_WEBUI="1")
+        super().__init__(argv, env=env, name="router")
+        self.url = "http://127.0.0.1:%d" % self.port
+        st.wait_until(self._up, 60, "the router to answer")
+
+    def _up(self):
+        try:
+            return st.request(self.port, "GET", "/props",
+                              timeout=2).status == 200
+        except OSError:
+            return False
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.wait_exit(30)
+        finally:
+            self.kill()
+
+
+def read_event(client):
+    """The next event of a chunked event stream RawClient is reading."""
+    while b"\n\n" not in client.pending:
+        size = int(client._take_line().split(b";")[0], 16)
+        if size == 0:
+            raise EOFError("the stream ended")
+        client.pending += client._take(size)
+        client._take(2)
+    event, _, client.pending = client.pending.partition(b"\n\n")
+    return event + b"\n\n"
+
+
+def open_watch(port, path, headers=None):
+    """A RawClient whose GET of path has begun: its head read (a router
+    sends it with the first event), events to read with read_event."""
+    c = st.RawClient(port, timeout=SAFETY_NET_S)
+    c.pending = b""
+    c.request("GET", path, headers=headers)
+    return c
+
+
+class RouterParity(st.TestCase):
+    """sluice in front of llama-server's router mode: its /models
+    endpoints relayed (the admin's ones with the admin key), the model
+    events watched for as long as they come, and the router recognised."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="sluice-parity-router-")
+        shutil.copy(st.MODEL_TINY, os.path.join(cls.dir, "tiny.gguf"))
+        cls.router = cls.sl = None
+        try:
+            cls.router = cls.ls = RouterServer(cls.dir)
+            # Timeouts far shorter than a watch's silences.
+            cls.sl = st.Sluice("--upstream", cls.router.url,
+                               "--admin-key", ADMIN_KEY,
+                               "--upstream-timeout", "1",
+                               "--upstream-idle-timeout", "1")
+        except BaseException:
+            if cls.router:
+                cls.router.stop()
+            shutil.rmtree(cls.dir, ignore_errors=True)
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            assert cls.sl.stop() == 0
+        finally:
+            cls.router.stop()
+            shutil.rmtree(cls.dir, ignore_errors=True)
+
+    # What a router answers that changes nothing; status lists what
+    # its models did (an "args" with the port each last ran on).
+    ROWS = [
+        Row("router props", "GET", "/props"),
+        Row("router models", "GET", "/models"),
+        Row("router v1 models", "GET", "/v1/models"),
+        Row("load an unknown model", "POST", "/models/load",
+            {"model": "nope"}, admin=True),
+        Row("load without a model", "POST", "/models/load", {},
+            admin=True),
+        Row("load, malformed body", "POST", "/models/load", "junk",
+            admin=True),
+        Row("unload a model not running", "POST", "/models/unload",
+            {"model": "nope"}, admin=True),
+        Row("delete without a model", "DELETE", "/models", admin=True),
+        Row("delete a model not downloaded", "DELETE", "/models?model=tiny",
+            admin=True),
+        Row("add without a model", "POST", "/models", {}, admin=True),
+        Row("a completion for an unknown model", "POST", "/completion",
+            dict(gen("/completion"), model="nope")),
+        Row("load without admin key", "POST", "/models/load",
+            {"model": "tiny"}, sluice=ADMIN_403),
+        Row("unload without admin key", "POST", "/models/unload",
+            {"model": "tiny"}, sluice=ADMIN_403),
+    ]
+
+    def test_table(self):
+        for row in self.ROWS:
+            with self.subTest(row=row.name):
+                problems = Parity.check_row(self, row)
+                if problems:
+                    self.fail("%s %s (%s):\n  %s" % (
+                        row.method, row.path, row.name,
+                        "\n  ".join(problems)))
+
+    def test_sluice_knows_a_router(self):
+        self.sl.wait_line(r"upstream %s is a llama-server router"
+                          % re.escape(self.router.url))
+        self.assertTrue(self.sl.upstream()["router"])
+        # A router has no slots of its own: --slots counts, said once
+        # without alarm.
+        self.assertEqual(self.sl.count_lines(r"assuming \d+ slots"), 0)
+
+    def test_model_events_are_watched_as_long_as_they_come(self):
+        straight = open_watch(self.router.port, "/models/sse")
+        through = open_watch(self.sl.port, "/models/sse")
+        # Silent for longer than sluice's --upstream-timeout and
+        # --upstream-idle-timeout (1 s each): a watch has neither. (The
+        # condition waited for is time itself.)
+        time.sleep(2.5)
+        load = Row("load", "POST", "/models/load", {"model": "tiny"},
+                   admin=True)
+        r = send(self.sl.port, load, {"Authorization": "Bearer " + ADMIN_KEY})
+        self.assertEqual((r.status, parse_json(r.body)),
+                         (200, {"success": True}))
+        status, head = through.read_head()
+        self.assertEqual(status, 200)
+        self.assertEqual(head["content-type"], "text/event-stream")
+        self.assertEqual(straight.read_head()[0], 200)
+        first = read_event(straight)
+        self.assertIn(b'"event":"model_status"', first)
+        self.assertEqual(read_event(through), first)
+        # The next (loaded, or failed where the router cannot start a
+        # llama-server), whenever it comes.
+        self.assertEqual(read_event(through), read_event(straight))
+        straight.close()
+        through.close()
+        self.assertEqual(self.sl.count_lines(r"no answer within|silent for"),
+                         0)
 
 
 class ClientKeys(st.TestCase):

@@ -286,6 +286,20 @@ extern const char *const sl_model_states[];
 void sl_app_model_demand(struct sl_app *app, struct sl_model *m);
 
 /*
+ * The admin's load and unload (llama-server router mode's POST
+ * /models/load and /models/unload, models_api.h): a managed model of a
+ * models: section starts now, when --max-loaded and --memory-budget leave
+ * room; or stops now, when nothing of it is queued or in flight (a model
+ * is never stopped under a request). A model already in the state asked
+ * for is left as it is. Returns 0, or SL_EINVAL with the reason, for the
+ * client, in `why`.
+ */
+int sl_app_model_load(struct sl_app *app, struct sl_model *m, char *why,
+                      size_t size);
+int sl_app_model_unload(struct sl_app *app, struct sl_model *m, char *why,
+                        size_t size);
+
+/*
  * An exchange (proxy.c) holds `m` from its start to its end: a model a
  * reload removed is freed only once the last one let go.
  */

@@ -144,6 +144,14 @@ extern const struct sl_endpoint sl_proxy_ui_endpoint;
  */
 #define SL_PROXY_CONNECTION_MAX 256u
 
+/*
+ * 404 in OpenAI's own words for a model nobody serves ("The model `X`
+ * does not exist.", code model_not_found), so that SDKs raise their
+ * NotFoundError. A long name is quoted cut short.
+ */
+void sl_proxy_respond_unknown_model(struct sl_http_request *req,
+                                    const char *name);
+
 /* Starts an exchange for `req` on endpoint `ep`; answers errors itself. */
 void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
                      const struct sl_endpoint *ep);
