@@ -467,6 +467,65 @@ class Relaying(st.TestCase):
         self.assertEqual(rec.seen[2].body, b'{"x": 1}')
         self.assertEqual(s.stop(), 0)  # and nothing leaked
 
+    def test_answers_without_content_have_no_framing(self):
+        # RFC 9110, 6.4.1: a 204 or 304 ends with its head. sluice relays
+        # them with their reason phrases and with neither Content-Length
+        # nor chunked framing, whatever the upstream sent (llama-server's
+        # DELETE /v1/stream says "Content-Length: 0"; another may say
+        # nothing, or give a 304 the length of what it stands for).
+        def answer(got):
+            query = got.target.partition("?")[2].split("&")[-1]
+            if query == "n=204":
+                return 204, "application/json", None
+            if query == "n=204-0":
+                return 204, "application/json", None, [
+                    ("Content-Length", "0")]
+            if query == "n=304":
+                return 304, "application/json", None, [("ETag", '"e1"')]
+            if query == "n=304-42":
+                return 304, "application/json", None, [
+                    ("Content-Length", "42")]
+            return 200, "application/json", b'{"ok":true}'
+        rec = self.recording_upstream(answer=answer)
+        # Both ways to an upstream: sluice's own client and libcurl.
+        for client in ("native", "curl"):
+            with self.subTest(client=client):
+                self.check_no_framing(rec, client)
+
+    def check_no_framing(self, rec, client):
+        s = self.sluice("--upstream", rec.url, "--upstream-client", client)
+        c = st.RawClient(s.port)
+        for query, line in (("n=204", "HTTP/1.1 204 No Content"),
+                            ("n=204-0", "HTTP/1.1 204 No Content"),
+                            ("n=304", "HTTP/1.1 304 Not Modified"),
+                            ("n=304-42", "HTTP/1.1 304 Not Modified")):
+            with self.subTest(query=query):
+                # On one connection: a stray byte after a head would
+                # spoil the next answer.
+                c.request("GET", "/v1/models?" + query)
+                status, head = c.read_head()
+                self.assertEqual(c.status_line, line)
+                self.assertNotIn("content-length", head)
+                self.assertNotIn("transfer-encoding", head)
+                self.assertEqual(head["connection"], "keep-alive")
+                if query == "n=304":
+                    self.assertEqual(head["etag"], '"e1"')
+                c.request("GET", "/v1/models")
+                self.assertEqual(c.read_response()[::2],
+                                 (200, b'{"ok":true}'))
+                self.assertEqual(c.buf, b"")
+        # DELETE /v1/stream: llama-server's own 204, relayed as DELETE.
+        c.request("DELETE", "/v1/stream?conv_id=c1&n=204-0")
+        self.assertEqual(c.read_head()[0], 204)
+        self.assertEqual(c.status_line, "HTTP/1.1 204 No Content")
+        c.request("GET", "/v1/models")
+        self.assertEqual(c.read_response()[0], 200)
+        c.close()
+        self.assertEqual([(r.method, r.target) for r in rec.received()
+                          if r.target.startswith("/v1/stream")][-1],
+                         ("DELETE", "/v1/stream?conv_id=c1&n=204-0"))
+        self.assertEqual(s.stop(), 0)
+
     def test_the_headers_llama_server_reads_go_upstream(self):
         # The client's headers stay with sluice, but for those llama-server
         # reads on the endpoint: /cors-proxy's X-Llama-Server-Proxy-Header-*
