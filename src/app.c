@@ -1404,6 +1404,11 @@ static int open_listener(struct sl_app *app)
 	snprintf(app->listen_url, sizeof(app->listen_url), "http://%s%s%s:%u",
 	         v6 ? "[" : "", cfg->listen_host, v6 ? "]" : "", port);
 	sl_info("listening on %s", app->listen_url);
+	if (cfg->cors_localhost_for_tools)
+		sl_info("CORS: only pages on localhost, 127.0.0.1 and [::1] "
+		        "may call sluice, as llama-server allows when it runs "
+		        "tools (a llama-server sluice starts does); "
+		        "--cors-origin says otherwise");
 	warn_if_exposed(app, port);
 	return 0;
 }

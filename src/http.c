@@ -640,6 +640,38 @@ static const char *request_origin(const struct sl_http_request *req)
 	return origin;
 }
 
+/*
+ * Whether an origin is one of this machine's: http or https, host
+ * localhost, 127.0.0.1 or [::1], any port, as llama-server 0.7.0's
+ * --cors-origins localhost takes them (measured). Its parser also takes a
+ * path and user info ("http://a@localhost/x"), which no browser sends in
+ * an Origin; this one takes the serialised origin only (RFC 6454).
+ */
+static bool origin_is_localhost(const char *origin)
+{
+	const char *host;
+	if (strncmp(origin, "http://", 7) == 0)
+		host = origin + 7;
+	else if (strncmp(origin, "https://", 8) == 0)
+		host = origin + 8;
+	else
+		return false;
+	static const char *const hosts[] = {"localhost", "127.0.0.1", "[::1]"};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(hosts); i++) {
+		size_t n = strlen(hosts[i]);
+		if (strncmp(host, hosts[i], n) != 0)
+			continue;
+		const char *port = host + n;
+		if (*port == '\0')
+			return true;
+		/* ":" and a port of up to five digits. */
+		size_t digits = strspn(port + 1, "0123456789");
+		return *port == ':' && digits >= 1 && digits <= 5 &&
+		       port[1 + digits] == '\0';
+	}
+	return false;
+}
+
 /* See sl_http_cors_origin(); `req` may be NULL (refused before a request). */
 static const char *cors_allowed(const struct sl_http_limits *l,
                                 const struct sl_http_request *req)
@@ -651,6 +683,9 @@ static const char *cors_allowed(const struct sl_http_limits *l,
 		return origin ? origin : "*";
 	if (!origin)
 		return NULL;
+	if (l->n_cors_origins == 1 &&
+	    strcmp(l->cors_origins[0], "localhost") == 0)
+		return origin_is_localhost(origin) ? origin : NULL;
 	/* Origins are compared exactly: RFC 6454 serialises them one way. */
 	for (unsigned i = 0; i < l->n_cors_origins; i++)
 		if (strcmp(l->cors_origins[i], origin) == 0)

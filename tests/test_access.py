@@ -501,6 +501,65 @@ class Cors(st.TestCase):
                                   if k.lower().startswith("access-control")],
                                  [])
 
+    # Origins a browser may send, each answered alike by llama-server's
+    # --cors-origins localhost and sluice's --cors-origin localhost (0.7.0
+    # measured: any port of localhost, 127.0.0.1 and [::1], http or
+    # https; nothing else).
+    LOCAL = ("http://localhost", "http://localhost:3000",
+             "https://localhost:8443", "http://127.0.0.1:5173",
+             "http://[::1]:8080")
+    NOT_LOCAL = ("http://x.example", "http://localhost.evil.example",
+                 "http://127.0.0.2", "http://LOCALHOST:1", "null",
+                 "ftp://localhost")
+
+    def test_localhost_as_llama_servers(self):
+        ls = self.llama_server(st.MODEL_TINY, slots=1, ctx=512,
+                               extra=("--cors-origins", "localhost"))
+        s = self.sluice("--upstream", ls.url, "--cors-origin", "localhost")
+        for origin in self.LOCAL + self.NOT_LOCAL:
+            with self.subTest(origin=origin):
+                h = {"Origin": origin}
+                straight = send(ls.port, "GET", "/v1/models", None, h)
+                through = send(s.port, "GET", "/v1/models", None, h)
+                self.assertEqual(through.status, 200)
+                self.assertEqual(self.acao(through), self.acao(straight))
+                self.assertEqual(self.acao(through),
+                                 origin if origin in self.LOCAL else None)
+                self.assertEqual(through.header("Vary"), "Origin")
+                p = send(s.port, "OPTIONS", "/v1/chat/completions", None,
+                         dict(h, **{"Access-Control-Request-Method":
+                                    "POST"}))
+                self.assertEqual(p.status, 200)
+                self.assertEqual(self.acao(p), self.acao(straight))
+        # Without an Origin, no CORS header: llama-server sends none too.
+        self.assertIsNone(self.acao(send(s.port, "GET", "/health")))
+
+    def test_localhost_by_default_where_llama_server_runs_tools(self):
+        # llama-server with tools (--tools, --agent, MCP servers) allows
+        # only localhost origins unless --cors-origins says otherwise: so
+        # does sluice when the llama-server it starts runs them.
+        s = self.sluice("--model", st.MODEL_TINY, "--slots", "1",
+                        "--ctx-size", "512", "--llama-arg=--tools",
+                        "--llama-arg=get_info")
+        s.wait_line(r"CORS: only pages on localhost, 127\.0\.0\.1 and "
+                    r"\[::1\] may call sluice")
+        tools = send(s.port, "GET", "/tools")
+        self.assertEqual(tools.status, 200, tools.body)  # tools are on
+        for origin in self.LOCAL + self.NOT_LOCAL:
+            with self.subTest(origin=origin):
+                r = send(s.port, "GET", "/v1/models", None,
+                         {"Origin": origin})
+                self.assertEqual(self.acao(r),
+                                 origin if origin in self.LOCAL else None)
+        # Said otherwise, as said.
+        s2 = self.sluice("--model", st.MODEL_TINY, "--slots", "1",
+                         "--ctx-size", "512", "--llama-arg=--tools",
+                         "--llama-arg=get_info", "--cors-origin", "*")
+        r = send(s2.port, "GET", "/v1/models", None,
+                 {"Origin": "http://x.example"})
+        self.assertEqual(self.acao(r), "http://x.example")
+        self.assertEqual(s2.count_lines(r"CORS: only pages"), 0)
+
     def test_none_turns_cors_off(self):
         mock = self.mock_llama_server()
         s = self.sluice("--upstream", mock.url, "--cors-origin", "none")
