@@ -193,6 +193,21 @@ static unsigned parse_props(const char *body, bool *router)
 static void on_props(struct sl_get *g, long status, const char *err)
 {
 	struct sl_upstream *u = sl_container_of(g, struct sl_upstream, probe);
+	/*
+	 * /health needs no key, /props does: a 401 or 403 here means every
+	 * request sluice relays would get one too. Not ready, then, and the
+	 * log says why once (a probe keeps trying: the key may change).
+	 */
+	if (status == 401 || status == 403) {
+		char what[160];
+		snprintf(what, sizeof(what), "/props answered %ld: %s", status,
+		         u->api_key ? "it refuses sluice's key "
+		                      "(--upstream-api-key)"
+		                    : "it wants an API key; give sluice "
+		                      "--upstream-api-key");
+		probe_failed(u, what);
+		return;
+	}
 	bool router = false;
 	unsigned slots = status == 200 ? parse_props(g->body, &router) : 0;
 	if (router && !u->router)

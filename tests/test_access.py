@@ -13,6 +13,7 @@ import http.client
 import http.server
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -322,6 +323,36 @@ class Sources(st.TestCase):
                 self.assertNotIn("origin", names)
                 for _, v in headers:
                     self.assertNotIn("client-secret", v)
+
+
+class UpstreamKey(st.TestCase):
+    """An upstream that wants a key sluice does not have answers /health
+    (public) but 401 to everything sluice would relay: it is not ready,
+    and the log says why (it was "ready", "assuming 4 slots")."""
+
+    def test_an_upstream_that_refuses_sluice_is_not_ready(self):
+        ls = self.llama_server(st.MODEL_TINY, slots=1, ctx=512,
+                               extra=("--api-key", UPSTREAM_KEY))
+        for args, why in (
+                ((), r"it wants an API key; give sluice "
+                     r"--upstream-api-key"),
+                (("--upstream-api-key", "wrong"),
+                 r"it refuses sluice's key \(--upstream-api-key\)")):
+            with self.subTest(args=args):
+                s = self.sluice("--upstream", ls.url, *args,
+                                wait_ready=False)
+                s.wait_line(r"upstream %s is down: /props answered 401: %s"
+                            % (re.escape(ls.url), why))
+                self.assertEqual(s.ready_status(), 503)
+                self.assertEqual(s.upstream()["state"], "down")
+                self.assertEqual(s.count_lines(r"assuming \d+ slots"), 0)
+                r = s.post("/v1/completions", {"prompt": "x",
+                                               "max_tokens": 1})
+                self.assertEqual(r.status, 503, r.body)
+                self.assertEqual(s.stop(), 0)
+        s = self.sluice("--upstream", ls.url, "--upstream-api-key",
+                        UPSTREAM_KEY)
+        self.assertEqual(s.upstream()["slots"], 1)
 
 
 class ClientAddress(st.TestCase):
