@@ -9,8 +9,8 @@
 /*
  * The endpoints llama-server 0.7.0 serves, with its methods. Everything that
  * occupies a llama-server slot (generation, embeddings, rerank, infill,
- * Anthropic's messages, responses, transcriptions) goes through sluice's
- * queue, with priority, cancellation and metrics; the cheap ones go
+ * Anthropic's messages, responses, transcriptions, decisions) goes through
+ * sluice's queue, with priority, cancellation and metrics; the cheap ones go
  * straight through, so that a tokenize does not wait behind a queue of
  * generations.
  *
@@ -56,6 +56,14 @@ const struct sl_endpoint sl_endpoints[] = {
 	EP("/v1/audio/transcriptions", HTTP_POST, SL_END_EOF, false, true,
 	   SL_ASSEMBLE_NONE, false),
 	EP("/audio/transcriptions", HTTP_POST, SL_END_EOF, false, true,
+	   SL_ASSEMBLE_NONE, false),
+	/*
+	 * A decision model's answers to questions about a state
+	 * ({"state", "questions"}: probabilities, no text): evaluated in a
+	 * slot, so queued; relayed as written, since llama-server answers a
+	 * body it refuses with its own statuses (422, 413).
+	 */
+	EP("/v1/systemone", HTTP_POST, SL_END_NONE, false, true,
 	   SL_ASSEMBLE_NONE, false),
 	EP("/v1/embeddings", HTTP_POST, SL_END_NONE, true, true,
 	   SL_ASSEMBLE_NONE, false),

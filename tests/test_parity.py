@@ -474,6 +474,12 @@ TABLE = [
     Row("transcriptions alias", "POST", "/audio/transcriptions", FORM,
         headers={"Content-Type": FORM_TYPE}),
 
+    # A decision model's answers (the demo model is none: 501).
+    Row("systemone", "POST", "/v1/systemone",
+        {"state": "x", "questions": {"q": {"type": "noul",
+                                           "instructions": "y"}}}),
+    Row("systemone, malformed body", "POST", "/v1/systemone", "junk"),
+
     # Resumable streams (test_resumable_stream makes one).
     Row("stream without a conversation", "GET", "/v1/stream"),
     Row("stream of an unknown conversation", "GET",
@@ -922,7 +928,7 @@ class Parity(st.TestCase):
             "/v1/responses/input_tokens", "/v1/chat/completions/control",
             "/v1/audio/transcriptions", "/audio/transcriptions",
             "/v1/stream", "/v1/streams/lookup", "/models/load",
-            "/models/unload", "/models/sse",
+            "/models/unload", "/models/sse", "/v1/systemone",
         }
         have = {row.path.split("?")[0] for row in TABLE}
         self.assertEqual(wanted - have, set())
