@@ -414,6 +414,65 @@ void sl_app_model_demand(struct sl_app *app, struct sl_model *m)
 	start_wanted(app);
 }
 
+int sl_app_model_load(struct sl_app *app, struct sl_model *m, char *why,
+                      size_t size)
+{
+	if (!m->managed) {
+		snprintf(why, size,
+		         "model %s is remote: its llama-servers run without "
+		         "sluice",
+		         m->name);
+		return SL_EINVAL;
+	}
+	if (m->loaded)
+		return 0; /* starting or running already */
+	if (m->unloading) {
+		snprintf(why, size,
+		         "model %s is stopping; load it once it has stopped",
+		         m->name);
+		return SL_EINVAL;
+	}
+	if (app->stopping) {
+		snprintf(why, size, "sluice is shutting down");
+		return SL_EINVAL;
+	}
+	char limit[64];
+	if (!room_for(app, m, limit, sizeof(limit))) {
+		snprintf(why, size,
+		         "no room for model %s within %s: unload another "
+		         "first",
+		         m->name, limit);
+		return SL_EINVAL;
+	}
+	load(app, m, "POST /models/load");
+	return 0;
+}
+
+int sl_app_model_unload(struct sl_app *app, struct sl_model *m, char *why,
+                        size_t size)
+{
+	(void)app;
+	if (!m->managed) {
+		snprintf(why, size,
+		         "model %s is remote: its llama-servers run without "
+		         "sluice",
+		         m->name);
+		return SL_EINVAL;
+	}
+	if (!m->loaded)
+		return 0; /* stopped, or stopping already */
+	if (!model_idle(m)) {
+		snprintf(why, size,
+		         "model %s is in use (requests queued or in flight); "
+		         "sluice stops no model under a request: unload it "
+		         "once they are done",
+		         m->name);
+		return SL_EINVAL;
+	}
+	unload(m, "POST /models/unload");
+	return 0;
+}
+
 void sl_app_model_used(struct sl_model *m)
 {
 	struct sl_app *app = m->app;
@@ -657,6 +716,7 @@ void sl_app_stop(struct sl_app *app, int exit_code)
 			        app->exchanges);
 		/* New requests get 503 and /ready says 503 meanwhile. */
 		sl_http_server_drain(&app->http);
+		sl_proxy_end_watches(app);
 		uv_timer_start(&app->drain_timer, on_drain_timeout,
 		               app->cfg->drain_timeout_ms, 0);
 		sl_app_maybe_drained(app);
@@ -1347,6 +1407,11 @@ static int open_listener(struct sl_app *app)
 	snprintf(app->listen_url, sizeof(app->listen_url), "http://%s%s%s:%u",
 	         v6 ? "[" : "", cfg->listen_host, v6 ? "]" : "", port);
 	sl_info("listening on %s", app->listen_url);
+	if (cfg->cors_localhost_for_tools)
+		sl_info("CORS: only pages on localhost, 127.0.0.1 and [::1] "
+		        "may call sluice, as llama-server allows when it runs "
+		        "tools (a llama-server sluice starts does); "
+		        "--cors-origin says otherwise");
 	warn_if_exposed(app, port);
 	return 0;
 }

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <uv.h>
 
 enum opt_type {
@@ -47,7 +48,7 @@ enum opt_type {
 	 */
 	OPT_KEY_LIST,
 	OPT_SECRET,      /* one key, never echoed */
-	OPT_ORIGIN_LIST, /* repeatable web origin, or "*" or "none"; commas */
+	OPT_ORIGIN_LIST, /* web origins, or "*", "localhost" or "none" */
 	OPT_CIDR_LIST,   /* repeatable address range (client_addr.h); commas */
 };
 
@@ -258,7 +259,11 @@ static const struct option_def options[] = {
 	 FIELD(cors_origins), "*", 0, 0, NULL,
 	 "a web origin (https://app.example:8443) whose pages may call "
 	 "sluice; repeatable (environment: comma-separated); * lets any "
-	 "origin, none turns CORS off",
+	 "origin, localhost any port of localhost, 127.0.0.1 and [::1] (as "
+	 "llama-server's --cors-origins localhost), none turns CORS off; "
+	 "not set, localhost when a llama-server sluice starts runs tools "
+	 "(--tools, --agent, --mcp-servers-*), as llama-server's own "
+	 "default then is",
 	 NULL},
 	{"trusted-proxy", "SLUICE_TRUSTED_PROXY", "CIDR", OPT_CIDR_LIST,
 	 FIELD(trusted_proxies), NULL, 0, 0, NULL,
@@ -685,15 +690,17 @@ static int apply_keys(struct sl_strlist *keys, const char *value,
 }
 
 /*
- * "*", "none", or an origin as browsers send it: scheme "://" host, an
- * optional port, nothing after (a trailing "/" would never match).
+ * "*", "localhost", "none", or an origin as browsers send it: scheme
+ * "://" host, an optional port, nothing after (a trailing "/" would never
+ * match).
  */
 static int add_origin(void *list, const char *origin, size_t len,
                       const char *where, char *err, size_t size)
 {
 	const char *sep = len > 3 ? strstr(origin, "://") : NULL;
 	bool ok = (len == 1 && origin[0] == '*') ||
-	          (len == 4 && strncmp(origin, "none", 4) == 0);
+	          (len == 4 && strncmp(origin, "none", 4) == 0) ||
+	          (len == 9 && strncmp(origin, "localhost", 9) == 0);
 	if (!ok && sep && sep > origin && sep + 3 < origin + len) {
 		ok = len <= SL_HTTP_ORIGIN_MAX;
 		for (const char *c = sep + 3; ok && c < origin + len; c++)
@@ -702,7 +709,7 @@ static int add_origin(void *list, const char *origin, size_t len,
 	}
 	if (!ok)
 		return fail(err, size, where,
-		            "expected *, none or an origin such as "
+		            "expected *, localhost, none or an origin such as "
 		            "https://app.example:8443 (scheme, host and port "
 		            "only), got \"%.*s\"",
 		            (int)len, origin);
@@ -1258,16 +1265,84 @@ static int read_key_file(const struct parse_state *st)
 	return rc;
 }
 
+/* Whether an argument list turns on llama-server's tools or MCP servers. */
+static bool args_enable_tools(const struct sl_strlist *args)
+{
+	static const char *const flags[] = {
+	    "--tools",
+	    "--agent",
+	    "-ag",
+	    "--mcp-servers-config",
+	    "--mcp-servers-json",
+	};
+	for (unsigned i = 0; i < args->count; i++)
+		for (size_t k = 0; k < SL_ARRAY_SIZE(flags); k++)
+			if (strcmp(args->items[i], flags[k]) == 0)
+				return true;
+	return false;
+}
+
+/* Whether llama-servers started with this environment run tools. */
+static bool env_enables_tools(char *const *envp)
+{
+	static const char *const names[] = {
+	    "LLAMA_ARG_TOOLS=",
+	    "LLAMA_ARG_MCP_SERVERS_CONFIG=",
+	    "LLAMA_ARG_MCP_SERVERS_JSON=",
+	};
+	for (char *const *e = envp; e && *e; e++) {
+		for (size_t k = 0; k < SL_ARRAY_SIZE(names); k++) {
+			size_t n = strlen(names[k]);
+			if (strncmp(*e, names[k], n) == 0 && (*e)[n])
+				return true;
+		}
+		/* A switch: llama-server takes 1, true, on and enabled. */
+		static const char agent[] = "LLAMA_ARG_AGENT=";
+		if (strncmp(*e, agent, sizeof(agent) - 1) == 0) {
+			const char *v = *e + sizeof(agent) - 1;
+			if (!strcmp(v, "1") || !strcasecmp(v, "true") ||
+			    !strcasecmp(v, "on") || !strcasecmp(v, "enabled"))
+				return true;
+		}
+	}
+	return false;
+}
+
 /*
- * "*" and "none" stand alone; "none" leaves the list empty, which is how
- * the HTTP server reads "no CORS".
+ * Whether a llama-server that sluice starts runs built-in tools or MCP
+ * servers (its --llama-arg, a model's args:, or the LLAMA_ARG_*
+ * environment it inherits): llama-server then allows only localhost
+ * origins by default, because a page that may call it may run them.
+ */
+static bool managed_tools(const struct sl_config *cfg)
+{
+	if (args_enable_tools(&cfg->llama_args) || env_enables_tools(cfg->envp))
+		return true;
+	for (unsigned i = 0; i < cfg->n_models; i++)
+		if (args_enable_tools(&cfg->models[i].args))
+			return true;
+	return false;
+}
+
+/*
+ * "*", "localhost" and "none" stand alone; "none" leaves the list empty,
+ * which is how the HTTP server reads "no CORS". Not set anywhere, it is
+ * "*", or "localhost" as llama-server's own default is when tools run.
  */
 static int settle_origins(const struct parse_state *st)
 {
 	struct sl_strlist *l = &st->cfg->cors_origins;
+	const struct option_def *o = option_named("cors-origin");
+	if (st->cfg->source[o - options] == SL_CONFIG_FROM_DEFAULT &&
+	    managed_tools(st->cfg)) {
+		sl_strlist_clear(l);
+		sl_strlist_push(l, "localhost");
+		st->cfg->cors_localhost_for_tools = true;
+	}
 	char where[PATH_MAX + 64];
 	for (unsigned i = 0; i < l->count; i++) {
 		bool special = strcmp(l->items[i], "*") == 0 ||
+		               strcmp(l->items[i], "localhost") == 0 ||
 		               strcmp(l->items[i], "none") == 0;
 		if (special && l->count > 1)
 			return fail(st->err, st->size,

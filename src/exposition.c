@@ -4,6 +4,7 @@
 #include "sluice/common.h"
 #include "sluice/log.h"
 #include "sluice/procstat.h"
+#include "sluice/query.h"
 #include "sluice/stats.h"
 
 #include <stdlib.h>
@@ -586,14 +587,10 @@ static bool wants_json(const struct sl_http_request *req)
 	const char *accept = sl_http_header(req, "Accept");
 	if (accept && strcasestr(accept, "application/json"))
 		return true;
-	char query[256];
-	snprintf(query, sizeof(query), "%s", req->query);
-	char *save = NULL;
-	for (char *p = strtok_r(query, "&", &save); p;
-	     p = strtok_r(NULL, "&", &save))
-		if (strcmp(p, "format=json") == 0)
-			return true;
-	return false;
+	char format[8];
+	struct sl_query_param p =
+	    sl_query_get(req->query, "format", format, sizeof(format));
+	return p.found && !p.cut && strcmp(format, "json") == 0;
 }
 
 void sl_exposition_handle(struct sl_app *app, struct sl_http_request *req)

@@ -485,6 +485,13 @@ static int on_header_value_complete(llhttp_t *parser)
 static int on_headers_complete(llhttp_t *parser)
 {
 	struct sl_h1_conn *c = conn_of(parser);
+	/*
+	 * RFC 9110, 6.4.1: a 204 or 304 ends with its head, whatever its
+	 * Content-Length says (a 304's may give the length of what it stands
+	 * for); llhttp 8 reads that many bytes unless told. 1 tells it.
+	 */
+	if (parser->status_code == 204 || parser->status_code == 304)
+		return 1;
 	if ((parser->flags & F_CONTENT_LENGTH) && !(parser->flags & F_CHUNKED))
 		c->req->content_length = (int64_t)parser->content_length;
 	return 0;

@@ -71,7 +71,11 @@ struct request_state {
 	bool identified;   /* request id and client set */
 	bool seen_header;  /* past the request target */
 	bool headers_done; /* later fields are trailers: counted, dropped */
-	bool head_only;    /* a HEAD request: the response has no body */
+	/*
+	 * The response has no body: a HEAD request's, or one whose status
+	 * has none (1xx, 204, 304: status_has_body).
+	 */
+	bool head_only;
 	size_t body_cap;
 	/* Body memory this request holds while its body is read (http.h). */
 	size_t body_reserved;
@@ -142,24 +146,57 @@ static void conn_finish(struct sl_http_conn *c);
 
 /* ---- small helpers ---- */
 
+/*
+ * RFC 9110's reason phrases (15), with RFC 6585's 429 and 431, RFC 7725's
+ * 451 and nginx's 499 (a client that closed before the answer, in the
+ * access log). An upstream's status is relayed with its phrase from here:
+ * llama-server's own phrase is not kept.
+ */
 const char *sl_http_reason(int status)
 {
 	switch (status) {
 	case 100: return "Continue";
+	case 101: return "Switching Protocols";
 	case 200: return "OK";
+	case 201: return "Created";
+	case 202: return "Accepted";
+	case 203: return "Non-Authoritative Information";
 	case 204: return "No Content";
+	case 205: return "Reset Content";
+	case 206: return "Partial Content";
+	case 300: return "Multiple Choices";
+	case 301: return "Moved Permanently";
+	case 302: return "Found";
+	case 303: return "See Other";
+	case 304: return "Not Modified";
+	case 305: return "Use Proxy";
+	case 307: return "Temporary Redirect";
+	case 308: return "Permanent Redirect";
 	case 400: return "Bad Request";
 	case 401: return "Unauthorized";
+	case 402: return "Payment Required";
 	case 403: return "Forbidden";
 	case 404: return "Not Found";
 	case 405: return "Method Not Allowed";
+	case 406: return "Not Acceptable";
+	case 407: return "Proxy Authentication Required";
 	case 408: return "Request Timeout";
+	case 409: return "Conflict";
+	case 410: return "Gone";
 	case 411: return "Length Required";
+	case 412: return "Precondition Failed";
 	case 413: return "Content Too Large";
 	case 414: return "URI Too Long";
+	case 415: return "Unsupported Media Type";
+	case 416: return "Range Not Satisfiable";
 	case 417: return "Expectation Failed";
+	case 421: return "Misdirected Request";
+	case 422: return "Unprocessable Content";
+	case 426: return "Upgrade Required";
+	case 428: return "Precondition Required";
 	case 429: return "Too Many Requests";
 	case 431: return "Request Header Fields Too Large";
+	case 451: return "Unavailable For Legal Reasons";
 	case 499: return "Client Closed Request";
 	case 500: return "Internal Server Error";
 	case 501: return "Not Implemented";
@@ -169,6 +206,16 @@ const char *sl_http_reason(int status)
 	case 505: return "HTTP Version Not Supported";
 	default: return "Unknown";
 	}
+}
+
+/*
+ * RFC 9110, 6.4.1: 1xx, 204 and 304 answers end with their head, so they
+ * carry neither Content-Length nor chunked framing (a client would read
+ * the terminating chunk as the start of the next answer).
+ */
+static bool status_has_body(int status)
+{
+	return status >= 200 && status != 204 && status != 304;
 }
 
 void sl_http_limits_default(struct sl_http_limits *l)
@@ -625,6 +672,38 @@ static const char *request_origin(const struct sl_http_request *req)
 	return origin;
 }
 
+/*
+ * Whether an origin is one of this machine's: http or https, host
+ * localhost, 127.0.0.1 or [::1], any port, as llama-server 0.7.0's
+ * --cors-origins localhost takes them (measured). Its parser also takes a
+ * path and user info ("http://a@localhost/x"), which no browser sends in
+ * an Origin; this one takes the serialised origin only (RFC 6454).
+ */
+static bool origin_is_localhost(const char *origin)
+{
+	const char *host;
+	if (strncmp(origin, "http://", 7) == 0)
+		host = origin + 7;
+	else if (strncmp(origin, "https://", 8) == 0)
+		host = origin + 8;
+	else
+		return false;
+	static const char *const hosts[] = {"localhost", "127.0.0.1", "[::1]"};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(hosts); i++) {
+		size_t n = strlen(hosts[i]);
+		if (strncmp(host, hosts[i], n) != 0)
+			continue;
+		const char *port = host + n;
+		if (*port == '\0')
+			return true;
+		/* ":" and a port of up to five digits. */
+		size_t digits = strspn(port + 1, "0123456789");
+		return *port == ':' && digits >= 1 && digits <= 5 &&
+		       port[1 + digits] == '\0';
+	}
+	return false;
+}
+
 /* See sl_http_cors_origin(); `req` may be NULL (refused before a request). */
 static const char *cors_allowed(const struct sl_http_limits *l,
                                 const struct sl_http_request *req)
@@ -636,6 +715,9 @@ static const char *cors_allowed(const struct sl_http_limits *l,
 		return origin ? origin : "*";
 	if (!origin)
 		return NULL;
+	if (l->n_cors_origins == 1 &&
+	    strcmp(l->cors_origins[0], "localhost") == 0)
+		return origin_is_localhost(origin) ? origin : NULL;
 	/* Origins are compared exactly: RFC 6454 serialises them one way. */
 	for (unsigned i = 0; i < l->n_cors_origins; i++)
 		if (strcmp(l->cors_origins[i], origin) == 0)
@@ -769,7 +851,9 @@ static char *format_head(struct sl_http_conn *c, int status,
 	struct request_state *st = c->req;
 	char length[48] = ""; /* fits any long long */
 	struct sl_join lj = SL_JOIN(length);
-	if (body_len >= 0) {
+	if (!status_has_body(status)) {
+		/* No framing: the answer is its head (see status_has_body). */
+	} else if (body_len >= 0) {
 		sl_join_str(&lj, "Content-Length: ");
 		sl_join_u64(&lj, (uint64_t)body_len);
 		sl_join_str(&lj, "\r\n");
@@ -919,6 +1003,8 @@ void sl_http_respond(struct sl_http_request *req, int status,
 		detach_handler(req);
 		return;
 	}
+	if (!status_has_body(status))
+		st->head_only = true;
 	size_t head_len;
 	char *head = format_head(c, status, content_type, extra_headers,
 	                         (long long)len, will_keep_alive(c), &head_len);
@@ -967,8 +1053,10 @@ int sl_http_stream_start(struct sl_http_request *req, int status,
 	struct request_state *st = state_of(req);
 	if (!can_respond(req))
 		return UV_ECANCELED;
-	st->chunked = content_length < 0 && !st->http10;
-	if (content_length < 0 && st->http10)
+	if (!status_has_body(status))
+		st->head_only = true; /* and content_length means nothing */
+	st->chunked = content_length < 0 && !st->http10 && !st->head_only;
+	if (content_length < 0 && st->http10 && !st->head_only)
 		st->keep_alive = false; /* the body ends with the connection */
 	size_t len;
 	free(st->held_head);

@@ -40,6 +40,7 @@
 #include "sluice/h1_client.h"
 #include "sluice/log.h"
 #include "sluice/native_api.h"
+#include "sluice/query.h"
 #include "sluice/request.h"
 #include "sluice/sse.h"
 #include "sluice/stats.h"
@@ -113,7 +114,15 @@ struct exchange {
 	size_t body_len;
 	struct sl_affinity_key affinity; /* its prompt's prefix (affinity.h) */
 	bool has_body;                   /* body goes upstream (a POST) */
+	char *content_type; /* of a body relayed as written: the client's */
 	char *accept_encoding;           /* the UI's: relayed, so gzip passes */
+	/* The client's headers that go upstream (enum sl_pass), or NULL. */
+	char *passed_request;
+	/*
+	 * A stream asked for with X-Conversation-Id: llama-server keeps it
+	 * for GET /v1/stream and finishes it when its client leaves.
+	 */
+	bool resumable;
 	struct sl_fanout *fanout;        /* a GET asked of every upstream */
 	char id[SL_HTTP_REQUEST_ID_MAX + 1];
 
@@ -568,9 +577,14 @@ static void upstream_let_go(struct exchange *x)
 static bool leave_upstream(struct exchange *x)
 {
 	bool plain = !upstream_streams(x);
-	/* A plain answer's bytes come once it is generated whole: nothing
-	 * to stop, and the connection stays worth keeping. */
-	if (!(plain && x->mode == MODE_BODY)) {
+	/*
+	 * A plain answer's bytes come once it is generated whole: nothing
+	 * to stop, and the connection stays worth keeping. A resumable
+	 * stream (X-Conversation-Id) is generated to its end whatever its
+	 * client does, for GET /v1/stream: llama-server keeps it, and its
+	 * end is read here too.
+	 */
+	if (!(plain && x->mode == MODE_BODY) && !x->resumable) {
 		bool half = x->native ? sl_h1_half_close(&x->h1)
 		                      : sl_curl_half_close(&x->transfer);
 		if (!half)
@@ -578,9 +592,11 @@ static bool leave_upstream(struct exchange *x)
 	}
 	x->left = true;
 	x->left_ms = uv_now(&x->app->loop);
-	sl_debug("%s: client left; the upstream is told (its connection "
-	         "half-closed) and its answer read to its end",
-	         x->id);
+	sl_debug("%s: client left; %s and its answer read to its end",
+	         x->id,
+	         x->resumable ? "its stream is resumable (kept by llama-server)"
+	                      : "the upstream is told (its connection "
+	                        "half-closed)");
 	bool held = x->coalesced;
 	coalesce_unlink(x);
 	if (x->paused || held)
@@ -610,8 +626,12 @@ static void on_client_abort(struct sl_http_request *req)
 		sl_fanout_free(x->fanout);
 		x->fanout = NULL;
 	}
-	/* What holds a slot is stopped with care; the rest is cut. */
-	if (transfer_active(x) && x->ep->scheduled && leave_upstream(x))
+	/*
+	 * What holds a slot is stopped with care; the rest is cut. A watch
+	 * never ends by itself: its client leaving ends it.
+	 */
+	if (transfer_active(x) && x->ep->scheduled && !x->ep->watch &&
+	    leave_upstream(x))
 		return;
 	sl_debug("%s: client left; cancelling its request", x->id);
 	transfer_abort(x);
@@ -982,7 +1002,7 @@ done:
 	return 0;
 }
 
-/* ---- the upstream's response headers ---- */
+/* ---- header fields ---- */
 
 /* RFC 9110, 5.6.2: the characters of a token, such as a field name. */
 static bool is_tchar(unsigned char c)
@@ -1001,6 +1021,65 @@ static bool name_has_prefix(const char *name, size_t len, const char *prefix)
 	size_t n = strlen(prefix);
 	return len >= n && strncasecmp(name, prefix, n) == 0;
 }
+
+/* ---- the client's headers that go upstream ---- */
+
+/* The prefix of the headers /cors-proxy sends its target, less it. */
+#define PROXY_HEADER_PREFIX "X-Llama-Server-Proxy-Header-"
+
+/*
+ * Whether the client's header `name` goes upstream on an endpoint that
+ * passes `pass` (enum sl_pass); `stream`: the client asked for a stream.
+ */
+static bool request_header_passes(unsigned pass, const char *name, bool stream)
+{
+	size_t len = strlen(name);
+	if ((pass & SL_PASS_CONVERSATION) && stream &&
+	    name_is(name, len, "X-Conversation-Id"))
+		return true;
+	if ((pass & SL_PASS_TOOL) && (name_is(name, len, "X-Tool-Cwd") ||
+	                              name_is(name, len, "X-Tool-Runtime") ||
+	                              name_is(name, len, "X-Resp-Type")))
+		return true;
+	/* A bare prefix names no header: llama-server skips it too. */
+	return (pass & SL_PASS_PROXY_HEADERS) &&
+	       len > sizeof(PROXY_HEADER_PREFIX) - 1 &&
+	       name_has_prefix(name, len, PROXY_HEADER_PREFIX);
+}
+
+/*
+ * The client's header lines that go upstream ("Name: value\r\n" each, as
+ * the client wrote them; its HTTP parser checked them), or NULL for none.
+ * Bounded by --max-header-size. Malloc'd.
+ */
+static char *passed_request_headers(const struct sl_endpoint *ep,
+                                    const struct sl_http_request *req,
+                                    bool stream)
+{
+	if (!ep->pass)
+		return NULL;
+	size_t size = 1;
+	for (unsigned i = 0; i < req->n_headers; i++) {
+		const struct sl_http_header *h = &req->headers[i];
+		if (request_header_passes(ep->pass, h->name, stream))
+			size += strlen(h->name) + 2 + h->value_len + 2;
+	}
+	if (size == 1)
+		return NULL;
+	struct sl_join j = {.p = sl_xmalloc(size), .cap = size};
+	for (unsigned i = 0; i < req->n_headers; i++) {
+		const struct sl_http_header *h = &req->headers[i];
+		if (!request_header_passes(ep->pass, h->name, stream))
+			continue;
+		sl_join_str(&j, h->name);
+		sl_join_str(&j, ": ");
+		sl_join_mem(&j, h->value, h->value_len);
+		sl_join_str(&j, "\r\n");
+	}
+	return j.p;
+}
+
+/* ---- the upstream's response headers ---- */
 
 /*
  * Whether a field is not passed on: hop-by-hop (RFC 9110, 7.6.1: they
@@ -1857,7 +1936,8 @@ static void on_timer(uv_timer_t *t)
 {
 	struct exchange *x = t->data;
 	const struct sl_config *cfg = x->app->cfg;
-	if (!transfer_active(x))
+	/* A watch lasts as long as the upstream and the client want. */
+	if (!transfer_active(x) || x->ep->watch)
 		return;
 	uint64_t now = uv_now(&x->app->loop);
 	if (x->quieting && now >= x->quiet_end_ms) {
@@ -1919,6 +1999,8 @@ static void on_timer_closed(uv_handle_t *h)
 	free(x->target);
 	free(x->passed);
 	free(x->accept_encoding);
+	free(x->content_type);
+	free(x->passed_request);
 	free(x->h1_headers);
 	free(x->kept.p);
 	sl_h1_request_free(&x->h1);
@@ -1944,6 +2026,8 @@ static void exchange_release(struct exchange *x)
 	if (x->next)
 		x->next->prev = x->prev;
 	app->exchanges--;
+	if (x->ep->watch)
+		app->watches--;
 	sl_curl_easy_done(&app->curl, x->transfer.easy);
 	curl_slist_free_all(x->headers);
 	uv_close((uv_handle_t *)&x->timer, on_timer_closed);
@@ -1993,6 +2077,30 @@ void sl_proxy_end_all(struct sl_app *app)
 			snprintf(x->sched_headers, sizeof(x->sched_headers),
 			         "%s", SL_PROXY_UNAVAILABLE_RETRY);
 		fail(x, 503, SL_PROXY_DRAIN_MESSAGE);
+		exchange_release(x);
+	}
+}
+
+void sl_proxy_end_watches(struct sl_app *app)
+{
+	struct exchange *x, *next;
+	for (x = app->exchange_list; x; x = next) {
+		next = x->next;
+		if (!x->ep->watch)
+			continue;
+		transfer_abort(x);
+		uv_timer_stop(&x->timer);
+		if (x->req && x->head_sent) {
+			/* What was relayed stands: the answer just ends. */
+			note_totals(x);
+			sl_http_stream_end(x->req);
+			client_done(x);
+		} else if (x->req) {
+			snprintf(x->sched_headers, sizeof(x->sched_headers),
+			         "%s", SL_PROXY_UNAVAILABLE_RETRY);
+			respond_error(x, 503, "unavailable_error",
+			              "sluice is shutting down");
+		}
 		exchange_release(x);
 	}
 }
@@ -2049,6 +2157,20 @@ static void upstream_take(struct exchange *x, struct sl_upstream *u)
 	}
 }
 
+/* The method upstream: the endpoint's own (a HEAD goes as a GET). */
+static const char *upstream_method(const struct exchange *x)
+{
+	if (x->ep->method == HTTP_DELETE)
+		return "DELETE";
+	return x->has_body ? "POST" : "GET";
+}
+
+/* A body relayed as written goes with its own type; sluice's are JSON. */
+static const char *upstream_content_type(const struct exchange *x)
+{
+	return x->content_type ? x->content_type : "application/json";
+}
+
 /*
  * The native client's request: the same header lines libcurl is given
  * below, as one string.
@@ -2058,17 +2180,23 @@ static int start_native(struct exchange *x, struct sl_upstream *u)
 	const struct sl_config *cfg = x->app->cfg;
 	struct sl_h1_request *r = &x->h1;
 	free(x->h1_headers);
-	static const char type[] = "Content-Type: application/json\r\n";
+	static const char type_name[] = "Content-Type: ";
 	static const char id_name[] = "X-Request-Id: ";
 	static const char encoding[] = "Accept-Encoding: ";
 	static const char bearer[] = "Authorization: Bearer ";
-	size_t size = sizeof(type) + sizeof(id_name) + strlen(x->id) + 2;
+	const char *type = upstream_content_type(x);
+	size_t size = sizeof(type_name) + strlen(type) + 2 + sizeof(id_name) +
+	              strlen(x->id) + 2;
 	if (x->accept_encoding)
 		size += sizeof(encoding) + strlen(x->accept_encoding) + 2;
 	if (u->api_key)
 		size += sizeof(bearer) + strlen(u->api_key) + 2;
+	if (x->passed_request)
+		size += strlen(x->passed_request);
 	struct sl_join j = {.p = sl_xmalloc(size), .cap = size};
+	sl_join_str(&j, type_name);
 	sl_join_str(&j, type);
+	sl_join_str(&j, "\r\n");
 	sl_join_str(&j, id_name);
 	sl_join_str(&j, x->id);
 	sl_join_str(&j, "\r\n");
@@ -2082,8 +2210,10 @@ static int start_native(struct exchange *x, struct sl_upstream *u)
 		sl_join_str(&j, u->api_key);
 		sl_join_str(&j, "\r\n");
 	}
+	if (x->passed_request)
+		sl_join_str(&j, x->passed_request);
 	x->h1_headers = j.p;
-	r->method = x->has_body ? "POST" : "GET";
+	r->method = upstream_method(x);
 	r->target = x->target;
 	r->headers = x->h1_headers;
 	r->body = x->body;
@@ -2100,9 +2230,11 @@ static int start_native(struct exchange *x, struct sl_upstream *u)
 	 * the health check takes (libcurl keeps that connection open between
 	 * checks, outside this pool), so that both together stay within
 	 * SL_UPSTREAM_SPARE_CONNS of the slots, as through libcurl alone.
+	 * The watches open add theirs, which they hold for long.
 	 */
 	int rc = sl_h1_start(&x->app->h1, r, u->url,
-	                     u->total_slots + SL_UPSTREAM_SPARE_CONNS - 1);
+	                     u->total_slots + SL_UPSTREAM_SPARE_CONNS - 1 +
+	                         x->app->watches);
 	if (rc == 0)
 		uv_timer_start(&x->timer, on_timer, first_byte_ms(x, NULL), 0);
 	return rc;
@@ -2133,9 +2265,12 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	free(url);
 	sl_curl_common_options(e);
+	if (x->ep->method == HTTP_DELETE)
+		curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "DELETE");
 	x->headers = curl_slist_append(x->headers, "Expect:");
-	x->headers =
-	    curl_slist_append(x->headers, "Content-Type: application/json");
+	char *type = sl_xconcat("Content-Type: ", upstream_content_type(x));
+	x->headers = curl_slist_append(x->headers, type);
+	free(type);
 	char *id = sl_xconcat("X-Request-Id: ", x->id);
 	x->headers = curl_slist_append(x->headers, id);
 	free(id);
@@ -2150,6 +2285,14 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 		char *auth = sl_xconcat("Authorization: Bearer ", u->api_key);
 		x->headers = curl_slist_append(x->headers, auth);
 		free(auth);
+	}
+	/* The passed lines, one list entry each, without their CRLF. */
+	for (const char *p = x->passed_request; p && *p;) {
+		const char *eol = strstr(p, "\r\n");
+		char *line = sl_xasprintf("%.*s", (int)(eol - p), p);
+		x->headers = curl_slist_append(x->headers, line);
+		free(line);
+		p = eol + 2;
 	}
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->headers);
 	if (x->has_body) {
@@ -2295,68 +2438,6 @@ static void enqueue(struct sl_app *app, struct exchange *x)
 
 /* ---- which upstream ---- */
 
-static int hex_digit(char c)
-{
-	return c >= '0' && c <= '9'   ? c - '0'
-	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
-	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
-	                              : -1;
-}
-
-/* Percent-decodes n bytes of s into out (size bytes, NUL-terminated). */
-static void percent_decode(const char *s, size_t n, char *out, size_t size)
-{
-	size_t k = 0;
-	for (size_t i = 0; i < n && k + 1 < size; i++) {
-		int hi, lo;
-		if (s[i] == '%' && i + 2 < n &&
-		    (hi = hex_digit(s[i + 1])) >= 0 &&
-		    (lo = hex_digit(s[i + 2])) >= 0) {
-			out[k++] = (char)(hi * 16 + lo);
-			i += 2;
-		} else {
-			out[k++] = s[i];
-		}
-	}
-	out[k] = '\0';
-}
-
-/*
- * The query that goes upstream without the client's `param` parameters,
- * which are sluice's ("upstream" for a per-upstream endpoint, "model"
- * where models are named). The last one's value, percent-decoded, goes
- * into name (found says whether there was one). Malloc'd.
- */
-static char *take_param(const char *query, const char *param, char *name,
-                        size_t size, bool *found)
-{
-	char *out = sl_xmalloc(strlen(query) + 1);
-	size_t k = 0, plen = strlen(param);
-	*found = false;
-	name[0] = '\0';
-	for (const char *p = query; *p;) {
-		size_t n = strcspn(p, "&");
-		if (n > plen && strncmp(p, param, plen) == 0 &&
-		    p[plen] == '=') {
-			*found = true;
-			percent_decode(p + plen + 1, n - plen - 1, name, size);
-		} else if (n == plen && strncmp(p, param, plen) == 0) {
-			*found = true;
-			name[0] = '\0';
-		} else if (n > 0) {
-			if (k)
-				out[k++] = '&';
-			memcpy(out + k, p, n);
-			k += n;
-		}
-		p += n;
-		if (*p == '&')
-			p++;
-	}
-	out[k] = '\0';
-	return out;
-}
-
 /* The upstream /health calls `name`, or NULL. */
 static struct sl_upstream *find_upstream(struct sl_app *app, const char *name)
 {
@@ -2380,7 +2461,8 @@ static unsigned model_upstreams(const struct sl_model *m,
  * 404 in OpenAI's own words for a model nobody serves, so that SDKs raise
  * their NotFoundError. A long name is quoted cut short.
  */
-static void respond_unknown_model(struct sl_http_request *req, const char *name)
+void sl_proxy_respond_unknown_model(struct sl_http_request *req,
+                                    const char *name)
 {
 	size_t shown = strlen(name);
 	if (shown > SL_MODEL_NAME_MAX) {
@@ -2450,6 +2532,8 @@ static struct exchange *exchange_new(struct sl_app *app, struct sl_model *m,
 		x->next->prev = x;
 	app->exchange_list = x;
 	app->exchanges++;
+	if (ep->watch)
+		app->watches++;
 	req->handler_data = x;
 	req->on_abort = on_client_abort;
 	req->on_drain = on_client_drain;
@@ -2496,19 +2580,33 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	 * named; otherwise the query goes upstream as it came.
 	 */
 	char model_param[SL_MODEL_NAME_MAX + 2];
-	bool model_named = false;
-	char *query = app->model_section && !ep->json_body
-	                  ? take_param(req->query, "model", model_param,
-	                               sizeof(model_param), &model_named)
-	                  : sl_xstrdup(req->query);
+	struct sl_query_param by_model = {0};
+	char *query = NULL;
+	if (app->model_section && !ep->json_body)
+		by_model = sl_query_take(req->query, "model", model_param,
+		                         sizeof(model_param), &query);
+	else
+		query = sl_xstrdup(req->query);
+	bool model_named = by_model.found;
 	/* "?upstream=NAME" picks one upstream; a GET without it asks all. */
 	char name[256];
-	bool named = false;
+	struct sl_query_param by_upstream = {0};
 	if (ep->per_upstream) {
-		char *rest =
-		    take_param(query, "upstream", name, sizeof(name), &named);
+		char *rest = NULL;
+		by_upstream =
+		    sl_query_take(query, "upstream", name, sizeof(name), &rest);
 		free(query);
 		query = rest;
+	}
+	bool named = by_upstream.found;
+	/* A NUL byte (%00) would cut the name short: it names nothing. */
+	if (by_model.nul || by_upstream.nul) {
+		free(query);
+		sl_request_free(&checked);
+		sl_http_respond_error(req, 400, "invalid_request_error", NULL,
+		                      "the query's %s holds a NUL byte (%%00)",
+		                      by_model.nul ? "model" : "upstream");
+		return;
 	}
 	struct sl_upstream *pinned = NULL;
 	if (named && !(pinned = find_upstream(app, name))) {
@@ -2527,7 +2625,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	if (!m || (pinned && m != sl_app_model_of(app, pinned))) {
 		free(query);
 		if (!m)
-			respond_unknown_model(req, wanted);
+			sl_proxy_respond_unknown_model(req, wanted);
 		else
 			sl_http_respond_error(
 			    req, 400, "invalid_request_error", NULL,
@@ -2602,6 +2700,16 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		                      SL_PROXY_UNAVAILABLE_RETRY, "%s", why);
 		return;
 	}
+	if (ep->watch && app->watches >= SL_PROXY_WATCHES_MAX) {
+		free(query);
+		sl_request_free(&checked);
+		sl_http_respond_error(
+		    req, 503, "unavailable_error", SL_PROXY_UNAVAILABLE_RETRY,
+		    "%u watches (GET /models/sse, GET /v1/stream) are open, "
+		    "sluice's most: each holds an upstream connection",
+		    SL_PROXY_WATCHES_MAX);
+		return;
+	}
 
 	struct exchange *x = exchange_new(app, m, req, ep, priority);
 	x->pinned = pinned != NULL;
@@ -2620,7 +2728,10 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		x->has_body = true;
 		free(checked.model);
 	} else if (ep->method == HTTP_POST) {
-		/* Relayed as written: llama-server judges it. */
+		/* Relayed as written, with its type: llama-server judges it. */
+		const char *type = sl_http_header(req, "Content-Type");
+		if (type && type[0])
+			x->content_type = sl_xstrdup(type);
 		x->body = sl_xmalloc(req->body_len + 1);
 		memcpy(x->body, req->body ? req->body : "", req->body_len);
 		x->body[req->body_len] = '\0';
@@ -2634,6 +2745,9 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 			x->accept_encoding = sl_xstrdup(ae);
 	}
 	x->stream = checked.stream;
+	x->passed_request = passed_request_headers(ep, req, x->stream);
+	x->resumable = x->stream && (ep->pass & SL_PASS_CONVERSATION) &&
+	               sl_http_header(req, "X-Conversation-Id");
 	x->assemble = checked.assemble;
 	x->assemblable = checked.assemblable;
 	x->assemble_kind = checked.assemble_kind;

@@ -692,8 +692,11 @@ static int validate(struct sl_request *r, const struct sl_endpoint *ep,
 {
 	memset(r, 0, sizeof(*r));
 	r->priority = SL_PRIORITY_NORMAL;
+	/* A form (transcriptions) queues too: only the header may say how. */
 	if (!ep->json_body)
-		return 0;
+		return ep->scheduled
+		           ? take_priority(r, NULL, priority_header, NULL, 0)
+		           : 0;
 	if (ep->api != SL_API_RELAY) {
 		json_t *doc = parse_body(r, body, len, NULL);
 		if (!doc)

@@ -4,6 +4,7 @@
 #include "sluice/access.h"
 #include "sluice/common.h"
 #include "sluice/exposition.h"
+#include "sluice/models_api.h"
 #include "sluice/proxy.h"
 
 #include <stdlib.h>
@@ -255,7 +256,12 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 	case TARGET_PREFLIGHT: break; /* answered above */
 	case TARGET_ROUTE: t.route->handler(app, req); return;
 	case TARGET_MODELS: respond_models(app, req); return;
-	case TARGET_ENDPOINT: sl_proxy_handle(app, req, t.ep); return;
+	case TARGET_ENDPOINT:
+		if (sl_models_api_owns(app, t.ep))
+			sl_models_api_handle(app, req, t.ep);
+		else
+			sl_proxy_handle(app, req, t.ep);
+		return;
 	case TARGET_METHOD: {
 		char extra[160];
 		snprintf(extra, sizeof(extra), "Allow: %s\r\n", t.allow);

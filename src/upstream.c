@@ -180,12 +180,19 @@ static void became_ready(struct sl_upstream *u, unsigned slots)
 	schedule_probe(u, next_check_ms(u));
 }
 
-static unsigned parse_total_slots(const char *body)
+/*
+ * What /props says: the slots, and whether it is a router (llama-server
+ * --models-dir or --models-preset: it runs a llama-server per model, and
+ * its /props says "role": "router" and has no total_slots).
+ */
+static unsigned parse_props(const char *body, bool *router)
 {
 	json_error_t jerr;
 	json_t *props = json_loads(body, 0, &jerr);
 	json_t *v = json_object_get(props, "total_slots");
 	json_int_t n = json_is_integer(v) ? json_integer_value(v) : 0;
+	const char *role = json_string_value(json_object_get(props, "role"));
+	*router = role && strcmp(role, "router") == 0;
 	json_decref(props);
 	return n > 0 && n < 1 << 20 ? (unsigned)n : 0;
 }
@@ -193,13 +200,44 @@ static unsigned parse_total_slots(const char *body)
 static void on_props(struct sl_get *g, long status, const char *err)
 {
 	struct sl_upstream *u = sl_container_of(g, struct sl_upstream, probe);
-	unsigned slots = status == 200 ? parse_total_slots(g->body) : 0;
+	/*
+	 * /health needs no key, /props does: a 401 or 403 here means every
+	 * request sluice relays would get one too. Not ready, then, and the
+	 * log says why once (a probe keeps trying: the key may change).
+	 */
+	if (status == 401 || status == 403) {
+		char what[160];
+		snprintf(what, sizeof(what), "/props answered %ld: %s", status,
+		         u->api_key ? "it refuses sluice's key "
+		                      "(--upstream-api-key)"
+		                    : "it wants an API key; give sluice "
+		                      "--upstream-api-key");
+		probe_failed(u, what);
+		return;
+	}
+	bool router = false;
+	unsigned slots = status == 200 ? parse_props(g->body, &router) : 0;
+	if (router && !u->router)
+		sl_info("upstream %s is a llama-server router (its /props "
+		        "says \"role\": \"router\"): it runs its models on "
+		        "demand",
+		        u->url);
+	u->router = router;
 	if (slots == 0) {
-		/* Some builds or proxies hide /props; fall back to --slots. */
-		sl_warn(
-		    "upstream %s: no total_slots from /props (%s); assuming "
-		    "%u slots",
-		    u->url, err ? err : "no usable answer", u->cfg->slots);
+		/*
+		 * A router has no slots of its own; some builds or proxies
+		 * hide /props. Either way --slots says how many requests it
+		 * takes at once.
+		 */
+		if (router)
+			sl_info("upstream %s: a router has no total_slots; "
+			        "counting --slots %u",
+			        u->url, u->cfg->slots);
+		else
+			sl_warn("upstream %s: no total_slots from /props (%s); "
+			        "assuming %u slots",
+			        u->url, err ? err : "no usable answer",
+			        u->cfg->slots);
 		slots = u->cfg->slots;
 	}
 	became_ready(u, slots);
@@ -593,6 +631,8 @@ json_t *sl_upstream_json(const struct sl_upstream *u)
 		json_object_set_new(o, "pid", json_integer(u->child->pid));
 	if (u->suspect)
 		json_object_set_new(o, "suspect", json_true());
+	if (u->router)
+		json_object_set_new(o, "router", json_true());
 	if (u->origin)
 		json_object_set_new(o, "origin", json_string(u->origin));
 	if (u->draining) {

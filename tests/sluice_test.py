@@ -207,8 +207,10 @@ class RawClient:
         return data
 
     def read_head(self):
-        """(status, {lowercase name: value})"""
-        status = int(self._take_line().split()[1])
+        """(status, {lowercase name: value}); the status line as sent is
+        kept in self.status_line."""
+        self.status_line = self._take_line().decode()
+        status = int(self.status_line.split()[1])
         headers = {}
         while True:
             line = self._take_line()
@@ -525,8 +527,11 @@ class RecordingUpstream(http.server.ThreadingHTTPServer):
     `seen` as a Received and answered with status, content_type, body and
     extra_headers, or with what answer(received) returns: a (status,
     content type, body) triple, for a test whose answer depends on the
-    request. With cut, each answer promises more body than it sends and the
-    connection closes, as an upstream that dies mid-answer."""
+    request, or a quadruple with this answer's own extra headers. A body of
+    None is no body and no Content-Length (for 204 and
+    304, which end with their head). With cut, each answer promises more
+    body than it sends and the connection closes, as an upstream that dies
+    mid-answer."""
 
     daemon_threads = True
     # What a body is promised beyond what is sent, with cut.
@@ -577,6 +582,7 @@ class _RecordingHandler(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(n) if n else b""
         srv = self.server
         own = self.path in ("/health", "/props")
+        extra = srv.extra_headers
         if self.path == "/health":
             status, ctype, out = 200, "application/json", b'{"status":"ok"}'
         elif self.path == "/props":
@@ -585,21 +591,25 @@ class _RecordingHandler(http.server.BaseHTTPRequestHandler):
             got = Received(self.command, self.path, self.headers, body)
             with srv.lock:
                 srv.seen.append(got)
-            status, ctype, out = srv.answer(got)
+            answer = srv.answer(got)
+            status, ctype, out = answer[:3]
+            if len(answer) > 3:
+                extra = answer[3]
         self.send_response(status)
         self.send_header("Content-Type", ctype)
-        for k, v in ([] if own else srv.extra_headers):
+        for k, v in ([] if own else extra):
             self.send_header(k, v)
         cut = srv.cut and not own
         missing = srv.CUT_MISSING_BYTES if cut else 0
-        self.send_header("Content-Length", str(len(out) + missing))
+        if out is not None:
+            self.send_header("Content-Length", str(len(out) + missing))
         self.end_headers()
-        if self.command != "HEAD":
+        if self.command != "HEAD" and out is not None:
             self.wfile.write(out)
         if cut:
             self.close_connection = True
 
-    do_GET = do_POST = do_HEAD = _handle
+    do_GET = do_POST = do_HEAD = do_DELETE = _handle
 
 
 def models_or_completion(received):

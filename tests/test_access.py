@@ -13,6 +13,7 @@ import http.client
 import http.server
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -339,6 +340,36 @@ class Sources(st.TestCase):
                     self.assertNotIn("client-secret", v)
 
 
+class UpstreamKey(st.TestCase):
+    """An upstream that wants a key sluice does not have answers /health
+    (public) but 401 to everything sluice would relay: it is not ready,
+    and the log says why (it was "ready", "assuming 4 slots")."""
+
+    def test_an_upstream_that_refuses_sluice_is_not_ready(self):
+        ls = self.llama_server(st.MODEL_TINY, slots=1, ctx=512,
+                               extra=("--api-key", UPSTREAM_KEY))
+        for args, why in (
+                ((), r"it wants an API key; give sluice "
+                     r"--upstream-api-key"),
+                (("--upstream-api-key", "wrong"),
+                 r"it refuses sluice's key \(--upstream-api-key\)")):
+            with self.subTest(args=args):
+                s = self.sluice("--upstream", ls.url, *args,
+                                wait_ready=False)
+                s.wait_line(r"upstream %s is down: /props answered 401: %s"
+                            % (re.escape(ls.url), why))
+                self.assertEqual(s.ready_status(), 503)
+                self.assertEqual(s.upstream()["state"], "down")
+                self.assertEqual(s.count_lines(r"assuming \d+ slots"), 0)
+                r = s.post("/v1/completions", {"prompt": "x",
+                                               "max_tokens": 1})
+                self.assertEqual(r.status, 503, r.body)
+                self.assertEqual(s.stop(), 0)
+        s = self.sluice("--upstream", ls.url, "--upstream-api-key",
+                        UPSTREAM_KEY)
+        self.assertEqual(s.upstream()["slots"], 1)
+
+
 class ClientAddress(st.TestCase):
     """The client address in the access log: the TCP peer, or, from a
     --trusted-proxy, X-Forwarded-For read from the right past trusted
@@ -515,6 +546,65 @@ class Cors(st.TestCase):
                 self.assertEqual([k for k, _ in p.headers
                                   if k.lower().startswith("access-control")],
                                  [])
+
+    # Origins a browser may send, each answered alike by llama-server's
+    # --cors-origins localhost and sluice's --cors-origin localhost (0.7.0
+    # measured: any port of localhost, 127.0.0.1 and [::1], http or
+    # https; nothing else).
+    LOCAL = ("http://localhost", "http://localhost:3000",
+             "https://localhost:8443", "http://127.0.0.1:5173",
+             "http://[::1]:8080")
+    NOT_LOCAL = ("http://x.example", "http://localhost.evil.example",
+                 "http://127.0.0.2", "http://LOCALHOST:1", "null",
+                 "ftp://localhost")
+
+    def test_localhost_as_llama_servers(self):
+        ls = self.llama_server(st.MODEL_TINY, slots=1, ctx=512,
+                               extra=("--cors-origins", "localhost"))
+        s = self.sluice("--upstream", ls.url, "--cors-origin", "localhost")
+        for origin in self.LOCAL + self.NOT_LOCAL:
+            with self.subTest(origin=origin):
+                h = {"Origin": origin}
+                straight = send(ls.port, "GET", "/v1/models", None, h)
+                through = send(s.port, "GET", "/v1/models", None, h)
+                self.assertEqual(through.status, 200)
+                self.assertEqual(self.acao(through), self.acao(straight))
+                self.assertEqual(self.acao(through),
+                                 origin if origin in self.LOCAL else None)
+                self.assertEqual(through.header("Vary"), "Origin")
+                p = send(s.port, "OPTIONS", "/v1/chat/completions", None,
+                         dict(h, **{"Access-Control-Request-Method":
+                                    "POST"}))
+                self.assertEqual(p.status, 200)
+                self.assertEqual(self.acao(p), self.acao(straight))
+        # Without an Origin, no CORS header: llama-server sends none too.
+        self.assertIsNone(self.acao(send(s.port, "GET", "/health")))
+
+    def test_localhost_by_default_where_llama_server_runs_tools(self):
+        # llama-server with tools (--tools, --agent, MCP servers) allows
+        # only localhost origins unless --cors-origins says otherwise: so
+        # does sluice when the llama-server it starts runs them.
+        s = self.sluice("--model", st.MODEL_TINY, "--slots", "1",
+                        "--ctx-size", "512", "--llama-arg=--tools",
+                        "--llama-arg=get_info")
+        s.wait_line(r"CORS: only pages on localhost, 127\.0\.0\.1 and "
+                    r"\[::1\] may call sluice")
+        tools = send(s.port, "GET", "/tools")
+        self.assertEqual(tools.status, 200, tools.body)  # tools are on
+        for origin in self.LOCAL + self.NOT_LOCAL:
+            with self.subTest(origin=origin):
+                r = send(s.port, "GET", "/v1/models", None,
+                         {"Origin": origin})
+                self.assertEqual(self.acao(r),
+                                 origin if origin in self.LOCAL else None)
+        # Said otherwise, as said.
+        s2 = self.sluice("--model", st.MODEL_TINY, "--slots", "1",
+                         "--ctx-size", "512", "--llama-arg=--tools",
+                         "--llama-arg=get_info", "--cors-origin", "*")
+        r = send(s2.port, "GET", "/v1/models", None,
+                 {"Origin": "http://x.example"})
+        self.assertEqual(self.acao(r), "http://x.example")
+        self.assertEqual(s2.count_lines(r"CORS: only pages"), 0)
 
     def test_none_turns_cors_off(self):
         mock = self.mock_llama_server()

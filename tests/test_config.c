@@ -491,14 +491,24 @@ static void test_cors_origins(void)
 	ASSERT_EQ(p.cfg.cors_origins.count, 0);
 	sl_config_free(&p.cfg);
 
+	/* "localhost": llama-server's --cors-origins localhost. */
+	parse(&p, ARGS("--cors-origin", "localhost"), NULL);
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.cors_origins.count, 1);
+	ASSERT_STR_EQ(p.cfg.cors_origins.items[0], "localhost");
+	ASSERT(!p.cfg.cors_localhost_for_tools);
+	sl_config_free(&p.cfg);
+
 	static const struct {
 		const char *value, *err;
 	} bad[] = {
 	    {"https://a.example/", "got \"https://a.example/\""},
-	    {"a.example", "expected *, none or an origin"},
-	    {"http://", "expected *, none or an origin"},
+	    {"a.example", "expected *, localhost, none or an origin"},
+	    {"http://", "expected *, localhost, none or an origin"},
 	    {"*,http://a:1", "* cannot be combined with other origins"},
 	    {"none,http://a:1", "none cannot be combined"},
+	    {"localhost,http://a:1", "localhost cannot be combined"},
+	    {"localhost:8080", "expected *, localhost, none or an origin"},
 	};
 	for (size_t i = 0; i < SL_ARRAY_SIZE(bad); i++) {
 		parse(&p, ARGS("--cors-origin", bad[i].value), NULL);
@@ -507,6 +517,66 @@ static void test_cors_origins(void)
 		ASSERT_CONTAINS(p.err, bad[i].err);
 		sl_config_free(&p.cfg);
 	}
+}
+
+/*
+ * Not set, --cors-origin is "localhost" when a llama-server sluice starts
+ * runs tools, as llama-server's own default then is (measured on 0.7.0
+ * with --tools, --agent, --mcp-servers-json and LLAMA_ARG_TOOLS; not
+ * with --ui-mcp-proxy alone); set anywhere, it is as set.
+ */
+static void test_cors_localhost_for_tools(void)
+{
+	struct parsed p;
+	const char *const *const with_tools[] = {
+	    ARGS("--llama-arg=--tools", "--llama-arg=get_info"),
+	    ARGS("--llama-arg=--agent"),
+	    ARGS("--llama-arg=-ag"),
+	    ARGS("--llama-arg=--mcp-servers-json", "--llama-arg={}"),
+	    ARGS("--llama-arg=--mcp-servers-config", "--llama-arg=/x.json"),
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(with_tools); i++) {
+		parse(&p, with_tools[i], NULL);
+		ASSERT_EQ(p.rc, 0);
+		ASSERT_EQ(p.cfg.cors_origins.count, 1);
+		ASSERT_STR_EQ(p.cfg.cors_origins.items[0], "localhost");
+		ASSERT(p.cfg.cors_localhost_for_tools);
+		sl_config_free(&p.cfg);
+	}
+	const char *const *const envs[] = {
+	    ENV("LLAMA_ARG_TOOLS=all"),
+	    ENV("LLAMA_ARG_AGENT=true"),
+	    ENV("LLAMA_ARG_MCP_SERVERS_JSON={}"),
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(envs); i++) {
+		parse(&p, NULL, envs[i]);
+		ASSERT_EQ(p.rc, 0);
+		ASSERT_STR_EQ(p.cfg.cors_origins.items[0], "localhost");
+		sl_config_free(&p.cfg);
+	}
+	/* No tools: "*". */
+	const char *const *const without[] = {
+	    ARGS("--llama-arg=--ui-mcp-proxy"),
+	    ARGS("--llama-arg=--no-agent"),
+	    ARGS("--llama-arg=--tools-runtime", "--llama-arg=none"),
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(without); i++) {
+		parse(&p, without[i],
+		      ENV("LLAMA_ARG_TOOLS=", "LLAMA_ARG_AGENT=0"));
+		ASSERT_EQ(p.rc, 0);
+		ASSERT_STR_EQ(p.cfg.cors_origins.items[0], "*");
+		ASSERT(!p.cfg.cors_localhost_for_tools);
+		sl_config_free(&p.cfg);
+	}
+	/* Set, from any source, it is as set. */
+	parse(&p, ARGS("--llama-arg=--tools", "--cors-origin", "*"), NULL);
+	ASSERT_STR_EQ(p.cfg.cors_origins.items[0], "*");
+	ASSERT(!p.cfg.cors_localhost_for_tools);
+	sl_config_free(&p.cfg);
+	parse(&p, ARGS("--llama-arg=--tools"),
+	      ENV("SLUICE_CORS_ORIGIN=https://app.example"));
+	ASSERT_STR_EQ(p.cfg.cors_origins.items[0], "https://app.example");
+	sl_config_free(&p.cfg);
 }
 
 static void test_usage(void)
@@ -1040,6 +1110,7 @@ int main(void)
 	RUN(test_actions);
 	RUN(test_keys);
 	RUN(test_cors_origins);
+	RUN(test_cors_localhost_for_tools);
 	RUN(test_usage);
 	RUN(test_file_values_and_lists);
 	RUN(test_file_precedence);

@@ -6,6 +6,7 @@ UI."""
 
 import glob
 import gzip
+import http.server
 import json
 import os
 import re
@@ -339,7 +340,109 @@ class Cancellation(st.TestCase):
         self.assertLess(slot()["next_token"][0]["n_decoded"], 12000)
 
 
+class HoldingUpstream(http.server.ThreadingHTTPServer):
+    """A stand-in llama-server whose GET /models/sse sends one event and
+    then holds the answer open until stop(), as a router does between
+    model events; one slot; every other path answers {"ok":true}."""
+
+    daemon_threads = True
+
+    def __init__(self):
+        self.release = threading.Event()
+        super().__init__(("127.0.0.1", 0), _HoldingHandler)
+        self.url = "http://127.0.0.1:%d" % self.server_address[1]
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def handle_error(self, request, client_address):
+        pass  # a watch's connection closed by sluice is no error
+
+    def stop(self):
+        self.release.set()
+        self.shutdown()
+        self.server_close()
+
+
+class _HoldingHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        if n:
+            self.rfile.read(n)
+        if self.path != "/models/sse":
+            body = (b'{"total_slots":1}' if self.path == "/props"
+                    else b'{"ok":true}')
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        event = b'data: {"event":"hello"}\n\n'
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+        self.wfile.flush()
+        self.server.release.wait(120)
+        self.close_connection = True
+
+    do_POST = do_GET
+
+
 class Relaying(st.TestCase):
+
+    def test_watches_are_bounded_and_take_no_ones_connection(self):
+        up = HoldingUpstream()
+        self.addCleanup(up.stop)
+        s = self.sluice("--upstream", up.url, "--upstream-timeout", "1",
+                        "--upstream-idle-timeout", "1")
+        watches = []
+        for _ in range(4):
+            c = st.RawClient(s.port)
+            c.request("GET", "/models/sse")
+            self.assertEqual(c.read_head()[0], 200)
+            self.assertEqual(next(c.chunks())[1],
+                             b'data: {"event":"hello"}\n\n')
+            watches.append(c)
+        # Four watches hold four connections to a one-slot upstream, and
+        # still a request gets one of its own.
+        self.assertEqual(s.post("/tokenize", {"content": "x"},
+                                timeout=10).status, 200)
+        r = s.get("/models/sse", timeout=10)
+        self.assertEqual(r.status, 503)
+        self.assertEqual(r.header("Retry-After"), "1")
+        self.assertIn("4 watches", r.json()["error"]["message"])
+        # A watch whose client left makes room (and is not read on).
+        watches.pop().close()
+
+        def another():
+            c = st.RawClient(s.port)
+            c.request("GET", "/models/sse")
+            if c.read_head()[0] == 200:
+                return c
+            c.read_response()
+            c.close()
+            return None
+        watches.append(st.wait_until(another, 30, "room for a watch"))
+        # Silent for longer than --upstream-timeout and
+        # --upstream-idle-timeout: a watch has neither. (Time itself is
+        # what is waited for.)
+        time.sleep(2.5)
+        self.assertEqual(s.count_lines(r"no answer within|silent for"), 0)
+        # Draining ends them at once: sluice exits long before
+        # --drain-timeout (30 s), each watch's answer ended properly.
+        self.assertEqual(s.stop(), 0)
+        hello = b'data: {"event":"hello"}\n\n'
+        for c in watches:
+            # To the last chunk: what was relayed, then the end.
+            rest = b"".join(d for _, d in c.chunks())
+            self.assertIn(rest, (b"", hello))
+            c.close()
 
     def test_query_strings_reach_the_upstream(self):
         rec = self.recording_upstream()
@@ -363,6 +466,119 @@ class Relaying(st.TestCase):
         # A body sluice need not read goes as the client wrote it.
         self.assertEqual(rec.seen[2].body, b'{"x": 1}')
         self.assertEqual(s.stop(), 0)  # and nothing leaked
+
+    def test_answers_without_content_have_no_framing(self):
+        # RFC 9110, 6.4.1: a 204 or 304 ends with its head. sluice relays
+        # them with their reason phrases and with neither Content-Length
+        # nor chunked framing, whatever the upstream sent (llama-server's
+        # DELETE /v1/stream says "Content-Length: 0"; another may say
+        # nothing, or give a 304 the length of what it stands for).
+        def answer(got):
+            query = got.target.partition("?")[2].split("&")[-1]
+            if query == "n=204":
+                return 204, "application/json", None
+            if query == "n=204-0":
+                return 204, "application/json", None, [
+                    ("Content-Length", "0")]
+            if query == "n=304":
+                return 304, "application/json", None, [("ETag", '"e1"')]
+            if query == "n=304-42":
+                return 304, "application/json", None, [
+                    ("Content-Length", "42")]
+            return 200, "application/json", b'{"ok":true}'
+        rec = self.recording_upstream(answer=answer)
+        # Both ways to an upstream: sluice's own client and libcurl.
+        for client in ("native", "curl"):
+            with self.subTest(client=client):
+                self.check_no_framing(rec, client)
+
+    def check_no_framing(self, rec, client):
+        s = self.sluice("--upstream", rec.url, "--upstream-client", client)
+        c = st.RawClient(s.port)
+        for query, line in (("n=204", "HTTP/1.1 204 No Content"),
+                            ("n=204-0", "HTTP/1.1 204 No Content"),
+                            ("n=304", "HTTP/1.1 304 Not Modified"),
+                            ("n=304-42", "HTTP/1.1 304 Not Modified")):
+            with self.subTest(query=query):
+                # On one connection: a stray byte after a head would
+                # spoil the next answer.
+                c.request("GET", "/v1/models?" + query)
+                status, head = c.read_head()
+                self.assertEqual(c.status_line, line)
+                self.assertNotIn("content-length", head)
+                self.assertNotIn("transfer-encoding", head)
+                self.assertEqual(head["connection"], "keep-alive")
+                if query == "n=304":
+                    self.assertEqual(head["etag"], '"e1"')
+                c.request("GET", "/v1/models")
+                self.assertEqual(c.read_response()[::2],
+                                 (200, b'{"ok":true}'))
+                self.assertEqual(c.buf, b"")
+        # DELETE /v1/stream: llama-server's own 204, relayed as DELETE.
+        c.request("DELETE", "/v1/stream?conv_id=c1&n=204-0")
+        self.assertEqual(c.read_head()[0], 204)
+        self.assertEqual(c.status_line, "HTTP/1.1 204 No Content")
+        c.request("GET", "/v1/models")
+        self.assertEqual(c.read_response()[0], 200)
+        c.close()
+        self.assertEqual([(r.method, r.target) for r in rec.received()
+                          if r.target.startswith("/v1/stream")][-1],
+                         ("DELETE", "/v1/stream?conv_id=c1&n=204-0"))
+        self.assertEqual(s.stop(), 0)
+
+    def test_the_headers_llama_server_reads_go_upstream(self):
+        # The client's headers stay with sluice, but for those llama-server
+        # reads on the endpoint: /cors-proxy's X-Llama-Server-Proxy-Header-*
+        # (sent to its target without the prefix), POST /tools' X-Tool-*,
+        # and a stream's X-Conversation-Id (kept for GET /v1/stream). A
+        # form goes with its own Content-Type (and its boundary).
+        rec = self.recording_upstream(answer=st.models_or_completion)
+        s = self.sluice("--upstream", rec.url, "--admin-key", ADMIN)
+        admin = {"Authorization": "Bearer " + ADMIN}
+        mine = {"Cookie": "session=secret", "X-Custom": "mine",
+                "X-Conversation-Id": "c1", "X-Tool-Cwd": "/tmp"}
+        target = "/cors-proxy?url=http://127.0.0.1:1/x"
+        r = s.get(target, headers=dict(
+            admin, **mine, **{
+                "X-Llama-Server-Proxy-Header-Accept": "application/json",
+                "x-llama-server-proxy-header-authorization": "Bearer t",
+                "X-Llama-Server-Proxy-Header-": "a bare prefix"}))
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(s.post("/tools", {"tool": "get_info"}, headers=dict(
+            admin, **mine, **{"X-Tool-Runtime": "none",
+                              "X-Resp-Type": "json"})).status, 200)
+        for stream in (True, False):
+            self.assertEqual(s.post("/v1/completions", {
+                "prompt": "x", "stream": stream}, headers=mine).status, 200)
+        form_type = "multipart/form-data; boundary=b0"
+        form = (b"--b0\r\nContent-Disposition: form-data; name=\"model\""
+                b"\r\n\r\nw\r\n--b0--\r\n")
+        r = st.request(s.port, "POST", "/v1/audio/transcriptions",
+                       body=form, headers={"Content-Type": form_type})
+        self.assertEqual(r.status, 200, r.body)
+        self.assertIsNotNone(r.header("X-Queue-Ms"))  # it took a slot
+        proxied, tools, streamed, plain, audio = rec.received()
+
+        def passed(got):
+            own = {"host", "content-type", "content-length", "x-request-id",
+                   "user-agent", "accept", "connection"}
+            return sorted((k.lower(), v) for k, v in got.headers.items()
+                          if k.lower() not in own)
+
+        self.assertEqual(proxied.target, target)
+        self.assertEqual(passed(proxied), [
+            ("x-llama-server-proxy-header-accept", "application/json"),
+            ("x-llama-server-proxy-header-authorization", "Bearer t")])
+        self.assertEqual(passed(tools), [
+            ("x-resp-type", "json"), ("x-tool-cwd", "/tmp"),
+            ("x-tool-runtime", "none")])
+        self.assertEqual(passed(streamed), [("x-conversation-id", "c1")])
+        self.assertEqual(passed(plain), [])
+        self.assertEqual((audio.target, audio.body), (
+            "/v1/audio/transcriptions", form))
+        self.assertEqual(audio.headers["Content-Type"], form_type)
+        self.assertEqual(tools.headers["Content-Type"], "application/json")
+        self.assertEqual(s.stop(), 0)
 
     def test_typed_stream_cut_short_ends_with_a_typed_error(self):
         events = (b'event: message_start\ndata: {"type":"message_start"}\n\n'
@@ -525,6 +741,20 @@ class SeveralUpstreams(st.TestCase):
                 r = s.get("%s?upstream=http://nowhere" % path)
                 self.assertEqual(r.status, 404)
                 self.assertEqual(r.json()["error"]["type"], "not_found_error")
+                # The name and value read as llama-server reads a query:
+                # percent-decoded ("%75" is "u"), the last one counting.
+                for query in ("%%75pstream=%s" % b.url.replace(":", "%3A"),
+                              "upstream=%s&upstre%%61m=%s" % (a.url, b.url)):
+                    one = s.get("%s?%s" % (path, query))
+                    self.assertEqual(one.status, 200, (query, one.body))
+                    if path == "/props":
+                        self.assertEqual(one.body, st.request(
+                            b.port, "GET", path).body, query)
+                    else:
+                        self.assertEqual(len(one.json()), 3, query)
+                r = s.get(path + "?upstream=" + a.url + "%00")
+                self.assertEqual(r.status, 400)
+                self.assertIn("NUL", r.json()["error"]["message"])
         self.assertEqual(s.stop(), 0)
 
     def test_an_upstream_that_does_not_answer_is_reported(self):

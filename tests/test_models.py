@@ -391,6 +391,78 @@ class OnDemand(WithDirect):
         self.assertIsNotNone(results["tiny"].header("X-Queue-Ms"))
 
 
+    def test_the_admin_loads_and_unloads_as_with_llama_servers_router(self):
+        # With a models: section sluice is the router: POST /models/load
+        # and /models/unload start and stop its managed models (admin
+        # actions, as llama-server's router mode takes them); adding,
+        # deleting and watching models say where those come from.
+        third = ("  third:\n    model: %s\n    slots: 1\n    ctx-size: %d\n"
+                 "    args: [%s]\n    preload: false\n"
+                 % (st.MODEL_TINY, TINY_CTX, ", ".join(st.LLAMA_ONE_THREAD)))
+        s = self.sluice("--admin-key", "adm", "--config", config(
+            self.tmp, top="max-loaded: 2", tiny="    preload: false",
+            more=third))
+        admin = {"Authorization": "Bearer adm"}
+        st.wait_until(lambda: self.states(s)["slow"] == "ready", 60,
+                      "slow to be ready")
+
+        def act(path, model, body=None):
+            return s.post(path, {"model": model} if body is None else body,
+                          headers=admin)
+
+        self.assertEqual(s.post("/models/load", {"model": "tiny"}).status,
+                         403)
+        r = act("/models/load", "small")  # an alias names it too
+        self.assertEqual((r.status, r.json()), (200, {"success": True}))
+        s.wait_line(r"model tiny: starting \(POST /models/load\)")
+        st.wait_until(lambda: self.states(s)["tiny"] == "ready", 60,
+                      "tiny to start")
+        self.assertEqual(act("/models/load", "tiny").json(),
+                         {"success": True})  # running already
+        self.assert_served_by(s, "tiny")
+        r = act("/models/load", "third")
+        self.assertEqual(r.status, 400)
+        self.assertEqual(r.json()["error"]["message"],
+                         "no room for model third within --max-loaded 2: "
+                         "unload another first")
+        r = act("/models/load", "nope")
+        self.assertEqual((r.status, r.json()["error"]["code"]),
+                         (404, "model_not_found"))
+        for bad in ({}, {"model": ""}, "junk"):
+            r = act("/models/load", None, body=bad)
+            self.assertEqual(r.status, 400, r.body)
+        # Never under a request: a busy model stays.
+        busy = st.RawClient(s.port)
+        busy.request("POST", "/completion",
+                     {"model": "slow", "prompt": "go on", "n_predict": 3000,
+                      "ignore_eos": True, "stream": True})
+        self.assertEqual(busy.read_head()[0], 200)
+        next(busy.chunks())
+        r = act("/models/unload", "slow")
+        self.assertEqual(r.status, 400)
+        self.assertIn("model slow is in use", r.json()["error"]["message"])
+        busy.close()
+        st.wait_until(lambda: self.model_doc(s, "slow")["inflight"] == 0,
+                      60, "slow's request to end")
+        r = act("/models/unload", "slow")
+        self.assertEqual((r.status, r.json()), (200, {"success": True}))
+        s.wait_line(r"model slow: stopping \(POST /models/unload\)")
+        st.wait_until(lambda: self.states(s)["slow"] == "stopped", 60,
+                      "slow to stop")
+        self.assertEqual(act("/models/unload", "slow").status, 200)
+        self.assertEqual(act("/models/load", "third").status, 200)
+        st.wait_until(lambda: self.states(s) == {
+            "tiny": "ready", "slow": "stopped", "third": "ready"}, 60,
+            "third to start")
+        # The models are the configuration file's.
+        for method, path in (("POST", "/models"), ("DELETE", "/models"),
+                             ("GET", "/models/sse")):
+            r = st.request(s.port, method, path, body=b"{}" if method ==
+                           "POST" else None, headers=admin)
+            self.assertEqual(r.status, 501, (path, r.body))
+            self.assertEqual(r.json()["error"]["type"], "not_supported_error")
+        self.assertEqual(s.stop(), 0)
+
     def test_a_model_that_cannot_start_fails_its_requests_not_sluice(self):
         broken = self.tmp + "/broken.gguf"
         with open(broken, "wb") as f:

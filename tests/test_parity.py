@@ -18,9 +18,13 @@ notes are in /work/notes/llama-probe.md (not part of the repository).
 import base64
 import http.client
 import json
+import os
+import re
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 
 import sluice_test as st
 
@@ -194,6 +198,17 @@ def embeddings_view(doc):
                 for k, v in doc.items()}
     return doc
 
+
+# A transcription request as OpenAI's SDK sends it: a multipart form with
+# the audio file (a few bytes of a WAV header here) and the model.
+FORM_BOUNDARY = "parity-form-boundary"
+FORM_TYPE = "multipart/form-data; boundary=" + FORM_BOUNDARY
+FORM = (("--%s\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\n"
+         "whisper-1\r\n--%s\r\nContent-Disposition: form-data; "
+         "name=\"file\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\n"
+         % (FORM_BOUNDARY, FORM_BOUNDARY)).encode()
+        + b"RIFF\x24\x00\x00\x00WAVE" + ("\r\n--%s--\r\n"
+                                          % FORM_BOUNDARY).encode())
 
 HUGE_SEED = 18446744073709551615  # 2^64 - 1: beyond int64
 HUGER_SEED = 99999999999999999999  # beyond uint64: llama-server reads a double
@@ -434,6 +449,58 @@ TABLE = [
     Row("responses", "POST", "/v1/responses", gen("/v1/responses")),
     Row("responses stream", "POST", "/v1/responses",
         gen("/v1/responses", True), stream=True),
+    Row("responses alias", "POST", "/responses", gen("/v1/responses")),
+    Row("responses alias stream", "POST", "/responses",
+        gen("/v1/responses", True), stream=True),
+    Row("responses input tokens", "POST", "/responses/input_tokens",
+        {"input": "Hello"}),
+    Row("v1 responses input tokens", "POST", "/v1/responses/input_tokens",
+        {"input": [{"role": "user", "content": "Hello"}]}),
+
+    # Reasoning control of a generation under way: none is here.
+    Row("chat control without an id", "POST",
+        "/v1/chat/completions/control", {}),
+    Row("chat control of no generation", "POST",
+        "/v1/chat/completions/control",
+        {"id": "chatcmpl-none", "action": "reasoning_end"}),
+    Row("chat control, unknown action", "POST",
+        "/v1/chat/completions/control",
+        {"id": "chatcmpl-none", "action": "bogus"}),
+
+    # Transcriptions: a multipart form, relayed with its own type; the
+    # demo model hears nothing (501).
+    Row("transcriptions", "POST", "/v1/audio/transcriptions", FORM,
+        headers={"Content-Type": FORM_TYPE}),
+    Row("transcriptions alias", "POST", "/audio/transcriptions", FORM,
+        headers={"Content-Type": FORM_TYPE}),
+
+    # A decision model's answers (the demo model is none: 501).
+    Row("systemone", "POST", "/v1/systemone",
+        {"state": "x", "questions": {"q": {"type": "noul",
+                                           "instructions": "y"}}}),
+    Row("systemone, malformed body", "POST", "/v1/systemone", "junk"),
+
+    # Resumable streams (test_resumable_stream makes one).
+    Row("stream without a conversation", "GET", "/v1/stream"),
+    Row("stream of an unknown conversation", "GET",
+        "/v1/stream?conv_id=parity-none&from=0"),
+    Row("stream delete", "DELETE", "/v1/stream?conv_id=parity-none"),
+    Row("stream delete without a conversation", "DELETE", "/v1/stream"),
+    Row("streams lookup", "POST", "/v1/streams/lookup",
+        {"conversation_ids": ["parity-none"]}),
+
+    # Router mode's endpoints: this llama-server is no router (404);
+    # RouterParity has one.
+    Row("models load", "POST", "/models/load", {"model": "x"}, admin=True),
+    Row("models unload", "POST", "/models/unload", {"model": "x"},
+        admin=True),
+    Row("models add", "POST", "/models", {"model": "x/y"}, admin=True),
+    Row("models delete", "DELETE", "/models?model=x", admin=True),
+    Row("models events", "GET", "/models/sse"),
+    Row("models load without admin key", "POST", "/models/load",
+        {"model": "x"}, sluice=ADMIN_403),
+    Row("models delete without admin key", "DELETE", "/models?model=x",
+        sluice=ADMIN_403),
 
     # Bad inputs.
     Row("malformed JSON", "POST", "/completion",
@@ -732,7 +799,8 @@ def compare(row, straight, through):
         if row.any_order:
             a, b = by_choice(a), by_choice(b)
         return problems + diff(a, b, "events")
-    if straight.is_json() and row.method != "HEAD":
+    # An answer without content (HEAD, 204) is compared as bytes: none.
+    if straight.is_json() and row.method != "HEAD" and straight.body:
         try:
             a = parse_json(straight.body)
         except ValueError as e:
@@ -856,9 +924,52 @@ class Parity(st.TestCase):
             "/v1/messages/count_tokens", "/v1/responses",
             "/chat/completions/input_tokens",
             "/v1/chat/completions/input_tokens", "/slots/0", "/slots/1",
+            "/responses", "/responses/input_tokens",
+            "/v1/responses/input_tokens", "/v1/chat/completions/control",
+            "/v1/audio/transcriptions", "/audio/transcriptions",
+            "/v1/stream", "/v1/streams/lookup", "/models/load",
+            "/models/unload", "/models/sse", "/v1/systemone",
         }
         have = {row.path.split("?")[0] for row in TABLE}
         self.assertEqual(wanted - have, set())
+
+
+    def test_resumable_stream(self):
+        # A stream asked for through sluice with X-Conversation-Id is kept
+        # by llama-server: GET /v1/stream replays its bytes (from any byte
+        # offset), straight and through sluice alike, and they are the
+        # bytes sluice relayed; DELETE forgets it.
+        conv = "parity-%s" % type(self).__name__
+        live = send(self.sl.port, Row(
+            "resumable", "POST", "/v1/chat/completions",
+            gen("/v1/chat/completions", True),
+            headers={"X-Conversation-Id": conv}, stream=True))
+        self.assertEqual(live.status, 200, live.body)
+        for query in ("", "&from=0", "&from=57"):
+            with self.subTest(query=query):
+                row = Row("replay", "GET",
+                          "/v1/stream?conv_id=%s%s" % (conv, query))
+                straight = send(self.ls.port, row)
+                through = send(self.sl.port, row)
+                self.assertEqual(straight.status, 200, straight.body)
+                self.assertEqual(through.status, 200, through.body)
+                self.assertEqual(through.body, straight.body)
+                self.assertEqual(compare_headers(straight, through), [])
+                offset = int(query.rpartition("=")[2] or 0)
+                self.assertEqual(through.body, live.body[offset:])
+        lookup = Row("lookup", "POST", "/v1/streams/lookup",
+                     {"conversation_ids": [conv, "parity-none"]})
+        self.assertEqual(
+            compare(lookup, send(self.ls.port, lookup),
+                    send(self.sl.port, lookup)), [])
+        got = parse_json(send(self.sl.port, lookup).body)
+        self.assertEqual([s["conversation_id"] for s in got], [conv])
+        gone = send(self.sl.port,
+                    Row("delete", "DELETE", "/v1/stream?conv_id=" + conv))
+        self.assertEqual(gone.status, 204)
+        self.assertEqual(gone.body, b"")
+        replay = Row("replay", "GET", "/v1/stream?conv_id=" + conv)
+        self.assertEqual(send(self.ls.port, replay).status, 404)
 
 
 class ParityAssembled(Parity):
@@ -867,6 +978,159 @@ class ParityAssembled(Parity):
     the answers must not change."""
 
     sluice_args = ("--stream-upstream", "on")
+
+
+class RouterServer(st.Process):
+    """llama-server in router mode (--models-dir DIR): it runs one
+    llama-server per model of DIR, on demand, and its /props says
+    "role": "router". Stopped with SIGTERM, so that it stops its own."""
+
+    def __init__(self, models_dir):
+        self.port = st.free_port()
+        argv = [st.llama_server_path(), "--host", "127.0.0.1", "--port",
+                str(self.port), "--models-dir", models_dir]
+        env = dict(os.environ, LLAMA_ARG_UI="0", LLAMA_ARG_NO_WEBUI="1")
+        super().__init__(argv, env=env, name="router")
+        self.url = "http://127.0.0.1:%d" % self.port
+        st.wait_until(self._up, 60, "the router to answer")
+
+    def _up(self):
+        try:
+            return st.request(self.port, "GET", "/props",
+                              timeout=2).status == 200
+        except OSError:
+            return False
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.wait_exit(30)
+        finally:
+            self.kill()
+
+
+def read_event(client):
+    """The next event of a chunked event stream RawClient is reading."""
+    while b"\n\n" not in client.pending:
+        size = int(client._take_line().split(b";")[0], 16)
+        if size == 0:
+            raise EOFError("the stream ended")
+        client.pending += client._take(size)
+        client._take(2)
+    event, _, client.pending = client.pending.partition(b"\n\n")
+    return event + b"\n\n"
+
+
+def open_watch(port, path, headers=None):
+    """A RawClient whose GET of path has begun: its head read (a router
+    sends it with the first event), events to read with read_event."""
+    c = st.RawClient(port, timeout=SAFETY_NET_S)
+    c.pending = b""
+    c.request("GET", path, headers=headers)
+    return c
+
+
+class RouterParity(st.TestCase):
+    """sluice in front of llama-server's router mode: its /models
+    endpoints relayed (the admin's ones with the admin key), the model
+    events watched for as long as they come, and the router recognised."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="sluice-parity-router-")
+        shutil.copy(st.MODEL_TINY, os.path.join(cls.dir, "tiny.gguf"))
+        cls.router = cls.sl = None
+        try:
+            cls.router = cls.ls = RouterServer(cls.dir)
+            # Timeouts far shorter than a watch's silences.
+            cls.sl = st.Sluice("--upstream", cls.router.url,
+                               "--admin-key", ADMIN_KEY,
+                               "--upstream-timeout", "1",
+                               "--upstream-idle-timeout", "1")
+        except BaseException:
+            if cls.router:
+                cls.router.stop()
+            shutil.rmtree(cls.dir, ignore_errors=True)
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            assert cls.sl.stop() == 0
+        finally:
+            cls.router.stop()
+            shutil.rmtree(cls.dir, ignore_errors=True)
+
+    # What a router answers that changes nothing; status lists what
+    # its models did (an "args" with the port each last ran on).
+    ROWS = [
+        Row("router props", "GET", "/props"),
+        Row("router models", "GET", "/models"),
+        Row("router v1 models", "GET", "/v1/models"),
+        Row("load an unknown model", "POST", "/models/load",
+            {"model": "nope"}, admin=True),
+        Row("load without a model", "POST", "/models/load", {},
+            admin=True),
+        Row("load, malformed body", "POST", "/models/load", "junk",
+            admin=True),
+        Row("unload a model not running", "POST", "/models/unload",
+            {"model": "nope"}, admin=True),
+        Row("delete without a model", "DELETE", "/models", admin=True),
+        Row("delete a model not downloaded", "DELETE", "/models?model=tiny",
+            admin=True),
+        Row("add without a model", "POST", "/models", {}, admin=True),
+        Row("a completion for an unknown model", "POST", "/completion",
+            dict(gen("/completion"), model="nope")),
+        Row("load without admin key", "POST", "/models/load",
+            {"model": "tiny"}, sluice=ADMIN_403),
+        Row("unload without admin key", "POST", "/models/unload",
+            {"model": "tiny"}, sluice=ADMIN_403),
+    ]
+
+    def test_table(self):
+        for row in self.ROWS:
+            with self.subTest(row=row.name):
+                problems = Parity.check_row(self, row)
+                if problems:
+                    self.fail("%s %s (%s):\n  %s" % (
+                        row.method, row.path, row.name,
+                        "\n  ".join(problems)))
+
+    def test_sluice_knows_a_router(self):
+        self.sl.wait_line(r"upstream %s is a llama-server router"
+                          % re.escape(self.router.url))
+        self.assertTrue(self.sl.upstream()["router"])
+        # A router has no slots of its own: --slots counts, said once
+        # without alarm.
+        self.assertEqual(self.sl.count_lines(r"assuming \d+ slots"), 0)
+
+    def test_model_events_are_watched_as_long_as_they_come(self):
+        straight = open_watch(self.router.port, "/models/sse")
+        through = open_watch(self.sl.port, "/models/sse")
+        # Silent for longer than sluice's --upstream-timeout and
+        # --upstream-idle-timeout (1 s each): a watch has neither. (The
+        # condition waited for is time itself.)
+        time.sleep(2.5)
+        load = Row("load", "POST", "/models/load", {"model": "tiny"},
+                   admin=True)
+        r = send(self.sl.port, load, {"Authorization": "Bearer " + ADMIN_KEY})
+        self.assertEqual((r.status, parse_json(r.body)),
+                         (200, {"success": True}))
+        status, head = through.read_head()
+        self.assertEqual(status, 200)
+        self.assertEqual(head["content-type"], "text/event-stream")
+        self.assertEqual(straight.read_head()[0], 200)
+        first = read_event(straight)
+        self.assertIn(b'"event":"model_status"', first)
+        self.assertEqual(read_event(through), first)
+        # The next (loaded, or failed where the router cannot start a
+        # llama-server), whenever it comes.
+        self.assertEqual(read_event(through), read_event(straight))
+        straight.close()
+        through.close()
+        self.assertEqual(self.sl.count_lines(r"no answer within|silent for"),
+                         0)
 
 
 class ClientKeys(st.TestCase):

@@ -616,6 +616,46 @@ class Cancellation(st.TestCase):
         self.assert_slot_freed_after(c.close)
 
 
+    def test_a_resumable_stream_goes_on_when_its_client_leaves(self):
+        # llama-server keeps a stream asked for with X-Conversation-Id and
+        # finishes it when its client leaves (measured on 0.7.0), for GET
+        # /v1/stream to replay. So sluice reads it to its end, keeping its
+        # slot counted until then, as it does a plain answer left by its
+        # client: the next request waits in sluice's queue meanwhile.
+        s = self.sluice("--upstream", self.ls.url, "--queue-timeout", "3600")
+        c = st.RawClient(s.port)
+        c.request("POST", "/completion",
+                  body_for("/completion", "go on", True, n=self.RUNS_ON),
+                  headers={"X-Conversation-Id": "left-1"})
+        self.assertEqual(c.read_head()[0], 200)
+        next(c.chunks())
+        c.close()
+        done = {}
+        b = threading.Thread(target=lambda: done.update(r=s.post(
+            "/completion", body_for("/completion", "next", False, n=4),
+            timeout=600)))
+        b.start()
+        try:
+            st.wait_until(
+                lambda: self.queued(s) == 1 or not st.slot_busy(self.ls), 60,
+                "the next request to be queued")
+            self.assertTrue(st.slot_busy(self.ls),
+                            "the left stream ended before the next request "
+                            "was queued: RUNS_ON is too small")
+            self.assertEqual(self.queued(s), 1)
+        finally:
+            b.join(600)
+        self.assertEqual(done["r"].status, 200)
+        # The whole stream, kept: its last event says it stopped.
+        r = s.get("/v1/stream?conv_id=left-1", timeout=600)
+        self.assertEqual(r.status, 200)
+        last = json.loads(r.body.rstrip(b"\n").rsplit(b"\n\n", 1)[1][6:])
+        self.assertEqual((last["stop"], last["tokens_predicted"]),
+                         (True, self.RUNS_ON))
+        st.wait_until(lambda: s.health().json()["inflight"] == 0, 60,
+                      "sluice to count nothing in flight")
+
+
 class SlowReader(st.TestCase):
 
     def test_memory_stays_bounded(self):

@@ -163,6 +163,7 @@ struct sl_app {
 	bool upstreams_full;    /* an address found no room; logged once */
 	unsigned next_upstream; /* round-robin start among equals */
 	unsigned exchanges;     /* relayed requests not yet finished */
+	unsigned watches;       /* of them, watches (SL_PROXY_WATCHES_MAX) */
 	struct exchange *exchange_list; /* all of them (proxy.c) */
 	/*
 	 * Streams waiting out --stream-coalesce, oldest first, and the timer
@@ -277,6 +278,20 @@ extern const char *const sl_model_states[];
  * idle-timeout is stopped.
  */
 void sl_app_model_demand(struct sl_app *app, struct sl_model *m);
+
+/*
+ * The admin's load and unload (llama-server router mode's POST
+ * /models/load and /models/unload, models_api.h): a managed model of a
+ * models: section starts now, when --max-loaded and --memory-budget leave
+ * room; or stops now, when nothing of it is queued or in flight (a model
+ * is never stopped under a request). A model already in the state asked
+ * for is left as it is. Returns 0, or SL_EINVAL with the reason, for the
+ * client, in `why`.
+ */
+int sl_app_model_load(struct sl_app *app, struct sl_model *m, char *why,
+                      size_t size);
+int sl_app_model_unload(struct sl_app *app, struct sl_model *m, char *why,
+                        size_t size);
 
 /*
  * An exchange (proxy.c) holds `m` from its start to its end: a model a

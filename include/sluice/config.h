@@ -165,8 +165,13 @@ struct sl_config {
 	 * NULL without one. Only digests of the secrets.
 	 */
 	struct sl_keys *keys;
-	/* Allowed web origins: {"*"} by default; empty after "none". */
+	/*
+	 * Allowed web origins: {"*"} by default; empty after "none";
+	 * {"localhost"}: any port of localhost, 127.0.0.1 and [::1].
+	 */
 	struct sl_strlist cors_origins;
+	/* Not set, and localhost because a managed llama-server runs tools. */
+	bool cors_localhost_for_tools;
 	/* Proxies whose X-Forwarded-For is believed: CIDRs, as written. */
 	struct sl_strlist trusted_proxies;
 

@@ -144,9 +144,12 @@ struct sl_http_limits {
 	 * array must outlive the server. Empty (n_cors_origins 0): no CORS
 	 * header on any answer. A single "*": any origin; the request's
 	 * Origin is echoed (llama-server does the same, which lets a page
-	 * send credentials), or "*" without one. Otherwise a list of exact
-	 * origins ("https://app.example:8443"): the Origin is echoed when it
-	 * is in the list, else no CORS header. With CORS on, every answer
+	 * send credentials), or "*" without one. A single "localhost": the
+	 * Origin is echoed when it is http(s) on localhost, 127.0.0.1 or
+	 * [::1], any port (llama-server's --cors-origins localhost).
+	 * Otherwise a list of exact origins ("https://app.example:8443"): the
+	 * Origin is echoed when it is in the list, else no CORS header.
+	 * With CORS on, every answer
 	 * also says "Vary: Origin", since its headers depend on it.
 	 */
 	char *const *cors_origins;

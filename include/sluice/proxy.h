@@ -65,6 +65,34 @@ struct sl_endpoint {
 	bool prefix; /* path is a prefix: "/slots/" matches "/slots/0" */
 	/* Describes one upstream: "?upstream=NAME"; a GET answers for all. */
 	bool per_upstream;
+	/* The client's request headers llama-server reads here (SL_PASS_*). */
+	unsigned pass;
+	/*
+	 * A watch: an answer that stays open for as long as the upstream has
+	 * something to say (GET /models/sse, GET /v1/stream), with no
+	 * first-byte or idle timeout; at most SL_PROXY_WATCHES_MAX at once.
+	 */
+	bool watch;
+};
+
+/*
+ * The client's request headers that go upstream (all others stay with
+ * sluice, its key above all), on the endpoints whose `pass` names them.
+ */
+enum sl_pass {
+	/*
+	 * X-Conversation-Id, on a stream the client asked for: llama-server
+	 * keeps its events for GET /v1/stream, and goes on generating when
+	 * the client leaves.
+	 */
+	SL_PASS_CONVERSATION = 1u << 0,
+	/* X-Tool-Cwd, X-Tool-Runtime and X-Resp-Type, for POST /tools. */
+	SL_PASS_TOOL = 1u << 1,
+	/*
+	 * X-Llama-Server-Proxy-Header-NAME, which /cors-proxy sends its
+	 * target as NAME.
+	 */
+	SL_PASS_PROXY_HEADERS = 1u << 2,
 };
 
 /* The relayed endpoints, for the route table. */
@@ -98,6 +126,15 @@ extern const struct sl_endpoint sl_proxy_ui_endpoint;
  * vectors or results, which can run to megabytes.
  */
 #define SL_PROXY_USAGE_PREFIX_MAX 4096u
+/*
+ * Watches open at once (sluice-wide). Each holds an upstream connection,
+ * and so one of llama-server's HTTP threads (--threads-http: by default
+ * two more than its slots, or the cores less one), for as long as it
+ * lasts: a few serve a web UI or two, and leave llama-server threads for
+ * the rest. The connections watches hold are added to their upstream's
+ * pool, so that no generation waits for one. Past this many: 503.
+ */
+#define SL_PROXY_WATCHES_MAX 4u
 /* One relayed header's value, at most: longer ones are dropped. */
 #define SL_PROXY_PASSED_VALUE_MAX 4096u
 /*
@@ -106,6 +143,14 @@ extern const struct sl_endpoint sl_proxy_ui_endpoint;
  * upstream's extra headers is passed on.
  */
 #define SL_PROXY_CONNECTION_MAX 256u
+
+/*
+ * 404 in OpenAI's own words for a model nobody serves ("The model `X`
+ * does not exist.", code model_not_found), so that SDKs raise their
+ * NotFoundError. A long name is quoted cut short.
+ */
+void sl_proxy_respond_unknown_model(struct sl_http_request *req,
+                                    const char *name);
 
 /* Starts an exchange for `req` on endpoint `ep`; answers errors itself. */
 void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
@@ -125,6 +170,13 @@ void sl_proxy_shed(void *app, struct sl_sched_item *item, uint64_t now_ms);
  * relayed is cut. The client connections stay open to flush these.
  */
 void sl_proxy_end_all(struct sl_app *app);
+
+/*
+ * sluice begins to drain: the watches (GET /models/sse, GET /v1/stream),
+ * which would never end by themselves, end now; one whose answer has begun
+ * ends as the upstream's would, one not begun gets 503.
+ */
+void sl_proxy_end_watches(struct sl_app *app);
 
 /*
  * The requests waiting in model m's queue get 503 with `message`: its

@@ -149,6 +149,11 @@ struct sl_upstream {
 	uint32_t id;
 	bool suspect;  /* see the top of this file */
 	bool draining; /* see the top of this file */
+	/*
+	 * Its /props says "role": "router": llama-server's router mode, one
+	 * llama-server per model, started on demand (/models/load...).
+	 */
+	bool router;
 	/* Where it came from: "dns:NAME:PORT", or NULL (given or managed). */
 	char *origin;
 	struct sl_outlier outlier; /* failures in a row; ejection */
