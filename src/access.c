@@ -146,8 +146,9 @@ bool sl_access_allow(struct sl_app *app, struct sl_http_request *req,
                      enum sl_access level)
 {
 	const struct sl_config *cfg = app->cfg;
+	/* keys: once set stays required, even emptied by a reload (keys.h). */
 	bool client_keys =
-	    cfg->api_keys.count > 0 || sl_tenants_any(&app->tenants);
+	    cfg->api_keys.count > 0 || sl_tenants_required(&app->tenants);
 	bool admin_key = cfg->admin_key[0] != '\0';
 
 	/* Without an admin key, /metrics is one more client endpoint. */

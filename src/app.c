@@ -1298,8 +1298,9 @@ static void warn_if_exposed(const struct sl_app *app, unsigned port)
 {
 	const struct sl_config *cfg = app->cfg;
 	struct sl_ip host;
-	if (cfg->api_keys.count > 0)
-		return; /* --api-key and --api-key-file both land here */
+	/* --api-key and --api-key-file both land in api_keys. */
+	if (cfg->api_keys.count > 0 || sl_tenants_required(&app->tenants))
+		return;
 	if (sl_ip_parse(cfg->listen_host, strlen(cfg->listen_host), &host) ==
 	        0 &&
 	    sl_ip_is_loopback(&host))
@@ -1309,6 +1310,25 @@ static void warn_if_exposed(const struct sl_app *app, unsigned port)
 	        "--api-key (or --api-key-file), or listen on loopback only "
 	        "with --listen 127.0.0.1:%u",
 	        app->listen_url, port);
+}
+
+/*
+ * A keys: section that lists no key, with no --api-key: authentication is
+ * on (keys.h, `required`) and no key opens it, so every client request
+ * gets 401. Said at start, or by each reload that leaves it so (`when`
+ * prefixes the line), since it looks like an outage.
+ */
+static void warn_if_locked(const struct sl_app *app, const char *when,
+                           const struct sl_keys *keys)
+{
+	if (app->cfg->api_keys.count > 0 ||
+	    !sl_tenants_required(&app->tenants) || (keys && keys->n > 0))
+		return;
+	sl_warn("%skeys: %s and no --api-key is set: every client request is "
+	        "refused (401) until a key is added and sluice reloaded (a "
+	        "reload never turns authentication off; a restart without "
+	        "keys: does)",
+	        when, keys ? "lists no key" : "is gone");
 }
 
 static int open_listener(struct sl_app *app)
@@ -1957,6 +1977,7 @@ static void reload_done(uv_work_t *w, int status)
 		         err);
 	else {
 		sl_tenants_install(&app->tenants, cfg->keys, true);
+		warn_if_locked(app, "SIGHUP: ", cfg->keys);
 		cfg->keys = NULL;
 		if (app->model_section)
 			reload_models(app, cfg, exe);
@@ -2065,6 +2086,7 @@ int sl_app_run(const struct sl_config *cfg)
 	uv_unref((uv_handle_t *)&app->sighup);
 	sl_tenants_install(&app->tenants, cfg->keys, false);
 	app->tenants.table_borrowed = true;
+	warn_if_locked(app, "", cfg->keys);
 	uv_timer_init(&app->loop, &app->drain_timer);
 	app->drain_timer.data = app;
 	uv_timer_init(&app->loop, &app->flush_timer);

@@ -1044,6 +1044,12 @@ static int apply_file_item(void *ctx, enum sl_config_file_item item,
 		return fail(err, size, where,
 		            "a one-shot flag, not an option a configuration "
 		            "file can set");
+	/* "keys:" with every entry commented out is null, not empty. */
+	if (!o && section_named(key))
+		return fail(err, size, where,
+		            "a section: expected a mapping of its entries (%s: "
+		            "{} for none)",
+		            key);
 	if (!o)
 		return fail(err, size, where, "unknown option (see --help)");
 	if (item == SL_CONFIG_FILE_LIST && !is_list(o))

@@ -229,6 +229,7 @@ void sl_tenants_install(struct sl_tenants *t, struct sl_keys *table,
 		if (!key_by_name(table, old->v[i].name))
 			list_add(removed, sizeof(removed), old->v[i].name);
 	t->table = table;
+	t->required |= table != NULL;
 	if (!t->table_borrowed)
 		sl_keys_free(old);
 	t->table_borrowed = false;
@@ -260,15 +261,15 @@ void sl_tenants_free(struct sl_tenants *t)
 	}
 }
 
-bool sl_tenants_any(const struct sl_tenants *t)
+bool sl_tenants_required(const struct sl_tenants *t)
 {
-	return t->table && t->table->n > 0;
+	return t->required;
 }
 
 const struct sl_key *sl_tenants_lookup(const struct sl_tenants *t,
                                        const char *secret, size_t len)
 {
-	if (!sl_tenants_any(t))
+	if (!t->table || t->table->n == 0)
 		return NULL;
 	unsigned char digest[SL_KEYS_HASH_LEN];
 	sl_keys_digest(secret, len, digest);

@@ -72,7 +72,7 @@ static void test_digest_and_lookup(void)
 	ASSERT_EQ(d[31], 0x08);
 
 	struct sl_tenants t = {0};
-	ASSERT(!sl_tenants_any(&t));
+	ASSERT(!sl_tenants_required(&t));
 	ASSERT(lookup(&t, "k1") == NULL);
 	/* Enough keys that the binary search takes several steps. */
 	struct spec specs[40];
@@ -84,7 +84,7 @@ static void test_digest_and_lookup(void)
 		    (struct spec){names[i], secrets[i], 0, 0, 0, NULL, -1, -1};
 	}
 	sl_tenants_install(&t, table(specs, 40), false);
-	ASSERT(sl_tenants_any(&t));
+	ASSERT(sl_tenants_required(&t));
 	for (unsigned i = 0; i < 40; i++) {
 		const struct sl_key *k = lookup(&t, secrets[i]);
 		ASSERT(k != NULL);
@@ -388,15 +388,39 @@ static void test_reload_keeps_state_by_name(void)
 	/* A request of a revoked tenant may still end: it counts. */
 	sl_tenant_end(gone, false, true, "tiny", 1, 1, 0);
 	ASSERT_EQ(gone->usage->requests, 1);
+	/*
+	 * The section gone: every key revoked, and a key still required
+	 * (issue 28): removing the keys never turns authentication off.
+	 */
 	sl_tenants_install(&t, NULL, false);
-	ASSERT(!sl_tenants_any(&t));
+	ASSERT(sl_tenants_required(&t));
+	ASSERT(lookup(&t, "new-secret") == NULL);
 	ASSERT(stay->revoked);
+	sl_tenants_free(&t);
+}
+
+/* An empty keys: section requires a key as a full one does. */
+static void test_empty_table_requires_a_key(void)
+{
+	struct sl_tenants t = {0};
+	sl_tenants_install(&t, NULL, false);
+	ASSERT(!sl_tenants_required(&t));
+	sl_tenants_install(&t, table(NULL, 0), false);
+	ASSERT(sl_tenants_required(&t));
+	ASSERT(lookup(&t, "") == NULL);
+	struct spec one[] = {{"a", "sk-a", 0, 0, 0, NULL, -1, -1}};
+	sl_tenants_install(&t, table(one, 1), false);
+	ASSERT(lookup(&t, "sk-a") != NULL);
+	sl_tenants_install(&t, table(NULL, 0), false);
+	ASSERT(sl_tenants_required(&t));
+	ASSERT(lookup(&t, "sk-a") == NULL);
 	sl_tenants_free(&t);
 }
 
 int main(void)
 {
 	RUN(test_digest_and_lookup);
+	RUN(test_empty_table_requires_a_key);
 	RUN(test_bucket);
 	RUN(test_format_reset);
 	RUN(test_requests_per_minute);

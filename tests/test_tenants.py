@@ -364,6 +364,122 @@ class Tenants(st.TestCase):
         self.assertEqual(r.header("x-ratelimit-remaining-requests"), "0")
 
 
+class ReloadKeepsAuthentication(st.TestCase):
+    """Issue 28: a reload never turns authentication off, whatever it
+    removes (the keys: section, its last key, its keys' hashes, the file's
+    api-key or admin-key), and a key it removes is refused at once."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ls = st.LlamaServer(st.MODEL_TINY, slots=2, ctx=1024)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ls.kill()
+
+    def write(self, text):
+        with open(self.config, "w") as f:
+            f.write(text)
+
+    def reload(self, s, pattern):
+        mark = len(s.lines)
+        s.proc.send_signal(signal.SIGHUP)
+        return s.wait_line(pattern, start=mark, timeout=SAFETY_NET_S)
+
+    def assert_locked(self, s, *revoked):
+        """Every endpoint but the health checks wants a key, and none of
+        `revoked` is one."""
+        for key in (None,) + revoked:
+            headers = bearer(key) if key else {}
+            for method, path in (("GET", "/metrics"), ("GET", "/v1/models"),
+                                 ("GET", "/props"), ("GET", "/slots"),
+                                 ("POST", "/v1/chat/completions"),
+                                 ("GET", "/no/such/path")):
+                r = st.request(s.port, method, path, headers=headers,
+                               body=chat(n=1) if method == "POST" else None)
+                self.assertEqual(r.status, 401, (key, path))
+        for path in ("/health", "/ready", "/v1/health"):
+            self.assertEqual(s.get(path).status, 200, path)
+
+    def test_removing_or_emptying_keys_keeps_requiring_a_key(self):
+        self.config = os.path.join(self.tmp, "sluice.yaml")
+        self.write(keys_yaml({"a": {"secret": "sk-a"}}))
+        s = self.sluice("--config", self.config, "--upstream", self.ls.url)
+        self.assertEqual(s.post("/v1/chat/completions", chat(n=1),
+                                headers=bearer("sk-a")).status, 200)
+        self.assertEqual(s.get("/metrics", headers=bearer("sk-a")).status,
+                         200)
+        self.assert_locked(s)
+        # The section gone: a's secret is revoked, and nothing is open.
+        self.write("slots: 2\n")
+        self.reload(s, r"keys reloaded: 0 keys; added: none; changed: "
+                    r"none; removed: a$")
+        self.assert_locked(s, "sk-a")
+        s.wait_line(r"warn  SIGHUP: keys: is gone and no --api-key is set: "
+                    r"every client request is refused \(401\)")
+        # A key again, then its hash changed: the old secret is refused.
+        self.write(keys_yaml({"b": {"secret": "sk-b"}}))
+        self.reload(s, r"keys reloaded: 1 key; added: b;")
+        self.assertEqual(s.get("/v1/models", headers=bearer("sk-b")).status,
+                         200)
+        self.write(keys_yaml({"b": {"secret": "sk-b2"}}))
+        self.reload(s, r"keys reloaded: 1 key; added: none; changed: b;")
+        self.assertEqual(s.get("/v1/models", headers=bearer("sk-b2")).status,
+                         200)
+        self.assertEqual(s.get("/v1/models", headers=bearer("sk-b")).status,
+                         401)
+        # The section emptied: the same as gone.
+        self.write("keys: {}\n")
+        self.reload(s, r"keys reloaded: 0 keys; added: none; changed: "
+                    r"none; removed: b$")
+        self.assert_locked(s, "sk-a", "sk-b", "sk-b2")
+        s.wait_line(r"warn  SIGHUP: keys: lists no key and no --api-key is "
+                    r"set")
+        # Every entry commented out leaves "keys:" alone, which is no
+        # mapping: refused, the (empty) keys stay.
+        self.write("keys:\n#  b:\n#    hash: %s\n" % digest("sk-b2"))
+        self.reload(s, r"error SIGHUP: keys not reloaded, the old ones "
+                    r"stay: .*:1: keys: a section: expected a mapping")
+        self.assert_locked(s, "sk-b2")
+        self.assertEqual(s.stop(), 0)
+
+    def test_a_file_without_its_client_and_admin_keys_keeps_them(self):
+        self.config = os.path.join(self.tmp, "sluice.yaml")
+        self.write("api-key: [file-key]\nadmin-key: file-admin\n" +
+                   keys_yaml({"a": {"secret": "sk-a"}}))
+        s = self.sluice("--config", self.config, "--upstream", self.ls.url)
+        self.write("# every key gone\n")
+        self.reload(s, r"warn  SIGHUP: api-key, admin-key changed; ignored "
+                    r"until a restart")
+        # The file's keys stay as started; the tenant key is revoked.
+        self.assertEqual(s.get("/v1/models",
+                               headers=bearer("file-key")).status, 200)
+        self.assertEqual(s.get("/metrics", headers=bearer("file-key")).status,
+                         403)
+        self.assertEqual(s.get("/metrics",
+                               headers=bearer("file-admin")).status, 200)
+        for key in (None, "sk-a"):
+            self.assertEqual(s.get("/v1/models", headers=bearer(key)
+                                   if key else {}).status, 401, key)
+            self.assertEqual(s.get("/metrics", headers=bearer(key)
+                                   if key else {}).status, 401, key)
+        # With a client key left, no outage to warn of.
+        self.assertEqual(s.count_lines(r"no --api-key is set"), 0)
+        self.assertEqual(s.stop(), 0)
+
+    def test_an_empty_keys_section_at_start_requires_a_key(self):
+        self.config = os.path.join(self.tmp, "sluice.yaml")
+        self.write("keys: {}\n")
+        s = self.sluice("--config", self.config, "--upstream", self.ls.url)
+        self.assert_locked(s)
+        s.wait_line(r"warn  keys: lists no key and no --api-key is set")
+        # --check-config keeps the section, as the start read it.
+        out = subprocess.run([st.SLUICE, "--check-config", self.config],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertTrue(out.stdout.endswith("\nkeys: {}\n"), out.stdout)
+
+
 class Priority(st.TestCase):
     def test_batch_keys_urgent_is_clamped_and_waits_behind_an_urgent_one(self):
         config = os.path.join(self.tmp, "sluice.yaml")

@@ -12,6 +12,9 @@
  * on SIGHUP; tenant states are kept by key name across the swap and live
  * as long as sluice, so a request in flight keeps pointing at its tenant
  * whatever a reload does, and a key that comes back keeps its buckets.
+ * A `keys:` section, once installed, keeps requests needing a key for the
+ * rest of the run (`required`): a reload that removes or empties it
+ * revokes its keys, and never turns authentication off.
  *
  * Glossary:
  *   key       one entry of `keys:`: a name (for labels and logs, never
@@ -198,6 +201,12 @@ struct sl_tenants {
 	struct sl_keys *table; /* NULL: no keys: section */
 	/* The table is the start-up configuration's, freed with it. */
 	bool table_borrowed;
+	/*
+	 * A table (even an empty one) was installed once: client requests
+	 * need a key from now on, whatever later tables hold. Never cleared:
+	 * only a restart without keys: turns authentication off.
+	 */
+	bool required;
 	struct sl_tenant *list; /* every name ever in a table, in order */
 };
 
@@ -206,7 +215,9 @@ struct sl_tenants {
  * each key to its tenant by name (a new one for a new name) and copying
  * its limits there; tenants whose name left are marked revoked. The old
  * table is freed (unless borrowed); the new one is owned. Logs one line of what
- * changed when `log_changes`.
+ * changed when `log_changes`. A table, even an empty one, makes keys
+ * required for good (`required`); a NULL table after one revokes every
+ * key and leaves them required.
  */
 void sl_tenants_install(struct sl_tenants *t, struct sl_keys *table,
                         bool log_changes);
@@ -214,8 +225,12 @@ void sl_tenants_install(struct sl_tenants *t, struct sl_keys *table,
 /* Frees the tenants and the table. */
 void sl_tenants_free(struct sl_tenants *t);
 
-/* Whether any key is configured (so that a request needs one). */
-bool sl_tenants_any(const struct sl_tenants *t);
+/*
+ * Whether a client request needs a key because of keys: (see `required`):
+ * true once a keys: section was installed, even when it lists no key now
+ * (then no tenant key opens anything).
+ */
+bool sl_tenants_required(const struct sl_tenants *t);
 
 /*
  * The key a client presented (its secret, len bytes), or NULL: digested
