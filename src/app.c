@@ -1018,7 +1018,7 @@ static int add_upstream(struct sl_app *app, struct sl_model *m, const char *url,
 	}
 	int rc = sl_upstream_start(u);
 	if (rc != 0)
-		sl_error("cannot start %s: %s", url ? url : m->exe,
+		sl_error("cannot start %s: %s", url ? u->url : m->exe,
 		         sl_strerror(rc));
 	return rc;
 }
@@ -1075,11 +1075,13 @@ struct sl_upstream *sl_app_add_upstream(struct sl_app *app, struct sl_model *m,
                                         const char *url, const char *origin)
 {
 	if (app->n_upstreams >= SL_MAX_UPSTREAMS) {
+		char *shown = sl_url_shown(url);
 		if (!app->upstreams_full)
 			sl_warn("upstream %s (from %s) left out: sluice holds "
 			        "at most %d upstreams",
-			        url, origin ? origin : "the configuration",
+			        shown, origin ? origin : "the configuration",
 			        SL_MAX_UPSTREAMS);
+		free(shown);
 		app->upstreams_full = true;
 		return NULL;
 	}
@@ -1089,7 +1091,7 @@ struct sl_upstream *sl_app_add_upstream(struct sl_app *app, struct sl_model *m,
 	u->index = app->n_upstreams;
 	app->upstreams[app->n_upstreams++] = u;
 	sl_pool_add(&m->pool, u);
-	sl_info("upstream %s added (from %s); checking it", url,
+	sl_info("upstream %s added (from %s); checking it", u->url,
 	        origin ? origin : "the configuration");
 	/* A remote upstream's start only schedules its first check. */
 	sl_upstream_start(u);
@@ -1147,7 +1149,8 @@ static struct sl_upstream *find_discovered(struct sl_app *app, const char *url,
 	for (unsigned i = 0; i < app->n_upstreams; i++) {
 		struct sl_upstream *u = app->upstreams[i];
 		if (!u->stopping && u->origin &&
-		    strcmp(u->origin, origin) == 0 && strcmp(u->url, url) == 0)
+		    strcmp(u->origin, origin) == 0 &&
+		    strcmp(u->request_url, url) == 0)
 			return u;
 	}
 	return NULL;
@@ -1546,7 +1549,7 @@ static struct sl_upstream *listed_upstream(struct sl_model *m, const char *url)
 	for (unsigned i = 0; i < m->pool.n; i++) {
 		struct sl_upstream *u = m->pool.members[i];
 		if (!u->managed && !u->origin && !u->stopping &&
-		    strcmp(u->url, url) == 0)
+		    strcmp(u->request_url, url) == 0)
 			return u;
 	}
 	return NULL;
@@ -1633,10 +1636,13 @@ static void update_model(struct sl_app *app, struct sl_model *m,
 			listed = true;
 			m->late = true; /* see sl_model */
 			if (app->n_upstreams >= SL_MAX_UPSTREAMS ||
-			    add_upstream(app, m, url, NULL) != 0)
+			    add_upstream(app, m, url, NULL) != 0) {
+				char *shown = sl_url_shown(url);
 				sl_error("model %s: upstream %s left out: "
 				         "sluice holds at most %d upstreams",
-				         m->name, url, SL_MAX_UPSTREAMS);
+				         m->name, shown, SL_MAX_UPSTREAMS);
+				free(shown);
+			}
 		}
 	}
 	if (listed)

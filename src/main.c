@@ -48,8 +48,12 @@ static int probe(const char *url)
 	}
 	char err[CURL_ERROR_SIZE + 64];
 	int rc = sl_probe(url, err, sizeof(err));
-	if (rc != 0)
-		fprintf(stderr, "sluice: --probe %s: %s\n", url, err);
+	if (rc != 0) {
+		/* A container's health log keeps this line: no password. */
+		char *shown = sl_url_shown(url);
+		fprintf(stderr, "sluice: --probe %s: %s\n", shown, err);
+		free(shown);
+	}
 	curl_global_cleanup();
 	return rc == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

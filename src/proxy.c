@@ -1938,7 +1938,7 @@ static int start_native(struct exchange *x, struct sl_upstream *u)
 	 * checks, outside this pool), so that both together stay within
 	 * SL_UPSTREAM_SPARE_CONNS of the slots, as through libcurl alone.
 	 */
-	int rc = sl_h1_start(&x->app->h1, r, u->url,
+	int rc = sl_h1_start(&x->app->h1, r, u->request_url,
 	                     u->total_slots + SL_UPSTREAM_SPARE_CONNS - 1);
 	if (rc == 0)
 		uv_timer_start(&x->timer, on_timer, first_byte_ms(x, NULL), 0);
@@ -1967,7 +1967,7 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 		return SL_ECURL;
 	x->transfer.easy = e;
 
-	char *url = sl_xconcat(u->url, x->target);
+	char *url = sl_xconcat(u->request_url, x->target);
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	free(url);
 	sl_curl_common_options(e);
