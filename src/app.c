@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "sl_build_config.h"
@@ -289,21 +288,12 @@ static unsigned models_running(const struct sl_app *app)
 static bool room_for(const struct sl_app *app, const struct sl_model *m,
                      char *why, size_t size)
 {
-	const struct sl_config *cfg = app->cfg;
-	if (app->max_loaded && models_running(app) >= app->max_loaded) {
-		snprintf(why, size, "--max-loaded %u", app->max_loaded);
-		return false;
-	}
-	uint64_t bytes = m->bytes;
+	uint64_t bytes = 0;
 	for (unsigned i = 0; i < app->n_models; i++)
 		if (model_running(app->models[i]))
 			bytes += app->models[i]->bytes;
-	if (cfg->memory_budget && bytes > cfg->memory_budget) {
-		snprintf(why, size, "--memory-budget %llu",
-		         (unsigned long long)cfg->memory_budget);
-		return false;
-	}
-	return true;
+	return sl_room_for(app->max_loaded, app->cfg->memory_budget,
+	                   models_running(app), bytes, m->bytes, why, size);
 }
 
 static void on_idle_timer(uv_timer_t *t)
@@ -877,30 +867,10 @@ static void plan_upstream_cfg(struct sl_model *m)
 	m->upstream_cfg = c;
 }
 
-/* A managed model's GGUF bytes, with its replicas (--memory-budget). */
-static uint64_t model_bytes(const char *file, unsigned replicas)
-{
-	struct stat st;
-	if (!file || stat(file, &st) != 0)
-		return 0;
-	return (uint64_t)st.st_size * replicas;
-}
-
-/* Refuses a model that alone is more than --memory-budget. */
-static int over_budget(const struct sl_config *cfg, uint64_t bytes, char *err,
-                       size_t size)
-{
-	if (!cfg->memory_budget || bytes <= cfg->memory_budget)
-		return 0;
-	snprintf(err, size,
-	         "%llu bytes of model files (with its replicas) is more than "
-	         "--memory-budget %llu: it could never run",
-	         (unsigned long long)bytes,
-	         (unsigned long long)cfg->memory_budget);
-	return SL_EINVAL;
-}
-
-/* Decides what a managed model runs and checks it, before the loop. */
+/*
+ * Decides what a managed model runs, before the loop; sl_preflight() has
+ * checked llama-server and the model's file.
+ */
 static int plan_managed(struct sl_app *app, struct sl_model *m,
                         const char *cache, const char *file)
 {
@@ -908,26 +878,18 @@ static int plan_managed(struct sl_app *app, struct sl_model *m,
 	char err[512];
 	m->managed = true;
 	m->exe = sl_find_llama_server(cfg, cache, err, sizeof(err));
-	if (!m->exe)
-		goto fail;
+	if (!m->exe) {
+		/* Gone since the preflight looked. */
+		sl_error("%s", err);
+		return SL_EINVAL;
+	}
 	if (file) {
-		if (sl_check_model_file(file, err, sizeof(err)) != 0)
-			goto fail;
 		m->file = sl_xstrdup(file);
-		m->bytes = model_bytes(file, m->conf ? m->conf->replicas : 1);
-		if (m->conf &&
-		    over_budget(cfg, m->bytes, err, sizeof(err)) != 0)
-			goto fail;
+		m->bytes =
+		    sl_model_bytes(file, m->conf ? m->conf->replicas : 1);
 	}
 	plan_upstream_cfg(m);
 	return 0;
-
-fail:
-	if (m->conf)
-		sl_error("models.%s: %s", m->name, err);
-	else
-		sl_error("%s", err);
-	return SL_EINVAL;
 }
 
 /* The one model of --model, --upstream or the demo (no models: section). */
@@ -976,6 +938,11 @@ static int plan_models(struct sl_app *app, const char *cache)
 static int plan(struct sl_app *app)
 {
 	char err[512];
+	/* What --check-config checks too: the same refusals, before any. */
+	if (sl_preflight(app->cfg, err, sizeof(err)) != 0) {
+		sl_error("%s", err);
+		return SL_EINVAL;
+	}
 	char *cache = sl_cache_dir(app->cfg, err, sizeof(err));
 	if (!cache) {
 		sl_error("%s", err);
@@ -1668,7 +1635,7 @@ static void update_model(struct sl_app *app, struct sl_model *m,
 		memset(&m->llama_args, 0, sizeof(m->llama_args));
 		free(m->file);
 		m->file = c->file ? sl_xstrdup(c->file) : NULL;
-		m->bytes = model_bytes(c->file, c->replicas);
+		m->bytes = sl_model_bytes(c->file, c->replicas);
 		plan_upstream_cfg(m);
 		if (m->loaded && !m->unloading) {
 			retire_pool(m, NULL);
@@ -1701,31 +1668,12 @@ static void start_added(struct sl_app *app, struct sl_model *m)
 static int check_models(struct sl_app *app, const struct sl_config *cfg,
                         char **exe, char *err, size_t size)
 {
-	char why[512];
-	for (unsigned i = 0; i < cfg->n_models; i++) {
-		const struct sl_model_config *c = &cfg->models[i];
-		if (!sl_model_config_managed(c))
-			continue;
-		if (!*exe) {
-			char *cache = sl_cache_dir(app->cfg, why, sizeof(why));
-			*exe = cache ? sl_find_llama_server(app->cfg, cache,
-			                                    why, sizeof(why))
-			             : NULL;
-			free(cache);
-			if (!*exe) {
-				snprintf(err, size, "models.%s: %s", c->name,
-				         why);
-				return SL_EINVAL;
-			}
-		}
-		if (c->file &&
-		    (sl_check_model_file(c->file, why, sizeof(why)) != 0 ||
-		     over_budget(app->cfg, model_bytes(c->file, c->replicas),
-		                 why, sizeof(why)) != 0)) {
-			snprintf(err, size, "models.%s: %s", c->name, why);
+	/* The start-up options (app->cfg): a reload changes only models. */
+	for (unsigned i = 0; i < cfg->n_models; i++)
+		if (sl_model_config_managed(&cfg->models[i]) &&
+		    sl_preflight_model(app->cfg, &cfg->models[i], exe, err,
+		                       size) != 0)
 			return SL_EINVAL;
-		}
-	}
 	return 0;
 }
 
@@ -1791,7 +1739,7 @@ static void reload_models(struct sl_app *app, const struct sl_config *cfg,
 				m->managed = true;
 				m->exe = sl_xstrdup(exe);
 				m->file = c->file ? sl_xstrdup(c->file) : NULL;
-				m->bytes = model_bytes(c->file, c->replicas);
+				m->bytes = sl_model_bytes(c->file, c->replicas);
 				plan_upstream_cfg(m);
 			}
 			fresh[n_fresh++] = m;

@@ -412,8 +412,10 @@ static const struct action_def actions[] = {
 	 "check that needs no curl or wget"},
 	{"check-config", "FILE",
 	 "read FILE as --config does, with the environment and the other "
-	 "flags, and print the effective configuration (where each value "
-	 "came from, keys masked), exit 0; or exit 2 with the first error"},
+	 "flags, check what a start checks before running anything "
+	 "(llama-server, model files, how many upstreams), and print the "
+	 "effective configuration (where each value came from, keys masked), "
+	 "exit 0; or exit 2 with the first error"},
 };
 /* clang-format on */
 

@@ -7,6 +7,7 @@
 #include "sluice/keys.h"
 #include "sluice/log.h"
 #include "sluice/probe.h"
+#include "sluice/startup.h"
 
 #include <curl/curl.h>
 #include <signal.h>
@@ -91,6 +92,12 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (cfg.check_config) {
+		/* What a start would refuse before running anything, too. */
+		if (sl_preflight(&cfg, err, sizeof(err)) != 0) {
+			fprintf(stderr, "sluice: %s\n", err);
+			code = SL_EXIT_USAGE;
+			goto out;
+		}
 		sl_config_print(&cfg, stdout);
 		goto out;
 	}
