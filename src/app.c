@@ -666,10 +666,18 @@ static void on_request_finished(struct sl_http_request *req, bool completed,
 	    sl_stats_finished(&app->stats, req, completed, seconds);
 	const struct sl_request_info *in = &req->info;
 	/* A tenant's request is over: its place, its tokens, its usage. */
-	if (in->tenant)
-		sl_tenant_end(in->tenant, in->counted, in->upstream[0] != '\0',
-		              in->model, in->prompt_tokens, in->tokens,
-		              uv_now(&app->loop));
+	if (in->tenant) {
+		struct sl_ending e = {
+		    .counted = in->counted,
+		    .used = in->upstream[0] != '\0',
+		    .ran_on = in->ran_on,
+		    .model = in->model,
+		    .prompt_tokens = in->prompt_tokens,
+		    .completion_tokens = in->tokens,
+		    .reserved = in->tokens_reserved,
+		};
+		sl_tenant_end(in->tenant, &e, uv_now(&app->loop));
+	}
 	if (!sl_log_enabled(SL_LOG_INFO)) {
 		sl_app_maybe_drained(app);
 		return;

@@ -477,6 +477,7 @@ static void on_client_abort(struct sl_http_request *req)
 		sl_debug("%s: client left; its plain answer is read to its "
 		         "end, as llama-server finishes it",
 		         x->id);
+		req->info.ran_on = true; /* its tokens: keys.h, sl_ending */
 		if (x->assemblable &&
 		    x->app->cfg->stream_upstream == SL_STREAM_UPSTREAM_AUTO)
 			plain_left(x);
@@ -2375,8 +2376,8 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		return;
 	}
 	/* The caller's key (keys.h): its models, priority and limits. */
-	if (!sl_access_admit(app, req, ep->scheduled, &priority,
-	                     checked.priority_given, m, wanted)) {
+	if (!sl_access_admit(app, req, ep->scheduled, &priority, &checked, m,
+	                     wanted)) {
 		free(query);
 		sl_request_free(&checked);
 		return;
