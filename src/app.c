@@ -1868,8 +1868,13 @@ static void log_ignored(const struct sl_app *app, const struct sl_config *cfg)
 			const char *a = option_entry(was, key, &na);
 			const char *b = option_entry(now, key, &nb);
 			char *va = entry_value(a, na), *vb = entry_value(b, nb);
+			/* The text masks passwords: a new one changes too. */
+			bool differs = strcmp(va, vb) != 0 ||
+			               (strcmp(key, "upstream") == 0 &&
+			                !strlist_equal(&app->cfg->upstreams,
+			                               &cfg->upstreams));
 			if (!skip && strcmp(key, "models") != 0 &&
-			    strcmp(key, "keys") != 0 && strcmp(va, vb) != 0)
+			    strcmp(key, "keys") != 0 && differs)
 				append(names, sizeof(names), ", ", key);
 			free(va);
 			free(vb);

@@ -498,6 +498,24 @@ class UpstreamCredentials(st.TestCase):
         self.assertTrue(r.stderr.startswith(
             "sluice: --probe http://eve:***@127.0.0.1:1/health: "), r.stderr)
 
+    def test_a_new_password_in_the_file_is_noted_on_reload(self):
+        # upstream: is not reloaded; SIGHUP says it changed, though
+        # the text it compares shows no password.
+        up = self.recording_upstream(answer=st.models_or_completion)
+        path = os.path.join(self.tmp, "sluice.yaml")
+        url = "http://bob:%s@127.0.0.1:%d" % (PASSWORD, up.port)
+        with open(path, "w") as f:
+            f.write("upstream: [%s]\n" % url)
+        s = self.sluice("--config", path)
+        with open(path, "w") as f:
+            f.write("upstream: [%s]\n" % url.replace(PASSWORD, TOKEN))
+        mark = len(s.lines)
+        s.proc.send_signal(signal.SIGHUP)
+        s.wait_line(r"warn  SIGHUP: upstream changed; ignored until a "
+                    r"restart", start=mark)
+        self.assertEqual(s.stop(), 0)
+        self.assert_hidden("the log", s.output())
+
     def test_the_credentials_still_go_upstream(self):
         for client in ("native", "curl"):
             with self.subTest(client=client):
