@@ -27,6 +27,7 @@
 
 #include "sluice/keys.h"
 #include "sluice/log.h"
+#include "sluice/request.h"
 #include "sluice/sched.h"
 
 #include <jansson.h>
@@ -146,8 +147,9 @@ bool sl_access_allow(struct sl_app *app, struct sl_http_request *req,
                      enum sl_access level)
 {
 	const struct sl_config *cfg = app->cfg;
+	/* keys: once set stays required, even emptied by a reload (keys.h). */
 	bool client_keys =
-	    cfg->api_keys.count > 0 || sl_tenants_any(&app->tenants);
+	    cfg->api_keys.count > 0 || sl_tenants_required(&app->tenants);
 	bool admin_key = cfg->admin_key[0] != '\0';
 
 	/* Without an admin key, /metrics is one more client endpoint. */
@@ -241,8 +243,9 @@ bool sl_access_model_allowed(struct sl_app *app, const struct sl_key *key,
 }
 
 bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
-                     bool limited, double *priority, bool priority_given,
-                     struct sl_model *m, const char *named)
+                     bool limited, double *priority,
+                     const struct sl_request *checked, struct sl_model *m,
+                     const char *named)
 {
 	struct sl_tenant *t = req->info.tenant;
 	if (!t || !t->key) {
@@ -258,7 +261,9 @@ bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
 	 */
 	struct sl_admission a = {.limited = limited,
 	                         .priority = *priority,
-	                         .priority_given = priority_given};
+	                         .priority_given = checked->priority_given,
+	                         .max_tokens = checked->max_tokens,
+	                         .body_bytes = checked->body_len};
 	enum sl_admit verdict = SL_ADMIT_MODEL;
 	if (sl_access_model_allowed(app, t->key, m, named))
 		verdict = sl_tenant_admit(t->key, &a, uv_now(&app->loop));
@@ -270,6 +275,7 @@ bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
 	if (limited)
 		priority_header(req, own.len, a.priority);
 	req->info.counted = a.counted;
+	req->info.tokens_reserved = a.reserved;
 	*priority = a.priority;
 	switch (verdict) {
 	case SL_ADMIT_OK: return true;
@@ -285,12 +291,15 @@ bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
 	}
 	case SL_ADMIT_REQUESTS:
 	case SL_ADMIT_TOKENS:
+	case SL_ADMIT_TOO_LARGE:
 	case SL_ADMIT_CONCURRENCY:
 		req->info.reject_reason = "key_limit";
 		req->info.outcome = "rejected";
 		respond_coded(req, 429,
-		              verdict == SL_ADMIT_TOKENS ? "tokens"
-		                                         : "requests",
+		              verdict == SL_ADMIT_TOKENS ||
+		                      verdict == SL_ADMIT_TOO_LARGE
+		                  ? "tokens"
+		                  : "requests",
 		              NULL, "rate_limit_exceeded", a.message);
 		return false;
 	}

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "sl_build_config.h"
@@ -289,21 +288,12 @@ static unsigned models_running(const struct sl_app *app)
 static bool room_for(const struct sl_app *app, const struct sl_model *m,
                      char *why, size_t size)
 {
-	const struct sl_config *cfg = app->cfg;
-	if (app->max_loaded && models_running(app) >= app->max_loaded) {
-		snprintf(why, size, "--max-loaded %u", app->max_loaded);
-		return false;
-	}
-	uint64_t bytes = m->bytes;
+	uint64_t bytes = 0;
 	for (unsigned i = 0; i < app->n_models; i++)
 		if (model_running(app->models[i]))
 			bytes += app->models[i]->bytes;
-	if (cfg->memory_budget && bytes > cfg->memory_budget) {
-		snprintf(why, size, "--memory-budget %llu",
-		         (unsigned long long)cfg->memory_budget);
-		return false;
-	}
-	return true;
+	return sl_room_for(app->max_loaded, app->cfg->memory_budget,
+	                   models_running(app), bytes, m->bytes, why, size);
 }
 
 static void on_idle_timer(uv_timer_t *t)
@@ -736,10 +726,18 @@ static void on_request_finished(struct sl_http_request *req, bool completed,
 	    sl_stats_finished(&app->stats, req, completed, seconds);
 	const struct sl_request_info *in = &req->info;
 	/* A tenant's request is over: its place, its tokens, its usage. */
-	if (in->tenant)
-		sl_tenant_end(in->tenant, in->counted, in->upstream[0] != '\0',
-		              in->model, in->prompt_tokens, in->tokens,
-		              uv_now(&app->loop));
+	if (in->tenant) {
+		struct sl_ending e = {
+		    .counted = in->counted,
+		    .used = in->upstream[0] != '\0',
+		    .ran_on = in->ran_on,
+		    .model = in->model,
+		    .prompt_tokens = in->prompt_tokens,
+		    .completion_tokens = in->tokens,
+		    .reserved = in->tokens_reserved,
+		};
+		sl_tenant_end(in->tenant, &e, uv_now(&app->loop));
+	}
 	if (!sl_log_enabled(SL_LOG_INFO)) {
 		sl_app_maybe_drained(app);
 		return;
@@ -937,30 +935,10 @@ static void plan_upstream_cfg(struct sl_model *m)
 	m->upstream_cfg = c;
 }
 
-/* A managed model's GGUF bytes, with its replicas (--memory-budget). */
-static uint64_t model_bytes(const char *file, unsigned replicas)
-{
-	struct stat st;
-	if (!file || stat(file, &st) != 0)
-		return 0;
-	return (uint64_t)st.st_size * replicas;
-}
-
-/* Refuses a model that alone is more than --memory-budget. */
-static int over_budget(const struct sl_config *cfg, uint64_t bytes, char *err,
-                       size_t size)
-{
-	if (!cfg->memory_budget || bytes <= cfg->memory_budget)
-		return 0;
-	snprintf(err, size,
-	         "%llu bytes of model files (with its replicas) is more than "
-	         "--memory-budget %llu: it could never run",
-	         (unsigned long long)bytes,
-	         (unsigned long long)cfg->memory_budget);
-	return SL_EINVAL;
-}
-
-/* Decides what a managed model runs and checks it, before the loop. */
+/*
+ * Decides what a managed model runs, before the loop; sl_preflight() has
+ * checked llama-server and the model's file.
+ */
 static int plan_managed(struct sl_app *app, struct sl_model *m,
                         const char *cache, const char *file)
 {
@@ -968,26 +946,18 @@ static int plan_managed(struct sl_app *app, struct sl_model *m,
 	char err[512];
 	m->managed = true;
 	m->exe = sl_find_llama_server(cfg, cache, err, sizeof(err));
-	if (!m->exe)
-		goto fail;
+	if (!m->exe) {
+		/* Gone since the preflight looked. */
+		sl_error("%s", err);
+		return SL_EINVAL;
+	}
 	if (file) {
-		if (sl_check_model_file(file, err, sizeof(err)) != 0)
-			goto fail;
 		m->file = sl_xstrdup(file);
-		m->bytes = model_bytes(file, m->conf ? m->conf->replicas : 1);
-		if (m->conf &&
-		    over_budget(cfg, m->bytes, err, sizeof(err)) != 0)
-			goto fail;
+		m->bytes =
+		    sl_model_bytes(file, m->conf ? m->conf->replicas : 1);
 	}
 	plan_upstream_cfg(m);
 	return 0;
-
-fail:
-	if (m->conf)
-		sl_error("models.%s: %s", m->name, err);
-	else
-		sl_error("%s", err);
-	return SL_EINVAL;
 }
 
 /* The one model of --model, --upstream or the demo (no models: section). */
@@ -1036,6 +1006,11 @@ static int plan_models(struct sl_app *app, const char *cache)
 static int plan(struct sl_app *app)
 {
 	char err[512];
+	/* What --check-config checks too: the same refusals, before any. */
+	if (sl_preflight(app->cfg, err, sizeof(err)) != 0) {
+		sl_error("%s", err);
+		return SL_EINVAL;
+	}
 	char *cache = sl_cache_dir(app->cfg, err, sizeof(err));
 	if (!cache) {
 		sl_error("%s", err);
@@ -1078,7 +1053,7 @@ static int add_upstream(struct sl_app *app, struct sl_model *m, const char *url,
 	}
 	int rc = sl_upstream_start(u);
 	if (rc != 0)
-		sl_error("cannot start %s: %s", url ? url : m->exe,
+		sl_error("cannot start %s: %s", url ? u->url : m->exe,
 		         sl_strerror(rc));
 	return rc;
 }
@@ -1135,11 +1110,13 @@ struct sl_upstream *sl_app_add_upstream(struct sl_app *app, struct sl_model *m,
                                         const char *url, const char *origin)
 {
 	if (app->n_upstreams >= SL_MAX_UPSTREAMS) {
+		char *shown = sl_url_shown(url);
 		if (!app->upstreams_full)
 			sl_warn("upstream %s (from %s) left out: sluice holds "
 			        "at most %d upstreams",
-			        url, origin ? origin : "the configuration",
+			        shown, origin ? origin : "the configuration",
 			        SL_MAX_UPSTREAMS);
+		free(shown);
 		app->upstreams_full = true;
 		return NULL;
 	}
@@ -1149,7 +1126,7 @@ struct sl_upstream *sl_app_add_upstream(struct sl_app *app, struct sl_model *m,
 	u->index = app->n_upstreams;
 	app->upstreams[app->n_upstreams++] = u;
 	sl_pool_add(&m->pool, u);
-	sl_info("upstream %s added (from %s); checking it", url,
+	sl_info("upstream %s added (from %s); checking it", u->url,
 	        origin ? origin : "the configuration");
 	/* A remote upstream's start only schedules its first check. */
 	sl_upstream_start(u);
@@ -1207,7 +1184,8 @@ static struct sl_upstream *find_discovered(struct sl_app *app, const char *url,
 	for (unsigned i = 0; i < app->n_upstreams; i++) {
 		struct sl_upstream *u = app->upstreams[i];
 		if (!u->stopping && u->origin &&
-		    strcmp(u->origin, origin) == 0 && strcmp(u->url, url) == 0)
+		    strcmp(u->origin, origin) == 0 &&
+		    strcmp(u->request_url, url) == 0)
 			return u;
 	}
 	return NULL;
@@ -1358,8 +1336,9 @@ static void warn_if_exposed(const struct sl_app *app, unsigned port)
 {
 	const struct sl_config *cfg = app->cfg;
 	struct sl_ip host;
-	if (cfg->api_keys.count > 0)
-		return; /* --api-key and --api-key-file both land here */
+	/* --api-key and --api-key-file both land in api_keys. */
+	if (cfg->api_keys.count > 0 || sl_tenants_required(&app->tenants))
+		return;
 	if (sl_ip_parse(cfg->listen_host, strlen(cfg->listen_host), &host) ==
 	        0 &&
 	    sl_ip_is_loopback(&host))
@@ -1369,6 +1348,25 @@ static void warn_if_exposed(const struct sl_app *app, unsigned port)
 	        "--api-key (or --api-key-file), or listen on loopback only "
 	        "with --listen 127.0.0.1:%u",
 	        app->listen_url, port);
+}
+
+/*
+ * A keys: section that lists no key, with no --api-key: authentication is
+ * on (keys.h, `required`) and no key opens it, so every client request
+ * gets 401. Said at start, or by each reload that leaves it so (`when`
+ * prefixes the line), since it looks like an outage.
+ */
+static void warn_if_locked(const struct sl_app *app, const char *when,
+                           const struct sl_keys *keys)
+{
+	if (app->cfg->api_keys.count > 0 ||
+	    !sl_tenants_required(&app->tenants) || (keys && keys->n > 0))
+		return;
+	sl_warn("%skeys: %s and no --api-key is set: every client request is "
+	        "refused (401) until a key is added and sluice reloaded (a "
+	        "reload never turns authentication off; a restart without "
+	        "keys: does)",
+	        when, keys ? "lists no key" : "is gone");
 }
 
 static int open_listener(struct sl_app *app)
@@ -1594,7 +1592,7 @@ static struct sl_upstream *listed_upstream(struct sl_model *m, const char *url)
 	for (unsigned i = 0; i < m->pool.n; i++) {
 		struct sl_upstream *u = m->pool.members[i];
 		if (!u->managed && !u->origin && !u->stopping &&
-		    strcmp(u->url, url) == 0)
+		    strcmp(u->request_url, url) == 0)
 			return u;
 	}
 	return NULL;
@@ -1681,10 +1679,13 @@ static void update_model(struct sl_app *app, struct sl_model *m,
 			listed = true;
 			m->late = true; /* see sl_model */
 			if (app->n_upstreams >= SL_MAX_UPSTREAMS ||
-			    add_upstream(app, m, url, NULL) != 0)
+			    add_upstream(app, m, url, NULL) != 0) {
+				char *shown = sl_url_shown(url);
 				sl_error("model %s: upstream %s left out: "
 				         "sluice holds at most %d upstreams",
-				         m->name, url, SL_MAX_UPSTREAMS);
+				         m->name, shown, SL_MAX_UPSTREAMS);
+				free(shown);
+			}
 		}
 	}
 	if (listed)
@@ -1710,7 +1711,7 @@ static void update_model(struct sl_app *app, struct sl_model *m,
 		memset(&m->llama_args, 0, sizeof(m->llama_args));
 		free(m->file);
 		m->file = c->file ? sl_xstrdup(c->file) : NULL;
-		m->bytes = model_bytes(c->file, c->replicas);
+		m->bytes = sl_model_bytes(c->file, c->replicas);
 		plan_upstream_cfg(m);
 		if (m->loaded && !m->unloading) {
 			retire_pool(m, NULL);
@@ -1743,31 +1744,12 @@ static void start_added(struct sl_app *app, struct sl_model *m)
 static int check_models(struct sl_app *app, const struct sl_config *cfg,
                         char **exe, char *err, size_t size)
 {
-	char why[512];
-	for (unsigned i = 0; i < cfg->n_models; i++) {
-		const struct sl_model_config *c = &cfg->models[i];
-		if (!sl_model_config_managed(c))
-			continue;
-		if (!*exe) {
-			char *cache = sl_cache_dir(app->cfg, why, sizeof(why));
-			*exe = cache ? sl_find_llama_server(app->cfg, cache,
-			                                    why, sizeof(why))
-			             : NULL;
-			free(cache);
-			if (!*exe) {
-				snprintf(err, size, "models.%s: %s", c->name,
-				         why);
-				return SL_EINVAL;
-			}
-		}
-		if (c->file &&
-		    (sl_check_model_file(c->file, why, sizeof(why)) != 0 ||
-		     over_budget(app->cfg, model_bytes(c->file, c->replicas),
-		                 why, sizeof(why)) != 0)) {
-			snprintf(err, size, "models.%s: %s", c->name, why);
+	/* The start-up options (app->cfg): a reload changes only models. */
+	for (unsigned i = 0; i < cfg->n_models; i++)
+		if (sl_model_config_managed(&cfg->models[i]) &&
+		    sl_preflight_model(app->cfg, &cfg->models[i], exe, err,
+		                       size) != 0)
 			return SL_EINVAL;
-		}
-	}
 	return 0;
 }
 
@@ -1833,7 +1815,7 @@ static void reload_models(struct sl_app *app, const struct sl_config *cfg,
 				m->managed = true;
 				m->exe = sl_xstrdup(exe);
 				m->file = c->file ? sl_xstrdup(c->file) : NULL;
-				m->bytes = model_bytes(c->file, c->replicas);
+				m->bytes = sl_model_bytes(c->file, c->replicas);
 				plan_upstream_cfg(m);
 			}
 			fresh[n_fresh++] = m;
@@ -1954,8 +1936,13 @@ static void log_ignored(const struct sl_app *app, const struct sl_config *cfg)
 			const char *a = option_entry(was, key, &na);
 			const char *b = option_entry(now, key, &nb);
 			char *va = entry_value(a, na), *vb = entry_value(b, nb);
+			/* The text masks passwords: a new one changes too. */
+			bool differs = strcmp(va, vb) != 0 ||
+			               (strcmp(key, "upstream") == 0 &&
+			                !strlist_equal(&app->cfg->upstreams,
+			                               &cfg->upstreams));
 			if (!skip && strcmp(key, "models") != 0 &&
-			    strcmp(key, "keys") != 0 && strcmp(va, vb) != 0)
+			    strcmp(key, "keys") != 0 && differs)
 				append(names, sizeof(names), ", ", key);
 			free(va);
 			free(vb);
@@ -2025,6 +2012,7 @@ static void reload_done(uv_work_t *w, int status)
 		         err);
 	else {
 		sl_tenants_install(&app->tenants, cfg->keys, true);
+		warn_if_locked(app, "SIGHUP: ", cfg->keys);
 		cfg->keys = NULL;
 		if (app->model_section)
 			reload_models(app, cfg, exe);
@@ -2133,6 +2121,7 @@ int sl_app_run(const struct sl_config *cfg)
 	uv_unref((uv_handle_t *)&app->sighup);
 	sl_tenants_install(&app->tenants, cfg->keys, false);
 	app->tenants.table_borrowed = true;
+	warn_if_locked(app, "", cfg->keys);
 	uv_timer_init(&app->loop, &app->drain_timer);
 	app->drain_timer.data = app;
 	uv_timer_init(&app->loop, &app->flush_timer);

@@ -135,6 +135,19 @@ char *sl_xasprintf(const char *fmt, ...)
 	return s;
 }
 
+char *sl_url_shown(const char *url)
+{
+	const char *scheme = strstr(url, "://");
+	const char *start = scheme ? scheme + 3 : url;
+	const char *at = strrchr(start, '@');
+	if (!at)
+		return sl_xstrdup(url);
+	const char *colon = memchr(start, ':', (size_t)(at - start));
+	/* The user when a password follows it; else nothing of the userinfo. */
+	size_t keep = colon ? (size_t)(colon - url) + 1 : (size_t)(start - url);
+	return sl_xasprintf("%.*s***%s", (int)keep, url, at);
+}
+
 void sl_one_line(char *buf, size_t size)
 {
 	size_t len = strlen(buf);

@@ -105,7 +105,9 @@ static const struct option_def options[] = {
 	 NULL, 0, 0, NULL,
 	 "base URL of a llama-server that sluice does not manage; repeatable "
 	 "(environment: comma-separated; LLAMA_SERVER_URL adds one); no "
-	 "llama-server is spawned unless --model is also given",
+	 "llama-server is spawned unless --model is also given; credentials "
+	 "in it (http://user:pass@host) are sent, and shown masked "
+	 "(http://user:***@host)",
 	 "none"},
 	{"model", "SLUICE_MODEL", "FILE", OPT_STRING, FIELD(model), "", 0, 0,
 	 NULL, "GGUF model for the llama-server that sluice spawns",
@@ -425,8 +427,10 @@ static const struct action_def actions[] = {
 	 "check that needs no curl or wget"},
 	{"check-config", "FILE",
 	 "read FILE as --config does, with the environment and the other "
-	 "flags, and print the effective configuration (where each value "
-	 "came from, keys masked), exit 0; or exit 2 with the first error"},
+	 "flags, check what a start checks before running anything "
+	 "(llama-server, model files, how many upstreams), and print the "
+	 "effective configuration (where each value came from, keys masked), "
+	 "exit 0; or exit 2 with the first error"},
 };
 /* clang-format on */
 
@@ -850,11 +854,15 @@ static int apply(struct sl_config *cfg, const struct option_def *o,
 	}
 	case OPT_URL_LIST: {
 		char *url;
-		if (check_url(value, &url) != 0)
-			return fail(err, size, where,
-			            "expected an http:// or https:// URL, got "
-			            "\"%s\"",
-			            value);
+		if (check_url(value, &url) != 0) {
+			/* Its password is no less secret for a typo. */
+			char *shown = sl_url_shown(value);
+			fail(err, size, where,
+			     "expected an http:// or https:// URL, got \"%s\"",
+			     shown);
+			free(shown);
+			return SL_EINVAL;
+		}
 		sl_strlist_push(field, url);
 		free(url);
 		return 0;
@@ -1061,6 +1069,12 @@ static int apply_file_item(void *ctx, enum sl_config_file_item item,
 		return fail(err, size, where,
 		            "a one-shot flag, not an option a configuration "
 		            "file can set");
+	/* "keys:" with every entry commented out is null, not empty. */
+	if (!o && section_named(key))
+		return fail(err, size, where,
+		            "a section: expected a mapping of its entries (%s: "
+		            "{} for none)",
+		            key);
 	if (!o)
 		return fail(err, size, where, "unknown option (see --help)");
 	if (item == SL_CONFIG_FILE_LIST && !is_list(o))
@@ -1594,14 +1608,28 @@ static void print_size(FILE *out, uint64_t bytes)
 /* What stands for a secret in --check-config's output. */
 #define MASKED "********"
 
+/* How print_list() writes each item. */
+enum shown_as {
+	SHOWN_AS_IS,
+	SHOWN_MASKED, /* a secret: MASKED */
+	SHOWN_URL,    /* a URL: its userinfo masked (sl_url_shown) */
+};
+
 /* A list as a YAML flow sequence; secrets masked item by item. */
-static void print_list(FILE *out, const struct sl_strlist *l, bool secret)
+static void print_list(FILE *out, const struct sl_strlist *l, enum shown_as how)
 {
 	fputc('[', out);
 	for (unsigned i = 0; i < l->count; i++) {
 		if (i > 0)
 			fputs(", ", out);
-		sl_config_file_write_scalar(out, secret ? MASKED : l->items[i]);
+		char *url = how == SHOWN_URL ? sl_url_shown(l->items[i]) : NULL;
+		const char *item = l->items[i];
+		if (how == SHOWN_MASKED)
+			item = MASKED;
+		else if (url)
+			item = url;
+		sl_config_file_write_scalar(out, item);
+		free(url);
 	}
 	fputc(']', out);
 }
@@ -1648,12 +1676,12 @@ static void print_value(FILE *out, const struct sl_config *cfg,
 			fputs("none", out);
 			return;
 		}
-		print_list(out, field, false);
+		print_list(out, field, SHOWN_AS_IS);
 		return;
-	case OPT_KEY_LIST: print_list(out, field, true); return;
-	case OPT_URL_LIST:
+	case OPT_KEY_LIST: print_list(out, field, SHOWN_MASKED); return;
+	case OPT_URL_LIST: print_list(out, field, SHOWN_URL); return;
 	case OPT_ARG_LIST:
-	case OPT_CIDR_LIST: print_list(out, field, false); return;
+	case OPT_CIDR_LIST: print_list(out, field, SHOWN_AS_IS); return;
 	}
 }
 

@@ -101,10 +101,13 @@ int sl_discovery_parse_target(const char *target, char *name, unsigned *port,
 	for (size_t i = 0; ok && i < len; i++)
 		ok = name_char(target[i]);
 	if (!ok) {
+		/* A URL's credentials written here by mistake stay hidden. */
+		char *shown = sl_url_shown(target);
 		snprintf(err, err_size,
 		         "expected NAME:PORT (a DNS name of at most %d "
 		         "characters, a port from 1 to 65535), got \"%s\"",
-		         SL_DISCOVERY_NAME_MAX, target);
+		         SL_DISCOVERY_NAME_MAX, shown);
+		free(shown);
 		return SL_EINVAL;
 	}
 	if (name) {

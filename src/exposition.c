@@ -572,7 +572,7 @@ static unsigned refresh_upstream_metrics(struct sl_app *app)
 		    (u->metrics_text &&
 		     now - u->metrics_ms < SL_UPSTREAM_METRICS_TTL_MS))
 			continue;
-		char *url = sl_xasprintf("%s/metrics", u->url);
+		char *url = sl_xasprintf("%s/metrics", u->request_url);
 		if (sl_get_start(&app->curl, &u->metrics_get, url, u->api_key,
 		                 SL_UPSTREAM_METRICS_TIMEOUT_MS,
 		                 on_upstream_metrics) == 0)

@@ -54,7 +54,7 @@ struct sl_fanout *sl_fanout_start(struct sl_curl *curl,
 		const struct sl_upstream *u = upstreams[i];
 		p->f = f;
 		p->name = sl_xstrdup(u->name);
-		char *url = sl_xasprintf("%s%s", u->url, target);
+		char *url = sl_xasprintf("%s%s", u->request_url, target);
 		int rc = sl_get_start(curl, &p->get, url, u->api_key,
 		                      timeout_ms, on_part_done);
 		free(url);

@@ -229,6 +229,7 @@ void sl_tenants_install(struct sl_tenants *t, struct sl_keys *table,
 		if (!key_by_name(table, old->v[i].name))
 			list_add(removed, sizeof(removed), old->v[i].name);
 	t->table = table;
+	t->required |= table != NULL;
 	if (!t->table_borrowed)
 		sl_keys_free(old);
 	t->table_borrowed = false;
@@ -260,15 +261,15 @@ void sl_tenants_free(struct sl_tenants *t)
 	}
 }
 
-bool sl_tenants_any(const struct sl_tenants *t)
+bool sl_tenants_required(const struct sl_tenants *t)
 {
-	return t->table && t->table->n > 0;
+	return t->required;
 }
 
 const struct sl_key *sl_tenants_lookup(const struct sl_tenants *t,
                                        const char *secret, size_t len)
 {
-	if (!sl_tenants_any(t))
+	if (!t->table || t->table->n == 0)
 		return NULL;
 	unsigned char digest[SL_KEYS_HASH_LEN];
 	sl_keys_digest(secret, len, digest);
@@ -314,6 +315,21 @@ static void add_retry_after(struct sl_admission *a, uint64_t wait_ms)
 	         (unsigned long long)wait_ms);
 }
 
+/*
+ * The tokens a limited request must find in its key's bucket (glossary:
+ * reservation): its bound (at least one: llama-server generates a token
+ * for n_predict 0) and its prompt's estimate, at most the whole tpm; one
+ * token, or the prompt's estimate, when nothing bounds it.
+ */
+static double reservation(const struct sl_tenant *x,
+                          const struct sl_admission *a)
+{
+	double prompt = (double)(a->body_bytes / SL_KEYS_BYTES_PER_TOKEN);
+	double bound =
+	    a->max_tokens >= 0 ? (double)SL_MAX(a->max_tokens, (int64_t)1) : 1;
+	return SL_MIN(bound + prompt, (double)x->tpm);
+}
+
 enum sl_admit sl_tenant_admit(const struct sl_key *key, struct sl_admission *a,
                               uint64_t now_ms)
 {
@@ -321,6 +337,7 @@ enum sl_admit sl_tenant_admit(const struct sl_key *key, struct sl_admission *a,
 	a->headers[0] = '\0';
 	a->message[0] = '\0';
 	a->counted = false;
+	a->reserved = 0;
 	if (a->model && !sl_keys_allows_model(key, a->model))
 		return SL_ADMIT_MODEL;
 	if (!a->priority_given && key->has_default_priority)
@@ -337,14 +354,27 @@ enum sl_admit sl_tenant_admit(const struct sl_key *key, struct sl_admission *a,
 	}
 	enum sl_admit verdict = SL_ADMIT_OK;
 	uint64_t wait_ms = 0;
-	/* A request needs one token left: usage is charged after the fact. */
-	if (x->tpm && x->tokens.level + SL_BUCKET_EPSILON < 1) {
+	double want = x->tpm ? reservation(x, a) : 0;
+	if (x->tpm && a->max_tokens > (int64_t)x->tpm) {
+		/* Waiting would not help: nothing to retry after. */
+		format_headers(x, a->headers, sizeof(a->headers));
+		snprintf(a->message, sizeof(a->message),
+		         "Request too large for key %s on tokens per min "
+		         "(TPM): Limit %u, Requested %lld. Ask for fewer "
+		         "tokens (max_tokens).",
+		         key->name, x->tpm, (long long)a->max_tokens);
+		return SL_ADMIT_TOO_LARGE;
+	}
+	if (x->tpm && x->tokens.level + SL_BUCKET_EPSILON < want) {
 		verdict = SL_ADMIT_TOKENS;
-		wait_ms = sl_bucket_wait_ms(&x->tokens, x->tpm, 1);
+		wait_ms = sl_bucket_wait_ms(&x->tokens, x->tpm, want);
+		double used = x->tpm - SL_MAX(x->tokens.level, 0.0);
 		snprintf(a->message, sizeof(a->message),
 		         "Rate limit reached for key %s on tokens per min "
-		         "(TPM): Limit %u. Please try again in %.1fs.",
-		         key->name, x->tpm, (double)wait_ms / 1000.0);
+		         "(TPM): Limit %u, Used %.0f, Requested %.0f. Please "
+		         "try again in %.1fs.",
+		         key->name, x->tpm, ceil(used), ceil(want),
+		         (double)wait_ms / 1000.0);
 	} else if (x->rpm && !sl_bucket_take(&x->requests, x->rpm, 1, now_ms)) {
 		verdict = SL_ADMIT_REQUESTS;
 		wait_ms = sl_bucket_wait_ms(&x->requests, x->rpm, 1);
@@ -364,6 +394,12 @@ enum sl_admit sl_tenant_admit(const struct sl_key *key, struct sl_admission *a,
 		    "Rate limit reached for key %s on concurrent requests: "
 		    "Limit %u. Please try again when one has ended.",
 		    key->name, x->max_concurrent);
+	}
+	if (verdict == SL_ADMIT_OK && x->tpm) {
+		/* Without a bound, all there is: one such request at a time. */
+		a->reserved =
+		    a->max_tokens >= 0 ? want : SL_MAX(x->tokens.level, want);
+		x->tokens.level -= a->reserved;
 	}
 	format_headers(x, a->headers, sizeof(a->headers));
 	if (verdict != SL_ADMIT_OK) {
@@ -399,22 +435,28 @@ static struct sl_usage *usage_of(struct sl_tenant *x, const char *model)
 	return u;
 }
 
-void sl_tenant_end(struct sl_tenant *tenant, bool counted, bool used,
-                   const char *model, uint64_t prompt_tokens,
-                   uint64_t completion_tokens, uint64_t now_ms)
+void sl_tenant_end(struct sl_tenant *tenant, const struct sl_ending *e,
+                   uint64_t now_ms)
 {
-	if (counted && tenant->in_flight > 0)
+	if (e->counted && tenant->in_flight > 0)
 		tenant->in_flight--;
-	if (!used)
-		return;
-	if (tenant->tpm)
+	double used =
+	    e->used ? (double)(e->prompt_tokens + e->completion_tokens) : 0;
+	if (e->ran_on)
+		used = SL_MAX(used, e->reserved);
+	/* A reload that took the tpm away left nothing to give back to. */
+	if (tenant->tpm) {
 		sl_bucket_charge(&tenant->tokens, tenant->tpm,
-		                 (double)(prompt_tokens + completion_tokens),
-		                 now_ms);
-	struct sl_usage *u = usage_of(tenant, model);
+		                 used - e->reserved, now_ms);
+		if (tenant->tokens.level > tenant->tpm)
+			tenant->tokens.level = tenant->tpm;
+	}
+	if (!e->used)
+		return;
+	struct sl_usage *u = usage_of(tenant, e->model);
 	u->requests++;
-	u->prompt_tokens += prompt_tokens;
-	u->completion_tokens += completion_tokens;
+	u->prompt_tokens += e->prompt_tokens;
+	u->completion_tokens += e->completion_tokens;
 }
 
 json_t *sl_tenants_usage_json(const struct sl_tenants *t)

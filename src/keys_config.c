@@ -288,7 +288,8 @@ void sl_keys_config_print(FILE *out, const struct sl_config *cfg)
 	for (unsigned i = 0; i < keys->n; i++)
 		order[i] = &keys->v[i];
 	qsort(order, keys->n, sizeof(*order), by_name);
-	fputs("keys:\n", out);
+	/* An empty section still requires a key (keys.h): keep it. */
+	fputs(keys->n ? "keys:\n" : "keys: {}\n", out);
 	for (unsigned i = 0; i < keys->n; i++) {
 		const struct sl_key *k = order[i];
 		fprintf(out, "  %s:\n    hash: %s\n", k->name, k->hash_text);

@@ -7,6 +7,7 @@
 #include "sluice/keys.h"
 #include "sluice/log.h"
 #include "sluice/probe.h"
+#include "sluice/startup.h"
 
 #include <curl/curl.h>
 #include <signal.h>
@@ -48,8 +49,12 @@ static int probe(const char *url)
 	}
 	char err[CURL_ERROR_SIZE + 64];
 	int rc = sl_probe(url, err, sizeof(err));
-	if (rc != 0)
-		fprintf(stderr, "sluice: --probe %s: %s\n", url, err);
+	if (rc != 0) {
+		/* A container's health log keeps this line: no password. */
+		char *shown = sl_url_shown(url);
+		fprintf(stderr, "sluice: --probe %s: %s\n", shown, err);
+		free(shown);
+	}
 	curl_global_cleanup();
 	return rc == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
@@ -87,6 +92,12 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (cfg.check_config) {
+		/* What a start would refuse before running anything, too. */
+		if (sl_preflight(&cfg, err, sizeof(err)) != 0) {
+			fprintf(stderr, "sluice: %s\n", err);
+			code = SL_EXIT_USAGE;
+			goto out;
+		}
 		sl_config_print(&cfg, stdout);
 		goto out;
 	}

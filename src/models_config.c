@@ -114,11 +114,16 @@ static int read_url(const struct sl_config_node *n, struct sl_strlist *out,
 	curl_free(scheme);
 	curl_free(host);
 	curl_url_cleanup(u);
-	if (!ok)
-		return sl_config_node_fail(err, size, n,
-		                           "expected an http:// or https:// "
-		                           "URL, got \"%s\"",
-		                           n->text);
+	if (!ok) {
+		/* Its password is no less secret for a typo. */
+		char *shown = sl_url_shown(n->text);
+		sl_config_node_fail(err, size, n,
+		                    "expected an http:// or https:// URL, got "
+		                    "\"%s\"",
+		                    shown);
+		free(shown);
+		return SL_EINVAL;
+	}
 	char *url = sl_xstrdup(n->text);
 	size_t len = strlen(url);
 	while (len > 0 && url[len - 1] == '/')
@@ -426,14 +431,18 @@ int sl_models_config_check(const struct sl_config *cfg, char *err, size_t size)
 }
 
 /* One item a line: a flow list ("[a, b]") would misread a comma. */
-static void print_list(FILE *out, const char *key, const struct sl_strlist *l)
+static void print_list(FILE *out, const char *key, const struct sl_strlist *l,
+                       bool urls)
 {
 	if (l->count == 0)
 		return;
 	fprintf(out, "    %s:\n", key);
 	for (unsigned i = 0; i < l->count; i++) {
 		fputs("      - ", out);
-		sl_config_file_write_scalar(out, l->items[i]);
+		/* A URL's password stays out of what is printed. */
+		char *url = urls ? sl_url_shown(l->items[i]) : NULL;
+		sl_config_file_write_scalar(out, url ? url : l->items[i]);
+		free(url);
 		fputc('\n', out);
 	}
 }
@@ -464,19 +473,19 @@ void sl_models_config_print(FILE *out, const struct sl_config *cfg)
 			fprintf(out, "    ctx-size: %u\n",
 			        m->ctx_size ? m->ctx_size : cfg->ctx_size);
 			fprintf(out, "    replicas: %u\n", m->replicas);
-			print_list(out, "args", &m->args);
+			print_list(out, "args", &m->args, false);
 			fprintf(out, "    preload: %s\n",
 			        m->preload ? "true" : "false");
 			fprintf(out, "    idle-timeout: %llums\n",
 			        (unsigned long long)m->idle_timeout_ms);
 		}
-		print_list(out, "upstreams", &m->upstreams);
+		print_list(out, "upstreams", &m->upstreams, true);
 		if (m->dns) {
 			fputs("    dns: ", out);
 			sl_config_file_write_scalar(out, m->dns);
 			fputc('\n', out);
 		}
-		print_list(out, "aliases", &m->aliases);
+		print_list(out, "aliases", &m->aliases, false);
 		fprintf(out, "    max-queue: %u\n",
 		        m->has_max_queue ? m->max_queue : cfg->max_queue);
 		fprintf(out, "    queue-timeout: %llums\n",

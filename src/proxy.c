@@ -628,11 +628,18 @@ static void on_client_abort(struct sl_http_request *req)
 	}
 	/*
 	 * What holds a slot is stopped with care; the rest is cut. A watch
-	 * never ends by itself: its client leaving ends it.
+	 * never ends by itself: its client leaving ends it. A plain answer
+	 * left before it came, and a resumable stream (generated to its
+	 * end), are charged their reservation: their usage is never read
+	 * (keys.h, sl_ending).
 	 */
+	bool unread =
+	    (!upstream_streams(x) && x->mode == MODE_WAITING) || x->resumable;
 	if (transfer_active(x) && x->ep->scheduled && !x->ep->watch &&
-	    leave_upstream(x))
+	    leave_upstream(x)) {
+		req->info.ran_on = unread;
 		return;
+	}
 	sl_debug("%s: client left; cancelling its request", x->id);
 	transfer_abort(x);
 	exchange_release(x);
@@ -2232,7 +2239,7 @@ static int start_native(struct exchange *x, struct sl_upstream *u)
 	 * SL_UPSTREAM_SPARE_CONNS of the slots, as through libcurl alone.
 	 * The watches open add theirs, which they hold for long.
 	 */
-	int rc = sl_h1_start(&x->app->h1, r, u->url,
+	int rc = sl_h1_start(&x->app->h1, r, u->request_url,
 	                     u->total_slots + SL_UPSTREAM_SPARE_CONNS - 1 +
 	                         x->app->watches);
 	if (rc == 0)
@@ -2261,7 +2268,7 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 		return SL_ECURL;
 	x->transfer.easy = e;
 
-	char *url = sl_xconcat(u->url, x->target);
+	char *url = sl_xconcat(u->request_url, x->target);
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	free(url);
 	sl_curl_common_options(e);
@@ -2637,8 +2644,8 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		return;
 	}
 	/* The caller's key (keys.h): its models, priority and limits. */
-	if (!sl_access_admit(app, req, ep->scheduled, &priority,
-	                     checked.priority_given, m, wanted)) {
+	if (!sl_access_admit(app, req, ep->scheduled, &priority, &checked, m,
+	                     wanted)) {
 		free(query);
 		sl_request_free(&checked);
 		return;

@@ -448,6 +448,38 @@ static void relay_body(struct sl_request *r, const struct sl_endpoint *ep,
 	splice_body(r, scan, want);
 }
 
+/* Past any tpm (SL_KEYS_RATE_MAX): a bound as good as none above it. */
+#define SL_MAX_TOKENS_CAP INT64_C(4294967295)
+
+/*
+ * The output bound of a relayed body (request.h, max_tokens), from its
+ * scan: every top-level member of the four names counts, duplicates too,
+ * and a null is as if absent, as llama-server reads it.
+ */
+static int64_t token_bound(const struct sl_jscan *s)
+{
+	static const char *const names[] = {"n_predict", "max_tokens",
+	                                    "max_completion_tokens",
+	                                    "max_output_tokens"};
+	int64_t bound = -1;
+	FOR_EACH_MEMBER(s, m, k)
+	{
+		bool named = false;
+		for (size_t i = 0; i < SL_ARRAY_SIZE(names) && !named; i++)
+			named = key_is(s, k, names[i]);
+		double v;
+		if (!named || sl_jscan_is(s, k + 1, "null"))
+			continue;
+		if (!sl_jscan_number(s, k + 1, &v) || v < 0)
+			return -1;
+		/* llama-server truncates 2.5 to 2: rounding up is safe. */
+		int64_t n = v >= (double)SL_MAX_TOKENS_CAP ? SL_MAX_TOKENS_CAP
+		                                           : (int64_t)ceil(v);
+		bound = SL_MAX(bound, n);
+	}
+	return bound;
+}
+
 /* The native APIs' body: a new one, mapped onto /completion. */
 static int native_body(struct sl_request *r, const struct sl_endpoint *ep,
                        json_t *doc, const struct sl_request_options *opts)
@@ -459,6 +491,7 @@ static int native_body(struct sl_request *r, const struct sl_endpoint *ep,
 	                  : sl_infer_body(doc, cap, err, sizeof(err));
 	if (!out)
 		return refuse(r, "%s", err);
+	r->max_tokens = json_integer_value(json_object_get(out, "n_predict"));
 	r->stream = ep->api == SL_API_GENERATE &&
 	            json_is_true(json_object_get(doc, "stream"));
 	if (!r->stream) {
@@ -749,6 +782,8 @@ static int validate(struct sl_request *r, const struct sl_endpoint *ep,
 	};
 relay:
 	if (rc == 0) {
+		r->max_tokens =
+		    ep->stream_end == SL_END_NONE ? 0 : token_bound(&scan);
 		sl_affinity_key_of(&r->affinity, &scan);
 		relay_body(r, ep, facts, &scan, opts);
 	}

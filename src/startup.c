@@ -1,6 +1,7 @@
 /* startup.c: cache directory, llama-server lookup, model checks. */
 #include "sluice/startup.h"
 
+#include "sluice/app.h"
 #include "sluice/common.h"
 #include "sluice/demo_model.h"
 #include "sluice/log.h"
@@ -159,4 +160,135 @@ char *sl_demo_model_path(const struct sl_config *cfg, const char *cache_dir,
 	}
 	sl_info("wrote the demo model to %s", path);
 	return path;
+}
+
+/* ---- the preflight ---- */
+
+uint64_t sl_model_bytes(const char *file, unsigned replicas)
+{
+	struct stat st;
+	if (!file || stat(file, &st) != 0)
+		return 0;
+	return (uint64_t)st.st_size * replicas;
+}
+
+bool sl_room_for(unsigned max_loaded, uint64_t budget, unsigned running,
+                 uint64_t running_bytes, uint64_t bytes, char *why, size_t size)
+{
+	if (max_loaded && running >= max_loaded) {
+		snprintf(why, size, "--max-loaded %u", max_loaded);
+		return false;
+	}
+	if (budget && running_bytes + bytes > budget) {
+		snprintf(why, size, "--memory-budget %llu",
+		         (unsigned long long)budget);
+		return false;
+	}
+	return true;
+}
+
+/* *exe, found once; a line in why when there is none. */
+static int find_exe(const struct sl_config *cfg, char **exe, char *why,
+                    size_t size)
+{
+	if (*exe)
+		return 0;
+	char *cache = sl_cache_dir(cfg, why, size);
+	*exe = cache ? sl_find_llama_server(cfg, cache, why, size) : NULL;
+	free(cache);
+	return *exe ? 0 : SL_EINVAL;
+}
+
+int sl_preflight_model(const struct sl_config *cfg,
+                       const struct sl_model_config *c, char **exe, char *err,
+                       size_t size)
+{
+	char why[512];
+	uint64_t bytes = sl_model_bytes(c->file, c->replicas);
+	int rc = find_exe(cfg, exe, why, sizeof(why));
+	if (rc == 0 && c->file)
+		rc = sl_check_model_file(c->file, why, sizeof(why));
+	if (rc == 0 && cfg->memory_budget && bytes > cfg->memory_budget) {
+		snprintf(why, sizeof(why),
+		         "%llu bytes of model files (with its replicas) is "
+		         "more than --memory-budget %llu: it could never run",
+		         (unsigned long long)bytes,
+		         (unsigned long long)cfg->memory_budget);
+		rc = SL_EINVAL;
+	}
+	if (rc != 0)
+		snprintf(err, size, "models.%s: %s", c->name, why);
+	return rc;
+}
+
+/*
+ * The upstreams a start adds before its loop runs, as start_models (app.c)
+ * adds them: for the one model, the managed llama-server and each
+ * --upstream; with a models: section, in the file's order, each model's
+ * upstreams: and the replicas of each managed model that preloads with
+ * room beside those before it (sl_room_for). --upstream-dns addresses come
+ * later, and past the bound are left out with a warning.
+ */
+static unsigned upstreams_at_start(const struct sl_config *cfg)
+{
+	if (cfg->n_models == 0) {
+		bool managed = cfg->model[0] || (cfg->upstreams.count == 0 &&
+		                                 cfg->upstream_dns.count == 0);
+		return (managed ? 1 : 0) + cfg->upstreams.count;
+	}
+	unsigned n = 0, running = 0;
+	uint64_t running_bytes = 0;
+	char why[64];
+	for (unsigned i = 0; i < cfg->n_models; i++) {
+		const struct sl_model_config *c = &cfg->models[i];
+		n += c->upstreams.count;
+		if (!sl_model_config_managed(c) || !c->preload)
+			continue;
+		uint64_t bytes = sl_model_bytes(c->file, c->replicas);
+		if (!sl_room_for(cfg->max_loaded, cfg->memory_budget, running,
+		                 running_bytes, bytes, why, sizeof(why)))
+			continue;
+		running++;
+		running_bytes += bytes;
+		n += c->replicas;
+	}
+	return n;
+}
+
+int sl_preflight(const struct sl_config *cfg, char *err, size_t size)
+{
+	char why[512];
+	char *cache = sl_cache_dir(cfg, why, sizeof(why));
+	if (!cache) {
+		snprintf(err, size, "%s", why);
+		return SL_EINVAL;
+	}
+	free(cache);
+	char *exe = NULL;
+	int rc = 0;
+	if (cfg->n_models == 0) {
+		bool managed = cfg->model[0] || (cfg->upstreams.count == 0 &&
+		                                 cfg->upstream_dns.count == 0);
+		if (managed)
+			rc = find_exe(cfg, &exe, err, size);
+		/* The demo model is sluice's own, written at start. */
+		if (rc == 0 && managed && cfg->model[0])
+			rc = sl_check_model_file(cfg->model, err, size);
+	}
+	for (unsigned i = 0; rc == 0 && i < cfg->n_models; i++)
+		if (sl_model_config_managed(&cfg->models[i]))
+			rc = sl_preflight_model(cfg, &cfg->models[i], &exe, err,
+			                        size);
+	free(exe);
+	unsigned n = rc == 0 ? upstreams_at_start(cfg) : 0;
+	if (rc == 0 && n > SL_MAX_UPSTREAMS) {
+		snprintf(err, size,
+		         "%u upstreams to start with (each URL of --upstream "
+		         "or of a model's upstreams:, and each replica of a "
+		         "managed model that starts at once): sluice holds at "
+		         "most %d",
+		         n, SL_MAX_UPSTREAMS);
+		rc = SL_EINVAL;
+	}
+	return rc;
 }

@@ -271,7 +271,7 @@ static void on_health(struct sl_get *g, long status, const char *err)
 		return;
 	}
 	/* Newly healthy: learn its slots before sending it work. */
-	char *url = sl_xasprintf("%s/props", u->url);
+	char *url = sl_xasprintf("%s/props", u->request_url);
 	int rc = sl_get_start(u->curl, &u->probe, url, u->api_key,
 	                      SL_PROBE_TIMEOUT_MS, on_props);
 	free(url);
@@ -283,7 +283,7 @@ static void start_probe(struct sl_upstream *u)
 {
 	if (u->stopping || sl_get_busy(&u->probe))
 		return;
-	char *url = sl_xasprintf("%s/health", u->url);
+	char *url = sl_xasprintf("%s/health", u->request_url);
 	int rc = sl_get_start(u->curl, &u->probe, url, u->api_key,
 	                      SL_PROBE_TIMEOUT_MS, on_health);
 	free(url);
@@ -435,7 +435,9 @@ static int launch(struct sl_upstream *u)
 	if (rc != 0)
 		return rc;
 	free(u->url);
+	free(u->request_url);
 	u->url = sl_xasprintf("http://127.0.0.1:%u", port);
+	u->request_url = sl_xstrdup(u->url);
 
 	const struct sl_config *cfg = u->cfg;
 	char port_s[16], slots_s[16], ctx_s[24], threads_s[16];
@@ -547,10 +549,12 @@ struct sl_upstream *sl_upstream_new(uv_loop_t *loop, struct sl_curl *curl,
 		u->model = spec->model ? sl_xstrdup(spec->model) : NULL;
 		u->api_key = random_api_key();
 		u->url = sl_xstrdup("");
+		u->request_url = sl_xstrdup("");
 		u->name = sl_xstrdup("managed");
 	} else {
-		u->url = sl_xstrdup(url);
-		u->name = sl_xstrdup(url);
+		u->url = sl_url_shown(url);
+		u->request_url = sl_xstrdup(url);
+		u->name = sl_xstrdup(u->url);
 		if (cfg->upstream_api_key[0])
 			u->api_key = sl_xstrdup(cfg->upstream_api_key);
 	}
@@ -576,6 +580,7 @@ static void free_upstream(struct sl_upstream *u)
 	sl_get_reset(u->curl, &u->metrics_get);
 	free(u->metrics_text);
 	free(u->url);
+	free(u->request_url);
 	free(u->name);
 	free(u->origin);
 	free(u->api_key);

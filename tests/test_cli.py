@@ -18,7 +18,10 @@ SAFETY_NET_S = 240
 
 
 def run(*args, env=None):
-    full = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+    # The tests' llama-server stays: --check-config looks for one as a
+    # start does, for a managed model (the demo model too).
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith("SLUICE_") or k == "SLUICE_LLAMA_SERVER"}
     full.update(env or {})
     return subprocess.run([st.SLUICE, *args], capture_output=True, text=True,
                           env=full, timeout=SAFETY_NET_S)
@@ -417,6 +420,126 @@ class ConfigFile(st.TestCase):
         self.assertRegex(r.stderr, r"^sluice: --config %s: over \d+ bytes: "
                          r"not a configuration file\n$" % re.escape(big))
 
+
+
+class CheckConfigAsAStart(st.TestCase):
+    """--check-config refuses what a start refuses before running anything
+    (issue 28): the same line, exit 2 there and 1 at start."""
+
+    def write(self, text, name="sluice.yaml"):
+        path = os.path.join(self.tmp, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def assert_refused_alike(self, path, error, *args, env=None):
+        """--check-config path, and a start with --config path, both refuse
+        with `error` (a regular expression for the whole line)."""
+        r = run("--check-config", path, *args, env=env)
+        self.assertEqual((r.returncode, r.stdout), (2, ""), r.stderr)
+        self.assertRegex(r.stderr, r"^sluice: %s\n$" % error)
+        started = run("--config", path, "--listen", "127.0.0.1:0", *args,
+                      env=env)
+        self.assertEqual(started.returncode, 1, started.stderr)
+        self.assertRegex(started.stderr, r"(?m) error %s$" % error)
+        # Nothing was started before the refusal.
+        self.assertNotIn("listening on", started.stderr)
+
+    def models(self, n, text):
+        return "models:\n" + "".join("  m%d:\n%s" % (i, text)
+                                     for i in range(n))
+
+    def test_the_upstreams_a_start_adds_are_bounded_alike(self):
+        too_many = (r"65 upstreams to start with \(each URL of --upstream or "
+                    r"of a model's upstreams:, and each replica of a managed "
+                    r"model that starts at once\): sluice holds at most 64")
+        urls = ["http://127.0.0.1:%d" % (1000 + i) for i in range(65)]
+        path = self.write("upstream:\n" +
+                          "".join("  - %s\n" % u for u in urls[:64]))
+        self.assertEqual(run("--check-config", path).returncode, 0)
+        path = self.write("upstream:\n" +
+                          "".join("  - %s\n" % u for u in urls))
+        self.assert_refused_alike(path, too_many)
+        # 64 and a managed llama-server: 65 as well.
+        path = self.write("upstream:\n" +
+                          "".join("  - %s\n" % u for u in urls[:64]) +
+                          "model: %s\n" % st.MODEL_TINY)
+        self.assert_refused_alike(path, too_many, "--llama-server",
+                                  st.llama_server_path())
+        # Models' upstreams: add up across the models.
+        upstreams = "    upstreams:\n" + "".join(
+            "      - http://127.0.0.1:%d\n" % (1000 + i) for i in range(32))
+        path = self.write(self.models(2, upstreams))
+        self.assertEqual(run("--check-config", path).returncode, 0)
+        path = self.write(self.models(2, upstreams) +
+                          "  last:\n    upstreams: [http://127.0.0.1:9]\n")
+        self.assert_refused_alike(path, too_many)
+
+    def test_replicas_count_when_their_model_starts_with_sluice(self):
+        managed = "    model: %s\n    replicas: 13\n" % st.MODEL_TINY
+        exe = ("--llama-server", st.llama_server_path())
+        five = self.models(5, managed)  # 65 replicas
+        self.assert_refused_alike(
+            self.write(five), r"65 upstreams to start with .*", *exe)
+        # Only those that start at once count: four within --max-loaded
+        # or --memory-budget, or four and one waiting for a request.
+        four_fit = os.path.getsize(st.MODEL_TINY) * 13 * 4
+        lazy = self.models(4, managed) + (
+            "  lazy:\n%s    preload: false\n" % managed)
+        for text in ("max-loaded: 4\n" + five,
+                     "memory-budget: %d\n" % four_fit + five, lazy):
+            with self.subTest(text=text):
+                r = run("--check-config", self.write(text), *exe)
+                self.assertEqual((r.returncode, r.stderr), (0, ""))
+
+    def test_llama_server_and_model_files_are_checked_alike(self):
+        bad = self.write("this is not a model\n" * 10, name="bad.gguf")
+        big = os.path.getsize(st.MODEL_TINY)
+        cases = [
+            ("model: %s\n" % st.MODEL_TINY,
+             ("--llama-server", "/nonexistent/llama-server"),
+             r"--llama-server /nonexistent/llama-server: no such file"),
+            ("model: %s\n" % bad, ("--llama-server", st.llama_server_path()),
+             r"--model %s: not a GGUF model file \(it does not start with "
+             r"\"GGUF\"\)" % re.escape(bad)),
+            ("model: /nonexistent/m.gguf\n",
+             ("--llama-server", st.llama_server_path()),
+             r"--model /nonexistent/m.gguf: No such file or directory"),
+            (self.models(1, "    model: %s\n" % bad),
+             ("--llama-server", st.llama_server_path()),
+             r"models.m0: --model %s: not a GGUF model file .*"
+             % re.escape(bad)),
+            ("memory-budget: %d\n" % (2 * big - 1) +
+             self.models(1, "    model: %s\n    replicas: 2\n"
+                         % st.MODEL_TINY),
+             ("--llama-server", st.llama_server_path()),
+             r"models.m0: %d bytes of model files \(with its replicas\) is "
+             r"more than --memory-budget %d: it could never run"
+             % (2 * big, 2 * big - 1)),
+            (self.models(1, "    hf-repo: org/repo\n"),
+             ("--llama-server", "/nonexistent/llama-server"),
+             r"models.m0: --llama-server /nonexistent/llama-server: no such "
+             r"file"),
+        ]
+        for text, args, error in cases:
+            with self.subTest(text=text, args=args):
+                self.assert_refused_alike(self.write(text), error, *args)
+
+    def test_a_start_without_a_cache_directory_is_refused_alike(self):
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("HOME", "XDG_CACHE_HOME")}
+        path = self.write("upstream: http://127.0.0.1:9\n")
+        r = subprocess.run([st.SLUICE, "--check-config", path],
+                           capture_output=True, text=True, env=env,
+                           timeout=SAFETY_NET_S)
+        self.assertEqual((r.returncode, r.stderr),
+                         (2, "sluice: no cache directory: set --cache-dir, "
+                          "XDG_CACHE_HOME or HOME\n"))
+        r = subprocess.run([st.SLUICE, "--check-config", path,
+                            "--cache-dir", self.tmp],
+                           capture_output=True, text=True, env=env,
+                           timeout=SAFETY_NET_S)
+        self.assertEqual(r.returncode, 0, r.stderr)
 
 class ExampleFile(st.TestCase):
     """deploy/sluice.yaml says what --help says, and works."""

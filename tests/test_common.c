@@ -2,7 +2,8 @@
  * Unit tests for common.c's helpers for the request path: text joined into
  * fixed buffers (cut at their end, never past it) and the part of a write
  * that uv_try_write() left, copied for a write of its own, and the span of
- * printable bytes that header checks skip eight at a time.
+ * printable bytes that header checks skip eight at a time; and URLs as
+ * sluice shows them, their credentials masked.
  */
 #include "sluice/common.h"
 
@@ -83,10 +84,36 @@ static void test_printable_span(void)
 	ASSERT_EQ(sl_printable_span("GET / HTTP/1.1\r\n", 16), 14);
 }
 
+static void url_shown_is(const char *url, const char *want)
+{
+	char *got = sl_url_shown(url);
+	ASSERT_STR_EQ(got, want);
+	free(got);
+}
+
+static void test_url_shown(void)
+{
+	url_shown_is("http://10.0.0.5:8080", "http://10.0.0.5:8080");
+	url_shown_is("https://h/v1/x", "https://h/v1/x");
+	url_shown_is("http://[::1]:8080", "http://[::1]:8080");
+	url_shown_is("http://user:pass@host:8080", "http://user:***@host:8080");
+	url_shown_is("https://user:p%40ss@h/base", "https://user:***@h/base");
+	url_shown_is("http://user:@host", "http://user:***@host");
+	/* A user alone is often a token: none of it shows. */
+	url_shown_is("http://sk-token@host", "http://***@host");
+	url_shown_is("http://@host", "http://***@host");
+	/* What no parser takes is hidden all the same when quoted back. */
+	url_shown_is("http://user:pa/ss@host", "http://user:***@host");
+	url_shown_is("http://user:p@ss@host", "http://user:***@host");
+	url_shown_is("user:pass@host:80", "user:***@host:80");
+	url_shown_is("", "");
+}
+
 int main(void)
 {
 	RUN(test_join);
 	RUN(test_copy_tail);
 	RUN(test_printable_span);
+	RUN(test_url_shown);
 	return 0;
 }

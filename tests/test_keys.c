@@ -72,7 +72,7 @@ static void test_digest_and_lookup(void)
 	ASSERT_EQ(d[31], 0x08);
 
 	struct sl_tenants t = {0};
-	ASSERT(!sl_tenants_any(&t));
+	ASSERT(!sl_tenants_required(&t));
 	ASSERT(lookup(&t, "k1") == NULL);
 	/* Enough keys that the binary search takes several steps. */
 	struct spec specs[40];
@@ -84,7 +84,7 @@ static void test_digest_and_lookup(void)
 		    (struct spec){names[i], secrets[i], 0, 0, 0, NULL, -1, -1};
 	}
 	sl_tenants_install(&t, table(specs, 40), false);
-	ASSERT(sl_tenants_any(&t));
+	ASSERT(sl_tenants_required(&t));
 	for (unsigned i = 0; i < 40; i++) {
 		const struct sl_key *k = lookup(&t, secrets[i]);
 		ASSERT(k != NULL);
@@ -162,6 +162,23 @@ static struct sl_admission limited(void)
 	                             .priority = SL_PRIORITY_NORMAL};
 }
 
+/* A request that held no place and reserved nothing. */
+static const struct sl_admission unadmitted;
+
+/* The end of the request admitted as `a`, as app.c reports it. */
+static void end(struct sl_tenant *x, const struct sl_admission *a, bool used,
+                const char *model, uint64_t prompt, uint64_t completion,
+                uint64_t now)
+{
+	struct sl_ending e = {.counted = a->counted,
+	                      .used = used,
+	                      .model = model,
+	                      .prompt_tokens = prompt,
+	                      .completion_tokens = completion,
+	                      .reserved = a->reserved};
+	sl_tenant_end(x, &e, now);
+}
+
 static void test_requests_per_minute(void)
 {
 	struct sl_tenants t = {0};
@@ -184,8 +201,7 @@ static void test_requests_per_minute(void)
 			         "x-ratelimit-remaining-requests: 0\r\n"
 			         "x-ratelimit-reset-requests: 1m0s\r\n");
 		ASSERT_STR_EQ(a.headers, want);
-		sl_tenant_end(lookup(&t, "k10")->tenant, a.counted, true, "m",
-		              1, 1, now);
+		end(lookup(&t, "k10")->tenant, &a, true, "m", 1, 1, now);
 	}
 	struct sl_admission a = limited();
 	ASSERT_EQ(admit(&t, "k10", &a, now), SL_ADMIT_REQUESTS);
@@ -220,7 +236,7 @@ static void test_tokens_per_minute(void)
 	for (int i = 0; i < 3; i++) {
 		struct sl_admission a = limited();
 		ASSERT_EQ(admit(&t, "kt", &a, now), SL_ADMIT_OK);
-		sl_tenant_end(x, a.counted, true, "tiny", 30, 10, now);
+		end(x, &a, true, "tiny", 30, 10, now);
 	}
 	struct sl_admission a = limited();
 	ASSERT_EQ(admit(&t, "kt", &a, now), SL_ADMIT_TOKENS);
@@ -235,9 +251,100 @@ static void test_tokens_per_minute(void)
 	a = limited();
 	ASSERT_EQ(admit(&t, "kt", &a, now + 12600), SL_ADMIT_OK);
 	/* A request that reached no upstream charges nothing. */
-	sl_tenant_end(x, a.counted, false, "tiny", 500, 500, now + 12600);
+	end(x, &a, false, "tiny", 500, 500, now + 12600);
 	a = limited();
 	ASSERT_EQ(admit(&t, "kt", &a, now + 12600), SL_ADMIT_OK);
+	sl_tenants_free(&t);
+}
+
+/*
+ * Issue 28: a tpm is checked at admission against what a request may
+ * cost, its max_tokens and its prompt's estimate, so concurrent requests
+ * cannot pass it together; each end puts back what it did not use.
+ */
+static void test_tokens_reserved_at_admission(void)
+{
+	struct sl_tenants t = {0};
+	struct spec s[] = {{"tok", "kt", 0, 500, 0, NULL, -1, -1}};
+	sl_tenants_install(&t, table(s, 1), false);
+	struct sl_tenant *x = lookup(&t, "kt")->tenant;
+	/* 200 to generate and 40 bytes of body (10 tokens): 210 each. */
+	struct sl_admission a[3];
+	for (int i = 0; i < 3; i++) {
+		a[i] = limited();
+		a[i].max_tokens = 200;
+		a[i].body_bytes = 40;
+	}
+	ASSERT_EQ(admit(&t, "kt", &a[0], 0), SL_ADMIT_OK);
+	ASSERT(a[0].reserved == 210);
+	ASSERT_EQ(admit(&t, "kt", &a[1], 0), SL_ADMIT_OK);
+	ASSERT_CONTAINS(a[1].headers, "x-ratelimit-remaining-tokens: 80\r\n");
+	/* 80 left: the third waits for 130 more, at 500 a minute. */
+	ASSERT_EQ(admit(&t, "kt", &a[2], 0), SL_ADMIT_TOKENS);
+	ASSERT(a[2].reserved == 0 && !a[2].counted);
+	ASSERT_CONTAINS(a[2].headers, "Retry-After: 16\r\n"
+	                              "retry-after-ms: 15600\r\n");
+	ASSERT_STR_EQ(a[2].message,
+	              "Rate limit reached for key tok on tokens per min (TPM): "
+	              "Limit 500, Used 420, Requested 210. Please try again "
+	              "in 15.6s.");
+	/* The first used all it reserved; the second stopped at 20. */
+	end(x, &a[0], true, "tiny", 10, 200, 0);
+	ASSERT(x->tokens.level == 80);
+	end(x, &a[1], true, "tiny", 8, 12, 0);
+	ASSERT(x->tokens.level == 270);
+	a[2] = limited();
+	a[2].max_tokens = 200;
+	a[2].body_bytes = 40;
+	ASSERT_EQ(admit(&t, "kt", &a[2], 0), SL_ADMIT_OK);
+	/* Sent nowhere: all of it back, and never past the capacity. */
+	end(x, &a[2], false, "tiny", 0, 0, 0);
+	ASSERT(x->tokens.level == 270);
+	sl_bucket_refill(&x->tokens, 500, 60000);
+	ASSERT(x->tokens.level == 500);
+
+	/* Asking more than the whole minute: refused for good. */
+	struct sl_admission big = limited();
+	big.max_tokens = 501;
+	ASSERT_EQ(admit(&t, "kt", &big, 60000), SL_ADMIT_TOO_LARGE);
+	ASSERT(!big.counted && big.reserved == 0);
+	ASSERT(strstr(big.headers, "Retry-After") == NULL);
+	ASSERT_STR_EQ(big.message,
+	              "Request too large for key tok on tokens per min (TPM): "
+	              "Limit 500, Requested 501. Ask for fewer tokens "
+	              "(max_tokens).");
+	/* A prompt that makes it pass the minute reserves the minute. */
+	big = limited();
+	big.max_tokens = 500;
+	big.body_bytes = 4000;
+	ASSERT_EQ(admit(&t, "kt", &big, 60000), SL_ADMIT_OK);
+	ASSERT(big.reserved == 500);
+	end(x, &big, true, "tiny", 900, 500, 60000);
+	ASSERT(x->tokens.level == -900);
+
+	/* Unbounded: all the bucket holds, so one at a time. */
+	/* Three minutes pay the debt back and fill it again. */
+	sl_bucket_refill(&x->tokens, 500, 240000);
+	ASSERT(x->tokens.level == 500);
+	struct sl_admission open = limited(), next = limited();
+	open.max_tokens = -1;
+	next.max_tokens = 1;
+	ASSERT_EQ(admit(&t, "kt", &open, 240000), SL_ADMIT_OK);
+	ASSERT(open.reserved == 500);
+	ASSERT_EQ(admit(&t, "kt", &next, 240000), SL_ADMIT_TOKENS);
+	end(x, &open, true, "tiny", 5, 25, 240000);
+	ASSERT(x->tokens.level == 470);
+	next = limited();
+	next.max_tokens = 1;
+	ASSERT_EQ(admit(&t, "kt", &next, 240000), SL_ADMIT_OK);
+	/* A plain answer left running keeps its reservation taken. */
+	struct sl_ending left = {.counted = next.counted,
+	                         .used = true,
+	                         .ran_on = true,
+	                         .reserved = next.reserved};
+	sl_tenant_end(x, &left, 240000);
+	ASSERT(x->tokens.level == 469);
+	ASSERT_EQ(x->in_flight, 0);
 	sl_tenants_free(&t);
 }
 
@@ -258,12 +365,12 @@ static void test_concurrency(void)
 	ASSERT_STR_EQ(a3.message, "Rate limit reached for key two on "
 	                          "concurrent requests: Limit 2. Please try "
 	                          "again when one has ended.");
-	sl_tenant_end(x, a1.counted, true, NULL, 0, 0, 0);
+	end(x, &a1, true, NULL, 0, 0, 0);
 	ASSERT_EQ(x->in_flight, 1);
 	a3 = limited();
 	ASSERT_EQ(admit(&t, "k2", &a3, 0), SL_ADMIT_OK);
-	sl_tenant_end(x, a2.counted, true, NULL, 0, 0, 0);
-	sl_tenant_end(x, a3.counted, true, NULL, 0, 0, 0);
+	end(x, &a2, true, NULL, 0, 0, 0);
+	end(x, &a3, true, NULL, 0, 0, 0);
 	ASSERT_EQ(x->in_flight, 0);
 	sl_tenants_free(&t);
 }
@@ -308,10 +415,10 @@ static void test_usage_and_metrics(void)
 	struct spec s[] = {{"team-a", "ka", 0, 0, 0, NULL, -1, -1}};
 	sl_tenants_install(&t, table(s, 1), false);
 	struct sl_tenant *x = lookup(&t, "ka")->tenant;
-	sl_tenant_end(x, false, true, "tiny", 10, 4, 0);
-	sl_tenant_end(x, false, true, "tiny", 11, 5, 0);
-	sl_tenant_end(x, false, true, "a\"b", 1, 2, 0);
-	sl_tenant_end(x, false, false, "tiny", 100, 100, 0); /* not sent */
+	end(x, &unadmitted, true, "tiny", 10, 4, 0);
+	end(x, &unadmitted, true, "tiny", 11, 5, 0);
+	end(x, &unadmitted, true, "a\"b", 1, 2, 0);
+	end(x, &unadmitted, false, "tiny", 100, 100, 0); /* not sent */
 	struct sl_text text = {0};
 	sl_tenants_write_metrics(&t, &text);
 	ASSERT_CONTAINS(text.data, "sluice_key_requests_total{key=\"team-a\","
@@ -340,7 +447,7 @@ static void test_usage_and_metrics(void)
 	for (unsigned i = 0; i < SL_KEYS_USAGE_MODELS_MAX + 10; i++) {
 		char m[16];
 		snprintf(m, sizeof(m), "m%u", i);
-		sl_tenant_end(x, false, true, m, 1, 1, 0);
+		end(x, &unadmitted, true, m, 1, 1, 0);
 	}
 	/* The names up to the bound, and "other". */
 	ASSERT_EQ(x->n_usage, SL_KEYS_USAGE_MODELS_MAX + 1);
@@ -386,21 +493,46 @@ static void test_reload_keeps_state_by_name(void)
 	a = limited();
 	ASSERT_EQ(admit(&t, "new-secret", &a, 0), SL_ADMIT_REQUESTS);
 	/* A request of a revoked tenant may still end: it counts. */
-	sl_tenant_end(gone, false, true, "tiny", 1, 1, 0);
+	end(gone, &unadmitted, true, "tiny", 1, 1, 0);
 	ASSERT_EQ(gone->usage->requests, 1);
+	/*
+	 * The section gone: every key revoked, and a key still required
+	 * (issue 28): removing the keys never turns authentication off.
+	 */
 	sl_tenants_install(&t, NULL, false);
-	ASSERT(!sl_tenants_any(&t));
+	ASSERT(sl_tenants_required(&t));
+	ASSERT(lookup(&t, "new-secret") == NULL);
 	ASSERT(stay->revoked);
+	sl_tenants_free(&t);
+}
+
+/* An empty keys: section requires a key as a full one does. */
+static void test_empty_table_requires_a_key(void)
+{
+	struct sl_tenants t = {0};
+	sl_tenants_install(&t, NULL, false);
+	ASSERT(!sl_tenants_required(&t));
+	sl_tenants_install(&t, table(NULL, 0), false);
+	ASSERT(sl_tenants_required(&t));
+	ASSERT(lookup(&t, "") == NULL);
+	struct spec one[] = {{"a", "sk-a", 0, 0, 0, NULL, -1, -1}};
+	sl_tenants_install(&t, table(one, 1), false);
+	ASSERT(lookup(&t, "sk-a") != NULL);
+	sl_tenants_install(&t, table(NULL, 0), false);
+	ASSERT(sl_tenants_required(&t));
+	ASSERT(lookup(&t, "sk-a") == NULL);
 	sl_tenants_free(&t);
 }
 
 int main(void)
 {
 	RUN(test_digest_and_lookup);
+	RUN(test_empty_table_requires_a_key);
 	RUN(test_bucket);
 	RUN(test_format_reset);
 	RUN(test_requests_per_minute);
 	RUN(test_tokens_per_minute);
+	RUN(test_tokens_reserved_at_admission);
 	RUN(test_concurrency);
 	RUN(test_models_and_priority);
 	RUN(test_usage_and_metrics);

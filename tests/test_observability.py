@@ -1,6 +1,7 @@
 """Prometheus /metrics, the JSON summary, /health and /ready, the access
-log."""
+log; and upstream credentials, shown in none of them."""
 
+import base64
 import json
 import os
 import re
@@ -8,6 +9,7 @@ import resource
 import signal
 import subprocess
 import time
+import urllib.parse
 
 import promcheck
 import sluice_test as st
@@ -391,6 +393,144 @@ class ProcessMetrics(st.TestCase):
         self.assertGreater(doc["resident_memory_bytes"], 0)
         self.assertGreater(doc["open_fds"], 0)
 
+
+
+# Credentials in upstream URLs (issue 28, item B): what must never show.
+PASSWORD = "pw-S3kr1t-x9"
+TOKEN = "sk-T0ken-q7"
+
+
+class UpstreamCredentials(st.TestCase):
+    """An upstream URL's userinfo is used for its requests and shown
+    nowhere: logs, /health, /ready, /metrics (text and JSON), answers
+    relayed or refused, --check-config and its errors."""
+
+    def assert_hidden(self, where, text):
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        for secret in (PASSWORD, TOKEN):
+            self.assertNotIn(secret, text, where)
+
+    def test_no_surface_shows_an_upstream_password(self):
+        ls = self.llama_server(st.MODEL_TINY, slots=2, ctx=1024)
+        with_password = "http://alice:%s@127.0.0.1:%d" % (PASSWORD, ls.port)
+        token_alone = "http://%s@127.0.0.1:%d" % (TOKEN, ls.port)
+        down = "http://dave:%s@127.0.0.1:1" % PASSWORD
+        shown = ["http://alice:***@127.0.0.1:%d" % ls.port,
+                 "http://***@127.0.0.1:%d" % ls.port,
+                 "http://dave:***@127.0.0.1:1"]
+        s = self.sluice("--upstream", with_password, "--upstream",
+                        token_alone, "--upstream", down, "--log-level",
+                        "debug", "--health-interval", "0.2")
+        for url in shown[:2]:
+            s.wait_line(r"info  upstream %s is ready" % re.escape(url))
+        s.wait_line(r"warn  upstream %s is down: " % re.escape(shown[2]))
+        answers = []
+        for stream in (False, True):
+            r = s.post("/v1/completions", {"prompt": "hi", "max_tokens": 4,
+                                           "stream": stream})
+            self.assertEqual(r.status, 200)
+            answers.append(r)
+        # The three upstreams by name: asked all at once, and one by one.
+        answers.append(s.get("/props"))
+        for url, status in zip(shown, (200, 200, 503)):
+            r = s.get("/props?upstream=" + urllib.parse.quote(url))
+            self.assertEqual(r.status, status, (url, r.body))
+            answers.append(r)
+        health = s.health().json()
+        self.assertEqual(sorted(u["name"] for u in health["upstreams"]),
+                         sorted(shown))
+        self.assertEqual(sorted(u["url"] for u in health["upstreams"]),
+                         sorted(shown))
+        answers += [s.get("/ready"), s.get("/metrics"),
+                    s.get("/metrics?format=json")]
+        self.assertIn('upstream="%s"' % shown[0],
+                      answers[-2].body.decode())
+        for r in answers:
+            self.assert_hidden(r.body, r.body)
+            self.assert_hidden(r.headers, repr(r.headers))
+        self.assert_hidden("/health", json.dumps(health))
+        # The access log names the upstream as /health does.
+        s.wait_line(r" access .* path=/v1/completions .* upstream=(%s|%s) "
+                    % (re.escape(shown[0]), re.escape(shown[1])))
+        self.assertEqual(s.stop(), 0)
+        self.assert_hidden("the log", s.output())
+
+    def test_check_config_and_its_errors_hide_passwords(self):
+        path = os.path.join(self.tmp, "sluice.yaml")
+        with open(path, "w") as f:
+            f.write("upstream:\n  - http://alice:%s@10.0.0.5:8080\n"
+                    "  - http://%s@10.0.0.6:8080/base\n" % (PASSWORD, TOKEN))
+        r = subprocess.run([st.SLUICE, "--check-config", path],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        self.assertIn("upstream: [\"http://alice:***@10.0.0.5:8080\", "
+                      "\"http://***@10.0.0.6:8080/base\"]  # file\n",
+                      r.stdout)
+        self.assert_hidden("--check-config", r.stdout)
+        with open(path, "w") as f:
+            f.write("models:\n  m:\n    upstreams:\n"
+                    "      - http://alice:%s@10.0.0.5:8080\n" % PASSWORD)
+        r = subprocess.run([st.SLUICE, "--check-config", path],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        self.assertIn("      - \"http://alice:***@10.0.0.5:8080\"\n",
+                      r.stdout)
+        self.assert_hidden("--check-config models:", r.stdout)
+        # Refusals quote what was written, less the credentials; a
+        # password with a '/' in it, which no URL parser takes, too.
+        for args, quoted in (
+                (["--upstream", "ftp://eve:%s@h" % PASSWORD],
+                 "ftp://eve:***@h"),
+                (["--upstream", "http://eve:%s/x@h" % PASSWORD],
+                 "http://eve:***@h"),
+                (["--upstream-dns", "eve:%s@h:80" % PASSWORD],
+                 "eve:***@h:80")):
+            r = subprocess.run([st.SLUICE, *args], capture_output=True,
+                               text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn('got "%s"' % quoted, r.stderr)
+            self.assert_hidden(args, r.stderr)
+        r = subprocess.run([st.SLUICE, "--probe",
+                            "http://eve:%s@127.0.0.1:1/health" % PASSWORD],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 1)
+        self.assertTrue(r.stderr.startswith(
+            "sluice: --probe http://eve:***@127.0.0.1:1/health: "), r.stderr)
+
+    def test_a_new_password_in_the_file_is_noted_on_reload(self):
+        # upstream: is not reloaded; SIGHUP says it changed, though
+        # the text it compares shows no password.
+        up = self.recording_upstream(answer=st.models_or_completion)
+        path = os.path.join(self.tmp, "sluice.yaml")
+        url = "http://bob:%s@127.0.0.1:%d" % (PASSWORD, up.port)
+        with open(path, "w") as f:
+            f.write("upstream: [%s]\n" % url)
+        s = self.sluice("--config", path)
+        with open(path, "w") as f:
+            f.write("upstream: [%s]\n" % url.replace(PASSWORD, TOKEN))
+        mark = len(s.lines)
+        s.proc.send_signal(signal.SIGHUP)
+        s.wait_line(r"warn  SIGHUP: upstream changed; ignored until a "
+                    r"restart", start=mark)
+        self.assertEqual(s.stop(), 0)
+        self.assert_hidden("the log", s.output())
+
+    def test_the_credentials_still_go_upstream(self):
+        for client in ("native", "curl"):
+            with self.subTest(client=client):
+                up = self.recording_upstream(answer=st.models_or_completion)
+                url = "http://bob:%s@127.0.0.1:%d" % (PASSWORD, up.port)
+                s = self.sluice("--upstream", url, "--upstream-client",
+                                client)
+                r = s.post("/v1/completions", {"prompt": "hi",
+                                               "max_tokens": 1})
+                self.assertEqual(r.status, 200, r.body)
+                sent = up.received()[-1].headers["Authorization"]
+                self.assertEqual(sent, "Basic " + base64.b64encode(
+                    ("bob:" + PASSWORD).encode()).decode())
+                self.assertEqual(s.stop(), 0)
+                self.assert_hidden("the log", s.output())
 
 class Readiness(st.TestCase):
 

@@ -2,6 +2,7 @@
 #include "sluice/request.h"
 
 #include "sluice/common.h"
+#include "sluice/native_api.h"
 #include "test.h"
 
 #include <jansson.h>
@@ -495,6 +496,7 @@ static void compare_paths(const struct sl_endpoint *ep, const char *header,
 	ASSERT_EQ(fast.assemblable, slow.assemblable);
 	ASSERT_EQ(fast.assemble_kind, slow.assemble_kind);
 	ASSERT_EQ(fast.return_tokens, slow.return_tokens);
+	ASSERT_EQ(fast.max_tokens, slow.max_tokens);
 	ASSERT_EQ(fast.model == NULL, slow.model == NULL);
 	if (fast.model)
 		ASSERT_STR_EQ(fast.model, slow.model);
@@ -593,6 +595,67 @@ static void test_fast_path_agrees_with_jansson(void)
 	}
 }
 
+/* The output bound a body gives a key's tpm (request.h, max_tokens). */
+static int64_t bound_of(const char *path, const char *body)
+{
+	struct sl_request r;
+	ASSERT_EQ(check(&r, path, NULL, body), 0);
+	int64_t n = r.max_tokens;
+	sl_request_free(&r);
+	return n;
+}
+
+static void test_max_tokens_bound(void)
+{
+	static const struct {
+		const char *body;
+		int64_t bound;
+	} cases[] = {
+	    {"{}", -1},
+	    {"{\"max_tokens\":16}", 16},
+	    {"{\"n_predict\":7}", 7},
+	    {"{\"max_completion_tokens\":9}", 9},
+	    {"{\"max_output_tokens\":5}", 5},
+	    /* Whichever llama-server takes, the largest covers it. */
+	    {"{\"max_tokens\":3,\"n_predict\":40}", 40},
+	    {"{\"max_tokens\":50,\"max_completion_tokens\":6}", 50},
+	    {"{\"max_tokens\":3,\"max_tokens\":30}", 30},
+	    /* llama-server's "until the context is full". */
+	    {"{\"n_predict\":-1,\"max_tokens\":3}", -1},
+	    {"{\"max_tokens\":3,\"max_completion_tokens\":-2}", -1},
+	    /* null is absent; what is no number bounds nothing. */
+	    {"{\"max_tokens\":null,\"n_predict\":4}", 4},
+	    {"{\"max_tokens\":null}", -1},
+	    {"{\"max_tokens\":\"5\"}", -1},
+	    {"{\"max_tokens\":[5]}", -1},
+	    /* llama-server truncates reals: rounded up, they are safe. */
+	    {"{\"max_tokens\":2.5}", 3},
+	    {"{\"max_tokens\":1e1}", 10},
+	    {"{\"max_tokens\":1e300}", INT64_C(4294967295)},
+	    /* As jansson and llama-server read names, escapes decoded. */
+	    {"{\"max_\\u0074okens\":12}", 12},
+	    /* Only the top level counts. */
+	    {"{\"x\":{\"max_tokens\":1}}", -1},
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(cases); i++)
+		for (int chat = 0; chat < 2; chat++) {
+			const char *path =
+			    chat ? "/v1/chat/completions" : "/completion";
+			int64_t got = bound_of(path, cases[i].body);
+			if (got != cases[i].bound)
+				TEST_FAIL("%s %s: %lld, not %lld", path,
+				          cases[i].body, (long long)got,
+				          (long long)cases[i].bound);
+		}
+	/* What generates nothing, nothing; the native APIs, their own. */
+	ASSERT_EQ(bound_of("/v1/embeddings", "{\"input\":\"x\"}"), 0);
+	ASSERT_EQ(bound_of("/v1/embeddings", "{\"max_tokens\":-1}"), 0);
+	ASSERT_EQ(bound_of("/generate", "{\"prompt\":\"x\"}"),
+	          SL_GENERATE_DEFAULT_TOKENS);
+	ASSERT_EQ(bound_of("/generate", "{\"prompt\":\"x\",\"max_tokens\":5}"),
+	          5);
+}
+
 int main(void)
 {
 	RUN(test_priority_header);
@@ -607,5 +670,6 @@ int main(void)
 	RUN(test_priority_member_is_cut_out);
 	RUN(test_stream_fields_are_set_in_place);
 	RUN(test_huge_numbers_are_relayed_as_written);
+	RUN(test_max_tokens_bound);
 	return 0;
 }

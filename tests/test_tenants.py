@@ -169,18 +169,23 @@ class Tenants(st.TestCase):
         prompt = sum(p for p, _ in used)
         generated = sum(c for _, c in used)
         before_last = sum(p + c for p, c in used[:-1])
-        # Refused: what was used is past the limit (it refills tpm/60 a
-        # second, so the request before was let in while under it plus
-        # that refill).
-        self.assertGreaterEqual(prompt + generated, tpm)
-        self.assertLess(before_last, tpm + tpm * elapsed / 60)
-        self.assertGreaterEqual(len(used), 2)
-        self.assertEqual(refused.header("x-ratelimit-remaining-tokens"), "0")
-        self.assertRegex(refused.header("x-ratelimit-reset-tokens"), RESET)
-        self.assertGreaterEqual(int(refused.header("Retry-After")), 1)
         err = refused.json()["error"]
         self.assertEqual(err["type"], "tokens")
         self.assertEqual(err["code"], "rate_limit_exceeded")
+        # Each request reserves its max_tokens and a quarter of its body's
+        # bytes (issue 28); one is refused once what is left is less.
+        asked = int(re.search(r" Requested (\d+)\.", err["message"])[1])
+        self.assertGreaterEqual(asked, 8 + len(json.dumps(chat(n=8))) // 4)
+        left = int(refused.header("x-ratelimit-remaining-tokens"))
+        self.assertLess(left, asked)
+        # Refused: what was used leaves less than that (it refills tpm/60
+        # a second, so the request before was let in while under it plus
+        # that refill).
+        self.assertGreater(prompt + generated, tpm - asked)
+        self.assertLess(before_last, tpm + tpm * elapsed / 60)
+        self.assertGreaterEqual(len(used), 2)
+        self.assertRegex(refused.header("x-ratelimit-reset-tokens"), RESET)
+        self.assertGreaterEqual(int(refused.header("Retry-After")), 1)
         # The same figures in /v1/usage and /metrics.
         mine = self.usage(s)["tok"]
         self.assertEqual(mine["requests"], len(used))
@@ -302,7 +307,10 @@ class Tenants(st.TestCase):
         # its tokens per minute, however long the answer runs.
         ls = self.llama_server(st.MODEL_TINY, slots=2, ctx=1024,
                                extra=("--embeddings", "--reranking"))
-        tpm = 100
+        # Room, after the first two, for the third's reservation (a
+        # quarter of its kilobyte of body): it is admitted, and its 950 or
+        # so prompt tokens take the key past its minute.
+        tpm = 400
         self.config = os.path.join(self.tmp, "sluice.yaml")
         with open(self.config, "w") as f:
             f.write(keys_yaml({"emb": {"secret": "sk-e", "tpm": tpm},
@@ -362,6 +370,266 @@ class Tenants(st.TestCase):
         self.assertEqual(r.status, 200)
         self.assertIsNone(r.header("X-Priority"))
         self.assertEqual(r.header("x-ratelimit-remaining-requests"), "0")
+
+
+
+def stream_usage(body):
+    """(prompt, completion) tokens of a streamed OpenAI answer: its last
+    event with a usage."""
+    found = None
+    for line in body.decode().split("\n"):
+        if line.startswith("data: {"):
+            u = json.loads(line[6:]).get("usage")
+            if u:
+                found = (u["prompt_tokens"], u["completion_tokens"])
+    return found
+
+
+class TokensReserved(st.TestCase):
+    """Issue 28: a key's tpm is checked when a request is admitted, against
+    its max_tokens and its prompt's estimate, so that requests at once
+    cannot pass it together; each gives back what it did not use when it
+    ends, unless llama-server goes on with it."""
+
+    def start(self, upstream, keys):
+        self.config = os.path.join(self.tmp, "sluice.yaml")
+        with open(self.config, "w") as f:
+            f.write(keys_yaml(keys))
+        return self.sluice("--config", self.config, "--upstream", upstream,
+                           "--admin-key", ADMIN)
+
+    def usage(self, s):
+        r = s.get("/v1/usage", headers=bearer(ADMIN))
+        self.assertEqual(r.status, 200)
+        return r.json()["keys"]
+
+    def remaining(self, s, key):
+        """The key's tokens left, from a request that takes none."""
+        r = s.post("/tokenize", {"content": "x"}, headers=bearer(key))
+        self.assertEqual(r.status, 200)
+        return int(r.header("x-ratelimit-remaining-tokens"))
+
+    def test_forty_streams_at_once_stay_within_the_minute(self):
+        tpm, n = 500, 100
+        ls = self.llama_server(st.MODEL_TINY, slots=4, ctx=1024)
+        s = self.start(ls.url, {"tok": {"secret": "sk-tok", "tpm": tpm}})
+        body = {"prompt": "hi", "max_tokens": n, "temperature": 0,
+                "stream": True}
+        t0 = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(40) as pool:
+            answers = list(pool.map(
+                lambda i: s.post("/v1/completions", body,
+                                 headers=bearer("sk-tok"),
+                                 timeout=SAFETY_NET_S), range(40)))
+        elapsed = time.monotonic() - t0
+        ok = [r for r in answers if r.status == 200]
+        refused = [r for r in answers if r.status == 429]
+        self.assertEqual(len(ok) + len(refused), 40)
+        # What they used, as the upstream counted it, is within the
+        # minute and what it refilled while they ran.
+        used = [stream_usage(r.body) for r in ok]
+        mine = self.usage(s)["tok"]
+        self.assertEqual(mine["requests"], len(ok))
+        self.assertEqual(mine["prompt_tokens"], sum(p for p, _ in used))
+        self.assertEqual(mine["completion_tokens"], n * len(ok))
+        total = mine["prompt_tokens"] + mine["completion_tokens"]
+        self.assertLessEqual(total, tpm + tpm * elapsed / 60)
+        # Each reserved its 100 and a quarter of its body's bytes: four
+        # fit in a full bucket, and each was let generate them all.
+        reserve = n + len(json.dumps(body)) // 4
+        self.assertGreaterEqual(len(ok), tpm // reserve)
+        self.assertEqual([c for _, c in used], [n] * len(ok))
+        for r in refused:
+            self.assertGreaterEqual(int(r.header("Retry-After")), 1)
+            err = r.json()["error"]
+            self.assertEqual((err["type"], err["code"]),
+                             ("tokens", "rate_limit_exceeded"))
+            self.assertRegex(err["message"],
+                             r"^Rate limit reached for key tok on tokens "
+                             r"per min \(TPM\): Limit 500, Used \d+, "
+                             r"Requested %d\. Please try again in \d+\.\ds\.$"
+                             % reserve)
+        # Ended, each gave back what its prompt's estimate was over.
+        left = self.remaining(s, "sk-tok")
+        self.assertGreaterEqual(left, tpm - total)
+        self.assertLessEqual(
+            left, tpm - total + tpm * (time.monotonic() - t0) / 60 + 1)
+        # More than the whole minute can never pass: no Retry-After.
+        r = s.post("/v1/completions", dict(body, max_tokens=tpm + 1),
+                   headers=bearer("sk-tok"))
+        self.assertEqual(r.status, 429)
+        self.assertIsNone(r.header("Retry-After"))
+        self.assertEqual(r.json()["error"]["message"],
+                         "Request too large for key tok on tokens per min "
+                         "(TPM): Limit 500, Requested 501. Ask for fewer "
+                         "tokens (max_tokens).")
+
+    def test_a_client_leaving_gives_back_what_was_not_generated(self):
+        # Generations long enough (as test_proxy's RUNS_ON) to be running
+        # still when the next request comes, on any machine.
+        tpm, n = 3000, 2000
+        ls = self.llama_server(st.MODEL_SLOW, slots=2, ctx=8192)
+        s = self.start(ls.url, {"tok": {"secret": "sk-tok", "tpm": tpm}})
+        body = {"prompt": "go on", "max_tokens": n, "temperature": 0}
+        plain_reserve = n + len(json.dumps(body)) // 4
+
+        # A stream holds its reservation while it runs: a second as large
+        # does not fit beside it.
+        c = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        c.request("POST", "/v1/completions", body=dict(body, stream=True),
+                  headers=dict(bearer("sk-tok"), **{"X-Request-Id": "a"}))
+        self.assertEqual(c.read_head()[0], 200)
+        events = c.events()
+        for _ in range(3):
+            next(events)
+        r = s.post("/v1/completions", body, headers=bearer("sk-tok"))
+        self.assertEqual(r.status, 429, r.body)
+        self.assertIn("Requested %d." % plain_reserve,
+                      r.json()["error"]["message"])
+        self.assertTrue(st.slot_busy(ls), "the stream ended too soon")
+        # Its client leaves: llama-server stops, and what it did not
+        # generate is given back.
+        c.close()
+        s.wait_line(r" access id=a .*status=200 ", timeout=SAFETY_NET_S)
+        st.wait_until(lambda: not st.slot_busy(ls), SAFETY_NET_S,
+                      "the slot to go idle")
+        generated = self.usage(s)["tok"]["completion_tokens"]
+        self.assertLess(generated, n)
+        left = self.remaining(s, "sk-tok")
+        t_left = time.monotonic()
+        self.assertGreaterEqual(left, tpm - generated)
+        self.assertGreater(left, plain_reserve)
+
+        # A plain answer whose client leaves runs on in llama-server
+        # (test_proxy.py): its reservation stays taken, and the next one
+        # does not fit.
+        c = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        c.request("POST", "/v1/completions", body=body,
+                  headers=dict(bearer("sk-tok"), **{"X-Request-Id": "b"}))
+        st.wait_until(lambda: st.slot_busy(ls), SAFETY_NET_S,
+                      "the generation to start")
+        c.close()
+        s.wait_line(r" access id=b ", timeout=SAFETY_NET_S)
+        r = s.post("/v1/completions", body, headers=bearer("sk-tok"))
+        self.assertEqual(r.status, 429, r.body)
+        refill = tpm * (time.monotonic() - t_left) / 60
+        self.assertLessEqual(self.remaining(s, "sk-tok"),
+                             left - plain_reserve + refill + 1)
+
+class ReloadKeepsAuthentication(st.TestCase):
+    """Issue 28: a reload never turns authentication off, whatever it
+    removes (the keys: section, its last key, its keys' hashes, the file's
+    api-key or admin-key), and a key it removes is refused at once."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ls = st.LlamaServer(st.MODEL_TINY, slots=2, ctx=1024)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ls.kill()
+
+    def write(self, text):
+        with open(self.config, "w") as f:
+            f.write(text)
+
+    def reload(self, s, pattern):
+        mark = len(s.lines)
+        s.proc.send_signal(signal.SIGHUP)
+        return s.wait_line(pattern, start=mark, timeout=SAFETY_NET_S)
+
+    def assert_locked(self, s, *revoked):
+        """Every endpoint but the health checks wants a key, and none of
+        `revoked` is one."""
+        for key in (None,) + revoked:
+            headers = bearer(key) if key else {}
+            for method, path in (("GET", "/metrics"), ("GET", "/v1/models"),
+                                 ("GET", "/props"), ("GET", "/slots"),
+                                 ("POST", "/v1/chat/completions"),
+                                 ("GET", "/no/such/path")):
+                r = st.request(s.port, method, path, headers=headers,
+                               body=chat(n=1) if method == "POST" else None)
+                self.assertEqual(r.status, 401, (key, path))
+        for path in ("/health", "/ready", "/v1/health"):
+            self.assertEqual(s.get(path).status, 200, path)
+
+    def test_removing_or_emptying_keys_keeps_requiring_a_key(self):
+        self.config = os.path.join(self.tmp, "sluice.yaml")
+        self.write(keys_yaml({"a": {"secret": "sk-a"}}))
+        s = self.sluice("--config", self.config, "--upstream", self.ls.url)
+        self.assertEqual(s.post("/v1/chat/completions", chat(n=1),
+                                headers=bearer("sk-a")).status, 200)
+        self.assertEqual(s.get("/metrics", headers=bearer("sk-a")).status,
+                         200)
+        self.assert_locked(s)
+        # The section gone: a's secret is revoked, and nothing is open.
+        self.write("slots: 2\n")
+        self.reload(s, r"keys reloaded: 0 keys; added: none; changed: "
+                    r"none; removed: a$")
+        self.assert_locked(s, "sk-a")
+        s.wait_line(r"warn  SIGHUP: keys: is gone and no --api-key is set: "
+                    r"every client request is refused \(401\)")
+        # A key again, then its hash changed: the old secret is refused.
+        self.write(keys_yaml({"b": {"secret": "sk-b"}}))
+        self.reload(s, r"keys reloaded: 1 key; added: b;")
+        self.assertEqual(s.get("/v1/models", headers=bearer("sk-b")).status,
+                         200)
+        self.write(keys_yaml({"b": {"secret": "sk-b2"}}))
+        self.reload(s, r"keys reloaded: 1 key; added: none; changed: b;")
+        self.assertEqual(s.get("/v1/models", headers=bearer("sk-b2")).status,
+                         200)
+        self.assertEqual(s.get("/v1/models", headers=bearer("sk-b")).status,
+                         401)
+        # The section emptied: the same as gone.
+        self.write("keys: {}\n")
+        self.reload(s, r"keys reloaded: 0 keys; added: none; changed: "
+                    r"none; removed: b$")
+        self.assert_locked(s, "sk-a", "sk-b", "sk-b2")
+        s.wait_line(r"warn  SIGHUP: keys: lists no key and no --api-key is "
+                    r"set")
+        # Every entry commented out leaves "keys:" alone, which is no
+        # mapping: refused, the (empty) keys stay.
+        self.write("keys:\n#  b:\n#    hash: %s\n" % digest("sk-b2"))
+        self.reload(s, r"error SIGHUP: keys not reloaded, the old ones "
+                    r"stay: .*:1: keys: a section: expected a mapping")
+        self.assert_locked(s, "sk-b2")
+        self.assertEqual(s.stop(), 0)
+
+    def test_a_file_without_its_client_and_admin_keys_keeps_them(self):
+        self.config = os.path.join(self.tmp, "sluice.yaml")
+        self.write("api-key: [file-key]\nadmin-key: file-admin\n" +
+                   keys_yaml({"a": {"secret": "sk-a"}}))
+        s = self.sluice("--config", self.config, "--upstream", self.ls.url)
+        self.write("# every key gone\n")
+        self.reload(s, r"warn  SIGHUP: api-key, admin-key changed; ignored "
+                    r"until a restart")
+        # The file's keys stay as started; the tenant key is revoked.
+        self.assertEqual(s.get("/v1/models",
+                               headers=bearer("file-key")).status, 200)
+        self.assertEqual(s.get("/metrics", headers=bearer("file-key")).status,
+                         403)
+        self.assertEqual(s.get("/metrics",
+                               headers=bearer("file-admin")).status, 200)
+        for key in (None, "sk-a"):
+            self.assertEqual(s.get("/v1/models", headers=bearer(key)
+                                   if key else {}).status, 401, key)
+            self.assertEqual(s.get("/metrics", headers=bearer(key)
+                                   if key else {}).status, 401, key)
+        # With a client key left, no outage to warn of.
+        self.assertEqual(s.count_lines(r"no --api-key is set"), 0)
+        self.assertEqual(s.stop(), 0)
+
+    def test_an_empty_keys_section_at_start_requires_a_key(self):
+        self.config = os.path.join(self.tmp, "sluice.yaml")
+        self.write("keys: {}\n")
+        s = self.sluice("--config", self.config, "--upstream", self.ls.url)
+        self.assert_locked(s)
+        s.wait_line(r"warn  keys: lists no key and no --api-key is set")
+        # --check-config keeps the section, as the start read it.
+        out = subprocess.run([st.SLUICE, "--check-config", self.config],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertTrue(out.stdout.endswith("\nkeys: {}\n"), out.stdout)
 
 
 class Priority(st.TestCase):

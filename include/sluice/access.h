@@ -41,16 +41,21 @@ bool sl_access_allow(struct sl_app *app, struct sl_http_request *req,
  * may use (sl_access_model_allowed), else it is answered 404
  * model_not_found as an unknown model is; a `limited` request (one that
  * takes a slot) must be within the key's rpm, tpm and max-concurrent, else
- * 429 with OpenAI's shape and headers. *priority comes in as the request
- * asked (or the default when `priority_given` is false) and goes out as
- * granted. Every answer to the request then carries the key's rate-limit
- * headers and, when `limited`, X-Priority. Its usage counts under m's
- * name. Returns false when req has been answered. Requests without a
- * tenant pass, their answers with X-Priority when `limited`.
+ * 429 with OpenAI's shape and headers; a tpm is checked against the
+ * request's reservation (keys.h), from `checked` (its max_tokens and its
+ * body), and the reservation noted in req->info for the request's end.
+ * *priority comes in as the request asked (or the default when
+ * checked->priority_given is false) and goes out as granted. Every answer
+ * to the request then carries the key's rate-limit headers and, when
+ * `limited`, X-Priority. Its usage counts under m's name. Returns false
+ * when req has been answered. Requests without a tenant pass, their
+ * answers with X-Priority when `limited`.
  */
+struct sl_request;
 bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
-                     bool limited, double *priority, bool priority_given,
-                     struct sl_model *m, const char *named);
+                     bool limited, double *priority,
+                     const struct sl_request *checked, struct sl_model *m,
+                     const char *named);
 
 /*
  * Whether `key` may use model `m`, asked for as `named` (NULL: none named,

@@ -109,6 +109,20 @@ static inline void sl_join_str(struct sl_join *j, const char *s)
 void sl_one_line(char *buf, size_t size);
 
 /*
+ * A URL as sluice shows it (logs, /health, metric labels, the access log,
+ * --check-config, errors): its userinfo masked, "user:***@host" after the
+ * scheme for a user and password (the user name says which credentials
+ * are in use, as curl and Go's url.Redacted show it) and "***@host" for a
+ * user alone, which is often a token. The userinfo ends at the last '@'
+ * after "://" (or from the start, without a scheme): a base URL has no
+ * '@' in its path, and a password with a '/' in it (which no URL parser
+ * takes) is still hidden when a refusal quotes it. Anything else comes
+ * back as it is. A new string: the caller frees it. The credentials stay
+ * in the URL sluice sends requests to (upstream.h, request_url).
+ */
+char *sl_url_shown(const char *url);
+
+/*
  * How many bytes from p on (at most n) are printable ASCII, 0x20 to 0x7e:
  * those that the checks of a header pass without a second look. Every
  * request's head is checked byte by byte in three places (http_frame.c,

@@ -187,11 +187,14 @@ struct sl_request_info {
 	 * name lives as long as sluice. `counted`: it holds one of the
 	 * tenant's concurrent places until it ends. `prompt_tokens`: as the
 	 * upstream counted them. `model`: its body's model, "" when none, for
-	 * the usage labels.
+	 * the usage labels. `tokens_reserved`: what it took from the tenant's
+	 * tokens bucket when admitted; `ran_on`: its client left a plain
+	 * answer that llama-server goes on with (keys.h, sl_ending).
 	 */
 	struct sl_tenant *tenant;
 	const char *key;
-	bool counted;
+	bool counted, ran_on;
+	double tokens_reserved;
 	unsigned prompt_tokens;
 	char model[128];
 };

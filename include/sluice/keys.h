@@ -12,6 +12,9 @@
  * on SIGHUP; tenant states are kept by key name across the swap and live
  * as long as sluice, so a request in flight keeps pointing at its tenant
  * whatever a reload does, and a key that comes back keeps its buckets.
+ * A `keys:` section, once installed, keeps requests needing a key for the
+ * rest of the run (`required`): a reload that removes or empties it
+ * revokes its keys, and never turns authentication off.
  *
  * Glossary:
  *   key       one entry of `keys:`: a name (for labels and logs, never
@@ -19,9 +22,17 @@
  *   tenant    the run-time state of a key name.
  *   bucket    a token bucket: holds up to `capacity` (the per-minute
  *             figure), refilled continuously at capacity per minute; a
- *             request takes one from the requests bucket, and the tokens
- *             it used are taken from the tokens bucket once it has ended,
- *             which may leave that bucket below zero.
+ *             request takes one from the requests bucket, and its
+ *             reservation from the tokens bucket.
+ *   reservation  what a request takes from its key's tokens bucket when
+ *             it is admitted: the most it may generate (its max_tokens,
+ *             request.h) and its prompt's estimated tokens
+ *             (SL_KEYS_BYTES_PER_TOKEN), at most the key's tpm; or, when
+ *             nothing bounds what it generates, everything the bucket
+ *             holds. It is admitted only if the bucket holds that much.
+ *             When it ends, the reservation is given back and what it
+ *             used (as the upstream counted it) taken instead, which may
+ *             leave the bucket below zero.
  *   usage     per tenant and model: requests, prompt and generated tokens
  *             since start (Prometheus counters, and GET /v1/usage).
  *
@@ -75,6 +86,14 @@
 #define SL_KEYS_CONCURRENT_MAX 1000000u
 /* Bytes of the header lines a tenant's answer carries (see admit). */
 #define SL_KEYS_HEADERS_MAX 384
+/*
+ * A prompt's tokens estimated from its request body's bytes, for the
+ * reservation: OpenAI's rule of thumb of four characters of English a
+ * token. The body's JSON around the prompt makes it an overestimate for
+ * short prompts; a script or language with more tokens a byte is
+ * underestimated, which the charge at the end makes good.
+ */
+#define SL_KEYS_BYTES_PER_TOKEN 4
 
 /* A token bucket; see the glossary. */
 struct sl_bucket {
@@ -198,6 +217,12 @@ struct sl_tenants {
 	struct sl_keys *table; /* NULL: no keys: section */
 	/* The table is the start-up configuration's, freed with it. */
 	bool table_borrowed;
+	/*
+	 * A table (even an empty one) was installed once: client requests
+	 * need a key from now on, whatever later tables hold. Never cleared:
+	 * only a restart without keys: turns authentication off.
+	 */
+	bool required;
 	struct sl_tenant *list; /* every name ever in a table, in order */
 };
 
@@ -206,7 +231,9 @@ struct sl_tenants {
  * each key to its tenant by name (a new one for a new name) and copying
  * its limits there; tenants whose name left are marked revoked. The old
  * table is freed (unless borrowed); the new one is owned. Logs one line of what
- * changed when `log_changes`.
+ * changed when `log_changes`. A table, even an empty one, makes keys
+ * required for good (`required`); a NULL table after one revokes every
+ * key and leaves them required.
  */
 void sl_tenants_install(struct sl_tenants *t, struct sl_keys *table,
                         bool log_changes);
@@ -214,8 +241,12 @@ void sl_tenants_install(struct sl_tenants *t, struct sl_keys *table,
 /* Frees the tenants and the table. */
 void sl_tenants_free(struct sl_tenants *t);
 
-/* Whether any key is configured (so that a request needs one). */
-bool sl_tenants_any(const struct sl_tenants *t);
+/*
+ * Whether a client request needs a key because of keys: (see `required`):
+ * true once a keys: section was installed, even when it lists no key now
+ * (then no tenant key opens anything).
+ */
+bool sl_tenants_required(const struct sl_tenants *t);
 
 /*
  * The key a client presented (its secret, len bytes), or NULL: digested
@@ -230,6 +261,7 @@ enum sl_admit {
 	SL_ADMIT_MODEL,       /* the model is not on the key's list: 404 */
 	SL_ADMIT_REQUESTS,    /* rpm exhausted: 429 */
 	SL_ADMIT_TOKENS,      /* tpm exhausted: 429 */
+	SL_ADMIT_TOO_LARGE,   /* max_tokens past the whole tpm: 429, for good */
 	SL_ADMIT_CONCURRENCY, /* max-concurrent reached: 429 */
 };
 
@@ -238,6 +270,12 @@ struct sl_admission {
 	/* In: the request's model (NULL: none named), whether it is limited */
 	const char *model;
 	bool limited; /* it takes a slot: rpm, tpm and concurrency apply */
+	/*
+	 * In, for tpm: the most tokens it may generate (request.h; -1: no
+	 * bound) and its body's bytes (for the prompt's estimate).
+	 */
+	int64_t max_tokens;
+	size_t body_bytes;
 	bool priority_given;
 	double priority; /* in: as asked (or the default); out: as granted */
 	/*
@@ -248,27 +286,49 @@ struct sl_admission {
 	char headers[SL_KEYS_HEADERS_MAX];
 	char message[200];
 	bool counted; /* it holds a concurrent place: sl_tenant_end() it */
+	/* Out: the tokens taken from the bucket (glossary: reservation). */
+	double reserved;
 };
 
 /*
  * Decides whether `key`'s tenant may send a request now, and at which
  * priority (clamped to max-priority; default-priority when it named
  * none). When it may and it is limited, it takes a request from the
- * bucket and a concurrent place. The model check comes first, so a key
- * learns nothing of other models' limits.
+ * bucket, its reservation from the tokens bucket and a concurrent place.
+ * A request whose max_tokens alone is more than the key's tpm could never
+ * be within it: SL_ADMIT_TOO_LARGE, with no Retry-After. The model check
+ * comes first, so a key learns nothing of other models' limits.
  */
 enum sl_admit sl_tenant_admit(const struct sl_key *key, struct sl_admission *a,
                               uint64_t now_ms);
 
+/* How a tenant's request ended, for sl_tenant_end(). */
+struct sl_ending {
+	bool counted; /* it held a concurrent place (sl_admission) */
+	bool used;    /* it reached an upstream */
+	/*
+	 * Its client left a plain answer, which llama-server finishes all
+	 * the same (proxy.c reads it to its end): what it will use is not
+	 * known yet, so its whole reservation stays taken.
+	 */
+	bool ran_on;
+	/* Its model (NULL or "": none named), for the usage labels. */
+	const char *model;
+	/* What it used, as the upstream counted it. */
+	uint64_t prompt_tokens, completion_tokens;
+	/* What it took at admission: sl_admission.reserved. */
+	double reserved;
+};
+
 /*
- * A request of `tenant` ended: gives back its concurrent place (when
- * `counted`), charges its tokens to the tokens bucket and counts its
- * usage under `model` (NULL or "": none named), when `used` (it reached
- * an upstream).
+ * A request of `tenant` ended: gives back its concurrent place, gives its
+ * reservation back to the tokens bucket and takes what it used instead
+ * (the tokens counted when it `used` an upstream; at least the
+ * reservation when it `ran_on`), and counts its usage under its model
+ * when it used an upstream.
  */
-void sl_tenant_end(struct sl_tenant *tenant, bool counted, bool used,
-                   const char *model, uint64_t prompt_tokens,
-                   uint64_t completion_tokens, uint64_t now_ms);
+void sl_tenant_end(struct sl_tenant *tenant, const struct sl_ending *e,
+                   uint64_t now_ms);
 
 /* GET /v1/usage's document: a new JSON object. */
 json_t *sl_tenants_usage_json(const struct sl_tenants *t);

@@ -89,6 +89,17 @@ struct sl_request {
 	char *model;
 	/* Whether the client named a priority (X-Priority or the body's). */
 	bool priority_given;
+	/*
+	 * The most tokens the upstream may generate for it, for a key's tpm
+	 * (keys.h): the largest of "n_predict", "max_tokens",
+	 * "max_completion_tokens" and "max_output_tokens" (each of which
+	 * llama-server 0.7.0 reads on some endpoint, in an order of its own:
+	 * the largest is safe whichever it takes), or -1 when nothing bounds
+	 * it: none of them, a negative one (llama-server's "until the context
+	 * is full") or one that is no number. 0 for endpoints that generate
+	 * nothing (embeddings, rerank).
+	 */
+	int64_t max_tokens;
 	/* The body was read by the fast path, without jansson (request.c). */
 	bool read_fast;
 	/*

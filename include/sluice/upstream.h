@@ -113,11 +113,22 @@ struct sl_upstream {
 	const struct sl_upstream_hooks *hooks;
 	void *data; /* the owner's */
 
-	char *url; /* base URL without a trailing '/' */
+	/*
+	 * The base URL without a trailing '/', as shown (logs, /health, the
+	 * access log): a remote's userinfo masked (sl_url_shown), so that
+	 * printing it never shows a password.
+	 */
+	char *url;
+	/*
+	 * The base URL requests go to: url with its credentials, which
+	 * libcurl sends (the native client takes no userinfo, so such a URL
+	 * goes through libcurl). Never shown.
+	 */
+	char *request_url;
 	/*
 	 * A name that stays when the URL changes (a managed llama-server gets
 	 * a new port at each restart): "managed", or a remote's URL. The
-	 * metrics label their series with it.
+	 * metrics label their series with it (masked as url is).
 	 */
 	char *name;
 	char *api_key; /* sent as a bearer token; NULL for none */
