@@ -23,12 +23,6 @@
  */
 #define SL_N_DISCARD_MAX INT32_MAX
 /*
- * The most objects and arrays a body may hold for the fast path
- * (read_fast): so many cannot nest deeper than jansson's limit of 2048
- * levels, beyond which it refuses a body that yajl would take.
- */
-#define SL_FAST_MAX_CONTAINERS 1024
-/*
  * Room beyond the client's body for what sluice inserts ("stream" and
  * "stream_options"), so that a splice usually needs one allocation.
  */
@@ -528,10 +522,9 @@ static bool escapes_ok(const char *body, size_t len)
 /*
  * yajl's memory for one validation, from the stack: a parse makes six
  * small allocations, all freed when it ends, and through malloc they cost
- * more than validating a chat request does. What does not fit (a body
- * nested thousands deep grows the depth stack) comes from malloc. Each
- * block is preceded by its size, for realloc; free gives nothing back to
- * the arena, which lives only as long as the parse.
+ * more than validating a chat request does. What does not fit comes from
+ * malloc. Each block is preceded by its size, for realloc; free gives
+ * nothing back to the arena, which lives only as long as the parse.
  */
 struct yajl_arena {
 	size_t used;
@@ -590,8 +583,7 @@ static void *arena_realloc(void *ctx, void *p, size_t n)
  * valid skips jansson, unless it holds something on which the two judge
  * differently or that sluice must decode to check:
  *   - a \u escape of half a surrogate pair or of NUL, or UTF-8 that is
- *     not well-formed (jansson refuses them; yajl takes them), or more
- *     objects and arrays than SL_FAST_MAX_CONTAINERS (jansson's limit);
+ *     not well-formed (jansson refuses them; yajl takes them);
  *   - a top-level value that is no object (refused, by jansson's path);
  *   - an escaped member name, or a member whose value sluice checks or
  *     reads closely: "priority", "n_discard", "stream" other than true or
@@ -636,12 +628,6 @@ static bool read_fast(struct sl_request *r, const char *body, size_t len,
 	if (!valid ||
 	    sl_jscan_parse(scan, body, len, max_tokens_for(len)) != 0 ||
 	    sl_jscan_type(scan, 0) != JSMN_OBJECT)
-		goto slow;
-	unsigned containers = 0;
-	for (int t = 0; t < scan->n; t++)
-		containers += sl_jscan_type(scan, t) == JSMN_OBJECT ||
-		              sl_jscan_type(scan, t) == JSMN_ARRAY;
-	if (containers > SL_FAST_MAX_CONTAINERS)
 		goto slow;
 	/* Names without escapes (checked first) compare as written. */
 	int stream = -1, model = -1;
@@ -692,6 +678,16 @@ static int validate(struct sl_request *r, const struct sl_endpoint *ep,
 	r->priority = SL_PRIORITY_NORMAL;
 	if (!ep->json_body)
 		return 0;
+	/*
+	 * Before any parser reads it: jsmn's time grows with depth, and
+	 * jansson's limit (2048 levels, where yajl has none) lies beyond
+	 * this one, so both paths read the same bodies.
+	 */
+	if (!sl_jscan_depth_ok(body, len))
+		return refuse(r,
+		              "the request body nests objects and arrays "
+		              "deeper than %d levels",
+		              SL_JSCAN_DEPTH_MAX);
 	if (ep->api != SL_API_RELAY) {
 		json_t *doc = parse_body(r, body, len, NULL);
 		if (!doc)

@@ -463,6 +463,23 @@ static void test_huge_numbers_are_relayed_as_written(void)
 }
 
 /*
+ * A body of `depth` levels, malloc'd: an object whose "prompt" is the
+ * string "x" inside depth - 1 arrays.
+ */
+static char *nested_body(unsigned depth)
+{
+	char *body = sl_xmalloc(2 * depth + 32);
+	size_t at = (size_t)sprintf(body, "{\"prompt\":");
+	for (unsigned i = 1; i < depth; i++)
+		body[at++] = '[';
+	at += (size_t)sprintf(body + at, "\"x\"");
+	for (unsigned i = 1; i < depth; i++)
+		body[at++] = ']';
+	strcpy(body + at, "}");
+	return body;
+}
+
+/*
  * Validates `body` both ways, with the fast path and with jansson's alone,
  * and checks that the results are the same.
  */
@@ -574,23 +591,63 @@ static void test_fast_path_agrees_with_jansson(void)
 					    endpoint(paths[p]), headers[h],
 					    bodies[b].body, up, bodies[b].fast);
 	/*
-	 * Nesting: within the fast path's bound, past it (jansson's path
-	 * takes it), and past jansson's own limit of 2048 (refused).
+	 * Nesting: at sluice's bound (the fast path takes it), past it and
+	 * past jansson's own limit of 2048 (both refused, alike).
 	 */
-	static const unsigned depths[] = {1000, 1500, 3000};
+	static const unsigned depths[] = {SL_JSCAN_DEPTH_MAX,
+	                                  SL_JSCAN_DEPTH_MAX + 1, 3000};
 	for (size_t d = 0; d < SL_ARRAY_SIZE(depths); d++) {
-		unsigned n = depths[d];
-		char *body = sl_xmalloc(2 * n + 16);
-		size_t at = (size_t)sprintf(body, "{\"a\":");
-		for (unsigned i = 1; i < n; i++)
-			body[at++] = '[';
-		for (unsigned i = 1; i < n; i++)
-			body[at++] = ']';
-		strcpy(body + at, "}");
+		char *body = nested_body(depths[d]);
 		compare_paths(endpoint("/v1/completions"), NULL, body, true,
-		              n <= 1024);
+		              depths[d] <= SL_JSCAN_DEPTH_MAX);
 		free(body);
 	}
+}
+
+/*
+ * A body nested deeper than SL_JSCAN_DEPTH_MAX is refused before any
+ * parser reads it, with a message that names the limit, on every
+ * endpoint that takes a body; brackets inside strings do not count.
+ */
+static void test_deep_bodies_are_refused(void)
+{
+	static const char *const paths[] = {
+	    "/v1/chat/completions", "/completion", "/generate", "/infer"};
+	char want[128];
+	snprintf(want, sizeof(want),
+	         "the request body nests objects and arrays deeper than %d "
+	         "levels",
+	         SL_JSCAN_DEPTH_MAX);
+	for (size_t p = 0; p < SL_ARRAY_SIZE(paths); p++) {
+		static const unsigned depths[] = {SL_JSCAN_DEPTH_MAX + 1,
+		                                  100000};
+		for (size_t d = 0; d < SL_ARRAY_SIZE(depths); d++) {
+			struct sl_request r;
+			char *body = nested_body(depths[d]);
+			ASSERT_EQ(check(&r, paths[p], NULL, body), SL_EINVAL);
+			ASSERT_EQ(r.status, 400);
+			ASSERT_STR_EQ(r.error, want);
+			free(body);
+		}
+	}
+	/* At the bound: relayed as written. */
+	struct sl_request r;
+	char *body = nested_body(SL_JSCAN_DEPTH_MAX);
+	ASSERT_EQ(check(&r, "/v1/embeddings", NULL, body), 0);
+	ASSERT_STR_EQ(r.body, body);
+	sl_request_free(&r);
+	free(body);
+	/* Brackets in a string are text. */
+	body = sl_xmalloc(4096);
+	struct sl_join j = {.p = body, .cap = 4096};
+	sl_join_str(&j, "{\"prompt\":\"");
+	for (int i = 0; i < 4 * SL_JSCAN_DEPTH_MAX; i++)
+		sl_join_str(&j, "[{");
+	sl_join_str(&j, "\"}");
+	ASSERT_EQ(check(&r, "/v1/embeddings", NULL, body), 0);
+	ASSERT_STR_EQ(r.body, body);
+	sl_request_free(&r);
+	free(body);
 }
 
 int main(void)
@@ -600,6 +657,7 @@ int main(void)
 	RUN(test_priority_field);
 	RUN(test_priority_messages);
 	RUN(test_body_checks);
+	RUN(test_deep_bodies_are_refused);
 	RUN(test_fast_path_agrees_with_jansson);
 	RUN(test_upstream_bodies);
 	RUN(test_nul_in_strings_survives);
