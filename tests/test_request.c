@@ -159,6 +159,14 @@ static void test_body_checks(void)
 	ASSERT_EQ(check(&r, "/completion", NULL, "{\"a\":"), SL_EINVAL);
 	ASSERT_CONTAINS(r.error,
 	                "malformed JSON in the request body at line 1");
+	/* jansson takes a raw NUL right after a number; JSON does not. */
+	static const char nul[] = "{\"x\":[0e9\0 ],\"y\":1}";
+	ASSERT_EQ(sl_request_validate(&r, endpoint("/v1/completions"), NULL,
+	                              nul, sizeof(nul) - 1, &opts),
+	          SL_EINVAL);
+	ASSERT_STR_EQ(
+	    r.error,
+	    "malformed JSON in the request body at byte 9: a NUL byte");
 	ASSERT_EQ(check(&r, "/generate", NULL, "{}"), SL_EINVAL);
 	ASSERT_STR_EQ(r.error, "\"prompt\" is required and must be a string");
 	ASSERT_EQ(r.status, 400);
@@ -577,6 +585,9 @@ static void test_fast_path_agrees_with_jansson(void)
 	    {"{\"a\":01}", false},
 	    {"{\"a\":\"x\ty\"}", false},
 	    {"{\"a\":1} x", false},
+	    {"{\"a\":[1,\v2]}", false},
+	    {"{\"a\":{\"b\":1\f}}", false},
+	    {"{\"a\":1\v}", false},
 	    {"", false},
 	};
 	static const char *const paths[] = {"/v1/chat/completions",
