@@ -166,6 +166,21 @@ static json_t *load_with_stand_ins(const char *body, size_t len,
 	return doc;
 }
 
+/* What kind of value v is, for a message: "a number", "an object"... */
+static const char *json_kind(const json_t *v)
+{
+	switch (json_typeof(v)) {
+	case JSON_OBJECT: return "an object";
+	case JSON_ARRAY: return "an array";
+	case JSON_STRING: return "a string";
+	case JSON_INTEGER:
+	case JSON_REAL: return "a number";
+	case JSON_TRUE:
+	case JSON_FALSE: return "a boolean";
+	default: return "null";
+	}
+}
+
 /*
  * Parses the JSON body and checks the fields sluice itself relies on. A
  * string may hold \u0000 (JSON allows it), so the parser is told to accept
@@ -187,7 +202,8 @@ static json_t *parse_body(struct sl_request *r, const char *body, size_t len,
 		       jerr.line, jerr.column, jerr.position, jerr.text);
 		return NULL;
 	}
-	json_t *v;
+	/* NULL when absent, and when the body is no object. */
+	json_t *v, *model = json_object_get(doc, "model");
 	int rc = 0;
 	if (!json_is_object(doc))
 		rc = refuse(r, "the request body must be a JSON object");
@@ -199,15 +215,28 @@ static json_t *parse_body(struct sl_request *r, const char *body, size_t len,
 		/* A negative n_discard overflowed llama-server's heap once. */
 		rc = refuse(r, "\"n_discard\" must be a non-negative integer "
 		               "below 2^31");
+	else if (model && !json_is_null(model) && !json_is_string(model))
+		/*
+		 * Not "no model": one named wrongly, which must not go to the
+		 * default model. (llama-server 0.7.0 serves it with its one
+		 * model; in router mode it says the name is missing.) null
+		 * means none, as llama-server reads it.
+		 */
+		rc = refuse(r,
+		            "\"model\" must be a string, the name of a "
+		            "model; got %s",
+		            json_kind(model));
+	else if (json_is_string(model) &&
+	         strlen(json_string_value(model)) != json_string_length(model))
+		rc = refuse(r, "\"model\" holds a NUL character; no model is "
+		               "named so");
 	if (rc != 0) {
 		json_decref(doc);
 		return NULL;
 	}
 	/* Which model: read here, once, for the router (app.h). */
-	v = json_object_get(doc, "model");
-	if (json_is_string(v) &&
-	    strlen(json_string_value(v)) == json_string_length(v))
-		r->model = sl_xstrdup(json_string_value(v));
+	if (json_is_string(model))
+		r->model = sl_xstrdup(json_string_value(model));
 	return doc;
 }
 
@@ -593,22 +622,23 @@ static void *arena_realloc(void *ctx, void *p, size_t n)
 /*
  * The fast path for relayed bodies. jansson reads a 200-byte chat request
  * in about 2.7 us, yajl validates it in 0.4 (measured on the benchmark
- * machine), and a relayed body needs no document: the jsmn scan that the
- * splice uses finds the few members sluice reads. So a body yajl finds
- * valid skips jansson, unless it holds something on which the two judge
- * differently or that sluice must decode to check:
+ * machine), and a relayed body needs no document: the scan of its
+ * top-level members that the splice uses (scan_members) finds the few
+ * that sluice reads. So a body yajl finds valid skips jansson, unless it
+ * holds something on which the two judge differently or that sluice must
+ * decode to check:
  *   - a \u escape of half a surrogate pair or of NUL, UTF-8 that is not
  *     well-formed, or a form feed or vertical tab, which yajl takes for
  *     spacing (jansson refuses them; yajl takes them);
  *   - a top-level value that is no object (refused, by jansson's path);
  *   - an escaped member name, or a member whose value sluice checks or
  *     reads closely: "priority", "n_discard", "stream" other than true or
- *     false, "model" with an escape, and what sl_assemble_member_matters()
- *     names.
+ *     false, "model" with an escape or other than a string or null, and
+ *     what sl_assemble_member_matters() names.
  * Such bodies take jansson's path, whose refusals name line and column.
  * Either path gives the same result: fuzz_request compares them.
  * Returns true with `facts` and r->model filled, and `scan` holding the
- * body's tokens; false with both left empty.
+ * body's top-level tokens; false with both left empty.
  */
 static bool read_fast(struct sl_request *r, const char *body, size_t len,
                       struct sl_jscan *scan, struct relay_facts *facts)
@@ -673,6 +703,10 @@ static bool read_fast(struct sl_request *r, const char *body, size_t len,
 		goto slow;
 	if (model >= 0 && sl_jscan_type(scan, model) == JSMN_STRING &&
 	    memchr(sl_jscan_text(scan, model), '\\', sl_jscan_len(scan, model)))
+		goto slow;
+	/* Refused, in jansson's words; null is no model. */
+	if (model >= 0 && sl_jscan_type(scan, model) != JSMN_STRING &&
+	    !sl_jscan_is(scan, model, "null"))
 		goto slow;
 	*facts = (struct relay_facts){
 	    .stream = stream >= 0 && sl_jscan_is(scan, stream, "true"),

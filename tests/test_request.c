@@ -661,6 +661,68 @@ static void test_deep_bodies_are_refused(void)
 	free(body);
 }
 
+/*
+ * A "model" that is not a string is refused, naming the field, on both
+ * paths and every endpoint that takes a body, rather than read as no model
+ * (the default one). null is no model; the last of duplicates counts, as
+ * jansson reads it.
+ */
+static void test_model_must_be_a_string(void)
+{
+	static const struct {
+		const char *body, *error;
+	} bad[] = {
+	    {"{\"model\":5,\"prompt\":\"hi\"}", "a number"},
+	    {"{\"model\":-1.5e3}", "a number"},
+	    {"{\"model\":{\"x\":1}}", "an object"},
+	    {"{\"model\":[\"m\"]}", "an array"},
+	    {"{\"model\":true}", "a boolean"},
+	    {"{\"model\":\"m\",\"model\":false}", "a boolean"},
+	};
+	static const char *const paths[] = {
+	    "/v1/chat/completions", "/v1/completions", "/completion",
+	    "/v1/embeddings",       "/generate",       "/infer"};
+	for (size_t b = 0; b < SL_ARRAY_SIZE(bad); b++) {
+		char want[128];
+		snprintf(want, sizeof(want),
+		         "\"model\" must be a string, the name of a model; "
+		         "got %s",
+		         bad[b].error);
+		for (size_t p = 0; p < SL_ARRAY_SIZE(paths); p++) {
+			struct sl_request r;
+			ASSERT_EQ(check(&r, paths[p], NULL, bad[b].body),
+			          SL_EINVAL);
+			ASSERT_EQ(r.status, 400);
+			ASSERT_STR_EQ(r.error, want);
+			ASSERT(r.model == NULL);
+			compare_paths(endpoint(paths[p]), NULL, bad[b].body,
+			              true, false);
+		}
+	}
+	struct sl_request r;
+	ASSERT_EQ(
+	    check(&r, "/v1/completions", NULL, "{\"model\":\"a\\u0000b\"}"),
+	    SL_EINVAL);
+	ASSERT_STR_EQ(r.error,
+	              "\"model\" holds a NUL character; no model is named so");
+	/* null is no model, on either path. */
+	ASSERT_EQ(check(&r, "/v1/completions", NULL,
+	                "{\"model\":null,\"prompt\":\"hi\"}"),
+	          0);
+	ASSERT(r.model == NULL);
+	ASSERT(r.read_fast);
+	sl_request_free(&r);
+	compare_paths(endpoint("/v1/completions"), NULL,
+	              "{\"model\":null,\"prompt\":\"hi\"}", true, true);
+	ASSERT_EQ(
+	    check(&r, "/v1/completions", NULL, "{\"model\":5,\"model\":\"m\"}"),
+	    0);
+	ASSERT_STR_EQ(r.model, "m");
+	sl_request_free(&r);
+	compare_paths(endpoint("/v1/completions"), NULL,
+	              "{\"model\":5,\"model\":\"m\"}", true, true);
+}
+
 int main(void)
 {
 	RUN(test_priority_header);
@@ -670,6 +732,7 @@ int main(void)
 	RUN(test_body_checks);
 	RUN(test_deep_bodies_are_refused);
 	RUN(test_fast_path_agrees_with_jansson);
+	RUN(test_model_must_be_a_string);
 	RUN(test_upstream_bodies);
 	RUN(test_nul_in_strings_survives);
 	RUN(test_untouched_body_is_byte_identical);
