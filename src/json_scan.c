@@ -242,27 +242,42 @@ static size_t skim_container(const char *text, size_t len, size_t at,
 	return 0;
 }
 
+/* A byte of 1s, for the word-wide tests below. */
+#define ONES UINT64_C(0x0101010101010101)
+
+/*
+ * The bytes of the eight at p that are '{' or '[', each as the low bit of
+ * its byte. '[' | 0x20 is '{', and no other byte gives it; a byte equal to
+ * '{' is zero after the XOR, and the test below, which carries nothing
+ * from byte to byte, sets the high bit of a zero byte and of no other.
+ */
+static uint64_t opener_bits(const char *p)
+{
+	uint64_t w;
+	memcpy(&w, p, sizeof(w));
+	w = (w | ONES * 0x20) ^ (ONES * '{');
+	return (~(((w & ONES * 0x7f) + ONES * 0x7f) | w) & ONES * 0x80) >> 7;
+}
+
 /*
  * How many opening brackets the text holds, inside strings too, counted
- * eight bytes at a time until more than `enough` are found: the depth can
- * be no more, and in most texts this bound is all that is needed. '[' |
- * 0x20 is '{', and no other byte gives it; a byte of the word equal to
- * '{' is zero after the XOR, and the carry-free test below sets its high
- * bit then, and only then.
+ * until more than `enough` are found: the depth can be no more, and in
+ * most texts this bound is all that is needed. Four words a step: each
+ * byte of their sum is 4 at most, and the multiply gathers the eight
+ * bytes into the top one.
  */
 static size_t count_openers(const char *text, size_t len, size_t enough)
 {
-	const uint64_t ones = 0x0101010101010101u, high = ones * 0x80,
-	               low = ones * 0x7f;
 	size_t n = 0, i = 0;
-	for (; i + 8 <= len && n <= enough; i += 8) {
-		uint64_t w;
-		memcpy(&w, text + i, sizeof(w));
-		w = (w | ones * 0x20) ^ (ones * '{');
-		uint64_t zero = ~(((w & low) + low) | w) & high;
-		/* One bit a match, summed into the top byte. */
-		n += (size_t)(((zero >> 7) * ones) >> 56);
-	}
+	for (; i + 32 <= len && n <= enough; i += 32)
+		n += (size_t)(((opener_bits(text + i) +
+		                opener_bits(text + i + 8) +
+		                opener_bits(text + i + 16) +
+		                opener_bits(text + i + 24)) *
+		               ONES) >>
+		              56);
+	for (; i + 8 <= len && n <= enough; i += 8)
+		n += (size_t)((opener_bits(text + i) * ONES) >> 56);
 	for (; i < len && n <= enough; i++)
 		n += (text[i] | 0x20) == '{';
 	return n;
