@@ -477,13 +477,15 @@ static void test_huge_numbers_are_relayed_as_written(void)
 static char *nested_body(unsigned depth)
 {
 	char *body = sl_xmalloc(2 * depth + 32);
-	size_t at = (size_t)sprintf(body, "{\"prompt\":");
+	struct sl_join j = {.p = body, .cap = 2 * depth + 32};
+	sl_join_str(&j, "{\"prompt\":");
 	for (unsigned i = 1; i < depth; i++)
-		body[at++] = '[';
-	at += (size_t)sprintf(body + at, "\"x\"");
+		sl_join_str(&j, "[");
+	sl_join_str(&j, "\"x\"");
 	for (unsigned i = 1; i < depth; i++)
-		body[at++] = ']';
-	strcpy(body + at, "}");
+		sl_join_str(&j, "]");
+	sl_join_str(&j, "}");
+	ASSERT(j.len + 1 < j.cap);
 	return body;
 }
 
