@@ -214,7 +214,7 @@ static void worst_row(const char *what, int kind, size_t size, size_t deep,
 			best = ms;
 		bool last = round == 2 || ms > 1000;
 		if (last)
-			printf("%.2f | %s |\n", best,
+			printf("%.3f | %s |\n", best,
 			       rc == 0 ? "accepted" : r.error);
 		sl_request_free(&r);
 		if (last)
