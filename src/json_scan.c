@@ -288,10 +288,14 @@ bool sl_jscan_depth_ok(const char *text, size_t len)
 	if (count_openers(text, len, SL_JSCAN_DEPTH_MAX) <= SL_JSCAN_DEPTH_MAX)
 		return true;
 	/*
-	 * The depth itself, strings skipped as the shallow scan skips them:
-	 * they end where jsmn ends them in any text jsmn reads that far.
-	 * Text that does not parse (a string that never closes, a closing
-	 * bracket too many) is let through for the parser to refuse.
+	 * The depth itself, the text read as jsmn reads it as far as jsmn
+	 * goes: strings skipped as the shallow scan skips them (they end
+	 * where jsmn ends them), and primitives as jsmn's strict mode reads
+	 * them, to the next delimiter, a quote or bracket inside taken for
+	 * one of their characters (in [1"],[[... the quote starts no string,
+	 * and what follows nests). Where jsmn stops, at a string that never
+	 * closes or a closing bracket too many, the text is let through for
+	 * it to refuse.
 	 */
 	size_t depth = 0;
 	for (size_t i = 0; i < len; i++) {
@@ -313,7 +317,18 @@ bool sl_jscan_depth_ok(const char *text, size_t len)
 				return true;
 			depth--;
 			break;
-		default: break;
+		case ' ':
+		case '\t':
+		case '\r':
+		case '\n':
+		case ',':
+		case ':': break;
+		default:
+			while (i + 1 < len && !is_space(text[i + 1]) &&
+			       text[i + 1] != ',' && text[i + 1] != ']' &&
+			       text[i + 1] != '}')
+				i++;
+			break;
 		}
 	}
 	return true;

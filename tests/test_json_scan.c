@@ -645,6 +645,17 @@ static void test_depth_limit(void)
 	ASSERT_EQ(scan(&s, text), SL_EINVAL);
 	sl_jscan_free(&s);
 
+	/*
+	 * jsmn reads a quote inside a primitive as one of its characters, so
+	 * the nest after it is no string's text: it counts.
+	 */
+	nest(text, sizeof(text), "[1\"],", MAX + 1, false, "]");
+	ASSERT(!sl_jscan_depth_ok(text, strlen(text)));
+	nest(text, sizeof(text), "{\"a\":[1e400\"],\"b\":", MAX, false, "\"}");
+	ASSERT(!sl_jscan_depth_ok(text, strlen(text)));
+	ASSERT_EQ(scan(&s, text), SL_EINVAL);
+	sl_jscan_free(&s);
+
 	/* Many containers side by side are no deeper than one. */
 	j = SL_JOIN(text);
 	sl_join_str(&j, "[");

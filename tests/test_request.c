@@ -624,6 +624,7 @@ static void test_fast_path_agrees_with_jansson(void)
  */
 static void test_deep_bodies_are_refused(void)
 {
+	static char big[32768];
 	static const char *const paths[] = {
 	    "/v1/chat/completions", "/completion", "/generate", "/infer"};
 	char want[128];
@@ -642,6 +643,24 @@ static void test_deep_bodies_are_refused(void)
 			ASSERT_STR_EQ(r.error, want);
 			free(body);
 		}
+	}
+	/*
+	 * A quote inside a primitive, which jsmn takes for one of its
+	 * characters, hides no nest: jansson refuses 1e400 first, and the
+	 * scan for its stand-ins reads the whole body with jsmn.
+	 */
+	struct sl_join at = {.p = big, .cap = sizeof(big)};
+	sl_join_str(&at, "{\"a\":[1e400\"],\"b\":");
+	for (int i = 0; i < 10000; i++)
+		sl_join_str(&at, "[");
+	for (int i = 0; i < 10000; i++)
+		sl_join_str(&at, "]");
+	sl_join_str(&at, "\"}");
+	ASSERT(at.len + 1 < at.cap);
+	for (size_t p = 0; p < SL_ARRAY_SIZE(paths); p++) {
+		struct sl_request r;
+		ASSERT_EQ(check(&r, paths[p], NULL, big), SL_EINVAL);
+		ASSERT_STR_EQ(r.error, want);
 	}
 	/* At the bound: relayed as written. */
 	struct sl_request r;

@@ -11,7 +11,9 @@
  *   - the token limit is exact: the same text parses with exactly as many
  *     tokens as it took, and is refused with one fewer;
  *   - no text scanned nests deeper than SL_JSCAN_DEPTH_MAX, and jscan
- *     refuses valid JSON exactly when jansson's tree nests deeper;
+ *     refuses valid JSON exactly when jansson's tree nests deeper; on
+ *     any text sl_jscan_depth_ok() lets through, jsmn itself (whose time
+ *     grows with depth) nests no deeper, however far it reads;
  *   - when jansson (any value, NUL allowed) accepts the text, and the
  *     text holds no NUL byte and nests no deeper than the bound, jscan
  *     accepts it too (jansson 2.14 takes a
@@ -134,6 +136,32 @@ static size_t depth_of(json_t *v)
 		return 0;
 	}
 	return deepest + 1;
+}
+
+/*
+ * How deep jsmn's containers nest on the text, as far as it reads it,
+ * error or not: the tokens it made by then hold their parent links.
+ */
+static int jsmn_depth(const char *text, size_t size)
+{
+	jsmn_parser p;
+	jsmn_init(&p);
+	jsmntok_t *tok = malloc(sizeof(*tok) * (size + 1));
+	int *depth = malloc(sizeof(int) * (size + 1));
+	CHECK(tok && depth);
+	(void)jsmn_parse(&p, text, size, tok, (unsigned)size + 1);
+	int deepest = 0;
+	for (unsigned i = 0; i < p.toknext; i++) {
+		int parent = tok[i].parent;
+		depth[i] =
+		    (parent < 0 ? 0 : depth[parent]) +
+		    (tok[i].type == JSMN_OBJECT || tok[i].type == JSMN_ARRAY);
+		if (depth[i] > deepest)
+			deepest = depth[i];
+	}
+	free(depth);
+	free(tok);
+	return deepest;
 }
 
 /* Whether sl_jscan_number reads token i as a number. */
@@ -306,6 +334,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} else {
 		CHECK(s.n == 0);
 	}
+
+	/* Only where the check passed: elsewhere jsmn may take seconds. */
+	if (sl_jscan_depth_ok(text, size))
+		CHECK(jsmn_depth(text, size) <= SL_JSCAN_DEPTH_MAX);
 
 	json_t *doc =
 	    json_loadb(text, size, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
