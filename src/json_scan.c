@@ -19,6 +19,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,6 +169,8 @@ int sl_jscan_parse(struct sl_jscan *s, const char *text, size_t len,
 		return SL_EINVAL;
 	if (!strchr("{[\"", text[first]))
 		return scan_primitive(s, first);
+	if (!sl_jscan_depth_ok(text + first, len - first))
+		return SL_EINVAL;
 	int n = scan_tokens(s, max_tokens);
 	/* Nothing, an error, or a value cut short (jsmn leaves end at -1). */
 	if (n <= 0 || (unsigned)n > max_tokens || s->tok[0].end < 0)
@@ -205,13 +208,16 @@ static size_t skim_string(const char *text, size_t len, size_t at)
 }
 
 /*
- * The index just past the container that opens at text[at], or 0 when it
- * never closes: brackets are counted, not matched by kind, and strings
- * are skipped whole, so that a bracket inside one counts for nothing.
+ * The index just past the container that opens at text[at] inside `outer`
+ * others, or 0 when it never closes or nests deeper than
+ * SL_JSCAN_DEPTH_MAX: brackets are counted, not matched by kind, and
+ * strings are skipped whole, so that a bracket inside one counts for
+ * nothing.
  */
-static size_t skim_container(const char *text, size_t len, size_t at)
+static size_t skim_container(const char *text, size_t len, size_t at,
+                             size_t outer)
 {
-	size_t depth = 0;
+	size_t depth = outer;
 	for (size_t i = at; i < len; i++) {
 		switch (text[i]) {
 		case '"':
@@ -221,16 +227,111 @@ static size_t skim_container(const char *text, size_t len, size_t at)
 			i--; /* the loop steps past the closing quote */
 			break;
 		case '{':
-		case '[': depth++; break;
+		case '[':
+			if (++depth > SL_JSCAN_DEPTH_MAX)
+				return 0;
+			break;
 		case '}':
 		case ']':
-			if (--depth == 0)
+			if (--depth == outer)
 				return i + 1;
 			break;
 		default: break;
 		}
 	}
 	return 0;
+}
+
+/* A byte of 1s, for the word-wide tests below. */
+#define ONES UINT64_C(0x0101010101010101)
+
+/*
+ * The bytes of the eight at p that are '{' or '[', each as the low bit of
+ * its byte. '[' | 0x20 is '{', and no other byte gives it; a byte equal to
+ * '{' is zero after the XOR, and the test below, which carries nothing
+ * from byte to byte, sets the high bit of a zero byte and of no other.
+ */
+static uint64_t opener_bits(const char *p)
+{
+	uint64_t w;
+	memcpy(&w, p, sizeof(w));
+	w = (w | ONES * 0x20) ^ (ONES * '{');
+	return (~(((w & ONES * 0x7f) + ONES * 0x7f) | w) & ONES * 0x80) >> 7;
+}
+
+/*
+ * How many opening brackets the text holds, inside strings too, counted
+ * until more than `enough` are found: the depth can be no more, and in
+ * most texts this bound is all that is needed. Four words a step: each
+ * byte of their sum is 4 at most, and the multiply gathers the eight
+ * bytes into the top one.
+ */
+static size_t count_openers(const char *text, size_t len, size_t enough)
+{
+	size_t n = 0, i = 0;
+	for (; i + 32 <= len && n <= enough; i += 32)
+		n += (size_t)(((opener_bits(text + i) +
+		                opener_bits(text + i + 8) +
+		                opener_bits(text + i + 16) +
+		                opener_bits(text + i + 24)) *
+		               ONES) >>
+		              56);
+	for (; i + 8 <= len && n <= enough; i += 8)
+		n += (size_t)((opener_bits(text + i) * ONES) >> 56);
+	for (; i < len && n <= enough; i++)
+		n += (text[i] | 0x20) == '{';
+	return n;
+}
+
+bool sl_jscan_depth_ok(const char *text, size_t len)
+{
+	if (count_openers(text, len, SL_JSCAN_DEPTH_MAX) <= SL_JSCAN_DEPTH_MAX)
+		return true;
+	/*
+	 * The depth itself, the text read as jsmn reads it as far as jsmn
+	 * goes: strings skipped as the shallow scan skips them (they end
+	 * where jsmn ends them), and primitives as jsmn's strict mode reads
+	 * them, to the next delimiter, a quote or bracket inside taken for
+	 * one of their characters (in [1"],[[... the quote starts no string,
+	 * and what follows nests). Where jsmn stops, at a string that never
+	 * closes or a closing bracket too many, the text is let through for
+	 * it to refuse.
+	 */
+	size_t depth = 0;
+	for (size_t i = 0; i < len; i++) {
+		switch (text[i]) {
+		case '"':
+			i = skim_string(text, len, i);
+			if (i == 0)
+				return true;
+			i--; /* the loop steps past the closing quote */
+			break;
+		case '{':
+		case '[':
+			if (++depth > SL_JSCAN_DEPTH_MAX)
+				return false;
+			break;
+		case '}':
+		case ']':
+			if (depth == 0)
+				return true;
+			depth--;
+			break;
+		case ' ':
+		case '\t':
+		case '\r':
+		case '\n':
+		case ',':
+		case ':': break;
+		default:
+			while (i + 1 < len && !is_space(text[i + 1]) &&
+			       text[i + 1] != ',' && text[i + 1] != ']' &&
+			       text[i + 1] != '}')
+				i++;
+			break;
+		}
+	}
+	return true;
 }
 
 /*
@@ -315,11 +416,14 @@ static bool leaf(struct sl_jscan *s, unsigned *room, unsigned max_tokens,
 	return end != 0 && push(s, room, max_tokens, tok);
 }
 
-/* The token of a container at text[*at] that is skipped, not walked. */
+/*
+ * The token of a container at text[*at], inside `depth` others, that is
+ * skipped, not walked.
+ */
 static bool skipped(struct sl_jscan *s, unsigned *room, unsigned max_tokens,
-                    size_t *at, int parent)
+                    size_t *at, int parent, size_t depth)
 {
-	size_t i = *at, end = skim_container(s->text, s->len, i);
+	size_t i = *at, end = skim_container(s->text, s->len, i, depth);
 	*at = end;
 	return end != 0 &&
 	       push(s, room, max_tokens,
@@ -335,11 +439,12 @@ static bool skipped(struct sl_jscan *s, unsigned *room, unsigned max_tokens,
  * of its keys and values, and *at past it. A container inside is one token
  * with no children, skipped whole, unless it is the value of a member that
  * `open` names: that one is walked the same way, with nothing opened
- * further, so the walk nests two deep at most.
+ * further, so the walk nests two deep at most. `depth` counts the
+ * container itself and those it is in.
  */
 static bool walk(struct sl_jscan *s, unsigned *room, unsigned max_tokens,
                  size_t *at, int parent, const struct sl_jscan_key *open,
-                 int n_open)
+                 int n_open, size_t depth)
 {
 	const char *text = s->text;
 	size_t len = s->len, i = *at;
@@ -378,10 +483,11 @@ static bool walk(struct sl_jscan *s, unsigned *room, unsigned max_tokens,
 		}
 		bool nested = text[i] == '{' || text[i] == '[';
 		if (nested && opened) {
-			if (!walk(s, room, max_tokens, &i, holder, NULL, 0))
+			if (!walk(s, room, max_tokens, &i, holder, NULL, 0,
+			          depth + 1))
 				return false;
 		} else if (nested) {
-			if (!skipped(s, room, max_tokens, &i, holder))
+			if (!skipped(s, room, max_tokens, &i, holder, depth))
 				return false;
 		} else if (!leaf(s, room, max_tokens, &i, holder)) {
 			return false;
@@ -411,7 +517,7 @@ int sl_jscan_parse_shallow(struct sl_jscan *s, const char *text, size_t len,
 	unsigned room = SL_MIN((unsigned)SL_JSCAN_INLINE, max_tokens);
 	size_t i = skip_space(text, len, 0);
 	if (i == len || text[i] != '{' ||
-	    !walk(s, &room, max_tokens, &i, -1, open, n_open) ||
+	    !walk(s, &room, max_tokens, &i, -1, open, n_open, 1) ||
 	    !only_space_after(s, i)) {
 		/* No tokens from a refused text, as sl_jscan_parse() leaves
 		 * none. */
@@ -440,7 +546,7 @@ bool sl_jscan_leading_member(const char *text, size_t len,
 			return false;
 		size_t value_end;
 		if (text[i] == '{' || text[i] == '[')
-			value_end = skim_container(text, len, i);
+			value_end = skim_container(text, len, i, 1);
 		else if (text[i] == '"')
 			value_end = skim_string(text, len, i);
 		else /* a number the bytes end in may go on past them */

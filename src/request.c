@@ -23,12 +23,6 @@
  */
 #define SL_N_DISCARD_MAX INT32_MAX
 /*
- * The most objects and arrays a body may hold for the fast path
- * (read_fast): so many cannot nest deeper than jansson's limit of 2048
- * levels, beyond which it refuses a body that yajl would take.
- */
-#define SL_FAST_MAX_CONTAINERS 1024
-/*
  * Room beyond the client's body for what sluice inserts ("stream" and
  * "stream_options"), so that a splice usually needs one allocation.
  */
@@ -62,6 +56,21 @@ static int refuse(struct sl_request *r, const char *fmt, ...)
 static unsigned max_tokens_for(size_t len)
 {
 	return (unsigned)SL_MIN(len / 2 + 1, (size_t)UINT32_MAX);
+}
+
+/*
+ * The scan of a body that the splice and the fast path read: its
+ * top-level members, each value one token, containers skipped whole
+ * (json_scan.h's shallow scan, opening none), since sluice reads and
+ * changes nothing deeper. Tokens for every value inside would cost an
+ * allocation as large as ten times the body, and jsmn's walk up the
+ * levels at each closing bracket: 40 ms of the loop for a 1 MiB body of
+ * arrays 62 deep side by side, against 2 for the skip.
+ */
+static int scan_members(struct sl_jscan *scan, const char *body, size_t len)
+{
+	return sl_jscan_parse_shallow(scan, body, len, NULL, 0,
+	                              max_tokens_for(len));
 }
 
 /* Whether n bytes at p are one number in JSON's grammar. */
@@ -157,6 +166,21 @@ static json_t *load_with_stand_ins(const char *body, size_t len,
 	return doc;
 }
 
+/* What kind of value v is, for a message: "a number", "an object"... */
+static const char *json_kind(const json_t *v)
+{
+	switch (json_typeof(v)) {
+	case JSON_OBJECT: return "an object";
+	case JSON_ARRAY: return "an array";
+	case JSON_STRING: return "a string";
+	case JSON_INTEGER:
+	case JSON_REAL: return "a number";
+	case JSON_TRUE:
+	case JSON_FALSE: return "a boolean";
+	default: return "null";
+	}
+}
+
 /*
  * Parses the JSON body and checks the fields sluice itself relies on. A
  * string may hold \u0000 (JSON allows it), so the parser is told to accept
@@ -178,7 +202,8 @@ static json_t *parse_body(struct sl_request *r, const char *body, size_t len,
 		       jerr.line, jerr.column, jerr.position, jerr.text);
 		return NULL;
 	}
-	json_t *v;
+	/* NULL when absent, and when the body is no object. */
+	json_t *v, *model = json_object_get(doc, "model");
 	int rc = 0;
 	if (!json_is_object(doc))
 		rc = refuse(r, "the request body must be a JSON object");
@@ -190,15 +215,28 @@ static json_t *parse_body(struct sl_request *r, const char *body, size_t len,
 		/* A negative n_discard overflowed llama-server's heap once. */
 		rc = refuse(r, "\"n_discard\" must be a non-negative integer "
 		               "below 2^31");
+	else if (model && !json_is_null(model) && !json_is_string(model))
+		/*
+		 * Not "no model": one named wrongly, which must not go to the
+		 * default model. (llama-server 0.7.0 serves it with its one
+		 * model; in router mode it says the name is missing.) null
+		 * means none, as llama-server reads it.
+		 */
+		rc = refuse(r,
+		            "\"model\" must be a string, the name of a "
+		            "model; got %s",
+		            json_kind(model));
+	else if (json_is_string(model) &&
+	         strlen(json_string_value(model)) != json_string_length(model))
+		rc = refuse(r, "\"model\" holds a NUL character; no model is "
+		               "named so");
 	if (rc != 0) {
 		json_decref(doc);
 		return NULL;
 	}
 	/* Which model: read here, once, for the router (app.h). */
-	v = json_object_get(doc, "model");
-	if (json_is_string(v) &&
-	    strlen(json_string_value(v)) == json_string_length(v))
-		r->model = sl_xstrdup(json_string_value(v));
+	if (json_is_string(model))
+		r->model = sl_xstrdup(json_string_value(model));
 	return doc;
 }
 
@@ -563,10 +601,9 @@ static bool escapes_ok(const char *body, size_t len)
 /*
  * yajl's memory for one validation, from the stack: a parse makes six
  * small allocations, all freed when it ends, and through malloc they cost
- * more than validating a chat request does. What does not fit (a body
- * nested thousands deep grows the depth stack) comes from malloc. Each
- * block is preceded by its size, for realloc; free gives nothing back to
- * the arena, which lives only as long as the parse.
+ * more than validating a chat request does. What does not fit comes from
+ * malloc. Each block is preceded by its size, for realloc; free gives
+ * nothing back to the arena, which lives only as long as the parse.
  */
 struct yajl_arena {
 	size_t used;
@@ -620,22 +657,23 @@ static void *arena_realloc(void *ctx, void *p, size_t n)
 /*
  * The fast path for relayed bodies. jansson reads a 200-byte chat request
  * in about 2.7 us, yajl validates it in 0.4 (measured on the benchmark
- * machine), and a relayed body needs no document: the jsmn scan that the
- * splice uses finds the few members sluice reads. So a body yajl finds
- * valid skips jansson, unless it holds something on which the two judge
- * differently or that sluice must decode to check:
- *   - a \u escape of half a surrogate pair or of NUL, or UTF-8 that is
- *     not well-formed (jansson refuses them; yajl takes them), or more
- *     objects and arrays than SL_FAST_MAX_CONTAINERS (jansson's limit);
+ * machine), and a relayed body needs no document: the scan of its
+ * top-level members that the splice uses (scan_members) finds the few
+ * that sluice reads. So a body yajl finds valid skips jansson, unless it
+ * holds something on which the two judge differently or that sluice must
+ * decode to check:
+ *   - a \u escape of half a surrogate pair or of NUL, UTF-8 that is not
+ *     well-formed, or a form feed or vertical tab, which yajl takes for
+ *     spacing (jansson refuses them; yajl takes them);
  *   - a top-level value that is no object (refused, by jansson's path);
  *   - an escaped member name, or a member whose value sluice checks or
  *     reads closely: "priority", "n_discard", "stream" other than true or
- *     false, "model" with an escape, and what sl_assemble_member_matters()
- *     names.
+ *     false, "model" with an escape or other than a string or null, and
+ *     what sl_assemble_member_matters() names.
  * Such bodies take jansson's path, whose refusals name line and column.
  * Either path gives the same result: fuzz_request compares them.
  * Returns true with `facts` and r->model filled, and `scan` holding the
- * body's tokens; false with both left empty.
+ * body's top-level tokens; false with both left empty.
  */
 static bool read_fast(struct sl_request *r, const char *body, size_t len,
                       struct sl_jscan *scan, struct relay_facts *facts)
@@ -657,6 +695,13 @@ static bool read_fast(struct sl_request *r, const char *body, size_t len,
 		return false;
 	if (!escapes_ok(body, len))
 		return false;
+	/*
+	 * In a string yajl refuses them, as JSON does: anywhere else it reads
+	 * them as spacing. The scan below, which skips values sluice does
+	 * not read, would not see them.
+	 */
+	if (memchr(body, '\f', len) || memchr(body, '\v', len))
+		return false;
 	struct yajl_arena arena;
 	arena.used = 0;
 	yajl_alloc_funcs funcs = {arena_malloc, arena_realloc, arena_free,
@@ -668,15 +713,7 @@ static bool read_fast(struct sl_request *r, const char *body, size_t len,
 	    yajl_parse(h, (const unsigned char *)body, len) == yajl_status_ok &&
 	    yajl_complete_parse(h) == yajl_status_ok;
 	yajl_free(h);
-	if (!valid ||
-	    sl_jscan_parse(scan, body, len, max_tokens_for(len)) != 0 ||
-	    sl_jscan_type(scan, 0) != JSMN_OBJECT)
-		goto slow;
-	unsigned containers = 0;
-	for (int t = 0; t < scan->n; t++)
-		containers += sl_jscan_type(scan, t) == JSMN_OBJECT ||
-		              sl_jscan_type(scan, t) == JSMN_ARRAY;
-	if (containers > SL_FAST_MAX_CONTAINERS)
+	if (!valid || scan_members(scan, body, len) != 0)
 		goto slow;
 	/* Names without escapes (checked first) compare as written. */
 	int stream = -1, model = -1;
@@ -701,6 +738,10 @@ static bool read_fast(struct sl_request *r, const char *body, size_t len,
 		goto slow;
 	if (model >= 0 && sl_jscan_type(scan, model) == JSMN_STRING &&
 	    memchr(sl_jscan_text(scan, model), '\\', sl_jscan_len(scan, model)))
+		goto slow;
+	/* Refused, in jansson's words; null is no model. */
+	if (model >= 0 && sl_jscan_type(scan, model) != JSMN_STRING &&
+	    !sl_jscan_is(scan, model, "null"))
 		goto slow;
 	*facts = (struct relay_facts){
 	    .stream = stream >= 0 && sl_jscan_is(scan, stream, "true"),
@@ -730,6 +771,16 @@ static int validate(struct sl_request *r, const struct sl_endpoint *ep,
 		return ep->scheduled
 		           ? take_priority(r, NULL, priority_header, NULL, 0)
 		           : 0;
+	/*
+	 * Before any parser reads it: jsmn's time grows with depth, and
+	 * jansson's limit (2048 levels, where yajl has none) lies beyond
+	 * this one, so both paths read the same bodies.
+	 */
+	if (!sl_jscan_depth_ok(body, len))
+		return refuse(r,
+		              "the request body nests objects and arrays "
+		              "deeper than %d levels",
+		              SL_JSCAN_DEPTH_MAX);
 	if (ep->api != SL_API_RELAY) {
 		json_t *doc = parse_body(r, body, len, NULL);
 		if (!doc)
@@ -760,9 +811,20 @@ static int validate(struct sl_request *r, const struct sl_endpoint *ep,
 	doc = parse_body(r, body, len, &scan);
 	if (!doc)
 		goto free_scan;
-	/* Valid JSON the scanner cannot take: beyond jsmn's int offsets. */
-	if (scan.n == 0 &&
-	    sl_jscan_parse(&scan, body, len, max_tokens_for(len)) != 0) {
+	/*
+	 * What jansson took and the scanner cannot: a raw NUL byte, which
+	 * jansson 2.14 takes right after a number ([1\0]) and JSON nowhere,
+	 * or a body beyond jsmn's int offsets.
+	 */
+	const char *nul = memchr(body, '\0', len);
+	if (nul) {
+		rc = refuse(r,
+		            "malformed JSON in the request body at byte %zu: a "
+		            "NUL byte",
+		            (size_t)(nul - body));
+		goto free_doc;
+	}
+	if (scan.n == 0 && scan_members(&scan, body, len) != 0) {
 		rc = refuse(r, "the request body is too large to relay");
 		goto free_doc;
 	}

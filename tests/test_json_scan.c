@@ -562,6 +562,112 @@ static void test_leading_member(void)
 	ASSERT_STR_EQ(leading("", 0, "a"), "");
 }
 
+/*
+ * `before`, then `depth` containers around the number 1, then `after`, in
+ * buf: arrays, or objects of one member "a" when `objects`.
+ */
+static const char *nest(char *buf, size_t size, const char *before,
+                        unsigned depth, bool objects, const char *after)
+{
+	struct sl_join j = {.p = buf, .cap = size};
+	sl_join_str(&j, before);
+	for (unsigned d = 0; d < depth; d++)
+		sl_join_str(&j, objects ? "{\"a\":" : "[");
+	sl_join_str(&j, "1");
+	for (unsigned d = 0; d < depth; d++)
+		sl_join_str(&j, objects ? "}" : "]");
+	sl_join_str(&j, after);
+	ASSERT(j.len + 1 < size);
+	return buf;
+}
+
+/*
+ * Every scan refuses text nested deeper than SL_JSCAN_DEPTH_MAX, counting
+ * only brackets outside strings, and takes text nested that deep.
+ */
+static void test_depth_limit(void)
+{
+	enum { MAX = SL_JSCAN_DEPTH_MAX };
+	static char text[8 * (MAX + 1) + 4096];
+	struct sl_jscan s;
+	for (int objects = 0; objects < 2; objects++) {
+		nest(text, sizeof(text), "", MAX, objects, "");
+		ASSERT(sl_jscan_depth_ok(text, strlen(text)));
+		ASSERT_EQ(scan(&s, text), 0);
+		sl_jscan_free(&s);
+		nest(text, sizeof(text), " ", MAX + 1, objects, " ");
+		ASSERT(!sl_jscan_depth_ok(text, strlen(text)));
+		ASSERT_EQ(scan(&s, text), SL_EINVAL);
+		ASSERT_EQ(s.n, 0);
+		sl_jscan_free(&s);
+
+		/* The shallow scan, in a member it skips and one it opens. */
+		nest(text, sizeof(text), "{\"x\":", MAX - 1, objects, "}");
+		ASSERT_EQ(scan_shallow(&s, text, ANY_TOKENS), 0);
+		sl_jscan_free(&s);
+		nest(text, sizeof(text), "{\"x\":", MAX, objects, "}");
+		ASSERT_EQ(scan_shallow(&s, text, ANY_TOKENS), SL_EINVAL);
+		sl_jscan_free(&s);
+		nest(text, sizeof(text), "{\"usage\":[", MAX - 2, objects,
+		     "]}");
+		ASSERT_EQ(scan_shallow(&s, text, ANY_TOKENS), 0);
+		sl_jscan_free(&s);
+		nest(text, sizeof(text), "{\"usage\":[", MAX - 1, objects,
+		     "]}");
+		ASSERT_EQ(scan_shallow(&s, text, ANY_TOKENS), SL_EINVAL);
+		sl_jscan_free(&s);
+
+		/* A leading member: found unless its value is too deep. */
+		nest(text, sizeof(text), "{\"d\":", MAX - 1, objects,
+		     ",\"n\":2}");
+		ASSERT_STR_EQ(leading(text, strlen(text), "n"), "2");
+		nest(text, sizeof(text), "{\"d\":", MAX, objects, ",\"n\":2}");
+		ASSERT_STR_EQ(leading(text, strlen(text), "n"), "");
+		nest(text, sizeof(text), "{\"n\":2,\"d\":", MAX, objects, "}");
+		ASSERT_STR_EQ(leading(text, strlen(text), "n"), "2");
+	}
+
+	/* Brackets in strings, escaped quotes among them, count nothing. */
+	struct sl_join j = SL_JOIN(text);
+	sl_join_str(&j, "{\"a\":\"\\\"");
+	for (int i = 0; i < 4 * MAX; i++)
+		sl_join_str(&j, i % 2 ? "[" : "{");
+	sl_join_str(&j, "\\\\\",\"b\":[\"]]\"]}");
+	ASSERT(sl_jscan_depth_ok(text, j.len));
+	ASSERT_EQ(scan(&s, text), 0);
+	ASSERT_EQ(s.n, 6);
+	sl_jscan_free(&s);
+	ASSERT_EQ(scan_shallow(&s, text, ANY_TOKENS), 0);
+	sl_jscan_free(&s);
+	/* A string that ends in an escaped backslash ends there. */
+	nest(text, sizeof(text), "[\"\\\\\",", MAX, false, "]");
+	ASSERT(!sl_jscan_depth_ok(text, strlen(text)));
+	ASSERT_EQ(scan(&s, text), SL_EINVAL);
+	sl_jscan_free(&s);
+
+	/*
+	 * jsmn reads a quote inside a primitive as one of its characters, so
+	 * the nest after it is no string's text: it counts.
+	 */
+	nest(text, sizeof(text), "[1\"],", MAX + 1, false, "]");
+	ASSERT(!sl_jscan_depth_ok(text, strlen(text)));
+	nest(text, sizeof(text), "{\"a\":[1e400\"],\"b\":", MAX, false, "\"}");
+	ASSERT(!sl_jscan_depth_ok(text, strlen(text)));
+	ASSERT_EQ(scan(&s, text), SL_EINVAL);
+	sl_jscan_free(&s);
+
+	/* Many containers side by side are no deeper than one. */
+	j = SL_JOIN(text);
+	sl_join_str(&j, "[");
+	for (int i = 0; i < 4 * MAX; i++)
+		sl_join_str(&j, i ? ",[{}]" : "[{}]");
+	sl_join_str(&j, "]");
+	ASSERT(sl_jscan_depth_ok(text, j.len));
+	ASSERT_EQ(scan(&s, text), 0);
+	ASSERT_EQ(s.n, 1 + 8 * MAX);
+	sl_jscan_free(&s);
+}
+
 int main(void)
 {
 	RUN(test_objects_and_arrays);
@@ -579,5 +685,6 @@ int main(void)
 	RUN(test_shallow_refusals);
 	RUN(test_shallow_limit);
 	RUN(test_leading_member);
+	RUN(test_depth_limit);
 	return 0;
 }

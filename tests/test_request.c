@@ -160,6 +160,14 @@ static void test_body_checks(void)
 	ASSERT_EQ(check(&r, "/completion", NULL, "{\"a\":"), SL_EINVAL);
 	ASSERT_CONTAINS(r.error,
 	                "malformed JSON in the request body at line 1");
+	/* jansson takes a raw NUL right after a number; JSON does not. */
+	static const char nul[] = "{\"x\":[0e9\0 ],\"y\":1}";
+	ASSERT_EQ(sl_request_validate(&r, endpoint("/v1/completions"), NULL,
+	                              nul, sizeof(nul) - 1, &opts),
+	          SL_EINVAL);
+	ASSERT_STR_EQ(
+	    r.error,
+	    "malformed JSON in the request body at byte 9: a NUL byte");
 	ASSERT_EQ(check(&r, "/generate", NULL, "{}"), SL_EINVAL);
 	ASSERT_STR_EQ(r.error, "\"prompt\" is required and must be a string");
 	ASSERT_EQ(r.status, 400);
@@ -464,6 +472,25 @@ static void test_huge_numbers_are_relayed_as_written(void)
 }
 
 /*
+ * A body of `depth` levels, malloc'd: an object whose "prompt" is the
+ * string "x" inside depth - 1 arrays.
+ */
+static char *nested_body(unsigned depth)
+{
+	char *body = sl_xmalloc(2 * depth + 32);
+	struct sl_join j = {.p = body, .cap = 2 * depth + 32};
+	sl_join_str(&j, "{\"prompt\":");
+	for (unsigned i = 1; i < depth; i++)
+		sl_join_str(&j, "[");
+	sl_join_str(&j, "\"x\"");
+	for (unsigned i = 1; i < depth; i++)
+		sl_join_str(&j, "]");
+	sl_join_str(&j, "}");
+	ASSERT(j.len + 1 < j.cap);
+	return body;
+}
+
+/*
  * Validates `body` both ways, with the fast path and with jansson's alone,
  * and checks that the results are the same.
  */
@@ -562,6 +589,9 @@ static void test_fast_path_agrees_with_jansson(void)
 	    {"{\"a\":01}", false},
 	    {"{\"a\":\"x\ty\"}", false},
 	    {"{\"a\":1} x", false},
+	    {"{\"a\":[1,\v2]}", false},
+	    {"{\"a\":{\"b\":1\f}}", false},
+	    {"{\"a\":1\v}", false},
 	    {"", false},
 	};
 	static const char *const paths[] = {"/v1/chat/completions",
@@ -576,21 +606,15 @@ static void test_fast_path_agrees_with_jansson(void)
 					    endpoint(paths[p]), headers[h],
 					    bodies[b].body, up, bodies[b].fast);
 	/*
-	 * Nesting: within the fast path's bound, past it (jansson's path
-	 * takes it), and past jansson's own limit of 2048 (refused).
+	 * Nesting: at sluice's bound (the fast path takes it), past it and
+	 * past jansson's own limit of 2048 (both refused, alike).
 	 */
-	static const unsigned depths[] = {1000, 1500, 3000};
+	static const unsigned depths[] = {SL_JSCAN_DEPTH_MAX,
+	                                  SL_JSCAN_DEPTH_MAX + 1, 3000};
 	for (size_t d = 0; d < SL_ARRAY_SIZE(depths); d++) {
-		unsigned n = depths[d];
-		char *body = sl_xmalloc(2 * n + 16);
-		size_t at = (size_t)sprintf(body, "{\"a\":");
-		for (unsigned i = 1; i < n; i++)
-			body[at++] = '[';
-		for (unsigned i = 1; i < n; i++)
-			body[at++] = ']';
-		strcpy(body + at, "}");
+		char *body = nested_body(depths[d]);
 		compare_paths(endpoint("/v1/completions"), NULL, body, true,
-		              n <= 1024);
+		              depths[d] <= SL_JSCAN_DEPTH_MAX);
 		free(body);
 	}
 }
@@ -656,6 +680,133 @@ static void test_max_tokens_bound(void)
 	          5);
 }
 
+/*
+ * A body nested deeper than SL_JSCAN_DEPTH_MAX is refused before any
+ * parser reads it, with a message that names the limit, on every
+ * endpoint that takes a body; brackets inside strings do not count.
+ */
+static void test_deep_bodies_are_refused(void)
+{
+	static char big[32768];
+	static const char *const paths[] = {
+	    "/v1/chat/completions", "/completion", "/generate", "/infer"};
+	char want[128];
+	snprintf(want, sizeof(want),
+	         "the request body nests objects and arrays deeper than %d "
+	         "levels",
+	         SL_JSCAN_DEPTH_MAX);
+	for (size_t p = 0; p < SL_ARRAY_SIZE(paths); p++) {
+		static const unsigned depths[] = {SL_JSCAN_DEPTH_MAX + 1,
+		                                  100000};
+		for (size_t d = 0; d < SL_ARRAY_SIZE(depths); d++) {
+			struct sl_request r;
+			char *body = nested_body(depths[d]);
+			ASSERT_EQ(check(&r, paths[p], NULL, body), SL_EINVAL);
+			ASSERT_EQ(r.status, 400);
+			ASSERT_STR_EQ(r.error, want);
+			free(body);
+		}
+	}
+	/*
+	 * A quote inside a primitive, which jsmn takes for one of its
+	 * characters, hides no nest: jansson refuses 1e400 first, and the
+	 * scan for its stand-ins reads the whole body with jsmn.
+	 */
+	struct sl_join at = {.p = big, .cap = sizeof(big)};
+	sl_join_str(&at, "{\"a\":[1e400\"],\"b\":");
+	for (int i = 0; i < 10000; i++)
+		sl_join_str(&at, "[");
+	for (int i = 0; i < 10000; i++)
+		sl_join_str(&at, "]");
+	sl_join_str(&at, "\"}");
+	ASSERT(at.len + 1 < at.cap);
+	for (size_t p = 0; p < SL_ARRAY_SIZE(paths); p++) {
+		struct sl_request r;
+		ASSERT_EQ(check(&r, paths[p], NULL, big), SL_EINVAL);
+		ASSERT_STR_EQ(r.error, want);
+	}
+	/* At the bound: relayed as written. */
+	struct sl_request r;
+	char *body = nested_body(SL_JSCAN_DEPTH_MAX);
+	ASSERT_EQ(check(&r, "/v1/embeddings", NULL, body), 0);
+	ASSERT_STR_EQ(r.body, body);
+	sl_request_free(&r);
+	free(body);
+	/* Brackets in a string are text. */
+	body = sl_xmalloc(4096);
+	struct sl_join j = {.p = body, .cap = 4096};
+	sl_join_str(&j, "{\"prompt\":\"");
+	for (int i = 0; i < 4 * SL_JSCAN_DEPTH_MAX; i++)
+		sl_join_str(&j, "[{");
+	sl_join_str(&j, "\"}");
+	ASSERT_EQ(check(&r, "/v1/embeddings", NULL, body), 0);
+	ASSERT_STR_EQ(r.body, body);
+	sl_request_free(&r);
+	free(body);
+}
+
+/*
+ * A "model" that is not a string is refused, naming the field, on both
+ * paths and every endpoint that takes a body, rather than read as no model
+ * (the default one). null is no model; the last of duplicates counts, as
+ * jansson reads it.
+ */
+static void test_model_must_be_a_string(void)
+{
+	static const struct {
+		const char *body, *error;
+	} bad[] = {
+	    {"{\"model\":5,\"prompt\":\"hi\"}", "a number"},
+	    {"{\"model\":-1.5e3}", "a number"},
+	    {"{\"model\":{\"x\":1}}", "an object"},
+	    {"{\"model\":[\"m\"]}", "an array"},
+	    {"{\"model\":true}", "a boolean"},
+	    {"{\"model\":\"m\",\"model\":false}", "a boolean"},
+	};
+	static const char *const paths[] = {
+	    "/v1/chat/completions", "/v1/completions", "/completion",
+	    "/v1/embeddings",       "/generate",       "/infer"};
+	for (size_t b = 0; b < SL_ARRAY_SIZE(bad); b++) {
+		char want[128];
+		snprintf(want, sizeof(want),
+		         "\"model\" must be a string, the name of a model; "
+		         "got %s",
+		         bad[b].error);
+		for (size_t p = 0; p < SL_ARRAY_SIZE(paths); p++) {
+			struct sl_request r;
+			ASSERT_EQ(check(&r, paths[p], NULL, bad[b].body),
+			          SL_EINVAL);
+			ASSERT_EQ(r.status, 400);
+			ASSERT_STR_EQ(r.error, want);
+			ASSERT(r.model == NULL);
+			compare_paths(endpoint(paths[p]), NULL, bad[b].body,
+			              true, false);
+		}
+	}
+	struct sl_request r;
+	ASSERT_EQ(
+	    check(&r, "/v1/completions", NULL, "{\"model\":\"a\\u0000b\"}"),
+	    SL_EINVAL);
+	ASSERT_STR_EQ(r.error,
+	              "\"model\" holds a NUL character; no model is named so");
+	/* null is no model, on either path. */
+	ASSERT_EQ(check(&r, "/v1/completions", NULL,
+	                "{\"model\":null,\"prompt\":\"hi\"}"),
+	          0);
+	ASSERT(r.model == NULL);
+	ASSERT(r.read_fast);
+	sl_request_free(&r);
+	compare_paths(endpoint("/v1/completions"), NULL,
+	              "{\"model\":null,\"prompt\":\"hi\"}", true, true);
+	ASSERT_EQ(
+	    check(&r, "/v1/completions", NULL, "{\"model\":5,\"model\":\"m\"}"),
+	    0);
+	ASSERT_STR_EQ(r.model, "m");
+	sl_request_free(&r);
+	compare_paths(endpoint("/v1/completions"), NULL,
+	              "{\"model\":5,\"model\":\"m\"}", true, true);
+}
+
 int main(void)
 {
 	RUN(test_priority_header);
@@ -663,7 +814,9 @@ int main(void)
 	RUN(test_priority_field);
 	RUN(test_priority_messages);
 	RUN(test_body_checks);
+	RUN(test_deep_bodies_are_refused);
 	RUN(test_fast_path_agrees_with_jansson);
+	RUN(test_model_must_be_a_string);
 	RUN(test_upstream_bodies);
 	RUN(test_nul_in_strings_survives);
 	RUN(test_untouched_body_is_byte_identical);

@@ -79,6 +79,26 @@ class ExactBytes(st.TestCase):
                          b'{"stream": true, "temperature":0.1, "messages":[],'
                          + STREAM_OPTIONS + b'}')
 
+    def test_a_model_that_is_not_a_string_is_refused(self):
+        # Before, such a body went upstream as if it named no model (the
+        # default one): nothing of these may reach the upstream now.
+        sent = len(self.up.received())
+        for model, kind in (("5", "a number"), ('{"x":1}', "an object"),
+                            ('["m"]', "an array"), ("true", "a boolean")):
+            body = '{"model":%s,"messages":[]}' % model
+            r = st.request(self.sl.port, "POST", "/v1/chat/completions",
+                           body=body,
+                           headers={"Content-Type": "application/json"})
+            self.assertEqual(r.status, 400, r.body[:300])
+            self.assertEqual(r.json()["error"], {
+                "code": 400, "type": "invalid_request_error",
+                "message": '"model" must be a string, the name of a '
+                           'model; got %s' % kind})
+        self.assertEqual(len(self.up.received()), sent)
+        # null names no model, as llama-server reads it.
+        body = b'{"model":null,"messages":[]}'
+        self.assertEqual(self.send("/v1/chat/completions", body), body)
+
 
 class HugeNumbers(st.RelayTestCase):
     """llama-server 0.7.0 takes integers beyond 64 bits (a seed of 2^64-1

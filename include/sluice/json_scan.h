@@ -27,8 +27,8 @@
  * Parent links: without them jsmn finds the container of each closing
  * bracket or comma by walking back over every token so far, which makes a
  * crafted 1 MB body cost seconds of the event loop; with them it is one
- * step per nesting level. They change jsmntok_t, so json_scan.c (which
- * compiles jsmn) defines it too.
+ * step per nesting level, and SL_JSCAN_DEPTH_MAX bounds the levels. They
+ * change jsmntok_t, so json_scan.c (which compiles jsmn) defines it too.
  */
 #define JSMN_PARENT_LINKS
 #define JSMN_HEADER
@@ -48,6 +48,22 @@
  */
 #define SL_JSCAN_INLINE 256
 
+/*
+ * The deepest that objects and arrays may nest in a text scanned here, and
+ * in a client's body (request.c refuses one nested deeper before any
+ * parser reads it). jsmn finds the container a closing bracket closes by
+ * walking up the parent links from the last token, one step for each
+ * level closed below it, so a scan costs up to the text's length times its
+ * depth: 100,000 nested brackets, a 200 KB body, held the event loop 13 s.
+ * Bounded, it is linear: at most this many steps a bracket (twice as many
+ * in objects, where a key is a link too). Documents nest far less: a chat
+ * body whose tool takes objects nested ten deep is about 25 levels,
+ * llama-server's events 5. jansson's own bound, 2048 levels, is too deep
+ * to keep this cost down; OpenAI's structured outputs allow 10 levels of
+ * schema.
+ */
+#define SL_JSCAN_DEPTH_MAX 64
+
 struct sl_jscan {
 	const char *text;
 	size_t len;
@@ -57,9 +73,18 @@ struct sl_jscan {
 };
 
 /*
+ * Whether objects and arrays nest at most SL_JSCAN_DEPTH_MAX deep in the
+ * `len` bytes of `text`, read in one pass: brackets inside strings do not
+ * count, and whether brackets match is left to a parser. Every scan here
+ * asks it; request.c asks it first, to name the limit when it refuses.
+ */
+bool sl_jscan_depth_ok(const char *text, size_t len);
+
+/*
  * Tokenizes `len` bytes of `text` (borrowed; it must outlive the scan).
- * Returns 0, or SL_EINVAL when the text is not one JSON value or needs more
- * than max_tokens tokens. Either way sl_jscan_free() it afterwards.
+ * Returns 0, or SL_EINVAL when the text is not one JSON value, nests
+ * deeper than SL_JSCAN_DEPTH_MAX or needs more than max_tokens tokens.
+ * Either way sl_jscan_free() it afterwards.
  */
 int sl_jscan_parse(struct sl_jscan *s, const char *text, size_t len,
                    unsigned max_tokens);
@@ -89,10 +114,10 @@ struct sl_jscan_key {
  * keys are tokens as usual, with the same ranges and parent links.
  *
  * The skip checks less than jsmn does: that strings close, brackets
- * balance and primitives start as JSON's do, not that bracket kinds match
- * or that escapes are whole. Returns
- * 0, or SL_EINVAL when the text is not one object or needs more than
- * max_tokens tokens. Either way sl_jscan_free() it afterwards.
+ * balance and nest no deeper than SL_JSCAN_DEPTH_MAX, and primitives start
+ * as JSON's do, not that bracket kinds match or that escapes are whole.
+ * Returns 0, or SL_EINVAL when the text is not one object or needs more
+ * than max_tokens tokens. Either way sl_jscan_free() it afterwards.
  */
 int sl_jscan_parse_shallow(struct sl_jscan *s, const char *text, size_t len,
                            const struct sl_jscan_key *open, int n_open,
@@ -105,8 +130,8 @@ int sl_jscan_parse_shallow(struct sl_jscan *s, const char *text, size_t len,
  * members are read in order, each value skipped whole as the shallow scan
  * skips it, until `key`; true, with the value's extent (a string's quotes
  * included) in [*start, *end), when that member and its whole value lie
- * within the bytes; false when they end first, or stop being an object's
- * members.
+ * within the bytes; false when they end first, stop being an object's
+ * members, or nest deeper than SL_JSCAN_DEPTH_MAX before the value ends.
  */
 bool sl_jscan_leading_member(const char *text, size_t len,
                              const struct sl_jscan_key *key, size_t *start,

@@ -10,8 +10,13 @@
  *     object (the first of duplicates) and never leaves the tokens;
  *   - the token limit is exact: the same text parses with exactly as many
  *     tokens as it took, and is refused with one fewer;
+ *   - no text scanned nests deeper than SL_JSCAN_DEPTH_MAX, and jscan
+ *     refuses valid JSON exactly when jansson's tree nests deeper; on
+ *     any text sl_jscan_depth_ok() lets through, jsmn itself (whose time
+ *     grows with depth) nests no deeper, however far it reads;
  *   - when jansson (any value, NUL allowed) accepts the text, and the
- *     text holds no NUL byte, jscan accepts it too (jansson 2.14 takes a
+ *     text holds no NUL byte and nests no deeper than the bound, jscan
+ *     accepts it too (jansson 2.14 takes a
  *     raw NUL right after a number or literal, "[1\0]", which is no JSON
  *     and which jscan refuses), and the two agree on the tree: types, array
  * lengths, object member counts (keys as written, duplicates counted, as
@@ -94,9 +99,69 @@ static void check_tokens(const struct sl_jscan *s)
 			k = sl_jscan_skip(s, k + 1);
 		}
 	}
+	/* Containers nest within the bound: a key is a link, no level. */
+	int *depth = malloc(sizeof(int) * (size_t)s->n);
+	CHECK(depth);
+	for (int i = 0; i < s->n; i++) {
+		int parent = s->tok[i].parent;
+		CHECK(parent < i);
+		depth[i] = (parent < 0 ? 0 : depth[parent]) +
+		           (s->tok[i].type == JSMN_OBJECT ||
+		            s->tok[i].type == JSMN_ARRAY);
+		CHECK(depth[i] <= SL_JSCAN_DEPTH_MAX);
+	}
+	free(depth);
 	/* The top-level token spans every other one. */
 	CHECK(sl_jscan_skip(s, 0) == s->n);
 	CHECK(sl_jscan_skip(s, s->n) == s->n);
+}
+
+/* How deep objects and arrays nest in jansson's tree. */
+static size_t depth_of(json_t *v)
+{
+	size_t deepest = 0, d;
+	if (json_is_object(v)) {
+		const char *key;
+		json_t *member;
+		json_object_foreach(v, key, member)
+		{
+			if ((d = depth_of(member)) > deepest)
+				deepest = d;
+		}
+	} else if (json_is_array(v)) {
+		for (size_t m = 0; m < json_array_size(v); m++)
+			if ((d = depth_of(json_array_get(v, m))) > deepest)
+				deepest = d;
+	} else {
+		return 0;
+	}
+	return deepest + 1;
+}
+
+/*
+ * How deep jsmn's containers nest on the text, as far as it reads it,
+ * error or not: the tokens it made by then hold their parent links.
+ */
+static int jsmn_depth(const char *text, size_t size)
+{
+	jsmn_parser p;
+	jsmn_init(&p);
+	jsmntok_t *tok = malloc(sizeof(*tok) * (size + 1));
+	int *depth = malloc(sizeof(int) * (size + 1));
+	CHECK(tok && depth);
+	(void)jsmn_parse(&p, text, size, tok, (unsigned)size + 1);
+	int deepest = 0;
+	for (unsigned i = 0; i < p.toknext; i++) {
+		int parent = tok[i].parent;
+		depth[i] =
+		    (parent < 0 ? 0 : depth[parent]) +
+		    (tok[i].type == JSMN_OBJECT || tok[i].type == JSMN_ARRAY);
+		if (depth[i] > deepest)
+			deepest = depth[i];
+	}
+	free(depth);
+	free(tok);
+	return deepest;
 }
 
 /* Whether sl_jscan_number reads token i as a number. */
@@ -205,15 +270,17 @@ static bool kept_shallow(const struct sl_jscan *full, int j)
 /*
  * The shallow scan: inside the text whatever it took, and on valid JSON
  * that the full scan took as an object, the full scan's tokens less those
- * skipped.
+ * skipped; valid JSON nested too deep it refuses, as the full scan does.
  */
 static void check_shallow(const char *text, size_t size,
-                          const struct sl_jscan *full, bool full_ok)
+                          const struct sl_jscan *full, bool full_ok,
+                          bool too_deep)
 {
 	static const struct sl_jscan_key open[] = {SL_JSCAN_KEY("a"),
 	                                           SL_JSCAN_KEY("usage")};
 	struct sl_jscan s;
 	int rc = sl_jscan_parse_shallow(&s, text, size, open, 2, MAX_TOKENS);
+	CHECK(!too_deep || rc != 0);
 	if (rc != 0) {
 		CHECK(s.n == 0);
 		CHECK(!full_ok || full->tok[0].type != JSMN_OBJECT);
@@ -268,10 +335,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		CHECK(s.n == 0);
 	}
 
+	/* Only where the check passed: elsewhere jsmn may take seconds. */
+	if (sl_jscan_depth_ok(text, size))
+		CHECK(jsmn_depth(text, size) <= SL_JSCAN_DEPTH_MAX);
+
 	json_t *doc =
 	    json_loadb(text, size, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
 	bool valid = doc && !memchr(text, '\0', size);
-	check_shallow(text, size, &s, valid && rc == 0);
+	bool too_deep = valid && depth_of(doc) > SL_JSCAN_DEPTH_MAX;
+	if (valid)
+		CHECK(sl_jscan_depth_ok(text, size) == !too_deep);
+	check_shallow(text, size, &s, valid && rc == 0, too_deep);
+	if (too_deep) {
+		CHECK(rc != 0);
+		valid = false;
+	}
 	if (valid) {
 		if (rc != 0)
 			fprintf(stderr, "fuzz_json_scan: jansson took "

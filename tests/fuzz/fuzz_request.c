@@ -9,13 +9,16 @@
  * Invariants checked: a refusal is a 400 with a message and no body; an
  * accepted request has a priority in range and an upstream body that is a
  * JSON object without "priority", whose stream field agrees with what the
- * exchange will expect; a relayed body is the client's document less
+ * exchange will expect; a body nested deeper than SL_JSCAN_DEPTH_MAX is
+ * refused, saying so; a relayed body is the client's document less
  * "priority" (plus the stream fields when assembled), and the client's
  * bytes exactly when nothing had to change. And the fast path (yajl and
  * jsmn, request.c's read_fast) agrees with jansson's path in everything:
  * the refusal and its message, or every field of the result.
  */
 #include "sluice/request.h"
+
+#include "sluice/json_scan.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -161,6 +164,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		      0);
 	}
 	sl_request_free(&slow);
+	if (ep->json_body && !sl_jscan_depth_ok(body, left))
+		CHECK(rc != 0 && strstr(r.error, "nests objects and arrays"));
 	if (rc != 0) {
 		CHECK(rc == SL_EINVAL);
 		CHECK(r.status == 400);

@@ -1,0 +1,270 @@
+/*
+ * json-bench: what reading JSON costs the event loop, per upstream event,
+ * per client body, and for the worst bodies a client can send.
+ *
+ *   build/bench/json-bench [BYTES]     (default 1048576, --max-body's)
+ *
+ * First the hot path, in nanoseconds per call (the best of five rounds):
+ * sl_jscan_parse() of a streamed OpenAI chunk and of a native token event
+ * as llama-server 0.7.0 writes them, sl_request_validate() of a chat body
+ * of 200 bytes and of 4 KB, and the nesting check alone on each
+ * (sl_jscan_depth_ok(), which both of them run). Then one table of the
+ * milliseconds that sl_request_validate() takes over bodies of BYTES
+ * shaped to be slow: all of it one nest of arrays, 250 arrays each 2,040
+ * deep (within jansson's limit), arrays as deep as sluice allows side by
+ * side, a flat array, and a string full of brackets: the best of three,
+ * or one when it takes over a second. The validation runs on the event
+ * loop, so this is how long every other client waits. Times are the
+ * thread's CPU time, which a busy machine inflates less than the clock's.
+ */
+#include "sluice/common.h"
+#include "sluice/json_scan.h"
+#include "sluice/request.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+/* Rounds of the hot-path loops; the best is shown. */
+#define ROUNDS 5
+
+static const char chat_chunk[] =
+    "{\"choices\":[{\"finish_reason\":null,\"index\":0,\"delta\":{"
+    "\"content\":\" some\"}}],\"created\":1795453621,\"id\":\"chatcmpl-"
+    "YaVOrqZKaOni38L4NT2dWoyg4SpbEaY2\",\"model\":\"demo-tiny.gguf\","
+    "\"system_fingerprint\":\"b11669-Debian\",\"object\":\"chat."
+    "completion.chunk\"}";
+
+static const char native_event[] =
+    "{\"index\":0,\"content\":\" some\",\"tokens\":[],\"stop\":false,"
+    "\"id_slot\":-1,\"tokens_predicted\":1,\"tokens_evaluated\":5}";
+
+static const char chat_body[] =
+    "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":"
+    "\"You are a helpful assistant.\"},{\"role\":\"user\",\"content\":"
+    "\"Write a haiku about the sea.\"}],\"max_tokens\":64,"
+    "\"temperature\":0.7,\"stream\":true}";
+
+static const struct sl_endpoint *chat_endpoint(void)
+{
+	for (unsigned i = 0; i < sl_n_endpoints; i++)
+		if (strcmp(sl_endpoints[i].path, "/v1/chat/completions") == 0)
+			return &sl_endpoints[i];
+	abort();
+}
+
+static const struct sl_request_options opts = {.max_tokens_cap = 64,
+                                               .stream_upstream = true};
+
+/* What is timed: one call on `text`; its result, kept from the optimiser. */
+typedef int (*op_fn)(const char *text, size_t len);
+
+static int op_scan(const char *text, size_t len)
+{
+	struct sl_jscan s;
+	int rc = sl_jscan_parse(&s, text, len, (unsigned)len + 1);
+	sl_jscan_free(&s);
+	return rc;
+}
+
+static int op_validate(const char *text, size_t len)
+{
+	struct sl_request r;
+	int rc =
+	    sl_request_validate(&r, chat_endpoint(), NULL, text, len, &opts);
+	sl_request_free(&r);
+	return rc;
+}
+
+#ifdef SL_JSCAN_DEPTH_MAX
+static int op_depth(const char *text, size_t len)
+{
+	return sl_jscan_depth_ok(text, len);
+}
+#endif
+
+/* The CPU time this thread has used, in nanoseconds. */
+static uint64_t cpu_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Nanoseconds per call, the best of ROUNDS rounds of n calls. */
+static double ns_per_call(op_fn op, const char *text, size_t len, unsigned n)
+{
+	double best = -1;
+	volatile int sink = 0;
+	for (int r = 0; r < ROUNDS; r++) {
+		uint64_t start = cpu_ns();
+		for (unsigned i = 0; i < n; i++)
+			sink += op(text, len);
+		double ns = (double)(cpu_ns() - start) / n;
+		if (best < 0 || ns < best)
+			best = ns;
+	}
+	(void)sink;
+	return best;
+}
+
+static void hot_row(const char *what, op_fn op, const char *text, size_t len)
+{
+	printf("| %s | %zu | %.0f |\n", what, len,
+	       ns_per_call(op, text, len, 200000));
+}
+
+/* A chat body of about `size` bytes: chat_body's with a longer message. */
+static char *long_chat_body(size_t size)
+{
+	char *body = sl_xmalloc(size + sizeof(chat_body));
+	size_t at = (size_t)sprintf(body, "{\"messages\":[{\"role\":\"user\","
+	                                  "\"content\":\"");
+	while (at < size - 16)
+		at += (size_t)sprintf(body + at, "the sea, [again] ");
+	strcpy(body + at, "\"}]}");
+	return body;
+}
+
+/* A growing text, for the shapes. */
+struct text {
+	char *p;
+	size_t len, cap;
+};
+
+static void put(struct text *t, const char *s, size_t n)
+{
+	if (t->len + n + 1 > t->cap) {
+		t->cap = (t->len + n + 1) * 2;
+		t->p = sl_xrealloc(t->p, t->cap);
+	}
+	memcpy(t->p + t->len, s, n);
+	t->len += n;
+	t->p[t->len] = '\0';
+}
+
+static void put_str(struct text *t, const char *s)
+{
+	put(t, s, strlen(s));
+}
+
+static void put_run(struct text *t, char c, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		put(t, &c, 1);
+}
+
+/*
+ * Bodies of about `size` bytes: shape 0, one nest; 1, nests of `deep`
+ * side by side in an array; 2, a flat array; 3, a string of brackets.
+ * With `jansson`, they begin with a member ("n") that sends the body down
+ * jansson's path rather than the fast one (request.c, read_fast).
+ */
+static struct text shape(int kind, size_t size, size_t deep, bool jansson)
+{
+	struct text t = {0};
+	put_str(&t, jansson ? "{\"n\":1," : "{");
+	switch (kind) {
+	case 0:
+		put_str(&t, "\"a\":");
+		put_run(&t, '[', (size - 6) / 2);
+		put_run(&t, ']', (size - 6) / 2);
+		put_str(&t, "}");
+		break;
+	case 1:
+		put_str(&t, "\"a\":[");
+		for (size_t n = 0; t.len + 2 * deep + 3 <= size; n++) {
+			if (n)
+				put_str(&t, ",");
+			put_run(&t, '[', deep);
+			put_run(&t, ']', deep);
+		}
+		put_str(&t, "]}");
+		break;
+	case 2:
+		put_str(&t, "\"a\":[1");
+		while (t.len + 4 <= size)
+			put_str(&t, ",1");
+		put_str(&t, "]}");
+		break;
+	default:
+		put_str(&t, "\"prompt\":\"");
+		while (t.len + 4 <= size)
+			put_str(&t, "[{");
+		put_str(&t, "\"}");
+		break;
+	}
+	return t;
+}
+
+static void worst_row(const char *what, int kind, size_t size, size_t deep,
+                      bool jansson)
+{
+	struct text t = shape(kind, size, deep, jansson);
+	printf("| %s | %zu | ", what, t.len);
+	fflush(stdout);
+	double best = -1;
+	for (int round = 0; round < 3; round++) {
+		struct sl_request r;
+		uint64_t start = cpu_ns();
+		int rc = sl_request_validate(&r, chat_endpoint(), NULL, t.p,
+		                             t.len, &opts);
+		double ms = (double)(cpu_ns() - start) / 1e6;
+		if (best < 0 || ms < best)
+			best = ms;
+		bool last = round == 2 || ms > 1000;
+		if (last)
+			printf("%.3f | %s |\n", best,
+			       rc == 0 ? "accepted" : r.error);
+		sl_request_free(&r);
+		if (last)
+			break;
+	}
+	fflush(stdout);
+	free(t.p);
+}
+
+int main(int argc, char **argv)
+{
+	size_t size = argc > 1 ? strtoull(argv[1], NULL, 10) : 1u << 20;
+	if (size < 1024) {
+		fprintf(stderr, "json-bench: BYTES must be 1024 or more\n");
+		return 2;
+	}
+	char *long_body = long_chat_body(4096);
+	printf("| per call | bytes | ns |\n| --- | --- | --- |\n");
+	hot_row("sl_jscan_parse, OpenAI chunk", op_scan, chat_chunk,
+	        strlen(chat_chunk));
+	hot_row("sl_jscan_parse, native token event", op_scan, native_event,
+	        strlen(native_event));
+	hot_row("sl_request_validate, chat body", op_validate, chat_body,
+	        strlen(chat_body));
+	hot_row("sl_request_validate, long chat body", op_validate, long_body,
+	        strlen(long_body));
+#ifdef SL_JSCAN_DEPTH_MAX
+	hot_row("sl_jscan_depth_ok, OpenAI chunk", op_depth, chat_chunk,
+	        strlen(chat_chunk));
+	hot_row("sl_jscan_depth_ok, chat body", op_depth, chat_body,
+	        strlen(chat_body));
+	hot_row("sl_jscan_depth_ok, long chat body", op_depth, long_body,
+	        strlen(long_body));
+	size_t allowed = SL_JSCAN_DEPTH_MAX - 2;
+#else
+	size_t allowed = 62;
+#endif
+	free(long_body);
+
+	char label[64];
+	printf("\n| body | bytes | ms | answer |\n| --- | --- | --- | --- |\n");
+	worst_row("one nest of arrays", 0, size, 0, false);
+	worst_row("arrays 2,040 deep, side by side", 1, size, 2040, false);
+	snprintf(label, sizeof(label), "arrays %zu deep, side by side",
+	         allowed);
+	worst_row(label, 1, size, allowed, false);
+	worst_row("a flat array", 2, size, 0, false);
+	worst_row("a string of brackets", 3, size, 0, false);
+	strcat(label, ", jansson's path");
+	worst_row(label, 1, size, allowed, true);
+	worst_row("a flat array, jansson's path", 2, size, 0, true);
+	return 0;
+}
