@@ -873,8 +873,7 @@ int sl_request_stream_body(enum sl_assemble_kind kind, const char *body,
                            size_t len, char **out, size_t *out_len)
 {
 	struct sl_jscan scan;
-	if (sl_jscan_parse(&scan, body, len, max_tokens_for(len)) != 0 ||
-	    sl_jscan_type(&scan, 0) != JSMN_OBJECT) {
+	if (scan_members(&scan, body, len) != 0) {
 		sl_jscan_free(&scan);
 		return SL_EINVAL;
 	}

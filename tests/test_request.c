@@ -405,6 +405,57 @@ static void test_stream_fields_are_set_in_place(void)
 	                "\"stream\":true}");
 }
 
+/*
+ * A body validated to be relayed plain and asked for as a stream when it
+ * is dispatched (sl_request_stream_body) goes upstream as the one
+ * validated with stream_upstream set: the same bytes.
+ */
+static void test_stream_body_after_validation(void)
+{
+	static const struct {
+		const char *path, *body;
+	} cases[] = {
+	    {"/v1/completions", "{\"stream\" : false, \"temperature\":0.1}"},
+	    {"/v1/chat/completions",
+	     "{\"priority\":1,\"messages\":[{\"role\":\"user\","
+	     "\"content\":\"[{\"}],\"stream_options\":null}"},
+	    {"/completion", " { \"prompt\":\"x\", \"n_predict\": 4 } "},
+	    {"/v1/completions", "{}"},
+	};
+	const struct sl_request_options plain = {.max_tokens_cap = 64};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(cases); i++) {
+		const char *b = cases[i].body;
+		const struct sl_endpoint *ep = endpoint(cases[i].path);
+		struct sl_request relayed, streamed;
+		ASSERT_EQ(sl_request_validate(&relayed, ep, NULL, b, strlen(b),
+		                              &plain),
+		          0);
+		ASSERT(relayed.assemblable && !relayed.assemble);
+		ASSERT_EQ(sl_request_validate(&streamed, ep, NULL, b, strlen(b),
+		                              &opts),
+		          0);
+		ASSERT(streamed.assemble);
+		char *out;
+		size_t len;
+		ASSERT_EQ(sl_request_stream_body(relayed.assemble_kind,
+		                                 relayed.body, relayed.body_len,
+		                                 &out, &len),
+		          0);
+		if (len != streamed.body_len || memcmp(out, streamed.body, len))
+			TEST_FAIL("%s %s: asked for as a stream later: %s, at "
+			          "once: %s",
+			          cases[i].path, b, out, streamed.body);
+		free(out);
+		sl_request_free(&relayed);
+		sl_request_free(&streamed);
+	}
+	char *out = NULL;
+	size_t len = 0;
+	ASSERT_EQ(
+	    sl_request_stream_body(SL_ASSEMBLE_TEXT, "[1]", 3, &out, &len),
+	    SL_EINVAL);
+}
+
 static void test_huge_numbers_are_relayed_as_written(void)
 {
 	/*
@@ -822,6 +873,7 @@ int main(void)
 	RUN(test_untouched_body_is_byte_identical);
 	RUN(test_priority_member_is_cut_out);
 	RUN(test_stream_fields_are_set_in_place);
+	RUN(test_stream_body_after_validation);
 	RUN(test_huge_numbers_are_relayed_as_written);
 	RUN(test_max_tokens_bound);
 	return 0;
