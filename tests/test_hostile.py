@@ -37,9 +37,6 @@ BODY_MEMORY_MIB = 8
 # What sluice may grow by besides the bodies it admits: heads, buffers and
 # the allocator's own; far below the ATTACKERS MiB of the attack.
 OVERHEAD_KIB = 8 * 1024
-# How much slower /health may answer during the attack than before it
-# (the issue's bound: other clients served within 50 ms).
-HEALTH_SLOWER_S = 0.05
 
 KEY = "hostile-test-key"
 ORIGIN = "http://page.example"
@@ -159,8 +156,9 @@ def metric(port, name):
     return float(m.group(1))
 
 
-def health_latency(port, n=7):
-    """The median time /health takes to answer, in seconds."""
+def health_median(port, n=7):
+    """The median time /health takes to answer on new connections, in
+    seconds."""
     times = []
     for _ in range(n):
         start = time.monotonic()
@@ -341,7 +339,7 @@ class Hostile(st.TestCase):
         for _ in range(3):  # warm up: the /metrics text, the allocator
             answered(s.port)
         baseline = st.vm_hwm_kib(s.proc.pid)
-        before = health_latency(s.port)
+        before = health_median(s.port)
 
         socks = [unfinished_body(s.port) for _ in range(ATTACKERS)]
         # As many bodies as fit are held, and not one more...
@@ -355,8 +353,8 @@ class Hostile(st.TestCase):
             metric(s.port, 'sluice_rejected_total{reason="body_memory"}'),
             ATTACKERS - BODY_MEMORY_MIB)
         # Other clients are served meanwhile; a new body is told to retry.
-        during = health_latency(s.port)
-        self.assertLess(during, before + HEALTH_SLOWER_S,
+        during = health_median(s.port)
+        self.assertLess(during, before + HEALTH_MARGIN_S,
                         "/health: %.3f s before, %.3f s during" %
                         (before, during))
         r = st.request(s.port, "POST", "/v1/completions",

@@ -453,6 +453,10 @@ class Cancellation(st.TestCase):
     # How soon the slot of a left answer must be free (issue 28): the
     # second llama-server's check of a plain answer takes, and room.
     FREED_WITHIN_MS = 2000
+    # A stream that llama-server finishes though its client left (a
+    # resumable one): long enough that a request sent after its client
+    # left finds it still being generated, on any machine.
+    RUNS_ON = 1000
 
     def setUp(self):
         super().setUp()
@@ -473,6 +477,13 @@ class Cancellation(st.TestCase):
         self.assertLess(tokens, self.N / 2, "the generation ran on")
         ms = int(s.wait_line(LEFT_ENDED % rid, timeout=60).group(1))
         self.assertLessEqual(ms, self.FREED_WITHIN_MS)
+
+    def queued(self, s):
+        r = s.get("/metrics")
+        self.assertEqual(r.status, 200)
+        return promcheck.value(promcheck.check(r.body.decode()),
+                               "sluice_queue_depth", priority="normal",
+                               model="default")
 
     def launched(self, ls, since):
         """(line index, slot, task) of the next task llama-server takes
@@ -614,7 +625,6 @@ class Cancellation(st.TestCase):
         c.request("POST", "/completion",
                   body_for("/completion", "go on", False, n=self.N))
         self.assert_slot_freed_after(c.close)
-
 
     def test_a_resumable_stream_goes_on_when_its_client_leaves(self):
         # llama-server keeps a stream asked for with X-Conversation-Id and

@@ -465,13 +465,34 @@ class TokensReserved(st.TestCase):
                          "tokens (max_tokens).")
 
     def test_a_client_leaving_gives_back_what_was_not_generated(self):
-        # Generations long enough (as test_proxy's RUNS_ON) to be running
-        # still when the next request comes, on any machine.
+        # Generations long enough to be running still when the next
+        # request comes, on any machine.
         tpm, n = 3000, 2000
         ls = self.llama_server(st.MODEL_SLOW, slots=2, ctx=8192)
-        s = self.start(ls.url, {"tok": {"secret": "sk-tok", "tpm": tpm}})
+        s = self.start(ls.url, {"tok": {"secret": "sk-tok", "tpm": tpm},
+                                "plain": {"secret": "sk-plain", "tpm": tpm}})
         body = {"prompt": "go on", "max_tokens": n, "temperature": 0}
         plain_reserve = n + len(json.dumps(body)) // 4
+
+        # First, before any stream ran on this upstream: a plain answer is
+        # relayed as it comes. One whose client leaves is stopped
+        # (test_proxy.py), but how far it got is never read: its
+        # reservation stays taken, and the next one does not fit.
+        c = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        c.request("POST", "/v1/completions", body=body,
+                  headers=dict(bearer("sk-plain"), **{"X-Request-Id": "b"}))
+        st.wait_until(lambda: st.slot_busy(ls), SAFETY_NET_S,
+                      "the generation to start")
+        t_plain = time.monotonic()
+        c.close()
+        s.wait_line(r" access id=b ", timeout=SAFETY_NET_S)
+        r = s.post("/v1/completions", body, headers=bearer("sk-plain"))
+        self.assertEqual(r.status, 429, r.body)
+        refill = tpm * (time.monotonic() - t_plain) / 60
+        self.assertLessEqual(self.remaining(s, "sk-plain"),
+                             tpm - plain_reserve + refill + 1)
+        st.wait_until(lambda: s.health().json()["inflight"] == 0,
+                      SAFETY_NET_S, "the left answer to be stopped")
 
         # A stream holds its reservation while it runs: a second as large
         # does not fit beside it.
@@ -496,25 +517,26 @@ class TokensReserved(st.TestCase):
         generated = self.usage(s)["tok"]["completion_tokens"]
         self.assertLess(generated, n)
         left = self.remaining(s, "sk-tok")
-        t_left = time.monotonic()
         self.assertGreaterEqual(left, tpm - generated)
         self.assertGreater(left, plain_reserve)
 
-        # A plain answer whose client leaves runs on in llama-server
-        # (test_proxy.py): its reservation stays taken, and the next one
-        # does not fit.
+        # After a stream ran here, a plain answer is asked for as a stream
+        # too: one whose client leaves gives back what it did not
+        # generate, as a stream does, and the next one fits.
         c = st.RawClient(s.port, timeout=SAFETY_NET_S)
         c.request("POST", "/v1/completions", body=body,
-                  headers=dict(bearer("sk-tok"), **{"X-Request-Id": "b"}))
+                  headers=dict(bearer("sk-tok"), **{"X-Request-Id": "c"}))
         st.wait_until(lambda: st.slot_busy(ls), SAFETY_NET_S,
                       "the generation to start")
         c.close()
-        s.wait_line(r" access id=b ", timeout=SAFETY_NET_S)
-        r = s.post("/v1/completions", body, headers=bearer("sk-tok"))
-        self.assertEqual(r.status, 429, r.body)
-        refill = tpm * (time.monotonic() - t_left) / 60
-        self.assertLessEqual(self.remaining(s, "sk-tok"),
-                             left - plain_reserve + refill + 1)
+        s.wait_line(r" access id=c ", timeout=SAFETY_NET_S)
+        st.wait_until(lambda: s.health().json()["inflight"] == 0,
+                      SAFETY_NET_S, "the left answer to be stopped")
+        self.assertGreater(self.remaining(s, "sk-tok"), plain_reserve)
+        r = s.post("/v1/completions", dict(body, max_tokens=4),
+                   headers=bearer("sk-tok"))
+        self.assertEqual(r.status, 200, r.body)
+
 
 class ReloadKeepsAuthentication(st.TestCase):
     """Issue 28: a reload never turns authentication off, whatever it
