@@ -342,8 +342,11 @@ static void unload(struct sl_model *m, const char *why)
 	sl_info("model %s: stopping (%s)", m->name, why);
 	/* A stop may end at once and leave the pool: stop a copy's members. */
 	struct sl_pool members = m->pool;
-	for (unsigned i = 0; i < members.n; i++)
+	for (unsigned i = 0; i < members.n; i++) {
+		sl_proxy_end_watches(m->app, members.members[i],
+		                     "its model is being stopped");
 		sl_upstream_stop(members.members[i], false);
+	}
 }
 
 /* The least recently used idle running model other than `m`, or NULL. */
@@ -706,7 +709,7 @@ void sl_app_stop(struct sl_app *app, int exit_code)
 			        app->exchanges);
 		/* New requests get 503 and /ready says 503 meanwhile. */
 		sl_http_server_drain(&app->http);
-		sl_proxy_end_watches(app);
+		sl_proxy_end_watches(app, NULL, "sluice is shutting down");
 		uv_timer_start(&app->drain_timer, on_drain_timeout,
 		               app->cfg->drain_timeout_ms, 0);
 		sl_app_maybe_drained(app);
@@ -1140,6 +1143,7 @@ static void on_reap_timer(uv_timer_t *t)
 		struct sl_upstream *u = app->upstreams[i];
 		if (u->draining && u->inflight == 0 && !u->stopping) {
 			sl_info("upstream %s drained; removing it", u->url);
+			sl_proxy_end_watches(app, u, "its upstream is going");
 			/* on_upstream_stopped takes it out of the array. */
 			sl_upstream_stop(u, false);
 		}

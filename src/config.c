@@ -360,9 +360,9 @@ static const struct option_def options[] = {
 	     SL_STREAM_UPSTREAM_WINDOW_S) " s of a client's stream ending "
 	 "there or of a client leaving a plain answer there that cost "
 	 "llama-server at least " STR(SL_STREAM_UPSTREAM_LEFT_MS) " ms. A "
-	 "client leaving stops its generation either way: a stream at its "
-	 "next token, a relayed answer within about a second, while its "
-	 "llama-server takes no new work (at most " STR(
+	 "client leaving stops its generation: a stream at its next token, "
+	 "a relayed answer about a second after nothing else runs on its "
+	 "llama-server, which takes no new work meanwhile (at most " STR(
 	     SL_STREAM_UPSTREAM_QUIET_MS) " ms)",
 	 NULL},
 	{"stream-coalesce", "SLUICE_STREAM_COALESCE", "DURATION", OPT_DURATION,

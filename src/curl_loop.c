@@ -222,9 +222,14 @@ void sl_curl_abort(struct sl_curl *c, struct sl_transfer *t)
 	t->active = false;
 }
 
+bool sl_curl_sent(const struct sl_transfer *t)
+{
+	return t->active && t->fd != CURL_SOCKET_BAD && t->reading;
+}
+
 bool sl_curl_half_close(struct sl_transfer *t)
 {
-	if (!t->active || t->fd == CURL_SOCKET_BAD || !t->reading)
+	if (!sl_curl_sent(t))
 		return false;
 	/* Read at the transfer's end (the connection is then closed, not
 	 * kept): a half-closed one is of no use to the next transfer. */

@@ -1264,10 +1264,15 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 	(void)status;
 }
 
+bool sl_h1_sent(const struct sl_h1_request *r)
+{
+	return r->active && r->conn && r->conn->state == CONN_BUSY;
+}
+
 bool sl_h1_half_close(struct sl_h1_request *r)
 {
 	struct sl_h1_conn *c = r->conn;
-	if (!r->active || !c || c->state != CONN_BUSY)
+	if (!sl_h1_sent(r))
 		return false;
 	if (!c->half_closed) {
 		/* After the request's bytes: uv_shutdown waits for the

@@ -138,6 +138,7 @@ struct exchange {
 	 */
 	bool left;
 	uint64_t left_ms;
+	bool left_bytes; /* bytes of its answer came after it left */
 	/*
 	 * A relayed plain answer left after llama-server had been generating
 	 * it for less than SL_STREAM_UPSTREAM_LEFT_MS: how long it runs on is
@@ -426,18 +427,21 @@ static bool upstream_streams(const struct exchange *x)
  *     stream within SL_STREAM_UPSTREAM_WINDOW_S (plain_as_stream):
  *     there its client leaving could not be noticed otherwise;
  *   - elsewhere it is relayed as it comes, which costs llama-server much
- *     less (a chunk per token, bench/RESULTS.md). When its client leaves,
- *     its upstream turns quiet: it takes no new work that needs a slot
- *     until the answer ends, for SL_STREAM_UPSTREAM_QUIET_MS at most, so that
- *     what runs there finishes, a second passes without a result, and
- *     llama-server stops it;
+ *     less (a chunk per token, bench/RESULTS.md). When its client leaves
+ *     and no client's stream runs there, its upstream turns quiet: it
+ *     takes no new work that needs a slot until the answer ends, for
+ *     SL_STREAM_UPSTREAM_QUIET_MS at most, so that what runs there
+ *     finishes, a second passes without a result, and llama-server stops
+ *     it;
  *   - a left plain answer that cost llama-server SL_STREAM_UPSTREAM_LEFT_MS
  *     or more starts the window on its upstream too: clients that leave
  *     tend to do so again (timeouts under load), and a stream stops
  *     without a quiet spell.
- * One case is left: a plain answer relayed before a stream started on its
- * upstream, whose client leaves while streams run there. It stops once
- * they pause for a second (or at its end); its slot stays taken until then.
+ * What is left: a plain answer relayed beside a client's stream (sent
+ * before the stream started, or one that no assembler can build:
+ * /v1/messages, the Responses API, any under --stream-upstream off),
+ * whose client leaves while streams run there. It stops once they pause
+ * for a second (or at its end); its slot stays taken until then.
  */
 
 /* Whether a plain answer sent to `u` now is asked for as a stream. */
@@ -556,6 +560,10 @@ static void quiet_end(struct exchange *x)
 static void upstream_let_go(struct exchange *x)
 {
 	struct sl_upstream *u = x->upstream;
+	if (x->ep->watch) {
+		u->watches--;
+		return;
+	}
 	quiet_end(x);
 	if (x->counts_stream) {
 		x->counts_stream = false;
@@ -578,13 +586,26 @@ static bool leave_upstream(struct exchange *x)
 {
 	bool plain = !upstream_streams(x);
 	/*
+	 * Reading on first: libcurl stops watching the socket of a transfer
+	 * it paused, and learns it again (sl_curl_half_close) when resumed.
+	 */
+	bool held = x->coalesced;
+	coalesce_unlink(x);
+	if (x->paused || held)
+		transfer_resume(x);
+	/*
 	 * A plain answer's bytes come once it is generated whole: nothing
 	 * to stop, and the connection stays worth keeping. A resumable
 	 * stream (X-Conversation-Id) is generated to its end whatever its
 	 * client does, for GET /v1/stream: llama-server keeps it, and its
-	 * end is read here too.
+	 * end is read here too, once it has been sent.
 	 */
-	if (!(plain && x->mode == MODE_BODY) && !x->resumable) {
+	if (x->resumable) {
+		bool sent =
+		    x->native ? sl_h1_sent(&x->h1) : sl_curl_sent(&x->transfer);
+		if (!sent)
+			return false;
+	} else if (!(plain && x->mode == MODE_BODY)) {
 		bool half = x->native ? sl_h1_half_close(&x->h1)
 		                      : sl_curl_half_close(&x->transfer);
 		if (!half)
@@ -592,20 +613,18 @@ static bool leave_upstream(struct exchange *x)
 	}
 	x->left = true;
 	x->left_ms = uv_now(&x->app->loop);
-	sl_debug("%s: client left; %s and its answer read to its end",
-	         x->id,
+	sl_debug("%s: client left; %s and its answer read to its end", x->id,
 	         x->resumable ? "its stream is resumable (kept by llama-server)"
 	                      : "the upstream is told (its connection "
 	                        "half-closed)");
-	bool held = x->coalesced;
-	coalesce_unlink(x);
-	if (x->paused || held)
-		transfer_resume(x);
 	if (plain && x->mode == MODE_WAITING) {
 		if (x->assemblable &&
 		    x->app->cfg->stream_upstream == SL_STREAM_UPSTREAM_AUTO)
 			plain_left(x);
-		quiet_start(x);
+		/* Beside a client's stream, a quiet spell could not help: its
+		 * tokens keep coming. */
+		if (x->upstream->streams == 0)
+			quiet_start(x);
 	}
 	return true;
 }
@@ -1453,6 +1472,19 @@ static void flush_read(struct exchange *x)
 		sl_http_flush(x->req);
 }
 
+/*
+ * The client reads slower than the upstream writes: the transfer stops
+ * until the client has caught up (on_client_drain).
+ */
+static void pause_for_client(struct exchange *x)
+{
+	x->paused = true;
+	sl_http_want_drain(x->req);
+	sl_debug("%s: its client reads slower than the upstream writes: "
+	         "reading paused until it catches up",
+	         x->id);
+}
+
 /* CURLOPT_WRITEFUNCTION: the upstream's body, as it arrives. */
 static size_t on_upstream_data(char *data, size_t size, size_t n, void *arg)
 {
@@ -1463,13 +1495,16 @@ static size_t on_upstream_data(char *data, size_t size, size_t n, void *arg)
 	 * otherwise sluice gave up on this answer, and 0 ends the transfer so
 	 * that llama-server stops generating it.
 	 */
-	if (!x->req)
+	if (!x->req) {
+		/* A left answer read to its end: its bytes keep it alive. */
+		x->last_byte_ms = uv_now(&x->app->loop);
+		x->left_bytes = true;
 		return x->gave_up ? 0 : len;
+	}
 	/* Back-pressure: leave the bytes with libcurl until the client reads
 	 * (the native client pauses after the bytes, on_native_body). */
 	if (!x->native && sl_http_backlog(x->req) > SL_HTTP_BACKLOG_HIGH) {
-		x->paused = true;
-		sl_http_want_drain(x->req);
+		pause_for_client(x);
 		return CURL_WRITEFUNC_PAUSE;
 	}
 	x->last_byte_ms = uv_now(&x->app->loop);
@@ -1910,8 +1945,7 @@ static void on_native_read_end(struct sl_h1_request *r)
 	flush_read(x);
 	if (x->req && !x->paused &&
 	    sl_http_backlog(x->req) > SL_HTTP_BACKLOG_HIGH) {
-		x->paused = true;
-		sl_http_want_drain(x->req);
+		pause_for_client(x);
 		sl_h1_pause(r);
 	}
 	maybe_coalesce(x);
@@ -1954,8 +1988,13 @@ static void on_timer(uv_timer_t *t)
 		quiet_end(x);
 		sl_app_kick_scheduler(x->app);
 	}
-	/* Early for a quiet spell's end: the first byte's time is not up. */
-	if (x->mode == MODE_WAITING && !x->paused) {
+	/*
+	 * Early for a quiet spell's end: the first byte's time is not up.
+	 * A left answer whose bytes came after its client left is timed
+	 * between bytes, as an answer under way is.
+	 */
+	bool waiting = x->mode == MODE_WAITING && !x->left_bytes;
+	if (waiting && !x->paused) {
 		uint64_t due = x->dispatched_ms + first_byte_ms(x, NULL);
 		if (now < due) {
 			if (x->quieting)
@@ -1964,7 +2003,7 @@ static void on_timer(uv_timer_t *t)
 			return;
 		}
 	}
-	if (x->mode != MODE_WAITING || x->paused) {
+	if (!waiting || x->paused) {
 		uint64_t quiet = x->paused ? 0 : now - x->last_byte_ms;
 		if (quiet < cfg->upstream_idle_timeout_ms) {
 			uv_timer_start(&x->timer, on_timer,
@@ -1975,7 +2014,7 @@ static void on_timer(uv_timer_t *t)
 	}
 	const char *option;
 	uint64_t first_ms = first_byte_ms(x, &option);
-	if (x->mode == MODE_WAITING)
+	if (waiting)
 		snprintf(x->error, sizeof(x->error),
 		         "no answer within %s (%.1f s)", option,
 		         (double)first_ms / 1000.0);
@@ -2088,12 +2127,13 @@ void sl_proxy_end_all(struct sl_app *app)
 	}
 }
 
-void sl_proxy_end_watches(struct sl_app *app)
+void sl_proxy_end_watches(struct sl_app *app, const struct sl_upstream *u,
+                          const char *why)
 {
 	struct exchange *x, *next;
 	for (x = app->exchange_list; x; x = next) {
 		next = x->next;
-		if (!x->ep->watch)
+		if (!x->ep->watch || (u && x->upstream != u))
 			continue;
 		transfer_abort(x);
 		uv_timer_stop(&x->timer);
@@ -2105,8 +2145,7 @@ void sl_proxy_end_watches(struct sl_app *app)
 		} else if (x->req) {
 			snprintf(x->sched_headers, sizeof(x->sched_headers),
 			         "%s", SL_PROXY_UNAVAILABLE_RETRY);
-			respond_error(x, 503, "unavailable_error",
-			              "sluice is shutting down");
+			respond_error(x, 503, "unavailable_error", why);
 		}
 		exchange_release(x);
 	}
@@ -2150,15 +2189,24 @@ void sl_proxy_abort_all(struct sl_app *app)
 
 /* ---- starting ---- */
 
-/* The exchange takes a slot of `u`, as a stream or not ("Leaving"). */
+/*
+ * The exchange takes a slot of `u`, as a stream or not ("Leaving"); a
+ * watch takes none.
+ */
 static void upstream_take(struct exchange *x, struct sl_upstream *u)
 {
 	x->upstream = u;
 	x->dispatched_ms = uv_now(&x->app->loop);
+	if (x->ep->watch) {
+		u->watches++;
+		return;
+	}
 	u->inflight++;
 	if (x->assemblable && !x->assemble && plain_as_stream(x->app, u))
 		ask_for_stream(x);
-	if (upstream_streams(x)) {
+	/* Only clients' streams: plain answers assembled from streams where
+	 * clients' ran would keep one another so for ever. */
+	if (x->stream) {
 		x->counts_stream = true;
 		u->streams++;
 	}

@@ -400,7 +400,8 @@ class Relaying(st.TestCase):
         up = HoldingUpstream()
         self.addCleanup(up.stop)
         s = self.sluice("--upstream", up.url, "--upstream-timeout", "1",
-                        "--upstream-idle-timeout", "1")
+                        "--upstream-idle-timeout", "1", "--queue-timeout",
+                        "3")
         watches = []
         for _ in range(4):
             c = st.RawClient(s.port)
@@ -413,6 +414,10 @@ class Relaying(st.TestCase):
         # still a request gets one of its own.
         self.assertEqual(s.post("/tokenize", {"content": "x"},
                                 timeout=10).status, 200)
+        # Nor do they take its slot: a generation goes to it, not waiting
+        # out --queue-timeout for a slot.
+        r = s.post("/completion", {"prompt": "x"}, timeout=10)
+        self.assertEqual(r.status, 200, r.body)
         r = s.get("/models/sse", timeout=10)
         self.assertEqual(r.status, 503)
         self.assertEqual(r.header("Retry-After"), "1")

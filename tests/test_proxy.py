@@ -632,7 +632,11 @@ class Cancellation(st.TestCase):
         # /v1/stream to replay. So sluice reads it to its end, keeping its
         # slot counted until then, as it does a plain answer left by its
         # client: the next request waits in sluice's queue meanwhile.
-        s = self.sluice("--upstream", self.ls.url, "--queue-timeout", "3600")
+        # Its bytes after the leave count as the answer's: an idle
+        # timeout far shorter than the rest of the generation does not
+        # cut it (nor free its slot early).
+        s = self.sluice("--upstream", self.ls.url, "--queue-timeout", "3600",
+                        "--upstream-idle-timeout", "1")
         c = st.RawClient(s.port)
         c.request("POST", "/completion",
                   body_for("/completion", "go on", True, n=self.RUNS_ON),
@@ -664,6 +668,31 @@ class Cancellation(st.TestCase):
                          (True, self.RUNS_ON))
         st.wait_until(lambda: s.health().json()["inflight"] == 0, 60,
                       "sluice to count nothing in flight")
+        self.assertEqual(s.count_lines(r"silent for|no answer within"), 0,
+                         s.output())
+
+    def test_client_leaving_a_paused_stream(self):
+        # A client that stops reading has its stream paused (back-pressure)
+        # before it leaves: through libcurl, whose paused transfer's
+        # socket is not watched, as through sluice's own client, the
+        # upstream is told and the slot freed.
+        for client in ("native", "curl"):
+            with self.subTest(client=client):
+                s = self.sluice("--upstream", self.ls.url, "--log-level",
+                                "debug", "--upstream-client", client)
+                rid = "paused-" + client
+                c = st.RawClient(s.port, rcvbuf=4096)
+                c.request("POST", "/completion",
+                          body_for("/completion", "go on", True, n=self.N,
+                                   n_probs=50),
+                          headers={"X-Request-Id": rid})
+                s.wait_line(r"%s: its client reads slower than the "
+                            r"upstream writes: reading paused" % rid,
+                            timeout=60)
+                self.assert_slot_freed_after(c.close)
+                s.wait_line(r"%s: client left; the upstream is told" % rid,
+                            timeout=60)
+                self.assertEqual(s.stop(), 0)
 
 
 class SlowReader(st.TestCase):

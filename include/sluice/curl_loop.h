@@ -109,6 +109,12 @@ void sl_curl_abort(struct sl_curl *c, struct sl_transfer *t);
  */
 bool sl_curl_half_close(struct sl_transfer *t);
 
+/*
+ * Whether libcurl has sent the transfer's request whole (it watches the
+ * socket for reading only): the upstream has it.
+ */
+bool sl_curl_sent(const struct sl_transfer *t);
+
 /* Largest body an sl_get keeps; more fails the GET. */
 #define SL_GET_BODY_MAX (1u << 20)
 

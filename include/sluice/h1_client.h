@@ -261,6 +261,12 @@ void sl_h1_abort(struct sl_h1_request *r);
 bool sl_h1_half_close(struct sl_h1_request *r);
 
 /*
+ * Whether the request is on a connection that has sent it (or is sending
+ * it): the upstream has it, or will; false while it waits or connects.
+ */
+bool sl_h1_sent(const struct sl_h1_request *r);
+
+/*
  * Stops reading the request's response (the client is slow); bytes
  * already read are still delivered. sl_h1_resume() reads on. Silence while
  * paused is the owner's to time, not the client's.

@@ -132,7 +132,8 @@ extern const struct sl_endpoint sl_proxy_ui_endpoint;
  * two more than its slots, or the cores less one), for as long as it
  * lasts: a few serve a web UI or two, and leave llama-server threads for
  * the rest. The connections watches hold are added to their upstream's
- * pool, so that no generation waits for one. Past this many: 503.
+ * pool, and they take none of its slots (upstream.h, watches), so that no
+ * generation waits for one. Past this many: 503.
  */
 #define SL_PROXY_WATCHES_MAX 4u
 /* One relayed header's value, at most: longer ones are dropped. */
@@ -172,11 +173,13 @@ void sl_proxy_shed(void *app, struct sl_sched_item *item, uint64_t now_ms);
 void sl_proxy_end_all(struct sl_app *app);
 
 /*
- * sluice begins to drain: the watches (GET /models/sse, GET /v1/stream),
- * which would never end by themselves, end now; one whose answer has begun
- * ends as the upstream's would, one not begun gets 503.
+ * The watches (GET /models/sse, GET /v1/stream) to `u` (NULL: to every
+ * upstream), which would never end by themselves, end now: sluice begins
+ * to drain, or `u` is about to stop. One whose answer has begun ends as the
+ * upstream's would, one not begun gets 503 saying `why`.
  */
-void sl_proxy_end_watches(struct sl_app *app);
+void sl_proxy_end_watches(struct sl_app *app, const struct sl_upstream *u,
+                          const char *why);
 
 /*
  * The requests waiting in model m's queue get 503 with `message`: its

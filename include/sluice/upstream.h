@@ -137,11 +137,10 @@ struct sl_upstream {
 	unsigned restarts;    /* relaunches after unexpected exits */
 	unsigned inflight;    /* exchanges sent to it and not finished */
 	/*
-	 * Of those, the ones asked for as streams (a client's, or a plain
-	 * answer assembled from one); and until when plain answers sent to
-	 * it are asked for as streams under --stream-upstream auto (proxy.c,
-	 * "Leaving"): while streams run there, a left plain answer could not
-	 * be stopped.
+	 * Of those, the clients' streams; and until when plain answers sent
+	 * to it are asked for as streams under --stream-upstream auto
+	 * (proxy.c, "Leaving"): while streams run there, a left plain answer
+	 * could not be stopped.
 	 */
 	unsigned streams;
 	uint64_t plain_streams_until_ms;
@@ -152,6 +151,12 @@ struct sl_upstream {
 	 * their client left (see proxy.c, "Leaving").
 	 */
 	unsigned quiet;
+	/*
+	 * Watches open to it (GET /models/sse, GET /v1/stream): they hold a
+	 * connection for as long as their clients stay, but no slot, so
+	 * they are not in inflight; they are ended before it stops.
+	 */
+	unsigned watches;
 	unsigned index;       /* position among sluice's upstreams */
 	/*
 	 * Unique in the process and never reused (an index moves as
