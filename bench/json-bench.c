@@ -7,12 +7,14 @@
  * First the hot path, in nanoseconds per call (the best of five rounds):
  * sl_jscan_parse() of a streamed OpenAI chunk and of a native token event
  * as llama-server 0.7.0 writes them, sl_request_validate() of a chat body
- * of 200 bytes and of 4 KB, and the nesting check alone on each
- * (sl_jscan_depth_ok(), which both of them run). Then one table of the
+ * of 200 bytes and of 4 KB, and the shape check alone on each
+ * (sl_jscan_shape(), which both of them run). Then one table of the
  * milliseconds that sl_request_validate() takes over bodies of BYTES
  * shaped to be slow: all of it one nest of arrays, 250 arrays each 2,040
  * deep (within jansson's limit), arrays as deep as sluice allows side by
- * side, a flat array, and a string full of brackets: the best of three,
+ * side, a flat array, a string full of brackets, and a chain of keys that
+ * jsmn would link one under the other (a number too large for jansson
+ * sends it to jsmn's full scan): the best of three,
  * or one when it takes over a second. The validation runs on the event
  * loop, so this is how long every other client waits. Times are the
  * thread's CPU time, which a busy machine inflates less than the clock's.
@@ -77,9 +79,9 @@ static int op_validate(const char *text, size_t len)
 }
 
 #ifdef SL_JSCAN_DEPTH_MAX
-static int op_depth(const char *text, size_t len)
+static int op_shape(const char *text, size_t len)
 {
-	return sl_jscan_depth_ok(text, len);
+	return (int)sl_jscan_shape(text, len);
 }
 #endif
 
@@ -156,7 +158,10 @@ static void put_run(struct text *t, char c, size_t n)
 
 /*
  * Bodies of about `size` bytes: shape 0, one nest; 1, nests of `deep`
- * side by side in an array; 2, a flat array; 3, a string of brackets.
+ * side by side in an array; 2, a flat array; 3, a string of brackets;
+ * 4, keys each after a colon, not a comma, under a closed array, then
+ * the object closed and closing brackets with nothing open:
+ * {"a":[]:"a":"a":...}:}}}, each of which jsmn walks the chain for.
  * With `jansson`, they begin with a member ("n") that sends the body down
  * jansson's path rather than the fast one (request.c, read_fast).
  */
@@ -186,6 +191,13 @@ static struct text shape(int kind, size_t size, size_t deep, bool jansson)
 		while (t.len + 4 <= size)
 			put_str(&t, ",1");
 		put_str(&t, "]}");
+		break;
+	case 4:
+		put_str(&t, "\"seed\":1e999,\"a\":[]:");
+		while (t.len + 4 <= size / 2)
+			put_str(&t, "\"a\":");
+		put_str(&t, "\"a\"}:");
+		put_run(&t, '}', size - t.len);
 		break;
 	default:
 		put_str(&t, "\"prompt\":\"");
@@ -242,11 +254,11 @@ int main(int argc, char **argv)
 	hot_row("sl_request_validate, long chat body", op_validate, long_body,
 	        strlen(long_body));
 #ifdef SL_JSCAN_DEPTH_MAX
-	hot_row("sl_jscan_depth_ok, OpenAI chunk", op_depth, chat_chunk,
+	hot_row("sl_jscan_shape, OpenAI chunk", op_shape, chat_chunk,
 	        strlen(chat_chunk));
-	hot_row("sl_jscan_depth_ok, chat body", op_depth, chat_body,
+	hot_row("sl_jscan_shape, chat body", op_shape, chat_body,
 	        strlen(chat_body));
-	hot_row("sl_jscan_depth_ok, long chat body", op_depth, long_body,
+	hot_row("sl_jscan_shape, long chat body", op_shape, long_body,
 	        strlen(long_body));
 	size_t allowed = SL_JSCAN_DEPTH_MAX - 2;
 #else
@@ -263,6 +275,7 @@ int main(int argc, char **argv)
 	worst_row(label, 1, size, allowed, false);
 	worst_row("a flat array", 2, size, 0, false);
 	worst_row("a string of brackets", 3, size, 0, false);
+	worst_row("a chain of keys, then brackets", 4, size, 0, false);
 	strcat(label, ", jansson's path");
 	worst_row(label, 1, size, allowed, true);
 	worst_row("a flat array, jansson's path", 2, size, 0, true);

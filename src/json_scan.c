@@ -169,7 +169,7 @@ int sl_jscan_parse(struct sl_jscan *s, const char *text, size_t len,
 		return SL_EINVAL;
 	if (!strchr("{[\"", text[first]))
 		return scan_primitive(s, first);
-	if (!sl_jscan_depth_ok(text + first, len - first))
+	if (sl_jscan_shape(text + first, len - first) != SL_JSCAN_FIT)
 		return SL_EINVAL;
 	int n = scan_tokens(s, max_tokens);
 	/* Nothing, an error, or a value cut short (jsmn leaves end at -1). */
@@ -242,96 +242,78 @@ static size_t skim_container(const char *text, size_t len, size_t at,
 	return 0;
 }
 
-/* A byte of 1s, for the word-wide tests below. */
-#define ONES UINT64_C(0x0101010101010101)
+/* What was read last, for the rule on colons in sl_jscan_shape(). */
+enum last_read {
+	READ_NOTHING,
+	READ_OPENING, /* { or [ */
+	READ_COMMA,
+	READ_KEY,   /* a string that came first or after a comma */
+	READ_VALUE, /* any other string, a primitive, } or ] */
+	READ_COLON,
+};
 
-/*
- * The bytes of the eight at p that are '{' or '[', each as the low bit of
- * its byte. '[' | 0x20 is '{', and no other byte gives it; a byte equal to
- * '{' is zero after the XOR, and the test below, which carries nothing
- * from byte to byte, sets the high bit of a zero byte and of no other.
- */
-static uint64_t opener_bits(const char *p)
+enum sl_jscan_shape sl_jscan_shape(const char *text, size_t len)
 {
-	uint64_t w;
-	memcpy(&w, p, sizeof(w));
-	w = (w | ONES * 0x20) ^ (ONES * '{');
-	return (~(((w & ONES * 0x7f) + ONES * 0x7f) | w) & ONES * 0x80) >> 7;
-}
-
-/*
- * How many opening brackets the text holds, inside strings too, counted
- * until more than `enough` are found: the depth can be no more, and in
- * most texts this bound is all that is needed. Four words a step: each
- * byte of their sum is 4 at most, and the multiply gathers the eight
- * bytes into the top one.
- */
-static size_t count_openers(const char *text, size_t len, size_t enough)
-{
-	size_t n = 0, i = 0;
-	for (; i + 32 <= len && n <= enough; i += 32)
-		n += (size_t)(((opener_bits(text + i) +
-		                opener_bits(text + i + 8) +
-		                opener_bits(text + i + 16) +
-		                opener_bits(text + i + 24)) *
-		               ONES) >>
-		              56);
-	for (; i + 8 <= len && n <= enough; i += 8)
-		n += (size_t)((opener_bits(text + i) * ONES) >> 56);
-	for (; i < len && n <= enough; i++)
-		n += (text[i] | 0x20) == '{';
-	return n;
-}
-
-bool sl_jscan_depth_ok(const char *text, size_t len)
-{
-	if (count_openers(text, len, SL_JSCAN_DEPTH_MAX) <= SL_JSCAN_DEPTH_MAX)
-		return true;
 	/*
-	 * The depth itself, the text read as jsmn reads it as far as jsmn
-	 * goes: strings skipped as the shallow scan skips them (they end
-	 * where jsmn ends them), and primitives as jsmn's strict mode reads
-	 * them, to the next delimiter, a quote or bracket inside taken for
-	 * one of their characters (in [1"],[[... the quote starts no string,
-	 * and what follows nests). Where jsmn stops, at a string that never
-	 * closes or a closing bracket too many, the text is let through for
-	 * it to refuse.
+	 * The text is read as jsmn's strict mode reads it, as far as jsmn
+	 * goes: strings end where jsmn ends them (skim_string), and
+	 * primitives run to the next delimiter, a quote or bracket inside
+	 * taken for one of their characters (in [1"],[[... the quote starts
+	 * no string, and what follows nests). Where jsmn would stop at an
+	 * error, the rest cannot cost it anything; reading on only refuses
+	 * more of what is no JSON anyway.
 	 */
 	size_t depth = 0;
+	enum last_read last = READ_NOTHING;
 	for (size_t i = 0; i < len; i++) {
 		switch (text[i]) {
 		case '"':
 			i = skim_string(text, len, i);
 			if (i == 0)
-				return true;
+				return SL_JSCAN_MISSHAPEN;
 			i--; /* the loop steps past the closing quote */
+			last = last == READ_OPENING || last == READ_COMMA
+			           ? READ_KEY
+			           : READ_VALUE;
 			break;
 		case '{':
 		case '[':
 			if (++depth > SL_JSCAN_DEPTH_MAX)
-				return false;
+				return SL_JSCAN_TOO_DEEP;
+			last = READ_OPENING;
 			break;
 		case '}':
 		case ']':
+			/* jsmn walks every token back to the first for a
+			 * bracket too many, and may not refuse it. */
 			if (depth == 0)
-				return true;
+				return SL_JSCAN_MISSHAPEN;
 			depth--;
+			last = READ_VALUE;
 			break;
+		case ':':
+			/* jsmn hangs what follows a colon under the token
+			 * before it, whatever it is, and [1:[]:[]:... would
+			 * make a chain as long as the text. */
+			if (last != READ_KEY)
+				return SL_JSCAN_MISSHAPEN;
+			last = READ_COLON;
+			break;
+		case ',': last = READ_COMMA; break;
 		case ' ':
 		case '\t':
 		case '\r':
-		case '\n':
-		case ',':
-		case ':': break;
+		case '\n': break;
 		default:
 			while (i + 1 < len && !is_space(text[i + 1]) &&
 			       text[i + 1] != ',' && text[i + 1] != ']' &&
 			       text[i + 1] != '}')
 				i++;
+			last = READ_VALUE;
 			break;
 		}
 	}
-	return true;
+	return SL_JSCAN_FIT;
 }
 
 /*

@@ -776,7 +776,7 @@ static int validate(struct sl_request *r, const struct sl_endpoint *ep,
 	 * jansson's limit (2048 levels, where yajl has none) lies beyond
 	 * this one, so both paths read the same bodies.
 	 */
-	if (!sl_jscan_depth_ok(body, len))
+	if (sl_jscan_shape(body, len) == SL_JSCAN_TOO_DEEP)
 		return refuse(r,
 		              "the request body nests objects and arrays "
 		              "deeper than %d levels",

@@ -1,9 +1,9 @@
 """Hostile and unusual clients against a real sluice (in front of the mock
 llama-server): a flood of pipelined requests from clients that never read,
 HEAD on GET endpoints, absolute-form targets, a smuggling attempt, bodies
-left one byte short (with and without a key), bodies nested far too deep,
-a chunk larger than the body limit, header values with trailing
-whitespace, HTTP/1.2."""
+left one byte short (with and without a key), bodies nested far too deep or
+chained for jsmn, a chunk larger than the body limit, header values with
+trailing whitespace, HTTP/1.2."""
 
 import os
 import re
@@ -100,6 +100,23 @@ def deep_bodies():
                              "]", '"}', MAX_BODY)),
         ("/v1/chat/completions",
          nest(chat, "[{},", "1", "]", "}", MAX_BODY)),
+    ]
+    for _, body in bodies:
+        assert len(body) <= MAX_BODY, len(body)
+    return bodies
+
+
+def chained_bodies():
+    """Two (path, body) no deeper than DEPTH_MAX that jsmn would read for
+    the square of their size: a colon after anything but a key hangs what
+    follows under it, and a closing bracket where nothing is open walks
+    back every link. A number beyond jansson's range sends a relayed body
+    to jsmn's full scan (request.c, load_with_stand_ins)."""
+    keys = '{"seed":1e999,"x":[]:' + '"a":' * (MAX_BODY // 8) + '"a"}:'
+    arrays = '[1e999]:' + '[]:' * (MAX_BODY // 6)
+    bodies = [
+        ("/v1/chat/completions", keys + "}" * (MAX_BODY - len(keys))),
+        ("/v1/chat/completions", arrays + "]" * (MAX_BODY - len(arrays))),
     ]
     for _, body in bodies:
         assert len(body) <= MAX_BODY, len(body)
@@ -223,16 +240,24 @@ class Hostile(st.TestCase):
             sock.close()
         self.assertEqual(s.stop(), 0)
 
-    def test_deep_bodies_leave_health_answered(self):
+    def test_deep_and_chained_bodies_leave_health_answered(self):
+        deep = "the request body nests objects and arrays deeper than " \
+            "%d levels" % DEPTH_MAX
+        # Refused for the number, as jansson found it first: jsmn never
+        # reads the rest.
+        chained = "malformed JSON in the request body at line 1, column " \
+            "%d (byte %d): real number overflow near '1e999'"
+        bodies = [(path, body, deep) for path, body in deep_bodies()] + \
+            [(path, body, chained % ((body.index("1e999") + 5,) * 2))
+             for path, body in chained_bodies()]
         s = self.start()
-        bodies = deep_bodies()
         probe = st.RawClient(s.port, timeout=PROBE_TIMEOUT_S)
         before = [health_latency(probe) for _ in range(50)]
 
         answers = []
 
-        def attack(path, body):
-            answers.append((path, st.request(
+        def attack(path, body, message):
+            answers.append((path, message, st.request(
                 s.port, "POST", path, body=body,
                 headers={"Content-Type": "application/json"},
                 timeout=SAFETY_NET_S)))
@@ -252,13 +277,11 @@ class Hostile(st.TestCase):
         probe.close()
 
         self.assertEqual(len(answers), len(bodies))
-        for path, r in answers:
+        for path, message, r in answers:
             self.assertEqual(r.status, 400, (path, r.body[:200]))
             error = r.json()["error"]
             self.assertEqual(error["type"], "invalid_request_error")
-            self.assertEqual(error["message"],
-                             "the request body nests objects and arrays "
-                             "deeper than %d levels" % DEPTH_MAX)
+            self.assertEqual(error["message"], message)
         # Compared with the same sluice just before, not with a figure: a
         # busy machine (or AddressSanitizer) slows both alike. The median
         # holds the issue's 50 ms, which one stall of sluice's loop per

@@ -201,7 +201,7 @@ static void test_trailing_text_is_refused(void)
 	ASSERT(refused("[1,2", 4, ANY_TOKENS));
 	ASSERT(refused("[1}", 3, ANY_TOKENS));
 	ASSERT(refused("{\"a\":x}", 7, ANY_TOKENS));
-	ASSERT(refused("{1:2}", 5, ANY_TOKENS));
+	ASSERT(refused("{1 :2}", 5, ANY_TOKENS));
 	/* len is honoured: what lies beyond it is not read. */
 	ASSERT(!refused("{}garbage", 2, ANY_TOKENS));
 }
@@ -592,11 +592,12 @@ static void test_depth_limit(void)
 	struct sl_jscan s;
 	for (int objects = 0; objects < 2; objects++) {
 		nest(text, sizeof(text), "", MAX, objects, "");
-		ASSERT(sl_jscan_depth_ok(text, strlen(text)));
+		ASSERT_EQ(sl_jscan_shape(text, strlen(text)), SL_JSCAN_FIT);
 		ASSERT_EQ(scan(&s, text), 0);
 		sl_jscan_free(&s);
 		nest(text, sizeof(text), " ", MAX + 1, objects, " ");
-		ASSERT(!sl_jscan_depth_ok(text, strlen(text)));
+		ASSERT_EQ(sl_jscan_shape(text, strlen(text)),
+		          SL_JSCAN_TOO_DEEP);
 		ASSERT_EQ(scan(&s, text), SL_EINVAL);
 		ASSERT_EQ(s.n, 0);
 		sl_jscan_free(&s);
@@ -633,7 +634,7 @@ static void test_depth_limit(void)
 	for (int i = 0; i < 4 * MAX; i++)
 		sl_join_str(&j, i % 2 ? "[" : "{");
 	sl_join_str(&j, "\\\\\",\"b\":[\"]]\"]}");
-	ASSERT(sl_jscan_depth_ok(text, j.len));
+	ASSERT_EQ(sl_jscan_shape(text, j.len), SL_JSCAN_FIT);
 	ASSERT_EQ(scan(&s, text), 0);
 	ASSERT_EQ(s.n, 6);
 	sl_jscan_free(&s);
@@ -641,7 +642,7 @@ static void test_depth_limit(void)
 	sl_jscan_free(&s);
 	/* A string that ends in an escaped backslash ends there. */
 	nest(text, sizeof(text), "[\"\\\\\",", MAX, false, "]");
-	ASSERT(!sl_jscan_depth_ok(text, strlen(text)));
+	ASSERT_EQ(sl_jscan_shape(text, strlen(text)), SL_JSCAN_TOO_DEEP);
 	ASSERT_EQ(scan(&s, text), SL_EINVAL);
 	sl_jscan_free(&s);
 
@@ -650,9 +651,9 @@ static void test_depth_limit(void)
 	 * the nest after it is no string's text: it counts.
 	 */
 	nest(text, sizeof(text), "[1\"],", MAX + 1, false, "]");
-	ASSERT(!sl_jscan_depth_ok(text, strlen(text)));
+	ASSERT_EQ(sl_jscan_shape(text, strlen(text)), SL_JSCAN_TOO_DEEP);
 	nest(text, sizeof(text), "{\"a\":[1e400\"],\"b\":", MAX, false, "\"}");
-	ASSERT(!sl_jscan_depth_ok(text, strlen(text)));
+	ASSERT_EQ(sl_jscan_shape(text, strlen(text)), SL_JSCAN_TOO_DEEP);
 	ASSERT_EQ(scan(&s, text), SL_EINVAL);
 	sl_jscan_free(&s);
 
@@ -662,9 +663,55 @@ static void test_depth_limit(void)
 	for (int i = 0; i < 4 * MAX; i++)
 		sl_join_str(&j, i ? ",[{}]" : "[{}]");
 	sl_join_str(&j, "]");
-	ASSERT(sl_jscan_depth_ok(text, j.len));
+	ASSERT_EQ(sl_jscan_shape(text, j.len), SL_JSCAN_FIT);
 	ASSERT_EQ(scan(&s, text), 0);
 	ASSERT_EQ(s.n, 1 + 8 * MAX);
+	sl_jscan_free(&s);
+}
+
+/*
+ * Texts jsmn takes where JSON does not, and in which its parent links
+ * grow as long as the text: a colon after anything but a key hangs what
+ * follows under it, and a closing bracket with nothing open walks every
+ * link back to the first token. Refused before jsmn reads them, and a
+ * valid text with colons everywhere they may be is fit.
+ */
+static void test_misshapen(void)
+{
+	static const char *const shapes[][2] = {
+	    {"[]:", "\"a\":"},     /* a chain of strings under a closed array */
+	    {"[]:", "[]:"},        /* a chain of closed arrays */
+	    {"[1:", "[]:"},        /* under a primitive, inside an open array */
+	    {"{\"a\":", "\"b\":"}, /* values taken for keys */
+	    {"[\"a\",\"b\":", "1 :"}, /* a chain of primitives */
+	    {"{\"a\":[] ", "\"c\":"}, /* a key must follow { or a comma */
+	};
+	static char text[64 * 1024];
+	struct sl_jscan s;
+	for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
+		struct sl_join j = SL_JOIN(text);
+		sl_join_str(&j, shapes[k][0]);
+		while (j.len + 2 * strlen(shapes[k][1]) + 1024 < sizeof(text))
+			sl_join_str(&j, shapes[k][1]);
+		for (int i = 0; i < 1000; i++)
+			sl_join_str(&j, "]");
+		ASSERT_EQ(sl_jscan_shape(text, j.len), SL_JSCAN_MISSHAPEN);
+		ASSERT_EQ(scan(&s, text), SL_EINVAL);
+		ASSERT_EQ(s.n, 0);
+		sl_jscan_free(&s);
+	}
+	static const char *const refused_alone[] = {
+	    "[]]", "{}}", "\"a\":1", "{1 :2}", "{\"a\"::1}", "[\"unclosed]",
+	};
+	for (size_t k = 0; k < sizeof(refused_alone) / sizeof(*refused_alone);
+	     k++)
+		ASSERT_EQ(
+		    sl_jscan_shape(refused_alone[k], strlen(refused_alone[k])),
+		    SL_JSCAN_MISSHAPEN);
+	const char *valid = " { \"a\" : 1 , \"b\" :{\"c\":[1,{\"d\":\"]:\"}]}, "
+	                    "\"e\":[[],{}]} ";
+	ASSERT_EQ(sl_jscan_shape(valid, strlen(valid)), SL_JSCAN_FIT);
+	ASSERT_EQ(scan(&s, valid), 0);
 	sl_jscan_free(&s);
 }
 
@@ -686,5 +733,6 @@ int main(void)
 	RUN(test_shallow_limit);
 	RUN(test_leading_member);
 	RUN(test_depth_limit);
+	RUN(test_misshapen);
 	return 0;
 }

@@ -73,12 +73,23 @@ struct sl_jscan {
 };
 
 /*
- * Whether objects and arrays nest at most SL_JSCAN_DEPTH_MAX deep in the
- * `len` bytes of `text`, read in one pass: brackets inside strings do not
- * count, and whether brackets match is left to a parser. Every scan here
- * asks it; request.c asks it first, to name the limit when it refuses.
+ * Whether jsmn's walk stays short in a text, read in one linear pass:
+ * objects and arrays nest at most SL_JSCAN_DEPTH_MAX deep (brackets inside
+ * strings do not count; whether they match is left to a parser), and
+ * nothing lets jsmn's parent links grow longer than the nesting. For that
+ * a colon must follow a string that came first in its container or after
+ * a comma, and no closing bracket may come where nothing is open: jsmn
+ * takes both where JSON does not, and a 100 KB body of []:"a":"a":... and
+ * then ]]]... held the loop 0.8 s, growing with the square of its size.
+ * Valid JSON is never misshapen. Every full scan asks this first;
+ * request.c asks it too, to name the depth limit when it refuses.
  */
-bool sl_jscan_depth_ok(const char *text, size_t len);
+enum sl_jscan_shape {
+	SL_JSCAN_FIT,
+	SL_JSCAN_TOO_DEEP,
+	SL_JSCAN_MISSHAPEN, /* no JSON text, and costly to jsmn */
+};
+enum sl_jscan_shape sl_jscan_shape(const char *text, size_t len);
 
 /*
  * Tokenizes `len` bytes of `text` (borrowed; it must outlive the scan).

@@ -11,9 +11,11 @@
  *   - the token limit is exact: the same text parses with exactly as many
  *     tokens as it took, and is refused with one fewer;
  *   - no text scanned nests deeper than SL_JSCAN_DEPTH_MAX, and jscan
- *     refuses valid JSON exactly when jansson's tree nests deeper; on
- *     any text sl_jscan_depth_ok() lets through, jsmn itself (whose time
- *     grows with depth) nests no deeper, however far it reads;
+ *     refuses valid JSON exactly when jansson's tree nests deeper; valid
+ *     JSON is never misshapen; on any text sl_jscan_shape() finds fit,
+ *     jsmn itself, however far it reads, nests no deeper and links no
+ *     token further from the first than two links a level (a container
+ *     and a key), which bounds its walk at each closing bracket;
  *   - when jansson (any value, NUL allowed) accepts the text, and the
  *     text holds no NUL byte and nests no deeper than the bound, jscan
  *     accepts it too (jansson 2.14 takes a
@@ -29,6 +31,7 @@
  *     types and parent links, except that a container it skipped has no
  *     children, and one it opened has skipped containers as children.
  */
+#include "sluice/common.h"
 #include "sluice/json_scan.h"
 
 #include <jansson.h>
@@ -142,26 +145,36 @@ static size_t depth_of(json_t *v)
  * How deep jsmn's containers nest on the text, as far as it reads it,
  * error or not: the tokens it made by then hold their parent links.
  */
-static int jsmn_depth(const char *text, size_t size)
+struct jsmn_reach {
+	int depth; /* containers on the longest chain of parent links */
+	int links; /* links on the longest chain */
+};
+
+/*
+ * How far jsmn's parent links reach in the text, read as far as jsmn
+ * reads it: at a closing bracket jsmn walks them up from the last token.
+ */
+static struct jsmn_reach jsmn_reach(const char *text, size_t size)
 {
 	jsmn_parser p;
 	jsmn_init(&p);
 	jsmntok_t *tok = malloc(sizeof(*tok) * (size + 1));
-	int *depth = malloc(sizeof(int) * (size + 1));
-	CHECK(tok && depth);
+	struct jsmn_reach *at = malloc(sizeof(*at) * (size + 1));
+	CHECK(tok && at);
 	(void)jsmn_parse(&p, text, size, tok, (unsigned)size + 1);
-	int deepest = 0;
+	struct jsmn_reach most = {0, 0};
 	for (unsigned i = 0; i < p.toknext; i++) {
 		int parent = tok[i].parent;
-		depth[i] =
-		    (parent < 0 ? 0 : depth[parent]) +
-		    (tok[i].type == JSMN_OBJECT || tok[i].type == JSMN_ARRAY);
-		if (depth[i] > deepest)
-			deepest = depth[i];
+		bool container =
+		    tok[i].type == JSMN_OBJECT || tok[i].type == JSMN_ARRAY;
+		at[i].depth = (parent < 0 ? 0 : at[parent].depth) + container;
+		at[i].links = parent < 0 ? 0 : at[parent].links + 1;
+		most.depth = SL_MAX(most.depth, at[i].depth);
+		most.links = SL_MAX(most.links, at[i].links);
 	}
-	free(depth);
+	free(at);
 	free(tok);
-	return deepest;
+	return most;
 }
 
 /* Whether sl_jscan_number reads token i as a number. */
@@ -336,15 +349,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 
 	/* Only where the check passed: elsewhere jsmn may take seconds. */
-	if (sl_jscan_depth_ok(text, size))
-		CHECK(jsmn_depth(text, size) <= SL_JSCAN_DEPTH_MAX);
+	enum sl_jscan_shape shape = sl_jscan_shape(text, size);
+	if (shape == SL_JSCAN_FIT) {
+		struct jsmn_reach reach = jsmn_reach(text, size);
+		CHECK(reach.depth <= SL_JSCAN_DEPTH_MAX);
+		CHECK(reach.links <= 2 * SL_JSCAN_DEPTH_MAX + 1);
+	}
 
 	json_t *doc =
 	    json_loadb(text, size, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
 	bool valid = doc && !memchr(text, '\0', size);
 	bool too_deep = valid && depth_of(doc) > SL_JSCAN_DEPTH_MAX;
 	if (valid)
-		CHECK(sl_jscan_depth_ok(text, size) == !too_deep);
+		CHECK(shape == (too_deep ? SL_JSCAN_TOO_DEEP : SL_JSCAN_FIT));
 	check_shallow(text, size, &s, valid && rc == 0, too_deep);
 	if (too_deep) {
 		CHECK(rc != 0);
