@@ -1,7 +1,7 @@
 /* bench_stats.c: exact percentiles, means and rates. */
 #include "bench_stats.h"
 
-#include "sluice/common.h"
+#include "sluice/base/common.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -19,9 +19,9 @@
  * loop, so this is how long every other client waits. Times are the
  * thread's CPU time, which a busy machine inflates less than the clock's.
  */
-#include "sluice/common.h"
-#include "sluice/json_scan.h"
-#include "sluice/request.h"
+#include "sluice/base/common.h"
+#include "sluice/json/json_scan.h"
+#include "sluice/relay/request.h"
 
 #include <stdio.h>
 #include <stdlib.h>

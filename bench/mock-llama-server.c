@@ -55,8 +55,8 @@
  * The mock writes regardless of back-pressure: an answer is at most a
  * couple of MB, and sluice's HTTP server drops a client that stops reading.
  */
-#include "sluice/common.h"
-#include "sluice/http.h"
+#include "sluice/base/common.h"
+#include "sluice/net/http.h"
 
 #include <errno.h>
 #include <jansson.h>

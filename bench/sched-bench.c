@@ -9,8 +9,8 @@
  *
  *   build/bench/sched-bench [MAX_N]     (default 1000000)
  */
-#include "sluice/common.h"
-#include "sluice/sched.h"
+#include "sluice/base/common.h"
+#include "sluice/sched/sched.h"
 
 #include <math.h>
 #include <stdio.h>

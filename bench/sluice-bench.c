@@ -18,9 +18,9 @@
  */
 #include "bench_stats.h"
 
-#include "sluice/common.h"
-#include "sluice/curl_loop.h"
-#include "sluice/sse.h"
+#include "sluice/base/common.h"
+#include "sluice/net/curl_loop.h"
+#include "sluice/net/sse.h"
 
 #include <errno.h>
 #include <jansson.h>

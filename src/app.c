@@ -1,13 +1,13 @@
 /* app.c: start-up, shutdown, and the glue between the modules. */
 #include "sluice/app.h"
 
-#include "sluice/client_addr.h"
-#include "sluice/common.h"
-#include "sluice/exposition.h"
-#include "sluice/log.h"
-#include "sluice/proxy.h"
-#include "sluice/routes.h"
-#include "sluice/startup.h"
+#include "sluice/net/client_addr.h"
+#include "sluice/base/common.h"
+#include "sluice/ops/exposition.h"
+#include "sluice/base/log.h"
+#include "sluice/relay/proxy.h"
+#include "sluice/relay/routes.h"
+#include "sluice/fleet/startup.h"
 
 #include <signal.h>
 #include <stdio.h>

@@ -1,13 +1,13 @@
 /* main.c: sluice's entry point: options, the one-shot actions, the app. */
 #include "sluice/app.h"
-#include "sluice/child.h"
-#include "sluice/common.h"
-#include "sluice/config.h"
-#include "sluice/demo_model.h"
-#include "sluice/keys.h"
-#include "sluice/log.h"
-#include "sluice/probe.h"
-#include "sluice/startup.h"
+#include "sluice/fleet/child.h"
+#include "sluice/base/common.h"
+#include "sluice/config/config.h"
+#include "sluice/fleet/demo_model.h"
+#include "sluice/tenants/keys.h"
+#include "sluice/base/log.h"
+#include "sluice/net/probe.h"
+#include "sluice/fleet/startup.h"
 
 #include <curl/curl.h>
 #include <signal.h>

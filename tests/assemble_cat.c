@@ -15,9 +15,9 @@
  * "data:" lines joined with newlines, as SSE says; the stream is small
  * (a test's), so it is read whole.
  */
-#include "sluice/assemble.h"
+#include "sluice/json/assemble.h"
 
-#include "sluice/common.h"
+#include "sluice/base/common.h"
 
 #include <stdio.h>
 #include <stdlib.h>

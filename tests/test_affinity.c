@@ -1,10 +1,10 @@
 /*
  * test_affinity.c: prefix affinity's keys and table (affinity.h).
  */
-#include "sluice/affinity.h"
+#include "sluice/fleet/affinity.h"
 
-#include "sluice/common.h"
-#include "sluice/json_scan.h"
+#include "sluice/base/common.h"
+#include "sluice/json/json_scan.h"
 #include "test.h"
 
 /* Text of `n` bytes, the same for the same seed. */

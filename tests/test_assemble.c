@@ -7,9 +7,9 @@
  * in the shapes llama-server uses, for what the demo model cannot produce:
  * tool calls, reasoning, escapes and NUL bytes, an error mid-stream.
  */
-#include "sluice/assemble.h"
+#include "sluice/json/assemble.h"
 
-#include "sluice/common.h"
+#include "sluice/base/common.h"
 #include "test.h"
 
 struct recording {

@@ -3,7 +3,7 @@
 For a table of requests, each is sent to a real llama-server twice: plain,
 and streamed as sluice asks for it (stream: true, and stream_options
 include_usage on the OpenAI endpoints). The stream is fed to assemble_cat,
-which runs sluice's assembler (src/assemble.c) on it; its answer must equal
+which runs sluice's assembler (src/json/assemble.c) on it; its answer must equal
 the plain one member for member, in the same key order, with every number
 and string written with the same bytes. Requests the assembler declares not
 reproducible (sl_assemble_reproducible) are relayed plain by sluice: for

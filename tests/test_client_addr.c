@@ -2,9 +2,9 @@
  * Unit tests for client_addr.c: addresses, CIDR ranges, and the
  * X-Forwarded-For walk behind trusted proxies (nginx's real_ip_recursive).
  */
-#include "sluice/client_addr.h"
+#include "sluice/net/client_addr.h"
 
-#include "sluice/common.h"
+#include "sluice/base/common.h"
 
 #include "test.h"
 

@@ -5,7 +5,7 @@
  * printable bytes that header checks skip eight at a time; and URLs as
  * sluice shows them, their credentials masked.
  */
-#include "sluice/common.h"
+#include "sluice/base/common.h"
 
 #include "test.h"
 

@@ -1,11 +1,11 @@
 /* test_config.c: option parsing, environment twins and validation. */
-#include "sluice/config.h"
+#include "sluice/config/config.h"
 
-#include "sluice/common.h"
-#include "sluice/config_file.h"
-#include "sluice/demo_model.h"
-#include "sluice/log.h"
-#include "sluice/sched.h"
+#include "sluice/base/common.h"
+#include "sluice/config/config_file.h"
+#include "sluice/fleet/demo_model.h"
+#include "sluice/base/log.h"
+#include "sluice/sched/sched.h"
 #include "test.h"
 
 #include <unistd.h>

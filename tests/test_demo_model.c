@@ -5,9 +5,9 @@
  * The file is read back by an independent reader written here from the GGUF
  * specification, not by the writer's own code.
  */
-#include "sluice/demo_model.h"
+#include "sluice/fleet/demo_model.h"
 
-#include "sluice/common.h"
+#include "sluice/base/common.h"
 #include "test.h"
 
 #include <stdint.h>

@@ -4,7 +4,7 @@
  * callback is called with answers made here, as c-ares would call it.
  * discovery.c is included (as h2o's unit tests do) to reach that callback.
  */
-#include "../src/discovery.c"
+#include "../src/fleet/discovery.c"
 
 #include "test.h"
 

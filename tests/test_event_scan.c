@@ -3,9 +3,9 @@
  * events recorded from llama-server 0.7.0 (demo-tiny model) as it sent
  * them, and a few it sends rarely (errors, a filtered final event, NUL).
  */
-#include "sluice/event_scan.h"
+#include "sluice/json/event_scan.h"
 
-#include "sluice/common.h"
+#include "sluice/base/common.h"
 #include "test.h"
 
 /* Recorded from llama-server 0.7.0 (demo-tiny model), as sent. */

@@ -9,9 +9,9 @@
  * answer left hanging. It counts the connections it accepted and those
  * the client closed, which is what the pool's behaviour is judged by.
  */
-#include "sluice/h1_client.h"
+#include "sluice/net/h1_client.h"
 
-#include "sluice/common.h"
+#include "sluice/base/common.h"
 #include "test.h"
 
 #include <stdbool.h>

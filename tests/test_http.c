@@ -7,9 +7,9 @@
  * requests reached the handler (none, for every request that must be
  * refused: "nothing forwarded").
  */
-#include "sluice/http.h"
+#include "sluice/net/http.h"
 
-#include "sluice/common.h"
+#include "sluice/base/common.h"
 #include "test.h"
 
 #include <arpa/inet.h>

@@ -14,9 +14,9 @@
  * the same parts ending at the same offsets, the same refusal on the same
  * byte.
  */
-#include "sluice/http_frame.h"
+#include "sluice/net/http_frame.h"
 
-#include "sluice/common.h"
+#include "sluice/base/common.h"
 #include "test.h"
 
 #include <stdbool.h>

@@ -1,7 +1,7 @@
 /* Unit tests for json_scan.c: tokens, walks and extents over JSON text. */
-#include "sluice/json_scan.h"
+#include "sluice/json/json_scan.h"
 
-#include "sluice/common.h"
+#include "sluice/base/common.h"
 
 #include "test.h"
 

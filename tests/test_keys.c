@@ -4,11 +4,11 @@
  * concurrency), usage, and a reload keeping state by name. Time is passed
  * in.
  */
-#include "sluice/keys.h"
+#include "sluice/tenants/keys.h"
 
-#include "sluice/common.h"
-#include "sluice/metrics.h"
-#include "sluice/sched.h"
+#include "sluice/base/common.h"
+#include "sluice/ops/metrics.h"
+#include "sluice/sched/sched.h"
 #include "test.h"
 
 #include <stdlib.h>

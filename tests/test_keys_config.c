@@ -3,11 +3,11 @@
  * reads, every bad input with its exact error line, and --check-config's
  * print-out.
  */
-#include "sluice/config.h"
+#include "sluice/config/config.h"
 
-#include "sluice/common.h"
-#include "sluice/keys.h"
-#include "sluice/sched.h"
+#include "sluice/base/common.h"
+#include "sluice/tenants/keys.h"
+#include "sluice/sched/sched.h"
 #include "test.h"
 
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * which is read back and compared byte for byte; the JSON line must also
  * read back through jansson to the same values.
  */
-#include "sluice/log.h"
+#include "sluice/base/log.h"
 
 #include "test.h"
 

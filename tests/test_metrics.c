@@ -4,11 +4,11 @@
  * the process families: statm parsing, descriptor counting, what is shown
  * and what is left out.
  */
-#include "sluice/exposition.h"
-#include "sluice/metrics.h"
-#include "sluice/procstat.h"
+#include "sluice/ops/exposition.h"
+#include "sluice/ops/metrics.h"
+#include "sluice/ops/procstat.h"
 
-#include "sluice/common.h"
+#include "sluice/base/common.h"
 #include "test.h"
 
 #include "sl_build_config.h"

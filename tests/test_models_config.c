@@ -3,9 +3,9 @@
  * what a good one reads as, what --check-config prints, and every bad
  * input with its one exact error line.
  */
-#include "sluice/common.h"
-#include "sluice/config.h"
-#include "sluice/models_config.h"
+#include "sluice/base/common.h"
+#include "sluice/config/config.h"
+#include "sluice/config/models_config.h"
 #include "test.h"
 
 #include <stdlib.h>

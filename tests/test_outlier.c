@@ -1,9 +1,9 @@
 /*
  * test_outlier.c: outlier ejection's arithmetic with an injected clock.
  */
-#include "sluice/outlier.h"
+#include "sluice/fleet/outlier.h"
 
-#include "sluice/config.h"
+#include "sluice/config/config.h"
 #include "test.h"
 
 static void test_period_doubles_up_to_the_cap(void)

@@ -3,8 +3,8 @@
  * the most room wins, ties go in turn, a failed upstream is avoided while
  * another qualifies, and each refusal says why.
  */
-#include "sluice/common.h"
-#include "sluice/pool.h"
+#include "sluice/base/common.h"
+#include "sluice/fleet/pool.h"
 #include "test.h"
 
 #include <string.h>

@@ -4,7 +4,7 @@
  * in router mode): names and values percent-decoded, '+' a space, "%uXXXX"
  * left as it is, the last of a repeated name counting.
  */
-#include "sluice/query.h"
+#include "sluice/net/query.h"
 
 #include <stdlib.h>
 

@@ -1,8 +1,8 @@
 /* Unit tests for request.c: body checks, priorities, the upstream body. */
-#include "sluice/request.h"
+#include "sluice/relay/request.h"
 
-#include "sluice/common.h"
-#include "sluice/native_api.h"
+#include "sluice/base/common.h"
+#include "sluice/json/native_api.h"
 #include "test.h"
 
 #include <jansson.h>

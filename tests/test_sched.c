@@ -2,9 +2,9 @@
  * test_sched.c: the scheduler with an injected clock and fake slots; no
  * sockets, no loop.
  */
-#include "sluice/sched.h"
+#include "sluice/sched/sched.h"
 
-#include "sluice/common.h"
+#include "sluice/base/common.h"
 #include "test.h"
 
 #include <math.h>

@@ -2,9 +2,9 @@
  * test_sse.c: SSE framing holds event boundaries however the bytes are split
  * or merged across reads.
  */
-#include "sluice/sse.h"
+#include "sluice/net/sse.h"
 
-#include "sluice/common.h"
+#include "sluice/base/common.h"
 #include "test.h"
 
 #define MAX_EVENTS 16

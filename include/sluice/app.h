@@ -15,17 +15,17 @@
 #ifndef SLUICE_APP_H
 #define SLUICE_APP_H
 
-#include "sluice/config.h"
-#include "sluice/curl_loop.h"
-#include "sluice/discovery.h"
-#include "sluice/h1_client.h"
-#include "sluice/http.h"
-#include "sluice/keys.h"
-#include "sluice/models_config.h"
-#include "sluice/pool.h"
-#include "sluice/sched.h"
-#include "sluice/stats.h"
-#include "sluice/upstream.h"
+#include "sluice/config/config.h"
+#include "sluice/net/curl_loop.h"
+#include "sluice/fleet/discovery.h"
+#include "sluice/net/h1_client.h"
+#include "sluice/net/http.h"
+#include "sluice/tenants/keys.h"
+#include "sluice/config/models_config.h"
+#include "sluice/fleet/pool.h"
+#include "sluice/sched/sched.h"
+#include "sluice/ops/stats.h"
+#include "sluice/fleet/upstream.h"
 
 #include <stdbool.h>
 #include <uv.h>

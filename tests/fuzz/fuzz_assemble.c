@@ -42,7 +42,7 @@
  * be the first's to the byte.
  * Whatever the lines were, nothing may crash, leak or read out of bounds.
  */
-#include "sluice/assemble.h"
+#include "sluice/json/assemble.h"
 
 #include <jansson.h>
 #include <stdint.h>

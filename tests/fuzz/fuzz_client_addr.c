@@ -14,7 +14,7 @@
  *     elements skipped, stopping at garbage or at the first address no
  *     range trusts; the peer alone when it is not trusted.
  */
-#include "sluice/client_addr.h"
+#include "sluice/net/client_addr.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -12,7 +12,7 @@
  *   - a file that is accepted prints back (--check-config's output).
  */
 #define _GNU_SOURCE
-#include "sluice/config.h"
+#include "sluice/config/config.h"
 
 #include <stdint.h>
 #include <stdio.h>

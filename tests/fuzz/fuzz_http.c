@@ -2,7 +2,7 @@
  * fuzz_http.c: whole client connections against sluice's HTTP server.
  *
  * Each input is the byte stream one client sends on one connection. It goes
- * to the real server (src/http.c, listening on 127.0.0.1 in this process)
+ * to the real server (src/net/http.c, listening on 127.0.0.1 in this process)
  * over a real loopback socket, cut into pieces at points the input itself
  * chooses, with the loop run between pieces so that the parser sees the
  * stream split as a network would split it. Then the client stops sending
@@ -20,8 +20,8 @@
  * sent too: a seed cut off would make inputs harder to read and minimise.
  */
 #include "fuzz.h"
-#include "sluice/http.h"
-#include "sluice/log.h"
+#include "sluice/net/http.h"
+#include "sluice/base/log.h"
 
 #include <assert.h>
 #include <stdint.h>

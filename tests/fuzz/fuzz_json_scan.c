@@ -31,8 +31,8 @@
  *     types and parent links, except that a container it skipped has no
  *     children, and one it opened has skipped containers as children.
  */
-#include "sluice/common.h"
-#include "sluice/json_scan.h"
+#include "sluice/base/common.h"
+#include "sluice/json/json_scan.h"
 
 #include <jansson.h>
 #include <stdint.h>

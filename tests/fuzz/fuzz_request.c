@@ -16,9 +16,9 @@
  * jsmn, request.c's read_fast) agrees with jansson's path in everything:
  * the refusal and its message, or every field of the result.
  */
-#include "sluice/request.h"
+#include "sluice/relay/request.h"
 
-#include "sluice/json_scan.h"
+#include "sluice/json/json_scan.h"
 
 #include <jansson.h>
 #include <math.h>

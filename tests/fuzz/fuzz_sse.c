@@ -8,8 +8,8 @@
  * blank line: a line terminator (LF, CRLF or CR) right after another.
  */
 #include "fuzz.h"
-#include "sluice/common.h"
-#include "sluice/sse.h"
+#include "sluice/base/common.h"
+#include "sluice/net/sse.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -1,0 +1,252 @@
+/*
+ * upstream.h: one llama-server that sluice sends requests to, and what sluice
+ * knows of its health.
+ *
+ * A managed upstream is a llama-server that sluice spawned and supervises: on
+ * loopback, on a free port, with an API key only sluice knows. It is
+ * restarted with capped exponential backoff when it exits unexpectedly. A
+ * remote upstream is one given by --upstream; sluice only checks on it.
+ *
+ * States:
+ *   starting    first launch (managed) or first check (remote) under way
+ *   ready       /health answered 200 and /props gave the slot count
+ *   restarting  managed: exited after having been ready; relaunch pending
+ *               or under way
+ *   down        not answering (remote, or managed but wedged)
+ *   stopped     shut down by sluice
+ *
+ * Suspect: a ready upstream on which a request just failed at the transport
+ * level (connection refused or reset, nothing answered). It is probed at
+ * once, and until a probe answers (or it leaves the ready state: a managed
+ * llama-server that crashed turns restarting when its exit is seen) no new
+ * work goes to it, so requests wait in sluice's queue instead of failing
+ * one after another against a dead port.
+ *
+ * Ejected: an upstream that failed --eject-after requests or health checks
+ * in a row (see outlier.h). It takes no work until its period is over and
+ * a health check succeeds. The last usable upstream is never ejected: that
+ * would only turn its failures into refusals.
+ *
+ * Draining: an upstream its owner has let go (its address left the DNS
+ * answer it came from, see discovery.h). It takes no new work, what runs
+ * there finishes, and its owner stops it once nothing is in flight.
+ *
+ * Lifetime: created by sl_upstream_new(); sl_upstream_stop() begins the end
+ * and hooks->on_stopped reports it, after which the upstream frees itself.
+ */
+#ifndef SLUICE_UPSTREAM_H
+#define SLUICE_UPSTREAM_H
+
+#include "sluice/fleet/child.h"
+#include "sluice/config/config.h"
+#include "sluice/net/curl_loop.h"
+#include "sluice/fleet/outlier.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <uv.h>
+
+/* How often a starting llama-server's /health is polled. */
+#define SL_STARTUP_POLL_MS 100
+/* A health or /props request that takes longer has failed. */
+#define SL_PROBE_TIMEOUT_MS 2000
+/* Consecutive failed health checks before a ready upstream counts as down. */
+#define SL_PROBE_FAILURES_DOWN 3
+/* Restart backoff: first delay, doubling per quick failure, up to the cap. */
+#define SL_RESTART_DELAY_MIN_MS 500
+#define SL_RESTART_DELAY_MAX_MS 30000
+/* Ready this long before exiting: the next restart starts the backoff anew. */
+#define SL_RESTART_STABLE_MS 60000
+/*
+ * Connections to one upstream beyond its slots: room for the health check
+ * and a transfer finishing while the next starts. Each connection holds one
+ * of llama-server's HTTP threads, so the pool stays this small.
+ */
+#define SL_UPSTREAM_SPARE_CONNS 2
+
+enum sl_upstream_state {
+	SL_UPSTREAM_STARTING,
+	SL_UPSTREAM_READY,
+	SL_UPSTREAM_RESTARTING,
+	SL_UPSTREAM_DOWN,
+	SL_UPSTREAM_STOPPED,
+};
+
+const char *sl_upstream_state_name(enum sl_upstream_state s);
+
+/* Why a request was sent again after its upstream failed, for the metrics. */
+enum sl_retry_reason {
+	SL_RETRY_REFUSED,   /* the connection was refused: nothing was sent */
+	SL_RETRY_TRANSPORT, /* reset, or it closed before the answer's end */
+	SL_RETRY_5XX,       /* it answered 5xx */
+	SL_RETRY_REASONS,
+};
+
+const char *sl_retry_reason_name(enum sl_retry_reason r);
+
+struct sl_upstream;
+
+struct sl_upstream_hooks {
+	/* The state changed; u->state is the new one. */
+	void (*on_change)(struct sl_upstream *u, enum sl_upstream_state old);
+	/* A managed llama-server failed its first start; `why` says how. */
+	void (*on_fatal)(struct sl_upstream *u, const char *why);
+	/*
+	 * Whether `u` may be ejected now: false when no other upstream would
+	 * be left to take work. NULL: always.
+	 */
+	bool (*may_eject)(const struct sl_upstream *u);
+	/* Stopped and closed; `u` is freed when this returns. */
+	void (*on_stopped)(struct sl_upstream *u);
+};
+
+/* What a managed upstream runs. */
+struct sl_managed_spec {
+	const char *exe;   /* llama-server executable */
+	const char *model; /* GGUF file, or NULL when llama_args choose one */
+};
+
+struct sl_upstream {
+	uv_loop_t *loop;
+	struct sl_curl *curl;
+	const struct sl_config *cfg;
+	const struct sl_upstream_hooks *hooks;
+	void *data; /* the owner's */
+
+	/*
+	 * The base URL without a trailing '/', as shown (logs, /health, the
+	 * access log): a remote's userinfo masked (sl_url_shown), so that
+	 * printing it never shows a password.
+	 */
+	char *url;
+	/*
+	 * The base URL requests go to: url with its credentials, which
+	 * libcurl sends (the native client takes no userinfo, so such a URL
+	 * goes through libcurl). Never shown.
+	 */
+	char *request_url;
+	/*
+	 * A name that stays when the URL changes (a managed llama-server gets
+	 * a new port at each restart): "managed", or a remote's URL. The
+	 * metrics label their series with it (masked as url is).
+	 */
+	char *name;
+	char *api_key; /* sent as a bearer token; NULL for none */
+	enum sl_upstream_state state;
+	unsigned total_slots; /* from /props; 0 until known */
+	unsigned restarts;    /* relaunches after unexpected exits */
+	unsigned inflight;    /* exchanges sent to it and not finished */
+	/*
+	 * Of those, the clients' streams; and until when plain answers sent
+	 * to it are asked for as streams under --stream-upstream auto
+	 * (proxy.c, "Leaving"): while streams run there, a left plain answer
+	 * could not be stopped.
+	 */
+	unsigned streams;
+	uint64_t plain_streams_until_ms;
+	/*
+	 * Left plain answers being stopped on it: while any is, it takes no
+	 * new work that needs a slot, so that llama-server's wait for their
+	 * results can pass without a result, which is when it notices that
+	 * their client left (see proxy.c, "Leaving").
+	 */
+	unsigned quiet;
+	/*
+	 * Watches open to it (GET /models/sse, GET /v1/stream): they hold a
+	 * connection for as long as their clients stay, but no slot, so
+	 * they are not in inflight; they are ended before it stops.
+	 */
+	unsigned watches;
+	unsigned index;       /* position among sluice's upstreams */
+	/*
+	 * Unique in the process and never reused (an index moves as
+	 * upstreams come and go): what prefix affinity remembers it by.
+	 */
+	uint32_t id;
+	bool suspect;  /* see the top of this file */
+	bool draining; /* see the top of this file */
+	/*
+	 * Its /props says "role": "router": llama-server's router mode, one
+	 * llama-server per model, started on demand (/models/load...).
+	 */
+	bool router;
+	/* Where it came from: "dns:NAME:PORT", or NULL (given or managed). */
+	char *origin;
+	struct sl_outlier outlier; /* failures in a row; ejection */
+	/* Requests sent again after failing on this upstream, by reason. */
+	unsigned long long retries[SL_RETRY_REASONS];
+
+	/* Managed only. */
+	bool managed;
+	char *exe;
+	char *model;
+	struct sl_child *child; /* the running llama-server, or NULL */
+	bool ever_ready;        /* became ready at least once */
+	uint64_t ready_since_ms;
+	unsigned quick_failures; /* exits since the last stable run */
+
+	struct sl_get probe;
+	/* Its own /metrics (managed only), fetched for sluice's /metrics. */
+	struct sl_get metrics_get;
+	char *metrics_text;        /* the last answer, or NULL */
+	uint64_t metrics_ms;       /* loop time it arrived */
+	uv_timer_t probe_timer;    /* next health check; restart backoff */
+	uv_timer_t deadline_timer; /* startup timeout */
+	unsigned failed_probes;
+	char last_probe[160]; /* what the last failed probe said */
+	bool stopping;
+	unsigned open_handles;
+};
+
+/*
+ * A new upstream: managed when `spec` is not NULL (url is then chosen at
+ * each launch), else remote at `url`. Call sl_upstream_start() next.
+ */
+struct sl_upstream *sl_upstream_new(uv_loop_t *loop, struct sl_curl *curl,
+                                    const struct sl_config *cfg,
+                                    const struct sl_managed_spec *spec,
+                                    const char *url,
+                                    const struct sl_upstream_hooks *hooks,
+                                    void *data);
+
+/* Launches (managed) or starts checking (remote). Returns 0 or an error. */
+int sl_upstream_start(struct sl_upstream *u);
+
+/*
+ * Stops: a managed llama-server gets SIGTERM, then SIGKILL after
+ * --stop-timeout; `force` sends SIGKILL at once. Calling it again with
+ * force=true hurries a stop already under way.
+ */
+void sl_upstream_stop(struct sl_upstream *u, bool force);
+
+bool sl_upstream_is_ready(const struct sl_upstream *u);
+
+/* Ready, neither suspect nor ejected: new work may go to it. */
+bool sl_upstream_usable(const struct sl_upstream *u);
+
+/*
+ * Its slots that new work may take: none while it is quiet (above), else
+ * those sluice has not filled.
+ */
+unsigned sl_upstream_free_slots(const struct sl_upstream *u);
+
+/*
+ * A transfer to `u` failed at the transport level: marks a ready upstream
+ * suspect and probes it now. hooks->on_change reports (with old == new ==
+ * ready) when a probe clears the mark.
+ */
+void sl_upstream_suspect(struct sl_upstream *u, const char *why);
+
+/*
+ * A request sent to `u` failed (transport failure or 5xx; `why` says how):
+ * counts towards its ejection.
+ */
+void sl_upstream_request_failed(struct sl_upstream *u, const char *why);
+
+/* A request sent to `u` got its whole answer: the failure count restarts. */
+void sl_upstream_request_ok(struct sl_upstream *u);
+
+/* A new JSON object describing the upstream for /health. */
+json_t *sl_upstream_json(const struct sl_upstream *u);
+
+#endif

@@ -1,0 +1,197 @@
+/*
+ * proxy.h: relaying a client's request to an upstream llama-server and its
+ * answer back, streamed as it is generated.
+ *
+ * Each relayed request is an exchange: the client's request on one side, a
+ * libcurl transfer to an upstream on the other. sluice validates the JSON
+ * body, adds the upstream's API key and forwards it. A non-streamed answer
+ * is relayed with its status and body; a streamed one ("stream": true) as
+ * Server-Sent Events, one event per HTTP chunk, each written the moment it
+ * is complete. A client that leaves cancels the transfer at once, which
+ * closes the upstream connection so llama-server frees its slot.
+ *
+ * Glossary:
+ *   endpoint     a path sluice relays, with what ends its stream
+ *   exchange     one relayed request, from validation to its last byte
+ *   end marker   what ends a stream: "data: [DONE]" on the OpenAI
+ *                endpoints; on /completion the transfer's end, once every
+ *                prompt has sent its chunk with "stop": true; on Anthropic's
+ *                /v1/messages and /v1/responses the transfer's end
+ *   passed       upstream response headers relayed to the client: all but
+ *   headers      the hop-by-hop ones and those sluice writes itself
+ *   per-upstream an endpoint that describes one llama-server (/props,
+ *                /slots): "?upstream=NAME" picks which; with several
+ *                upstreams of the model a GET without it answers for each
+ *   model        whose upstreams and queue serve the request (app.h): the
+ *                body's "model", or "?model=NAME" for a request without a
+ *                JSON body, or the default model
+ */
+#ifndef SLUICE_PROXY_H
+#define SLUICE_PROXY_H
+
+#include "sluice/app.h"
+#include "sluice/json/assemble.h"
+#include "sluice/net/http.h"
+#include "sluice/sched/sched.h"
+
+#include <stdbool.h>
+
+/* What the client's API is: relayed as is, or one of the native APIs. */
+enum sl_api { SL_API_RELAY, SL_API_GENERATE, SL_API_INFER };
+
+enum sl_stream_end {
+	SL_END_NONE, /* the endpoint does not stream */
+	SL_END_DONE, /* "data: [DONE]" */
+	SL_END_STOP, /* a JSON chunk with "stop": true */
+	SL_END_EOF, /* the transfer's end (Anthropic's and Responses' events) */
+};
+
+struct sl_endpoint {
+	const char *path;
+	llhttp_method_t method;
+	const char *upstream_path;
+	enum sl_stream_end stream_end;
+	/*
+	 * The request carries a JSON object that sluice validates (and may
+	 * rewrite, request.h); without it a POST's body goes upstream as the
+	 * client wrote it, for llama-server to judge.
+	 */
+	bool json_body;
+	bool scheduled; /* it takes a slot: through sluice's queue */
+	enum sl_api api;
+	/* How a plain answer is built from a stream; NONE: relayed plain. */
+	enum sl_assemble_kind assemble;
+	bool admin;  /* changes llama-server's state: needs the admin key */
+	bool prefix; /* path is a prefix: "/slots/" matches "/slots/0" */
+	/* Describes one upstream: "?upstream=NAME"; a GET answers for all. */
+	bool per_upstream;
+	/* The client's request headers llama-server reads here (SL_PASS_*). */
+	unsigned pass;
+	/*
+	 * A watch: an answer that stays open for as long as the upstream has
+	 * something to say (GET /models/sse, GET /v1/stream), with no
+	 * first-byte or idle timeout; at most SL_PROXY_WATCHES_MAX at once.
+	 */
+	bool watch;
+};
+
+/*
+ * The client's request headers that go upstream (all others stay with
+ * sluice, its key above all), on the endpoints whose `pass` names them.
+ */
+enum sl_pass {
+	/*
+	 * X-Conversation-Id, on a stream the client asked for: llama-server
+	 * keeps its events for GET /v1/stream, and goes on generating when
+	 * the client leaves.
+	 */
+	SL_PASS_CONVERSATION = 1u << 0,
+	/* X-Tool-Cwd, X-Tool-Runtime and X-Resp-Type, for POST /tools. */
+	SL_PASS_TOOL = 1u << 1,
+	/*
+	 * X-Llama-Server-Proxy-Header-NAME, which /cors-proxy sends its
+	 * target as NAME.
+	 */
+	SL_PASS_PROXY_HEADERS = 1u << 2,
+};
+
+/* The relayed endpoints, for the route table. */
+extern const struct sl_endpoint sl_endpoints[];
+extern const unsigned sl_n_endpoints;
+
+/*
+ * With --ui: any GET that no route matches goes to the upstream as is, for
+ * llama-server's web UI and its assets (not scheduled: a page load takes no
+ * slot).
+ */
+extern const struct sl_endpoint sl_proxy_ui_endpoint;
+
+/*
+ * Upstream response header lines relayed to a client, in bytes: a bound on
+ * what an upstream can make sluice hold and write per answer. llama-server
+ * sends a few hundred bytes; lines past the bound are dropped.
+ */
+#define SL_PROXY_PASSED_HEADERS_MAX (8u * 1024)
+/*
+ * A relayed plain answer is kept, up to this many bytes, so that its token
+ * counts can be read from its usage at the end (llama-server's answer to
+ * 50,000 tokens of text fits); a longer one goes uncounted. The first
+ * room taken is the smaller bound, doubled as the answer grows.
+ */
+#define SL_PROXY_ANSWER_KEEP_MAX (256u * 1024)
+#define SL_PROXY_ANSWER_KEEP_MIN 2048u
+/*
+ * Of a plain answer that is not a generation's (embeddings, rerank), only
+ * the first bytes are kept: the OpenAI forms put their usage before the
+ * vectors or results, which can run to megabytes.
+ */
+#define SL_PROXY_USAGE_PREFIX_MAX 4096u
+/*
+ * Watches open at once (sluice-wide). Each holds an upstream connection,
+ * and so one of llama-server's HTTP threads (--threads-http: by default
+ * two more than its slots, or the cores less one), for as long as it
+ * lasts: a few serve a web UI or two, and leave llama-server threads for
+ * the rest. The connections watches hold are added to their upstream's
+ * pool, and they take none of its slots (upstream.h, watches), so that no
+ * generation waits for one. Past this many: 503.
+ */
+#define SL_PROXY_WATCHES_MAX 4u
+/* One relayed header's value, at most: longer ones are dropped. */
+#define SL_PROXY_PASSED_VALUE_MAX 4096u
+/*
+ * The names an upstream's Connection headers list, in bytes. Those fields
+ * are hop-by-hop; a longer list cannot be honoured, so then none of the
+ * upstream's extra headers is passed on.
+ */
+#define SL_PROXY_CONNECTION_MAX 256u
+
+/*
+ * 404 in OpenAI's own words for a model nobody serves ("The model `X`
+ * does not exist.", code model_not_found), so that SDKs raise their
+ * NotFoundError. A long name is quoted cut short.
+ */
+void sl_proxy_respond_unknown_model(struct sl_http_request *req,
+                                    const char *name);
+
+/* Starts an exchange for `req` on endpoint `ep`; answers errors itself. */
+void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
+                     const struct sl_endpoint *ep);
+
+/* The scheduler's callbacks: a batch leaves the queue; a wait ran out. */
+void sl_proxy_dispatch(void *app, struct sl_sched_item **items, unsigned n,
+                       uint64_t now_ms);
+void sl_proxy_expire(void *app, struct sl_sched_item *item, uint64_t now_ms);
+void sl_proxy_shed(void *app, struct sl_sched_item *item, uint64_t now_ms);
+
+/*
+ * A drain ran out of time: every exchange still alive gets its proper end
+ * now, and its transfer stops. Queued requests, and requests whose answer
+ * has not begun, get 503 with Retry-After; a started stream gets an SSE
+ * error event, then its terminating chunk; a plain body already half
+ * relayed is cut. The client connections stay open to flush these.
+ */
+void sl_proxy_end_all(struct sl_app *app);
+
+/*
+ * The watches (GET /models/sse, GET /v1/stream) to `u` (NULL: to every
+ * upstream), which would never end by themselves, end now: sluice begins
+ * to drain, or `u` is about to stop. One whose answer has begun ends as the
+ * upstream's would, one not begun gets 503 saying `why`.
+ */
+void sl_proxy_end_watches(struct sl_app *app, const struct sl_upstream *u,
+                          const char *why);
+
+/*
+ * The requests waiting in model m's queue get 503 with `message`: its
+ * llama-server could not start (loading on demand, app.h).
+ */
+void sl_proxy_fail_queued(struct sl_model *m, const char *message);
+
+/*
+ * Ends every exchange still alive (queued, or a transfer whose client is
+ * gone) and frees them: the last step before the upstreams stop. Every
+ * client connection must be closed already.
+ */
+void sl_proxy_abort_all(struct sl_app *app);
+
+#endif
