@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""The house as built: src/ and include/sluice/ are folders of layers, each
+of which may include only its own layer and those below it, and no module
+may include another that (through any chain) includes it back.
+
+A module is a source and its header, by name: src/net/http.c and
+include/sluice/net/http.h are net's http. One module depends on another
+when any of its files includes the other's header. The layers, lowest
+first, are LAYERS; app.c and main.c, at the top of src/, only wire.
+
+DEBTS lists the includes that still climb a layer or close a loop, each
+to be paid by handing the lower module a callback instead: the check
+fails on any climb or loop not listed, and on a listed one that is gone
+(so that the list only shrinks).
+
+    tests/check_layers.py [SOURCE_ROOT]
+"""
+
+import os
+import re
+import sys
+
+LAYERS = ["base", "net", "json", "sched", "config", "fleet", "ops",
+          "tenants", "relay", "app"]
+
+# (from, to): module names. Each climbs a layer or closes a loop.
+DEBTS = {
+    # The model table and the scheduler live in app.c: what reads them
+    # includes the wiring.
+    ("access", "app"),
+    ("exposition", "app"),
+    ("models_api", "app"),
+    ("proxy", "app"),
+    ("routes", "app"),
+    ("startup", "app"),
+    # A tenant's check is handed the parsed request.
+    ("access", "request"),
+    # The option table checks what fleet modules parse, and reads the
+    # file's sections itself.
+    ("config", "demo_model"),
+    ("config", "discovery"),
+    ("config", "keys"),
+    ("config", "models_config"),
+    ("models_config", "discovery"),
+    # An allocation that fails writes out the held log lines first.
+    ("common", "log"),
+    # The endpoint table is declared in proxy.h.
+    ("request", "proxy"),
+}
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"sluice/(?:([a-z]+)/)?([a-z0-9_]+)\.h"',
+                     re.M)
+
+
+def modules(root):
+    """{module: (layer, [files])} of src/ and include/sluice/."""
+    found = {}
+    for base, strip in (("src", ".c"), (os.path.join("include", "sluice"),
+                                         ".h")):
+        top = os.path.join(root, base)
+        for folder, _, names in os.walk(top):
+            rel = os.path.relpath(folder, top)
+            layer = "app" if rel == "." else rel
+            for name in names:
+                if not name.endswith(strip):
+                    continue
+                module = name[:-len(strip)]
+                entry = found.setdefault(module, (layer, []))
+                if entry[0] != layer:
+                    sys.exit("check_layers: %s is in %s/ and %s/" %
+                             (module, entry[0], layer))
+                entry[1].append(os.path.join(folder, name))
+    return found
+
+
+def edges(found):
+    """{(from, to)} for every include of one module's header by
+    another."""
+    out = set()
+    for module, (_, files) in found.items():
+        for path in files:
+            with open(path, encoding="utf-8") as f:
+                for m in INCLUDE.finditer(f.read()):
+                    other = m.group(2)
+                    if other != module and other in found:
+                        out.add((module, other))
+    return out
+
+
+def cycle(nodes, graph):
+    """One loop in graph ({node: set(next)}) as a list, or None."""
+    state = {}
+    path = []
+
+    def visit(n):
+        state[n] = "open"
+        path.append(n)
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == "open":
+                return path[path.index(m):] + [m]
+            if m not in state:
+                found = visit(m)
+                if found:
+                    return found
+        state[n] = "done"
+        path.pop()
+        return None
+
+    for n in sorted(nodes):
+        if n not in state:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..")
+    found = modules(root)
+    for module, (layer, _) in sorted(found.items()):
+        if layer not in LAYERS:
+            print("check_layers: %s is in %s/, which is no layer" %
+                  (module, layer))
+            return 1
+    rank = {layer: i for i, layer in enumerate(LAYERS)}
+    all_edges = edges(found)
+    problems = []
+    for a, b in sorted(all_edges - DEBTS):
+        la, lb = found[a][0], found[b][0]
+        if rank[lb] > rank[la]:
+            problems.append("%s/%s includes %s/%s, a layer above it" %
+                            (la, a, lb, b))
+    for a, b in sorted(DEBTS - all_edges):
+        problems.append("%s no longer includes %s: take it out of DEBTS" %
+                        (a, b))
+    graph = {}
+    for a, b in all_edges - DEBTS:
+        graph.setdefault(a, set()).add(b)
+    loop = cycle(found, graph)
+    if loop:
+        problems.append("an include loop: " + " -> ".join(loop))
+    for p in problems:
+        print("check_layers: " + p)
+    if not problems:
+        print("check_layers: %d modules in %d layers, %d includes, %d of "
+              "them debts" % (len(found), len(LAYERS), len(all_edges),
+                              len(DEBTS)))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
