@@ -42,10 +42,6 @@ DEBTS = {
     ("config", "keys"),
     ("config", "models_config"),
     ("models_config", "discovery"),
-    # An allocation that fails writes out the held log lines first.
-    ("common", "log"),
-    # The endpoint table is declared in proxy.h.
-    ("request", "proxy"),
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"sluice/(?:([a-z]+)/)?([a-z0-9_]+)\.h"',

@@ -1,8 +1,6 @@
 /* common.c: error texts, clocks and allocation that cannot fail. */
 #include "sluice/base/common.h"
 
-#include "sluice/base/log.h"
-
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,9 +31,12 @@ uint64_t sl_now_ms(void)
 	return sl_now_ns() / 1000000u;
 }
 
+void (*sl_before_abort)(void);
+
 SL_NORETURN static void out_of_memory(size_t size)
 {
-	sl_log_flush(); /* the lines held before it, in order */
+	if (sl_before_abort)
+		sl_before_abort();
 	fprintf(stderr, "sluice: out of memory allocating %zu bytes\n", size);
 	abort();
 }

@@ -107,6 +107,7 @@ void sl_log_hold(bool on)
 	holding = on;
 	if (on) {
 		holder = getpid();
+		sl_before_abort = sl_log_flush;
 		/* An exit() between two turns still writes what was held. */
 		if (!registered)
 			registered = atexit(flush_at_exit) == 0;

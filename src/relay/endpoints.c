@@ -1,8 +1,8 @@
 /*
- * endpoints.c: the table of what sluice relays, and how. proxy.h describes
+ * endpoints.c: the table of what sluice relays, and how. endpoints.h describes
  * the fields; routes.c matches requests against it.
  */
-#include "sluice/relay/proxy.h"
+#include "sluice/relay/endpoints.h"
 
 #include "sluice/base/common.h"
 

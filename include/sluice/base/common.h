@@ -70,6 +70,12 @@ void *sl_xmalloc(size_t size);
 void *sl_xcalloc(size_t n, size_t size);
 void *sl_xrealloc(void *ptr, size_t size);
 char *sl_xstrdup(const char *s);
+/*
+ * Run before such an abort's message, when set: the log (log.c) sets it
+ * to write out the lines it holds, so that they come out before it, in
+ * order. A hook, so that the allocator needs nothing of the log.
+ */
+extern void (*sl_before_abort)(void);
 char *sl_xasprintf(const char *fmt, ...) SL_PRINTF(1, 2);
 /* a then b in one new string: what sl_xasprintf("%s%s") makes, cheaper. */
 char *sl_xconcat(const char *a, const char *b);

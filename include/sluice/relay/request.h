@@ -37,7 +37,7 @@
 
 #include "sluice/fleet/affinity.h"
 #include "sluice/json/assemble.h"
-#include "sluice/relay/proxy.h"
+#include "sluice/relay/endpoints.h"
 
 #include <stdbool.h>
 #include <stddef.h>
