@@ -1,0 +1,721 @@
+/*
+ * app_models.c: the models sluice serves, and their upstreams' events.
+ *
+ * The model table: each model by name (and alias), its queue, its pool of
+ * upstreams and its state. A model with a managed llama-server may be
+ * loaded on demand and unloaded when idle or when another needs the room
+ * (--max-loaded, --memory-budget: the least recently used idle one goes).
+ * The upstreams' events (ready, changed, fatal, stopped) come here, and
+ * kick the model's scheduler when slots free up.
+ */
+#include "app_impl.h"
+
+#include "sluice/base/common.h"
+#include "sluice/base/log.h"
+#include "sluice/fleet/startup.h"
+#include "sluice/relay/proxy.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sl_build_config.h"
+
+static void kick_model_timer(uv_timer_t *t);
+static void unload(struct sl_model *m, const char *why);
+
+/* ---- upstream events ---- */
+
+void app_announce_ready(struct sl_app *app)
+{
+	if (app->announced)
+		return;
+	app->announced = true;
+	sl_info("sluice %s is ready on %s", SL_VERSION, app->listen_url);
+	if (app->demo)
+		sl_warn("serving the DEMO model: it generates random text. To "
+		        "serve a real model, pass --model FILE.gguf, or let "
+		        "llama-server download one with --llama-arg=--hf-repo "
+		        "--llama-arg=REPO");
+}
+
+/*
+ * libcurl's pool: per upstream no more connections than its slots plus a
+ * few, since each one holds a llama-server HTTP thread even when idle.
+ */
+static void size_connection_pool(struct sl_app *app)
+{
+	long per_host = 1, total = 0;
+	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
+		const struct sl_upstream *u = app->upstreams[i];
+		if (!u)
+			continue;
+		long n = (long)u->total_slots + SL_UPSTREAM_SPARE_CONNS;
+		per_host = SL_MAX(per_host, n);
+		total += n;
+	}
+	curl_multi_setopt(app->curl.multi, CURLMOPT_MAX_HOST_CONNECTIONS,
+	                  per_host);
+	curl_multi_setopt(app->curl.multi, CURLMOPT_MAXCONNECTS, total);
+}
+
+static void on_upstream_change(struct sl_upstream *u,
+                               enum sl_upstream_state old)
+{
+	struct sl_app *app = u->data;
+	sl_debug("upstream %s: %s -> %s", u->url, sl_upstream_state_name(old),
+	         sl_upstream_state_name(u->state));
+	if (u->state == SL_UPSTREAM_READY) {
+		size_connection_pool(app);
+		app_announce_ready(app);
+		sl_app_kick_scheduler(app); /* new capacity */
+	}
+}
+
+/* Free slots across the model's usable upstreams: its capacity. */
+static unsigned free_slots(void *ctx)
+{
+	const struct sl_model *m = ctx;
+	return sl_pool_free_slots(&m->pool);
+}
+
+/* Slots in all across the model's usable upstreams, for the auto reserve. */
+static unsigned total_slots(void *ctx)
+{
+	const struct sl_model *m = ctx;
+	return sl_pool_total_slots(&m->pool);
+}
+
+static const struct sl_sched_ops sched_ops = {
+    .free_slots = free_slots,
+    .dispatch = sl_proxy_dispatch,
+    .expire = sl_proxy_expire,
+    .shed = sl_proxy_shed,
+    .total_slots = total_slots,
+};
+
+/*
+ * Each model's scheduler has a timer of its own. A dispatch may kick the
+ * schedulers again from inside sl_sched_run (a start that fails frees a
+ * slot), and the one re-entered answers "nothing due" (sched.h); with one
+ * timer for all, the outer call would overwrite the deadline a nested run
+ * of another model had just set.
+ */
+static void kick_model(struct sl_model *m)
+{
+	uint64_t now = uv_now(&m->app->loop);
+	uint64_t next = sl_sched_run(&m->sched, now);
+	if (next == UINT64_MAX)
+		uv_timer_stop(&m->sched_timer);
+	else
+		uv_timer_start(&m->sched_timer, kick_model_timer,
+		               next > now ? next - now : 0, 0);
+}
+
+static void kick_model_timer(uv_timer_t *t)
+{
+	kick_model(t->data);
+}
+
+void sl_app_kick_scheduler(struct sl_app *app)
+{
+	/* Called whenever a request lets go of its upstream. */
+	app_stop_drained(app);
+	if (app->front_closing)
+		return;
+	for (unsigned i = 0; i < app->n_models; i++)
+		kick_model(app->models[i]);
+	/* A removed model's request sent again waits for its upstreams. */
+	for (struct sl_model *m = app->retired; m; m = m->next_retired)
+		if (!m->closing)
+			kick_model(m);
+}
+
+struct sl_model *sl_app_find_model(struct sl_app *app, const char *name)
+{
+	if (!name || !name[0] || !app->model_section)
+		return app->default_model;
+	for (unsigned i = 0; i < app->n_models; i++) {
+		struct sl_model *m = app->models[i];
+		if (strcmp(m->name, name) == 0)
+			return m;
+		for (unsigned k = 0; m->aliases && k < m->aliases->count; k++)
+			if (strcmp(m->aliases->items[k], name) == 0)
+				return m;
+	}
+	return NULL;
+}
+
+struct sl_model *sl_app_model_of(const struct sl_app *app,
+                                 const struct sl_upstream *u)
+{
+	for (unsigned i = 0; i < app->n_models; i++)
+		if (sl_pool_contains(&app->models[i]->pool, u))
+			return app->models[i];
+	for (struct sl_model *m = app->retired; m; m = m->next_retired)
+		if (sl_pool_contains(&m->pool, u))
+			return m;
+	return NULL;
+}
+
+unsigned sl_app_queue_depth(const struct sl_app *app)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < app->n_models; i++)
+		n += sl_sched_depth(&app->models[i]->sched);
+	for (const struct sl_model *m = app->retired; m; m = m->next_retired)
+		n += sl_sched_depth(&m->sched);
+	return n;
+}
+
+const char *const sl_model_states[] = {"stopped",  "starting", "ready",
+                                       "stopping", "down",     NULL};
+
+const char *sl_model_state(const struct sl_model *m)
+{
+	if (m->unloading)
+		return "stopping";
+	if (m->pool.n == 0)
+		return m->managed ? "stopped" : "down";
+	bool starting = false;
+	for (unsigned i = 0; i < m->pool.n; i++) {
+		enum sl_upstream_state s = m->pool.members[i]->state;
+		if (s == SL_UPSTREAM_READY)
+			return "ready";
+		starting |=
+		    s == SL_UPSTREAM_STARTING || s == SL_UPSTREAM_RESTARTING;
+	}
+	return starting ? "starting" : "down";
+}
+
+struct sl_upstream *
+sl_app_pick_upstream(struct sl_app *app, const struct sl_model *m,
+                     bool need_slot, const struct sl_upstream *avoid,
+                     const struct sl_affinity_key *key, char *why, size_t size)
+{
+	if (m->pool.n == 0 && m->managed) {
+		snprintf(why, size,
+		         "model %s is stopped; a request that needs a slot "
+		         "starts it",
+		         m->name);
+		return NULL;
+	}
+	struct sl_pool_affinity aff = {.table = app->affinity,
+	                               .key = key,
+	                               .margin = app->cfg->affinity_margin,
+	                               .result = SL_AFFINITY_RESULTS};
+	struct sl_upstream *u =
+	    sl_pool_pick(&m->pool, need_slot, avoid, app->next_upstream,
+	                 app->affinity && key ? &aff : NULL, why, size);
+	/*
+	 * The choice is remembered, but a prefix whose home was busy keeps
+	 * that home: the detour is for this request only, and moving the
+	 * home would send the next ones where the prefix is not. A model of
+	 * one upstream has no choice to remember.
+	 */
+	if (u && app->affinity && key && key->n > 0 && m->pool.n > 1 &&
+	    aff.result != SL_AFFINITY_BUSY)
+		sl_affinity_store(app->affinity, key, u->id);
+	if (u && aff.result < SL_AFFINITY_RESULTS)
+		app->affinity_picks[aff.result]++;
+	return u;
+}
+
+bool sl_app_upstream_expected(const struct sl_app *app,
+                              const struct sl_model *m)
+{
+	/*
+	 * Started on demand: its start is awaited, not refused (at start-up
+	 * a first start is refused as ever: sluice is not ready yet).
+	 */
+	if (app->model_section && m->managed &&
+	    (m->wanted || m->unloading || !m->loaded))
+		return true;
+	for (unsigned i = 0; m->late && i < m->pool.n; i++)
+		if (m->pool.members[i]->state == SL_UPSTREAM_STARTING)
+			return true;
+	return sl_pool_expected(&m->pool);
+}
+
+static bool model_idle(const struct sl_model *m)
+{
+	if (sl_sched_depth(&m->sched) > 0)
+		return false;
+	for (unsigned i = 0; i < m->pool.n; i++)
+		if (m->pool.members[i]->inflight > 0)
+			return false;
+	return true;
+}
+
+/* Managed models whose llama-servers run, start or are being stopped. */
+static bool model_running(const struct sl_model *m)
+{
+	return m->managed && (m->loaded || m->pool.n > 0);
+}
+
+static unsigned models_running(const struct sl_app *app)
+{
+	unsigned n = 0;
+	for (unsigned i = 0; i < app->n_models; i++)
+		n += model_running(app->models[i]);
+	return n;
+}
+
+/*
+ * Whether `m` may start beside what runs: within --max-loaded and
+ * --memory-budget. A model being stopped still counts until it has
+ * stopped: its memory is not free before.
+ */
+static bool room_for(const struct sl_app *app, const struct sl_model *m,
+                     char *why, size_t size)
+{
+	uint64_t bytes = 0;
+	for (unsigned i = 0; i < app->n_models; i++)
+		if (model_running(app->models[i]))
+			bytes += app->models[i]->bytes;
+	return sl_room_for(app->max_loaded, app->cfg->memory_budget,
+	                   models_running(app), bytes, m->bytes, why, size);
+}
+
+void app_on_idle_timer(uv_timer_t *t)
+{
+	struct sl_model *m = t->data;
+	/* Busy now: the request that ends it arms the timer again. */
+	if (m->loaded && model_idle(m))
+		unload(m, "idle-timeout passed");
+}
+
+/* Starts the model's llama-servers: its replicas. */
+void app_load(struct sl_app *app, struct sl_model *m, const char *why)
+{
+	const struct sl_model_config *conf = m->conf;
+	m->loaded = true;
+	m->wanted = false;
+	m->late = app->started;
+	m->last_used = ++app->uses;
+	sl_info("model %s: starting (%s)", m->name, why);
+	int rc = 0;
+	for (unsigned r = 0; rc == 0 && r < conf->replicas; r++) {
+		/* One replica is the model; more are MODEL/1, ... */
+		char *name = conf->replicas == 1
+		                 ? sl_xstrdup(m->name)
+		                 : sl_xasprintf("%s/%u", m->name, r + 1);
+		rc = app_add_upstream(app, m, NULL, name);
+		free(name);
+	}
+	if (rc != 0 && app->started)
+		unload(m, "it could not start");
+	else if (rc != 0)
+		sl_app_stop(app, EXIT_FAILURE);
+	else if (conf->idle_timeout_ms)
+		uv_timer_start(&m->idle_timer, app_on_idle_timer,
+		               conf->idle_timeout_ms, 0);
+}
+
+/* Stops the model's llama-servers; app_on_upstream_stopped sees the end. */
+static void unload(struct sl_model *m, const char *why)
+{
+	m->loaded = false;
+	uv_timer_stop(&m->idle_timer);
+	if (m->pool.n == 0)
+		return;
+	m->unloading = true;
+	sl_info("model %s: stopping (%s)", m->name, why);
+	/* A stop may end at once and leave the pool: stop a copy's members. */
+	struct sl_pool members = m->pool;
+	for (unsigned i = 0; i < members.n; i++) {
+		sl_proxy_end_watches(m->app, members.members[i],
+		                     "its model is being stopped");
+		sl_upstream_stop(members.members[i], false);
+	}
+}
+
+/* The least recently used idle running model other than `m`, or NULL. */
+static struct sl_model *lru_idle(struct sl_app *app, const struct sl_model *m)
+{
+	struct sl_model *best = NULL;
+	for (unsigned i = 0; i < app->n_models; i++) {
+		struct sl_model *o = app->models[i];
+		if (o == m || !o->managed || !o->loaded || !model_idle(o))
+			continue;
+		if (!best || o->last_used < best->last_used)
+			best = o;
+	}
+	return best;
+}
+
+/*
+ * Starts what waiting requests want, in the order of the models, within
+ * --max-loaded and --memory-budget (room_for): when a wanted model does
+ * not fit, the least recently used idle one stops, and once it has
+ * stopped this runs again; with none idle, it waits for one.
+ */
+void app_start_wanted(struct sl_app *app)
+{
+	if (app->stopping)
+		return;
+	for (unsigned i = 0; i < app->n_models; i++) {
+		struct sl_model *m = app->models[i];
+		/* Wanted while a request waits: one that left wants nothing. */
+		if (m->wanted && sl_sched_depth(&m->sched) == 0)
+			m->wanted = false;
+		if (!m->wanted || m->loaded || m->unloading)
+			continue;
+		char limit[64];
+		if (!room_for(app, m, limit, sizeof(limit))) {
+			for (unsigned k = 0; k < app->n_models; k++)
+				if (app->models[k]->unloading)
+					return; /* room is being made */
+			struct sl_model *victim = lru_idle(app, m);
+			if (victim) {
+				char why[SL_MODEL_NAME_MAX + 96];
+				snprintf(why, sizeof(why), "%s: room for %s",
+				         limit, m->name);
+				unload(victim, why);
+			}
+			/* Else every running model is busy: wait for one. */
+			return;
+		}
+		app_load(app, m, "a request needs it");
+	}
+}
+
+void sl_app_model_demand(struct sl_app *app, struct sl_model *m)
+{
+	if (!app->model_section || !m->managed || m->loaded || app->stopping)
+		return;
+	m->wanted = true;
+	app_start_wanted(app);
+}
+
+int sl_app_model_load(struct sl_app *app, struct sl_model *m, char *why,
+                      size_t size)
+{
+	if (!m->managed) {
+		snprintf(why, size,
+		         "model %s is remote: its llama-servers run without "
+		         "sluice",
+		         m->name);
+		return SL_EINVAL;
+	}
+	if (m->loaded)
+		return 0; /* starting or running already */
+	if (m->unloading) {
+		snprintf(why, size,
+		         "model %s is stopping; load it once it has stopped",
+		         m->name);
+		return SL_EINVAL;
+	}
+	if (app->stopping) {
+		snprintf(why, size, "sluice is shutting down");
+		return SL_EINVAL;
+	}
+	char limit[64];
+	if (!room_for(app, m, limit, sizeof(limit))) {
+		snprintf(why, size,
+		         "no room for model %s within %s: unload another "
+		         "first",
+		         m->name, limit);
+		return SL_EINVAL;
+	}
+	app_load(app, m, "POST /models/load");
+	return 0;
+}
+
+int sl_app_model_unload(struct sl_app *app, struct sl_model *m, char *why,
+                        size_t size)
+{
+	(void)app;
+	if (!m->managed) {
+		snprintf(why, size,
+		         "model %s is remote: its llama-servers run without "
+		         "sluice",
+		         m->name);
+		return SL_EINVAL;
+	}
+	if (!m->loaded)
+		return 0; /* stopped, or stopping already */
+	if (!model_idle(m)) {
+		snprintf(why, size,
+		         "model %s is in use (requests queued or in flight); "
+		         "sluice stops no model under a request: unload it "
+		         "once they are done",
+		         m->name);
+		return SL_EINVAL;
+	}
+	unload(m, "POST /models/unload");
+	return 0;
+}
+
+void sl_app_model_used(struct sl_model *m)
+{
+	struct sl_app *app = m->app;
+	m->last_used = ++app->uses;
+	const struct sl_model_config *conf = m->conf;
+	if (m->loaded && conf && conf->idle_timeout_ms && !app->stopping)
+		uv_timer_start(&m->idle_timer, app_on_idle_timer,
+		               conf->idle_timeout_ms, 0);
+	/* A model that went idle may make room for one that is wanted. */
+	if ((app->max_loaded || app->cfg->memory_budget) && model_idle(m))
+		app_start_wanted(app);
+}
+
+static void on_upstream_fatal(struct sl_upstream *u, const char *why)
+{
+	struct sl_app *app = u->data;
+	struct sl_model *m = sl_app_model_of(app, u);
+	/* One started on demand fails its requests, not the whole of sluice. */
+	if (m && m->late) {
+		sl_error("model %s: %s", m->name, why);
+		char message[SL_MODEL_NAME_MAX + 64];
+		snprintf(message, sizeof(message),
+		         "model %s could not start; sluice's log says why",
+		         m->name);
+		unload(m, "it could not start");
+		sl_proxy_fail_queued(m, message);
+		return;
+	}
+	sl_error("%s", why);
+	sl_app_stop(app, EXIT_FAILURE);
+}
+
+/*
+ * The array stays dense, so that an upstream added later (DNS discovery)
+ * goes at n_upstreams: the later ones move down and learn their new index.
+ */
+void app_on_upstream_stopped(struct sl_upstream *u)
+{
+	struct sl_app *app = u->data;
+	struct sl_model *m = sl_app_model_of(app, u);
+	if (m)
+		sl_pool_remove(&m->pool, u);
+	/* Later entries move down, in order: each pool stays in index order. */
+	for (unsigned i = u->index; i + 1 < app->n_upstreams; i++) {
+		app->upstreams[i] = app->upstreams[i + 1];
+		app->upstreams[i]->index = i;
+	}
+	app->upstreams[--app->n_upstreams] = NULL;
+	app->upstreams_full = false;
+	if (m && m->unloading && m->pool.n == 0) {
+		m->unloading = false;
+		sl_info("model %s: stopped", m->name);
+		app_start_wanted(app);
+	}
+	app_free_old_launches(app);
+	if (m)
+		app_maybe_free_model(m);
+	app_maybe_done(app);
+}
+
+/*
+ * Ejecting the last usable upstream of a model would serve nobody: see
+ * upstream.h. Another model's upstreams cannot take its requests.
+ */
+static bool may_eject(const struct sl_upstream *u)
+{
+	const struct sl_app *app = u->data;
+	const struct sl_model *m = sl_app_model_of(app, u);
+	return m && sl_pool_other_usable(&m->pool, u);
+}
+
+const struct sl_upstream_hooks app_upstream_hooks = {
+    .may_eject = may_eject,
+    .on_change = on_upstream_change,
+    .on_fatal = on_upstream_fatal,
+    .on_stopped = app_on_upstream_stopped,
+};
+
+struct sl_model *app_model_new(struct sl_app *app, char *name,
+                               const struct sl_model_config *conf)
+{
+	const struct sl_config *cfg = app->cfg;
+	struct sl_model *m = sl_xcalloc(1, sizeof(*m));
+	m->app = app;
+	m->name = name;
+	if (conf) {
+		m->conf = sl_xcalloc(1, sizeof(*m->conf));
+		sl_model_config_copy(m->conf, conf);
+		m->aliases = &m->conf->aliases;
+	}
+	struct sl_sched_config sched_cfg = {
+	    .aging_rate = cfg->aging_rate,
+	    .window_ms = cfg->batch_window_ms,
+	    .max_batch = cfg->max_batch,
+	    .max_queue =
+	        conf && conf->has_max_queue ? conf->max_queue : cfg->max_queue,
+	    .queue_timeout_ms = conf && conf->has_queue_timeout
+	                            ? conf->queue_timeout_ms
+	                            : cfg->queue_timeout_ms,
+	    .urgent_bypass = cfg->urgent_bypass,
+	    .urgent_reserve = cfg->urgent_reserve,
+	};
+	sl_sched_init(&m->sched, &sched_cfg, &sched_ops, m, uv_now(&app->loop));
+	uv_timer_init(&app->loop, &m->sched_timer);
+	m->sched_timer.data = m;
+	uv_timer_init(&app->loop, &m->idle_timer);
+	m->idle_timer.data = m;
+	app->models[app->n_models++] = m;
+	return m;
+}
+
+void app_model_free(struct sl_model *m)
+{
+	if (m->conf) {
+		sl_model_config_clear(m->conf);
+		free(m->conf);
+	}
+	sl_sched_free(&m->sched);
+	sl_strlist_clear(&m->llama_args);
+	free(m->upstream_cfg);
+	free(m->exe);
+	free(m->file);
+	free(m->name);
+	free(m);
+}
+
+/*
+ * Starts one upstream of `m`: a managed llama-server when url is NULL.
+ * `name`, when given, replaces the upstream's own ("managed" or its URL)
+ * in /health, the metrics and ?upstream=.
+ */
+int app_add_upstream(struct sl_app *app, struct sl_model *m, const char *url,
+                     const char *name)
+{
+	unsigned index = app->n_upstreams; /* dense: see app.h */
+	if (index == SL_MAX_UPSTREAMS) {
+		sl_error("too many upstreams: at most %d", SL_MAX_UPSTREAMS);
+		return SL_EINVAL;
+	}
+	struct sl_managed_spec spec = {.exe = m->exe, .model = m->file};
+	struct sl_upstream *u = sl_upstream_new(
+	    &app->loop, &app->curl, url ? app->cfg : m->upstream_cfg,
+	    url ? NULL : &spec, url, &app_upstream_hooks, app);
+	if (name) {
+		free(u->name);
+		u->name = sl_xstrdup(name);
+	}
+	u->index = index;
+	app->upstreams[index] = u;
+	app->n_upstreams++;
+	if (sl_pool_add(&m->pool, u) != 0) {
+		sl_error("model %s: too many upstreams: at most %d", m->name,
+		         SL_POOL_MAX);
+		return SL_EINVAL;
+	}
+	int rc = sl_upstream_start(u);
+	if (rc != 0)
+		sl_error("cannot start %s: %s", url ? u->url : m->exe,
+		         sl_strerror(rc));
+	return rc;
+}
+
+/*
+ * Starts a managed model of a models: section now (`why` says what for the
+ * log), unless it waits for its first request: preload: false, or no room
+ * within --max-loaded and --memory-budget.
+ */
+void app_preload(struct sl_app *app, struct sl_model *m, const char *why)
+{
+	char limit[64];
+	if (!m->managed)
+		return;
+	if (!m->conf->preload)
+		sl_info("model %s: stopped until a request needs it "
+		        "(preload: false)",
+		        m->name);
+	else if (!room_for(app, m, limit, sizeof(limit)))
+		sl_info("model %s: stopped until a request needs it (%s)",
+		        m->name, limit);
+	else
+		app_load(app, m, why);
+}
+
+static void on_model_handle_closed(uv_handle_t *h)
+{
+	struct sl_model *m = h->data;
+	if (--m->closing_handles > 0)
+		return;
+	struct sl_app *app = m->app;
+	for (struct sl_model **p = &app->retired; *p; p = &(*p)->next_retired)
+		if (*p == m) {
+			*p = m->next_retired;
+			break;
+		}
+	app_model_free(m);
+}
+
+/*
+ * A removed model is freed once nothing refers to it. At shutdown the
+ * exchanges let go only after the timers closed: sl_app_run frees what is
+ * left then.
+ */
+void app_maybe_free_model(struct sl_model *m)
+{
+	if (!m->removed || m->closing || m->refs > 0 || m->pool.n > 0 ||
+	    m->discoveries_open > 0 || m->app->front_closing)
+		return;
+	m->closing = true;
+	m->closing_handles = 2;
+	uv_close((uv_handle_t *)&m->sched_timer, on_model_handle_closed);
+	uv_close((uv_handle_t *)&m->idle_timer, on_model_handle_closed);
+}
+
+void sl_app_model_ref(struct sl_model *m)
+{
+	m->refs++;
+}
+
+void sl_app_model_release(struct sl_model *m)
+{
+	m->refs--;
+	app_maybe_free_model(m);
+}
+
+/* Lets every upstream of `m` from `origin` (NULL: any) drain and go. */
+void app_retire_pool(struct sl_model *m, const char *origin)
+{
+	/* A retirement may stop one at once: walk a copy. */
+	struct sl_pool members = m->pool;
+	for (unsigned i = 0; i < members.n; i++) {
+		struct sl_upstream *u = members.members[i];
+		if (!origin || (u->origin && strcmp(u->origin, origin) == 0))
+			sl_app_retire_upstream(m->app, u);
+	}
+}
+
+void app_close_model_discovery(struct sl_model *m)
+{
+	if (!m->discovery)
+		return;
+	char origin[SL_DISCOVERY_NAME_MAX + 16];
+	snprintf(origin, sizeof(origin), "dns:%s",
+	         sl_discovery_target(m->discovery));
+	for (unsigned i = 0; i < m->app->n_discoveries; i++)
+		if (m->app->discoveries[i] == m->discovery)
+			m->app->discoveries[i] = NULL;
+	sl_discovery_close(m->discovery);
+	m->discovery = NULL;
+	app_retire_pool(m, origin);
+}
+
+/*
+ * A model the file no longer has: new requests get 404 (it is no longer
+ * found), those waiting in its queue get 503 (its upstreams are going),
+ * and what runs on its upstreams finishes there before they stop.
+ */
+void app_remove_model(struct sl_app *app, struct sl_model *m)
+{
+	m->removed = true;
+	m->loaded = false;
+	m->wanted = false;
+	uv_timer_stop(&m->idle_timer);
+	char message[SL_MODEL_NAME_MAX + 64];
+	snprintf(message, sizeof(message),
+	         "model %s was removed from sluice's configuration", m->name);
+	sl_proxy_fail_queued(m, message);
+	app_close_model_discovery(m);
+	app_retire_pool(m, NULL);
+	m->next_retired = app->retired;
+	app->retired = m;
+	app_maybe_free_model(m);
+}
