@@ -32,7 +32,6 @@ DEBTS = {
     ("models_api", "app"),
     ("proxy", "app"),
     ("routes", "app"),
-    ("startup", "app"),
     # A tenant's check is handed the parsed request.
     ("access", "request"),
     # The option table checks what fleet modules parse, and reads the

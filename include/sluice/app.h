@@ -30,9 +30,6 @@
 #include <stdbool.h>
 #include <uv.h>
 
-/* Upstreams sluice can hold, across every model. */
-#define SL_MAX_UPSTREAMS 64
-
 struct sl_app;
 
 /*

@@ -1,9 +1,9 @@
 /* startup.c: cache directory, llama-server lookup, model checks. */
 #include "sluice/fleet/startup.h"
 
-#include "sluice/app.h"
 #include "sluice/base/common.h"
 #include "sluice/fleet/demo_model.h"
+#include "sluice/fleet/upstream.h"
 #include "sluice/base/log.h"
 
 #include <errno.h>

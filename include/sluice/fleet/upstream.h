@@ -46,6 +46,9 @@
 #include <stdbool.h>
 #include <uv.h>
 
+/* Upstreams sluice can hold, across every model. */
+#define SL_MAX_UPSTREAMS 64
+
 /* How often a starting llama-server's /health is polled. */
 #define SL_STARTUP_POLL_MS 100
 /* A health or /props request that takes longer has failed. */
