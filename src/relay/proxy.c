@@ -26,7 +26,7 @@
 #include "sluice/net/query.h"
 #include "sluice/ops/stats.h"
 #include "sluice/relay/request.h"
-#include "sluice/tenants/access.h"
+#include "sluice/relay/access.h"
 
 #include <inttypes.h>
 #include <jansson.h>

@@ -23,7 +23,7 @@
  * key found names the request's tenant, whose models, priority and limits
  * sl_access_admit() applies once the request is validated.
  */
-#include "sluice/tenants/access.h"
+#include "sluice/relay/access.h"
 
 #include "sluice/tenants/keys.h"
 #include "sluice/base/log.h"
