@@ -1,114 +1,27 @@
 /*
- * h1_client.c: pooled keep-alive HTTP/1.1 connections to plain http://
- * upstreams, one request at a time on each (see h1_client.h).
- *
- * A request is written with one uv_write (head and body as two buffers)
- * and its response parsed by llhttp as it is read. The parser's
- * on_message_complete pauses it, so that the end of a response is handled
- * after llhttp_execute() returns, outside every parser callback: the
- * connection goes back to its pool (or closes), and only then does on_done
- * run, which may at once start the next request on the same connection.
+ * h1_client.c: the client's pools and their connections (see h1_client.h):
+ * each upstream's addresses, resolved once; its queue of requests waiting
+ * for a connection; each connection's life, from connecting through busy
+ * and idle to draining and closing; and what becomes of a connection when
+ * the exchange on it ends: kept, left for the peer to close or closed, its
+ * request sent again on a fresh one when a kept connection was stale, and
+ * only then on_done. One exchange on a connection (its request written,
+ * its response read and parsed) is h1_exchange.c's; h1_client_impl.h
+ * declares what the two share.
  */
 #include "sluice/net/h1_client.h"
 
 #include "sluice/base/common.h"
 #include "sluice/base/log.h"
 
-#include <errno.h>
+#include "h1_client_impl.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-
-struct sl_h1_pool {
-	struct sl_h1 *h1;
-	struct sl_h1_pool *next;
-	char *url;       /* the key: the base URL as the owner gave it */
-	char *authority; /* "host[:port]" as written, for the Host header */
-	char *name;      /* the host, without IPv6 brackets */
-	char *prefix;    /* the URL's path, "" for none */
-	char port[8];
-	/* The host's addresses; addr_at: the one new connections try first. */
-	struct sockaddr_storage addrs[SL_H1_ADDRS_MAX];
-	unsigned n_addrs, addr_at;
-	bool resolved;  /* addrs holds at least one address */
-	bool resolving; /* gai is running */
-	uv_getaddrinfo_t gai;
-	struct sl_h1_conn *idle; /* newest first: the warmest is reused */
-	unsigned conns;          /* connecting, busy and idle */
-	/*
-	 * Connections left for the peer to close (not counted in conns: the
-	 * peer is done with them), and whether it closes every connection
-	 * after a chunked answer (see peer_closing).
-	 */
-	struct sl_h1_conn *draining;
-	bool streams_close;
-	unsigned streams_kept; /* chunked answers found still open, to
-	                          SL_H1_STREAM_PEEKS */
-	unsigned max_conns;
-	struct sl_h1_request *wait_head, *wait_tail;
-};
-
-enum conn_state {
-	CONN_CONNECTING,
-	CONN_BUSY,
-	CONN_IDLE,
-	CONN_DRAINING, /* answered; waiting for the peer's close */
-	CONN_CLOSING,
-};
-
-struct sl_h1_conn {
-	uv_tcp_t tcp;
-	uv_timer_t timer; /* connect timeout, idle timeout, deferred error */
-	/*
-	 * The idle timeout is checked lazily: the timer, once armed for it,
-	 * is left running while the connection serves requests (sparing two
-	 * timer-heap operations per request) and, when it fires, closes the
-	 * connection only if it has been idle since idle_since for
-	 * SL_H1_IDLE_MS, else waits out the rest.
-	 */
-	bool idle_armed;
-	uint64_t idle_since;
-	uv_connect_t connect;
-	struct sl_h1_pool *pool;
-	struct sl_h1_conn *idle_next; /* the pool's idle or draining list */
-	struct sl_h1_request *req;    /* the request on it, or NULL */
-	enum conn_state state;
-	unsigned open_handles;
-	unsigned served;      /* responses read whole on it */
-	unsigned addr;        /* the index in its pool's addrs */
-	bool after_chunked;   /* the last answer on it was chunked */
-	uint64_t answered_ms; /* when the last answer on it ended */
-	int deferred_error;   /* a connect or write failure, for the timer */
-	bool reading;
-	llhttp_t parser;
-	size_t head_bytes; /* of the current response's head */
-	bool got_byte;     /* a byte of the current response arrived */
-	bool complete;     /* the current response was read to its end */
-	bool stopped;      /* the owner returned SL_H1_STOP */
-	bool head_too_big;
-	/* scrub_head(): the head's end was seen; line-end bytes in a row. */
-	bool head_scrubbed;
-	unsigned char line_ends;
-	/* The header line being gathered, "Name: value". */
-	char *line;
-	size_t line_len, line_cap, name_len;
-	bool in_value;
-	/*
-	 * sl_h1_half_close(): sluice sends nothing more; the answer is read
-	 * to its end, and the connection is not kept after it.
-	 */
-	bool half_closed;
-	uv_shutdown_t shutdown;
-};
-
-/* What uv_try_write left of a request, on its way out; freed when done. */
-struct head_write {
-	uv_write_t req;
-	char head[];
-};
 
 const char *sl_h1_result_name(enum sl_h1_result r)
 {
@@ -126,7 +39,6 @@ const char *sl_h1_result_name(enum sl_h1_result r)
 	return "?";
 }
 
-static void conn_send(struct sl_h1_conn *c, struct sl_h1_request *r);
 static void pool_kick(struct sl_h1_pool *p);
 
 /* ---- requests ---- */
@@ -210,7 +122,7 @@ static void list_remove(struct sl_h1_conn **list, struct sl_h1_conn *c)
  * and frees its place in the pool. Waiting requests are the caller's to
  * move on (pool_kick), once it is done with the pool.
  */
-static void conn_close(struct sl_h1_conn *c)
+void sl_h1_conn_close(struct sl_h1_conn *c)
 {
 	if (c->state == CONN_CLOSING)
 		return;
@@ -235,8 +147,6 @@ static struct sl_h1_request *conn_detach(struct sl_h1_conn *c)
 	return r;
 }
 
-static void read_on(struct sl_h1_conn *c, bool on);
-
 static void on_idle_timer(uv_timer_t *t);
 
 /* A response was read whole on a connection worth keeping. */
@@ -245,10 +155,10 @@ static void conn_idle(struct sl_h1_conn *c)
 	struct sl_h1_pool *p = c->pool;
 	c->state = CONN_IDLE;
 	/* Read while idle, so that a peer's close is seen at once. */
-	read_on(c, true);
+	sl_h1_read_on(c, true);
 	struct sl_h1_request *w = wait_pop(p);
 	if (w) {
-		conn_send(c, w);
+		sl_h1_conn_send(c, w);
 		return;
 	}
 	c->idle_next = p->idle;
@@ -269,7 +179,7 @@ static void conn_idle(struct sl_h1_conn *c)
  * (on_idle_timer): an upstream restarted as another version, or a close
  * that was not about the answer after all.
  */
-static void learn_streams_close(struct sl_h1_pool *p)
+void sl_h1_learn_streams_close(struct sl_h1_pool *p)
 {
 	if (p->streams_close)
 		return;
@@ -284,7 +194,7 @@ static void learn_streams_close(struct sl_h1_pool *p)
  * answer: only such a close says that the peer closes after each. One
  * that comes a while later is its idle timeout, or its end (a restart).
  */
-static bool closed_after_stream(const struct sl_h1_conn *c)
+bool sl_h1_closed_after_stream(const struct sl_h1_conn *c)
 {
 	return c->after_chunked &&
 	       uv_now(c->timer.loop) - c->answered_ms < SL_H1_STREAM_CLOSE_MS;
@@ -298,15 +208,15 @@ static void conn_drain(struct sl_h1_conn *c)
 	p->conns--;
 	c->idle_next = p->draining;
 	p->draining = c;
-	read_on(c, true);
+	sl_h1_read_on(c, true);
 	/* Closed by sluice if the peer does not after all. */
 	c->idle_armed = false;
 	uv_timer_start(&c->timer, on_idle_timer, SL_H1_IDLE_MS, 0);
 }
 
 /* The request on `c` ended: the connection is kept or closed first. */
-static void conn_finish(struct sl_h1_conn *c, bool keep, bool chunked,
-                        enum sl_h1_result result)
+void sl_h1_conn_finish(struct sl_h1_conn *c, bool keep, bool chunked,
+                       enum sl_h1_result result)
 {
 	struct sl_h1_pool *p = c->pool;
 	struct sl_h1_request *r = conn_detach(c);
@@ -321,7 +231,7 @@ static void conn_finish(struct sl_h1_conn *c, bool keep, bool chunked,
 			conn_idle(c);
 		}
 	} else {
-		conn_close(c);
+		sl_h1_conn_close(c);
 		pool_kick(p);
 	}
 	request_done(r, result);
@@ -335,21 +245,21 @@ static void conn_open(struct sl_h1_pool *p, struct sl_h1_request *r);
  * sent once more, on a fresh connection. Returns false when that does not
  * apply.
  */
-static bool resend_if_stale(struct sl_h1_conn *c)
+bool sl_h1_resend_if_stale(struct sl_h1_conn *c)
 {
 	struct sl_h1_request *r = c->req;
 	/* A half-closed one was given up on: it is not sent again. */
 	if (!r || c->got_byte || c->served == 0 || r->resent || c->half_closed)
 		return false;
 	struct sl_h1_pool *p = c->pool;
-	if (closed_after_stream(c))
-		learn_streams_close(p);
+	if (sl_h1_closed_after_stream(c))
+		sl_h1_learn_streams_close(p);
 	sl_debug("upstream %s: a kept connection was closed by the peer; "
 	         "sending the request again on a new one",
 	         p->url);
 	r->resent = true;
 	conn_detach(c);
-	conn_close(c);
+	sl_h1_conn_close(c);
 	if (p->conns < p->max_conns)
 		conn_open(p, r);
 	else
@@ -359,16 +269,12 @@ static bool resend_if_stale(struct sl_h1_conn *c)
 }
 
 /* The connection failed; its request (if any) ends with `result`. */
-static void conn_fail(struct sl_h1_conn *c, enum sl_h1_result result,
-                      const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void conn_fail(struct sl_h1_conn *c, enum sl_h1_result result,
-                      const char *fmt, ...)
+void sl_h1_conn_fail(struct sl_h1_conn *c, enum sl_h1_result result,
+                     const char *fmt, ...)
 {
 	struct sl_h1_pool *p = c->pool;
 	struct sl_h1_request *r = conn_detach(c);
-	conn_close(c);
+	sl_h1_conn_close(c);
 	if (r) {
 		va_list ap;
 		va_start(ap, fmt);
@@ -378,455 +284,6 @@ static void conn_fail(struct sl_h1_conn *c, enum sl_h1_result result,
 	pool_kick(p);
 	if (r)
 		request_done(r, result);
-}
-
-/* ---- the parser ---- */
-
-static struct sl_h1_conn *conn_of(llhttp_t *parser)
-{
-	return parser->data;
-}
-
-/* Counts head bytes; false (and HPE_USER) past SL_H1_HEAD_MAX. */
-static bool head_fits(struct sl_h1_conn *c, size_t len)
-{
-	c->head_bytes += len;
-	if (c->head_bytes <= SL_H1_HEAD_MAX)
-		return true;
-	c->head_too_big = true;
-	return false;
-}
-
-static void line_append(struct sl_h1_conn *c, const char *at, size_t len)
-{
-	if (c->line_len + len > c->line_cap) {
-		c->line_cap = SL_MAX(c->line_len + len, 2 * c->line_cap);
-		c->line_cap = SL_MAX(c->line_cap, 256u);
-		c->line = sl_xrealloc(c->line, c->line_cap);
-	}
-	memcpy(c->line + c->line_len, at, len);
-	c->line_len += len;
-}
-
-static int on_message_begin(llhttp_t *parser)
-{
-	struct sl_h1_conn *c = conn_of(parser);
-	c->head_bytes = 0;
-	c->line_len = 0;
-	c->in_value = false;
-	return 0;
-}
-
-static int on_status(llhttp_t *parser, const char *at, size_t len)
-{
-	(void)at;
-	return head_fits(conn_of(parser), len) ? 0 : HPE_USER;
-}
-
-static int on_status_complete(llhttp_t *parser)
-{
-	struct sl_h1_conn *c = conn_of(parser);
-	c->req->status = parser->status_code;
-	return 0;
-}
-
-static int on_header_field(llhttp_t *parser, const char *at, size_t len)
-{
-	struct sl_h1_conn *c = conn_of(parser);
-	if (!head_fits(c, len))
-		return HPE_USER;
-	if (c->in_value) {
-		c->line_len = 0;
-		c->in_value = false;
-	}
-	line_append(c, at, len);
-	return 0;
-}
-
-static int on_header_field_complete(llhttp_t *parser)
-{
-	struct sl_h1_conn *c = conn_of(parser);
-	c->name_len = c->line_len;
-	line_append(c, ": ", 2);
-	c->in_value = true;
-	return 0;
-}
-
-static int on_header_value(llhttp_t *parser, const char *at, size_t len)
-{
-	struct sl_h1_conn *c = conn_of(parser);
-	if (!head_fits(c, len))
-		return HPE_USER;
-	line_append(c, at, len);
-	return 0;
-}
-
-static int on_header_value_complete(llhttp_t *parser)
-{
-	struct sl_h1_conn *c = conn_of(parser);
-	struct sl_h1_request *r = c->req;
-	if (parser->status_code < 200)
-		return 0; /* a 1xx's lines are not the answer's */
-	if (c->name_len == 12 &&
-	    strncasecmp(c->line, "Content-Type", 12) == 0) {
-		size_t n = c->line_len - 14;
-		free(r->content_type);
-		r->content_type = sl_xmalloc(n + 1);
-		memcpy(r->content_type, c->line + 14, n);
-		r->content_type[n] = '\0';
-	}
-	if (r->on_header && r->on_header(r, c->line, c->line_len) != 0) {
-		c->stopped = true;
-		return HPE_USER;
-	}
-	return 0;
-}
-
-static int on_headers_complete(llhttp_t *parser)
-{
-	struct sl_h1_conn *c = conn_of(parser);
-	/*
-	 * RFC 9110, 6.4.1: a 204 or 304 ends with its head, whatever its
-	 * Content-Length says (a 304's may give the length of what it stands
-	 * for); llhttp 8 reads that many bytes unless told. 1 tells it.
-	 */
-	if (parser->status_code == 204 || parser->status_code == 304)
-		return 1;
-	if ((parser->flags & F_CONTENT_LENGTH) && !(parser->flags & F_CHUNKED))
-		c->req->content_length = (int64_t)parser->content_length;
-	return 0;
-}
-
-static int on_body(llhttp_t *parser, const char *at, size_t len)
-{
-	struct sl_h1_conn *c = conn_of(parser);
-	struct sl_h1_request *r = c->req;
-	if (r->on_body(r, at, len) != 0) {
-		c->stopped = true;
-		return HPE_USER;
-	}
-	return 0;
-}
-
-static int on_message_complete(llhttp_t *parser)
-{
-	struct sl_h1_conn *c = conn_of(parser);
-	if (parser->status_code < 200) {
-		/* An interim answer: the real one follows on the wire. */
-		c->req->status = 0;
-		return 0;
-	}
-	c->complete = true;
-	/* The end is handled once llhttp_execute() has returned. */
-	return HPE_PAUSED;
-}
-
-static const llhttp_settings_t parser_settings = {
-    .on_message_begin = on_message_begin,
-    .on_status = on_status,
-    .on_status_complete = on_status_complete,
-    .on_header_field = on_header_field,
-    .on_header_field_complete = on_header_field_complete,
-    .on_header_value = on_header_value,
-    .on_header_value_complete = on_header_value_complete,
-    .on_headers_complete = on_headers_complete,
-    .on_body = on_body,
-    .on_message_complete = on_message_complete,
-};
-
-/* ---- reading ---- */
-
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
-{
-	(void)suggested;
-	struct sl_h1_conn *c = h->data;
-	/* Each read is parsed whole, and handed over, before the next one
-	 * (of any connection) starts: the shared buffer is free. */
-	struct sl_h1 *h1 = c->pool->h1;
-	*buf = uv_buf_init(h1->in, sizeof(h1->in));
-}
-
-/* The peer closed or reset the connection (status < 0) mid-request. */
-static void conn_ended(struct sl_h1_conn *c, int status)
-{
-	if (resend_if_stale(c))
-		return;
-	if (status == UV_EOF && c->got_byte) {
-		/* A body that runs to the close ends here. */
-		llhttp_finish(&c->parser);
-		if (c->complete) {
-			conn_finish(c, false, false, SL_H1_OK);
-			return;
-		}
-	}
-	const char *how =
-	    status == UV_EOF ? "closed the connection" : "reset the connection";
-	if (c->stopped)
-		conn_fail(c, SL_H1_STOPPED,
-		          "sluice stopped reading the answer");
-	else if (c->got_byte)
-		conn_fail(c, SL_H1_PARTIAL,
-		          "upstream %s before the end of its answer%s%s", how,
-		          status == UV_EOF ? "" : ": ",
-		          status == UV_EOF ? "" : uv_strerror(status));
-	else
-		conn_fail(c, SL_H1_NOTHING, "upstream %s before answering%s%s",
-		          how, status == UV_EOF ? "" : ": ",
-		          status == UV_EOF ? "" : uv_strerror(status));
-}
-
-/*
- * A control byte in a header value makes llhttp refuse the whole answer,
- * where libcurl hands the line over and sluice drops it (proxy.c: the
- * upstream's headers are extras, never a reason to fail an answer). Only
- * llhttp's lenient mode takes such bytes, and it also relaxes the checks
- * that frame a message (Content-Length with Transfer-Encoding), so instead
- * each such byte of the head becomes 0xFF: an obs-text byte, which llhttp
- * accepts and sluice's own field checks refuse, as they refused the
- * control byte. The head ends at LF, optional CR, LF, across reads; line
- * ends are left alone, and nothing after the head is touched.
- */
-static void scrub_head(struct sl_h1_conn *c, char *buf, size_t n)
-{
-	/* In locals, and the common byte first: this runs on every head. */
-	unsigned char ends = c->line_ends;
-	bool done = c->head_scrubbed;
-	for (size_t i = 0; i < n && !done; i++) {
-		/* A run of printable bytes only ends a line's CR LF count. */
-		size_t run = sl_printable_span(buf + i, n - i);
-		if (run > 0) {
-			ends = 0;
-			i += run;
-			if (i == n)
-				break;
-		}
-		unsigned char b = (unsigned char)buf[i];
-		if (b >= 0x20 && b != 0x7f) {
-			ends = 0;
-		} else if (b == '\n') {
-			done = ends > 0;
-			ends = 1;
-		} else if (b == '\r') {
-			ends = ends ? 2 : 0;
-		} else {
-			ends = 0;
-			if (b != '\t')
-				buf[i] = (char)0xff;
-		}
-	}
-	c->line_ends = ends;
-	c->head_scrubbed = done;
-}
-
-/*
- * Whether the peer has closed (or sent more on) a connection whose answer
- * just ended. llama-server 0.7.0 closes the connection after every
- * streamed (chunked) answer, its Keep-Alive header notwithstanding, and
- * the close is usually in the socket already. Kept, the connection would
- * be handed at once to the next request (a freed slot dispatches one
- * before this read returns), which would then be written in vain and sent
- * again on a new connection. One peek after a chunked answer spares that,
- * until one close is seen or SL_H1_STREAM_PEEKS answers have shown that
- * the upstream keeps them (sluice's own mock does); answers with a length
- * keep their connection without it.
- */
-static bool peer_closing(struct sl_h1_conn *c)
-{
-	struct sl_h1_pool *p = c->pool;
-	if (p->streams_close)
-		return false; /* known: the connection is drained anyway */
-	if (p->streams_kept >= SL_H1_STREAM_PEEKS)
-		return false; /* known: it keeps them */
-	uv_os_fd_t fd;
-	char b;
-	if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
-		return true;
-	if (recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) >= 0)
-		return true;
-	p->streams_kept++;
-	return false;
-}
-
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
-{
-	struct sl_h1_conn *c = s->data;
-	if (nread == 0 || c->state == CONN_CLOSING)
-		return;
-	if (!c->req) {
-		/* Idle: the peer closed it, or sent what nobody asked for. */
-		if (c->state == CONN_IDLE) {
-			sl_debug("upstream %s: a kept connection %s",
-			         c->pool->url,
-			         nread < 0 ? "was closed by the peer"
-			                   : "got bytes nobody asked for");
-			if (nread < 0 && closed_after_stream(c))
-				learn_streams_close(c->pool);
-		}
-		conn_close(c);
-		return;
-	}
-	if (nread < 0) {
-		conn_ended(c, (int)nread);
-		return;
-	}
-	c->got_byte = true;
-	scrub_head(c, buf->base, (size_t)nread);
-	llhttp_errno_t err =
-	    llhttp_execute(&c->parser, buf->base, (size_t)nread);
-	if (c->req && c->req->on_read_end)
-		c->req->on_read_end(c->req);
-	if (c->complete) {
-		/* Bytes past the answer: the connection cannot be trusted. */
-		bool whole =
-		    llhttp_get_error_pos(&c->parser) == buf->base + nread;
-		bool keep = llhttp_should_keep_alive(&c->parser);
-		bool chunked = c->parser.flags & F_CHUNKED;
-		bool closing = whole && keep && chunked && peer_closing(c);
-		if (closing)
-			learn_streams_close(c->pool);
-		if (!whole || !keep || closing)
-			sl_debug("upstream %s: connection not kept: %s",
-			         c->pool->url,
-			         !whole ? "bytes came after the answer"
-			         : !keep
-			             ? "the answer ends it"
-			             : "the peer closed it after the answer");
-		keep = keep && !closing;
-		conn_finish(c, whole && keep, chunked, SL_H1_OK);
-		return;
-	}
-	if (err == HPE_OK)
-		return;
-	if (c->stopped)
-		conn_fail(c, SL_H1_STOPPED,
-		          "sluice stopped reading the answer");
-	else if (c->head_too_big)
-		conn_fail(c, SL_H1_BAD_RESPONSE,
-		          "upstream's response head is over %u bytes",
-		          SL_H1_HEAD_MAX);
-	else
-		conn_fail(c, SL_H1_BAD_RESPONSE,
-		          "upstream answered with an invalid HTTP response: %s",
-		          llhttp_get_error_reason(&c->parser));
-}
-
-static void read_on(struct sl_h1_conn *c, bool on)
-{
-	if (on == c->reading)
-		return;
-	c->reading = on;
-	if (on)
-		uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
-	else
-		uv_read_stop((uv_stream_t *)&c->tcp);
-}
-
-/* ---- writing ---- */
-
-static void on_written(uv_write_t *w, int status)
-{
-	struct sl_h1_conn *c = w->handle->data;
-	free(sl_container_of(w, struct head_write, req));
-	if (status >= 0 || status == UV_ECANCELED || c->state != CONN_BUSY ||
-	    !c->req)
-		return;
-	if (!resend_if_stale(c))
-		conn_fail(c, SL_H1_SEND_FAILED,
-		          "writing the request to upstream failed: %s",
-		          uv_strerror(status));
-}
-
-/* uv_write() refused the request at once (conn_send). */
-static void on_send_failed(uv_timer_t *t)
-{
-	struct sl_h1_conn *c = t->data;
-	if (!resend_if_stale(c))
-		conn_fail(c, SL_H1_SEND_FAILED,
-		          "writing the request to upstream failed: %s",
-		          uv_strerror(c->deferred_error));
-}
-
-/*
- * Writes a request's pieces. Most requests fit the socket's buffer at once:
- * written here, they need no write request, and libuv no change to the
- * connection's poll (the end of each uv_write() stops watching for POLLOUT,
- * an epoll_ctl per request). What does not fit is copied and queued.
- */
-static int write_request(struct sl_h1_conn *c, const uv_buf_t *bufs, unsigned n)
-{
-	size_t total = 0;
-	for (unsigned i = 0; i < n; i++)
-		total += bufs[i].len;
-	int rc = uv_try_write((uv_stream_t *)&c->tcp, bufs, n);
-	if (rc == UV_EAGAIN)
-		rc = 0;
-	if (rc < 0)
-		return rc;
-	size_t rest = total - (size_t)rc;
-	if (rest == 0)
-		return 0;
-	struct head_write *w = sl_xmalloc(sizeof(*w) + rest);
-	sl_bufs_copy_tail(w->head, bufs, n, (size_t)rc);
-	uv_buf_t b = uv_buf_init(w->head, (unsigned)rest);
-	rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written);
-	if (rc != 0)
-		free(w);
-	return rc;
-}
-
-/* Writes r's head and body on `c`, which is connected and free. */
-static void conn_send(struct sl_h1_conn *c, struct sl_h1_request *r)
-{
-	struct sl_h1_pool *p = c->pool;
-	/* A pending idle timeout may stay: on_idle_timer sees it busy. */
-	if (!c->idle_armed)
-		uv_timer_stop(&c->timer);
-	c->state = CONN_BUSY;
-	c->req = r;
-	r->conn = c;
-	c->got_byte = c->complete = c->stopped = c->head_too_big = false;
-	c->head_scrubbed = false;
-	c->line_ends = 0;
-	llhttp_init(&c->parser, HTTP_RESPONSE, &parser_settings);
-	c->parser.data = c;
-	if (r->paused)
-		read_on(c, false);
-
-	const char *headers = r->headers ? r->headers : "";
-	size_t cap = strlen(r->method) + strlen(p->prefix) + strlen(r->target) +
-	             strlen(p->authority) + strlen(headers) + 96;
-	char small[SL_H1_HEAD_INLINE];
-	char *head = cap <= sizeof(small) ? small : sl_xmalloc(cap);
-	struct sl_join j = {.p = head, .cap = cap};
-	sl_join_str(&j, r->method);
-	sl_join_str(&j, " ");
-	sl_join_str(&j, p->prefix);
-	sl_join_str(&j, r->target);
-	sl_join_str(&j, " HTTP/1.1\r\nHost: ");
-	sl_join_str(&j, p->authority);
-	sl_join_str(&j, "\r\n");
-	sl_join_str(&j, headers);
-	if (r->has_body) {
-		sl_join_str(&j, "Content-Length: ");
-		sl_join_u64(&j, r->body_len);
-		sl_join_str(&j, "\r\n");
-	}
-	sl_join_str(&j, "\r\n");
-	uv_buf_t bufs[2] = {
-	    uv_buf_init(head, (unsigned)j.len),
-	    uv_buf_init((char *)(r->body ? r->body : ""),
-	                (unsigned)r->body_len),
-	};
-	unsigned nbufs = r->has_body && r->body_len ? 2 : 1;
-	int rc = write_request(c, bufs, nbufs);
-	if (head != small)
-		free(head);
-	if (rc == 0)
-		return;
-	/* Handled from the loop: sl_h1_start never calls on_done. */
-	c->deferred_error = rc;
-	c->idle_armed = false;
-	uv_timer_start(&c->timer, on_send_failed, 0, 0);
 }
 
 /* ---- connecting ---- */
@@ -848,7 +305,7 @@ static bool try_next_address(struct sl_h1_conn *c)
 	sl_debug("upstream %s: connecting failed; trying its next address",
 	         p->url);
 	conn_detach(c);
-	conn_close(c);
+	sl_h1_conn_close(c);
 	conn_open(p, r);
 	return true;
 }
@@ -860,13 +317,15 @@ static void on_connect_timer(uv_timer_t *t)
 	if (try_next_address(c))
 		return;
 	if (c->deferred_error)
-		conn_fail(c, SL_H1_REFUSED, "cannot connect to upstream %s: %s",
-		          c->pool->authority, uv_strerror(c->deferred_error));
+		sl_h1_conn_fail(
+		    c, SL_H1_REFUSED, "cannot connect to upstream %s: %s",
+		    c->pool->authority, uv_strerror(c->deferred_error));
 	else
-		conn_fail(c, SL_H1_CONNECT_TIMEOUT,
-		          "no connection to upstream %s within %.1f s",
-		          c->pool->authority,
-		          r ? (double)r->connect_timeout_ms / 1000.0 : 0.0);
+		sl_h1_conn_fail(c, SL_H1_CONNECT_TIMEOUT,
+		                "no connection to upstream %s within %.1f s",
+		                c->pool->authority,
+		                r ? (double)r->connect_timeout_ms / 1000.0
+		                  : 0.0);
 }
 
 static void on_idle_timer(uv_timer_t *t)
@@ -901,7 +360,7 @@ static void on_idle_timer(uv_timer_t *t)
 	}
 	sl_debug("upstream %s: closing a connection idle for %u ms",
 	         c->pool->url, SL_H1_IDLE_MS);
-	conn_close(c);
+	sl_h1_conn_close(c);
 }
 
 static void on_connect(uv_connect_t *req, int status)
@@ -913,12 +372,13 @@ static void on_connect(uv_connect_t *req, int status)
 	if (status < 0 && try_next_address(c))
 		return;
 	if (status < 0) {
-		conn_fail(c, SL_H1_REFUSED, "cannot connect to upstream %s: %s",
-		          c->pool->authority, uv_strerror(status));
+		sl_h1_conn_fail(c, SL_H1_REFUSED,
+		                "cannot connect to upstream %s: %s",
+		                c->pool->authority, uv_strerror(status));
 		return;
 	}
-	read_on(c, true);
-	conn_send(c, c->req);
+	sl_h1_read_on(c, true);
+	sl_h1_conn_send(c, c->req);
 }
 
 /* Opens a new connection for `r`; the pool has room for it. */
@@ -986,7 +446,7 @@ static void pool_kick(struct sl_h1_pool *p)
 			struct sl_h1_conn *c = p->idle;
 			p->idle = c->idle_next;
 			c->idle_next = NULL;
-			conn_send(c, wait_pop(p));
+			sl_h1_conn_send(c, wait_pop(p));
 		} else if (p->conns < p->max_conns) {
 			conn_open(p, wait_pop(p));
 		} else {
@@ -1168,9 +628,9 @@ void sl_h1_close(struct sl_h1 *h)
 	h->closing = true;
 	for (struct sl_h1_pool *p = h->pools; p; p = p->next) {
 		while (p->idle)
-			conn_close(p->idle);
+			sl_h1_conn_close(p->idle);
 		while (p->draining)
-			conn_close(p->draining);
+			sl_h1_conn_close(p->draining);
 		if (p->resolving)
 			uv_cancel((uv_req_t *)&p->gai);
 		if (p->conns)
@@ -1227,7 +687,7 @@ int sl_h1_start(struct sl_h1 *h, struct sl_h1_request *r, const char *base_url,
 		struct sl_h1_conn *c = p->idle;
 		p->idle = c->idle_next;
 		c->idle_next = NULL;
-		conn_send(c, r);
+		sl_h1_conn_send(c, r);
 	} else if (p->resolved && !p->wait_head && p->conns < p->max_conns) {
 		conn_open(p, r);
 	} else {
@@ -1249,80 +709,11 @@ void sl_h1_abort(struct sl_h1_request *r)
 		/* An answer not read to its end leaves the connection unusable;
 		 * closing it is also what stops llama-server generating. */
 		conn_detach(c);
-		conn_close(c);
+		sl_h1_conn_close(c);
 		pool_kick(p);
 	} else {
 		wait_remove(p, r);
 	}
-}
-
-static void on_shutdown(uv_shutdown_t *req, int status)
-{
-	/* Nothing to do: a failure means the connection is going anyway,
-	 * and its read reports how. */
-	(void)req;
-	(void)status;
-}
-
-bool sl_h1_sent(const struct sl_h1_request *r)
-{
-	return r->active && r->conn && r->conn->state == CONN_BUSY;
-}
-
-bool sl_h1_half_close(struct sl_h1_request *r)
-{
-	struct sl_h1_conn *c = r->conn;
-	if (!sl_h1_sent(r))
-		return false;
-	if (!c->half_closed) {
-		/* After the request's bytes: uv_shutdown waits for the
-		 * writes queued before it. */
-		if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp,
-		                on_shutdown) != 0)
-			return false;
-		c->half_closed = true;
-	}
-	return true;
-}
-
-void sl_h1_pause(struct sl_h1_request *r)
-{
-	r->paused = true;
-	if (r->conn && r->conn->state == CONN_BUSY)
-		read_on(r->conn, false);
-}
-
-void sl_h1_resume(struct sl_h1_request *r)
-{
-	if (!r->paused)
-		return;
-	r->paused = false;
-	if (r->conn && r->conn->state == CONN_BUSY)
-		read_on(r->conn, true);
-}
-
-enum sl_h1_read sl_h1_read_paused(struct sl_h1_request *r)
-{
-	struct sl_h1_conn *c = r->conn;
-	uv_os_fd_t fd;
-	if (!r->paused || !c || c->state != CONN_BUSY || c->reading ||
-	    uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
-		return SL_H1_READ_NONE;
-	char *in = c->pool->h1->in;
-	ssize_t n;
-	do
-		n = recv(fd, in, SL_H1_READ_BUF, MSG_DONTWAIT);
-	while (n < 0 && errno == EINTR);
-	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-		return SL_H1_READ_NOTHING;
-	/* As libuv would have delivered it: 0 is the peer's close. */
-	uv_buf_t buf = uv_buf_init(in, SL_H1_READ_BUF);
-	on_read((uv_stream_t *)&c->tcp,
-	        n > 0    ? n
-	        : n == 0 ? UV_EOF
-	                 : uv_translate_sys_error(errno),
-	        &buf);
-	return SL_H1_READ_DONE;
 }
 
 void sl_h1_request_free(struct sl_h1_request *r)

@@ -109,7 +109,7 @@
 /*
  * Chunked answers after which an upstream whose connections were still
  * open at each one's end is taken to keep them: from then on the peek for
- * its close (h1_client.c, peer_closing) is spared, a system call per
+ * its close (h1_exchange.c, peer_closing) is spared, a system call per
  * streamed answer. A close that comes later is still learnt when the idle
  * connection reads it.
  */
