@@ -35,13 +35,6 @@ DEBTS = {
     ("startup", "app"),
     # A tenant's check is handed the parsed request.
     ("access", "request"),
-    # The option table checks what fleet modules parse, and reads the
-    # file's sections itself.
-    ("config", "demo_model"),
-    ("config", "discovery"),
-    ("config", "keys"),
-    ("config", "models_config"),
-    ("models_config", "discovery"),
     # An allocation that fails writes out the held log lines first.
     ("common", "log"),
     # The endpoint table is declared in proxy.h.
