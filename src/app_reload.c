@@ -474,9 +474,9 @@ static void reload_in_worker(uv_work_t *w)
 	struct sl_app *app = sl_container_of(w, struct sl_app, reload_work);
 	const struct sl_config *cfg = app->cfg;
 	app->reload_cfg = sl_xcalloc(1, sizeof(*app->reload_cfg));
-	app->reload_rc =
-	    sl_config_parse(app->reload_cfg, cfg->argc, cfg->argv, cfg->envp,
-	                    app->reload_err, sizeof(app->reload_err));
+	app->reload_rc = sl_config_parse(
+	    app->reload_cfg, cfg->sections, cfg->argc, cfg->argv, cfg->envp,
+	    app->reload_err, sizeof(app->reload_err));
 }
 
 /*

@@ -4,6 +4,7 @@
 #include "sluice/base/common.h"
 #include "sluice/config/config.h"
 #include "sluice/fleet/demo_model.h"
+#include "sluice/tenants/config_sections.h"
 #include "sluice/tenants/keys.h"
 #include "sluice/base/log.h"
 #include "sluice/net/probe.h"
@@ -67,7 +68,8 @@ int main(int argc, char **argv)
 
 	struct sl_config cfg;
 	char err[512];
-	if (sl_config_parse(&cfg, argc, argv, environ, err, sizeof(err)) != 0) {
+	if (sl_config_parse(&cfg, sl_config_sections, argc, argv, environ, err,
+	                    sizeof(err)) != 0) {
 		fprintf(stderr, "sluice: %s\n", err);
 		sl_config_free(&cfg);
 		return SL_EXIT_USAGE;

@@ -33,13 +33,6 @@ DEBTS = {
     ("access", "app"),
     ("exposition", "app"),
     ("proxy", "app"),
-    # The option table checks what fleet modules parse, and reads the
-    # file's sections itself.
-    ("config", "demo_model"),
-    ("config", "discovery"),
-    ("config", "keys"),
-    ("config", "models_config"),
-    ("models_config", "discovery"),
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"sluice/(?:([a-z]+)/)?([a-z0-9_]+)\.h"',

@@ -6,6 +6,7 @@
 #include "sluice/fleet/demo_model.h"
 #include "sluice/base/log.h"
 #include "sluice/sched/sched.h"
+#include "sluice/tenants/config_sections.h"
 #include "test.h"
 
 #include <unistd.h>
@@ -26,8 +27,8 @@ static void parse(struct parsed *p, const char *const *args,
 	int argc = 1;
 	for (; args && args[argc - 1]; argc++)
 		argv[argc] = (char *)args[argc - 1];
-	p->rc = sl_config_parse(&p->cfg, argc, argv, (char *const *)env, p->err,
-	                        sizeof(p->err));
+	p->rc = sl_config_parse(&p->cfg, sl_config_sections, argc, argv,
+	                        (char *const *)env, p->err, sizeof(p->err));
 }
 
 #define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})

@@ -8,6 +8,7 @@
 #include "sluice/base/common.h"
 #include "sluice/tenants/keys.h"
 #include "sluice/sched/sched.h"
+#include "sluice/tenants/config_sections.h"
 #include "test.h"
 
 #include <stdio.h>
@@ -40,7 +41,8 @@ static void parse_yaml(struct parsed *p, const char *yaml)
 	close(fd);
 	p->path = sl_xstrdup(tmpl);
 	char *argv[] = {"sluice", "--config", p->path, NULL};
-	p->rc = sl_config_parse(&p->cfg, 3, argv, NULL, p->err, sizeof(p->err));
+	p->rc = sl_config_parse(&p->cfg, sl_config_sections, 3, argv, NULL,
+	                        p->err, sizeof(p->err));
 }
 
 static void done(struct parsed *p)

@@ -6,6 +6,7 @@
 #include "sluice/base/common.h"
 #include "sluice/config/config.h"
 #include "sluice/config/models_config.h"
+#include "sluice/tenants/config_sections.h"
 #include "test.h"
 
 #include <stdlib.h>
@@ -35,7 +36,8 @@ static int parse_yaml(struct sl_config *cfg, const char *yaml,
 	if (extra2)
 		argv[argc++] = (char *)extra2;
 	char *envp[] = {NULL};
-	int rc = sl_config_parse(cfg, argc, argv, envp, err, size);
+	int rc = sl_config_parse(cfg, sl_config_sections, argc, argv, envp, err,
+	                         size);
 	if (path_out)
 		*path_out = path;
 	else {
@@ -214,14 +216,19 @@ static void test_one_model(void)
 	char *argv[] = {"sluice", "--model-name", "mine", "--default-model",
 	                "other"};
 	char *envp[] = {"SLUICE_MODEL_NAME=env", NULL};
-	ASSERT_EQ(sl_config_parse(&cfg, 3, argv, envp, err, sizeof(err)), 0);
+	ASSERT_EQ(sl_config_parse(&cfg, sl_config_sections, 3, argv, envp, err,
+	                          sizeof(err)),
+	          0);
 	ASSERT_STR_EQ(cfg.model_name, "mine");
 	ASSERT_EQ(cfg.n_models, 0);
 	sl_config_free(&cfg);
-	ASSERT_EQ(sl_config_parse(&cfg, 1, argv, envp, err, sizeof(err)), 0);
+	ASSERT_EQ(sl_config_parse(&cfg, sl_config_sections, 1, argv, envp, err,
+	                          sizeof(err)),
+	          0);
 	ASSERT_STR_EQ(cfg.model_name, "env");
 	sl_config_free(&cfg);
-	ASSERT_EQ(sl_config_parse(&cfg, 5, argv, envp, err, sizeof(err)),
+	ASSERT_EQ(sl_config_parse(&cfg, sl_config_sections, 5, argv, envp, err,
+	                          sizeof(err)),
 	          SL_EINVAL);
 	ASSERT_STR_EQ(err, "--default-model other: no such model (the one "
 	                   "model is mine)");

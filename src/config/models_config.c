@@ -6,7 +6,7 @@
 #include "sluice/config/models_config.h"
 
 #include "sluice/base/common.h"
-#include "sluice/fleet/discovery.h"
+#include "sluice/config/discovery_syntax.h"
 #include "sluice/sched/sched.h"
 
 #include <curl/curl.h>
@@ -359,6 +359,14 @@ int sl_models_config_apply(struct sl_config *cfg,
 			return rc;
 	}
 	return 0;
+}
+
+bool sl_models_config_runs_tools(const struct sl_config *cfg)
+{
+	for (unsigned i = 0; i < cfg->n_models; i++)
+		if (sl_config_args_enable_tools(&cfg->models[i].args))
+			return true;
+	return false;
 }
 
 const struct sl_model_config *sl_models_config_find(const struct sl_config *cfg,

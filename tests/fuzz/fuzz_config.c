@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE
 #include "sluice/config/config.h"
+#include "sluice/tenants/config_sections.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -46,7 +47,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char *envp[] = {NULL};
 	struct sl_config cfg;
 	char err[1024] = "";
-	if (sl_config_parse(&cfg, 3, argv, envp, err, sizeof(err)) == 0) {
+	if (sl_config_parse(&cfg, sl_config_sections, 3, argv, envp, err,
+	                    sizeof(err)) == 0) {
 		FILE *out = fopen("/dev/null", "w");
 		CHECK(out);
 		sl_config_print(&cfg, out);

@@ -5,8 +5,8 @@
  * (--listen / SLUICE_LISTEN), and a key of the configuration file
  * (--config FILE, see config_file.h). A flag wins over the environment,
  * which wins over the file, which wins over the default. Defaults live in
- * one table in config.c and are parsed by the same code as user input, so
- * `--help` always shows what sluice really uses.
+ * one table in config_options.c and are parsed by the same code as user
+ * input, so `--help` always shows what sluice really uses.
  *
  * Glossary:
  *   list option  an option that may be repeated (--upstream, --llama-arg);
@@ -26,6 +26,8 @@
 #include <stdio.h>
 
 struct sl_keys;
+struct sl_config_node; /* config_file.h */
+struct sl_config_section;
 
 /* A growable list of owned strings. */
 struct sl_strlist {
@@ -44,7 +46,10 @@ enum sl_config_source {
 	SL_CONFIG_FROM_FLAG,
 };
 
-/* Room for the options in sl_config.source; config.c asserts it is enough. */
+/*
+ * Room for the options in sl_config.source; config_options.c asserts it is
+ * enough.
+ */
 #define SL_CONFIG_OPTIONS_MAX 64
 /* --retries: more than a few resends only multiplies a failure's load. */
 #define SL_RETRIES_MAX 5
@@ -213,6 +218,12 @@ struct sl_config {
 	int argc;
 	char *const *argv;
 	char *const *envp;
+	/*
+	 * The section table sl_config_parse() was handed, borrowed (a static
+	 * table): sl_config_print() and sl_config_free() use it, and a
+	 * reload hands it on.
+	 */
+	const struct sl_config_section *sections;
 
 	/* Each option's enum sl_config_source, in --help's order. */
 	unsigned char source[SL_CONFIG_OPTIONS_MAX];
@@ -231,18 +242,57 @@ struct sl_config {
 #define SL_EXIT_USAGE 2
 
 /*
+ * A section of the configuration file: a top-level key whose value is a
+ * mapping (`models:`, `keys:`). Each belongs to the module that owns what
+ * it configures, which may sit in a layer above this one (keys.h is the
+ * tenants'), so the option layer knows none of them: whoever calls
+ * sl_config_parse() hands down the table (config_sections.h), and adding
+ * a section changes nothing here.
+ *
+ * `apply` reads the tree into the configuration (checking every value,
+ * and naming the node at fault with sl_config_node_fail); `print` writes
+ * it back for --check-config with secrets masked; `check` (or NULL)
+ * checks it against the options once every source is read, in the
+ * table's order, returning 0 or SL_EINVAL with one line in err; `release`
+ * (or NULL) frees what apply stored in the configuration, whether or not
+ * parsing succeeded; `runs_tools` (or NULL: it starts no llama-server)
+ * says whether a llama-server the section starts runs built-in tools or
+ * MCP servers (sl_config_args_enable_tools()), which makes --cors-origin's
+ * default localhost. The table ends with a NULL name.
+ */
+struct sl_config_section {
+	const char *name;
+	int (*apply)(struct sl_config *cfg, const struct sl_config_node *n,
+	             char *err, size_t size);
+	void (*print)(FILE *out, const struct sl_config *cfg);
+	int (*check)(const struct sl_config *cfg, char *err, size_t size);
+	void (*release)(struct sl_config *cfg);
+	bool (*runs_tools)(const struct sl_config *cfg);
+};
+
+/*
  * Fills `cfg` from the defaults, then the configuration file (--config,
  * --check-config or SLUICE_CONFIG), then `envp` (a NULL-terminated array
- * of "NAME=value", as in environ), then argv. On a bad value, writes one
- * line naming the option (and, for the file, the file and the line) into
- * `err` and returns SL_EINVAL; `cfg` must still be freed with
- * sl_config_free(). Returns 0 on success. Reads files (the configuration
- * file, --api-key-file) with blocking calls: for start-up only.
+ * of "NAME=value", as in environ), then argv. The file's sections are
+ * read by `sections` (NULL: none, so any mapping in the file is an
+ * unknown section), which cfg keeps. On a bad value, writes one line
+ * naming the option (and, for the file, the file and the line) into `err`
+ * and returns SL_EINVAL; `cfg` must still be freed with sl_config_free().
+ * Returns 0 on success. Reads files (the configuration file,
+ * --api-key-file) with blocking calls: for start-up only.
  */
-int sl_config_parse(struct sl_config *cfg, int argc, char *const argv[],
-                    char *const envp[], char *err, size_t err_size);
+int sl_config_parse(struct sl_config *cfg,
+                    const struct sl_config_section *sections, int argc,
+                    char *const argv[], char *const envp[], char *err,
+                    size_t err_size);
 
 void sl_config_free(struct sl_config *cfg);
+
+/*
+ * Whether an argument list for llama-server turns on its built-in tools or
+ * MCP servers (--tools, --agent, --mcp-servers-config, ...).
+ */
+bool sl_config_args_enable_tools(const struct sl_strlist *args);
 
 /* Writes the --help text. */
 void sl_config_usage(FILE *out);

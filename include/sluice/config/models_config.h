@@ -80,8 +80,9 @@ struct sl_model_config {
 bool sl_model_config_managed(const struct sl_model_config *m);
 
 /*
- * Reads a `models:` section into cfg->models (config.c's section table).
- * Returns 0, or SL_EINVAL with one "FILE:LINE: models.NAME.KEY: ..." line.
+ * Reads a `models:` section into cfg->models (the section table,
+ * config_sections.h). Returns 0, or SL_EINVAL with one "FILE:LINE:
+ * models.NAME.KEY: ..." line.
  */
 int sl_models_config_apply(struct sl_config *cfg,
                            const struct sl_config_node *n, char *err,
@@ -96,6 +97,12 @@ void sl_models_config_print(FILE *out, const struct sl_config *cfg);
  * model or an alias. Returns 0, or SL_EINVAL with one line in err.
  */
 int sl_models_config_check(const struct sl_config *cfg, char *err, size_t size);
+
+/*
+ * Whether a model's args: turn on llama-server's tools or MCP
+ * servers (the section table's runs_tools).
+ */
+bool sl_models_config_runs_tools(const struct sl_config *cfg);
 
 /* The model config named `name` (or aliased so), or NULL. */
 const struct sl_model_config *sl_models_config_find(const struct sl_config *cfg,

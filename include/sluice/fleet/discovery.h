@@ -42,6 +42,8 @@
 #ifndef SLUICE_DISCOVERY_H
 #define SLUICE_DISCOVERY_H
 
+#include "sluice/config/discovery_syntax.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -59,10 +61,6 @@
  */
 #define SL_DISCOVERY_TRY_MS 1000
 #define SL_DISCOVERY_TRIES 2
-/* Longest NAME: a DNS name has at most 253 characters. */
-#define SL_DISCOVERY_NAME_MAX 253
-/* Room for an address as text (INET6_ADDRSTRLEN). */
-#define SL_DISCOVERY_ADDR_LEN 46
 
 /* How a lookup ended, for sluice_dns_lookups_total{result}. */
 enum sl_dns_result {
@@ -85,20 +83,6 @@ struct sl_discovery_hooks {
 	/* Closed; `d` is freed when this returns. May be NULL. */
 	void (*on_closed)(struct sl_discovery *d);
 };
-
-/*
- * Checks "NAME:PORT" (a DNS name, a port from 1 to 65535). Returns 0, or
- * SL_EINVAL with a line for the user in `err`. `name` (NULL, or room for
- * SL_DISCOVERY_NAME_MAX + 1 bytes) and `port` (or NULL) receive the parts.
- */
-int sl_discovery_parse_target(const char *target, char *name, unsigned *port,
-                              char *err, size_t err_size);
-
-/*
- * Checks a resolver's address, "IP:PORT" or "[IPv6]:PORT". Returns 0, or
- * SL_EINVAL with a line for the user in `err`.
- */
-int sl_discovery_parse_server(const char *server, char *err, size_t err_size);
 
 /*
  * A new discovery of `target` (checked with sl_discovery_parse_target),

@@ -148,10 +148,10 @@ struct sl_keys {
 /* ---- the table (keys_config.c) ---- */
 
 /*
- * config.c's section hooks. apply() reads `keys:` into cfg->keys (a new
- * table; a second `keys:` cannot occur, the file refuses duplicate keys)
- * and names the node at fault on error ("FILE:LINE: keys.NAME.FIELD:
- * ..."); print() writes it back for --check-config.
+ * The section's hooks (config_sections.h). apply() reads `keys:` into
+ * cfg->keys (a new table; a second `keys:` cannot occur, the file refuses
+ * duplicate keys) and names the node at fault on error ("FILE:LINE:
+ * keys.NAME.FIELD: ..."); print() writes it back for --check-config.
  */
 int sl_keys_config_apply(struct sl_config *cfg, const struct sl_config_node *n,
                          char *err, size_t size);
