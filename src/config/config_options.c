@@ -11,7 +11,6 @@
 #include "config_impl.h"
 
 #include "sluice/base/common.h"
-#include "sluice/config/models_config.h"
 #include "sluice/net/probe.h"
 
 #include <stddef.h>

@@ -47,6 +47,12 @@ enum sl_config_source {
 };
 
 /*
+ * Models one sluice serves at most: each may run llama-servers, and a
+ * machine runs a handful; the bound keeps a stray file from spawning
+ * hundreds.
+ */
+#define SL_MODELS_MAX 32
+/*
  * Room for the options in sl_config.source; config_options.c asserts it is
  * enough.
  */

@@ -29,12 +29,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/*
- * Models one sluice serves at most: each may run llama-servers, and a
- * machine runs a handful; the bound keeps a stray file from spawning
- * hundreds.
- */
-#define SL_MODELS_MAX 32
 /* Managed replicas of one model, and remote upstreams of one model. */
 #define SL_MODEL_REPLICAS_MAX 16
 #define SL_MODEL_UPSTREAMS_MAX 32
