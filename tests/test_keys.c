@@ -7,7 +7,7 @@
 #include "sluice/tenants/keys.h"
 
 #include "sluice/base/common.h"
-#include "sluice/ops/metrics.h"
+#include "sluice/base/metrics.h"
 #include "sluice/sched/sched.h"
 #include "test.h"
 

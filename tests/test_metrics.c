@@ -5,7 +5,7 @@
  * and what is left out.
  */
 #include "sluice/ops/exposition.h"
-#include "sluice/ops/metrics.h"
+#include "sluice/base/metrics.h"
 #include "sluice/ops/procstat.h"
 
 #include "sluice/base/common.h"

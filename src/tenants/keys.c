@@ -7,7 +7,7 @@
 #include "sluice/base/common.h"
 #include "sluice/json/json_scan.h"
 #include "sluice/base/log.h"
-#include "sluice/ops/metrics.h"
+#include "sluice/base/metrics.h"
 #include "sluice/sched/sched.h"
 
 #include <math.h>

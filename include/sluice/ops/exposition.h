@@ -13,7 +13,7 @@
 
 #include "sluice/app.h"
 #include "sluice/net/http.h"
-#include "sluice/ops/metrics.h"
+#include "sluice/base/metrics.h"
 
 #define SL_UPSTREAM_METRICS_TTL_MS 1000
 #define SL_UPSTREAM_METRICS_TIMEOUT_MS 1000

@@ -23,7 +23,7 @@
 #ifndef SLUICE_PROCSTAT_H
 #define SLUICE_PROCSTAT_H
 
-#include "sluice/ops/metrics.h"
+#include "sluice/base/metrics.h"
 
 #include <jansson.h>
 #include <stdbool.h>

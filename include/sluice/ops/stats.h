@@ -14,7 +14,7 @@
 #define SLUICE_STATS_H
 
 #include "sluice/net/http.h"
-#include "sluice/ops/metrics.h"
+#include "sluice/base/metrics.h"
 
 #include <stdbool.h>
 #include <stdint.h>

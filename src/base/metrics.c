@@ -1,5 +1,5 @@
 /* metrics.c: log-linear histograms and the Prometheus text format. */
-#include "sluice/ops/metrics.h"
+#include "sluice/base/metrics.h"
 
 #include "sluice/base/common.h"
 
