@@ -41,8 +41,8 @@ static void on_http_closed(struct sl_http_server *s)
 {
 	struct sl_app *app = sl_container_of(s, struct sl_app, http);
 	app->http.loop = NULL; /* marks it closed */
-	sl_proxy_abort_all(app);
-	sl_exposition_close(app);
+	sl_proxy_abort_all(&app->relay);
+	sl_exposition_close(&app->exposition);
 	stop_upstreams(app, app->force_stop);
 	app_maybe_done(app);
 }
@@ -92,7 +92,7 @@ static void close_front(struct sl_app *app)
 	}
 	uv_close((uv_handle_t *)&app->flush_timer, NULL);
 	uv_close((uv_handle_t *)&app->reap_timer, NULL);
-	uv_close((uv_handle_t *)&app->coalesce_timer, NULL);
+	uv_close((uv_handle_t *)&app->relay.coalesce_timer, NULL);
 	if (app->http.loop)
 		sl_http_server_close(&app->http, on_http_closed);
 	else
@@ -144,9 +144,9 @@ static void on_drain_timeout(uv_timer_t *t)
 	struct sl_app *app = t->data;
 	sl_warn("drain timeout: %u requests still in flight; ending them "
 	        "with 503 or an error event",
-	        app->exchanges);
+	        app->relay.exchanges);
 	app->ending_all = true;
-	sl_proxy_end_all(app);
+	sl_proxy_end_all(&app->relay);
 	app->ending_all = false;
 	close_front_when_flushed(app);
 }
@@ -154,7 +154,7 @@ static void on_drain_timeout(uv_timer_t *t)
 void sl_app_maybe_drained(struct sl_app *app)
 {
 	if (!app->stopping || app->front_closing || app->ending_all ||
-	    app->exchanges > 0 || sl_http_server_busy(&app->http) > 0)
+	    app->relay.exchanges > 0 || sl_http_server_busy(&app->http) > 0)
 		return;
 	close_front_when_flushed(app);
 }
@@ -188,14 +188,16 @@ void sl_app_stop(struct sl_app *app, int exit_code)
 	uv_signal_stop(&app->sighup);
 	if (exit_code == EXIT_SUCCESS && app->http.loop &&
 	    app->cfg->drain_timeout_ms > 0) {
-		if (app->exchanges > 0 || sl_http_server_busy(&app->http) > 0)
+		if (app->relay.exchanges > 0 ||
+		    sl_http_server_busy(&app->http) > 0)
 			sl_info("draining: waiting up to %.1f s for %u "
 			        "requests in flight",
 			        (double)app->cfg->drain_timeout_ms / 1000.0,
-			        app->exchanges);
+			        app->relay.exchanges);
 		/* New requests get 503 and /ready says 503 meanwhile. */
 		sl_http_server_drain(&app->http);
-		sl_proxy_end_watches(app, NULL, "sluice is shutting down");
+		sl_proxy_end_watches(&app->relay, NULL,
+		                     "sluice is shutting down");
 		uv_timer_start(&app->drain_timer, on_drain_timeout,
 		               app->cfg->drain_timeout_ms, 0);
 		sl_app_maybe_drained(app);
@@ -303,8 +305,8 @@ json_t *sl_app_health_json(const struct sl_app *app, bool *any_ready)
 	                 app->stopping ? "draining" : "running", "version",
 	                 SL_VERSION, "uptime_s", (json_int_t)uptime, "queued",
 	                 (json_int_t)queued, "inflight",
-	                 (json_int_t)(app->exchanges - queued), "demo_model",
-	                 app->demo, "default_model",
+	                 (json_int_t)(app->relay.exchanges - queued),
+	                 "demo_model", app->demo, "default_model",
 	                 app->default_model ? app->default_model->name : "",
 	                 "models", models, "upstreams", ups);
 }
@@ -635,6 +637,22 @@ int sl_app_run(const struct sl_config *cfg)
 	int rc;
 
 	uv_loop_init(&app->loop);
+	app->relay = (struct sl_relay){
+	    .hooks = &app_relay_hooks,
+	    .owner = app,
+	    .loop = &app->loop,
+	    .cfg = cfg,
+	    .curl = &app->curl,
+	    .h1 = &app->h1,
+	    .stats = &app->stats,
+	    .tenants = &app->tenants,
+	    .upstreams = app->upstreams,
+	    .n_upstreams = &app->n_upstreams,
+	    .next_upstream = &app->next_upstream,
+	    .model_section = &app->model_section,
+	    .stopping = &app->stopping,
+	};
+	app_lend_exposition(app);
 	app->start_ms = uv_now(&app->loop);
 	app->created_s = (uint64_t)time(NULL);
 	if (plan(app) != 0) {
@@ -671,8 +689,8 @@ int sl_app_run(const struct sl_config *cfg)
 	app->flush_timer.data = app;
 	uv_timer_init(&app->loop, &app->reap_timer);
 	app->reap_timer.data = app;
-	uv_timer_init(&app->loop, &app->coalesce_timer);
-	app->coalesce_timer.data = app;
+	uv_timer_init(&app->loop, &app->relay.coalesce_timer);
+	app->relay.coalesce_timer.data = &app->relay;
 
 	sl_stats_init(&app->stats);
 	sl_h1_init(&app->h1, &app->loop);

@@ -53,7 +53,8 @@ static void on_reap_timer(uv_timer_t *t)
 		struct sl_upstream *u = app->upstreams[i];
 		if (u->draining && u->inflight == 0 && !u->stopping) {
 			sl_info("upstream %s drained; removing it", u->url);
-			sl_proxy_end_watches(app, u, "its upstream is going");
+			sl_proxy_end_watches(&app->relay, u,
+			                     "its upstream is going");
 			/* app_on_upstream_stopped takes it out of the array. */
 			sl_upstream_stop(u, false);
 		}

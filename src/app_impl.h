@@ -40,6 +40,9 @@ void app_load(struct sl_app *app, struct sl_model *m, const char *why);
 void app_start_wanted(struct sl_app *app);
 void app_on_upstream_stopped(struct sl_upstream *u);
 extern const struct sl_upstream_hooks app_upstream_hooks;
+extern const struct sl_relay_hooks app_relay_hooks;
+/* Points app->exposition at what /metrics reads (exposition.h). */
+void app_lend_exposition(struct sl_app *app);
 struct sl_model *app_model_new(struct sl_app *app, char *name,
                                const struct sl_model_config *conf);
 void app_model_free(struct sl_model *m);

@@ -168,26 +168,6 @@ unsigned sl_app_queue_depth(const struct sl_app *app)
 	return n;
 }
 
-const char *const sl_model_states[] = {"stopped",  "starting", "ready",
-                                       "stopping", "down",     NULL};
-
-const char *sl_model_state(const struct sl_model *m)
-{
-	if (m->unloading)
-		return "stopping";
-	if (m->pool.n == 0)
-		return m->managed ? "stopped" : "down";
-	bool starting = false;
-	for (unsigned i = 0; i < m->pool.n; i++) {
-		enum sl_upstream_state s = m->pool.members[i]->state;
-		if (s == SL_UPSTREAM_READY)
-			return "ready";
-		starting |=
-		    s == SL_UPSTREAM_STARTING || s == SL_UPSTREAM_RESTARTING;
-	}
-	return starting ? "starting" : "down";
-}
-
 struct sl_upstream *
 sl_app_pick_upstream(struct sl_app *app, const struct sl_model *m,
                      bool need_slot, const struct sl_upstream *avoid,
@@ -324,7 +304,7 @@ static void unload(struct sl_model *m, const char *why)
 	/* A stop may end at once and leave the pool: stop a copy's members. */
 	struct sl_pool members = m->pool;
 	for (unsigned i = 0; i < members.n; i++) {
-		sl_proxy_end_watches(m->app, members.members[i],
+		sl_proxy_end_watches(&m->app->relay, members.members[i],
 		                     "its model is being stopped");
 		sl_upstream_stop(members.members[i], false);
 	}
@@ -472,7 +452,7 @@ static void on_upstream_fatal(struct sl_upstream *u, const char *why)
 		         "model %s could not start; sluice's log says why",
 		         m->name);
 		unload(m, "it could not start");
-		sl_proxy_fail_queued(m, message);
+		sl_proxy_fail_queued(&m->app->relay, m, message);
 		return;
 	}
 	sl_error("%s", why);
@@ -712,10 +692,98 @@ void app_remove_model(struct sl_app *app, struct sl_model *m)
 	char message[SL_MODEL_NAME_MAX + 64];
 	snprintf(message, sizeof(message),
 	         "model %s was removed from sluice's configuration", m->name);
-	sl_proxy_fail_queued(m, message);
+	sl_proxy_fail_queued(&m->app->relay, m, message);
 	app_close_model_discovery(m);
 	app_retire_pool(m, NULL);
 	m->next_retired = app->retired;
 	app->retired = m;
 	app_maybe_free_model(m);
+}
+
+/*
+ * What the relay asks of the app (relay.h): the functions above, with the
+ * app as an opaque owner.
+ */
+static struct sl_model *relay_find_model(void *owner, const char *name)
+{
+	return sl_app_find_model(owner, name);
+}
+
+static struct sl_model *relay_model_of(void *owner, const struct sl_upstream *u)
+{
+	return sl_app_model_of(owner, u);
+}
+
+static struct sl_upstream *
+relay_pick_upstream(void *owner, const struct sl_model *m, bool need_slot,
+                    const struct sl_upstream *avoid,
+                    const struct sl_affinity_key *key, char *why, size_t size)
+{
+	return sl_app_pick_upstream(owner, m, need_slot, avoid, key, why, size);
+}
+
+static bool relay_upstream_expected(void *owner, const struct sl_model *m)
+{
+	return sl_app_upstream_expected(owner, m);
+}
+
+static void relay_model_demand(void *owner, struct sl_model *m)
+{
+	sl_app_model_demand(owner, m);
+}
+
+static void relay_kick_scheduler(void *owner)
+{
+	sl_app_kick_scheduler(owner);
+}
+
+static void relay_maybe_drained(void *owner)
+{
+	sl_app_maybe_drained(owner);
+}
+
+const struct sl_relay_hooks app_relay_hooks = {
+    .find_model = relay_find_model,
+    .model_of = relay_model_of,
+    .pick_upstream = relay_pick_upstream,
+    .upstream_expected = relay_upstream_expected,
+    .model_demand = relay_model_demand,
+    .kick_scheduler = relay_kick_scheduler,
+    .maybe_drained = relay_maybe_drained,
+    .model_ref = sl_app_model_ref,
+    .model_release = sl_app_model_release,
+    .model_used = sl_app_model_used,
+};
+
+/* What /metrics asks of the app (exposition.h). */
+static const struct sl_model *exposition_model_of(const void *owner,
+                                                  const struct sl_upstream *u)
+{
+	return sl_app_model_of(owner, u);
+}
+
+static unsigned exposition_queue_depth(const void *owner)
+{
+	return sl_app_queue_depth(owner);
+}
+
+void app_lend_exposition(struct sl_app *app)
+{
+	app->exposition = (struct sl_exposition){
+	    .loop = &app->loop,
+	    .curl = &app->curl,
+	    .stats = &app->stats,
+	    .tenants = &app->tenants,
+	    .http = &app->http,
+	    .upstreams = app->upstreams,
+	    .models = app->models,
+	    .n_models = &app->n_models,
+	    .discoveries = &app->discoveries,
+	    .n_discoveries = &app->n_discoveries,
+	    .affinity = &app->affinity,
+	    .affinity_picks = app->affinity_picks,
+	    .owner = app,
+	    .model_of = exposition_model_of,
+	    .queue_depth = exposition_queue_depth,
+	};
 }

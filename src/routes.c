@@ -58,7 +58,8 @@ static void respond_models(struct sl_app *app, struct sl_http_request *req)
 	json_t *data = json_array();
 	for (unsigned i = 0; i < app->n_models; i++) {
 		const struct sl_model *m = app->models[i];
-		if (key && !sl_access_model_allowed(app, key, m, m->name))
+		if (key &&
+		    !sl_access_model_allowed(&app->relay, key, m, m->name))
 			continue;
 		json_t *aliases = json_array();
 		for (unsigned k = 0; m->aliases && k < m->aliases->count; k++)
@@ -85,6 +86,11 @@ static void respond_models(struct sl_app *app, struct sl_http_request *req)
  * start, per model (keys.h), for the admin: the same figures as /metrics'
  * sluice_key_* counters.
  */
+static void metrics(struct sl_app *app, struct sl_http_request *req)
+{
+	sl_exposition_handle(&app->exposition, req);
+}
+
 static void handle_usage(struct sl_app *app, struct sl_http_request *req)
 {
 	json_t *doc = sl_tenants_usage_json(&app->tenants);
@@ -100,7 +106,7 @@ static const struct route routes[] = {
     {"/health", HTTP_GET, handle_health, SL_ACCESS_PUBLIC},
     {"/v1/health", HTTP_GET, handle_health, SL_ACCESS_PUBLIC},
     {"/ready", HTTP_GET, handle_ready, SL_ACCESS_PUBLIC},
-    {"/metrics", HTTP_GET, sl_exposition_handle, SL_ACCESS_METRICS},
+    {"/metrics", HTTP_GET, metrics, SL_ACCESS_METRICS},
     {"/v1/usage", HTTP_GET, handle_usage, SL_ACCESS_ADMIN},
 };
 
@@ -186,7 +192,7 @@ static void find_target(struct sl_app *app, const struct sl_http_request *req,
 {
 	memset(t, 0, sizeof(*t));
 	bool public_path = false; /* a health check's path, another method */
-	if (sl_access_is_preflight(app, req)) {
+	if (sl_access_is_preflight(&app->relay, req)) {
 		t->kind = TARGET_PREFLIGHT;
 		return;
 	}
@@ -247,10 +253,10 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 	struct target t;
 	find_target(app, req, &t);
 	if (t.kind == TARGET_PREFLIGHT) {
-		sl_access_preflight(app, req);
+		sl_access_preflight(&app->relay, req);
 		return;
 	}
-	if (!sl_access_allow(app, req, t.access))
+	if (!sl_access_allow(&app->relay, req, t.access))
 		return;
 	switch (t.kind) {
 	case TARGET_PREFLIGHT: break; /* answered above */
@@ -260,7 +266,7 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 		if (sl_models_api_owns(app, t.ep))
 			sl_models_api_handle(app, req, t.ep);
 		else
-			sl_proxy_handle(app, req, t.ep);
+			sl_proxy_handle(&app->relay, req, t.ep);
 		return;
 	case TARGET_METHOD: {
 		char extra[160];
@@ -272,7 +278,7 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 		return;
 	}
 	case TARGET_UI:
-		sl_proxy_handle(app, req, &sl_proxy_ui_endpoint);
+		sl_proxy_handle(&app->relay, req, &sl_proxy_ui_endpoint);
 		return;
 	case TARGET_NOT_FOUND:
 		sl_http_respond_error(req, 404, "not_found_error", NULL,
@@ -288,5 +294,5 @@ bool sl_routes_head(struct sl_http_request *req, void *data)
 	find_target(app, req, &t);
 	/* The same check dispatch makes first, with the same answers. */
 	return t.kind == TARGET_PREFLIGHT ||
-	       sl_access_allow(app, req, t.access);
+	       sl_access_allow(&app->relay, req, t.access);
 }

@@ -16,6 +16,9 @@
 #define SLUICE_APP_H
 
 #include "sluice/config/config.h"
+#include "sluice/fleet/model.h"
+#include "sluice/ops/exposition.h"
+#include "sluice/relay/relay.h"
 #include "sluice/net/curl_loop.h"
 #include "sluice/fleet/discovery.h"
 #include "sluice/net/h1_client.h"
@@ -31,81 +34,6 @@
 #include <uv.h>
 
 struct sl_app;
-
-/*
- * One model that clients name in a request's "model" field: its upstreams
- * (a pool) and its own queue. Each model's scheduler sees only its own
- * pool's free slots, so a model whose slots are all busy holds its own
- * requests and nobody else's; priorities order requests within a model.
- *
- * Without a models: section there is one model, made of --model (a
- * managed llama-server) and every --upstream, named by --model-name, else
- * after the GGUF file ("demo" for the demo model, "default" for upstreams
- * alone). That model takes requests whatever "model" they name, as sluice
- * always did; models from a models: section take only their own names.
- */
-struct sl_model {
-	struct sl_app *app;
-	char *name;
-	const struct sl_strlist *aliases; /* conf's, or NULL */
-	/*
-	 * Its own copy of its settings (a reload replaces it), or NULL for
-	 * the one model.
-	 */
-	struct sl_model_config *conf;
-	struct sl_pool pool;
-	struct sl_sched sched;
-	uv_timer_t sched_timer; /* its scheduler's next deadline */
-	/*
-	 * What its managed llama-servers are started with: the global
-	 * configuration with this model's slots, ctx-size and args (a shallow
-	 * copy: only llama_args is the model's own), or the global one.
-	 */
-	struct sl_config *upstream_cfg;
-	struct sl_strlist llama_args; /* upstream_cfg->llama_args */
-	char *exe, *file;             /* managed: what runs */
-	bool managed;
-	/*
-	 * Loading on demand (managed models of a models: section; see
-	 * sl_app_model_demand): whether its llama-servers are wanted (loaded),
-	 * being stopped (unloading), wanted by a waiting request (wanted), and
-	 * started after start-up (late: a failed start then fails its queue,
-	 * not sluice). A remote model is late once a reload added it or one
-	 * of its upstreams: a request then waits for their first check, as
-	 * for one that DNS discovery found, rather than get 503.
-	 */
-	bool loaded, unloading, wanted, late;
-	/*
-	 * When a request was last dispatched or finished, in the app's count
-	 * of uses: a count, not a time, so that two uses within one
-	 * millisecond still have an order (least recently used).
-	 */
-	uint64_t last_used;
-	/*
-	 * What it weighs against --memory-budget: its GGUF file's size
-	 * times its replicas (0 for a model llama-server downloads, whose
-	 * size is not known before).
-	 */
-	uint64_t bytes;
-	uv_timer_t idle_timer; /* idle-timeout */
-	/*
-	 * Its dns: NAME:PORT, followed (NULL without one, or once closed);
-	 * discoveries_open counts those not yet closed, this one and the
-	 * --upstream-dns ones of the one model, whose hooks point here.
-	 */
-	struct sl_discovery *discovery;
-	unsigned discoveries_open;
-	/*
-	 * Reloads (SIGHUP): a model removed from the file leaves app->models
-	 * for app->retired (next_retired), takes no new request, and is
-	 * freed once nothing refers to it: no exchange (refs, counted by
-	 * proxy.c through sl_app_model_ref/_release), no upstream in its
-	 * pool, no discovery open. `closing`: its timers are being closed.
-	 */
-	bool removed, closing;
-	unsigned refs, closing_handles;
-	struct sl_model *next_retired;
-};
 
 /* What managed llama-servers were started with before a reload. */
 struct sl_old_launch;
@@ -159,16 +87,11 @@ struct sl_app {
 	unsigned n_discoveries;
 	bool upstreams_full;    /* an address found no room; logged once */
 	unsigned next_upstream; /* round-robin start among equals */
-	unsigned exchanges;     /* relayed requests not yet finished */
-	unsigned watches;       /* of them, watches (SL_PROXY_WATCHES_MAX) */
-	struct exchange *exchange_list; /* all of them (proxy.c) */
 	/*
-	 * Streams waiting out --stream-coalesce, oldest first, and the timer
-	 * whose ticks read them (proxy.c); each tick numbers its own.
+	 * The relay (relay.h): what it is lent of the above, its hooks into
+	 * the app, and its own exchanges.
 	 */
-	struct exchange *coalesced, *coalesced_last;
-	uv_timer_t coalesce_timer;
-	uint64_t coalesce_tick;
+	struct sl_relay relay;
 	/* Writes the log's held lines once per turn of the loop (log.h). */
 	uv_prepare_t log_turn;
 	struct sl_stats stats;
@@ -182,8 +105,8 @@ struct sl_app {
 	/* --trusted-proxy, parsed: the HTTP server's limits point here. */
 	struct sl_cidr *trusted_proxies;
 	unsigned n_trusted_proxies;
-	struct sl_metrics_waiter *metrics_waiters; /* /metrics (exposition.c) */
-	unsigned metrics_fetching; /* llama-server metrics fetches running */
+	/* /metrics (exposition.h): what it reads of the above, and its own. */
+	struct sl_exposition exposition;
 	bool force_stop;           /* a second signal: SIGKILL llama-server */
 	uv_timer_t drain_timer;
 	uv_timer_t flush_timer; /* the grace for the last responses */
@@ -254,16 +177,6 @@ struct sl_model *sl_app_model_of(const struct sl_app *app,
 
 /* Requests waiting in every model's queue. */
 unsigned sl_app_queue_depth(const struct sl_app *app);
-
-/*
- * A model's state for /health, /v1/models and the metrics: stopped (a
- * managed model not running), starting, ready, stopping, or down (none of
- * its upstreams answers).
- */
-const char *sl_model_state(const struct sl_model *m);
-
-/* Every state sl_model_state() names, NULL-terminated. */
-extern const char *const sl_model_states[];
 
 /*
  * Loading on demand. A request that needs a slot of a managed model that

@@ -225,14 +225,14 @@ static void expose_requests(struct sl_stats *s, struct sl_text *t)
 }
 
 /* The label value naming the model an upstream serves. */
-static void model_label(const struct sl_app *app, const struct sl_upstream *u,
-                        char *out, size_t size)
+static void model_label(const struct sl_exposition *ex,
+                        const struct sl_upstream *u, char *out, size_t size)
 {
-	const struct sl_model *m = sl_app_model_of(app, u);
+	const struct sl_model *m = ex->model_of(ex->owner, u);
 	sl_label_escape(m ? m->name : "", out, size);
 }
 
-static void expose_upstreams(struct sl_app *app, struct sl_text *t)
+static void expose_upstreams(struct sl_exposition *ex, struct sl_text *t)
 {
 	static const struct {
 		const char *name, *type, *help;
@@ -251,12 +251,12 @@ static void expose_upstreams(struct sl_app *app, struct sl_text *t)
 		sl_expose_family(t, families[k].name, families[k].type,
 		                 families[k].help);
 		for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
-			const struct sl_upstream *u = app->upstreams[i];
+			const struct sl_upstream *u = ex->upstreams[i];
 			if (!u)
 				continue;
 			char label[256], model[256];
 			sl_label_escape(u->name, label, sizeof(label));
-			model_label(app, u, model, sizeof(model));
+			model_label(ex, u, model, sizeof(model));
 			unsigned long long v[] = {u->restarts, u->total_slots,
 			                          sl_upstream_is_ready(u),
 			                          u->outlier.ejections,
@@ -271,12 +271,12 @@ static void expose_upstreams(struct sl_app *app, struct sl_text *t)
 	                 "Requests sent again after failing on an upstream "
 	                 "before any byte reached the client.");
 	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
-		const struct sl_upstream *u = app->upstreams[i];
+		const struct sl_upstream *u = ex->upstreams[i];
 		if (!u)
 			continue;
 		char label[256], model[256];
 		sl_label_escape(u->name, label, sizeof(label));
-		model_label(app, u, model, sizeof(model));
+		model_label(ex, u, model, sizeof(model));
 		for (int r = 0; r < SL_RETRY_REASONS; r++)
 			sl_text_printf(
 			    t,
@@ -288,9 +288,9 @@ static void expose_upstreams(struct sl_app *app, struct sl_text *t)
 }
 
 /* Prefix affinity (affinity.h): how its picks among replicas went. */
-static void expose_affinity(struct sl_app *app, struct sl_text *t)
+static void expose_affinity(struct sl_exposition *ex, struct sl_text *t)
 {
-	if (!app->affinity)
+	if (!*ex->affinity)
 		return;
 	sl_expose_family(t, "sluice_affinity_picks_total", "counter",
 	                 "Picks among two or more replicas by prompt prefix: "
@@ -302,19 +302,19 @@ static void expose_affinity(struct sl_app *app, struct sl_text *t)
 		               "sluice_affinity_picks_total{result=\"%s\"} "
 		               "%llu\n",
 		               sl_affinity_result_name(r),
-		               app->affinity_picks[r]);
+		               ex->affinity_picks[r]);
 }
 
 /* DNS discovery (discovery.h): each --upstream-dns name's lookups. */
-static void expose_dns(struct sl_app *app, struct sl_text *t)
+static void expose_dns(struct sl_exposition *ex, struct sl_text *t)
 {
-	if (app->n_discoveries == 0)
+	if (*ex->n_discoveries == 0)
 		return;
 	sl_expose_family(t, "sluice_dns_lookups_total", "counter",
 	                 "Lookups of an --upstream-dns name, by how they "
 	                 "ended.");
-	for (unsigned i = 0; i < app->n_discoveries; i++) {
-		const struct sl_discovery *d = app->discoveries[i];
+	for (unsigned i = 0; i < *ex->n_discoveries; i++) {
+		const struct sl_discovery *d = (*ex->discoveries)[i];
 		if (!d)
 			continue;
 		char label[SL_DISCOVERY_NAME_MAX * 2 + 16];
@@ -328,8 +328,8 @@ static void expose_dns(struct sl_app *app, struct sl_text *t)
 	}
 	sl_expose_family(t, "sluice_dns_addresses", "gauge",
 	                 "Addresses an --upstream-dns name has now.");
-	for (unsigned i = 0; i < app->n_discoveries; i++) {
-		const struct sl_discovery *d = app->discoveries[i];
+	for (unsigned i = 0; i < *ex->n_discoveries; i++) {
+		const struct sl_discovery *d = (*ex->discoveries)[i];
 		if (!d)
 			continue;
 		char label[SL_DISCOVERY_NAME_MAX * 2 + 16];
@@ -351,30 +351,30 @@ static void expose_by_class(struct sl_text *t, const char *name,
 	}
 }
 
-void sl_exposition_prometheus(struct sl_app *app, struct sl_text *t)
+void sl_exposition_prometheus(struct sl_exposition *ex, struct sl_text *t)
 {
-	struct sl_stats *s = &app->stats;
+	struct sl_stats *s = ex->stats;
 	/* Read first, so that the memory this exposition takes as it grows
 	 * is not in the figures. */
 	struct sl_procstat proc;
 	sl_procstat_read(&proc);
 	expose_requests(s, t);
-	sl_tenants_write_metrics(&app->tenants, t);
+	sl_tenants_write_metrics(ex->tenants, t);
 	sl_expose_family(t, "sluice_connections_refused_total", "counter",
 	                 "Connections refused over --max-connections.");
 	sl_text_printf(t, "sluice_connections_refused_total %llu\n",
-	               (unsigned long long)app->http.refused_connections);
-	expose_upstreams(app, t);
-	expose_dns(app, t);
-	expose_affinity(app, t);
+	               (unsigned long long)ex->http->refused_connections);
+	expose_upstreams(ex, t);
+	expose_dns(ex, t);
+	expose_affinity(ex, t);
 
 	/* Each model has its own queue (app.h). */
 	sl_expose_family(t, "sluice_queue_depth", "gauge",
 	                 "Requests waiting in sluice's queue, by priority and "
 	                 "model.");
 	unsigned reserve = 0;
-	for (unsigned i = 0; i < app->n_models; i++) {
-		const struct sl_model *m = app->models[i];
+	for (unsigned i = 0; i < *ex->n_models; i++) {
+		const struct sl_model *m = ex->models[i];
 		char model[256];
 		sl_label_escape(m->name, model, sizeof(model));
 		reserve += sl_sched_urgent_reserve(&m->sched);
@@ -389,14 +389,14 @@ void sl_exposition_prometheus(struct sl_app *app, struct sl_text *t)
 	}
 	unsigned inflight = 0;
 	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++)
-		if (app->upstreams[i])
-			inflight += app->upstreams[i]->inflight;
+		if (ex->upstreams[i])
+			inflight += ex->upstreams[i]->inflight;
 	/* One series per state, 1 for the one the model is in (app.h). */
 	sl_expose_family(t, "sluice_model_state", "gauge",
 	                 "1 for the state each model is in: stopped, starting, "
 	                 "ready, stopping or down.");
-	for (unsigned i = 0; i < app->n_models; i++) {
-		const struct sl_model *m = app->models[i];
+	for (unsigned i = 0; i < *ex->n_models; i++) {
+		const struct sl_model *m = ex->models[i];
 		char model[256];
 		sl_label_escape(m->name, model, sizeof(model));
 		const char *now = sl_model_state(m);
@@ -414,12 +414,12 @@ void sl_exposition_prometheus(struct sl_app *app, struct sl_text *t)
 	sl_text_printf(t, "sluice_urgent_reserve %u\n", reserve);
 	sl_expose_family(t, "sluice_connections", "gauge",
 	                 "Open client connections.");
-	sl_text_printf(t, "sluice_connections %u\n", app->http.n_conns);
+	sl_text_printf(t, "sluice_connections %u\n", ex->http->n_conns);
 	sl_expose_family(t, "sluice_body_memory_bytes", "gauge",
 	                 "Memory reserved by the request bodies being read; "
 	                 "at most --max-body-memory.");
 	sl_text_printf(t, "sluice_body_memory_bytes %zu\n",
-	               app->http.body_memory);
+	               ex->http->body_memory);
 
 	expose_by_class(t, "sluice_queue_wait_seconds",
 	                "Time spent in sluice's queue, batching window "
@@ -452,9 +452,9 @@ void sl_exposition_prometheus(struct sl_app *app, struct sl_text *t)
 	sl_procstat_expose_build_info(t);
 }
 
-json_t *sl_exposition_summary(struct sl_app *app)
+json_t *sl_exposition_summary(struct sl_exposition *ex)
 {
-	struct sl_stats *s = &app->stats;
+	struct sl_stats *s = ex->stats;
 	struct sl_histogram ttft;
 	sl_hist_init(&ttft, s->ttft[0].min_exp);
 	for (int c = 0; c < SL_CLASS_COUNT; c++)
@@ -462,7 +462,7 @@ json_t *sl_exposition_summary(struct sl_app *app)
 	json_t *ups = json_array();
 	unsigned inflight = 0;
 	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
-		const struct sl_upstream *u = app->upstreams[i];
+		const struct sl_upstream *u = ex->upstreams[i];
 		if (!u)
 			continue;
 		inflight += u->inflight;
@@ -475,7 +475,7 @@ json_t *sl_exposition_summary(struct sl_app *app)
 	sl_procstat_read(&proc);
 	return json_pack(
 	    "{s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:o, s:o}",
-	    "queue_depth", (int)sl_app_queue_depth(app), "inflight",
+	    "queue_depth", (int)ex->queue_depth(ex->owner), "inflight",
 	    (int)inflight, "requests", (json_int_t)lat->count, "p50_latency_ms",
 	    sl_hist_quantile(lat, 0.50) * 1000, "p95_latency_ms",
 	    sl_hist_quantile(lat, 0.95) * 1000, "p99_latency_ms",
@@ -483,7 +483,7 @@ json_t *sl_exposition_summary(struct sl_app *app)
 	    sl_hist_quantile(&ttft, 0.99) * 1000, "batches",
 	    (json_int_t)s->batches, "avg_batch_size",
 	    s->batches ? (double)s->batched / (double)s->batches : 0.0,
-	    "tokens_per_second", sl_stats_token_rate(s, uv_now(&app->loop)),
+	    "tokens_per_second", sl_stats_token_rate(s, uv_now(ex->loop)),
 	    "quantile_error_bound", 1.0 / SL_HIST_SUB, "upstreams", ups,
 	    "process", sl_procstat_json(&proc));
 }
@@ -495,13 +495,14 @@ struct sl_metrics_waiter {
 	struct sl_metrics_waiter *prev, *next;
 };
 
-static void respond_prometheus(struct sl_app *app, struct sl_http_request *req)
+static void respond_prometheus(struct sl_exposition *ex,
+                               struct sl_http_request *req)
 {
 	struct sl_text t = {0};
-	sl_exposition_prometheus(app, &t);
+	sl_exposition_prometheus(ex, &t);
 	struct sl_families *f = sl_families_new();
 	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
-		const struct sl_upstream *u = app->upstreams[i];
+		const struct sl_upstream *u = ex->upstreams[i];
 		if (u && u->managed && u->metrics_text)
 			sl_families_add(f, u->metrics_text, u->name);
 	}
@@ -513,12 +514,12 @@ static void respond_prometheus(struct sl_app *app, struct sl_http_request *req)
 	sl_text_free(&t);
 }
 
-static void waiter_unlink(struct sl_app *app, struct sl_metrics_waiter *w)
+static void waiter_unlink(struct sl_exposition *ex, struct sl_metrics_waiter *w)
 {
 	if (w->prev)
 		w->prev->next = w->next;
 	else
-		app->metrics_waiters = w->next;
+		ex->waiters = w->next;
 	if (w->next)
 		w->next->prev = w->prev;
 }
@@ -531,14 +532,14 @@ static void on_waiter_abort(struct sl_http_request *req)
 	w->req = NULL;
 }
 
-static void answer_waiters(struct sl_app *app)
+static void answer_waiters(struct sl_exposition *ex)
 {
-	while (app->metrics_waiters) {
-		struct sl_metrics_waiter *w = app->metrics_waiters;
-		waiter_unlink(app, w);
+	while (ex->waiters) {
+		struct sl_metrics_waiter *w = ex->waiters;
+		waiter_unlink(ex, w);
 		if (w->req) {
 			w->req->on_abort = NULL;
-			respond_prometheus(app, w->req);
+			respond_prometheus(ex, w->req);
 		}
 		free(w);
 	}
@@ -548,7 +549,7 @@ static void on_upstream_metrics(struct sl_get *g, long status, const char *err)
 {
 	struct sl_upstream *u =
 	    sl_container_of(g, struct sl_upstream, metrics_get);
-	struct sl_app *app = u->data;
+	struct sl_exposition *ex = g->data;
 	if (status == 200) {
 		free(u->metrics_text);
 		u->metrics_text = sl_xstrdup(g->body ? g->body : "");
@@ -557,29 +558,30 @@ static void on_upstream_metrics(struct sl_get *g, long status, const char *err)
 		sl_debug("llama-server metrics from %s: %s", u->url,
 		         err ? err : "not 200");
 	}
-	if (--app->metrics_fetching == 0)
-		answer_waiters(app);
+	if (--ex->fetching == 0)
+		answer_waiters(ex);
 }
 
 /* Starts refreshing stale caches; returns how many fetches run. */
-static unsigned refresh_upstream_metrics(struct sl_app *app)
+static unsigned refresh_upstream_metrics(struct sl_exposition *ex)
 {
-	uint64_t now = uv_now(&app->loop);
+	uint64_t now = uv_now(ex->loop);
 	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
-		struct sl_upstream *u = app->upstreams[i];
+		struct sl_upstream *u = ex->upstreams[i];
 		if (!u || !u->managed || !sl_upstream_is_ready(u) ||
 		    sl_get_busy(&u->metrics_get) ||
 		    (u->metrics_text &&
 		     now - u->metrics_ms < SL_UPSTREAM_METRICS_TTL_MS))
 			continue;
 		char *url = sl_xasprintf("%s/metrics", u->request_url);
-		if (sl_get_start(&app->curl, &u->metrics_get, url, u->api_key,
+		u->metrics_get.data = ex;
+		if (sl_get_start(ex->curl, &u->metrics_get, url, u->api_key,
 		                 SL_UPSTREAM_METRICS_TIMEOUT_MS,
 		                 on_upstream_metrics) == 0)
-			app->metrics_fetching++;
+			ex->fetching++;
 		free(url);
 	}
-	return app->metrics_fetching;
+	return ex->fetching;
 }
 
 static bool wants_json(const struct sl_http_request *req)
@@ -593,10 +595,10 @@ static bool wants_json(const struct sl_http_request *req)
 	return p.found && !p.cut && strcmp(format, "json") == 0;
 }
 
-void sl_exposition_handle(struct sl_app *app, struct sl_http_request *req)
+void sl_exposition_handle(struct sl_exposition *ex, struct sl_http_request *req)
 {
 	if (wants_json(req)) {
-		json_t *doc = sl_exposition_summary(app);
+		json_t *doc = sl_exposition_summary(ex);
 		char *body =
 		    json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(6));
 		json_decref(doc);
@@ -606,25 +608,25 @@ void sl_exposition_handle(struct sl_app *app, struct sl_http_request *req)
 		free(body);
 		return;
 	}
-	if (refresh_upstream_metrics(app) == 0) {
-		respond_prometheus(app, req);
+	if (refresh_upstream_metrics(ex) == 0) {
+		respond_prometheus(ex, req);
 		return;
 	}
 	struct sl_metrics_waiter *w = sl_xcalloc(1, sizeof(*w));
 	w->req = req;
-	w->next = app->metrics_waiters;
+	w->next = ex->waiters;
 	if (w->next)
 		w->next->prev = w;
-	app->metrics_waiters = w;
+	ex->waiters = w;
 	req->handler_data = w;
 	req->on_abort = on_waiter_abort;
 }
 
-void sl_exposition_close(struct sl_app *app)
+void sl_exposition_close(struct sl_exposition *ex)
 {
-	while (app->metrics_waiters) {
-		struct sl_metrics_waiter *w = app->metrics_waiters;
-		waiter_unlink(app, w);
+	while (ex->waiters) {
+		struct sl_metrics_waiter *w = ex->waiters;
+		waiter_unlink(ex, w);
 		free(w);
 	}
 }

@@ -97,10 +97,10 @@ static bool same_key(const unsigned char *a, size_t a_len,
  * A key of keys: is found by its digest (keys.h); its tenant goes on the
  * request, for the limits, the usage and the access log.
  */
-static enum key_kind key_kind(const struct sl_app *app,
+static enum key_kind key_kind(const struct sl_relay *relay,
                               struct sl_http_request *req)
 {
-	const struct sl_config *cfg = app->cfg;
+	const struct sl_config *cfg = relay->cfg;
 	size_t len = 0;
 	const char *key = presented_key(req, &len);
 	/* Too long for any key: a mismatch, whatever the keys are. */
@@ -124,7 +124,7 @@ static enum key_kind key_kind(const struct sl_app *app,
 	memset(given, 0, sizeof(given));
 	memset(known, 0, sizeof(known));
 	const struct sl_key *tenant =
-	    sl_tenants_lookup(&app->tenants, key, len);
+	    sl_tenants_lookup(relay->tenants, key, len);
 	if (tenant) {
 		req->info.tenant = tenant->tenant;
 		req->info.key = tenant->tenant->name;
@@ -143,13 +143,13 @@ static void refuse_unauthenticated(struct sl_http_request *req)
 	                      SL_ACCESS_BAD_KEY_MESSAGE);
 }
 
-bool sl_access_allow(struct sl_app *app, struct sl_http_request *req,
+bool sl_access_allow(struct sl_relay *relay, struct sl_http_request *req,
                      enum sl_access level)
 {
-	const struct sl_config *cfg = app->cfg;
+	const struct sl_config *cfg = relay->cfg;
 	/* keys: once set stays required, even emptied by a reload (keys.h). */
 	bool client_keys =
-	    cfg->api_keys.count > 0 || sl_tenants_required(&app->tenants);
+	    cfg->api_keys.count > 0 || sl_tenants_required(relay->tenants);
 	bool admin_key = cfg->admin_key[0] != '\0';
 
 	/* Without an admin key, /metrics is one more client endpoint. */
@@ -159,7 +159,7 @@ bool sl_access_allow(struct sl_app *app, struct sl_http_request *req,
 	    (level == SL_ACCESS_CLIENT && !client_keys))
 		return true;
 
-	enum key_kind kind = key_kind(app, req);
+	enum key_kind kind = key_kind(relay, req);
 	if (level == SL_ACCESS_CLIENT) {
 		if (kind != KEY_NONE)
 			return true;
@@ -229,20 +229,20 @@ static void respond_coded(struct sl_http_request *req, int status,
 	free(body);
 }
 
-bool sl_access_model_allowed(struct sl_app *app, const struct sl_key *key,
+bool sl_access_model_allowed(struct sl_relay *relay, const struct sl_key *key,
                              const struct sl_model *m, const char *named)
 {
 	if (key->any_model)
 		return true;
-	if (!app->model_section)
+	if (!*relay->model_section)
 		return !named || sl_keys_allows_model(key, named);
 	for (unsigned i = 0; i < key->n_models; i++)
-		if (sl_app_find_model(app, key->models[i]) == m)
+		if (sl_relay_find_model(relay, key->models[i]) == m)
 			return true;
 	return false;
 }
 
-bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
+bool sl_access_admit(struct sl_relay *relay, struct sl_http_request *req,
                      bool limited, double *priority,
                      const struct sl_request *checked, struct sl_model *m,
                      const char *named)
@@ -265,8 +265,8 @@ bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
 	                         .max_tokens = checked->max_tokens,
 	                         .body_bytes = checked->body_len};
 	enum sl_admit verdict = SL_ADMIT_MODEL;
-	if (sl_access_model_allowed(app, t->key, m, named))
-		verdict = sl_tenant_admit(t->key, &a, uv_now(&app->loop));
+	if (sl_access_model_allowed(relay, t->key, m, named))
+		verdict = sl_tenant_admit(t->key, &a, uv_now(relay->loop));
 	/* Usage counts under the model's own name: a bounded set. */
 	struct sl_join model = SL_JOIN(req->info.model);
 	sl_join_str(&model, m->name);
@@ -306,7 +306,7 @@ bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
 	return true;
 }
 
-bool sl_access_is_preflight(const struct sl_app *app,
+bool sl_access_is_preflight(const struct sl_relay *relay,
                             const struct sl_http_request *req)
 {
 	/*
@@ -314,12 +314,13 @@ bool sl_access_is_preflight(const struct sl_app *app,
 	 * 405 or 404): a browser then refuses the cross-origin call, as it
 	 * should.
 	 */
-	return req->method == HTTP_OPTIONS && app->cfg->cors_origins.count > 0;
+	return req->method == HTTP_OPTIONS &&
+	       relay->cfg->cors_origins.count > 0;
 }
 
-bool sl_access_preflight(struct sl_app *app, struct sl_http_request *req)
+bool sl_access_preflight(struct sl_relay *relay, struct sl_http_request *req)
 {
-	if (!sl_access_is_preflight(app, req))
+	if (!sl_access_is_preflight(relay, req))
 		return false;
 	/*
 	 * An origin not on the list gets a plain 200: without the allow

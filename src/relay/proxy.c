@@ -5,7 +5,7 @@
  * transfer. It is freed when three things are over: the client side (the
  * response is complete, or the client is gone), the transfer (done, or
  * aborted), and a wait in the queue if it had one. Each callback ends one
- * of them and then calls exchange_release(). The app keeps every exchange
+ * of them and then calls exchange_release(). The relay keeps every exchange
  * on a list, so that shutdown can end them all before the upstreams they
  * point to go away. Here: the request's target and queueing (or its
  * answer at once: a fan-out to every upstream, an unknown model), the
@@ -47,7 +47,7 @@ static bool relayed_generation(const struct exchange *x)
 /* Time allowed for the first response byte, and the option that set it. */
 uint64_t exchange_first_byte_ms(const struct exchange *x, const char **option)
 {
-	const struct sl_config *cfg = x->app->cfg;
+	const struct sl_config *cfg = x->relay->cfg;
 	bool plain = relayed_generation(x);
 	if (option)
 		*option =
@@ -60,17 +60,17 @@ uint64_t exchange_first_byte_ms(const struct exchange *x, const char **option)
 void exchange_on_timer(uv_timer_t *t)
 {
 	struct exchange *x = t->data;
-	const struct sl_config *cfg = x->app->cfg;
+	const struct sl_config *cfg = x->relay->cfg;
 	/* A watch lasts as long as the upstream and the client want. */
 	if (!exchange_transfer_active(x) || x->ep->watch)
 		return;
-	uint64_t now = uv_now(&x->app->loop);
+	uint64_t now = uv_now(x->relay->loop);
 	if (x->quieting && now >= x->quiet_end_ms) {
 		sl_debug("%s: the plain answer its client left runs on after "
 		         "%u ms: its upstream takes new work again",
 		         x->id, SL_STREAM_UPSTREAM_QUIET_MS);
 		exchange_quiet_end(x);
-		sl_app_kick_scheduler(x->app);
+		sl_relay_kick_scheduler(x->relay);
 	}
 	/*
 	 * Early for a quiet spell's end: the first byte's time is not up.
@@ -133,14 +133,14 @@ static void on_timer_closed(uv_handle_t *h)
 	free(x->h1_headers);
 	free(x->kept.p);
 	sl_h1_request_free(&x->h1);
-	sl_app_model_release(x->model);
+	x->relay->hooks->model_release(x->model);
 	free(x);
 }
 
 /* Frees the exchange once the client side and the transfer are both over. */
 void exchange_release(struct exchange *x)
 {
-	struct sl_app *app = x->app;
+	struct sl_relay *relay = x->relay;
 	if (x->req || exchange_transfer_active(x) ||
 	    sl_sched_queued(&x->item) || x->fanout || x->released)
 		return;
@@ -151,45 +151,45 @@ void exchange_release(struct exchange *x)
 	if (x->prev)
 		x->prev->next = x->next;
 	else
-		app->exchange_list = x->next;
+		relay->exchange_list = x->next;
 	if (x->next)
 		x->next->prev = x->prev;
-	app->exchanges--;
+	relay->exchanges--;
 	if (x->ep->watch)
-		app->watches--;
-	sl_curl_easy_done(&app->curl, x->transfer.easy);
+		relay->watches--;
+	sl_curl_easy_done(relay->curl, x->transfer.easy);
 	curl_slist_free_all(x->headers);
 	uv_close((uv_handle_t *)&x->timer, on_timer_closed);
 	if (x->upstream) {
 		if (x->left)
 			sl_debug("%s: the answer its client left ended %" PRIu64
 			         " ms after it left",
-			         x->id, uv_now(&app->loop) - x->left_ms);
+			         x->id, uv_now(relay->loop) - x->left_ms);
 		/* A slot is free: the queue's top may go. */
 		exchange_upstream_let_go(x);
-		sl_app_model_used(x->model);
-		sl_app_kick_scheduler(app);
+		x->relay->hooks->model_used(x->model);
+		sl_relay_kick_scheduler(relay);
 	}
-	sl_app_maybe_drained(app);
+	relay->hooks->maybe_drained(relay->owner);
 }
 
-void sl_proxy_end_all(struct sl_app *app)
+void sl_proxy_end_all(struct sl_relay *relay)
 {
 	struct exchange *x, *next;
 	/* The queue first, so that no slot freed below dispatches from it. */
-	for (x = app->exchange_list; x; x = next) {
+	for (x = relay->exchange_list; x; x = next) {
 		next = x->next;
 		if (!sl_sched_queued(&x->item))
 			continue;
 		sl_sched_remove(&x->model->sched, &x->item);
-		sl_stats_queued(&app->stats, x->priority, -1);
+		sl_stats_queued(relay->stats, x->priority, -1);
 		snprintf(x->sched_headers, sizeof(x->sched_headers), "%s",
 		         SL_PROXY_UNAVAILABLE_RETRY);
 		exchange_respond_error(x, 503, "unavailable_error",
 		                       SL_PROXY_DRAIN_MESSAGE);
 		exchange_release(x);
 	}
-	for (x = app->exchange_list; x; x = next) {
+	for (x = relay->exchange_list; x; x = next) {
 		next = x->next;
 		exchange_transfer_abort(x);
 		uv_timer_stop(&x->timer);
@@ -210,11 +210,11 @@ void sl_proxy_end_all(struct sl_app *app)
 	}
 }
 
-void sl_proxy_end_watches(struct sl_app *app, const struct sl_upstream *u,
+void sl_proxy_end_watches(struct sl_relay *relay, const struct sl_upstream *u,
                           const char *why)
 {
 	struct exchange *x, *next;
-	for (x = app->exchange_list; x; x = next) {
+	for (x = relay->exchange_list; x; x = next) {
 		next = x->next;
 		if (!x->ep->watch || (u && x->upstream != u))
 			continue;
@@ -235,16 +235,16 @@ void sl_proxy_end_watches(struct sl_app *app, const struct sl_upstream *u,
 	}
 }
 
-void sl_proxy_fail_queued(struct sl_model *m, const char *message)
+void sl_proxy_fail_queued(struct sl_relay *relay, struct sl_model *m,
+                          const char *message)
 {
-	struct sl_app *app = m->app;
 	struct exchange *x, *next;
-	for (x = app->exchange_list; x; x = next) {
+	for (x = relay->exchange_list; x; x = next) {
 		next = x->next;
 		if (x->model != m || !sl_sched_queued(&x->item))
 			continue;
 		sl_sched_remove(&m->sched, &x->item);
-		sl_stats_queued(&app->stats, x->priority, -1);
+		sl_stats_queued(relay->stats, x->priority, -1);
 		snprintf(x->sched_headers, sizeof(x->sched_headers), "%s",
 		         SL_PROXY_UNAVAILABLE_RETRY);
 		exchange_respond_error(x, 503, "unavailable_error", message);
@@ -252,13 +252,13 @@ void sl_proxy_fail_queued(struct sl_model *m, const char *message)
 	}
 }
 
-void sl_proxy_abort_all(struct sl_app *app)
+void sl_proxy_abort_all(struct sl_relay *relay)
 {
-	while (app->exchange_list) {
-		struct exchange *x = app->exchange_list;
+	while (relay->exchange_list) {
+		struct exchange *x = relay->exchange_list;
 		if (sl_sched_queued(&x->item)) {
 			sl_sched_remove(&x->model->sched, &x->item);
-			sl_stats_queued(&app->stats, x->priority, -1);
+			sl_stats_queued(relay->stats, x->priority, -1);
 		}
 		exchange_transfer_abort(x);
 		if (x->fanout) {
@@ -280,16 +280,17 @@ void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
                        uint64_t now_ms)
 {
 	struct sl_model *m = ctx;
-	struct sl_app *app = m->app;
-	sl_stats_batch(&app->stats, n);
+	/* A batch is never empty (sched.c), and all of it is one relay's. */
+	struct sl_relay *relay = exchange_of(items[0])->relay;
+	sl_stats_batch(relay->stats, n);
 	for (unsigned i = 0; i < n; i++) {
 		struct exchange *x = exchange_of(items[i]);
 		x->queue_ms = (int64_t)(now_ms - x->arrived_ms);
 		x->batch_size = n;
 		x->req->info.queue_ms = x->queue_ms;
 		x->req->info.batch_size = n;
-		sl_stats_queued(&app->stats, x->priority, -1);
-		sl_stats_queue_wait(&app->stats, x->priority,
+		sl_stats_queued(relay->stats, x->priority, -1);
+		sl_stats_queue_wait(relay->stats, x->priority,
 		                    (double)x->queue_ms / 1000.0);
 		struct sl_join h = SL_JOIN(x->sched_headers);
 		sl_join_str(&h, "X-Queue-Ms: ");
@@ -299,19 +300,20 @@ void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
 		sl_join_str(&h, "\r\n");
 		char why[160];
 		exchange_start_or_fail(
-		    x, sl_app_pick_upstream(app, m, true, x->failed_on,
-		                            &x->affinity, why, sizeof(why)));
+		    x, relay->hooks->pick_upstream(relay->owner, m, true,
+		                                   x->failed_on, &x->affinity,
+		                                   why, sizeof(why)));
 	}
-	sl_app_model_used(m);
+	relay->hooks->model_used(m);
 }
 
 void sl_proxy_expire(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 {
 	struct sl_model *m = ctx;
-	struct sl_app *app = m->app;
 	struct exchange *x = exchange_of(item);
+	struct sl_relay *relay = x->relay;
 	uint64_t waited = now_ms - x->arrived_ms;
-	sl_stats_queued(&app->stats, x->priority, -1);
+	sl_stats_queued(relay->stats, x->priority, -1);
 	uint64_t retry = sl_sched_retry_after_ms(&m->sched, now_ms);
 	snprintf(x->sched_headers, sizeof(x->sched_headers),
 	         "X-Queue-Ms: %llu\r\nRetry-After: %u\r\n"
@@ -335,7 +337,7 @@ void sl_proxy_expire(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
  * sl_sched_retry_after_ms), in whole seconds and, for the OpenAI SDKs,
  * which honour it first, in milliseconds.
  */
-static void refuse_queue_full(struct sl_app *app, struct exchange *x,
+static void refuse_queue_full(struct sl_relay *relay, struct exchange *x,
                               uint64_t now_ms, bool displaced)
 {
 	uint64_t retry_ms = sl_sched_retry_after_ms(&x->model->sched, now_ms);
@@ -358,38 +360,39 @@ static void refuse_queue_full(struct sl_app *app, struct exchange *x,
 
 void sl_proxy_shed(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 {
-	struct sl_app *app = ((struct sl_model *)ctx)->app;
+	struct sl_relay *relay = exchange_of(item)->relay;
 	struct exchange *x = exchange_of(item);
-	sl_stats_queued(&app->stats, x->priority, -1);
-	refuse_queue_full(app, x, now_ms, true);
+	sl_stats_queued(relay->stats, x->priority, -1);
+	refuse_queue_full(relay, x, now_ms, true);
 }
 
 /* Queues a scheduled exchange, or answers 429 when the queue is full. */
-static void enqueue(struct sl_app *app, struct exchange *x)
+static void enqueue(struct sl_relay *relay, struct exchange *x)
 {
 	/*
 	 * The loop's time was read when this iteration began, before this
 	 * request and those ahead of it in the iteration were parsed: read
 	 * it again, or the queue timeout would count time not spent queued.
 	 */
-	uv_update_time(&app->loop);
-	x->arrived_ms = uv_now(&app->loop);
+	uv_update_time(relay->loop);
+	x->arrived_ms = uv_now(relay->loop);
 	if (sl_sched_push(&x->model->sched, &x->item, x->priority,
 	                  x->arrived_ms) == 0) {
-		sl_stats_queued(&app->stats, x->priority, +1);
-		sl_app_kick_scheduler(app);
+		sl_stats_queued(relay->stats, x->priority, +1);
+		sl_relay_kick_scheduler(relay);
 		return;
 	}
-	refuse_queue_full(app, x, x->arrived_ms, false);
+	refuse_queue_full(relay, x, x->arrived_ms, false);
 }
 
 /* The upstream /health calls `name`, or NULL. */
-static struct sl_upstream *find_upstream(struct sl_app *app, const char *name)
+static struct sl_upstream *find_upstream(struct sl_relay *relay,
+                                         const char *name)
 {
 	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++)
-		if (app->upstreams[i] &&
-		    strcmp(app->upstreams[i]->name, name) == 0)
-			return app->upstreams[i];
+		if (relay->upstreams[i] &&
+		    strcmp(relay->upstreams[i]->name, name) == 0)
+			return relay->upstreams[i];
 	return NULL;
 }
 
@@ -450,33 +453,34 @@ static void on_fanout_done(struct sl_fanout *f, void *data)
 	exchange_release(x);
 }
 
-static struct exchange *exchange_new(struct sl_app *app, struct sl_model *m,
+static struct exchange *exchange_new(struct sl_relay *relay, struct sl_model *m,
                                      struct sl_http_request *req,
                                      const struct sl_endpoint *ep,
                                      double priority)
 {
 	struct exchange *x = sl_xcalloc(1, sizeof(*x));
-	x->app = app;
+	x->relay = relay;
 	x->model = m;
-	sl_app_model_ref(m); /* a reload frees a removed model after this */
+	relay->hooks->model_ref(
+	    m); /* a reload frees a removed model after this */
 	x->req = req;
 	x->ep = ep;
 	x->priority = priority;
 	x->queue_ms = -1;
 	/* Also for one never queued: a retry queues it (exchange_try_again). */
-	x->arrived_ms = uv_now(&app->loop);
+	x->arrived_ms = uv_now(relay->loop);
 	x->item.heap_index = SL_SCHED_NOT_QUEUED;
 	struct sl_join id = SL_JOIN(x->id);
 	sl_join_str(&id, req->id);
-	uv_timer_init(&app->loop, &x->timer);
+	uv_timer_init(relay->loop, &x->timer);
 	x->timer.data = x;
-	x->next = app->exchange_list;
+	x->next = relay->exchange_list;
 	if (x->next)
 		x->next->prev = x;
-	app->exchange_list = x;
-	app->exchanges++;
+	relay->exchange_list = x;
+	relay->exchanges++;
 	if (ep->watch)
-		app->watches++;
+		relay->watches++;
 	req->handler_data = x;
 	req->on_abort = exchange_on_client_abort;
 	req->on_drain = exchange_on_client_drain;
@@ -497,16 +501,16 @@ static char *upstream_target(const struct sl_endpoint *ep,
 	return query[0] ? sl_xasprintf("%s?%s", path, query) : sl_xstrdup(path);
 }
 
-void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
+void sl_proxy_handle(struct sl_relay *relay, struct sl_http_request *req,
                      const struct sl_endpoint *ep)
 {
 	struct sl_request checked;
 	/* auto decides when the exchange is dispatched
 	 * (exchange_upstream_take). */
 	const struct sl_request_options opts = {
-	    .max_tokens_cap = app->cfg->max_tokens_cap,
+	    .max_tokens_cap = relay->cfg->max_tokens_cap,
 	    .stream_upstream =
-	        app->cfg->stream_upstream == SL_STREAM_UPSTREAM_ON,
+	        relay->cfg->stream_upstream == SL_STREAM_UPSTREAM_ON,
 	};
 	if (sl_request_validate(&checked, ep, sl_http_header(req, "X-Priority"),
 	                        req->body, req->body_len, &opts) != 0) {
@@ -526,7 +530,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	char model_param[SL_MODEL_NAME_MAX + 2];
 	struct sl_query_param by_model = {0};
 	char *query = NULL;
-	if (app->model_section && !ep->json_body)
+	if (*relay->model_section && !ep->json_body)
 		by_model = sl_query_take(req->query, "model", model_param,
 		                         sizeof(model_param), &query);
 	else
@@ -553,7 +557,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		return;
 	}
 	struct sl_upstream *pinned = NULL;
-	if (named && !(pinned = find_upstream(app, name))) {
+	if (named && !(pinned = find_upstream(relay, name))) {
 		free(query);
 		sl_request_free(&checked);
 		sl_http_respond_error(req, 404, "not_found_error", NULL,
@@ -563,10 +567,10 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		return;
 	}
 	const char *wanted = model_named ? model_param : checked.model;
-	struct sl_model *m = sl_app_find_model(app, wanted);
+	struct sl_model *m = sl_relay_find_model(relay, wanted);
 	if (pinned && !model_named && !checked.model)
-		m = sl_app_model_of(app, pinned); /* the upstream's own */
-	if (!m || (pinned && m != sl_app_model_of(app, pinned))) {
+		m = sl_relay_model_of(relay, pinned); /* the upstream's own */
+	if (!m || (pinned && m != sl_relay_model_of(relay, pinned))) {
 		free(query);
 		if (!m)
 			sl_proxy_respond_unknown_model(req, wanted);
@@ -581,7 +585,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		return;
 	}
 	/* The caller's key (keys.h): its models, priority and limits. */
-	if (!sl_access_admit(app, req, ep->scheduled, &priority, &checked, m,
+	if (!sl_access_admit(relay, req, ep->scheduled, &priority, &checked, m,
 	                     wanted)) {
 		free(query);
 		sl_request_free(&checked);
@@ -602,10 +606,10 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		return;
 	}
 	if (ep->per_upstream && ep->method == HTTP_GET && !named && n_ups > 1 &&
-	    !app->stopping) {
-		struct exchange *x = exchange_new(app, m, req, ep, priority);
+	    !*relay->stopping) {
+		struct exchange *x = exchange_new(relay, m, req, ep, priority);
 		char *target = upstream_target(ep, req, query);
-		x->fanout = sl_fanout_start(&app->curl, ups, n_ups, target,
+		x->fanout = sl_fanout_start(relay->curl, ups, n_ups, target,
 		                            SL_PROXY_FANOUT_TIMEOUT_MS,
 		                            on_fanout_done, x);
 		free(target);
@@ -623,16 +627,17 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 	 * back: what needs a slot waits for it in the queue.
 	 */
 	char why[SL_MODEL_NAME_MAX + 96];
-	struct sl_upstream *u =
-	    sl_app_pick_upstream(app, m, false, NULL, NULL, why, sizeof(why));
-	bool wait = !u && ep->scheduled && sl_app_upstream_expected(app, m);
+	struct sl_upstream *u = relay->hooks->pick_upstream(
+	    relay->owner, m, false, NULL, NULL, why, sizeof(why));
+	bool wait = !u && ep->scheduled &&
+	            relay->hooks->upstream_expected(relay->owner, m);
 	if (pinned) {
 		u = sl_upstream_is_ready(pinned) ? pinned : NULL;
 		wait = false;
 		snprintf(why, sizeof(why), "upstream %s is %s", pinned->name,
 		         sl_upstream_state_name(pinned->state));
 	}
-	if (app->stopping) {
+	if (*relay->stopping) {
 		u = NULL;
 		wait = false;
 		snprintf(why, sizeof(why), "sluice is shutting down");
@@ -644,7 +649,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		                      SL_PROXY_UNAVAILABLE_RETRY, "%s", why);
 		return;
 	}
-	if (ep->watch && app->watches >= SL_PROXY_WATCHES_MAX) {
+	if (ep->watch && relay->watches >= SL_PROXY_WATCHES_MAX) {
 		free(query);
 		sl_request_free(&checked);
 		sl_http_respond_error(
@@ -655,7 +660,7 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		return;
 	}
 
-	struct exchange *x = exchange_new(app, m, req, ep, priority);
+	struct exchange *x = exchange_new(relay, m, req, ep, priority);
 	x->pinned = pinned != NULL;
 	if (ep->scheduled) {
 		req->info.has_priority = true;
@@ -702,8 +707,9 @@ void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
 		                  checked.return_tokens);
 	}
 	if (ep->scheduled) {
-		enqueue(app, x);
-		sl_app_model_demand(app, m); /* a stopped model starts */
+		enqueue(relay, x);
+		relay->hooks->model_demand(relay->owner,
+		                           m); /* a stopped model starts */
 	} else {
 		exchange_start_or_fail(x, u);
 	}

@@ -23,9 +23,9 @@ void exchange_note_totals(struct exchange *x)
 {
 	struct sl_request_info *info = &x->req->info;
 	if (x->tokens_final > x->tokens_seen) {
-		sl_stats_tokens(&x->app->stats,
+		sl_stats_tokens(x->relay->stats,
 		                x->tokens_final - x->tokens_seen,
-		                uv_now(&x->app->loop));
+		                uv_now(x->relay->loop));
 		x->tokens_seen = x->tokens_final;
 	}
 	info->tokens = (unsigned)x->tokens_seen;
@@ -200,7 +200,7 @@ void exchange_end_ok(struct exchange *x)
 	}
 	exchange_note_totals(x);
 	/* The events held back and the body's end, in one write. */
-	sl_http_stream_end_with(x->req, x->relay, x->relay_n);
+	sl_http_stream_end_with(x->req, x->relayed, x->relay_n);
 	x->relay_n = 0;
 	exchange_client_done(x);
 }
@@ -295,7 +295,7 @@ void exchange_count_answer(struct exchange *x)
 		double took = (double)(sl_now_ns() - x->req->start_ns) / 1e9;
 		double ttft = SL_MAX(took - predicted_ms / 1000, 0.0);
 		x->req->info.ttft_ms = (int64_t)(ttft * 1000);
-		sl_stats_first_token(&x->app->stats, x->priority, ttft);
+		sl_stats_first_token(x->relay->stats, x->priority, ttft);
 	}
 	sl_jscan_free(&s);
 }

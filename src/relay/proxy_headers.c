@@ -265,7 +265,7 @@ static char *response_extras(const struct exchange *x, const char *own)
  */
 bool exchange_start_response(struct exchange *x)
 {
-	const struct sl_config *cfg = x->app->cfg;
+	const struct sl_config *cfg = x->relay->cfg;
 	long status = exchange_upstream_status(x);
 	char *ctype = NULL;
 	curl_off_t length = -1;
@@ -344,7 +344,7 @@ bool exchange_hold_5xx(struct exchange *x)
 	long status = exchange_upstream_status(x);
 	if (status < 500 || status > 599 || !x->req || x->head_sent ||
 	    x->pinned || !x->ep->scheduled ||
-	    x->retries >= x->app->cfg->retries)
+	    x->retries >= x->relay->cfg->retries)
 		return false;
 	x->failed_status = status;
 	return true;

@@ -60,8 +60,8 @@ enum relay_mode {
 };
 
 struct exchange {
-	struct sl_app *app;
-	struct exchange *prev, *next; /* the app's list */
+	struct sl_relay *relay;
+	struct exchange *prev, *next; /* the relay's list */
 	/*
 	 * Coalescing (--stream-coalesce): while tokens come about as fast as
 	 * the window or faster, the transfer stays paused on the app's list
@@ -185,7 +185,7 @@ struct exchange {
 	 */
 	const char *feed_data;
 	size_t feed_len;
-	uv_buf_t relay[SL_HTTP_WRITEV_MAX];
+	uv_buf_t relayed[SL_HTTP_WRITEV_MAX];
 	unsigned relay_n;
 	/*
 	 * A relayed plain answer of a generation, kept (at most
@@ -269,7 +269,7 @@ bool exchange_hold_5xx(struct exchange *x);
 
 /* proxy_leaving.c */
 bool exchange_upstream_streams(const struct exchange *x);
-bool exchange_plain_as_stream(const struct sl_app *app,
+bool exchange_plain_as_stream(const struct sl_relay *relay,
                               const struct sl_upstream *u);
 void exchange_ask_for_stream(struct exchange *x);
 void exchange_judge_left_plain(struct exchange *x);

@@ -69,15 +69,15 @@ bool exchange_upstream_streams(const struct exchange *x)
  */
 
 /* Whether a plain answer sent to `u` now is asked for as a stream. */
-bool exchange_plain_as_stream(const struct sl_app *app,
+bool exchange_plain_as_stream(const struct sl_relay *relay,
                               const struct sl_upstream *u)
 {
-	switch (app->cfg->stream_upstream) {
+	switch (relay->cfg->stream_upstream) {
 	case SL_STREAM_UPSTREAM_ON: return true;
 	case SL_STREAM_UPSTREAM_OFF: return false;
 	default:
 		return u->streams > 0 ||
-		       uv_now(&app->loop) < u->plain_streams_until_ms;
+		       uv_now(relay->loop) < u->plain_streams_until_ms;
 	}
 }
 
@@ -108,7 +108,7 @@ void exchange_ask_for_stream(struct exchange *x)
 static void note_plain_left(struct exchange *x)
 {
 	struct sl_upstream *u = x->upstream;
-	uint64_t now = uv_now(&x->app->loop);
+	uint64_t now = uv_now(x->relay->loop);
 	if (now >= u->plain_streams_until_ms)
 		sl_info("a client left a plain answer llama-server was "
 		        "generating: plain answers sent to %s are asked for as "
@@ -143,9 +143,9 @@ static void plain_left(struct exchange *x)
  */
 void exchange_judge_left_plain(struct exchange *x)
 {
-	if (x->app->stopping)
+	if (*x->relay->stopping)
 		return;
-	uint64_t after = uv_now(&x->app->loop) - x->left_ms;
+	uint64_t after = uv_now(x->relay->loop) - x->left_ms;
 	sl_debug("%s: the plain answer its client left ran on for %" PRIu64
 	         " ms",
 	         x->id, after);
@@ -156,7 +156,7 @@ void exchange_judge_left_plain(struct exchange *x)
 /* The upstream of a left plain answer takes no new work for a while. */
 static void quiet_start(struct exchange *x)
 {
-	uint64_t now = uv_now(&x->app->loop);
+	uint64_t now = uv_now(x->relay->loop);
 	x->quieting = true;
 	x->quiet_end_ms = now + SL_STREAM_UPSTREAM_QUIET_MS;
 	x->upstream->quiet++;
@@ -196,7 +196,7 @@ void exchange_upstream_let_go(struct exchange *x)
 	}
 	if (x->stream)
 		u->plain_streams_until_ms =
-		    uv_now(&x->app->loop) +
+		    uv_now(x->relay->loop) +
 		    SL_STREAM_UPSTREAM_WINDOW_S * UINT64_C(1000);
 	u->inflight--;
 }
@@ -237,14 +237,14 @@ static bool leave_upstream(struct exchange *x)
 			return false;
 	}
 	x->left = true;
-	x->left_ms = uv_now(&x->app->loop);
+	x->left_ms = uv_now(x->relay->loop);
 	sl_debug("%s: client left; %s and its answer read to its end", x->id,
 	         x->resumable ? "its stream is resumable (kept by llama-server)"
 	                      : "the upstream is told (its connection "
 	                        "half-closed)");
 	if (plain && x->mode == MODE_WAITING) {
 		if (x->assemblable &&
-		    x->app->cfg->stream_upstream == SL_STREAM_UPSTREAM_AUTO)
+		    x->relay->cfg->stream_upstream == SL_STREAM_UPSTREAM_AUTO)
 			plain_left(x);
 		/* Beside a client's stream, a quiet spell could not help: its
 		 * tokens keep coming. */
@@ -264,7 +264,7 @@ void exchange_on_client_abort(struct sl_http_request *req)
 	exchange_client_done(x);
 	if (queued) {
 		sl_sched_remove(&x->model->sched, &x->item);
-		sl_stats_queued(&x->app->stats, x->priority, -1);
+		sl_stats_queued(x->relay->stats, x->priority, -1);
 	}
 	if (x->fanout) {
 		sl_fanout_free(x->fanout);

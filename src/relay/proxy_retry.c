@@ -91,7 +91,7 @@ static void reset_for_retry(struct exchange *x)
 	x->read_tokens = x->read_others = 0;
 	x->tick_read = x->tick_empty = false;
 	x->read_end_ns = 0;
-	sl_curl_easy_done(&x->app->curl, x->transfer.easy);
+	sl_curl_easy_done(x->relay->curl, x->transfer.easy);
 	x->transfer.easy = NULL;
 	curl_slist_free_all(x->headers);
 	x->headers = NULL;
@@ -167,7 +167,7 @@ static bool connection_failed(const struct exchange *x, CURLcode result)
  */
 bool exchange_try_again(struct exchange *x, CURLcode result)
 {
-	struct sl_app *app = x->app;
+	struct sl_relay *relay = x->relay;
 	/* One for a named upstream (?upstream=) may go to no other. */
 	if (!x->req || x->head_sent || x->ended || x->gave_up || x->pinned)
 		return false;
@@ -179,7 +179,7 @@ bool exchange_try_again(struct exchange *x, CURLcode result)
 		return false;
 	else if (refused)
 		reason = SL_RETRY_REFUSED;
-	else if (x->retries < app->cfg->retries)
+	else if (x->retries < relay->cfg->retries)
 		reason = SL_RETRY_TRANSPORT;
 	else
 		return false;
@@ -196,7 +196,7 @@ bool exchange_try_again(struct exchange *x, CURLcode result)
 	x->failed_on = x->upstream;
 	x->failed_status = 0;
 	reset_for_retry(x);
-	uint64_t now = uv_now(&app->loop);
+	uint64_t now = uv_now(relay->loop);
 	if (sl_sched_requeue(&x->model->sched, &x->item, now) != 0) {
 		uint64_t retry = sl_sched_retry_after_ms(&x->model->sched, now);
 		snprintf(x->sched_headers, sizeof(x->sched_headers),
@@ -209,11 +209,11 @@ bool exchange_try_again(struct exchange *x, CURLcode result)
 		    "the upstream failed and sluice's queue is full "
 		    "of more urgent requests");
 		exchange_release(x);
-		sl_app_kick_scheduler(app); /* the slot it held is free */
+		sl_relay_kick_scheduler(relay); /* the slot it held is free */
 		return true;
 	}
-	sl_stats_queued(&app->stats, x->priority, +1);
-	sl_app_kick_scheduler(app);
+	sl_stats_queued(relay->stats, x->priority, +1);
+	sl_relay_kick_scheduler(relay);
 	return true;
 }
 

@@ -31,17 +31,17 @@ void exchange_coalesce_unlink(struct exchange *x)
 	if (x->co_prev)
 		x->co_prev->co_next = x->co_next;
 	else
-		x->app->coalesced = x->co_next;
+		x->relay->coalesced = x->co_next;
 	if (x->co_next)
 		x->co_next->co_prev = x->co_prev;
 	else
-		x->app->coalesced_last = x->co_prev;
+		x->relay->coalesced_last = x->co_prev;
 	x->co_prev = x->co_next = NULL;
 }
 
 static void token_arrived(struct exchange *x, uint64_t n)
 {
-	struct sl_stats *st = &x->app->stats;
+	struct sl_stats *st = x->relay->stats;
 	uint64_t now = sl_now_ns();
 	if (!x->first_token_ns) {
 		x->first_token_ns = now;
@@ -54,7 +54,7 @@ static void token_arrived(struct exchange *x, uint64_t n)
 	}
 	x->last_token_ns = now;
 	x->tokens_seen += n;
-	sl_stats_tokens(st, n, uv_now(&x->app->loop));
+	sl_stats_tokens(st, n, uv_now(x->relay->loop));
 }
 
 /* What one scanned event says about the generation: tokens, ends, counts. */
@@ -211,7 +211,7 @@ static int assemble_event(struct exchange *x, const char *event, size_t len)
 void exchange_relay_flush(struct exchange *x)
 {
 	if (x->relay_n > 0 && x->req)
-		sl_http_stream_writev(x->req, x->relay, x->relay_n);
+		sl_http_stream_writev(x->req, x->relayed, x->relay_n);
 	x->relay_n = 0;
 }
 
@@ -232,7 +232,7 @@ static void relay_event(struct exchange *x, const char *event, size_t len)
 		sl_http_stream_write(x->req, event, len);
 		return;
 	}
-	x->relay[x->relay_n++] = uv_buf_init((char *)event, (unsigned)len);
+	x->relayed[x->relay_n++] = uv_buf_init((char *)event, (unsigned)len);
 }
 
 /*
@@ -335,7 +335,7 @@ size_t exchange_on_upstream_data(char *data, size_t size, size_t n, void *arg)
 	 */
 	if (!x->req) {
 		/* A left answer read to its end: its bytes keep it alive. */
-		x->last_byte_ms = uv_now(&x->app->loop);
+		x->last_byte_ms = uv_now(x->relay->loop);
 		x->left_bytes = true;
 		return x->gave_up ? 0 : len;
 	}
@@ -346,7 +346,7 @@ size_t exchange_on_upstream_data(char *data, size_t size, size_t n, void *arg)
 		pause_for_client(x);
 		return CURL_WRITEFUNC_PAUSE;
 	}
-	x->last_byte_ms = uv_now(&x->app->loop);
+	x->last_byte_ms = uv_now(x->relay->loop);
 	if (x->mode == MODE_WAITING && exchange_hold_5xx(x))
 		return 0; /* ends the transfer; exchange_on_transfer_done
 		             resends */
@@ -385,10 +385,10 @@ size_t exchange_on_upstream_data(char *data, size_t size, size_t n, void *arg)
  */
 static void on_coalesce_timer(uv_timer_t *t)
 {
-	struct sl_app *app = t->data;
-	uint64_t tick = ++app->coalesce_tick;
+	struct sl_relay *relay = t->data;
+	uint64_t tick = ++relay->coalesce_tick;
 	struct exchange *x;
-	while ((x = app->coalesced) != NULL && x->co_tick != tick) {
+	while ((x = relay->coalesced) != NULL && x->co_tick != tick) {
 		exchange_coalesce_unlink(x);
 		if (x->paused || !exchange_transfer_active(x))
 			continue; /* exchange_transfer_resume() reads on */
@@ -405,9 +405,9 @@ static void on_coalesce_timer(uv_timer_t *t)
 			sl_h1_resume(&x->h1);
 		}
 	}
-	if (app->coalesced)
-		uv_timer_start(&app->coalesce_timer, on_coalesce_timer,
-		               app->cfg->stream_coalesce_ms, 0);
+	if (relay->coalesced)
+		uv_timer_start(&relay->coalesce_timer, on_coalesce_timer,
+		               relay->cfg->stream_coalesce_ms, 0);
 }
 
 /*
@@ -431,7 +431,7 @@ static void on_coalesce_timer(uv_timer_t *t)
 bool exchange_holds(struct exchange *x, unsigned tokens, unsigned others,
                     bool tick_read)
 {
-	uint64_t window_ms = x->app->cfg->stream_coalesce_ms;
+	uint64_t window_ms = x->relay->cfg->stream_coalesce_ms;
 	if (tokens == 0 || others > 0 || window_ms == 0 ||
 	    x->mode != MODE_SSE || !x->req || x->ended || x->gave_up ||
 	    x->paused || x->coalesced || !exchange_transfer_active(x) ||
@@ -462,20 +462,20 @@ static void maybe_coalesce(struct exchange *x)
 /* Puts x at the end of the list, paused until the timer's next tick. */
 static void coalesce_hold(struct exchange *x)
 {
-	struct sl_app *app = x->app;
+	struct sl_relay *relay = x->relay;
 	x->coalesced = true;
-	x->co_tick = app->coalesce_tick;
+	x->co_tick = relay->coalesce_tick;
 	x->co_next = NULL;
-	x->co_prev = app->coalesced_last;
-	if (app->coalesced_last)
-		app->coalesced_last->co_next = x;
+	x->co_prev = relay->coalesced_last;
+	if (relay->coalesced_last)
+		relay->coalesced_last->co_next = x;
 	else
-		app->coalesced = x;
-	app->coalesced_last = x;
+		relay->coalesced = x;
+	relay->coalesced_last = x;
 	sl_h1_pause(&x->h1);
-	if (!uv_is_active((uv_handle_t *)&app->coalesce_timer))
-		uv_timer_start(&app->coalesce_timer, on_coalesce_timer,
-		               app->cfg->stream_coalesce_ms, 0);
+	if (!uv_is_active((uv_handle_t *)&relay->coalesce_timer))
+		uv_timer_start(&relay->coalesce_timer, on_coalesce_timer,
+		               relay->cfg->stream_coalesce_ms, 0);
 }
 
 /*

@@ -25,14 +25,14 @@ void exchange_transfer_abort(struct exchange *x)
 	if (x->native)
 		sl_h1_abort(&x->h1);
 	else
-		sl_curl_abort(&x->app->curl, &x->transfer);
+		sl_curl_abort(x->relay->curl, &x->transfer);
 }
 
 /* Lets a paused transfer go on (once its coalescing wait is over too). */
 void exchange_transfer_resume(struct exchange *x)
 {
 	x->paused = false;
-	x->last_byte_ms = uv_now(&x->app->loop);
+	x->last_byte_ms = uv_now(x->relay->loop);
 	if (x->native) {
 		if (!x->coalesced)
 			sl_h1_resume(&x->h1);
@@ -81,14 +81,14 @@ int exchange_on_native_body(struct sl_h1_request *r, const char *data,
 void exchange_upstream_take(struct exchange *x, struct sl_upstream *u)
 {
 	x->upstream = u;
-	x->dispatched_ms = uv_now(&x->app->loop);
+	x->dispatched_ms = uv_now(x->relay->loop);
 	if (x->ep->watch) {
 		u->watches++;
 		return;
 	}
 	u->inflight++;
 	if (x->assemblable && !x->assemble &&
-	    exchange_plain_as_stream(x->app, u))
+	    exchange_plain_as_stream(x->relay, u))
 		exchange_ask_for_stream(x);
 	/* Only clients' streams: plain answers assembled from streams where
 	 * clients' ran would keep one another so for ever. */
@@ -118,7 +118,7 @@ static const char *upstream_content_type(const struct exchange *x)
  */
 static int start_native(struct exchange *x, struct sl_upstream *u)
 {
-	const struct sl_config *cfg = x->app->cfg;
+	const struct sl_config *cfg = x->relay->cfg;
 	struct sl_h1_request *r = &x->h1;
 	free(x->h1_headers);
 	static const char type_name[] = "Content-Type: ";
@@ -173,9 +173,9 @@ static int start_native(struct exchange *x, struct sl_upstream *u)
 	 * SL_UPSTREAM_SPARE_CONNS of the slots, as through libcurl alone.
 	 * The watches open add theirs, which they hold for long.
 	 */
-	int rc = sl_h1_start(&x->app->h1, r, u->request_url,
+	int rc = sl_h1_start(x->relay->h1, r, u->request_url,
 	                     u->total_slots + SL_UPSTREAM_SPARE_CONNS - 1 +
-	                         x->app->watches);
+	                         x->relay->watches);
 	if (rc == 0)
 		uv_timer_start(&x->timer, exchange_on_timer,
 		               exchange_first_byte_ms(x, NULL), 0);
@@ -185,9 +185,9 @@ static int start_native(struct exchange *x, struct sl_upstream *u)
 /* Builds and starts the upstream transfer. Returns 0 or an error. */
 static int start_transfer(struct exchange *x, struct sl_upstream *u)
 {
-	const struct sl_config *cfg = x->app->cfg;
+	const struct sl_config *cfg = x->relay->cfg;
 	/* The next tie goes to the upstream after this one. */
-	x->app->next_upstream = u->index + 1;
+	*x->relay->next_upstream = u->index + 1;
 	x->transfer.on_done = exchange_on_transfer_done;
 	x->transfer.data = x;
 	exchange_upstream_take(x, u);
@@ -198,7 +198,7 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 	if (x->native && start_native(x, u) == 0)
 		return 0;
 	x->native = false;
-	CURL *e = sl_curl_easy(&x->app->curl);
+	CURL *e = sl_curl_easy(x->relay->curl);
 	if (!e)
 		return SL_ECURL;
 	x->transfer.easy = e;
@@ -253,7 +253,7 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 
 	uv_timer_start(&x->timer, exchange_on_timer,
 	               exchange_first_byte_ms(x, NULL), 0);
-	return sl_curl_start(&x->app->curl, &x->transfer);
+	return sl_curl_start(x->relay->curl, &x->transfer);
 }
 
 /* Starts at once, or answers 502 and lets the exchange go. */

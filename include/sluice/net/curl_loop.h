@@ -128,6 +128,7 @@ struct sl_get {
 	char *body; /* NUL-terminated, owned by the sl_get */
 	size_t body_len;
 	sl_get_cb cb;
+	void *data; /* the caller's: sl_get_start leaves it as it is */
 	char error[CURL_ERROR_SIZE];
 };
 

@@ -11,25 +11,65 @@
 #ifndef SLUICE_EXPOSITION_H
 #define SLUICE_EXPOSITION_H
 
-#include "sluice/app.h"
-#include "sluice/net/http.h"
 #include "sluice/base/metrics.h"
+#include "sluice/fleet/affinity.h"
+#include "sluice/fleet/discovery.h"
+#include "sluice/fleet/model.h"
+#include "sluice/fleet/upstream.h"
+#include "sluice/net/curl_loop.h"
+#include "sluice/net/http.h"
+#include "sluice/ops/stats.h"
+#include "sluice/tenants/keys.h"
+
+#include <jansson.h>
 
 #define SL_UPSTREAM_METRICS_TTL_MS 1000
 #define SL_UPSTREAM_METRICS_TIMEOUT_MS 1000
 
+struct sl_metrics_waiter;
+
+/*
+ * What /metrics reads of the app, lent once at start-up (the pointers),
+ * what it asks of it (model_of, queue_depth, with the app as `owner`),
+ * and its own state. So ops reads the app's tables without including
+ * app.h, which sits above it.
+ */
+struct sl_exposition {
+	uv_loop_t *loop;
+	struct sl_curl *curl;
+	struct sl_stats *stats;
+	struct sl_tenants *tenants;
+	const struct sl_http_server *http;
+	/* SL_MAX_UPSTREAMS slots, dense from the first (app.h). */
+	struct sl_upstream *const *upstreams;
+	struct sl_model *const *models;
+	const unsigned *n_models;
+	struct sl_discovery **const *discoveries;
+	const unsigned *n_discoveries;
+	struct sl_affinity *const *affinity;      /* NULL with --affinity off */
+	const unsigned long long *affinity_picks; /* SL_AFFINITY_RESULTS */
+	void *owner;
+	const struct sl_model *(*model_of)(const void *owner,
+	                                   const struct sl_upstream *u);
+	unsigned (*queue_depth)(const void *owner);
+	/* /metrics requests waiting for llama-server's, and fetches running. */
+	struct sl_metrics_waiter *waiters;
+	unsigned fetching;
+};
+
 /* The handler for GET /metrics. */
-void sl_exposition_handle(struct sl_app *app, struct sl_http_request *req);
+void sl_exposition_handle(struct sl_exposition *ex,
+                          struct sl_http_request *req);
 
 /* sluice's own metrics, in Prometheus text format (for tests too): its
  * traffic, then what the process costs and sluice_build_info (procstat.h). */
-void sl_exposition_prometheus(struct sl_app *app, struct sl_text *t);
+void sl_exposition_prometheus(struct sl_exposition *ex, struct sl_text *t);
 
 /* The JSON summary: a new object. */
-json_t *sl_exposition_summary(struct sl_app *app);
+json_t *sl_exposition_summary(struct sl_exposition *ex);
 
 /* Ends any /metrics requests still waiting (at shutdown). */
-void sl_exposition_close(struct sl_app *app);
+void sl_exposition_close(struct sl_exposition *ex);
 
 /*
  * Rewrites one upstream's exposition into per-family groups, adding an

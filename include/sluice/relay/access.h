@@ -13,8 +13,10 @@
 #ifndef SLUICE_ACCESS_H
 #define SLUICE_ACCESS_H
 
-#include "sluice/app.h"
+#include "sluice/fleet/model.h"
 #include "sluice/net/http.h"
+#include "sluice/relay/relay.h"
+#include "sluice/tenants/keys.h"
 
 #include <stdbool.h>
 
@@ -31,7 +33,7 @@ enum sl_access {
  * the admin key) and belongs to the server again. It reads the method,
  * path and headers, never the body: sl_routes_head() calls it on a head.
  */
-bool sl_access_allow(struct sl_app *app, struct sl_http_request *req,
+bool sl_access_allow(struct sl_relay *relay, struct sl_http_request *req,
                      enum sl_access level);
 
 /*
@@ -52,7 +54,7 @@ bool sl_access_allow(struct sl_app *app, struct sl_http_request *req,
  * answers with X-Priority when `limited`.
  */
 struct sl_request;
-bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
+bool sl_access_admit(struct sl_relay *relay, struct sl_http_request *req,
                      bool limited, double *priority,
                      const struct sl_request *checked, struct sl_model *m,
                      const char *named);
@@ -65,20 +67,20 @@ bool sl_access_admit(struct sl_app *app, struct sl_http_request *req,
  * --upstream, which takes any name, the name asked for is compared as
  * written, and a request naming none passes.
  */
-bool sl_access_model_allowed(struct sl_app *app, const struct sl_key *key,
+bool sl_access_model_allowed(struct sl_relay *relay, const struct sl_key *key,
                              const struct sl_model *m, const char *named);
 
 /*
  * Whether req is a CORS preflight: OPTIONS while CORS is on. Such a
  * request is answered by sl_access_preflight(), without a key.
  */
-bool sl_access_is_preflight(const struct sl_app *app,
+bool sl_access_is_preflight(const struct sl_relay *relay,
                             const struct sl_http_request *req);
 
 /*
  * Answers req when it is a CORS preflight (OPTIONS) and returns true;
  * false for any other request.
  */
-bool sl_access_preflight(struct sl_app *app, struct sl_http_request *req);
+bool sl_access_preflight(struct sl_relay *relay, struct sl_http_request *req);
 
 #endif

@@ -22,17 +22,18 @@
  *   per-upstream an endpoint that describes one llama-server (/props,
  *                /slots): "?upstream=NAME" picks which; with several
  *                upstreams of the model a GET without it answers for each
- *   model        whose upstreams and queue serve the request (app.h): the
+ *   model        whose upstreams and queue serve the request (model.h): the
  *                body's "model", or "?model=NAME" for a request without a
  *                JSON body, or the default model
  */
 #ifndef SLUICE_PROXY_H
 #define SLUICE_PROXY_H
 
-#include "sluice/app.h"
+#include "sluice/fleet/model.h"
 #include "sluice/json/assemble.h"
 #include "sluice/net/http.h"
 #include "sluice/relay/endpoints.h"
+#include "sluice/relay/relay.h"
 #include "sluice/sched/sched.h"
 
 #include <stdbool.h>
@@ -85,14 +86,14 @@ void sl_proxy_respond_unknown_model(struct sl_http_request *req,
                                     const char *name);
 
 /* Starts an exchange for `req` on endpoint `ep`; answers errors itself. */
-void sl_proxy_handle(struct sl_app *app, struct sl_http_request *req,
+void sl_proxy_handle(struct sl_relay *relay, struct sl_http_request *req,
                      const struct sl_endpoint *ep);
 
 /* The scheduler's callbacks: a batch leaves the queue; a wait ran out. */
-void sl_proxy_dispatch(void *app, struct sl_sched_item **items, unsigned n,
+void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
                        uint64_t now_ms);
-void sl_proxy_expire(void *app, struct sl_sched_item *item, uint64_t now_ms);
-void sl_proxy_shed(void *app, struct sl_sched_item *item, uint64_t now_ms);
+void sl_proxy_expire(void *ctx, struct sl_sched_item *item, uint64_t now_ms);
+void sl_proxy_shed(void *ctx, struct sl_sched_item *item, uint64_t now_ms);
 
 /*
  * A drain ran out of time: every exchange still alive gets its proper end
@@ -101,7 +102,7 @@ void sl_proxy_shed(void *app, struct sl_sched_item *item, uint64_t now_ms);
  * error event, then its terminating chunk; a plain body already half
  * relayed is cut. The client connections stay open to flush these.
  */
-void sl_proxy_end_all(struct sl_app *app);
+void sl_proxy_end_all(struct sl_relay *relay);
 
 /*
  * The watches (GET /models/sse, GET /v1/stream) to `u` (NULL: to every
@@ -109,20 +110,21 @@ void sl_proxy_end_all(struct sl_app *app);
  * to drain, or `u` is about to stop. One whose answer has begun ends as the
  * upstream's would, one not begun gets 503 saying `why`.
  */
-void sl_proxy_end_watches(struct sl_app *app, const struct sl_upstream *u,
+void sl_proxy_end_watches(struct sl_relay *relay, const struct sl_upstream *u,
                           const char *why);
 
 /*
  * The requests waiting in model m's queue get 503 with `message`: its
  * llama-server could not start (loading on demand, app.h).
  */
-void sl_proxy_fail_queued(struct sl_model *m, const char *message);
+void sl_proxy_fail_queued(struct sl_relay *relay, struct sl_model *m,
+                          const char *message);
 
 /*
  * Ends every exchange still alive (queued, or a transfer whose client is
  * gone) and frees them: the last step before the upstreams stop. Every
  * client connection must be closed already.
  */
-void sl_proxy_abort_all(struct sl_app *app);
+void sl_proxy_abort_all(struct sl_relay *relay);
 
 #endif

@@ -1,0 +1,22 @@
+/* model.c: what a model's fields say of it (see model.h). */
+#include "sluice/fleet/model.h"
+
+const char *const sl_model_states[] = {"stopped",  "starting", "ready",
+                                       "stopping", "down",     NULL};
+
+const char *sl_model_state(const struct sl_model *m)
+{
+	if (m->unloading)
+		return "stopping";
+	if (m->pool.n == 0)
+		return m->managed ? "stopped" : "down";
+	bool starting = false;
+	for (unsigned i = 0; i < m->pool.n; i++) {
+		enum sl_upstream_state s = m->pool.members[i]->state;
+		if (s == SL_UPSTREAM_READY)
+			return "ready";
+		starting |=
+		    s == SL_UPSTREAM_STARTING || s == SL_UPSTREAM_RESTARTING;
+	}
+	return starting ? "starting" : "down";
+}
