@@ -3,7 +3,7 @@
  * their upstreams, and the order in which they start and stop.
  *
  * SIGHUP reads the configuration again and applies its keys and models
- * (see "SIGHUP" in app.c); every other option stays as started.
+ * (app_reload.c); every other option stays as started.
  *
  * Start: the listener opens first (so a port clash fails fast), then each
  * model's upstreams start (a model started on demand waits for a request;
@@ -42,7 +42,7 @@ struct sl_app {
 	uv_loop_t loop;
 	const struct sl_config *cfg;
 	struct sl_curl curl;
-	struct sl_h1 h1; /* exchanges with http:// upstreams (proxy.c) */
+	struct sl_h1 h1; /* exchanges with http:// upstreams (the relay) */
 	struct sl_http_server http;
 	uv_signal_t sigint, sigterm;
 	/*

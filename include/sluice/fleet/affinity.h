@@ -9,7 +9,7 @@
  * already holds it. So the balancer remembers, for the leading bytes of
  * recent prompts, which replica served them, and prefers that replica
  * unless it is busier than the least busy one by more than a margin (the
- * caller's rule; see pool.c or app.c).
+ * caller's rule; see pool.c or app_models.c).
  *
  * Keys are taken from the request body as written, without parsing it into
  * objects: the `messages` array of a chat request, or the `prompt` of a
