@@ -18,7 +18,9 @@
  */
 #include "sluice/relay/request.h"
 
+#include "sluice/base/common.h"
 #include "sluice/json/json_scan.h"
+#include "sluice/sched/sched.h"
 
 #include <jansson.h>
 #include <math.h>
