@@ -79,11 +79,14 @@ static void close_front(struct sl_app *app)
 		return;
 	app->front_closing = true;
 	uv_close((uv_handle_t *)&app->drain_timer, NULL);
-	for (unsigned i = 0; i < app->n_models; i++) {
-		uv_close((uv_handle_t *)&app->models[i]->sched_timer, NULL);
-		uv_close((uv_handle_t *)&app->models[i]->idle_timer, NULL);
+	for (unsigned i = 0; i < app->registry.n_models; i++) {
+		uv_close((uv_handle_t *)&app->registry.models[i]->sched_timer,
+		         NULL);
+		uv_close((uv_handle_t *)&app->registry.models[i]->idle_timer,
+		         NULL);
 	}
-	for (struct sl_model *m = app->retired; m; m = m->next_retired) {
+	for (struct sl_model *m = app->registry.retired; m;
+	     m = m->next_retired) {
 		if (m->closing)
 			continue;
 		m->closing = true;
@@ -291,24 +294,27 @@ json_t *sl_app_health_json(const struct sl_app *app, bool *any_ready)
 		json_array_append_new(ups, sl_upstream_json(u));
 	}
 	/* A model that starts on demand can serve: sluice is ready. */
-	for (unsigned i = 0; app->model_section && i < app->n_models; i++) {
-		const struct sl_model *m = app->models[i];
+	for (unsigned i = 0;
+	     app->registry.model_section && i < app->registry.n_models; i++) {
+		const struct sl_model *m = app->registry.models[i];
 		*any_ready |= m->managed && !m->loaded && !m->unloading;
 	}
-	for (unsigned i = 0; i < app->n_models; i++)
-		json_array_append_new(models, model_json(app->models[i]));
+	for (unsigned i = 0; i < app->registry.n_models; i++)
+		json_array_append_new(models,
+		                      model_json(app->registry.models[i]));
 	uint64_t uptime =
 	    (uv_now((uv_loop_t *)&app->loop) - app->start_ms) / 1000;
-	unsigned queued = sl_app_queue_depth(app);
-	return json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:b, s:s, s:o, s:o}",
-	                 "status", *any_ready ? "ok" : "unavailable", "state",
-	                 app->stopping ? "draining" : "running", "version",
-	                 SL_VERSION, "uptime_s", (json_int_t)uptime, "queued",
-	                 (json_int_t)queued, "inflight",
-	                 (json_int_t)(app->relay.exchanges - queued),
-	                 "demo_model", app->demo, "default_model",
-	                 app->default_model ? app->default_model->name : "",
-	                 "models", models, "upstreams", ups);
+	unsigned queued = sl_registry_queue_depth(&app->registry);
+	return json_pack(
+	    "{s:s, s:s, s:s, s:i, s:i, s:i, s:b, s:s, s:o, s:o}", "status",
+	    *any_ready ? "ok" : "unavailable", "state",
+	    app->stopping ? "draining" : "running", "version", SL_VERSION,
+	    "uptime_s", (json_int_t)uptime, "queued", (json_int_t)queued,
+	    "inflight", (json_int_t)(app->relay.exchanges - queued),
+	    "demo_model", app->demo, "default_model",
+	    app->registry.default_model ? app->registry.default_model->name
+	                                : "",
+	    "models", models, "upstreams", ups);
 }
 
 /* ---- start-up ---- */
@@ -424,7 +430,7 @@ static int plan_one_model(struct sl_app *app, const char *cache)
 	    app_model_new(app, one_model_name(app, file), NULL);
 	int rc = managed ? plan_managed(app, m, cache, file) : 0;
 	free(demo_file);
-	app->default_model = m;
+	app->registry.default_model = m;
 	return rc;
 }
 
@@ -432,7 +438,7 @@ static int plan_one_model(struct sl_app *app, const char *cache)
 static int plan_models(struct sl_app *app, const char *cache)
 {
 	const struct sl_config *cfg = app->cfg;
-	app->model_section = true;
+	app->registry.model_section = true;
 	for (unsigned i = 0; i < cfg->n_models; i++) {
 		const struct sl_model_config *conf = &cfg->models[i];
 		struct sl_model *m =
@@ -441,9 +447,10 @@ static int plan_models(struct sl_app *app, const char *cache)
 		    plan_managed(app, m, cache, conf->file) != 0)
 			return SL_EINVAL;
 	}
-	app->default_model = app->models[0];
+	app->registry.default_model = app->registry.models[0];
 	if (cfg->default_model[0])
-		app->default_model = sl_app_find_model(app, cfg->default_model);
+		app->registry.default_model =
+		    sl_registry_find(&app->registry, cfg->default_model);
 	return 0;
 }
 
@@ -471,8 +478,8 @@ int app_start_models(struct sl_app *app)
 {
 	const struct sl_config *cfg = app->cfg;
 	int rc = 0;
-	if (!app->model_section) {
-		struct sl_model *m = app->models[0];
+	if (!app->registry.model_section) {
+		struct sl_model *m = app->registry.models[0];
 		if (m->managed)
 			rc = app_add_upstream(app, m, NULL, NULL);
 		for (unsigned i = 0; rc == 0 && i < cfg->upstreams.count; i++)
@@ -480,8 +487,8 @@ int app_start_models(struct sl_app *app)
 			                      NULL);
 		return rc;
 	}
-	for (unsigned i = 0; rc == 0 && i < app->n_models; i++) {
-		struct sl_model *m = app->models[i];
+	for (unsigned i = 0; rc == 0 && i < app->registry.n_models; i++) {
+		struct sl_model *m = app->registry.models[i];
 		const struct sl_model_config *conf = m->conf;
 		app_preload(app, m, "preload");
 		for (unsigned k = 0; rc == 0 && k < conf->upstreams.count; k++)
@@ -633,7 +640,7 @@ int sl_app_run(const struct sl_config *cfg)
 {
 	struct sl_app *app = sl_xcalloc(1, sizeof(*app));
 	app->cfg = cfg;
-	app->max_loaded = cfg->max_loaded;
+	app->registry.max_loaded = cfg->max_loaded;
 	int rc;
 
 	uv_loop_init(&app->loop);
@@ -649,23 +656,25 @@ int sl_app_run(const struct sl_config *cfg)
 	    .upstreams = app->upstreams,
 	    .n_upstreams = &app->n_upstreams,
 	    .next_upstream = &app->next_upstream,
-	    .model_section = &app->model_section,
+	    .registry = &app->registry,
 	    .stopping = &app->stopping,
 	};
 	app_lend_exposition(app);
 	app->start_ms = uv_now(&app->loop);
 	app->created_s = (uint64_t)time(NULL);
 	if (plan(app) != 0) {
-		for (unsigned i = 0; i < app->n_models; i++) {
-			uv_close((uv_handle_t *)&app->models[i]->sched_timer,
+		for (unsigned i = 0; i < app->registry.n_models; i++) {
+			uv_close((uv_handle_t *)&app->registry.models[i]
+			             ->sched_timer,
 			         NULL);
-			uv_close((uv_handle_t *)&app->models[i]->idle_timer,
-			         NULL);
+			uv_close(
+			    (uv_handle_t *)&app->registry.models[i]->idle_timer,
+			    NULL);
 		}
 		uv_run(&app->loop, UV_RUN_DEFAULT);
 		uv_loop_close(&app->loop);
-		for (unsigned i = 0; i < app->n_models; i++)
-			app_model_free(app->models[i]);
+		for (unsigned i = 0; i < app->registry.n_models; i++)
+			app_model_free(app->registry.models[i]);
 		free(app);
 		return EXIT_FAILURE;
 	}
@@ -715,11 +724,11 @@ int sl_app_run(const struct sl_config *cfg)
 	run_loop_to_end(app);
 	sl_tenants_free(&app->tenants);
 	int code = app->exit_code;
-	for (unsigned i = 0; i < app->n_models; i++)
-		app_model_free(app->models[i]);
-	while (app->retired) {
-		struct sl_model *m = app->retired;
-		app->retired = m->next_retired;
+	for (unsigned i = 0; i < app->registry.n_models; i++)
+		app_model_free(app->registry.models[i]);
+	while (app->registry.retired) {
+		struct sl_model *m = app->registry.retired;
+		app->registry.retired = m->next_retired;
 		app_model_free(m);
 	}
 	app_free_old_launches(app);

@@ -194,8 +194,8 @@ struct sl_discovery *app_follow(struct sl_app *app, struct sl_model *m,
 int app_start_discoveries(struct sl_app *app)
 {
 	const struct sl_config *cfg = app->cfg;
-	for (unsigned i = 0; i < app->n_models; i++) {
-		struct sl_model *m = app->models[i];
+	for (unsigned i = 0; i < app->registry.n_models; i++) {
+		struct sl_model *m = app->registry.models[i];
 		if (!m->conf || !m->conf->dns)
 			continue;
 		m->discovery = app_follow(app, m, m->conf->dns);
@@ -204,7 +204,7 @@ int app_start_discoveries(struct sl_app *app)
 	}
 	/* The one model's (models_config.h refuses them beside models:). */
 	for (unsigned i = 0; i < cfg->upstream_dns.count; i++)
-		if (!app_follow(app, app->default_model,
+		if (!app_follow(app, app->registry.default_model,
 		                cfg->upstream_dns.items[i]))
 			return SL_EINVAL;
 	return 0;

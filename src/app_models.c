@@ -123,49 +123,12 @@ void sl_app_kick_scheduler(struct sl_app *app)
 	app_stop_drained(app);
 	if (app->front_closing)
 		return;
-	for (unsigned i = 0; i < app->n_models; i++)
-		kick_model(app->models[i]);
+	for (unsigned i = 0; i < app->registry.n_models; i++)
+		kick_model(app->registry.models[i]);
 	/* A removed model's request sent again waits for its upstreams. */
-	for (struct sl_model *m = app->retired; m; m = m->next_retired)
+	for (struct sl_model *m = app->registry.retired; m; m = m->next_retired)
 		if (!m->closing)
 			kick_model(m);
-}
-
-struct sl_model *sl_app_find_model(struct sl_app *app, const char *name)
-{
-	if (!name || !name[0] || !app->model_section)
-		return app->default_model;
-	for (unsigned i = 0; i < app->n_models; i++) {
-		struct sl_model *m = app->models[i];
-		if (strcmp(m->name, name) == 0)
-			return m;
-		for (unsigned k = 0; m->aliases && k < m->aliases->count; k++)
-			if (strcmp(m->aliases->items[k], name) == 0)
-				return m;
-	}
-	return NULL;
-}
-
-struct sl_model *sl_app_model_of(const struct sl_app *app,
-                                 const struct sl_upstream *u)
-{
-	for (unsigned i = 0; i < app->n_models; i++)
-		if (sl_pool_contains(&app->models[i]->pool, u))
-			return app->models[i];
-	for (struct sl_model *m = app->retired; m; m = m->next_retired)
-		if (sl_pool_contains(&m->pool, u))
-			return m;
-	return NULL;
-}
-
-unsigned sl_app_queue_depth(const struct sl_app *app)
-{
-	unsigned n = 0;
-	for (unsigned i = 0; i < app->n_models; i++)
-		n += sl_sched_depth(&app->models[i]->sched);
-	for (const struct sl_model *m = app->retired; m; m = m->next_retired)
-		n += sl_sched_depth(&m->sched);
-	return n;
 }
 
 struct sl_upstream *
@@ -208,7 +171,7 @@ bool sl_app_upstream_expected(const struct sl_app *app,
 	 * Started on demand: its start is awaited, not refused (at start-up
 	 * a first start is refused as ever: sluice is not ready yet).
 	 */
-	if (app->model_section && m->managed &&
+	if (app->registry.model_section && m->managed &&
 	    (m->wanted || m->unloading || !m->loaded))
 		return true;
 	for (unsigned i = 0; m->late && i < m->pool.n; i++)
@@ -217,51 +180,11 @@ bool sl_app_upstream_expected(const struct sl_app *app,
 	return sl_pool_expected(&m->pool);
 }
 
-static bool model_idle(const struct sl_model *m)
-{
-	if (sl_sched_depth(&m->sched) > 0)
-		return false;
-	for (unsigned i = 0; i < m->pool.n; i++)
-		if (m->pool.members[i]->inflight > 0)
-			return false;
-	return true;
-}
-
-/* Managed models whose llama-servers run, start or are being stopped. */
-static bool model_running(const struct sl_model *m)
-{
-	return m->managed && (m->loaded || m->pool.n > 0);
-}
-
-static unsigned models_running(const struct sl_app *app)
-{
-	unsigned n = 0;
-	for (unsigned i = 0; i < app->n_models; i++)
-		n += model_running(app->models[i]);
-	return n;
-}
-
-/*
- * Whether `m` may start beside what runs: within --max-loaded and
- * --memory-budget. A model being stopped still counts until it has
- * stopped: its memory is not free before.
- */
-static bool room_for(const struct sl_app *app, const struct sl_model *m,
-                     char *why, size_t size)
-{
-	uint64_t bytes = 0;
-	for (unsigned i = 0; i < app->n_models; i++)
-		if (model_running(app->models[i]))
-			bytes += app->models[i]->bytes;
-	return sl_room_for(app->max_loaded, app->cfg->memory_budget,
-	                   models_running(app), bytes, m->bytes, why, size);
-}
-
 void app_on_idle_timer(uv_timer_t *t)
 {
 	struct sl_model *m = t->data;
 	/* Busy now: the request that ends it arms the timer again. */
-	if (m->loaded && model_idle(m))
+	if (m->loaded && sl_model_idle(m))
 		unload(m, "idle-timeout passed");
 }
 
@@ -272,7 +195,7 @@ void app_load(struct sl_app *app, struct sl_model *m, const char *why)
 	m->loaded = true;
 	m->wanted = false;
 	m->late = app->started;
-	m->last_used = ++app->uses;
+	sl_registry_used(&app->registry, m);
 	sl_info("model %s: starting (%s)", m->name, why);
 	int rc = 0;
 	for (unsigned r = 0; rc == 0 && r < conf->replicas; r++) {
@@ -310,43 +233,32 @@ static void unload(struct sl_model *m, const char *why)
 	}
 }
 
-/* The least recently used idle running model other than `m`, or NULL. */
-static struct sl_model *lru_idle(struct sl_app *app, const struct sl_model *m)
-{
-	struct sl_model *best = NULL;
-	for (unsigned i = 0; i < app->n_models; i++) {
-		struct sl_model *o = app->models[i];
-		if (o == m || !o->managed || !o->loaded || !model_idle(o))
-			continue;
-		if (!best || o->last_used < best->last_used)
-			best = o;
-	}
-	return best;
-}
-
 /*
  * Starts what waiting requests want, in the order of the models, within
- * --max-loaded and --memory-budget (room_for): when a wanted model does
- * not fit, the least recently used idle one stops, and once it has
- * stopped this runs again; with none idle, it waits for one.
+ * --max-loaded and --memory-budget (sl_registry_room_for): when a wanted model
+ * does not fit, the least recently used idle one stops, and once it has stopped
+ * this runs again; with none idle, it waits for one.
  */
 void app_start_wanted(struct sl_app *app)
 {
 	if (app->stopping)
 		return;
-	for (unsigned i = 0; i < app->n_models; i++) {
-		struct sl_model *m = app->models[i];
+	for (unsigned i = 0; i < app->registry.n_models; i++) {
+		struct sl_model *m = app->registry.models[i];
 		/* Wanted while a request waits: one that left wants nothing. */
 		if (m->wanted && sl_sched_depth(&m->sched) == 0)
 			m->wanted = false;
 		if (!m->wanted || m->loaded || m->unloading)
 			continue;
 		char limit[64];
-		if (!room_for(app, m, limit, sizeof(limit))) {
-			for (unsigned k = 0; k < app->n_models; k++)
-				if (app->models[k]->unloading)
+		if (!sl_registry_room_for(&app->registry, m,
+		                          app->cfg->memory_budget, limit,
+		                          sizeof(limit))) {
+			for (unsigned k = 0; k < app->registry.n_models; k++)
+				if (app->registry.models[k]->unloading)
 					return; /* room is being made */
-			struct sl_model *victim = lru_idle(app, m);
+			struct sl_model *victim =
+			    sl_registry_lru_idle(&app->registry, m);
 			if (victim) {
 				char why[SL_MODEL_NAME_MAX + 96];
 				snprintf(why, sizeof(why), "%s: room for %s",
@@ -362,7 +274,8 @@ void app_start_wanted(struct sl_app *app)
 
 void sl_app_model_demand(struct sl_app *app, struct sl_model *m)
 {
-	if (!app->model_section || !m->managed || m->loaded || app->stopping)
+	if (!app->registry.model_section || !m->managed || m->loaded ||
+	    app->stopping)
 		return;
 	m->wanted = true;
 	app_start_wanted(app);
@@ -391,7 +304,8 @@ int sl_app_model_load(struct sl_app *app, struct sl_model *m, char *why,
 		return SL_EINVAL;
 	}
 	char limit[64];
-	if (!room_for(app, m, limit, sizeof(limit))) {
+	if (!sl_registry_room_for(&app->registry, m, app->cfg->memory_budget,
+	                          limit, sizeof(limit))) {
 		snprintf(why, size,
 		         "no room for model %s within %s: unload another "
 		         "first",
@@ -415,7 +329,7 @@ int sl_app_model_unload(struct sl_app *app, struct sl_model *m, char *why,
 	}
 	if (!m->loaded)
 		return 0; /* stopped, or stopping already */
-	if (!model_idle(m)) {
+	if (!sl_model_idle(m)) {
 		snprintf(why, size,
 		         "model %s is in use (requests queued or in flight); "
 		         "sluice stops no model under a request: unload it "
@@ -430,20 +344,21 @@ int sl_app_model_unload(struct sl_app *app, struct sl_model *m, char *why,
 void sl_app_model_used(struct sl_model *m)
 {
 	struct sl_app *app = m->app;
-	m->last_used = ++app->uses;
+	sl_registry_used(&app->registry, m);
 	const struct sl_model_config *conf = m->conf;
 	if (m->loaded && conf && conf->idle_timeout_ms && !app->stopping)
 		uv_timer_start(&m->idle_timer, app_on_idle_timer,
 		               conf->idle_timeout_ms, 0);
 	/* A model that went idle may make room for one that is wanted. */
-	if ((app->max_loaded || app->cfg->memory_budget) && model_idle(m))
+	if ((app->registry.max_loaded || app->cfg->memory_budget) &&
+	    sl_model_idle(m))
 		app_start_wanted(app);
 }
 
 static void on_upstream_fatal(struct sl_upstream *u, const char *why)
 {
 	struct sl_app *app = u->data;
-	struct sl_model *m = sl_app_model_of(app, u);
+	struct sl_model *m = sl_registry_model_of(&app->registry, u);
 	/* One started on demand fails its requests, not the whole of sluice. */
 	if (m && m->late) {
 		sl_error("model %s: %s", m->name, why);
@@ -466,7 +381,7 @@ static void on_upstream_fatal(struct sl_upstream *u, const char *why)
 void app_on_upstream_stopped(struct sl_upstream *u)
 {
 	struct sl_app *app = u->data;
-	struct sl_model *m = sl_app_model_of(app, u);
+	struct sl_model *m = sl_registry_model_of(&app->registry, u);
 	if (m)
 		sl_pool_remove(&m->pool, u);
 	/* Later entries move down, in order: each pool stays in index order. */
@@ -494,7 +409,7 @@ void app_on_upstream_stopped(struct sl_upstream *u)
 static bool may_eject(const struct sl_upstream *u)
 {
 	const struct sl_app *app = u->data;
-	const struct sl_model *m = sl_app_model_of(app, u);
+	const struct sl_model *m = sl_registry_model_of(&app->registry, u);
 	return m && sl_pool_other_usable(&m->pool, u);
 }
 
@@ -534,7 +449,7 @@ struct sl_model *app_model_new(struct sl_app *app, char *name,
 	m->sched_timer.data = m;
 	uv_timer_init(&app->loop, &m->idle_timer);
 	m->idle_timer.data = m;
-	app->models[app->n_models++] = m;
+	app->registry.models[app->registry.n_models++] = m;
 	return m;
 }
 
@@ -603,7 +518,9 @@ void app_preload(struct sl_app *app, struct sl_model *m, const char *why)
 		sl_info("model %s: stopped until a request needs it "
 		        "(preload: false)",
 		        m->name);
-	else if (!room_for(app, m, limit, sizeof(limit)))
+	else if (!sl_registry_room_for(&app->registry, m,
+	                               app->cfg->memory_budget, limit,
+	                               sizeof(limit)))
 		sl_info("model %s: stopped until a request needs it (%s)",
 		        m->name, limit);
 	else
@@ -616,7 +533,8 @@ static void on_model_handle_closed(uv_handle_t *h)
 	if (--m->closing_handles > 0)
 		return;
 	struct sl_app *app = m->app;
-	for (struct sl_model **p = &app->retired; *p; p = &(*p)->next_retired)
+	for (struct sl_model **p = &app->registry.retired; *p;
+	     p = &(*p)->next_retired)
 		if (*p == m) {
 			*p = m->next_retired;
 			break;
@@ -695,8 +613,8 @@ void app_remove_model(struct sl_app *app, struct sl_model *m)
 	sl_proxy_fail_queued(&m->app->relay, m, message);
 	app_close_model_discovery(m);
 	app_retire_pool(m, NULL);
-	m->next_retired = app->retired;
-	app->retired = m;
+	m->next_retired = app->registry.retired;
+	app->registry.retired = m;
 	app_maybe_free_model(m);
 }
 
@@ -704,16 +622,6 @@ void app_remove_model(struct sl_app *app, struct sl_model *m)
  * What the relay asks of the app (relay.h): the functions above, with the
  * app as an opaque owner.
  */
-static struct sl_model *relay_find_model(void *owner, const char *name)
-{
-	return sl_app_find_model(owner, name);
-}
-
-static struct sl_model *relay_model_of(void *owner, const struct sl_upstream *u)
-{
-	return sl_app_model_of(owner, u);
-}
-
 static struct sl_upstream *
 relay_pick_upstream(void *owner, const struct sl_model *m, bool need_slot,
                     const struct sl_upstream *avoid,
@@ -743,8 +651,6 @@ static void relay_maybe_drained(void *owner)
 }
 
 const struct sl_relay_hooks app_relay_hooks = {
-    .find_model = relay_find_model,
-    .model_of = relay_model_of,
     .pick_upstream = relay_pick_upstream,
     .upstream_expected = relay_upstream_expected,
     .model_demand = relay_model_demand,
@@ -755,18 +661,6 @@ const struct sl_relay_hooks app_relay_hooks = {
     .model_used = sl_app_model_used,
 };
 
-/* What /metrics asks of the app (exposition.h). */
-static const struct sl_model *exposition_model_of(const void *owner,
-                                                  const struct sl_upstream *u)
-{
-	return sl_app_model_of(owner, u);
-}
-
-static unsigned exposition_queue_depth(const void *owner)
-{
-	return sl_app_queue_depth(owner);
-}
-
 void app_lend_exposition(struct sl_app *app)
 {
 	app->exposition = (struct sl_exposition){
@@ -776,14 +670,10 @@ void app_lend_exposition(struct sl_app *app)
 	    .tenants = &app->tenants,
 	    .http = &app->http,
 	    .upstreams = app->upstreams,
-	    .models = app->models,
-	    .n_models = &app->n_models,
+	    .registry = &app->registry,
 	    .discoveries = &app->discoveries,
 	    .n_discoveries = &app->n_discoveries,
 	    .affinity = &app->affinity,
 	    .affinity_picks = app->affinity_picks,
-	    .owner = app,
-	    .model_of = exposition_model_of,
-	    .queue_depth = exposition_queue_depth,
 	};
 }

@@ -261,9 +261,9 @@ static int check_models(struct sl_app *app, const struct sl_config *cfg,
 /* The running model named `name` (not an alias), or NULL. */
 static struct sl_model *model_named(struct sl_app *app, const char *name)
 {
-	for (unsigned i = 0; i < app->n_models; i++)
-		if (strcmp(app->models[i]->name, name) == 0)
-			return app->models[i];
+	for (unsigned i = 0; i < app->registry.n_models; i++)
+		if (strcmp(app->registry.models[i]->name, name) == 0)
+			return app->registry.models[i];
 	return NULL;
 }
 
@@ -279,8 +279,8 @@ static void reload_models(struct sl_app *app, const struct sl_config *cfg,
 	char added[1024] = "", removed[1024] = "", changed[2048] = "";
 	bool kinds_changed[SL_MODELS_MAX] = {false};
 	/* Removed first: the new ones may need their room. */
-	for (unsigned i = 0; i < app->n_models;) {
-		struct sl_model *m = app->models[i];
+	for (unsigned i = 0; i < app->registry.n_models;) {
+		struct sl_model *m = app->registry.models[i];
 		const struct sl_model_config *c = NULL;
 		for (unsigned k = 0; k < cfg->n_models && !c; k++)
 			if (strcmp(cfg->models[k].name, m->name) == 0)
@@ -293,10 +293,11 @@ static void reload_models(struct sl_app *app, const struct sl_config *cfg,
 			kinds_changed[c - cfg->models] = true;
 		else
 			append(removed, sizeof(removed), ", ", m->name);
-		app->n_models--;
-		memmove(&app->models[i], &app->models[i + 1],
-		        (app->n_models - i) * sizeof(app->models[0]));
-		app->models[app->n_models] = NULL;
+		app->registry.n_models--;
+		memmove(&app->registry.models[i], &app->registry.models[i + 1],
+		        (app->registry.n_models - i) *
+		            sizeof(app->registry.models[0]));
+		app->registry.models[app->registry.n_models] = NULL;
 		app_remove_model(app, m);
 	}
 	struct sl_model *order[SL_MODELS_MAX];
@@ -335,15 +336,16 @@ static void reload_models(struct sl_app *app, const struct sl_config *cfg,
 		}
 		order[k] = m;
 	}
-	memcpy(app->models, order, cfg->n_models * sizeof(order[0]));
-	app->n_models = cfg->n_models;
-	struct sl_model *def = cfg->default_model[0]
-	                           ? sl_app_find_model(app, cfg->default_model)
-	                           : app->models[0];
-	bool new_default = def != app->default_model;
-	app->default_model = def;
-	bool new_max = cfg->max_loaded != app->max_loaded;
-	app->max_loaded = cfg->max_loaded;
+	memcpy(app->registry.models, order, cfg->n_models * sizeof(order[0]));
+	app->registry.n_models = cfg->n_models;
+	struct sl_model *def =
+	    cfg->default_model[0]
+	        ? sl_registry_find(&app->registry, cfg->default_model)
+	        : app->registry.models[0];
+	bool new_default = def != app->registry.default_model;
+	app->registry.default_model = def;
+	bool new_max = cfg->max_loaded != app->registry.max_loaded;
+	app->registry.max_loaded = cfg->max_loaded;
 	for (unsigned i = 0; i < n_fresh; i++)
 		start_added(app, fresh[i]);
 	char line[4096] = "";
@@ -361,9 +363,10 @@ static void reload_models(struct sl_app *app, const struct sl_config *cfg,
 		         "; default-model: %s", def->name);
 	if (new_max)
 		snprintf(line + strlen(line), sizeof(line) - strlen(line),
-		         "; max-loaded: %u", app->max_loaded);
-	sl_info("models reloaded: %u model%s%s", app->n_models,
-	        app->n_models == 1 ? "" : "s", line[0] ? line : "; no change");
+		         "; max-loaded: %u", app->registry.max_loaded);
+	sl_info("models reloaded: %u model%s%s", app->registry.n_models,
+	        app->registry.n_models == 1 ? "" : "s",
+	        line[0] ? line : "; no change");
 	app_start_wanted(app);
 	sl_app_kick_scheduler(app);
 }
@@ -496,19 +499,20 @@ static void reload_done(uv_work_t *w, int status)
 		sl_error("SIGHUP: not reloaded: %s", uv_strerror(status));
 	else if (app->reload_rc != 0)
 		sl_error("SIGHUP: %s not reloaded, the old ones stay: %s",
-		         app->model_section ? "keys and models" : "keys",
+		         app->registry.model_section ? "keys and models"
+		                                     : "keys",
 		         app->reload_err);
 	else if (app->stopping)
 		; /* shutting down: nothing to change */
-	else if (app->model_section != (cfg->n_models > 0))
+	else if (app->registry.model_section != (cfg->n_models > 0))
 		sl_error("SIGHUP: keys and models not reloaded, the old ones "
 		         "stay: %s",
-		         app->model_section
+		         app->registry.model_section
 		             ? "the models: section is gone; going back to "
 		               "one model takes a restart"
 		             : "a models: section is new; serving several "
 		               "models takes a restart");
-	else if (app->model_section &&
+	else if (app->registry.model_section &&
 	         check_models(app, cfg, &exe, err, sizeof(err)) != 0)
 		sl_error("SIGHUP: keys and models not reloaded, the old ones "
 		         "stay: %s",
@@ -517,7 +521,7 @@ static void reload_done(uv_work_t *w, int status)
 		sl_tenants_install(&app->tenants, cfg->keys, true);
 		app_warn_if_locked(app, "SIGHUP: ", cfg->keys);
 		cfg->keys = NULL;
-		if (app->model_section)
+		if (app->registry.model_section)
 			reload_models(app, cfg, exe);
 		log_ignored(app, cfg);
 	}

@@ -15,7 +15,7 @@
 
 bool sl_models_api_owns(const struct sl_app *app, const struct sl_endpoint *ep)
 {
-	if (!app->model_section)
+	if (!app->registry.model_section)
 		return false;
 	return strcmp(ep->path, "/models/load") == 0 ||
 	       strcmp(ep->path, "/models/unload") == 0 ||
@@ -68,7 +68,7 @@ void sl_models_api_handle(struct sl_app *app, struct sl_http_request *req,
 	char name[SL_MODEL_NAME_MAX + 2];
 	if (!body_model(req, name, sizeof(name)))
 		return;
-	struct sl_model *m = sl_app_find_model(app, name);
+	struct sl_model *m = sl_registry_find(&app->registry, name);
 	if (!m) {
 		sl_proxy_respond_unknown_model(req, name);
 		return;

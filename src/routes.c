@@ -56,8 +56,8 @@ static void respond_models(struct sl_app *app, struct sl_http_request *req)
 	const struct sl_key *key =
 	    req->info.tenant ? req->info.tenant->key : NULL;
 	json_t *data = json_array();
-	for (unsigned i = 0; i < app->n_models; i++) {
-		const struct sl_model *m = app->models[i];
+	for (unsigned i = 0; i < app->registry.n_models; i++) {
+		const struct sl_model *m = app->registry.models[i];
 		if (key &&
 		    !sl_access_model_allowed(&app->relay, key, m, m->name))
 			continue;
@@ -208,7 +208,8 @@ static void find_target(struct sl_app *app, const struct sl_http_request *req,
 		add_allowed(t->allow, sizeof(t->allow), routes[i].method);
 		public_path |= routes[i].access == SL_ACCESS_PUBLIC;
 	}
-	if (app->model_section && method_matches(HTTP_GET, req->method) &&
+	if (app->registry.model_section &&
+	    method_matches(HTTP_GET, req->method) &&
 	    (strcmp(req->path, "/v1/models") == 0 ||
 	     strcmp(req->path, "/models") == 0)) {
 		t->kind = TARGET_MODELS;

@@ -17,6 +17,7 @@
 
 #include "sluice/config/config.h"
 #include "sluice/fleet/model.h"
+#include "sluice/fleet/registry.h"
 #include "sluice/ops/exposition.h"
 #include "sluice/relay/relay.h"
 #include "sluice/net/curl_loop.h"
@@ -59,25 +60,18 @@ struct sl_app {
 	bool reloading;
 	bool reload_again; /* another SIGHUP came during the reload */
 	/*
-	 * A reload replaces the models as well (see sl_model): removed ones
-	 * wait in `retired` until nothing refers to them; the launch settings
-	 * that running llama-servers still point to wait in `old_launches`
-	 * until those have stopped. max_loaded is --max-loaded as reloaded.
+	 * A reload replaces the models as well (registry.h, retired); the
+	 * launch settings that running llama-servers still point to wait in
+	 * `old_launches` until those have stopped.
 	 */
-	struct sl_model *retired;
 	struct sl_old_launch *old_launches;
-	unsigned max_loaded;
 	struct sl_tenants tenants; /* keys: and their state (keys.h) */
 
 	/* Dense: upstreams[i]->index == i, for i < n_upstreams. */
 	struct sl_upstream *upstreams[SL_MAX_UPSTREAMS];
 	unsigned n_upstreams; /* not yet stopped */
-	struct sl_model *models[SL_MODELS_MAX];
-	unsigned n_models;
-	struct sl_model *default_model; /* for a request naming none */
-	bool model_section;             /* models: given: names are checked */
-	bool started;                   /* start-up is over */
-	uint64_t uses; /* requests dispatched or finished: sl_model.last_used */
+	struct sl_registry registry; /* the models (registry.h) */
+	bool started;                /* start-up is over */
 	uint64_t created_s; /* Unix time sluice started: /v1/models' created */
 	/*
 	 * Every discovery open: each --upstream-dns and each model's dns:
@@ -138,13 +132,6 @@ void sl_app_stop(struct sl_app *app, int exit_code);
 void sl_app_maybe_drained(struct sl_app *app);
 
 /*
- * The model a request names (by name or alias), or NULL when none has
- * that name. NULL or "" names none: the default model. Without a models:
- * section the one model answers to every name.
- */
-struct sl_model *sl_app_find_model(struct sl_app *app, const char *name);
-
-/*
  * The ready upstream of `m` with the most room (fewest requests in flight
  * per slot; ties in turn), or NULL with the reason, for the client, in
  * `why` (see sl_pool_pick). Ties go in turn from next_upstream, which the
@@ -170,13 +157,6 @@ sl_app_pick_upstream(struct sl_app *app, const struct sl_model *m,
  */
 bool sl_app_upstream_expected(const struct sl_app *app,
                               const struct sl_model *m);
-
-/* The model whose pool holds `u`, or NULL. */
-struct sl_model *sl_app_model_of(const struct sl_app *app,
-                                 const struct sl_upstream *u);
-
-/* Requests waiting in every model's queue. */
-unsigned sl_app_queue_depth(const struct sl_app *app);
 
 /*
  * Loading on demand. A request that needs a slot of a managed model that

@@ -20,3 +20,19 @@ const char *sl_model_state(const struct sl_model *m)
 	}
 	return starting ? "starting" : "down";
 }
+
+bool sl_model_idle(const struct sl_model *m)
+{
+	if (sl_sched_depth(&m->sched) > 0)
+		return false;
+	for (unsigned i = 0; i < m->pool.n; i++)
+		if (m->pool.members[i]->inflight > 0)
+			return false;
+	return true;
+}
+
+/* Managed models whose llama-servers run, start or are being stopped. */
+bool sl_model_running(const struct sl_model *m)
+{
+	return m->managed && (m->loaded || m->pool.n > 0);
+}

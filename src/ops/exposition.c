@@ -228,7 +228,7 @@ static void expose_requests(struct sl_stats *s, struct sl_text *t)
 static void model_label(const struct sl_exposition *ex,
                         const struct sl_upstream *u, char *out, size_t size)
 {
-	const struct sl_model *m = ex->model_of(ex->owner, u);
+	const struct sl_model *m = sl_registry_model_of(ex->registry, u);
 	sl_label_escape(m ? m->name : "", out, size);
 }
 
@@ -373,8 +373,8 @@ void sl_exposition_prometheus(struct sl_exposition *ex, struct sl_text *t)
 	                 "Requests waiting in sluice's queue, by priority and "
 	                 "model.");
 	unsigned reserve = 0;
-	for (unsigned i = 0; i < *ex->n_models; i++) {
-		const struct sl_model *m = ex->models[i];
+	for (unsigned i = 0; i < ex->registry->n_models; i++) {
+		const struct sl_model *m = ex->registry->models[i];
 		char model[256];
 		sl_label_escape(m->name, model, sizeof(model));
 		reserve += sl_sched_urgent_reserve(&m->sched);
@@ -395,8 +395,8 @@ void sl_exposition_prometheus(struct sl_exposition *ex, struct sl_text *t)
 	sl_expose_family(t, "sluice_model_state", "gauge",
 	                 "1 for the state each model is in: stopped, starting, "
 	                 "ready, stopping or down.");
-	for (unsigned i = 0; i < *ex->n_models; i++) {
-		const struct sl_model *m = ex->models[i];
+	for (unsigned i = 0; i < ex->registry->n_models; i++) {
+		const struct sl_model *m = ex->registry->models[i];
 		char model[256];
 		sl_label_escape(m->name, model, sizeof(model));
 		const char *now = sl_model_state(m);
@@ -475,11 +475,11 @@ json_t *sl_exposition_summary(struct sl_exposition *ex)
 	sl_procstat_read(&proc);
 	return json_pack(
 	    "{s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:I, s:f, s:f, s:f, s:o, s:o}",
-	    "queue_depth", (int)ex->queue_depth(ex->owner), "inflight",
-	    (int)inflight, "requests", (json_int_t)lat->count, "p50_latency_ms",
-	    sl_hist_quantile(lat, 0.50) * 1000, "p95_latency_ms",
-	    sl_hist_quantile(lat, 0.95) * 1000, "p99_latency_ms",
-	    sl_hist_quantile(lat, 0.99) * 1000, "p99_ttft_ms",
+	    "queue_depth", (int)sl_registry_queue_depth(ex->registry),
+	    "inflight", (int)inflight, "requests", (json_int_t)lat->count,
+	    "p50_latency_ms", sl_hist_quantile(lat, 0.50) * 1000,
+	    "p95_latency_ms", sl_hist_quantile(lat, 0.95) * 1000,
+	    "p99_latency_ms", sl_hist_quantile(lat, 0.99) * 1000, "p99_ttft_ms",
 	    sl_hist_quantile(&ttft, 0.99) * 1000, "batches",
 	    (json_int_t)s->batches, "avg_batch_size",
 	    s->batches ? (double)s->batched / (double)s->batches : 0.0,

@@ -234,10 +234,10 @@ bool sl_access_model_allowed(struct sl_relay *relay, const struct sl_key *key,
 {
 	if (key->any_model)
 		return true;
-	if (!*relay->model_section)
+	if (!relay->registry->model_section)
 		return !named || sl_keys_allows_model(key, named);
 	for (unsigned i = 0; i < key->n_models; i++)
-		if (sl_relay_find_model(relay, key->models[i]) == m)
+		if (sl_registry_find(relay->registry, key->models[i]) == m)
 			return true;
 	return false;
 }

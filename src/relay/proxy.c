@@ -530,7 +530,7 @@ void sl_proxy_handle(struct sl_relay *relay, struct sl_http_request *req,
 	char model_param[SL_MODEL_NAME_MAX + 2];
 	struct sl_query_param by_model = {0};
 	char *query = NULL;
-	if (*relay->model_section && !ep->json_body)
+	if (relay->registry->model_section && !ep->json_body)
 		by_model = sl_query_take(req->query, "model", model_param,
 		                         sizeof(model_param), &query);
 	else
@@ -567,10 +567,12 @@ void sl_proxy_handle(struct sl_relay *relay, struct sl_http_request *req,
 		return;
 	}
 	const char *wanted = model_named ? model_param : checked.model;
-	struct sl_model *m = sl_relay_find_model(relay, wanted);
+	struct sl_model *m = sl_registry_find(relay->registry, wanted);
 	if (pinned && !model_named && !checked.model)
-		m = sl_relay_model_of(relay, pinned); /* the upstream's own */
-	if (!m || (pinned && m != sl_relay_model_of(relay, pinned))) {
+		m = sl_registry_model_of(relay->registry,
+		                         pinned); /* the upstream's own */
+	if (!m ||
+	    (pinned && m != sl_registry_model_of(relay->registry, pinned))) {
 		free(query);
 		if (!m)
 			sl_proxy_respond_unknown_model(req, wanted);

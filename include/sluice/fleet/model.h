@@ -106,4 +106,10 @@ const char *sl_model_state(const struct sl_model *m);
 /* Every state sl_model_state() names, NULL-terminated. */
 extern const char *const sl_model_states[];
 
+/* Whether nothing of `m` waits in its queue or runs on its upstreams. */
+bool sl_model_idle(const struct sl_model *m);
+
+/* Whether `m` is managed and its llama-servers run, start or stop. */
+bool sl_model_running(const struct sl_model *m);
+
 #endif

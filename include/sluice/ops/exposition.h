@@ -15,6 +15,7 @@
 #include "sluice/fleet/affinity.h"
 #include "sluice/fleet/discovery.h"
 #include "sluice/fleet/model.h"
+#include "sluice/fleet/registry.h"
 #include "sluice/fleet/upstream.h"
 #include "sluice/net/curl_loop.h"
 #include "sluice/net/http.h"
@@ -30,7 +31,6 @@ struct sl_metrics_waiter;
 
 /*
  * What /metrics reads of the app, lent once at start-up (the pointers),
- * what it asks of it (model_of, queue_depth, with the app as `owner`),
  * and its own state. So ops reads the app's tables without including
  * app.h, which sits above it.
  */
@@ -42,16 +42,11 @@ struct sl_exposition {
 	const struct sl_http_server *http;
 	/* SL_MAX_UPSTREAMS slots, dense from the first (app.h). */
 	struct sl_upstream *const *upstreams;
-	struct sl_model *const *models;
-	const unsigned *n_models;
+	const struct sl_registry *registry; /* the models */
 	struct sl_discovery **const *discoveries;
 	const unsigned *n_discoveries;
 	struct sl_affinity *const *affinity;      /* NULL with --affinity off */
 	const unsigned long long *affinity_picks; /* SL_AFFINITY_RESULTS */
-	void *owner;
-	const struct sl_model *(*model_of)(const void *owner,
-	                                   const struct sl_upstream *u);
-	unsigned (*queue_depth)(const void *owner);
 	/* /metrics requests waiting for llama-server's, and fetches running. */
 	struct sl_metrics_waiter *waiters;
 	unsigned fetching;

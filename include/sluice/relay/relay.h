@@ -4,9 +4,10 @@
  *
  * The relay sits below the app: it reads the app's loop, configuration,
  * upstream clients, counters and key table through the pointers here, set
- * once at start-up, and asks the app for what only the app decides
- * (which model a name means, which upstream takes a request, whether a
- * model should load, when the schedulers run, whether a drain is over)
+ * once at start-up, reads the models in the registry below it, and asks
+ * the app for what only the app decides (which upstream takes a request,
+ * whether a model should load, when the schedulers run, whether a drain
+ * is over)
  * through `hooks`, never by including app.h. The exchanges themselves,
  * and the coalescing of fast streams, are the relay's own state.
  */
@@ -14,6 +15,7 @@
 #define SLUICE_RELAY_H
 
 #include "sluice/config/config.h"
+#include "sluice/fleet/registry.h"
 #include "sluice/net/curl_loop.h"
 #include "sluice/net/h1_client.h"
 #include "sluice/ops/stats.h"
@@ -31,10 +33,6 @@ struct sl_upstream;
 
 /* The app's answers, each with the app as `owner` (app.h has them all). */
 struct sl_relay_hooks {
-	/* The model a request names, or NULL (sl_app_find_model). */
-	struct sl_model *(*find_model)(void *owner, const char *name);
-	/* The model whose pool holds `u`, or NULL (sl_app_model_of). */
-	struct sl_model *(*model_of)(void *owner, const struct sl_upstream *u);
 	/* The upstream that takes a request of `m` (sl_app_pick_upstream). */
 	struct sl_upstream *(*pick_upstream)(void *owner,
 	                                     const struct sl_model *m,
@@ -71,7 +69,7 @@ struct sl_relay {
 	struct sl_upstream *const *upstreams;
 	const unsigned *n_upstreams;
 	unsigned *next_upstream;
-	const bool *model_section; /* models: given: names are checked */
+	const struct sl_registry *registry; /* the models (registry.h) */
 	const bool *stopping;      /* draining, then closing */
 
 	/* The relay's own. */
@@ -88,19 +86,7 @@ struct sl_relay {
 	uint64_t coalesce_tick;
 };
 
-/* The hooks, called as functions of the relay. */
-static inline struct sl_model *sl_relay_find_model(struct sl_relay *r,
-                                                   const char *name)
-{
-	return r->hooks->find_model(r->owner, name);
-}
-
-static inline struct sl_model *sl_relay_model_of(struct sl_relay *r,
-                                                 const struct sl_upstream *u)
-{
-	return r->hooks->model_of(r->owner, u);
-}
-
+/* A hook, called as a function of the relay. */
 static inline void sl_relay_kick_scheduler(struct sl_relay *r)
 {
 	r->hooks->kick_scheduler(r->owner);
