@@ -7,9 +7,8 @@
  * once at start-up, reads the models in the registry below it, and asks
  * the app for what only the app decides (which upstream takes a request,
  * whether a model should load, when the schedulers run, whether a drain
- * is over)
- * through `hooks`, never by including app.h. The exchanges themselves,
- * and the coalescing of fast streams, are the relay's own state.
+ * is over) through `hooks`, never by including app.h. The exchanges
+ * themselves, and the coalescing of fast streams, are the relay's own.
  */
 #ifndef SLUICE_RELAY_H
 #define SLUICE_RELAY_H
@@ -70,7 +69,7 @@ struct sl_relay {
 	const unsigned *n_upstreams;
 	unsigned *next_upstream;
 	const struct sl_registry *registry; /* the models (registry.h) */
-	const bool *stopping;      /* draining, then closing */
+	const bool *stopping;               /* draining, then closing */
 
 	/* The relay's own. */
 	unsigned exchanges; /* relayed requests not yet finished */
