@@ -420,6 +420,13 @@ class Sluice(Process):
         return wait_until(lambda: self.ready_status() == 200, timeout,
                           "sluice to be ready")
 
+    def reload(self, pattern, timeout=30):
+        """Sends SIGHUP and returns the match of the first log line after
+        it that matches pattern."""
+        mark = len(self.lines)
+        self.proc.send_signal(signal.SIGHUP)
+        return self.wait_line(pattern, start=mark, timeout=timeout)
+
     def wait_all_upstreams_ready(self, timeout=60):
         """Waits until every upstream /health lists is ready (/ready needs
         only one)."""

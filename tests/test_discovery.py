@@ -8,7 +8,6 @@ import http.client
 import json
 import os
 import re
-import signal
 import threading
 
 import promcheck
@@ -385,10 +384,8 @@ class Discovery(st.TestCase):
                     "    upstreams: [%s]\n"
                     "  found:\n"
                     "    dns: %s:%d\n" % (c.url, other, a.port))
-        mark = len(s.lines)
-        s.proc.send_signal(signal.SIGHUP)
-        s.wait_line(r"models reloaded: 2 models; changed: found \(dns\)$",
-                    start=mark, timeout=SAFETY_NET_S)
+        s.reload(r"models reloaded: 2 models; changed: found \(dns\)$",
+                 timeout=SAFETY_NET_S)
         st.wait_until(lambda: ready("found", a.url), SAFETY_NET_S,
                       "the new name's address in model found")
         self.assertNotIn(b.url, self.upstreams(s))

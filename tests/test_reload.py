@@ -6,7 +6,6 @@ the tiny demo model."""
 
 import json
 import os
-import signal
 
 import sluice_test as st
 
@@ -79,9 +78,7 @@ class Reload(st.TestCase):
 
     def reload(self, s, pattern):
         """Sends SIGHUP and waits for the log line matching pattern."""
-        mark = len(s.lines)
-        s.proc.send_signal(signal.SIGHUP)
-        return s.wait_line(pattern, start=mark, timeout=SAFETY_NET_S)
+        return s.reload(pattern, timeout=SAFETY_NET_S)
 
     def ask(self, s, model, rid):
         return st.request(s.port, "POST", "/v1/completions",

@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import re
-import signal
 import subprocess
 import threading
 import time
@@ -224,10 +223,8 @@ class Tenants(st.TestCase):
         with open(self.config, "w") as f:
             f.write(keys_yaml({"a": {"secret": "sk-a2"},
                                "c": {"secret": "sk-c"}}))
-        mark = len(s.lines)
-        s.proc.send_signal(signal.SIGHUP)
-        s.wait_line(r"keys reloaded: 2 keys; added: c; changed: a; "
-                    r"removed: b$", start=mark)
+        s.reload(r"keys reloaded: 2 keys; added: c; changed: a; "
+                 r"removed: b$")
         for key, status in (("sk-a", 401), ("sk-b", 401), ("sk-a2", 200),
                             ("sk-c", 200)):
             r = s.post("/v1/chat/completions", chat(n=1),
@@ -241,10 +238,8 @@ class Tenants(st.TestCase):
         # A broken file keeps the keys as they were.
         with open(self.config, "w") as f:
             f.write("keys:\n  a:\n    rpm: 5\n")
-        mark = len(s.lines)
-        s.proc.send_signal(signal.SIGHUP)
-        m = s.wait_line(r"error SIGHUP: keys not reloaded, the old ones "
-                        r"stay: (.*)$", start=mark)
+        m = s.reload(r"error SIGHUP: keys not reloaded, the old ones "
+                     r"stay: (.*)$")
         self.assertEqual(m.group(1), "%s:3: keys.a: no hash: (sluice "
                          "--hash-key reads the secret and prints the line)"
                          % self.config)
@@ -556,9 +551,7 @@ class ReloadKeepsAuthentication(st.TestCase):
             f.write(text)
 
     def reload(self, s, pattern):
-        mark = len(s.lines)
-        s.proc.send_signal(signal.SIGHUP)
-        return s.wait_line(pattern, start=mark, timeout=SAFETY_NET_S)
+        return s.reload(pattern, timeout=SAFETY_NET_S)
 
     def assert_locked(self, s, *revoked):
         """Every endpoint but the health checks wants a key, and none of
