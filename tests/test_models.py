@@ -307,9 +307,13 @@ class OnDemand(WithDirect):
         self.assertEqual(len(start), 1, s.output())
         ready = [l for l in lines[lines.index(start[0]):]
                  if re.search(r"upstream \S+ is ready", l)][0]
-        # Both stamps are whole milliseconds: allow one for the rounding.
+        # The log stamps are read from the clock as each line is written,
+        # but the queue times by the loop's clock, read once per turn: the
+        # dispatch can carry the stamp of the turn that saw the upstream
+        # ready, taken before the "ready" line was written. Allow for one
+        # busy turn (sanitizers, a loaded machine); a start takes hundreds.
         took_ms = round((log_time(ready) - log_time(start[0])) * 1000)
-        self.assertGreaterEqual(int(r.header("X-Queue-Ms")), took_ms - 1)
+        self.assertGreaterEqual(int(r.header("X-Queue-Ms")), took_ms - 25)
         # One look, well within the idle-timeout of its answer.
         h = s.health().json()
         up = [m for m in h["models"] if m["name"] == "tiny"][0]
