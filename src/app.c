@@ -561,6 +561,47 @@ void app_warn_if_locked(const struct sl_app *app, const char *when,
 	        when, keys ? "lists no key" : "is gone");
 }
 
+/*
+ * A key whose models: list names a model sluice does not serve can never
+ * use it (access.h): most likely a typo, or a list written for a models:
+ * section that is not there. Said once per key at start and by each reload
+ * (`when` prefixes the line); the key still works for the models it names
+ * that exist.
+ */
+void app_warn_unknown_models(const struct sl_app *app, const char *when)
+{
+	const struct sl_keys *keys = app->tenants.table;
+	for (unsigned k = 0; keys && k < keys->n; k++) {
+		const struct sl_key *key = &keys->v[k];
+		char names[512];
+		struct sl_join j = SL_JOIN(names);
+		for (unsigned i = 0; i < key->n_models; i++) {
+			const char *name = key->models[i];
+			bool served =
+			    app->registry.model_section
+			        ? sl_registry_find(&app->registry, name) != NULL
+			        : strcmp(name,
+			                 app->registry.default_model->name) == 0;
+			if (served)
+				continue;
+			sl_join_str(&j, j.len ? ", " : "");
+			sl_join_str(&j, name);
+		}
+		if (j.len == 0)
+			continue;
+		if (app->registry.model_section)
+			sl_warn("%skeys.%s: models: %s: no such model or alias; "
+			        "the key cannot use it",
+			        when, key->name, names);
+		else
+			sl_warn("%skeys.%s: models: %s: sluice serves one model, "
+			        "%s (--model-name), which takes any name in a "
+			        "request; a key's list names it by that name",
+			        when, key->name, names,
+			        app->registry.default_model->name);
+	}
+}
+
 static int open_listener(struct sl_app *app)
 {
 	const struct sl_config *cfg = app->cfg;
@@ -692,6 +733,7 @@ int sl_app_run(const struct sl_config *cfg)
 	sl_tenants_install(&app->tenants, cfg->keys, false);
 	app->tenants.table_borrowed = true;
 	app_warn_if_locked(app, "", cfg->keys);
+	app_warn_unknown_models(app, "");
 	uv_timer_init(&app->loop, &app->drain_timer);
 	app->drain_timer.data = app;
 	uv_timer_init(&app->loop, &app->flush_timer);

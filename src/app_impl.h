@@ -32,6 +32,7 @@ void app_plan_upstream_cfg(struct sl_model *m);
 int app_start_models(struct sl_app *app);
 void app_warn_if_locked(const struct sl_app *app, const char *when,
                         const struct sl_keys *keys);
+void app_warn_unknown_models(const struct sl_app *app, const char *when);
 
 /* app_models.c */
 void app_announce_ready(struct sl_app *app);

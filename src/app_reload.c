@@ -523,6 +523,7 @@ static void reload_done(uv_work_t *w, int status)
 		cfg->keys = NULL;
 		if (app->registry.model_section)
 			reload_models(app, cfg, exe);
+		app_warn_unknown_models(app, "SIGHUP: ");
 		log_ignored(app, cfg);
 	}
 	free(exe);

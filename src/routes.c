@@ -59,7 +59,7 @@ static void respond_models(struct sl_app *app, struct sl_http_request *req)
 	for (unsigned i = 0; i < app->registry.n_models; i++) {
 		const struct sl_model *m = app->registry.models[i];
 		if (key &&
-		    !sl_access_model_allowed(&app->relay, key, m, m->name))
+		    !sl_access_model_allowed(&app->relay, key, m))
 			continue;
 		json_t *aliases = json_array();
 		for (unsigned k = 0; m->aliases && k < m->aliases->count; k++)

@@ -260,6 +260,8 @@ class Tenants(st.TestCase):
                     "  other:\n    upstreams: [%s]\n"
                     % (self.ls.url, self.ls.url))
         s = self.sluice("--config", self.config, "--admin-key", ADMIN)
+        # Ready is one model's upstream ready: these requests need both.
+        s.wait_all_upstreams_ready()
         for model in ("other", "secret-model"):
             r = s.post("/v1/chat/completions", chat(n=1, model=model),
                        headers=bearer("sk-n"))
@@ -295,6 +297,56 @@ class Tenants(st.TestCase):
         r = s.get("/v1/usage")
         self.assertEqual(r.status, 401)
 
+
+    def test_without_models_section_a_list_names_the_model_that_serves(self):
+        # One model, named "tiny" here, takes any name in a request, as
+        # llama-server does: a key listing it may send any name; a key
+        # listing only names that are not served can use nothing, and
+        # sluice says so at start.
+        s = self.start({"mine": {"secret": "sk-m", "models": ["tiny"]},
+                        "typo": {"secret": "sk-t", "models": ["tiyn"]}},
+                       "--model-name", "tiny")
+        s.wait_line(r"keys\.typo: models: tiyn: sluice serves one model, "
+                    r"tiny \(--model-name\), which takes any name")
+        self.assertEqual(s.count_lines(r"keys\.mine: "), 0)
+        for model in ("tiny", "gpt-4o", None):
+            extra = {"model": model} if model else {}
+            r = s.post("/v1/chat/completions", chat(n=1, **extra),
+                       headers=bearer("sk-m"))
+            self.assertEqual(r.status, 200, model)
+            self.assertEqual(s.post("/v1/chat/completions",
+                                    chat(n=1, **extra),
+                                    headers=bearer("sk-t")).status,
+                             404, model)
+        # Named as the key listed it: still not the model that serves.
+        r = s.post("/v1/chat/completions", chat(n=1, model="tiyn"),
+                   headers=bearer("sk-t"))
+        self.assertEqual(r.json()["error"]["message"],
+                         "The model `tiyn` does not exist.")
+        # Usage counts under the serving model's name, whatever was asked.
+        self.assertEqual(self.usage(s)["mine"]["models"]["tiny"]["requests"],
+                         3)
+
+    def test_with_models_section_a_list_names_models_or_aliases(self):
+        self.config = os.path.join(self.tmp, "sluice.yaml")
+        with open(self.config, "w") as f:
+            f.write(keys_yaml({"one": {"secret": "sk-1",
+                                       "models": ["small", "nope"]}}))
+            f.write("models:\n"
+                    "  tiny:\n    upstreams: [%s]\n    aliases: [small]\n"
+                    "  other:\n    upstreams: [%s]\n"
+                    % (self.ls.url, self.ls.url))
+        s = self.sluice("--config", self.config)
+        s.wait_all_upstreams_ready()
+        s.wait_line(r"keys\.one: models: nope: no such model or alias")
+        # Listed by its alias, tiny is the key's under either name, and as
+        # the default; other is not, whatever it is called.
+        for model, status in (("tiny", 200), ("small", 200), (None, 200),
+                              ("other", 404), ("nope", 404)):
+            extra = {"model": model} if model else {}
+            r = s.post("/v1/chat/completions", chat(n=1, **extra),
+                       headers=bearer("sk-1"))
+            self.assertEqual(r.status, status, model)
 
     def test_embeddings_and_rerank_charge_their_prompt_tokens(self):
         # Their answers carry a usage ahead of the vectors or results: the

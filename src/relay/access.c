@@ -230,12 +230,12 @@ static void respond_coded(struct sl_http_request *req, int status,
 }
 
 bool sl_access_model_allowed(struct sl_relay *relay, const struct sl_key *key,
-                             const struct sl_model *m, const char *named)
+                             const struct sl_model *m)
 {
 	if (key->any_model)
 		return true;
 	if (!relay->registry->model_section)
-		return !named || sl_keys_allows_model(key, named);
+		return sl_keys_allows_model(key, m->name);
 	for (unsigned i = 0; i < key->n_models; i++)
 		if (sl_registry_find(relay->registry, key->models[i]) == m)
 			return true;
@@ -265,7 +265,7 @@ bool sl_access_admit(struct sl_relay *relay, struct sl_http_request *req,
 	                         .max_tokens = checked->max_tokens,
 	                         .body_bytes = checked->body_len};
 	enum sl_admit verdict = SL_ADMIT_MODEL;
-	if (sl_access_model_allowed(relay, t->key, m, named))
+	if (sl_access_model_allowed(relay, t->key, m))
 		verdict = sl_tenant_admit(t->key, &a, uv_now(relay->loop));
 	/* Usage counts under the model's own name: a bounded set. */
 	struct sl_join model = SL_JOIN(req->info.model);

@@ -60,15 +60,16 @@ bool sl_access_admit(struct sl_relay *relay, struct sl_http_request *req,
                      const char *named);
 
 /*
- * Whether `key` may use model `m`, asked for as `named` (NULL: none named,
- * the default model). With a models: section a key's list names models or
- * their aliases, and a name counts for the model it stands for, so a key
- * listing `tiny` may use it by any alias. With the one model of --model or
- * --upstream, which takes any name, the name asked for is compared as
- * written, and a request naming none passes.
+ * Whether `key` may use model `m`, the model that serves the request (after
+ * aliases and the default). A key's list names models or their aliases, and
+ * a name counts for the model it stands for, so a key listing `tiny` may
+ * use it by any alias. With the one model of --model or --upstream, which
+ * takes any name in a request, the list is compared with that model's own
+ * name (--model-name): a key listing `demo` may send any name, one listing
+ * only `tiny` may use nothing, whatever name a request gives.
  */
 bool sl_access_model_allowed(struct sl_relay *relay, const struct sl_key *key,
-                             const struct sl_model *m, const char *named);
+                             const struct sl_model *m);
 
 /*
  * Whether req is a CORS preflight: OPTIONS while CORS is on. Such a
