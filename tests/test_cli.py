@@ -239,8 +239,10 @@ class ExposureWarning(st.TestCase):
 EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                        "deploy", "sluice.yaml")
 
-# The lines of --check-config: "name: value  # source".
+# The lines of --check-config: "name: value  # source", or, for an option
+# with no value until set (--port), "# name: not set (what stands for it)".
 CHECK_LINE = re.compile(r"^([a-z-]+): (.*)  # (default|file|env|flag)$")
+UNSET_LINE = re.compile(r"^# ([a-z-]+): not set \((.*)\)$")
 
 
 def help_options():
@@ -256,6 +258,10 @@ def check_config(path, *args, env=None):
     r = run("--check-config", path, *args, env=env)
     found = {}
     for line in r.stdout.splitlines():
+        m = UNSET_LINE.match(line)
+        if m:
+            found[m.group(1)] = (None, "default")
+            continue
         m = CHECK_LINE.match(line)
         assert m, "not a name: value  # source line: %r" % line
         found[m.group(1)] = (m.group(2), m.group(3))
@@ -322,6 +328,24 @@ class ConfigFile(st.TestCase):
         self.assertEqual(status, 200)
         self.assertEqual(json.loads(body)["total_slots"], 3)
 
+    def test_port_replaces_the_port_of_listen_wherever_each_is_set(self):
+        up = self.recording_upstream()
+        path = self.write("listen: 127.0.0.9:0\nupstream: %s\n" % up.url)
+        port = st.free_port()
+        # The file's address, the flag's port.
+        s = self.started("--config", path, "--port", str(port),
+                         host="127.0.0.9")
+        self.assertEqual(s.port, port)
+        self.assertEqual(self.get(s, "/health")[0], 200)
+        s.kill()
+        # Alone (here from the environment), on the default address.
+        s = self.started("--upstream", up.url, env={"SLUICE_PORT": str(port)})
+        self.assertEqual((s.host, s.port), ("127.0.0.1", port))
+        self.assertEqual(self.get(s, "/health")[0], 200)
+        r, found = check_config(path, "--port", str(port))
+        self.assertEqual(found["listen"], ("127.0.0.9:%d" % port, "file"))
+        self.assertEqual(found["port"], (str(port), "flag"))
+
     def test_check_config_prints_every_option_with_its_source(self):
         path = self.write("listen: 127.0.0.1:9\n"
                           "batch-window: 50ms\n"
@@ -345,6 +369,7 @@ class ConfigFile(st.TestCase):
                          ("[https://a.example, https://b.example:8443]",
                           "file"))
         self.assertEqual(found["max-body"], ("1M", "default"))
+        self.assertEqual(found["port"], (None, "default"))
         # The output is YAML that says the same.
         loaded = yaml.load(r.stdout, Loader=yaml.BaseLoader)
         self.assertEqual(loaded["cors-origin"],

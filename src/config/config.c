@@ -504,6 +504,26 @@ static int settle_origins(const struct parse_state *st)
 }
 
 /*
+ * --port N replaces the port of --listen's address, wherever each was set,
+ * as llama-server's --host and --port are apart: --port alone listens on
+ * the default address, loopback. cfg->listen is written again so that
+ * every message names the address really used.
+ */
+static void settle_port(const struct parse_state *st)
+{
+	struct sl_config *cfg = st->cfg;
+	const struct option_def *o = option_named("port");
+	if (cfg->source[o - sl_config_options] == SL_CONFIG_FROM_DEFAULT)
+		return;
+	cfg->listen_port = cfg->port;
+	bool v6 = strchr(cfg->listen_host, ':') != NULL;
+	char addr[128];
+	snprintf(addr, sizeof(addr), "%s%s%s:%u", v6 ? "[" : "",
+	         cfg->listen_host, v6 ? "]" : "", cfg->port);
+	sl_config_set_string(&cfg->listen, addr);
+}
+
+/*
  * Across options: a reserve that covers every slot would leave non-urgent
  * requests nothing (for ever, with --aging-rate 0). The auto reserve keeps
  * below the slots by itself.
@@ -608,8 +628,10 @@ int sl_config_parse(struct sl_config *cfg,
 	free(flags);
 	if (rc == 0)
 		rc = read_key_file(&st);
-	if (rc == 0)
+	if (rc == 0) {
+		settle_port(&st);
 		rc = settle_origins(&st);
+	}
 	if (rc == 0)
 		rc = check_reserve(&st);
 	if (rc == 0)

@@ -47,6 +47,10 @@ const struct option_def sl_config_options[] = {
 	 "address to accept clients on: IP:PORT, [IPv6]:PORT or :PORT (all "
 	 "interfaces); port 0 picks a free one",
 	 NULL},
+	{"port", "SLUICE_PORT", "N", OPT_UINT, FIELD(port), NULL, 0, 65535, NULL,
+	 "the port to accept clients on, on --listen's address (llama-server's "
+	 "--port): --port 9000 alone is --listen 127.0.0.1:9000",
+	 "--listen's port"},
 	{"upstream", "SLUICE_UPSTREAM", "URL", OPT_URL_LIST, FIELD(upstreams),
 	 NULL, 0, 0, NULL,
 	 "base URL of a llama-server that sluice does not manage; repeatable "

@@ -194,8 +194,20 @@ void sl_config_print(const struct sl_config *cfg, FILE *out)
 	    [SL_CONFIG_FROM_FLAG] = "flag",
 	};
 	for (size_t i = 0; i < sl_config_n_options; i++) {
-		fprintf(out, "%s: ", sl_config_options[i].name);
-		print_value(out, cfg, &sl_config_options[i]);
+		const struct option_def *o = &sl_config_options[i];
+		/*
+		 * An option with no value of its own until set (--port) is
+		 * a comment: what it would print, 0, means something else,
+		 * and the output must read back as the same configuration.
+		 */
+		if (!o->def && !sl_config_is_list(o) &&
+		    cfg->source[i] == SL_CONFIG_FROM_DEFAULT) {
+			fprintf(out, "# %s: not set (%s)\n", o->name,
+			        o->def_help);
+			continue;
+		}
+		fprintf(out, "%s: ", o->name);
+		print_value(out, cfg, o);
 		fprintf(out, "  # %s\n", sources[cfg->source[i]]);
 	}
 	for (const struct sl_config_section *d = cfg->sections; d && d->name;

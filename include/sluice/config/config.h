@@ -114,6 +114,7 @@ struct sl_config {
 	char *listen;         /* "host:port" as given */
 	char *listen_host;    /* parsed from listen */
 	unsigned listen_port; /* parsed from listen; 0 = any free port */
+	unsigned port;        /* --port, when set: replaces listen's port */
 
 	/* Upstreams */
 	struct sl_strlist upstreams; /* base URLs of unmanaged llama-servers */
