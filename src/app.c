@@ -3,6 +3,7 @@
 
 #include "sluice/base/common.h"
 #include "sluice/base/log.h"
+#include "sluice/fleet/demo_model.h"
 #include "sluice/fleet/startup.h"
 #include "sluice/net/client_addr.h"
 #include "sluice/ops/exposition.h"
@@ -364,6 +365,18 @@ void app_plan_upstream_cfg(struct sl_model *m)
 	const struct sl_model_config *conf = m->conf;
 	struct sl_config *c = sl_xmalloc(sizeof(*c));
 	*c = *cfg;
+	/*
+	 * The demo model's text is random: capped, a first request without a
+	 * max_tokens ends in about a second rather than running to the end of
+	 * its context. First, so that a --llama-arg's own --n-predict wins
+	 * (llama-server takes a flag's last value).
+	 */
+	if (m->app->demo) {
+		char n[16];
+		snprintf(n, sizeof(n), "%d", SL_DEMO_N_PREDICT);
+		sl_strlist_push(&m->llama_args, "--n-predict");
+		sl_strlist_push(&m->llama_args, n);
+	}
 	for (unsigned i = 0; i < cfg->llama_args.count; i++)
 		sl_strlist_push(&m->llama_args, cfg->llama_args.items[i]);
 	if (conf) {

@@ -155,6 +155,16 @@ class DemoModel(st.TestCase):
         self.assertEqual(s.count_lines(r"DEMO model"), 1)
         self.assertIn("--model FILE.gguf", s.output())
         self.assertIn("--hf-repo", s.output())
+        # Its answers stop at 256 tokens unless the request says otherwise
+        # (the documented --n-predict of the demo's llama-server).
+        chat = {"messages": [{"role": "user", "content": "hi"}]}
+        for extra, tokens in (({}, 256), ({"max_tokens": 300}, 300)):
+            r = s.post("/v1/chat/completions", dict(chat, **extra),
+                       timeout=SAFETY_NET_S)
+            self.assertEqual(r.status, 200)
+            self.assertEqual((r.json()["usage"]["completion_tokens"],
+                              r.json()["choices"][0]["finish_reason"]),
+                             (tokens, "length"))
         self.assertEqual(s.stop(), 0)
         # Written once: a second start reuses the file as it is.
         mtime = os.stat(written).st_mtime_ns

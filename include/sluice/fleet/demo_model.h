@@ -33,6 +33,14 @@ struct sl_demo_spec {
 	uint32_t n_ctx_train; /* llama.context_length */
 };
 
+/*
+ * The most tokens an answer of the demo model runs to (llama-server's
+ * --n-predict, given to the llama-server of the demo alone): its text is
+ * random, and a request without max_tokens would otherwise generate until
+ * its context is full (thousands of tokens, many seconds).
+ */
+#define SL_DEMO_N_PREDICT 256
+
 /* Metadata key/value pairs every demo model carries. */
 #define SL_DEMO_KV_COUNT 20u
 /* Tensors outside the blocks (token_embd, output_norm, output) and per block.
