@@ -360,7 +360,7 @@ class UpstreamKey(st.TestCase):
                             % (re.escape(ls.url), why))
                 self.assertEqual(s.ready_status(), 503)
                 self.assertEqual(s.upstream()["state"], "down")
-                self.assertEqual(s.count_lines(r"assuming \d+ slots"), 0)
+                self.assertEqual(s.count_lines(r"assuming \d+ slots?"), 0)
                 r = s.post("/v1/completions", {"prompt": "x",
                                                "max_tokens": 1})
                 self.assertEqual(r.status, 503, r.body)
@@ -589,6 +589,10 @@ class Cors(st.TestCase):
                         "--llama-arg=get_info")
         s.wait_line(r"CORS: only pages on localhost, 127\.0\.0\.1 and "
                     r"\[::1\] may call sluice")
+        # One slot, said so.
+        s.wait_line(r"started llama-server\[\d+\] on \S+ \(1 slot, 512 "
+                    r"tokens of context each\)")
+        s.wait_line(r"upstream \S+ is ready with 1 slot$")
         tools = send(s.port, "GET", "/tools")
         self.assertEqual(tools.status, 200, tools.body)  # tools are on
         for origin in self.LOCAL + self.NOT_LOCAL:

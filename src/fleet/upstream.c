@@ -175,7 +175,8 @@ static void became_ready(struct sl_upstream *u, unsigned slots)
 	u->failed_probes = 0;
 	u->ever_ready = true;
 	check_passed(u);
-	sl_info("upstream %s is ready with %u slots", u->url, slots);
+	sl_info("upstream %s is ready with %u slot%s", u->url, slots,
+	        slots == 1 ? "" : "s");
 	set_state(u, SL_UPSTREAM_READY);
 	schedule_probe(u, next_check_ms(u));
 }
@@ -235,9 +236,9 @@ static void on_props(struct sl_get *g, long status, const char *err)
 			        u->url, u->cfg->slots);
 		else
 			sl_warn("upstream %s: no total_slots from /props (%s); "
-			        "assuming %u slots",
+			        "assuming %u slot%s",
 			        u->url, err ? err : "no usable answer",
-			        u->cfg->slots);
+			        u->cfg->slots, u->cfg->slots == 1 ? "" : "s");
 		slots = u->cfg->slots;
 	}
 	became_ready(u, slots);
@@ -499,9 +500,10 @@ static int launch(struct sl_upstream *u)
 	free(args);
 	if (rc != 0)
 		return rc;
-	sl_info("started llama-server[%d] on %s (%u slots, %u tokens of "
+	sl_info("started llama-server[%d] on %s (%u slot%s, %u tokens of "
 	        "context each)",
-	        u->child->pid, u->url, cfg->slots, cfg->ctx_size);
+	        u->child->pid, u->url, cfg->slots, cfg->slots == 1 ? "" : "s",
+	        cfg->ctx_size);
 	u->last_probe[0] = '\0';
 	uv_timer_start(&u->deadline_timer, on_startup_deadline,
 	               cfg->startup_timeout_ms, 0);
