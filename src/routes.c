@@ -282,8 +282,17 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 		sl_proxy_handle(&app->relay, req, &sl_proxy_ui_endpoint);
 		return;
 	case TARGET_NOT_FOUND:
-		sl_http_respond_error(req, 404, "not_found_error", NULL,
-		                      "no such endpoint: %s", req->path);
+		/* Where a browser lands first: say how to get a page there. */
+		if (strcmp(req->path, "/") == 0 && !app->cfg->ui)
+			sl_http_respond_error(
+			    req, 404, "not_found_error", NULL,
+			    "no such endpoint: /; llama-server's web UI is "
+			    "relayed here only with --ui on, and the API is "
+			    "under /v1/ (e.g. POST /v1/chat/completions)");
+		else
+			sl_http_respond_error(req, 404, "not_found_error",
+			                      NULL, "no such endpoint: %s",
+			                      req->path);
 		return;
 	}
 }

@@ -246,8 +246,15 @@ class RealEndpoints(st.RelayTestCase):
         r = self.sl.get("/no/such/thing")
         self.assertEqual(r.status, 404)
         self.assertEqual(r.json()["error"]["type"], "not_found_error")
-        r = self.sl.get("/")  # no --ui: no page
+        r = self.sl.get("/no/such/thing")
+        self.assertEqual(r.json()["error"]["message"],
+                         "no such endpoint: /no/such/thing")
+        r = self.sl.get("/")  # no --ui: no page, and a word on how
         self.assertEqual(r.status, 404)
+        self.assertEqual(r.json()["error"]["message"],
+                         "no such endpoint: /; llama-server's web UI is "
+                         "relayed here only with --ui on, and the API is "
+                         "under /v1/ (e.g. POST /v1/chat/completions)")
         r = self.sl.get("/tokenize")
         self.assertEqual(r.status, 405)
         self.assertEqual(r.header("Allow"), "POST")
