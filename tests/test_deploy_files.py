@@ -32,7 +32,7 @@ K8S = os.path.join(ROOT, "deploy", "kubernetes")
 INSTALLED_SLUICE = "/usr/local/bin/sluice"
 
 # What sluice takes after --drain-timeout before it exits: about 1 s for
-# clients to take the last answers (README, Endpoints).
+# clients to take the last answers (src/relay/README.md, "Draining").
 DRAIN_FLUSH_S = 1
 
 # Connections the kubelet's probes may hold on llama-server at once

@@ -72,12 +72,13 @@ IGNORED_HEADERS = {
     "keep-alive": "hop-by-hop",
     "accept-ranges": "cpp-httplib's own, only on HEAD and files",
 }
-# Headers only sluice sends: deliberate, documented in the README.
+# Headers only sluice sends: deliberate, documented in src/relay/README.md.
 SLUICE_HEADERS = {
     "x-request-id": "sluice's request id",
     "x-queue-ms": "time the request waited in sluice's queue",
     "x-batch-size": "size of the batch the request was dispatched in",
-    "x-priority": "the priority a queued request got (README, Tenants)",
+    "x-priority": "the priority a queued request got "
+                  "(src/tenants/README.md)",
     "cache-control": "sluice's own caching policy (no-cache on its event "
                      "streams, no-store on /health)",
     "access-control-max-age": "sluice lets browsers cache its preflight "
@@ -753,7 +754,8 @@ def compare_headers(straight, through, ignore=()):
                 continue
             if k == "access-control-allow-origin" and not v.strip():
                 # llama-server's empty value where the request has no
-                # Origin; sluice says "*" there (README: deliberate).
+                # Origin; sluice says "*" there (deliberate:
+                # src/relay/README.md).
                 v = "*"
             out.setdefault(k, []).append(v)
         return out
