@@ -412,7 +412,15 @@ class ConfigFile(st.TestCase):
             ("slots: 2\nmax-queue: 3\nslots: 2\n",
              ":3: slots: given twice (first on line 1)"),
             ("slots: 2\nlisten: \"127.0.0.1:8080\n",
-             ":3: not valid YAML: found unexpected end of stream"),
+             ":3: not valid YAML: found unexpected end of stream (while "
+             "scanning a quoted scalar started on line 2)"),
+            # A list left open is a syntax error, not a list, and says
+            # where it opened; so is a second key after it.
+            ("listen: [127.0.0.1:1\n",
+             ":2: not valid YAML: did not find expected ',' or ']' (while "
+             "parsing a flow sequence started on line 1)"),
+            ("listen: [127.0.0.1:1\nslots: 2\n",
+             ":2: not valid YAML: did not find expected ',' or ']'"),
             ("help: yes\n", ":1: help: a one-shot flag"),
             ("config: other.yaml\n", ":1: config: a one-shot flag"),
             ("admin-key: \"two words\"\n", ":1: admin-key: a key holds a "

@@ -842,10 +842,10 @@ static void test_file_errors(void)
 	     "a value"},
 	    {"slots: 4\nlisten: \"127.0.0.1:1\n",
 	     "3: not valid YAML: found unexpected end of stream (while "
-	     "scanning a quoted scalar)"},
+	     "scanning a quoted scalar started on line 2)"},
 	    {"slots: 4\n\tctx-size: 1\n",
 	     "2: not valid YAML: found a tab character that violates "
-	     "indentation (while scanning a plain scalar)"},
+	     "indentation (while scanning a plain scalar started on line 1)"},
 	    {"# fine\nslots: \xff\n",
 	     "2: not valid YAML: invalid leading UTF-8 octet"},
 	    {"slots: 4\n---\nslots: 5\n",

@@ -72,6 +72,12 @@ static int syntax_error(struct walker *w)
 	}
 	if (p->error == YAML_MEMORY_ERROR)
 		return fail_at(w, line, NULL, "out of memory parsing it");
+	/* An open bracket or quote is reported where the text ends. */
+	if (p->context && p->context_mark.line != p->problem_mark.line)
+		return fail_at(w, line, NULL,
+		               "not valid YAML: %s (%s started on line %zu)",
+		               p->problem ? p->problem : "error", p->context,
+		               p->context_mark.line + 1);
 	if (p->context)
 		return fail_at(w, line, NULL, "not valid YAML: %s (%s)",
 		               p->problem ? p->problem : "error", p->context);
@@ -454,6 +460,27 @@ static int walk(struct walker *w)
 	}
 }
 
+/*
+ * The whole text through libyaml once, before anything reads it: the walk
+ * acts on each value as it comes, so without this a list left open
+ * (`listen: [127.0.0.1:1`) would be refused for being a list, not for the
+ * bracket that is missing. Only syntax is checked here.
+ */
+static int check_syntax(struct walker *w)
+{
+	int rc = 0;
+	for (bool end = false; rc == 0 && !end;) {
+		yaml_event_t ev;
+		if (!yaml_parser_parse(&w->parser, &ev)) {
+			rc = syntax_error(w);
+			break;
+		}
+		end = ev.type == YAML_STREAM_END_EVENT;
+		event_done(&ev);
+	}
+	return rc;
+}
+
 /* The file, whole, into a buffer of its own; NUL-terminated. */
 static int read_whole(const char *path, const char *source,
                       unsigned char **text, size_t *len, char *err, size_t size)
@@ -499,19 +526,22 @@ int sl_config_file_read(const char *path, const char *source,
 	if (rc != 0)
 		return rc;
 	w.text = text;
-	if (!yaml_parser_initialize(&w.parser)) {
-		snprintf(err, err_size, "%s: out of memory parsing it", path);
-		rc = SL_EINVAL;
-		goto free_text;
+	/* Twice over the text: its syntax whole, then its meaning. */
+	for (int pass = 0; rc == 0 && pass < 2; pass++) {
+		if (!yaml_parser_initialize(&w.parser)) {
+			snprintf(err, err_size, "%s: out of memory parsing it",
+			         path);
+			rc = SL_EINVAL;
+			break;
+		}
+		yaml_parser_set_input_string(&w.parser, text, w.len);
+		rc = pass == 0 ? check_syntax(&w) : walk(&w);
+		yaml_parser_delete(&w.parser);
 	}
-	yaml_parser_set_input_string(&w.parser, text, w.len);
-	rc = walk(&w);
-	yaml_parser_delete(&w.parser);
 	for (unsigned i = 0; i < w.key_count; i++)
 		free(w.keys[i]);
 	free(w.keys);
 	free(w.key_lines);
-free_text:
 	explicit_bzero(text, w.len);
 	free(text);
 	return rc;
