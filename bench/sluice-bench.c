@@ -76,54 +76,63 @@ struct options {
 	double mix[N_CLASSES]; /* probabilities per class; mix[0] unused */
 	bool has_mix;
 	const char *api_key;
+	const char *metrics_key; /* for /metrics; --api-key when not given */
 	const char *csv, *json, *plot, *label;
 	double timeout_s;
 	uint64_t seed;
 	bool quiet;
 };
 
+/*
+ * An option: its flag, variable, placeholder in --help, default and help.
+ * A switch (placeholder "on|off") may also be given bare: --quiet is
+ * --quiet on.
+ */
 struct opt_def {
-	const char *name, *env, *def, *help;
+	const char *name, *env, *metavar, *def, *help;
 };
 
 /* clang-format off */
 static const struct opt_def opt_defs[] = {
-	{"url", "SLUICE_BENCH_URL", "http://127.0.0.1:8080",
+	{"url", "SLUICE_BENCH_URL", "URL", "http://127.0.0.1:8080",
 	 "base URL of sluice (or of a llama-server)"},
-	{"metrics-url", "SLUICE_BENCH_METRICS_URL", "",
+	{"metrics-url", "SLUICE_BENCH_METRICS_URL", "URL", "",
 	 "where /metrics?format=json is read for batches (default: --url)"},
-	{"endpoint", "SLUICE_BENCH_ENDPOINT", "chat",
+	{"endpoint", "SLUICE_BENCH_ENDPOINT", "NAME", "chat",
 	 "chat, completions, completion, generate or infer"},
-	{"stream", "SLUICE_BENCH_STREAM", "on", "on or off (infer: off)"},
-	{"concurrency", "SLUICE_BENCH_CONCURRENCY", "1",
+	{"stream", "SLUICE_BENCH_STREAM", "on|off", "on", "on or off (infer: off)"},
+	{"concurrency", "SLUICE_BENCH_CONCURRENCY", "N", "1",
 	 "requests in flight (closed loop)"},
-	{"concurrency-sweep", "SLUICE_BENCH_CONCURRENCY_SWEEP", "",
+	{"concurrency-sweep", "SLUICE_BENCH_CONCURRENCY_SWEEP", "N,N,...", "",
 	 "comma-separated levels, one run each, e.g. 1,2,4,8,16"},
-	{"rate", "SLUICE_BENCH_RATE", "0",
+	{"rate", "SLUICE_BENCH_RATE", "PER_S", "0",
 	 "arrivals per second (open loop); 0: closed loop"},
-	{"arrivals", "SLUICE_BENCH_ARRIVALS", "poisson",
+	{"arrivals", "SLUICE_BENCH_ARRIVALS", "poisson|constant", "poisson",
 	 "open-loop arrivals: poisson or constant"},
-	{"requests", "SLUICE_BENCH_REQUESTS", "100", "requests per run"},
-	{"duration", "SLUICE_BENCH_DURATION", "0",
+	{"requests", "SLUICE_BENCH_REQUESTS", "N", "100", "requests per run"},
+	{"duration", "SLUICE_BENCH_DURATION", "SECONDS", "0",
 	 "seconds per run; when set, a run ends at whichever comes first"},
-	{"max-tokens", "SLUICE_BENCH_MAX_TOKENS", "32", "tokens per request"},
-	{"temperature", "SLUICE_BENCH_TEMPERATURE", "0", "sampling temperature"},
-	{"prompts", "SLUICE_BENCH_PROMPTS", "",
+	{"max-tokens", "SLUICE_BENCH_MAX_TOKENS", "N", "32", "tokens per request"},
+	{"temperature", "SLUICE_BENCH_TEMPERATURE", "T", "0", "sampling temperature"},
+	{"prompts", "SLUICE_BENCH_PROMPTS", "FILE", "",
 	 "JSONL file: one prompt per line, a string or {\"prompt\": ...}"},
-	{"prompt-length", "SLUICE_BENCH_PROMPT_LENGTH", "16",
+	{"prompt-length", "SLUICE_BENCH_PROMPT_LENGTH", "WORDS", "16",
 	 "generated prompts: mean words (uniform from half to 1.5 times)"},
-	{"priority-mix", "SLUICE_BENCH_PRIORITY_MIX", "",
+	{"priority-mix", "SLUICE_BENCH_PRIORITY_MIX", "MIX", "",
 	 "e.g. urgent=0.1,normal=0.9 (X-Priority per request)"},
-	{"api-key", "SLUICE_BENCH_API_KEY", "", "sent as a bearer token"},
-	{"csv", "SLUICE_BENCH_CSV", "", "also write the results as CSV here"},
-	{"json", "SLUICE_BENCH_JSON", "", "also write the results as JSON here"},
-	{"plot", "SLUICE_BENCH_PLOT", "",
+	{"api-key", "SLUICE_BENCH_API_KEY", "KEY", "", "sent as a bearer token"},
+	{"metrics-key", "SLUICE_BENCH_METRICS_KEY", "KEY", "",
+	 "bearer token for /metrics: sluice's admin key when one is set "
+	 "(default: --api-key)"},
+	{"csv", "SLUICE_BENCH_CSV", "FILE", "", "also write the results as CSV here"},
+	{"json", "SLUICE_BENCH_JSON", "FILE", "", "also write the results as JSON here"},
+	{"plot", "SLUICE_BENCH_PLOT", "FILE", "",
 	 "draw latency and throughput against concurrency into this SVG "
 	 "(needs gnuplot)"},
-	{"label", "SLUICE_BENCH_LABEL", "", "name of the runs in the reports"},
-	{"timeout", "SLUICE_BENCH_TIMEOUT", "300", "seconds per request"},
-	{"seed", "SLUICE_BENCH_SEED", "1", "seed for prompts, mix and arrivals"},
-	{"quiet", "SLUICE_BENCH_QUIET", "off", "no progress line"},
+	{"label", "SLUICE_BENCH_LABEL", "TEXT", "", "name of the runs in the reports"},
+	{"timeout", "SLUICE_BENCH_TIMEOUT", "SECONDS", "300", "seconds per request"},
+	{"seed", "SLUICE_BENCH_SEED", "N", "1", "seed for prompts, mix and arrivals"},
+	{"quiet", "SLUICE_BENCH_QUIET", "on|off", "off", "no progress line"},
 };
 /* clang-format on */
 #define N_OPTS SL_ARRAY_SIZE(opt_defs)
@@ -145,8 +154,9 @@ static void print_help(void)
 	       "llama-server; prints a Markdown table.\n\nOptions (each also "
 	       "read from the variable shown; a flag wins):\n");
 	for (size_t i = 0; i < N_OPTS; i++)
-		printf("  --%s VALUE\n      %s\n      [%s; default: %s]\n",
-		       opt_defs[i].name, opt_defs[i].help, opt_defs[i].env,
+		printf("  --%s %s\n      %s\n      [%s; default: %s]\n",
+		       opt_defs[i].name, opt_defs[i].metavar, opt_defs[i].help,
+		       opt_defs[i].env,
 		       opt_defs[i].def[0] ? opt_defs[i].def : "none");
 }
 
@@ -263,6 +273,8 @@ static void apply(struct options *o, size_t i, const char *v)
 			parse_mix(o, v);
 	} else if (!strcmp(n, "api-key"))
 		o->api_key = *v ? v : NULL;
+	else if (!strcmp(n, "metrics-key"))
+		o->metrics_key = *v ? v : NULL;
 	else if (!strcmp(n, "csv"))
 		o->csv = *v ? v : NULL;
 	else if (!strcmp(n, "json"))
@@ -307,12 +319,21 @@ static void parse_options(struct options *o, int argc, char **argv)
 		if (i == N_OPTS)
 			usage_error("%s: unknown option (see --help)", argv[a]);
 		const char *v = eq ? eq + 1 : NULL;
+		/* A bare switch: on, unless on or off follows it. */
+		bool on_off_next = a + 1 < argc &&
+		                   (!strcmp(argv[a + 1], "on") ||
+		                    !strcmp(argv[a + 1], "off"));
+		if (!v && !strcmp(opt_defs[i].metavar, "on|off") &&
+		    !on_off_next)
+			v = "on";
 		if (!v && a + 1 >= argc)
 			usage_error("--%.*s: missing value", (int)len, name);
 		apply(o, i, v ? v : argv[++a]);
 	}
 	if (!o->metrics_url || !*o->metrics_url)
 		o->metrics_url = o->url;
+	if (!o->metrics_key)
+		o->metrics_key = o->api_key;
 	if (o->endpoint == EP_INFER)
 		o->stream = false;
 	if (o->rate > 0 && o->n_levels > 1)
@@ -440,6 +461,7 @@ struct bench {
 	bool stop_issuing;
 	bool interrupted;
 	struct sl_get metrics;
+	bool metrics_refused_said; /* warn_if_refused() */
 	double batches_before, batched_before; /* NAN: no summary */
 
 	struct run_result results[MAX_LEVELS];
@@ -780,10 +802,27 @@ static void start_load(struct bench *b)
 		issue(b);
 }
 
+/*
+ * Said once: sluice keeps /metrics for its admin key when one is set, and
+ * without the summary the batch columns stay empty. Another answer (a
+ * llama-server's own /metrics) leaves them empty as designed, unsaid.
+ */
+static void warn_if_refused(struct bench *b, long status)
+{
+	if ((status != 401 && status != 403) || b->metrics_refused_said)
+		return;
+	b->metrics_refused_said = true;
+	fprintf(stderr,
+	        "sluice-bench: %s/metrics answered %ld: the batch columns "
+	        "stay empty; give sluice's admin key with --metrics-key\n",
+	        b->o.metrics_url, status);
+}
+
 static void on_metrics_before(struct sl_get *g, long status, const char *err)
 {
 	struct bench *b = sl_container_of(g, struct bench, metrics);
 	(void)err;
+	warn_if_refused(b, status);
 	if (status == 200)
 		read_summary(b, &b->batches_before, &b->batched_before);
 	else
@@ -811,7 +850,8 @@ static void on_metrics_after(struct sl_get *g, long status, const char *err)
 static void fetch_summary(struct bench *b, sl_get_cb cb)
 {
 	char *url = sl_xasprintf("%s/metrics?format=json", b->o.metrics_url);
-	if (sl_get_start(&b->curl, &b->metrics, url, b->o.api_key, 5000, cb))
+	if (sl_get_start(&b->curl, &b->metrics, url, b->o.metrics_key, 5000,
+	                 cb))
 		cb(&b->metrics, 0, "cannot start");
 	free(url);
 }

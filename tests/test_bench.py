@@ -75,6 +75,27 @@ class Bench(st.TestCase):
                     "ITL p99 ms", "output tok/s"):
             self.assertIn("| %s |" % col, header)
 
+    def test_metrics_behind_an_admin_key(self):
+        # sluice keeps /metrics for its admin key: without it the batch
+        # columns are empty and sluice-bench says why, once; with
+        # --metrics-key they are filled. A bare --quiet is --quiet on.
+        port = self.start_mock("--slots", "2", "--tokens", "4")
+        s = self.sluice("--upstream", "http://127.0.0.1:%d" % port,
+                        "--api-key", "client", "--admin-key", "admin")
+        url = "http://127.0.0.1:%d" % s.port
+        common = ("--url", url, "--api-key", "client", "--max-tokens", "4",
+                  "--requests", "4", "--concurrency-sweep", "1,2")
+        r, runs, _ = self.run_bench(*common, "--quiet")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr, "sluice-bench: %s/metrics answered 403: "
+                         "the batch columns stay empty; give sluice's "
+                         "admin key with --metrics-key\n" % url)
+        self.assertEqual([x["batches"] for x in runs], [None, None])
+        r, runs, _ = self.run_bench(*common, "--metrics-key", "admin")
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        for run in runs:
+            self.assertGreaterEqual(run["batches"], 1)
+
     def test_open_loop_for_two_seconds_with_a_priority_mix_and_failures(self):
         port = self.start_mock("--slots", "4", "--fail-rate", "0.25",
                                "--seed", "3")
