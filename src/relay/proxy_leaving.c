@@ -9,7 +9,8 @@
  * stays counted until llama-server has let go of it. A plain answer left
  * beside another stream could run on; so sluice asks for streams on such
  * an upstream (--stream-upstream auto) and keeps it quiet for a while
- * after a relayed plain answer is left (src/relay/README.md, "Plain answers, and clients that leave").
+ * after a relayed plain answer is left (src/relay/README.md, "Plain
+ * answers, and clients that leave").
  */
 #include "proxy_impl.h"
 
