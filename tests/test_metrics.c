@@ -265,6 +265,7 @@ static void test_process_read(void)
 	volatile double x = 0;
 	for (int i = 0; i < 1000000; i++)
 		x += sqrt((double)i);
+	(void)x;
 	struct sl_procstat later;
 	sl_procstat_read(&later);
 	ASSERT(later.cpu_seconds >= p.cpu_seconds);

@@ -11,7 +11,9 @@
  *     path and line; a check across options names it after the options);
  *   - a file that is accepted prints back (--check-config's output).
  */
+#ifndef _GNU_SOURCE /* the build may define it already */
 #define _GNU_SOURCE
+#endif
 #include "sluice/config/config.h"
 #include "sluice/tenants/config_sections.h"
 
