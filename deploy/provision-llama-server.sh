@@ -8,6 +8,9 @@
 #   deploy/provision-llama-server.sh           provision if not done yet
 #   deploy/provision-llama-server.sh --force   provision again (newest sid)
 #
+# A wrapper written by an older version of this script is written again
+# over the packages already unpacked, without downloading them again.
+#
 # Result: $CACHE/llama.cpp/bin/llama-server, with the package versions in
 # $CACHE/llama.cpp/VERSIONS. CACHE is $SLUICE_CACHE_DIR, else
 # ${XDG_CACHE_HOME:-$HOME/.cache}/sluice. The mirror is $SLUICE_DEBIAN_MIRROR,
@@ -24,10 +27,18 @@ cache="${SLUICE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice}"
 dest="$cache/llama.cpp"
 wrapper="$dest/bin/llama-server"
 
-# A wrapper from before the web UI line (below) is written again.
-if [ "${1:-}" != "--force" ] && [ -x "$wrapper" ] &&
-	grep -q LLAMA_ARG_STATIC_PATH "$wrapper" &&
-	"$wrapper" --version >/dev/null 2>&1; then
+force=""
+[ "${1:-}" != "--force" ] || force=1
+
+# Is the wrapper this script writes now there, and does it run? One from
+# before the web UI line or the process name (both below) is not.
+current() {
+	[ -x "$wrapper" ] && grep -q LLAMA_ARG_STATIC_PATH "$wrapper" &&
+		grep -q -- '--argv0' "$wrapper" &&
+		"$wrapper" --version >/dev/null 2>&1
+}
+
+if [ -z "$force" ] && current; then
 	say "already provisioned: $wrapper"
 	exit 0
 fi
@@ -40,6 +51,50 @@ amd64) triplet=x86_64-linux-gnu loader=ld-linux-x86-64.so.2 ;;
 arm64) triplet=aarch64-linux-gnu loader=ld-linux-aarch64.so.1 ;;
 *) die "no recipe for the $(dpkg --print-architecture) architecture" ;;
 esac
+
+# Writes $wrapper for the packages unpacked in $dest/prefix.
+#
+# The wrapper runs llama-server through the prefix's loader, and the kernel
+# names a process after the file it was started from: started as the
+# loader, llama-server would show as ld-linux-x86-64 in ps, pgrep and
+# ss -p. So the wrapper starts the loader through a link named
+# llama-server (prefix/libexec/llama-server), and the loader gives
+# llama-server that name as its argv[0] too (--argv0).
+write_wrapper() {
+	local prefix="$dest/prefix" ui
+	mkdir -p "$dest/bin" "$prefix/libexec"
+	ln -sfn "../usr/lib/$triplet/$loader" "$prefix/libexec/llama-server"
+	# Debian's llama-server serves the web UI its package installs under
+	# /usr/share; unpacked privately, it is told where that is. It serves
+	# it only while its UI is on (sluice --ui on).
+	ui=$(find "$prefix/usr/share/llama.cpp" -name index.html -printf '%h\n' 2>/dev/null | head -n 1)
+	cat >"$wrapper.new" <<WRAPPER
+#!/bin/sh
+# Written by sluice's deploy/provision-llama-server.sh: runs Debian sid's
+# llama-server with its own C library and loader, leaving the system alone.
+# The loader is started through a link named llama-server, so that the
+# process shows by that name in ps and pgrep.
+p='$prefix/usr/lib/$triplet'
+# The web UI's files, unless the caller names others (LLAMA_ARG_STATIC_PATH
+# is llama-server's --path).
+[ -n "\${LLAMA_ARG_STATIC_PATH:-}" ] || [ -z '$ui' ] || export LLAMA_ARG_STATIC_PATH='$ui'
+exec '$prefix/libexec/llama-server' --argv0 llama-server --library-path "\$p:\$p/llama" '$prefix/usr/bin/llama-server' "\$@"
+WRAPPER
+	chmod +x "$wrapper.new"
+	mv "$wrapper.new" "$wrapper"
+}
+
+# An older wrapper over packages still there: only the wrapper is new.
+if [ -z "$force" ] && [ -e "$wrapper" ] &&
+	[ -x "$dest/prefix/usr/lib/$triplet/$loader" ] &&
+	[ -e "$dest/prefix/usr/bin/llama-server" ]; then
+	write_wrapper
+	if current; then
+		say "wrote a new wrapper for the packages already in $dest/prefix: $wrapper"
+		exit 0
+	fi
+	say "the packages in $dest/prefix do not run: provisioning them again"
+fi
 
 # The Debian mirror: $SLUICE_DEBIAN_MIRROR, else the system's own, the first
 # URI whose suites include this release's codename, from deb822 .sources
@@ -154,24 +209,7 @@ done
 # Swap the new prefix in and write the wrapper.
 rm -rf "$dest/prefix"
 mv "$prefix" "$dest/prefix"
-prefix="$dest/prefix"
-mkdir -p "$dest/bin"
-# Debian's llama-server serves the web UI its package installs under
-# /usr/share; unpacked privately, it is told where that is. It serves it
-# only while its UI is on (sluice --ui on).
-ui=$(find "$prefix/usr/share/llama.cpp" -name index.html -printf '%h\n' 2>/dev/null | head -n 1)
-cat >"$wrapper.new" <<EOF
-#!/bin/sh
-# Written by sluice's deploy/provision-llama-server.sh: runs Debian sid's
-# llama-server with its own C library and loader, leaving the system alone.
-p='$prefix/usr/lib/$triplet'
-# The web UI's files, unless the caller names others (LLAMA_ARG_STATIC_PATH
-# is llama-server's --path).
-[ -n "\${LLAMA_ARG_STATIC_PATH:-}" ] || [ -z '$ui' ] || export LLAMA_ARG_STATIC_PATH='$ui'
-exec "\$p/$loader" --library-path "\$p:\$p/llama" '$prefix/usr/bin/llama-server' "\$@"
-EOF
-chmod +x "$wrapper.new"
-mv "$wrapper.new" "$wrapper"
+write_wrapper
 
 for deb in "$work"/debs/*.deb; do
 	dpkg-deb --show --showformat='${Package} ${Version}\n' "$deb"

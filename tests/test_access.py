@@ -706,7 +706,8 @@ class Browser(st.TestCase):
         super().setUp()
         self.chromium = shutil.which("chromium")
         if not self.chromium:
-            self.fail("chromium not found: deploy/setup.sh installs it")
+            self.fail("chromium not found: deploy/setup.sh --tests "
+                      "installs it")
         self.page = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
                                                     PageServer)
         threading.Thread(target=self.page.serve_forever, daemon=True).start()

@@ -79,7 +79,8 @@ def env_file_lines():
 
 def systemd_analyze(*args):
     tool = shutil.which("systemd-analyze")
-    assert tool, "no systemd-analyze: deploy/setup.sh installs systemd"
+    assert tool, ("no systemd-analyze: deploy/setup.sh --tests installs "
+                  "systemd")
     return subprocess.run([tool, *args], capture_output=True, text=True)
 
 

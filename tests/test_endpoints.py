@@ -956,7 +956,7 @@ class WebUI(st.TestCase):
         ui = simplechat_dir()
         browser = shutil.which("chromium")
         self.assertTrue(ui and browser, "needs chromium (deploy/setup.sh "
-                        "installs it) and llama-server's web UI")
+                        "--tests installs it) and llama-server's web UI")
         s = self.sluice("--model", st.MODEL_TINY, "--ui", "on")
         b = DevTools(browser, os.path.join(self.tmp, "profile"))
         self.addCleanup(b.close)
@@ -979,7 +979,7 @@ class WebUI(st.TestCase):
         ui = simplechat_dir()
         browser = shutil.which("chromium")
         self.assertTrue(ui and browser, "needs chromium (deploy/setup.sh "
-                        "installs it) and llama-server's web UI")
+                        "--tests installs it) and llama-server's web UI")
         s = self.sluice("--model", st.MODEL_TINY, "--ui", "on")
         r = s.get("/")
         self.assertEqual(r.status, 200)

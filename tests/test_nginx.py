@@ -118,8 +118,8 @@ class Nginx(st.Process):
 
     def __init__(self, tmp, upstream_port, read_timeout_s=None):
         if not os.access(NGINX, os.X_OK):
-            raise AssertionError("no nginx at %s: deploy/setup.sh installs "
-                                 "Debian's" % NGINX)
+            raise AssertionError("no nginx at %s: deploy/setup.sh --tests "
+                                 "installs Debian's" % NGINX)
         self.port = st.free_port()
         os.makedirs(tmp, exist_ok=True)
         site = os.path.join(tmp, "sluice.conf")

@@ -1,6 +1,8 @@
 """deploy/provision-llama-server.sh against a fake apt-get: what it does
 when the mirror's Release file has expired (a snapshot mirror) and when
-apt-get update fails for any other reason.
+apt-get update fails for any other reason; and, over packages unpacked
+before, how it renews an older wrapper without apt-get and what the
+wrapper starts.
 
 Nothing here touches the network or the real cache: a fake apt-get and
 dpkg come first on PATH, the cache and home are temporary directories, and
@@ -61,7 +63,8 @@ exit 2
 """
 
 
-class Provision(st.TestCase):
+class FakeApt(st.TestCase):
+    """The script with the fakes first on PATH, in a temporary cache."""
 
     def setUp(self):
         super().setUp()
@@ -98,6 +101,9 @@ class Provision(st.TestCase):
     def assert_nothing_provisioned(self):
         self.assertFalse(os.path.exists(os.path.join(self.cache, "llama.cpp",
                                                      "bin")))
+
+
+class Provision(FakeApt):
 
     def test_expired_release_is_retried_without_the_date_check(self):
         code, out, err, calls = self.provision(EXPIRED)
@@ -150,6 +156,86 @@ class Provision(st.TestCase):
         self.assertEqual(err, "provision: error: apt-get update of sid "
                          "failed: " + UNREACHABLE + "\n")
         self.assert_nothing_provisioned()
+
+
+
+# Stands in for the prefix's dynamic loader: says the name the kernel gave
+# its process (a process is named after the file it was started from) and
+# the arguments it was given.
+FAKE_LOADER = r"""#!/bin/sh
+read -r comm </proc/$$/comm
+echo "comm=$comm"
+echo "ui=${LLAMA_ARG_STATIC_PATH:-}"
+printf 'arg=%s\n' "$@"
+"""
+
+# The wrapper as the script wrote it before it named the process: it
+# starts the loader by the loader's own name.
+OLD_WRAPPER = """#!/bin/sh
+p='%(prefix)s/usr/lib/x86_64-linux-gnu'
+[ -n "${LLAMA_ARG_STATIC_PATH:-}" ] || export LLAMA_ARG_STATIC_PATH='%(ui)s'
+exec "$p/ld-linux-x86-64.so.2" --library-path "$p:$p/llama" \
+    '%(prefix)s/usr/bin/llama-server' "$@"
+"""
+
+
+class Wrapper(FakeApt):
+    """A cache provisioned before: packages unpacked under prefix/, an
+    older wrapper in bin/."""
+
+    def setUp(self):
+        super().setUp()
+        dest = os.path.join(self.cache, "llama.cpp")
+        self.prefix = os.path.join(dest, "prefix")
+        self.libdir = os.path.join(self.prefix, "usr", "lib",
+                                   "x86_64-linux-gnu")
+        self.ui = os.path.join(self.prefix, "usr", "share", "llama.cpp",
+                               "llama-server", "ui")
+        self.wrapper = os.path.join(dest, "bin", "llama-server")
+        for path, text in (
+                (os.path.join(self.libdir, "ld-linux-x86-64.so.2"),
+                 FAKE_LOADER),
+                (os.path.join(self.prefix, "usr", "bin", "llama-server"), ""),
+                (os.path.join(self.ui, "index.html"), "<html></html>"),
+                (self.wrapper, OLD_WRAPPER % {"prefix": self.prefix,
+                                              "ui": self.ui})):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+            os.chmod(path, 0o755)
+
+    def test_an_older_wrapper_is_renewed_without_apt(self):
+        code, out, err, calls = self.provision("")
+        self.assertEqual(code, 0, out + err)
+        self.assertEqual(out, "provision: wrote a new wrapper for the "
+                         "packages already in %s: %s\n"
+                         % (self.prefix, self.wrapper))
+        self.assertEqual(calls, [])
+        # Once renewed, it is left as it is.
+        code, out, err, calls = self.provision("")
+        self.assertEqual(code, 0, out + err)
+        self.assertEqual(out, "provision: already provisioned: %s\n"
+                         % self.wrapper)
+        self.assertEqual(calls, [])
+
+    def test_the_process_is_named_llama_server(self):
+        self.assertEqual(self.provision("")[0], 0)
+        p = subprocess.run([self.wrapper, "--version"], capture_output=True,
+                           text=True, timeout=60,
+                           env={"PATH": "/usr/bin:/bin"})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.splitlines(), [
+            "comm=llama-server",
+            "ui=" + self.ui,
+            "arg=--argv0", "arg=llama-server",
+            "arg=--library-path",
+            "arg=%s:%s/llama" % (self.libdir, self.libdir),
+            "arg=" + os.path.join(self.prefix, "usr", "bin", "llama-server"),
+            "arg=--version"])
+        # Through a link that moves with the prefix.
+        self.assertEqual(
+            os.readlink(os.path.join(self.prefix, "libexec", "llama-server")),
+            "../usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2")
 
 
 if __name__ == "__main__":
