@@ -19,7 +19,7 @@ sure a llama-server is available (provisioning one into the cache directory
 when there is none), and builds into build/. Then: ./build/sluice
 
   --tests   also install what the test suite uses (chromium, nginx,
-            python3-yaml, systemd for systemd-analyze). Then:
+            python3-yaml, systemd for systemd-analyze, curl). Then:
             meson test -C build --print-errorlogs
   --help    this text
 
@@ -95,7 +95,8 @@ packages=(gcc libc6-dev pkgconf meson ninja-build python3 ca-certificates
 #   tests/test_cli.py what --check-config prints.
 # systemd: its systemd-analyze checks the unit file (nothing is started;
 #   containers often lack it).
-test_packages=(chromium nginx python3-yaml systemd)
+# curl: tests/test_readme.py runs the README's curl examples as written.
+test_packages=(chromium nginx python3-yaml systemd curl)
 [ -z "$tests" ] || packages+=("${test_packages[@]}")
 read -r -a extra <<<"${SLUICE_EXTRA_PACKAGES:-}"
 

@@ -3,6 +3,8 @@ window, admission control, queue deadlines, cancellation while queued."""
 
 import concurrent.futures
 import json
+import os
+import signal
 import threading
 import time
 
@@ -183,7 +185,7 @@ class AutoWindow(st.TestCase):
         # then an urgent stream that will keep its slot. No aging: classes
         # stay what they were however slow the machine.
         s = self.sluice("--model", st.MODEL_SLOW, "--slots", "3",
-                        "--aging-rate", "0")
+                        "--aging-rate", "0", "--log-level", "debug")
         holders = [hold_the_slot(s.port) for _ in range(3)]
         waiting = {}
         for i, (rid, prio) in enumerate([("b0", "batch"), ("b1", "batch"),
@@ -207,8 +209,17 @@ class AutoWindow(st.TestCase):
         # Two slots free together, contested by four requests of two
         # classes: the window gathers, and the two normal ones leave as
         # one batch, ahead of the batch requests that came first.
-        holders[1].close()
-        holders[2].close()
+        # Together: llama-server is paused until sluice has told it of
+        # both leaves, so that it ends both in one step, not one each side
+        # of a window (50 ms at most) that a busy machine can outlast.
+        pid = s.health().json()["upstreams"][0]["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            holders[1].close()
+            holders[2].close()
+            s.wait_lines(r"client left", 3, timeout=SAFETY_NET_S)
+        finally:
+            os.kill(pid, signal.SIGCONT)
         answers = {}
         for rid in ("n0", "n1"):
             status, head, _ = waiting[rid].read_response()
