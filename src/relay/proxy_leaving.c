@@ -52,7 +52,7 @@ bool exchange_upstream_streams(const struct exchange *x)
  *     stream within SL_STREAM_UPSTREAM_WINDOW_S (exchange_plain_as_stream):
  *     there its client leaving could not be noticed otherwise;
  *   - elsewhere it is relayed as it comes, which costs llama-server much
- *     less (a chunk per token, bench/RESULTS.md). When its client leaves
+ *     less (a stream costs it a chunk per token). When its client leaves
  *     and no client's stream runs there, its upstream turns quiet: it
  *     takes no new work that needs a slot until the answer ends, for
  *     SL_STREAM_UPSTREAM_QUIET_MS at most, so that what runs there

@@ -121,7 +121,7 @@
  * windows cost: about a tenth of the throughput at most. Against real
  * generations (seconds) that is the whole 50 ms; against the demo model's
  * 64 tokens (about 60 ms) 6 ms, where a fixed 50 ms left each slot idle
- * almost half the time (0.77x throughput, bench/RESULTS.md).
+ * almost half the time (0.77x throughput; bench/RESULTS.md as of f8c757c).
  */
 #define SL_SCHED_WINDOW_AUTO UINT64_MAX
 #define SL_SCHED_AUTO_WINDOW_MS 50
