@@ -23,6 +23,13 @@ enum wl_dist_kind { WL_FIXED, WL_UNIFORM, WL_NORMAL, WL_HISTOGRAM };
 
 /* Histogram bins at most. */
 #define WL_MAX_BINS 64
+/* The longest length a spec may name or a draw may give, in tokens. */
+#define WL_MAX_LEN 1000000u
+/* The largest JSONL or ShareGPT file read. */
+#define WL_FILE_MAX ((size_t)256 << 20)
+/* /tokenize requests in flight at once, and the longest answer taken. */
+#define WL_TOKENIZE_PARALLEL 8
+#define WL_TOKENIZE_BODY_MAX ((size_t)16 << 20)
 
 struct wl_dist {
 	enum wl_dist_kind kind;
@@ -42,6 +49,10 @@ int wl_dist_parse(struct wl_dist *d, const char *spec, char *err,
 /* A draw, at least 1; u1 and u2 are uniform in (0, 1). */
 unsigned wl_dist_draw(const struct wl_dist *d, double u1, double u2);
 
+/* splitmix64: the next of a seeded sequence, and one uniform in (0, 1). */
+uint64_t wl_rng_next(uint64_t *state);
+double wl_rng_unit(uint64_t *state);
+
 enum wl_source { WL_SYNTHETIC, WL_JSONL, WL_SHAREGPT, WL_SHARED_PREFIX };
 
 struct wl_options {
@@ -54,7 +65,8 @@ struct wl_options {
 	unsigned max_turns;        /* ShareGPT: turns per conversation, 0 all */
 	/* Shared prefix: groups x prompts, prefix and suffix tokens. */
 	unsigned groups, prompts_per_group, prefix_len, suffix_len;
-	unsigned count; /* synthetic and shared-prefix conversations made */
+	unsigned count; /* synthetic conversations made (shared prefix:
+	                   groups x prompts_per_group) */
 	uint64_t seed;
 };
 
@@ -76,6 +88,7 @@ struct workload {
 	size_t n_convs;
 	size_t next; /* round robin over convs */
 	uint64_t rng;
+	size_t skipped; /* ShareGPT: conversations without a human turn */
 };
 
 /* Loads or makes the conversations. Returns 0, or -1 with err set. */
@@ -87,8 +100,10 @@ void wl_free(struct workload *w);
 
 /*
  * Asks the target's /tokenize for every turn's count (a few at a time, on
- * c's loop) and calls done once with 0, or -1 and a reason. Turns whose
- * count the target will not give keep 0.
+ * c's loop) and calls done once, from the loop, with 0, or -1 and the
+ * first failure's reason. Turns whose count the target will not give keep
+ * theirs (the drawn length for generated text, else 0). Returns 0, or -1
+ * when not one request could start; done is then not called.
  */
 typedef void (*wl_tokenized_cb)(struct workload *w, int rc, const char *err,
                                 void *arg);
