@@ -1,0 +1,270 @@
+/*
+ * scrape.c: what the targets say of themselves during a run.
+ *
+ * /metrics (Prometheus text) of sluice and of llama-server is sampled every
+ * --scrape-interval; a few gauges and counters are kept as min, mean and
+ * max (counters: first and last, for their increase). A request that left
+ * on purpose is looked for in llama-server's /slots by the unique seed its
+ * body carried: once no busy slot holds it, its slot was freed. /slots is
+ * read no faster than --slots-interval, as each read is a task whose result
+ * re-arms llama-server's 1 s wait, which is when it notices that a plain
+ * answer's client has left.
+ */
+#include "engine.h"
+
+#include "sluice/base/common.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* How long after its last answer a run waits for left slots to settle. */
+#define SLOTS_GRACE_NS (15 * 1000000000ull)
+/* A GET of /metrics or /slots gives up after this. */
+#define SCRAPE_TIMEOUT_MS 5000
+
+static const char *const sluice_wanted[] = {
+    "sluice_inflight",
+    "sluice_queue_depth",
+    "sluice_connections",
+    "sluice_upstream_up",
+    "sluice_rejected_total",
+    "sluice_cancelled_total",
+    "sluice_upstream_retries_total",
+    "sluice_upstream_restarts_total",
+    "sluice_generated_tokens_total",
+    NULL,
+};
+
+static const char *const llama_wanted[] = {
+    "llamacpp:requests_processing",
+    "llamacpp:requests_deferred",
+    "llamacpp:kv_cache_usage_ratio",
+    "llamacpp:prompt_tokens_total",
+    "llamacpp:tokens_predicted_total",
+    "llamacpp:n_decode_total",
+    NULL,
+};
+
+static int wanted_index(const char *const *wanted, const char *name,
+                        size_t len)
+{
+	for (int i = 0; wanted[i]; i++)
+		if (strlen(wanted[i]) == len && !strncmp(wanted[i], name, len))
+			return i;
+	return -1;
+}
+
+/*
+ * One scrape: every series of a wanted name is summed (over its labels),
+ * then the sum joins that name's samples.
+ */
+void scrape_sample(struct scraped *tab, unsigned *n, const char *text,
+                   const char *const *wanted)
+{
+	double sums[MAX_SCRAPED] = {0};
+	bool seen[MAX_SCRAPED] = {0};
+	for (const char *line = text; line && *line;) {
+		const char *eol = strchr(line, '\n');
+		size_t len = eol ? (size_t)(eol - line) : strlen(line);
+		size_t name_len = strcspn(line, "{ \n");
+		int i = line[0] == '#' ? -1
+		                       : wanted_index(wanted, line, name_len);
+		if (i >= 0 && i < MAX_SCRAPED) {
+			const char *v = line + len;
+			while (v > line && v[-1] != ' ')
+				v--;
+			char *end;
+			double d = strtod(v, &end);
+			if (end != v && isfinite(d)) {
+				sums[i] += d;
+				seen[i] = true;
+			}
+		}
+		line = eol ? eol + 1 : NULL;
+	}
+	for (int i = 0; wanted[i] && i < MAX_SCRAPED; i++) {
+		if (!seen[i])
+			continue;
+		unsigned k = 0;
+		while (k < *n && strcmp(tab[k].name, wanted[i]))
+			k++;
+		if (k == *n) {
+			if (*n == MAX_SCRAPED)
+				continue;
+			(*n)++;
+			memset(&tab[k], 0, sizeof(tab[k]));
+			snprintf(tab[k].name, sizeof(tab[k].name), "%s",
+			         wanted[i]);
+			tab[k].min = tab[k].max = tab[k].first = sums[i];
+		}
+		tab[k].min = SL_MIN(tab[k].min, sums[i]);
+		tab[k].max = SL_MAX(tab[k].max, sums[i]);
+		tab[k].sum += sums[i];
+		tab[k].last = sums[i];
+		tab[k].n++;
+	}
+}
+
+static void on_sluice_metrics(struct sl_get *g, long status, const char *err)
+{
+	struct engine *e = sl_container_of(g, struct engine, sluice_scrape);
+	(void)err;
+	if (status == 200 && g->body)
+		scrape_sample(e->r->sluice_m, &e->r->n_sluice_m, g->body,
+		              sluice_wanted);
+}
+
+static void on_llama_metrics(struct sl_get *g, long status, const char *err)
+{
+	struct engine *e = sl_container_of(g, struct engine, llama_scrape);
+	(void)err;
+	if (status == 200 && g->body)
+		scrape_sample(e->r->llama_m, &e->r->n_llama_m, g->body,
+		              llama_wanted);
+}
+
+static void get(struct engine *e, struct sl_get *g, const char *base,
+                const char *path, const char *key, sl_get_cb cb)
+{
+	if (sl_get_busy(g))
+		return;
+	char *url = sl_xasprintf("%s%s", base, path);
+	if (sl_get_start(&e->b->curl, g, url, key, SCRAPE_TIMEOUT_MS, cb))
+		cb(g, 0, "cannot start");
+	free(url);
+}
+
+static void on_scrape_due(uv_timer_t *t)
+{
+	struct engine *e = t->data;
+	const struct options *o = &e->b->o;
+	get(e, &e->sluice_scrape, o->metrics_url, "/metrics", o->metrics_key,
+	    on_sluice_metrics);
+	if (o->llama_url)
+		get(e, &e->llama_scrape, o->llama_url, "/metrics",
+		    o->llama_key, on_llama_metrics);
+}
+
+void scrape_start(struct engine *e)
+{
+	double s = e->b->o.scrape_s;
+	if (s > 0) {
+		uint64_t ms = SL_MAX((uint64_t)(s * 1000), 1u);
+		uv_timer_start(&e->scrape_timer, on_scrape_due, 0, ms);
+	}
+}
+
+/* ---- left requests and /slots ---- */
+
+static void settle(struct engine *e, size_t i, int8_t freed)
+{
+	struct record *rec = &e->r->recs[e->pending_left[i]];
+	rec->slot_freed = freed;
+	if (freed == 1)
+		rec->freed_ns = sl_now_ns();
+	e->pending_left[i] = e->pending_left[--e->n_pending_left];
+}
+
+/* Seeds of the slots llama-server is busy with, into a sorted array. */
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+static void on_slots(struct sl_get *g, long status, const char *err)
+{
+	struct engine *e = sl_container_of(g, struct engine, slots);
+	(void)err;
+	json_t *slots = status == 200 && g->body
+	                    ? json_loads(g->body, JSON_DECODE_ANY, NULL)
+	                    : NULL;
+	if (!json_is_array(slots)) {
+		if (!e->b->slots_refused_said)
+			fprintf(stderr,
+			        "sluice-bench: %s/slots answered %ld: whether a "
+			        "left request's slot was freed stays unknown "
+			        "(start llama-server with --slots)\n",
+			        e->b->o.llama_url, status);
+		e->b->slots_refused_said = true;
+		while (e->n_pending_left)
+			settle(e, 0, -1);
+	} else {
+		size_t n = json_array_size(slots), busy = 0;
+		uint64_t *seeds = sl_xcalloc(n + 1, sizeof(*seeds));
+		json_t *s;
+		size_t k;
+		json_array_foreach(slots, k, s)
+		{
+			json_t *seed = json_object_get(
+			    json_object_get(s, "params"), "seed");
+			if (json_is_true(json_object_get(s, "is_processing")) &&
+			    json_is_integer(seed))
+				seeds[busy++] =
+				    (uint64_t)json_integer_value(seed);
+		}
+		qsort(seeds, busy, sizeof(*seeds), cmp_u64);
+		for (size_t i = e->n_pending_left; i-- > 0;) {
+			uint64_t mine = e->r->recs[e->pending_left[i]].seed;
+			if (!bsearch(&mine, seeds, busy, sizeof(*seeds),
+			             cmp_u64))
+				settle(e, i, 1);
+		}
+		free(seeds);
+	}
+	json_decref(slots);
+	if (e->n_pending_left == 0)
+		uv_timer_stop(&e->slots_timer);
+	engine_check(e);
+}
+
+static void on_slots_due(uv_timer_t *t)
+{
+	struct engine *e = t->data;
+	get(e, &e->slots, e->b->o.llama_url, "/slots", e->b->o.llama_key,
+	    on_slots);
+}
+
+void scrape_left(struct engine *e, size_t rec)
+{
+	if (e->n_pending_left == e->cap_pending_left) {
+		e->cap_pending_left =
+		    e->cap_pending_left ? 2 * e->cap_pending_left : 64;
+		e->pending_left =
+		    sl_xrealloc(e->pending_left, e->cap_pending_left *
+		                                     sizeof(*e->pending_left));
+	}
+	e->pending_left[e->n_pending_left++] = rec;
+	if (!uv_is_active((uv_handle_t *)&e->slots_timer)) {
+		uint64_t ms = (uint64_t)(e->b->o.slots_s * 1000);
+		uv_timer_start(&e->slots_timer, on_slots_due, ms, ms);
+	}
+}
+
+/*
+ * Whether every left request is settled; past the grace after the run's
+ * last answer, the ones still busy count as not freed.
+ */
+bool scrape_settled(struct engine *e)
+{
+	if (e->n_pending_left == 0)
+		return true;
+	if (e->r->end_ns && sl_now_ns() - e->r->end_ns > SLOTS_GRACE_NS) {
+		while (e->n_pending_left)
+			settle(e, 0, 0);
+		return true;
+	}
+	return false;
+}
+
+void scrape_stop(struct engine *e)
+{
+	struct sl_curl *c = &e->b->curl;
+	sl_get_reset(c, &e->sluice_scrape);
+	sl_get_reset(c, &e->llama_scrape);
+	sl_get_reset(c, &e->slots);
+	uv_timer_stop(&e->scrape_timer);
+	uv_timer_stop(&e->slots_timer);
+}
