@@ -361,6 +361,42 @@ static json_t *failover_json(const struct run *r)
 	                 num(retries));
 }
 
+/*
+ * Trust: sluice-bench's figures against llama-server's own timings in
+ * each answer. TTFT minus prompt_ms is what the network, the HTTP layers
+ * and any queue add to llama-server's prompt time; the tokens counted
+ * must equal predicted_n exactly.
+ */
+static json_t *timings_json(const struct run *r)
+{
+	struct bs_samples gap = {0};
+	uint64_t same = 0, differ = 0;
+	for (size_t i = 0; i < r->n_recs; i++) {
+		const struct record *rec = &r->recs[i];
+		if (rec->warmup || !rec->ok || rec->cancelled ||
+		    isnan(rec->llama_prompt_ms))
+			continue;
+		if (rec->first_ns)
+			bs_add(&gap, ms(rec->intended_ns, rec->first_ns) -
+			                 rec->llama_prompt_ms);
+		if (!isnan(rec->llama_predicted_n)) {
+			bool eq = rec->output_tokens ==
+			          (uint32_t)rec->llama_predicted_n;
+			same += eq;
+			differ += !eq;
+		}
+	}
+	json_t *j = gap.n || same || differ
+	                ? json_pack("{s:I, s:o, s:I, s:I}", "requests",
+	                            (json_int_t)gap.n, "ttft_minus_prompt_ms",
+	                            spread(&gap), "tokens_match",
+	                            (json_int_t)same, "tokens_differ",
+	                            (json_int_t)differ)
+	                : json_null();
+	bs_free(&gap);
+	return j;
+}
+
 static double seconds_of(const struct bench *b, const struct run *r)
 {
 	uint64_t from = r->start_ns + (uint64_t)(b->o.warmup_s * 1e9);
@@ -497,6 +533,7 @@ json_t *results_run(const struct bench *b, struct run *r)
 	                              (json_int_t)f.cached_tokens,
 	                              "prompt_tokens",
 	                              (json_int_t)f.input_tokens));
+	json_object_set_new(j, "llama_timings", timings_json(r));
 	json_t *scenarios = json_object();
 	if (o->cancel_share > 0)
 		json_object_set_new(scenarios, "cancel", cancel_json(r));
