@@ -34,6 +34,11 @@ static const char *const sluice_wanted[] = {
     "sluice_upstream_retries_total",
     "sluice_upstream_restarts_total",
     "sluice_generated_tokens_total",
+    /* llama-server's own series, as sluice's /metrics relabels them. */
+    "llamacpp_requests_processing",
+    "llamacpp_requests_deferred",
+    "llamacpp_prompt_tokens_total",
+    "llamacpp_tokens_predicted_total",
     NULL,
 };
 
