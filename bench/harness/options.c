@@ -99,7 +99,7 @@ static const struct opt_def opt_defs[] = {
 	 "sent as a bearer token (a tenant's key replaces it)"},
 	{"metrics-key", "SLUICE_BENCH_METRICS_KEY", "KEY", "",
 	 "bearer token for /metrics: sluice's admin key when one is set "
-	 "(default: --api-key)"},
+	 "(default: --api-key, else the first --tenant's key)"},
 	{"llama-key", "SLUICE_BENCH_LLAMA_KEY", "KEY", "",
 	 "bearer token for --llama-url"},
 	/* What counts. */
@@ -553,8 +553,11 @@ static void settle(struct options *o)
 {
 	if (!o->metrics_url)
 		o->metrics_url = o->url;
+	/* /metrics asks for a key where requests do: the one requests use. */
 	if (!o->metrics_key)
 		o->metrics_key = o->api_key;
+	if (!o->metrics_key && o->n_tenants)
+		o->metrics_key = o->tenants[0].key;
 	if (o->endpoint == EP_INFER)
 		o->stream = false;
 	char spec[32];
