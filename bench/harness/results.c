@@ -547,13 +547,18 @@ json_t *results_run(const struct bench *b, struct run *r)
 	return j;
 }
 
-/* Mean, spread and CV of every numeric run-level field over repeats. */
-json_t *results_repeats(const struct bench *b)
+/* Mean, spread and CV of every numeric run-level field over one level's
+ * repeats. */
+static json_t *level_repeats(const struct bench *b, unsigned level)
 {
 	json_t *metrics = json_object();
+	const struct run *first = NULL;
+	for (unsigned i = 0; i < b->n_runs && !first; i++)
+		if (b->runs[i].level == level)
+			first = &b->runs[i];
 	const char *key;
 	json_t *v;
-	json_object_foreach(b->runs[0].doc, key, v)
+	json_object_foreach(first ? first->doc : NULL, key, v)
 	{
 		if (!json_is_number(v) || !strcmp(key, "level") ||
 		    !strcmp(key, "repeat"))
@@ -561,8 +566,7 @@ json_t *results_repeats(const struct bench *b)
 		struct bs_samples s = {0};
 		for (unsigned i = 0; i < b->n_runs; i++) {
 			json_t *x = json_object_get(b->runs[i].doc, key);
-			if (json_is_number(x) &&
-			    b->runs[i].level == b->runs[0].level)
+			if (json_is_number(x) && b->runs[i].level == level)
 				bs_add(&s, json_number_value(x));
 		}
 		double mean = bs_mean(&s), sd = stddev(&s);
@@ -574,5 +578,19 @@ json_t *results_repeats(const struct bench *b)
 		              (json_int_t)s.n));
 		bs_free(&s);
 	}
-	return json_pack("{s:o}", "metrics", metrics);
+	return metrics;
+}
+
+json_t *results_repeats(const struct bench *b)
+{
+	unsigned levels = 0;
+	for (unsigned i = 0; i < b->n_runs; i++)
+		levels = SL_MAX(levels, b->runs[i].level + 1);
+	json_t *all = json_array();
+	for (unsigned l = 0; l < levels; l++)
+		json_array_append_new(all,
+		                      json_pack("{s:i, s:o}", "level", (int)l,
+		                                "metrics", level_repeats(b, l)));
+	return json_pack("{s:o, s:o}", "metrics", level_repeats(b, 0),
+	                 "levels", all);
 }
