@@ -14,6 +14,8 @@
  */
 #include "tools.h"
 
+#include "sluice/base/common.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -32,16 +34,6 @@ const struct sb_metric sb_key_metrics[] = {
 };
 const size_t sb_n_key_metrics =
     sizeof(sb_key_metrics) / sizeof(sb_key_metrics[0]);
-
-static void *xcalloc(size_t n, size_t size)
-{
-	void *p = calloc(n ? n : 1, size);
-	if (!p) {
-		fputs("sluice-bench: out of memory\n", stderr);
-		exit(2);
-	}
-	return p;
-}
 
 double sb_num(json_t *obj, const char *key)
 {
@@ -160,7 +152,7 @@ struct sb_level *sb_levels(json_t *doc, size_t *n)
 	*n = 0;
 	if (!json_array_size(runs))
 		return NULL;
-	struct sb_level *lv = xcalloc(json_array_size(runs), sizeof(*lv));
+	struct sb_level *lv = sl_xcalloc(json_array_size(runs), sizeof(*lv));
 	json_array_foreach(runs, i, run)
 	{
 		long id = run_level(run, i);
@@ -301,7 +293,7 @@ static void compare_cell(const struct sb_stat *a, struct cell *c)
 static void compare_row(struct comparison *cmp, struct row *r)
 {
 	size_t nf = cmp->n_files;
-	r->cells = xcalloc(sb_n_key_metrics * nf, sizeof(*r->cells));
+	r->cells = sl_xcalloc(sb_n_key_metrics * nf, sizeof(*r->cells));
 	for (size_t m = 0; m < sb_n_key_metrics; m++) {
 		struct cell *cells = r->cells + m * nf;
 		for (size_t i = 0; i < nf; i++) {
@@ -321,11 +313,11 @@ static void compare_row(struct comparison *cmp, struct row *r)
 static void compare_all(struct comparison *cmp)
 {
 	struct file *first = &cmp->files[0];
-	cmp->rows = xcalloc(first->n_lv, sizeof(*cmp->rows));
+	cmp->rows = sl_xcalloc(first->n_lv, sizeof(*cmp->rows));
 	for (size_t k = 0; k < first->n_lv; k++) {
 		struct row *r = &cmp->rows[cmp->n_rows];
 		bool any = false;
-		r->lv = xcalloc(cmp->n_files, sizeof(*r->lv));
+		r->lv = sl_xcalloc(cmp->n_files, sizeof(*r->lv));
 		r->lv[0] = &first->lv[k];
 		for (size_t i = 1; i < cmp->n_files; i++) {
 			r->lv[i] = match_level(&cmp->files[i], &first->lv[k]);
@@ -599,9 +591,9 @@ static void html_metric_chart(FILE *f, const struct comparison *cmp, size_t m,
                               const char **cats)
 {
 	size_t nf = cmp->n_files, nr = cmp->n_rows;
-	double *y = xcalloc(nf * nr, sizeof(*y));
-	double *err = xcalloc(nf * nr, sizeof(*err));
-	struct sb_series *series = xcalloc(nf, sizeof(*series));
+	double *y = sl_xcalloc(nf * nr, sizeof(*y));
+	double *err = sl_xcalloc(nf * nr, sizeof(*err));
+	struct sb_series *series = sl_xcalloc(nf, sizeof(*series));
 	for (size_t i = 0; i < nf; i++) {
 		for (size_t r = 0; r < nr; r++) {
 			const struct cell *c = &cmp->rows[r].cells[m * nf + i];
@@ -637,7 +629,7 @@ static void html_page(FILE *f, const struct comparison *cmp)
 	html_table(f, cmp);
 	unmatched_levels(f, cmp, sb_html_text, "<p>", "</p>\n");
 	fputs("<h2>By metric</h2>\n<div class=\"charts\">\n", f);
-	const char **cats = xcalloc(cmp->n_rows, sizeof(*cats));
+	const char **cats = sl_xcalloc(cmp->n_rows, sizeof(*cats));
 	for (size_t r = 0; r < cmp->n_rows; r++)
 		cats[r] = cmp->rows[r].lv[0]->load.text;
 	for (size_t m = 0; m < sb_n_key_metrics; m++)
@@ -727,7 +719,7 @@ static void free_comparison(struct comparison *cmp)
 static int load_files(struct comparison *cmp, char **paths, size_t n)
 {
 	char err[512];
-	cmp->files = xcalloc(n, sizeof(*cmp->files));
+	cmp->files = sl_xcalloc(n, sizeof(*cmp->files));
 	for (size_t i = 0; i < n; i++) {
 		struct file *f = &cmp->files[i];
 		f->path = paths[i];
@@ -738,7 +730,7 @@ static int load_files(struct comparison *cmp, char **paths, size_t n)
 		}
 		cmp->n_files++;
 		f->lv = sb_levels(f->doc, &f->n_lv);
-		f->matched = xcalloc(f->n_lv, sizeof(*f->matched));
+		f->matched = sl_xcalloc(f->n_lv, sizeof(*f->matched));
 	}
 	name_files(cmp->files, n);
 	return 0;

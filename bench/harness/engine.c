@@ -330,8 +330,9 @@ static void on_engine_closed(uv_handle_t *h)
 static void close_engine(struct engine *e)
 {
 	scrape_stop(e);
-	uv_timer_t *timers[] = {&e->arrivals, &e->progress, &e->ender,
-	                        &e->killer, &e->slots_timer, &e->scrape_timer};
+	uv_timer_t *timers[] = {&e->arrivals,    &e->progress,
+	                        &e->ender,       &e->killer,
+	                        &e->slots_timer, &e->scrape_timer};
 	e->open_timers = SL_ARRAY_SIZE(timers);
 	for (size_t i = 0; i < SL_ARRAY_SIZE(timers); i++)
 		uv_close((uv_handle_t *)timers[i], on_engine_closed);
@@ -340,8 +341,8 @@ static void close_engine(struct engine *e)
 static void read_summary(struct engine *e, double *batches, double *batched)
 {
 	*batches = *batched = NAN;
-	json_t *j = e->summary.body ? json_loads(e->summary.body, 0, NULL)
-	                            : NULL;
+	json_t *j =
+	    e->summary.body ? json_loads(e->summary.body, 0, NULL) : NULL;
 	json_t *n = json_object_get(j, "batches");
 	json_t *avg = json_object_get(j, "avg_batch_size");
 	if (json_is_number(n) && json_is_number(avg)) {
@@ -360,9 +361,8 @@ static void on_summary_after(struct sl_get *g, long status, const char *err)
 	if (status == 200)
 		read_summary(e, &batches, &batched);
 	r->batches = batches - e->batches_before;
-	r->avg_batch_size = r->batches > 0
-	                        ? (batched - e->batched_before) / r->batches
-	                        : NAN;
+	r->avg_batch_size =
+	    r->batches > 0 ? (batched - e->batched_before) / r->batches : NAN;
 	if (r->batches == 0)
 		r->avg_batch_size = 0;
 	sl_get_reset(&e->b->curl, &e->summary);
@@ -429,8 +429,7 @@ static void start_load(struct engine *e)
 	}
 }
 
-static void on_summary_before(struct sl_get *g, long status,
-                              const char *err)
+static void on_summary_before(struct sl_get *g, long status, const char *err)
 {
 	struct engine *e = sl_container_of(g, struct engine, summary);
 	(void)err;
@@ -456,8 +455,9 @@ void engine_run(struct bench *b, struct run *r, void (*done)(struct bench *))
 	e->r = r;
 	e->done = done;
 	b->engine = e;
-	uv_timer_t *timers[] = {&e->arrivals, &e->progress, &e->ender,
-	                        &e->killer, &e->slots_timer, &e->scrape_timer};
+	uv_timer_t *timers[] = {&e->arrivals,    &e->progress,
+	                        &e->ender,       &e->killer,
+	                        &e->slots_timer, &e->scrape_timer};
 	for (size_t i = 0; i < SL_ARRAY_SIZE(timers); i++) {
 		uv_timer_init(&b->loop, timers[i]);
 		timers[i]->data = e;

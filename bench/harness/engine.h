@@ -84,7 +84,7 @@ struct engine {
 	uint64_t active;     /* sessions alive */
 	uint64_t done_count; /* requests ended */
 	uint64_t ok_count, failed_count;
-	double next_unit;    /* open loop: the next arrival in warped time */
+	double next_unit; /* open loop: the next arrival in warped time */
 	uint64_t next_arrival_ns;
 	unsigned clients_started;
 	bool stop_issuing, finishing;

@@ -32,11 +32,11 @@ extern const char *const prio_names[];
 enum arrivals { ARR_POISSON, ARR_CONSTANT, ARR_GAMMA };
 
 /* Limits, each a named constant. */
-#define MAX_LEVELS 32         /* concurrency or rate levels */
-#define MAX_TENANTS 32        /* --tenant given */
-#define MAX_MODELS 32         /* names in --model-mix */
-#define MAX_MIX 256           /* entries of the --model-mix sequence */
-#define MAX_RUNS 1024         /* runs in one invocation (levels x repeats) */
+#define MAX_LEVELS 32            /* concurrency or rate levels */
+#define MAX_TENANTS 32           /* --tenant given */
+#define MAX_MODELS 32            /* names in --model-mix */
+#define MAX_MIX 256              /* entries of the --model-mix sequence */
+#define MAX_RUNS 1024            /* runs in one invocation (levels x repeats) */
 #define MAX_OPEN_INFLIGHT 100000 /* open loop: requests out at once */
 #define MAX_BODY (16u * 1024 * 1024) /* a plain answer kept whole */
 #define MAX_REPLY (256u * 1024)      /* a reply kept for the next turn */
@@ -82,13 +82,13 @@ struct options {
 	bool retry;           /* honour Retry-After on 429 and 503 */
 	unsigned max_retries; /* per request */
 	/* Scenarios. */
-	double cancel_share;      /* of requests, leaving early */
-	unsigned cancel_tokens;   /* streams: leave after this many tokens */
-	double cancel_ms;         /* plain answers: leave after this long */
-	double kill_at_s;         /* failover: when, from the run's start */
-	int kill_pid;             /* failover: whom (SIGKILL) */
-	double scrape_s;          /* /metrics interval, 0: none */
-	double slots_s;           /* /slots interval for cancellations */
+	double cancel_share;    /* of requests, leaving early */
+	unsigned cancel_tokens; /* streams: leave after this many tokens */
+	double cancel_ms;       /* plain answers: leave after this long */
+	double kill_at_s;       /* failover: when, from the run's start */
+	int kill_pid;           /* failover: whom (SIGKILL) */
+	double scrape_s;        /* /metrics interval, 0: none */
+	double slots_s;         /* /slots interval for cancellations */
 	/* Search. */
 	bool search;
 	double search_lo, search_hi, search_min_goodput;
@@ -111,9 +111,9 @@ struct record {
 	uint32_t conv, turn;
 	int16_t tenant, model; /* -1: none */
 	int8_t prio;
-	bool warmup;    /* arrived during the warm-up: not measured */
-	bool ok;        /* 2xx, answered whole (or left as planned) */
-	bool cancelled; /* left on purpose (the cancellation scenario) */
+	bool warmup;       /* arrived during the warm-up: not measured */
+	bool ok;           /* 2xx, answered whole (or left as planned) */
+	bool cancelled;    /* left on purpose (the cancellation scenario) */
 	int8_t slot_freed; /* cancelled: 1 freed, 0 still running, -1 unknown */
 	bool retry_after;  /* a refusal carried Retry-After */
 	uint8_t retries;
@@ -122,7 +122,7 @@ struct record {
 	uint64_t intended_ns, sent_ns, first_ns, end_ns, left_ns, freed_ns;
 	uint32_t input_tokens, output_tokens, cached_tokens, tokens_seen;
 	double queue_ms, upstream_ms, server_ttft_ms; /* NAN: not sent */
-	double llama_prompt_ms, llama_predicted_n;     /* NAN: no timings */
+	double llama_prompt_ms, llama_predicted_n;    /* NAN: no timings */
 	char *error; /* why it failed; NULL when ok */
 };
 
@@ -171,7 +171,7 @@ struct bench {
 	bool interrupted;
 	bool metrics_refused_said; /* a 401 or 403 from /metrics, said once */
 	bool slots_refused_said;   /* /slots would not answer, said once */
-	struct engine *engine; /* engine.c's state for the run under way */
+	struct engine *engine;     /* engine.c's state for the run under way */
 };
 
 /* results.c */

@@ -1,6 +1,6 @@
 /*
- * html.c: a report made readable: the self-contained HTML page, the SVG
- * charts it draws (compare.c draws with them too), and `sluice-bench
+ * html.c: a report made readable: the self-contained HTML page (its
+ * charts are svg.c's), and `sluice-bench
  * report`, which prints a saved report's Markdown summary and writes its
  * page again.
  *
@@ -11,6 +11,8 @@
  * user's and may hold markup.
  */
 #include "tools.h"
+
+#include "sluice/base/common.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -57,16 +59,6 @@ static int auto_decimals(double v)
 	return a >= 1000 ? 0 : a >= 10 ? 1 : a >= 1 ? 2 : 3;
 }
 
-static void *xcalloc(size_t n, size_t size)
-{
-	void *p = calloc(n ? n : 1, size);
-	if (!p) {
-		fputs("sluice-bench: out of memory\n", stderr);
-		exit(2);
-	}
-	return p;
-}
-
 /* --- Tables -------------------------------------------------------------- */
 
 static void table_open(FILE *f, const char *id, const char *const *heads,
@@ -110,418 +102,6 @@ static void td_mean_std(FILE *f, double mean, double std, int decimals)
 		fprintf(f, "<td class=\"n\">%s ± %s</td>", m, s);
 	else
 		fprintf(f, "<td class=\"n\">%s</td>", m);
-}
-
-/* --- Charts -------------------------------------------------------------- */
-
-/* The chart's frame: the plot area, and the legend to its right. */
-enum {
-	SVG_W = 540,
-	SVG_H = 320,
-	PLOT_L = 64,
-	PLOT_R = 400,
-	PLOT_T = 36,
-	PLOT_B = 260,
-	LEGEND_X = 414,
-};
-
-/* Larger magnitudes are no figure a benchmark makes: such values are left
- * out rather than let the axis arithmetic overflow. */
-#define PLOT_LIMIT 1e15
-
-#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
-
-/* Okabe and Ito's colours, told apart by colour-blind readers too. */
-static const char *const palette[] = {"#0072b2", "#d55e00", "#009e73",
-                                      "#cc79a7", "#e69f00", "#56b4e9",
-                                      "#000000"};
-#define N_COLOURS N_OF(palette)
-
-static bool plottable(double v)
-{
-	return isfinite(v) && fabs(v) <= PLOT_LIMIT;
-}
-
-struct axis {
-	double lo, hi, step;
-	int decimals;
-};
-
-/* 1, 2 or 5 times a power of ten: about `target` steps over span > 0. */
-static double nice_step(double span, int target)
-{
-	double raw = span / target;
-	double mag = pow(10, floor(log10(raw)));
-	double r = raw / mag;
-	return (r < 1.5 ? 1 : r < 3 ? 2 : r < 7 ? 5 : 10) * mag;
-}
-
-/* An axis over [lo, hi] and zero, widened to whole steps. Zero is always
- * in: figures of load and latency read wrongly on a cut axis, and one
- * point, or points all equal, still get a span. */
-static void axis_fit(struct axis *a, double lo, double hi)
-{
-	lo = fmin(lo, 0);
-	hi = fmax(hi, 0);
-	if (hi == lo)
-		hi = 1;
-	a->step = nice_step(hi - lo, 5);
-	a->lo = floor(lo / a->step) * a->step;
-	a->hi = ceil(hi / a->step) * a->step;
-	a->decimals = a->step >= 1 ? 0 : (int)ceil(-log10(a->step) - 1e-9);
-	if (a->decimals > 12)
-		a->decimals = 12;
-}
-
-/* Where v falls between from (the axis's low end) and to. */
-static double axis_pos(const struct axis *a, double v, double from, double to)
-{
-	return from + (v - a->lo) / (a->hi - a->lo) * (to - from);
-}
-
-static double px(const struct axis *a, double v)
-{
-	return axis_pos(a, v, PLOT_L, PLOT_R);
-}
-
-static double py(const struct axis *a, double v)
-{
-	return axis_pos(a, v, PLOT_B, PLOT_T);
-}
-
-static int axis_ticks(const struct axis *a)
-{
-	return (int)lround((a->hi - a->lo) / a->step);
-}
-
-/* A tick's value: -0 printed as 0. */
-static double axis_tick(const struct axis *a, int i)
-{
-	double v = a->lo + i * a->step;
-	return v == 0 ? 0 : v;
-}
-
-static void svg_open(FILE *f, const struct sb_chart *c)
-{
-	fputs("<svg class=\"chart\" id=\"", f);
-	sb_html_text(f, c->id);
-	fprintf(f,
-	        "\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" "
-	        "role=\"img\" aria-label=\"",
-	        SVG_W, SVG_H, SVG_W, SVG_H);
-	sb_html_text(f, c->title);
-	fprintf(f, "\">\n<text class=\"title\" x=\"%d\" y=\"18\">", PLOT_L);
-	sb_html_text(f, c->title);
-	fputs("</text>\n", f);
-}
-
-/* The y axis: grid lines, ticks, its label; and the frame's two axes. */
-static void svg_y_axis(FILE *f, const struct axis *ay, const char *label)
-{
-	for (int i = 0; i <= axis_ticks(ay); i++) {
-		double v = axis_tick(ay, i), y = py(ay, v);
-		fprintf(f,
-		        "<line class=\"grid\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" "
-		        "y2=\"%.1f\"/><text x=\"%d\" y=\"%.1f\" "
-		        "text-anchor=\"end\">%.*f</text>\n",
-		        PLOT_L, y, PLOT_R, y, PLOT_L - 6, y + 4, ay->decimals,
-		        v);
-	}
-	fprintf(f,
-	        "<line class=\"axis\" x1=\"%d\" y1=\"%d\" x2=\"%d\" "
-	        "y2=\"%d\"/>\n<line class=\"axis\" x1=\"%d\" y1=\"%d\" "
-	        "x2=\"%d\" y2=\"%d\"/>\n",
-	        PLOT_L, PLOT_T, PLOT_L, PLOT_B, PLOT_L, PLOT_B, PLOT_R, PLOT_B);
-	fprintf(f,
-	        "<text transform=\"rotate(-90)\" x=\"%d\" y=\"16\" "
-	        "text-anchor=\"middle\">",
-	        -(PLOT_T + PLOT_B) / 2);
-	sb_html_text(f, label);
-	fputs("</text>\n", f);
-}
-
-static void svg_x_label(FILE *f, const char *label)
-{
-	fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">",
-	        (PLOT_L + PLOT_R) / 2, PLOT_B + 42);
-	sb_html_text(f, label);
-	fputs("</text>\n", f);
-}
-
-/* A numeric x axis: ticks and their values under the plot. */
-static void svg_x_axis(FILE *f, const struct axis *ax, const char *label)
-{
-	for (int i = 0; i <= axis_ticks(ax); i++) {
-		double v = axis_tick(ax, i), x = px(ax, v);
-		fprintf(
-		    f,
-		    "<line class=\"axis\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" "
-		    "y2=\"%d\"/><text x=\"%.1f\" y=\"%d\" "
-		    "text-anchor=\"middle\">%.*f</text>\n",
-		    x, PLOT_B, x, PLOT_B + 5, x, PLOT_B + 18, ax->decimals, v);
-	}
-	svg_x_label(f, label);
-}
-
-static void svg_legend(FILE *f, const struct sb_chart *c)
-{
-	for (size_t i = 0; i < c->n_series; i++) {
-		int y = PLOT_T + (int)i * 18;
-		fprintf(f,
-		        "<rect class=\"key\" x=\"%d\" y=\"%d\" width=\"12\" "
-		        "height=\"12\" fill=\"%s\"/><text x=\"%d\" y=\"%d\">",
-		        LEGEND_X, y, palette[i % N_COLOURS], LEGEND_X + 18,
-		        y + 10);
-		sb_html_text(f, c->series[i].name);
-		fputs("</text>\n", f);
-	}
-}
-
-static void svg_no_data(FILE *f)
-{
-	fprintf(f,
-	        "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">no figures "
-	        "to draw</text>\n",
-	        (PLOT_L + PLOT_R) / 2, (PLOT_T + PLOT_B) / 2);
-}
-
-struct point {
-	double x, y;
-};
-
-static int point_cmp(const void *a, const void *b)
-{
-	const struct point *p = a, *q = b;
-	return (p->x > q->x) - (p->x < q->x);
-}
-
-/* s's plottable points, in order of x, into out (room for s->n). */
-static size_t series_points(const struct sb_series *s, struct point *out)
-{
-	size_t n = 0;
-	for (size_t i = 0; i < s->n; i++) {
-		if (plottable(s->x[i]) && plottable(s->y[i]))
-			out[n++] = (struct point){s->x[i], s->y[i]};
-	}
-	qsort(out, n, sizeof(*out), point_cmp);
-	return n;
-}
-
-/* The span of every series and rule: [*x0, *x1] by [*y0, *y1]. Returns
- * the number of points, and in *most the most of one series. */
-static size_t line_extent(const struct sb_chart *c, double *x0, double *x1,
-                          double *y0, double *y1, size_t *most)
-{
-	size_t points = 0;
-	*x0 = *x1 = *y0 = *y1 = 0;
-	*most = 0;
-	for (size_t s = 0; s < c->n_series; s++) {
-		const struct sb_series *se = &c->series[s];
-		for (size_t i = 0; i < se->n; i++) {
-			if (!plottable(se->x[i]) || !plottable(se->y[i]))
-				continue;
-			*x0 = fmin(*x0, se->x[i]);
-			*x1 = fmax(*x1, se->x[i]);
-			*y0 = fmin(*y0, se->y[i]);
-			*y1 = fmax(*y1, se->y[i]);
-			points++;
-		}
-		*most = se->n > *most ? se->n : *most;
-	}
-	if (c->hline.on && plottable(c->hline.value)) {
-		*y0 = fmin(*y0, c->hline.value);
-		*y1 = fmax(*y1, c->hline.value);
-	}
-	if (c->vline.on && plottable(c->vline.value)) {
-		*x0 = fmin(*x0, c->vline.value);
-		*x1 = fmax(*x1, c->vline.value);
-	}
-	return points;
-}
-
-static void svg_line_series(FILE *f, const struct axis *ax,
-                            const struct axis *ay, const struct point *p,
-                            size_t n, const char *colour, const char *name)
-{
-	if (n >= 2) {
-		fprintf(f,
-		        "<polyline class=\"data\" fill=\"none\" stroke=\"%s\" "
-		        "stroke-width=\"2\" points=\"",
-		        colour);
-		for (size_t i = 0; i < n; i++)
-			fprintf(f, "%s%.1f,%.1f", i ? " " : "", px(ax, p[i].x),
-			        py(ay, p[i].y));
-		fputs("\"/>\n", f);
-	}
-	for (size_t i = 0; i < n; i++) {
-		fprintf(f,
-		        "<circle class=\"data\" cx=\"%.1f\" cy=\"%.1f\" "
-		        "r=\"3.5\" fill=\"%s\"><title>",
-		        px(ax, p[i].x), py(ay, p[i].y), colour);
-		sb_html_text(f, name);
-		fprintf(f, ": %g at %g</title></circle>\n", p[i].y, p[i].x);
-	}
-}
-
-static void svg_rules(FILE *f, const struct sb_chart *c, const struct axis *ax,
-                      const struct axis *ay)
-{
-	if (c->hline.on && plottable(c->hline.value)) {
-		double y = py(ay, c->hline.value);
-		fprintf(f,
-		        "<line class=\"rule\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" "
-		        "y2=\"%.1f\"/><text class=\"rule\" x=\"%d\" "
-		        "y=\"%.1f\">",
-		        PLOT_L, y, PLOT_R, y, PLOT_L + 4, y - 5);
-		sb_html_text(f, c->hline.label);
-		fputs("</text>\n", f);
-	}
-	if (c->vline.on && plottable(c->vline.value)) {
-		double x = px(ax, c->vline.value);
-		fprintf(
-		    f,
-		    "<line class=\"rule\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" "
-		    "y2=\"%d\"/><text class=\"rule\" x=\"%.1f\" y=\"%d\" "
-		    "text-anchor=\"end\">",
-		    x, PLOT_T, x, PLOT_B, x - 4, PLOT_T + 12);
-		sb_html_text(f, c->vline.label);
-		fputs("</text>\n", f);
-	}
-}
-
-void sb_svg_line_chart(FILE *f, const struct sb_chart *c)
-{
-	double x0, x1, y0, y1;
-	size_t most;
-	size_t points = line_extent(c, &x0, &x1, &y0, &y1, &most);
-	struct axis ax, ay;
-	axis_fit(&ax, x0, x1);
-	axis_fit(&ay, y0, y1);
-	svg_open(f, c);
-	svg_y_axis(f, &ay, c->y_label);
-	svg_x_axis(f, &ax, c->x_label);
-	if (!points)
-		svg_no_data(f);
-	struct point *p = xcalloc(most, sizeof(*p));
-	for (size_t s = 0; s < c->n_series; s++) {
-		size_t n = series_points(&c->series[s], p);
-		svg_line_series(f, &ax, &ay, p, n, palette[s % N_COLOURS],
-		                c->series[s].name);
-	}
-	free(p);
-	svg_rules(f, c, &ax, &ay);
-	svg_legend(f, c);
-	fputs("</svg>\n", f);
-}
-
-/* Bar charts: the value of series s in category k, and its error. */
-static double bar_value(const struct sb_chart *c, size_t s, size_t k)
-{
-	const struct sb_series *se = &c->series[s];
-	return k < se->n && plottable(se->y[k]) ? se->y[k] : NAN;
-}
-
-static double bar_err(const struct sb_chart *c, size_t s, size_t k)
-{
-	const struct sb_series *se = &c->series[s];
-	return se->err && k < se->n && plottable(se->err[k]) ? fabs(se->err[k])
-	                                                     : 0;
-}
-
-static void bar_extent(const struct sb_chart *c, double *y0, double *y1)
-{
-	*y0 = *y1 = 0;
-	for (size_t s = 0; s < c->n_series; s++) {
-		for (size_t k = 0; k < c->n_categories; k++) {
-			double v = bar_value(c, s, k), e = bar_err(c, s, k);
-			if (isnan(v))
-				continue;
-			*y0 = fmin(*y0, v - e);
-			*y1 = fmax(*y1, v + e);
-		}
-	}
-}
-
-/* The categories' names under their groups, slanted when many. */
-static void svg_categories(FILE *f, const struct sb_chart *c, double band)
-{
-	bool slant = c->n_categories > 6;
-	for (size_t k = 0; k < c->n_categories; k++) {
-		double x = PLOT_L + band * ((double)k + 0.5);
-		if (slant)
-			fprintf(f,
-			        "<text x=\"%.1f\" y=\"%d\" text-anchor=\"end\" "
-			        "transform=\"rotate(-25 %.1f %d)\">",
-			        x, PLOT_B + 14, x, PLOT_B + 14);
-		else
-			fprintf(f,
-			        "<text x=\"%.1f\" y=\"%d\" "
-			        "text-anchor=\"middle\">",
-			        x, PLOT_B + 16);
-		sb_html_text(f, c->categories[k]);
-		fputs("</text>\n", f);
-	}
-}
-
-static void svg_bar(FILE *f, const struct sb_chart *c, const struct axis *ay,
-                    size_t s, size_t k, double x, double width)
-{
-	double v = bar_value(c, s, k), e = bar_err(c, s, k);
-	double y0 = py(ay, 0), y1 = py(ay, v);
-	fprintf(f,
-	        "<rect class=\"data\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
-	        "height=\"%.1f\" fill=\"%s\"><title>",
-	        x, fmin(y0, y1), width, fabs(y1 - y0), palette[s % N_COLOURS]);
-	sb_html_text(f, c->series[s].name);
-	fputs(", ", f);
-	sb_html_text(f, c->categories[k]);
-	fprintf(f, ": %g", v);
-	if (e > 0)
-		fprintf(f, " ± %g", e);
-	fputs("</title></rect>\n", f);
-	if (e > 0) {
-		double xm = x + width / 2;
-		fprintf(f,
-		        "<path class=\"err\" d=\"M%.1f %.1fV%.1fM%.1f %.1fh6"
-		        "M%.1f %.1fh6\"/>\n",
-		        xm, py(ay, v - e), py(ay, v + e), xm - 3, py(ay, v - e),
-		        xm - 3, py(ay, v + e));
-	}
-}
-
-void sb_svg_bar_chart(FILE *f, const struct sb_chart *c)
-{
-	double y0, y1;
-	bar_extent(c, &y0, &y1);
-	struct axis ay;
-	axis_fit(&ay, y0, y1);
-	svg_open(f, c);
-	svg_y_axis(f, &ay, c->y_label);
-	svg_x_label(f, c->x_label);
-	if (!c->n_categories || !c->n_series) {
-		svg_no_data(f);
-	} else {
-		double band = (double)(PLOT_R - PLOT_L) / c->n_categories;
-		double width = band * 0.8 / c->n_series;
-		svg_categories(f, c, band);
-		for (size_t k = 0; k < c->n_categories; k++) {
-			for (size_t s = 0; s < c->n_series; s++) {
-				if (isnan(bar_value(c, s, k)))
-					continue;
-				double x = PLOT_L + band * ((double)k + 0.1) +
-				           width * (double)s;
-				svg_bar(f, c, &ay, s, k, x,
-				        width > 2 ? width - 1 : width);
-			}
-		}
-		double z = py(&ay, 0);
-		fprintf(f,
-		        "<line class=\"axis\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" "
-		        "y2=\"%.1f\"/>\n",
-		        PLOT_L, z, PLOT_R, z);
-	}
-	svg_legend(f, c);
-	fputs("</svg>\n", f);
 }
 
 /* --- The page ------------------------------------------------------------ */
@@ -649,7 +229,7 @@ static const struct column run_columns[] = {
     {"TPOT p99 ms", "p99_tpot_ms", 1, false},
     {"E2E p99 ms", "p99_e2el_ms", 1, false},
 };
-#define N_RUN_COLUMNS N_OF(run_columns)
+#define N_RUN_COLUMNS SL_ARRAY_SIZE(run_columns)
 
 static void html_runs(FILE *f, json_t *doc)
 {
@@ -706,15 +286,15 @@ static const struct load_chart load_charts[] = {
      {{"output", "output_throughput"},
       {"input and output", "total_token_throughput"}}},
 };
-#define N_CURVES N_OF(load_charts[0].curves)
+#define N_CURVES SL_ARRAY_SIZE(load_charts[0].curves)
 
 /* One chart of fields against the load of levels lv, all of one kind. */
 static void load_chart(FILE *f, json_t *doc, const struct sb_level *lv,
                        size_t n_lv, const struct load_chart *lc,
                        const char *kind, const char *x_label)
 {
-	double *x = xcalloc(n_lv, sizeof(*x));
-	double *y = xcalloc(n_lv * N_CURVES, sizeof(*y));
+	double *x = sl_xcalloc(n_lv, sizeof(*x));
+	double *y = sl_xcalloc(n_lv * N_CURVES, sizeof(*y));
 	struct sb_series series[N_CURVES];
 	for (size_t c = 0; c < N_CURVES; c++) {
 		for (size_t k = 0; k < n_lv; k++) {
@@ -744,17 +324,17 @@ static void load_chart(FILE *f, json_t *doc, const struct sb_level *lv,
 static void html_load_charts(FILE *f, json_t *doc, const struct sb_level *lv,
                              size_t n_lv, enum sb_load_kind kind)
 {
-	struct sb_level *of = xcalloc(n_lv, sizeof(*of));
+	struct sb_level *of = sl_xcalloc(n_lv, sizeof(*of));
 	size_t n = 0;
 	for (size_t k = 0; k < n_lv; k++) {
-		if (lv[k].load.kind == kind && plottable(lv[k].load.x))
+		if (lv[k].load.kind == kind && sb_plottable(lv[k].load.x))
 			of[n++] = lv[k];
 	}
 	bool closed = kind == SB_LOAD_CLOSED;
 	if (n) {
 		fprintf(f, "<h2>Against %s</h2>\n<div class=\"charts\">\n",
 		        closed ? "concurrency" : "request rate");
-		for (size_t i = 0; i < N_OF(load_charts); i++)
+		for (size_t i = 0; i < SL_ARRAY_SIZE(load_charts); i++)
 			load_chart(f, doc, of, n, &load_charts[i],
 			           closed ? "concurrency" : "rate",
 			           closed ? "concurrency (clients)"
@@ -770,7 +350,7 @@ static void html_slo(FILE *f, json_t *slo)
 	static const char *const keys[][2] = {
 	    {"ttft_ms", "TTFT"}, {"tpot_ms", "TPOT"}, {"e2el_ms", "E2E"}};
 	bool any = false;
-	for (size_t i = 0; i < N_OF(keys); i++) {
+	for (size_t i = 0; i < SL_ARRAY_SIZE(keys); i++) {
 		double v = sb_num(slo, keys[i][0]);
 		if (!isfinite(v))
 			continue;
@@ -787,7 +367,7 @@ static void search_steps_table(FILE *f, json_t *steps)
 	static const char *const heads[] = {"request rate", "goodput fraction",
 	                                    "goodput req/s", "TTFT p99 ms",
 	                                    "TPOT p99 ms"};
-	table_open(f, "search-steps", heads, N_OF(heads));
+	table_open(f, "search-steps", heads, SL_ARRAY_SIZE(heads));
 	size_t i;
 	json_t *step;
 	json_array_foreach(steps, i, step)
@@ -822,7 +402,7 @@ static void html_search(FILE *f, json_t *search)
 		        best);
 	else
 		fputs(". No rate tried was within them.</p>\n", f);
-	double *x = xcalloc(n, sizeof(*x)), *y = xcalloc(n, sizeof(*y));
+	double *x = sl_xcalloc(n, sizeof(*x)), *y = sl_xcalloc(n, sizeof(*y));
 	for (size_t i = 0; i < n; i++) {
 		x[i] = sb_num(json_array_get(steps, i), "request_rate");
 		y[i] = sb_num(json_array_get(steps, i), "goodput_fraction");
@@ -895,7 +475,7 @@ static json_t *tenant_names(json_t *runs)
 static void tenants_table(FILE *f, json_t *runs, json_t *names, char (*cat)[64])
 {
 	size_t n_heads = 2 + json_object_size(names), i = 0;
-	const char **heads = xcalloc(n_heads, sizeof(*heads));
+	const char **heads = sl_xcalloc(n_heads, sizeof(*heads));
 	const char *name;
 	json_t *value, *run;
 	heads[0] = "run";
@@ -929,9 +509,9 @@ static void tenants_chart(FILE *f, json_t *runs, json_t *names, char (*cat)[64],
                           size_t n_cat)
 {
 	size_t n_names = json_object_size(names), s = 0, i;
-	double *y = xcalloc(n_names * n_cat, sizeof(*y));
-	struct sb_series *series = xcalloc(n_names, sizeof(*series));
-	const char **cats = xcalloc(n_cat, sizeof(*cats));
+	double *y = sl_xcalloc(n_names * n_cat, sizeof(*y));
+	struct sb_series *series = sl_xcalloc(n_names, sizeof(*series));
+	const char **cats = sl_xcalloc(n_cat, sizeof(*cats));
 	const char *name;
 	json_t *value, *run;
 	json_object_foreach(names, name, value)
@@ -968,7 +548,7 @@ static void html_tenants(FILE *f, json_t *doc)
 {
 	json_t *runs = json_object_get(doc, "runs"), *run;
 	size_t n = 0, i;
-	char(*cat)[64] = xcalloc(json_array_size(runs), sizeof(*cat));
+	char(*cat)[64] = sl_xcalloc(json_array_size(runs), sizeof(*cat));
 	json_array_foreach(runs, i, run)
 	{
 		if (run_tenants(run))
@@ -996,7 +576,7 @@ static void outcome_row(FILE *f, const char *run, const char *priority,
 	fputs("<tr>", f);
 	td_text(f, run);
 	td_text(f, priority);
-	for (size_t i = 0; i < N_OF(outcome_keys); i++)
+	for (size_t i = 0; i < SL_ARRAY_SIZE(outcome_keys); i++)
 		td_num(f, sb_num(o, outcome_keys[i]), 0, true);
 	fputs("</tr>\n", f);
 }
@@ -1019,7 +599,7 @@ static void html_outcomes(FILE *f, json_t *runs)
 			continue;
 		if (!any) {
 			fputs("<h2>Outcomes by priority</h2>\n", f);
-			table_open(f, "outcomes", heads, N_OF(heads));
+			table_open(f, "outcomes", heads, SL_ARRAY_SIZE(heads));
 			any = true;
 		}
 		char name[64];
@@ -1057,15 +637,16 @@ static void html_server_timing(FILE *f, json_t *runs)
 		if (!json_is_object(st))
 			continue;
 		if (!any)
-			table_open(f, "server-timing", heads, N_OF(heads));
+			table_open(f, "server-timing", heads,
+			           SL_ARRAY_SIZE(heads));
 		any = true;
 		char name[64];
 		run_name(run, name, sizeof(name));
 		fputs("<tr>", f);
 		td_text(f, name);
-		for (size_t p = 0; p < N_OF(parts); p++) {
+		for (size_t p = 0; p < SL_ARRAY_SIZE(parts); p++) {
 			json_t *part = json_object_get(st, parts[p]);
-			for (size_t s = 0; s < N_OF(stats); s++)
+			for (size_t s = 0; s < SL_ARRAY_SIZE(stats); s++)
 				td_num(f, sb_num(part, stats[s]), 1, false);
 		}
 		fputs("</tr>\n", f);
@@ -1116,7 +697,7 @@ static void html_scrape(FILE *f, json_t *runs)
 			continue;
 		if (!any) {
 			fputs("<h2>Scraped during the runs</h2>\n", f);
-			table_open(f, "scrape", heads, N_OF(heads));
+			table_open(f, "scrape", heads, SL_ARRAY_SIZE(heads));
 			any = true;
 		}
 		char name[64];
@@ -1136,7 +717,7 @@ static void repeats_levels(FILE *f, json_t *doc, const struct sb_level *lv,
 {
 	static const char *const heads[] = {"level", "metric", "mean ± std",
 	                                    "CV", "runs"};
-	table_open(f, "repeats", heads, N_OF(heads));
+	table_open(f, "repeats", heads, SL_ARRAY_SIZE(heads));
 	for (size_t k = 0; k < n_lv; k++) {
 		if (lv[k].n_runs < 2 && !lv[k].summary)
 			continue;
@@ -1166,7 +747,7 @@ static void repeats_summary(FILE *f, json_t *repeats)
 	if (!json_is_object(metrics) || !json_object_size(metrics))
 		return;
 	fputs("<p>The report's own summary over its repetitions:</p>\n", f);
-	table_open(f, "repeats-summary", heads, N_OF(heads));
+	table_open(f, "repeats-summary", heads, SL_ARRAY_SIZE(heads));
 	json_object_foreach(metrics, field, m)
 	{
 		double mean = sb_num(m, "mean");
@@ -1201,7 +782,7 @@ static void html_page(FILE *f, json_t *doc)
 {
 	const char *label = sb_str(doc, "label");
 	size_t len = strlen(label ? label : "") + 32;
-	char *title = xcalloc(len, 1);
+	char *title = sl_xcalloc(len, 1);
 	snprintf(title, len, "sluice-bench%s%s", label && *label ? ": " : "",
 	         label ? label : "");
 	sb_html_head(f, title);

@@ -46,8 +46,8 @@ double rng_gamma(uint64_t *s, double shape)
 /* ---- the search for the highest rate within the SLOs ---- */
 
 struct search {
-	double lo, hi;  /* lo met the SLOs (or is the floor); hi did not */
-	double best;    /* highest rate that met them; 0: none yet */
+	double lo, hi; /* lo met the SLOs (or is the floor); hi did not */
+	double best;   /* highest rate that met them; 0: none yet */
 	bool lo_tried, hi_tried;
 	unsigned steps;
 	json_t *log;
@@ -182,8 +182,7 @@ static void on_sigint(uv_signal_t *s, int signum)
 	engine_interrupt(b);
 }
 
-static void on_tokenized(struct workload *w, int rc, const char *err,
-                         void *arg)
+static void on_tokenized(struct workload *w, int rc, const char *err, void *arg)
 {
 	struct bench *b = arg;
 	(void)w;
@@ -281,8 +280,8 @@ int main(int argc, char **argv)
 	int failed = 0;
 	for (unsigned k = 0; k < b->n_runs; k++) {
 		struct run *r = &b->runs[k];
-		failed |= json_integer_value(json_object_get(r->doc, "failed")) >
-		          0;
+		failed |=
+		    json_integer_value(json_object_get(r->doc, "failed")) > 0;
 		for (size_t i = 0; i < r->n_recs; i++)
 			free(r->recs[i].error);
 		free(r->recs);

@@ -268,8 +268,8 @@ static void add_tenant(struct options *o, const char *t)
 	x->key = parts[1][0] ? sl_xstrdup(parts[1]) : NULL;
 	x->weight = number("tenant", parts[2], 1e-6, 1e6);
 	x->prio = PRIO_NONE;
-	if (n == 4 && (x->prio = prio_named(parts[3], strlen(parts[3]))) ==
-	                  PRIO_NONE)
+	if (n == 4 &&
+	    (x->prio = prio_named(parts[3], strlen(parts[3]))) == PRIO_NONE)
 		usage_error("--tenant %s: priority \"%s\" is not urgent, "
 		            "normal or batch",
 		            x->name, parts[3]);
@@ -562,11 +562,10 @@ static void settle(struct options *o)
 		o->stream = false;
 	char spec[32];
 	snprintf(spec, sizeof(spec), "%s", max_tokens_spec);
-	parse_dist(output_len_spec && *output_len_spec ? "output-len"
-	                                               : "max-tokens",
-	           &o->wl.output_len,
-	           output_len_spec && *output_len_spec ? output_len_spec
-	                                               : spec);
+	parse_dist(
+	    output_len_spec && *output_len_spec ? "output-len" : "max-tokens",
+	    &o->wl.output_len,
+	    output_len_spec && *output_len_spec ? output_len_spec : spec);
 	o->wl.seed = o->seed;
 	o->wl.count = (unsigned)SL_MIN(o->requests, (uint64_t)100000);
 	if (o->has_mix) {
@@ -624,9 +623,9 @@ void options_parse(struct options *o, int argc, char **argv)
 			usage_error("%s: unknown option (see --help)", argv[a]);
 		const char *v = eq ? eq + 1 : NULL;
 		/* A bare switch: on, unless on or off follows it. */
-		bool on_off_next = a + 1 < argc &&
-		                   (!strcmp(argv[a + 1], "on") ||
-		                    !strcmp(argv[a + 1], "off"));
+		bool on_off_next =
+		    a + 1 < argc &&
+		    (!strcmp(argv[a + 1], "on") || !strcmp(argv[a + 1], "off"));
 		if (!v && !strcmp(opt_defs[i].metavar, "on|off") &&
 		    !on_off_next)
 			v = "on";

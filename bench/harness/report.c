@@ -14,10 +14,22 @@
 #include <time.h>
 
 static const char *const columns[] = {
-    "run",           "requests",       "concurrency",    "success",
-    "fail",          "avg latency ms", "p50 latency ms", "p95 latency ms",
-    "p99 latency ms", "req/s",         "TTFT p50 ms",    "TTFT p99 ms",
-    "ITL p99 ms",    "output tok/s",   "avg batch size", "batches",
+    "run",
+    "requests",
+    "concurrency",
+    "success",
+    "fail",
+    "avg latency ms",
+    "p50 latency ms",
+    "p95 latency ms",
+    "p99 latency ms",
+    "req/s",
+    "TTFT p50 ms",
+    "TTFT p99 ms",
+    "ITL p99 ms",
+    "output tok/s",
+    "avg batch size",
+    "batches",
     "goodput req/s",
 };
 #define N_COLUMNS SL_ARRAY_SIZE(columns)
@@ -99,10 +111,10 @@ static void print_tenants(const struct bench *b, FILE *out)
 	             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
 	for (unsigned k = 0; k < b->n_runs; k++) {
 		json_t *doc = b->runs[k].doc;
-		json_t *tenants = json_object_get(
-		    json_object_get(doc, "groups"), "tenant");
-		double jain = get(json_object_get(doc, "fairness"),
-		                  "jain_index");
+		json_t *tenants =
+		    json_object_get(json_object_get(doc, "groups"), "tenant");
+		double jain =
+		    get(json_object_get(doc, "fairness"), "jain_index");
 		for (unsigned i = 0; i < b->o.n_tenants; i++) {
 			json_t *g =
 			    json_object_get(tenants, b->o.tenants[i].name);
@@ -113,10 +125,10 @@ static void print_tenants(const struct bench *b, FILE *out)
 			fprintf(out,
 			        "| %u | %s | %g | %.0f | %.0f | %.0f | %s | %s "
 			        "| %.0f | %s |\n",
-			        k, b->o.tenants[i].name,
-			        b->o.tenants[i].weight, get(g, "num_prompts"),
-			        get(g, "completed"), get(g, "failed"), ttft,
-			        good, get(g, "service_tokens"), j);
+			        k, b->o.tenants[i].name, b->o.tenants[i].weight,
+			        get(g, "num_prompts"), get(g, "completed"),
+			        get(g, "failed"), ttft, good,
+			        get(g, "service_tokens"), j);
 		}
 	}
 }
@@ -202,11 +214,10 @@ json_t *report_document(const struct bench *b, json_t *search)
 	json_t *runs = json_array();
 	for (unsigned k = 0; k < b->n_runs; k++)
 		json_array_append(runs, b->runs[k].doc);
-	json_t *doc = json_pack("{s:s, s:i, s:s, s:s, s:o, s:s, s:o}", "tool",
-	                        "sluice-bench", "version", 2, "label",
-	                        b->o.label, "date", date, "command", command,
-	                        "endpoint", endpoint_names[b->o.endpoint],
-	                        "runs", runs);
+	json_t *doc = json_pack(
+	    "{s:s, s:i, s:s, s:s, s:o, s:s, s:o}", "tool", "sluice-bench",
+	    "version", 2, "label", b->o.label, "date", date, "command", command,
+	    "endpoint", endpoint_names[b->o.endpoint], "runs", runs);
 	if (b->o.num_runs > 1)
 		json_object_set_new(doc, "repeats", results_repeats(b));
 	if (search)
@@ -262,9 +273,9 @@ static json_t *record_json(const struct bench *b, unsigned k, size_t i)
 	json_object_set_new(j, "warmup", json_boolean(rec->warmup));
 	json_object_set_new(j, "cancelled", json_boolean(rec->cancelled));
 	if (rec->cancelled)
-		json_object_set_new(
-		    j, "slot_freed",
-		    rec->slot_freed < 0 ? json_null()
+		json_object_set_new(j, "slot_freed",
+		                    rec->slot_freed < 0
+		                        ? json_null()
 		                        : json_boolean(rec->slot_freed));
 	json_object_set_new(j, "llama_prompt_ms", maybe(rec->llama_prompt_ms));
 	json_object_set_new(j, "llama_predicted_n",

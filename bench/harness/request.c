@@ -31,14 +31,14 @@ static json_t *prompt_of(struct session *s)
 	if (s->b->o.endpoint == EP_CHAT) {
 		if (!s->history)
 			s->history = json_array();
-		json_array_append_new(s->history,
-		                      json_pack("{s:s, s:s}", "role", "user",
-		                                "content", text));
+		json_array_append_new(
+		    s->history,
+		    json_pack("{s:s, s:s}", "role", "user", "content", text));
 		return json_incref(s->history);
 	}
 	const char *before = s->history ? json_string_value(s->history) : "";
-	char *joined = sl_xasprintf("%s%s%s", before, *before ? "\n\n" : "",
-	                            text);
+	char *joined =
+	    sl_xasprintf("%s%s%s", before, *before ? "\n\n" : "", text);
 	json_t *p = json_string(joined);
 	free(joined);
 	json_decref(s->history);
@@ -58,9 +58,9 @@ static char *request_body(struct session *s, uint64_t seed)
 	default: j = json_pack("{s:o}", "prompt", prompt); break;
 	}
 	if (o->endpoint != EP_INFER) {
-		json_object_set_new(j, o->endpoint == EP_COMPLETION
-		                           ? "n_predict"
-		                           : "max_tokens",
+		json_object_set_new(j,
+		                    o->endpoint == EP_COMPLETION ? "n_predict"
+		                                                 : "max_tokens",
 		                    json_integer(max));
 		json_object_set_new(j, "temperature",
 		                    json_real(o->temperature));
@@ -363,8 +363,8 @@ static void send_it(struct session *s)
 	x->t.easy = e;
 	x->t.on_done = on_done;
 	x->t.data = s;
-	char *url = sl_xasprintf("%s%s", b->o.url,
-	                         endpoint_paths[b->o.endpoint]);
+	char *url =
+	    sl_xasprintf("%s%s", b->o.url, endpoint_paths[b->o.endpoint]);
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	free(url);
 	sl_curl_common_options(e);
@@ -438,14 +438,14 @@ void exchange_start(struct session *s)
 	rec->input_tokens = s->conv->turns[s->turn].input_tokens;
 	rec->queue_ms = rec->upstream_ms = rec->server_ttft_ms = NAN;
 	rec->llama_prompt_ms = rec->llama_predicted_n = NAN;
-	x->leave = b->o.cancel_share > 0 &&
-	           wl_rng_unit(&b->rng) < b->o.cancel_share;
+	x->leave =
+	    b->o.cancel_share > 0 && wl_rng_unit(&b->rng) < b->o.cancel_share;
 	sl_sse_init(&x->sse, SL_SSE_MAX_EVENT);
 	x->body = request_body(s, rec->seed);
 	add_header(x, "Content-Type", "application/json");
 	x->headers = curl_slist_append(x->headers, "Expect:");
-	const char *key = s->tenant >= 0 ? b->o.tenants[s->tenant].key
-	                                 : b->o.api_key;
+	const char *key =
+	    s->tenant >= 0 ? b->o.tenants[s->tenant].key : b->o.api_key;
 	if (key) {
 		char bearer[512];
 		snprintf(bearer, sizeof(bearer), "Bearer %s", key);
@@ -467,8 +467,8 @@ void exchange_keep_reply(struct session *s)
 		                                "assistant", "content", reply));
 		return;
 	}
-	char *joined = sl_xasprintf("%s\n\n%s", json_string_value(s->history),
-	                            reply);
+	char *joined =
+	    sl_xasprintf("%s\n\n%s", json_string_value(s->history), reply);
 	json_decref(s->history);
 	s->history = json_string(joined);
 	free(joined);

@@ -28,8 +28,8 @@ struct figures {
 
 static void figures_free(struct figures *f)
 {
-	struct bs_samples *all[] = {&f->ttft,     &f->tpot,        &f->e2el,
-	                            &f->queue,    &f->upstream,    &f->server_ttft,
+	struct bs_samples *all[] = {&f->ttft,  &f->tpot,     &f->e2el,
+	                            &f->queue, &f->upstream, &f->server_ttft,
 	                            &f->lag};
 	for (size_t i = 0; i < SL_ARRAY_SIZE(all); i++)
 		bs_free(all[i]);
@@ -52,13 +52,14 @@ static bool meets(const struct slo *slo, const struct record *rec)
 	if (!rec->ok || rec->cancelled)
 		return false;
 	if (slo->ttft_ms > 0 &&
-	    !(rec->first_ns && ms(rec->intended_ns, rec->first_ns) <=
-	                           slo->ttft_ms))
+	    !(rec->first_ns &&
+	      ms(rec->intended_ns, rec->first_ns) <= slo->ttft_ms))
 		return false;
 	double tpot = tpot_of(rec);
 	if (slo->tpot_ms > 0 && !isnan(tpot) && tpot > slo->tpot_ms)
 		return false;
-	if (slo->e2el_ms > 0 && ms(rec->intended_ns, rec->end_ns) > slo->e2el_ms)
+	if (slo->e2el_ms > 0 &&
+	    ms(rec->intended_ns, rec->end_ns) > slo->e2el_ms)
 		return false;
 	return true;
 }
@@ -148,14 +149,14 @@ static json_t *spread(struct bs_samples *s)
 /* The figures every group has. */
 static json_t *group_json(struct figures *f, double seconds)
 {
-	json_t *j = json_pack(
-	    "{s:I, s:I, s:I, s:o, s:o, s:o, s:I}", "num_prompts",
-	    (json_int_t)f->n, "completed", (json_int_t)f->completed, "failed",
-	    (json_int_t)f->failed, "request_throughput",
-	    num(bs_rate(f->completed, seconds)), "request_goodput",
-	    num(bs_rate(f->good, seconds)), "output_throughput",
-	    num(bs_rate(f->output_tokens, seconds)), "service_tokens",
-	    (json_int_t)(f->input_tokens + f->output_tokens));
+	json_t *j =
+	    json_pack("{s:I, s:I, s:I, s:o, s:o, s:o, s:I}", "num_prompts",
+	              (json_int_t)f->n, "completed", (json_int_t)f->completed,
+	              "failed", (json_int_t)f->failed, "request_throughput",
+	              num(bs_rate(f->completed, seconds)), "request_goodput",
+	              num(bs_rate(f->good, seconds)), "output_throughput",
+	              num(bs_rate(f->output_tokens, seconds)), "service_tokens",
+	              (json_int_t)(f->input_tokens + f->output_tokens));
 	put_latency(j, "ttft", &f->ttft);
 	put_latency(j, "tpot", &f->tpot);
 	put_latency(j, "e2el", &f->e2el);
@@ -164,14 +165,12 @@ static json_t *group_json(struct figures *f, double seconds)
 
 static json_t *outcome_json(const struct figures *f)
 {
-	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "2xx",
-	                 (json_int_t)f->status_2xx, "429",
-	                 (json_int_t)f->status_429, "503",
-	                 (json_int_t)f->status_503, "other",
-	                 (json_int_t)f->status_other, "retry_after",
-	                 (json_int_t)f->retry_after, "retried",
-	                 (json_int_t)f->retried, "retried_ok",
-	                 (json_int_t)f->retried_ok);
+	return json_pack(
+	    "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "2xx",
+	    (json_int_t)f->status_2xx, "429", (json_int_t)f->status_429, "503",
+	    (json_int_t)f->status_503, "other", (json_int_t)f->status_other,
+	    "retry_after", (json_int_t)f->retry_after, "retried",
+	    (json_int_t)f->retried, "retried_ok", (json_int_t)f->retried_ok);
 }
 
 static bool measured(const struct record *rec)
@@ -282,12 +281,10 @@ static json_t *cancel_json(const struct run *r)
 		if (rec->slot_freed == 1)
 			bs_add(&after, ms(rec->left_ns, rec->freed_ns));
 	}
-	json_t *j = json_pack("{s:I, s:I, s:I, s:I, s:o}", "left",
-	                      (json_int_t)left, "slot_freed",
-	                      (json_int_t)freed, "still_running",
-	                      (json_int_t)running, "unknown",
-	                      (json_int_t)unknown, "freed_after_ms",
-	                      spread(&after));
+	json_t *j = json_pack(
+	    "{s:I, s:I, s:I, s:I, s:o}", "left", (json_int_t)left, "slot_freed",
+	    (json_int_t)freed, "still_running", (json_int_t)running, "unknown",
+	    (json_int_t)unknown, "freed_after_ms", spread(&after));
 	bs_free(&after);
 	return j;
 }
@@ -319,10 +316,10 @@ static json_t *swap_json(const struct bench *b, const struct run *r)
 		}
 		prev = rec->model;
 	}
-	json_t *j = json_pack("{s:o, s:I, s:o, s:o}", "cold_ttft_ms", cold,
-	                      "switches", (json_int_t)switched.n,
-	                      "switch_ttft_ms", spread(&switched),
-	                      "same_model_ttft_ms", spread(&same));
+	json_t *j =
+	    json_pack("{s:o, s:I, s:o, s:o}", "cold_ttft_ms", cold, "switches",
+	              (json_int_t)switched.n, "switch_ttft_ms",
+	              spread(&switched), "same_model_ttft_ms", spread(&same));
 	bs_free(&switched);
 	bs_free(&same);
 	return j;
@@ -352,13 +349,12 @@ static json_t *failover_json(const struct run *r)
 		if (!strcmp(r->sluice_m[i].name,
 		            "sluice_upstream_retries_total"))
 			retries = r->sluice_m[i].last - r->sluice_m[i].first;
-	return json_pack("{s:b, s:f, s:I, s:I, s:I, s:I, s:o}", "killed", 1,
-	                 "at_s", ms(r->start_ns, r->killed_ns) / 1000,
-	                 "in_flight", (json_int_t)out, "lost",
-	                 (json_int_t)failed, "completed_after",
-	                 (json_int_t)ok_after, "failed_after",
-	                 (json_int_t)failed_after, "sluice_retries",
-	                 num(retries));
+	return json_pack(
+	    "{s:b, s:f, s:I, s:I, s:I, s:I, s:o}", "killed", 1, "at_s",
+	    ms(r->start_ns, r->killed_ns) / 1000, "in_flight", (json_int_t)out,
+	    "lost", (json_int_t)failed, "completed_after", (json_int_t)ok_after,
+	    "failed_after", (json_int_t)failed_after, "sluice_retries",
+	    num(retries));
 }
 
 /*
@@ -386,13 +382,13 @@ static json_t *timings_json(const struct run *r)
 			differ += !eq;
 		}
 	}
-	json_t *j = gap.n || same || differ
-	                ? json_pack("{s:I, s:o, s:I, s:I}", "requests",
-	                            (json_int_t)gap.n, "ttft_minus_prompt_ms",
-	                            spread(&gap), "tokens_match",
-	                            (json_int_t)same, "tokens_differ",
-	                            (json_int_t)differ)
-	                : json_null();
+	json_t *j =
+	    gap.n || same || differ
+	        ? json_pack("{s:I, s:o, s:I, s:I}", "requests",
+	                    (json_int_t)gap.n, "ttft_minus_prompt_ms",
+	                    spread(&gap), "tokens_match", (json_int_t)same,
+	                    "tokens_differ", (json_int_t)differ)
+	        : json_null();
 	bs_free(&gap);
 	return j;
 }
@@ -416,12 +412,11 @@ double results_goodput_fraction(const struct bench *b, const struct run *r)
 
 static json_t *slo_json(const struct slo *s)
 {
-	return json_pack("{s:o, s:o, s:o}", "ttft_ms",
-	                 s->ttft_ms ? json_real(s->ttft_ms) : json_null(),
-	                 "tpot_ms",
-	                 s->tpot_ms ? json_real(s->tpot_ms) : json_null(),
-	                 "e2el_ms",
-	                 s->e2el_ms ? json_real(s->e2el_ms) : json_null());
+	return json_pack(
+	    "{s:o, s:o, s:o}", "ttft_ms",
+	    s->ttft_ms ? json_real(s->ttft_ms) : json_null(), "tpot_ms",
+	    s->tpot_ms ? json_real(s->tpot_ms) : json_null(), "e2el_ms",
+	    s->e2el_ms ? json_real(s->e2el_ms) : json_null());
 }
 
 /* The Markdown table's figures, under the names they always had. */
@@ -462,23 +457,23 @@ json_t *results_run(const struct bench *b, struct run *r)
 			add(&f, &o->slo, &r->recs[i]);
 	json_t *j = json_pack(
 	    "{s:s, s:i, s:i, s:o, s:o, s:o, s:I, s:I, s:I, s:f, s:I, s:I}",
-	    "label", o->label, "level", (int)r->level, "repeat",
-	    (int)r->repeat, "max_concurrency",
+	    "label", o->label, "level", (int)r->level, "repeat", (int)r->repeat,
+	    "max_concurrency",
 	    r->concurrency ? json_integer(r->concurrency) : json_null(),
 	    "request_rate", r->rate > 0 ? json_real(r->rate) : json_null(),
 	    "burstiness",
-	    r->rate > 0 ? json_real(o->arrivals == ARR_GAMMA ? o->burstiness
+	    r->rate > 0 ? json_real(o->arrivals == ARR_GAMMA     ? o->burstiness
 	                            : o->arrivals == ARR_POISSON ? 1
 	                                                         : INFINITY)
 	                : json_null(),
 	    "num_prompts", (json_int_t)f.n, "completed",
-	    (json_int_t)f.completed, "failed", (json_int_t)f.failed,
-	    "duration", seconds, "total_input_tokens",
-	    (json_int_t)f.input_tokens, "total_output_tokens",
-	    (json_int_t)f.output_tokens);
+	    (json_int_t)f.completed, "failed", (json_int_t)f.failed, "duration",
+	    seconds, "total_input_tokens", (json_int_t)f.input_tokens,
+	    "total_output_tokens", (json_int_t)f.output_tokens);
 	json_object_set_new(j, "request_throughput",
 	                    num(bs_rate(f.completed, seconds)));
-	json_object_set_new(j, "request_goodput", num(bs_rate(f.good, seconds)));
+	json_object_set_new(j, "request_goodput",
+	                    num(bs_rate(f.good, seconds)));
 	json_object_set_new(j, "output_throughput",
 	                    num(bs_rate(f.output_tokens, seconds)));
 	json_object_set_new(
@@ -500,9 +495,9 @@ json_t *results_run(const struct bench *b, struct run *r)
 	json_t *outcomes = json_object();
 	json_object_set_new(outcomes, "all", outcome_json(&f));
 	json_t *groups = json_object();
-	json_object_set_new(groups, "priority",
-	                    groups_by(b, r, prio_key, N_PRIOS, prio_name,
-	                              seconds, outcomes));
+	json_object_set_new(
+	    groups, "priority",
+	    groups_by(b, r, prio_key, N_PRIOS, prio_name, seconds, outcomes));
 	if (o->n_tenants)
 		json_object_set_new(groups, "tenant",
 		                    groups_by(b, r, tenant_key,
@@ -512,22 +507,22 @@ json_t *results_run(const struct bench *b, struct run *r)
 		json_object_set_new(groups, "model",
 		                    groups_by(b, r, model_key, (int)o->n_models,
 		                              model_name, seconds, NULL));
-	json_object_set_new(
-	    j, "fairness", fairness(b, json_object_get(groups, "tenant")));
+	json_object_set_new(j, "fairness",
+	                    fairness(b, json_object_get(groups, "tenant")));
 	json_object_set_new(j, "groups", groups);
 	json_object_set_new(j, "outcomes", outcomes);
-	json_object_set_new(
-	    j, "server_timing",
-	    f.queue.n || f.upstream.n
-	        ? json_pack("{s:o, s:o, s:o}", "queue", spread(&f.queue),
-	                    "upstream", spread(&f.upstream), "ttft",
-	                    spread(&f.server_ttft))
-	        : json_null());
-	json_object_set_new(
-	    j, "scrape",
-	    json_pack("{s:o, s:o}", "sluice",
-	              scraped_json(r->sluice_m, r->n_sluice_m), "llama",
-	              scraped_json(r->llama_m, r->n_llama_m)));
+	json_object_set_new(j, "server_timing",
+	                    f.queue.n || f.upstream.n
+	                        ? json_pack("{s:o, s:o, s:o}", "queue",
+	                                    spread(&f.queue), "upstream",
+	                                    spread(&f.upstream), "ttft",
+	                                    spread(&f.server_ttft))
+	                        : json_null());
+	json_object_set_new(j, "scrape",
+	                    json_pack("{s:o, s:o}", "sluice",
+	                              scraped_json(r->sluice_m, r->n_sluice_m),
+	                              "llama",
+	                              scraped_json(r->llama_m, r->n_llama_m)));
 	json_object_set_new(j, "cache",
 	                    json_pack("{s:I, s:I}", "cached_prompt_tokens",
 	                              (json_int_t)f.cached_tokens,
@@ -588,9 +583,9 @@ json_t *results_repeats(const struct bench *b)
 		levels = SL_MAX(levels, b->runs[i].level + 1);
 	json_t *all = json_array();
 	for (unsigned l = 0; l < levels; l++)
-		json_array_append_new(all,
-		                      json_pack("{s:i, s:o}", "level", (int)l,
-		                                "metrics", level_repeats(b, l)));
-	return json_pack("{s:o, s:o}", "metrics", level_repeats(b, 0),
-	                 "levels", all);
+		json_array_append_new(all, json_pack("{s:i, s:o}", "level",
+		                                     (int)l, "metrics",
+		                                     level_repeats(b, l)));
+	return json_pack("{s:o, s:o}", "metrics", level_repeats(b, 0), "levels",
+	                 all);
 }

@@ -52,8 +52,7 @@ static const char *const llama_wanted[] = {
     NULL,
 };
 
-static int wanted_index(const char *const *wanted, const char *name,
-                        size_t len)
+static int wanted_index(const char *const *wanted, const char *name, size_t len)
 {
 	for (int i = 0; wanted[i]; i++)
 		if (strlen(wanted[i]) == len && !strncmp(wanted[i], name, len))
@@ -74,8 +73,8 @@ void scrape_sample(struct scraped *tab, unsigned *n, const char *text,
 		const char *eol = strchr(line, '\n');
 		size_t len = eol ? (size_t)(eol - line) : strlen(line);
 		size_t name_len = strcspn(line, "{ \n");
-		int i = line[0] == '#' ? -1
-		                       : wanted_index(wanted, line, name_len);
+		int i =
+		    line[0] == '#' ? -1 : wanted_index(wanted, line, name_len);
 		if (i >= 0 && i < MAX_SCRAPED) {
 			const char *v = line + len;
 			while (v > line && v[-1] != ' ')
@@ -148,8 +147,8 @@ static void on_scrape_due(uv_timer_t *t)
 	get(e, &e->sluice_scrape, o->metrics_url, "/metrics", o->metrics_key,
 	    on_sluice_metrics);
 	if (o->llama_url)
-		get(e, &e->llama_scrape, o->llama_url, "/metrics",
-		    o->llama_key, on_llama_metrics);
+		get(e, &e->llama_scrape, o->llama_url, "/metrics", o->llama_key,
+		    on_llama_metrics);
 }
 
 void scrape_start(struct engine *e)
@@ -188,11 +187,12 @@ static void on_slots(struct sl_get *g, long status, const char *err)
 	                    : NULL;
 	if (!json_is_array(slots)) {
 		if (!e->b->slots_refused_said)
-			fprintf(stderr,
-			        "sluice-bench: %s/slots answered %ld: whether a "
-			        "left request's slot was freed stays unknown "
-			        "(start llama-server with --slots)\n",
-			        e->b->o.llama_url, status);
+			fprintf(
+			    stderr,
+			    "sluice-bench: %s/slots answered %ld: whether a "
+			    "left request's slot was freed stays unknown "
+			    "(start llama-server with --slots)\n",
+			    e->b->o.llama_url, status);
 		e->b->slots_refused_said = true;
 		while (e->n_pending_left)
 			settle(e, 0, -1);
@@ -238,8 +238,8 @@ void scrape_left(struct engine *e, size_t rec)
 		e->cap_pending_left =
 		    e->cap_pending_left ? 2 * e->cap_pending_left : 64;
 		e->pending_left =
-		    sl_xrealloc(e->pending_left, e->cap_pending_left *
-		                                     sizeof(*e->pending_left));
+		    sl_xrealloc(e->pending_left,
+		                e->cap_pending_left * sizeof(*e->pending_left));
 	}
 	e->pending_left[e->n_pending_left++] = rec;
 	if (!uv_is_active((uv_handle_t *)&e->slots_timer)) {

@@ -167,6 +167,8 @@ struct sb_chart {
 
 /* A line chart: each series' points joined in order of x, each point
  * marked, axes from zero with ticks, a legend. */
+/* Whether v can be drawn: finite and of a sane magnitude. */
+bool sb_plottable(double v);
 void sb_svg_line_chart(FILE *f, const struct sb_chart *c);
 
 /* Grouped bars: one group per category, one bar per series within it. */
