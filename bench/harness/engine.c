@@ -23,6 +23,11 @@
 #include <string.h>
 #include <unistd.h>
 
+/* How often requests past --timeout are looked for. */
+#define DEADLINE_SWEEP_MS 250
+/* sluice's summary (batches) is read before and after each run. */
+#define SUMMARY_TIMEOUT_MS 5000
+
 static void check_finished(struct engine *e);
 static void start_turn(struct session *s);
 
@@ -314,9 +319,22 @@ static void on_kill_due(uv_timer_t *t)
 	}
 }
 
-static void on_engine_closed(uv_handle_t *h)
+/* The run gives up on a request with no whole answer after --timeout. */
+static void on_deadlines(uv_timer_t *t)
 {
-	struct engine *e = h->data;
+	struct engine *e = t->data;
+	uint64_t now = sl_now_ns();
+	uint64_t limit = (uint64_t)(e->b->o.timeout_s * 1e9);
+	for (struct session *s = e->live, *next; s; s = next) {
+		next = s->next;
+		if (s->busy && s->wait != WAIT_RETRY && s->x.sent_ns &&
+		    now - s->x.sent_ns > limit)
+			exchange_timeout(s);
+	}
+}
+
+static void one_closed(struct engine *e)
+{
 	if (--e->open_timers > 0)
 		return;
 	struct bench *b = e->b;
@@ -327,15 +345,29 @@ static void on_engine_closed(uv_handle_t *h)
 	done(b);
 }
 
+static void on_timer_closed(uv_handle_t *h)
+{
+	one_closed(h->data);
+}
+
+static void on_call_closed(struct hb_call *c)
+{
+	one_closed(c->data);
+}
+
 static void close_engine(struct engine *e)
 {
 	scrape_stop(e);
-	uv_timer_t *timers[] = {&e->arrivals,    &e->progress,
-	                        &e->ender,       &e->killer,
-	                        &e->slots_timer, &e->scrape_timer};
-	e->open_timers = SL_ARRAY_SIZE(timers);
+	uv_timer_t *timers[] = {&e->arrivals, &e->progress,    &e->ender,
+	                        &e->killer,   &e->slots_timer, &e->scrape_timer,
+	                        &e->deadlines};
+	struct hb_call *calls[] = {&e->summary, &e->slots, &e->sluice_scrape,
+	                           &e->llama_scrape};
+	e->open_timers = SL_ARRAY_SIZE(timers) + SL_ARRAY_SIZE(calls);
 	for (size_t i = 0; i < SL_ARRAY_SIZE(timers); i++)
-		uv_close((uv_handle_t *)timers[i], on_engine_closed);
+		uv_close((uv_handle_t *)timers[i], on_timer_closed);
+	for (size_t i = 0; i < SL_ARRAY_SIZE(calls); i++)
+		hb_call_close(calls[i], on_call_closed);
 }
 
 static void read_summary(struct engine *e, double *batches, double *batched)
@@ -352,9 +384,9 @@ static void read_summary(struct engine *e, double *batches, double *batched)
 	json_decref(j);
 }
 
-static void on_summary_after(struct sl_get *g, long status, const char *err)
+static void on_summary_after(struct hb_call *c, int status, const char *err)
 {
-	struct engine *e = sl_container_of(g, struct engine, summary);
+	struct engine *e = c->data;
 	struct run *r = e->r;
 	(void)err;
 	double batches = NAN, batched = NAN;
@@ -365,17 +397,15 @@ static void on_summary_after(struct sl_get *g, long status, const char *err)
 	    r->batches > 0 ? (batched - e->batched_before) / r->batches : NAN;
 	if (r->batches == 0)
 		r->avg_batch_size = 0;
-	sl_get_reset(&e->b->curl, &e->summary);
 	close_engine(e);
 }
 
-static void fetch_summary(struct engine *e, sl_get_cb cb)
+static void fetch_summary(struct engine *e, hb_call_cb cb)
 {
-	char *url = sl_xasprintf("%s/metrics?format=json", e->b->o.metrics_url);
-	if (sl_get_start(&e->b->curl, &e->summary, url, e->b->o.metrics_key,
-	                 5000, cb))
+	if (hb_call_start(&e->summary, "GET", e->b->o.metrics_url,
+	                  "/metrics?format=json", e->b->o.metrics_key, NULL,
+	                  SUMMARY_TIMEOUT_MS, cb))
 		cb(&e->summary, 0, "cannot start");
-	free(url);
 }
 
 /* Once nothing is out and every left request's slot is settled. */
@@ -392,6 +422,7 @@ static void check_finished(struct engine *e)
 		uv_timer_stop(&e->progress);
 		uv_timer_stop(&e->ender);
 		uv_timer_stop(&e->killer);
+		uv_timer_stop(&e->deadlines);
 		if (!e->b->o.quiet && isatty(STDERR_FILENO))
 			fputc('\n', stderr);
 	}
@@ -412,6 +443,8 @@ static void start_load(struct engine *e)
 	struct run *r = e->r;
 	r->start_ns = sl_now_ns();
 	scrape_start(e);
+	uv_timer_start(&e->deadlines, on_deadlines, DEADLINE_SWEEP_MS,
+	               DEADLINE_SWEEP_MS);
 	if (!b->o.quiet && isatty(STDERR_FILENO))
 		uv_timer_start(&e->progress, on_progress, 250, 250);
 	if (b->o.duration_s > 0)
@@ -429,14 +462,14 @@ static void start_load(struct engine *e)
 	}
 }
 
-static void on_summary_before(struct sl_get *g, long status, const char *err)
+static void on_summary_before(struct hb_call *c, int status, const char *err)
 {
-	struct engine *e = sl_container_of(g, struct engine, summary);
+	struct engine *e = c->data;
 	(void)err;
 	if ((status == 401 || status == 403) && !e->b->metrics_refused_said) {
 		e->b->metrics_refused_said = true;
 		fprintf(stderr,
-		        "sluice-bench: %s/metrics answered %ld: the batch "
+		        "sluice-bench: %s/metrics answered %d: the batch "
 		        "columns stay empty; give sluice's admin key with "
 		        "--metrics-key\n",
 		        e->b->o.metrics_url, status);
@@ -455,12 +488,18 @@ void engine_run(struct bench *b, struct run *r, void (*done)(struct bench *))
 	e->r = r;
 	e->done = done;
 	b->engine = e;
-	uv_timer_t *timers[] = {&e->arrivals,    &e->progress,
-	                        &e->ender,       &e->killer,
-	                        &e->slots_timer, &e->scrape_timer};
+	uv_timer_t *timers[] = {&e->arrivals, &e->progress,    &e->ender,
+	                        &e->killer,   &e->slots_timer, &e->scrape_timer,
+	                        &e->deadlines};
 	for (size_t i = 0; i < SL_ARRAY_SIZE(timers); i++) {
 		uv_timer_init(&b->loop, timers[i]);
 		timers[i]->data = e;
+	}
+	struct hb_call *calls[] = {&e->summary, &e->slots, &e->sluice_scrape,
+	                           &e->llama_scrape};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(calls); i++) {
+		hb_call_init(calls[i], &b->h1, &b->loop);
+		calls[i]->data = e;
 	}
 	fetch_summary(e, on_summary_before);
 }

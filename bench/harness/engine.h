@@ -13,13 +13,15 @@
 #define SLUICE_BENCH_ENGINE_H
 
 #include "harness.h"
+#include "http.h"
 
 struct session;
 
 struct exchange {
 	struct session *s;
-	struct sl_transfer t;
-	struct curl_slist *headers;
+	struct sl_h1_request r;
+	char *headers;    /* "Name: value\r\n" lines */
+	uint64_t sent_ns; /* of this try: --timeout counts from it */
 	char *body;
 	struct sl_sse sse;
 	char *resp; /* a plain answer, whole */
@@ -29,7 +31,7 @@ struct exchange {
 	size_t rec; /* index into the run's records */
 	bool leave; /* this one leaves early */
 	bool left;  /* and has */
-	char error[CURL_ERROR_SIZE];
+	char error[SL_H1_ERROR_MAX];
 	char retry_after[24];
 };
 
@@ -65,6 +67,8 @@ long exchange_retry_after_ms(const struct session *s);
 void exchange_clear(struct session *s);
 /* Its client leaves now: the connection closes mid-answer. */
 void exchange_leave(struct session *s);
+/* It gave up: no whole answer within --timeout. */
+void exchange_timeout(struct session *s);
 /* Called by request.c when the exchange is over. */
 void engine_exchange_done(struct session *s);
 /* engine.c: a new session, a closed-loop client's or an arrival's. */
@@ -90,8 +94,8 @@ struct engine {
 	bool stop_issuing, finishing;
 	struct session *live;
 	/* /slots for left requests; /metrics sampled. */
-	struct sl_get slots, sluice_scrape, llama_scrape, summary;
-	uv_timer_t slots_timer, scrape_timer;
+	struct hb_call slots, sluice_scrape, llama_scrape, summary;
+	uv_timer_t slots_timer, scrape_timer, deadlines;
 	size_t *pending_left;
 	size_t n_pending_left, cap_pending_left;
 	uint64_t finish_ns;

@@ -14,7 +14,7 @@
 #include "sluice/base/common.h"
 #include "workload.h"
 
-#include "sluice/net/curl_loop.h"
+#include "sluice/net/h1_client.h"
 #include "sluice/net/sse.h"
 
 #include <jansson.h>
@@ -160,7 +160,7 @@ void engine_interrupt(struct bench *b);
 
 struct bench {
 	uv_loop_t loop;
-	struct sl_curl curl;
+	struct sl_h1 h1;
 	struct options o;
 	struct workload wl;
 	uint64_t rng;

@@ -6,6 +6,7 @@
  * highest rate that meets the SLOs, and writes the reports.
  */
 #include "harness.h"
+#include "http.h"
 #include "tools.h"
 
 #include "sluice/base/common.h"
@@ -138,7 +139,7 @@ static void on_run_done(struct bench *b)
 static void finish(struct bench *b)
 {
 	uv_close((uv_handle_t *)&sigint, NULL);
-	sl_curl_close(&b->curl, NULL);
+	sl_h1_close(&b->h1);
 }
 
 static void next_run(struct bench *b)
@@ -212,16 +213,13 @@ static void setup(struct bench *b)
 	b->rng = b->o.seed;
 	signal(SIGPIPE, SIG_IGN);
 	raise_fd_limit();
-	curl_global_init(CURL_GLOBAL_DEFAULT);
+	const char *urls[] = {b->o.url, b->o.metrics_url, b->o.llama_url};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(urls); i++)
+		if (urls[i] && !hb_url_ok(urls[i], err, sizeof(err)))
+			usage_error("%s", err);
 	uv_loop_init(&b->loop);
-	sl_curl_init(&b->curl, &b->loop);
 	/* One connection per request out, kept alive between them. */
-	unsigned most = 1024;
-	for (unsigned i = 0; i < b->o.n_levels; i++)
-		most = SL_MAX(most, b->o.levels[i]);
-	curl_multi_setopt(b->curl.multi, CURLMOPT_MAX_HOST_CONNECTIONS,
-	                  (long)most);
-	curl_multi_setopt(b->curl.multi, CURLMOPT_MAXCONNECTS, (long)most);
+	sl_h1_init(&b->h1, &b->loop);
 	uv_signal_init(&b->loop, &sigint);
 	sigint.data = b;
 	uv_signal_start(&sigint, on_sigint, SIGINT);
@@ -233,8 +231,23 @@ static void setup(struct bench *b)
 	}
 }
 
+/* The first failure of each run, said once: the reason a run went bad. */
+static void say_failures(const struct bench *b)
+{
+	for (unsigned k = 0; k < b->n_runs; k++)
+		for (size_t i = 0; i < b->runs[k].n_recs; i++)
+			if (b->runs[k].recs[i].error) {
+				fprintf(stderr,
+				        "sluice-bench: run %u: first failure: "
+				        "%s\n",
+				        k, b->runs[k].recs[i].error);
+				break;
+			}
+}
+
 static void write_reports(struct bench *b)
 {
+	say_failures(b);
 	json_t *s = b->o.search && b->n_runs ? search_json(b) : NULL;
 	report_markdown(b, stdout);
 	if (s) {
@@ -268,9 +281,8 @@ int main(int argc, char **argv)
 	options_parse(&b->o, argc, argv);
 	setup(b);
 	if (b->o.tokenize) {
-		if (wl_tokenize(&b->wl, &b->curl, b->o.url, b->o.api_key,
-		                on_tokenized, b) != 0)
-			usage_error("--tokenize: cannot start");
+		wl_tokenize(&b->wl, &b->h1, &b->loop, b->o.url, b->o.api_key,
+		            on_tokenized, b);
 	} else {
 		next_run(b);
 	}
@@ -291,7 +303,6 @@ int main(int argc, char **argv)
 	json_decref(search.log);
 	wl_free(&b->wl);
 	uv_loop_close(&b->loop);
-	curl_global_cleanup();
 	free(b);
 	/* 1 when any request failed: scripts notice. */
 	return failed ? 1 : 0;

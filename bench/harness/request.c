@@ -1,11 +1,13 @@
 /*
- * request.c: one exchange with the target. It builds the body of the
+ * request.c: one exchange with the target, on libsluice's HTTP/1.1
+ * client (http.h says why not libcurl). It builds the body of the
  * session's current turn, sends it with the tenant's key, X-Priority and
  * the model, and reads the answer: tokens as they stream, usage and
  * llama-server's timings, sluice's Server-Timing and a refusal's
  * Retry-After. Everything lands in the request's record.
  */
 #include "engine.h"
+#include "http.h"
 
 #include "sluice/base/common.h"
 
@@ -203,30 +205,32 @@ static int on_event(const char *ev, size_t len, void *arg)
 	return 0;
 }
 
-static size_t on_data(char *data, size_t size, size_t n, void *arg)
+static int on_body(struct sl_h1_request *r, const char *data, size_t len)
 {
-	struct session *s = arg;
+	struct session *s = r->data;
 	struct exchange *x = &s->x;
-	size_t len = size * n;
 	if (s->b->o.stream) {
 		if (sl_sse_feed(&x->sse, data, len, on_event, s) != 0)
-			return 0;
-		/* A planned leave: returning short makes libcurl stop and
-		 * close the connection, which is how a client leaves. */
+			return SL_H1_STOP;
+		/* A planned leave: stopping closes the connection, which is
+		 * how a client leaves. */
 		if (x->leave && rec_of(s)->tokens_seen >= s->b->o.cancel_tokens)
-			return 0;
-		return len;
+			return SL_H1_STOP;
+		return SL_H1_GO_ON;
 	}
 	struct record *rec = rec_of(s);
 	if (!rec->first_ns)
 		rec->first_ns = sl_now_ns(); /* a plain answer's first byte */
-	if (x->resp_len + len > MAX_BODY)
-		return 0;
+	if (x->resp_len + len > MAX_BODY) {
+		snprintf(x->error, sizeof(x->error),
+		         "the answer is over %u bytes", MAX_BODY);
+		return SL_H1_STOP;
+	}
 	x->resp = sl_xrealloc(x->resp, x->resp_len + len + 1);
 	memcpy(x->resp + x->resp_len, data, len);
 	x->resp_len += len;
 	x->resp[x->resp_len] = '\0';
-	return len;
+	return SL_H1_GO_ON;
 }
 
 /* "queue;dur=1.5, upstream;dur=20" into the record's three figures. */
@@ -250,15 +254,14 @@ static void read_server_timing(struct record *rec, const char *v)
 	}
 }
 
-static size_t on_header(char *data, size_t size, size_t n, void *arg)
+static int on_header(struct sl_h1_request *r, const char *data, size_t len)
 {
-	struct session *s = arg;
-	size_t len = size * n;
+	struct session *s = r->data;
 	char line[512];
 	snprintf(line, sizeof(line), "%.*s", (int)SL_MIN(len, 511u), data);
 	char *colon = strchr(line, ':');
 	if (!colon)
-		return len;
+		return SL_H1_GO_ON;
 	*colon = '\0';
 	const char *v = colon + 1 + strspn(colon + 1, " \t");
 	if (!strcasecmp(line, "server-timing"))
@@ -269,7 +272,7 @@ static size_t on_header(char *data, size_t size, size_t n, void *arg)
 	else if (!strcasecmp(line, "retry-after-ms"))
 		snprintf(s->x.retry_after, sizeof(s->x.retry_after), "%.0f",
 		         strtod(v, NULL));
-	return len;
+	return SL_H1_GO_ON;
 }
 
 static void fail(struct record *rec, const char *why)
@@ -278,22 +281,24 @@ static void fail(struct record *rec, const char *why)
 		rec->error = sl_xstrdup(why);
 }
 
-static void on_done(struct sl_transfer *t, CURLcode rc)
+static void on_done(struct sl_h1_request *r, enum sl_h1_result result)
 {
-	struct session *s = t->data;
+	struct session *s = r->data;
 	struct exchange *x = &s->x;
 	struct record *rec = rec_of(s);
-	long status = 0;
-	curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
-	rec->status = (int)status;
+	int status = r->status;
+	rec->status = status;
 	uint64_t now = sl_now_ns();
-	if (x->leave && (rc == CURLE_WRITE_ERROR || x->left)) {
+	bool whole = result == SL_H1_OK;
+	if (x->leave &&
+	    ((result == SL_H1_STOPPED && !x->error[0]) || x->left)) {
+		/* Left as planned: not a failure, whatever came before. */
 		rec->cancelled = true;
 		rec->left_ns = now;
-		rec->ok = status >= 200 && status < 300;
+		rec->ok = true;
 	} else {
-		rec->ok = rc == CURLE_OK && status >= 200 && status < 300 &&
-		          !x->error[0];
+		rec->ok =
+		    whole && status >= 200 && status < 300 && !x->error[0];
 		rec->end_ns = now;
 		if (rec->ok && !s->b->o.stream && x->resp) {
 			json_t *j = json_loads(x->resp, JSON_DECODE_ANY, NULL);
@@ -304,15 +309,14 @@ static void on_done(struct sl_transfer *t, CURLcode rc)
 			rec->output_tokens = rec->tokens_seen;
 	}
 	if (!rec->ok) {
-		char why[CURL_ERROR_SIZE + 32];
-		if (rc != CURLE_OK)
-			snprintf(why, sizeof(why), "%s",
-			         x->error[0] ? x->error
-			                     : curl_easy_strerror(rc));
-		else if (x->error[0])
+		char why[SL_H1_ERROR_MAX + 32];
+		if (x->error[0])
 			snprintf(why, sizeof(why), "%s", x->error);
+		else if (!whole)
+			snprintf(why, sizeof(why), "%s: %s",
+			         sl_h1_result_name(result), r->error);
 		else
-			snprintf(why, sizeof(why), "HTTP %ld", status);
+			snprintf(why, sizeof(why), "HTTP %d", status);
 		fail(rec, why);
 	} else {
 		free(rec->error);
@@ -323,17 +327,24 @@ static void on_done(struct sl_transfer *t, CURLcode rc)
 
 void exchange_leave(struct session *s)
 {
-	sl_curl_abort(&s->b->curl, &s->x.t);
+	sl_h1_abort(&s->x.r);
 	s->x.left = true;
-	on_done(&s->x.t, CURLE_ABORTED_BY_CALLBACK);
+	on_done(&s->x.r, SL_H1_STOPPED);
+}
+
+void exchange_timeout(struct session *s)
+{
+	sl_h1_abort(&s->x.r);
+	snprintf(s->x.error, sizeof(s->x.error),
+	         "no whole answer within --timeout %g s", s->b->o.timeout_s);
+	on_done(&s->x.r, SL_H1_STOPPED);
 }
 
 void exchange_clear(struct session *s)
 {
 	struct exchange *x = &s->x;
-	if (x->t.easy)
-		sl_curl_easy_done(&s->b->curl, x->t.easy);
-	curl_slist_free_all(x->headers);
+	sl_h1_request_free(&x->r);
+	free(x->headers);
 	sl_sse_free(&x->sse);
 	free(x->body);
 	free(x->resp);
@@ -343,9 +354,10 @@ void exchange_clear(struct session *s)
 
 static void add_header(struct exchange *x, const char *name, const char *v)
 {
-	char *h = sl_xasprintf("%s: %s", name, v);
-	x->headers = curl_slist_append(x->headers, h);
-	free(h);
+	char *h =
+	    sl_xasprintf("%s%s: %s\r\n", x->headers ? x->headers : "", name, v);
+	free(x->headers);
+	x->headers = h;
 }
 
 /* Sends the record's request (again, for a retry). */
@@ -354,48 +366,32 @@ static void send_it(struct session *s)
 	struct bench *b = s->b;
 	struct exchange *x = &s->x;
 	struct record *rec = rec_of(s);
-	CURL *e = sl_curl_easy(&b->curl);
-	if (!e) {
-		fail(rec, "libcurl cannot make a handle");
-		engine_exchange_done(s);
-		return;
-	}
-	x->t.easy = e;
-	x->t.on_done = on_done;
-	x->t.data = s;
-	char *url =
-	    sl_xasprintf("%s%s", b->o.url, endpoint_paths[b->o.endpoint]);
-	curl_easy_setopt(e, CURLOPT_URL, url);
-	free(url);
-	sl_curl_common_options(e);
-	curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->headers);
-	curl_easy_setopt(e, CURLOPT_POSTFIELDS, x->body);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data);
-	curl_easy_setopt(e, CURLOPT_WRITEDATA, s);
-	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(e, CURLOPT_HEADERDATA, s);
-	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->error);
-	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(b->o.timeout_s * 1000));
-	/* Small reads: 2,000 streams must fit in a few tens of MB. */
-	curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 4096L);
+	struct sl_h1_request *r = &x->r;
+	sl_h1_request_free(r);
+	memset(r, 0, sizeof(*r));
+	r->method = "POST";
+	r->target = endpoint_paths[b->o.endpoint];
+	r->headers = x->headers;
+	r->body = x->body;
+	r->body_len = strlen(x->body);
+	r->has_body = true;
+	r->connect_timeout_ms = HB_CONNECT_TIMEOUT_MS;
+	r->on_header = on_header;
+	r->on_body = on_body;
+	r->on_done = on_done;
+	r->data = s;
 	x->error[0] = '\0';
 	x->retry_after[0] = '\0';
+	x->sent_ns = sl_now_ns();
 	if (!rec->sent_ns)
-		rec->sent_ns = sl_now_ns();
-	if (sl_curl_start(&b->curl, &x->t) != 0) {
-		fail(rec, "cannot start a transfer");
-		sl_curl_easy_done(&b->curl, e);
-		x->t.easy = NULL;
-		engine_exchange_done(s);
-	}
+		rec->sent_ns = x->sent_ns;
+	/* The URL was checked at start: this cannot be refused. */
+	sl_h1_start(&b->h1, r, b->o.url, HB_MAX_CONNS);
 }
 
 void exchange_resend(struct session *s)
 {
 	struct exchange *x = &s->x;
-	if (x->t.easy)
-		sl_curl_easy_done(&s->b->curl, x->t.easy);
-	x->t.easy = NULL;
 	sl_sse_free(&x->sse);
 	sl_sse_init(&x->sse, SL_SSE_MAX_EVENT);
 	free(x->resp);
@@ -443,7 +439,6 @@ void exchange_start(struct session *s)
 	sl_sse_init(&x->sse, SL_SSE_MAX_EVENT);
 	x->body = request_body(s, rec->seed);
 	add_header(x, "Content-Type", "application/json");
-	x->headers = curl_slist_append(x->headers, "Expect:");
 	const char *key =
 	    s->tenant >= 0 ? b->o.tenants[s->tenant].key : b->o.api_key;
 	if (key) {

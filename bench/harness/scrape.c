@@ -111,43 +111,42 @@ void scrape_sample(struct scraped *tab, unsigned *n, const char *text,
 	}
 }
 
-static void on_sluice_metrics(struct sl_get *g, long status, const char *err)
+static void on_sluice_metrics(struct hb_call *g, int status, const char *err)
 {
-	struct engine *e = sl_container_of(g, struct engine, sluice_scrape);
+	struct engine *e = g->data;
 	(void)err;
 	if (status == 200 && g->body)
 		scrape_sample(e->r->sluice_m, &e->r->n_sluice_m, g->body,
 		              sluice_wanted);
 }
 
-static void on_llama_metrics(struct sl_get *g, long status, const char *err)
+static void on_llama_metrics(struct hb_call *g, int status, const char *err)
 {
-	struct engine *e = sl_container_of(g, struct engine, llama_scrape);
+	struct engine *e = g->data;
 	(void)err;
 	if (status == 200 && g->body)
 		scrape_sample(e->r->llama_m, &e->r->n_llama_m, g->body,
 		              llama_wanted);
 }
 
-static void get(struct engine *e, struct sl_get *g, const char *base,
-                const char *path, const char *key, sl_get_cb cb)
+static void get(struct hb_call *g, const char *base, const char *path,
+                const char *key, hb_call_cb cb)
 {
-	if (sl_get_busy(g))
+	if (g->busy)
 		return;
-	char *url = sl_xasprintf("%s%s", base, path);
-	if (sl_get_start(&e->b->curl, g, url, key, SCRAPE_TIMEOUT_MS, cb))
+	if (hb_call_start(g, "GET", base, path, key, NULL, SCRAPE_TIMEOUT_MS,
+	                  cb))
 		cb(g, 0, "cannot start");
-	free(url);
 }
 
 static void on_scrape_due(uv_timer_t *t)
 {
 	struct engine *e = t->data;
 	const struct options *o = &e->b->o;
-	get(e, &e->sluice_scrape, o->metrics_url, "/metrics", o->metrics_key,
+	get(&e->sluice_scrape, o->metrics_url, "/metrics", o->metrics_key,
 	    on_sluice_metrics);
 	if (o->llama_url)
-		get(e, &e->llama_scrape, o->llama_url, "/metrics", o->llama_key,
+		get(&e->llama_scrape, o->llama_url, "/metrics", o->llama_key,
 		    on_llama_metrics);
 }
 
@@ -178,21 +177,20 @@ static int cmp_u64(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static void on_slots(struct sl_get *g, long status, const char *err)
+static void on_slots(struct hb_call *g, int status, const char *err)
 {
-	struct engine *e = sl_container_of(g, struct engine, slots);
+	struct engine *e = g->data;
 	(void)err;
 	json_t *slots = status == 200 && g->body
 	                    ? json_loads(g->body, JSON_DECODE_ANY, NULL)
 	                    : NULL;
 	if (!json_is_array(slots)) {
 		if (!e->b->slots_refused_said)
-			fprintf(
-			    stderr,
-			    "sluice-bench: %s/slots answered %ld: whether a "
-			    "left request's slot was freed stays unknown "
-			    "(start llama-server with --slots)\n",
-			    e->b->o.llama_url, status);
+			fprintf(stderr,
+			        "sluice-bench: %s/slots answered %d: whether a "
+			        "left request's slot was freed stays unknown "
+			        "(start llama-server with --slots)\n",
+			        e->b->o.llama_url, status);
 		e->b->slots_refused_said = true;
 		while (e->n_pending_left)
 			settle(e, 0, -1);
@@ -228,7 +226,7 @@ static void on_slots(struct sl_get *g, long status, const char *err)
 static void on_slots_due(uv_timer_t *t)
 {
 	struct engine *e = t->data;
-	get(e, &e->slots, e->b->o.llama_url, "/slots", e->b->o.llama_key,
+	get(&e->slots, e->b->o.llama_url, "/slots", e->b->o.llama_key,
 	    on_slots);
 }
 
@@ -266,10 +264,9 @@ bool scrape_settled(struct engine *e)
 
 void scrape_stop(struct engine *e)
 {
-	struct sl_curl *c = &e->b->curl;
-	sl_get_reset(c, &e->sluice_scrape);
-	sl_get_reset(c, &e->llama_scrape);
-	sl_get_reset(c, &e->slots);
+	hb_call_abort(&e->sluice_scrape);
+	hb_call_abort(&e->llama_scrape);
+	hb_call_abort(&e->slots);
 	uv_timer_stop(&e->scrape_timer);
 	uv_timer_stop(&e->slots_timer);
 }

@@ -13,7 +13,7 @@
 #include "workload.h"
 
 #include "sluice/base/common.h"
-#include "sluice/net/curl_loop.h"
+#include "http.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -640,23 +640,17 @@ struct tok_job;
 
 struct tok_slot {
 	struct tok_job *job;
-	struct sl_transfer t;
-	struct curl_slist *headers;
+	struct hb_call call;
 	struct wl_turn *turn;
-	char *body, *resp;
-	size_t resp_len;
-	bool busy, too_big;
-	char error[CURL_ERROR_SIZE];
 };
 
 struct tok_job {
 	struct workload *w;
-	struct sl_curl *c;
-	char *url, *auth;
+	char *base, *key;
 	wl_tokenized_cb done;
 	void *arg;
 	size_t conv; /* the next turn to ask about: convs[conv].turns[turn] */
-	unsigned turn, inflight;
+	unsigned turn, inflight, open;
 	int rc;
 	char err[256];
 	struct tok_slot slots[WL_TOKENIZE_PARALLEL];
@@ -687,52 +681,23 @@ static void tok_fail(struct tok_job *j, const char *fmt, ...)
 	j->rc = -1;
 }
 
-static size_t tok_data(char *data, size_t size, size_t n, void *arg)
-{
-	struct tok_slot *s = arg;
-	size_t len = size * n;
-	if (s->resp_len + len > WL_TOKENIZE_BODY_MAX) {
-		s->too_big = true;
-		return 0;
-	}
-	s->resp = sl_xrealloc(s->resp, s->resp_len + len + 1);
-	memcpy(s->resp + s->resp_len, data, len);
-	s->resp_len += len;
-	s->resp[s->resp_len] = '\0';
-	return len;
-}
-
-static void slot_release(struct tok_slot *s)
-{
-	sl_curl_easy_done(s->job->c, s->t.easy);
-	curl_slist_free_all(s->headers);
-	free(s->body);
-	free(s->resp);
-	struct tok_job *j = s->job;
-	memset(s, 0, sizeof(*s));
-	s->job = j;
-}
-
 /* The answer's "tokens" count into the turn, or the reason it has none. */
-static void tok_read(struct tok_slot *s, CURLcode rc)
+static void tok_read(struct tok_slot *s, int status, const char *err)
 {
 	struct tok_job *j = s->job;
-	long status = 0;
-	curl_easy_getinfo(s->t.easy, CURLINFO_RESPONSE_CODE, &status);
-	if (rc != CURLE_OK) {
-		tok_fail(j, "/tokenize: %s",
-		         s->too_big    ? "answer over 16 MiB"
-		         : s->error[0] ? s->error
-		                       : curl_easy_strerror(rc));
+	if (status == 0) {
+		tok_fail(j, "/tokenize: %s", err);
 		return;
 	}
-	json_t *a = s->resp ? json_loadb(s->resp, s->resp_len, 0, NULL) : NULL;
+	json_t *a = s->call.body
+	                ? json_loadb(s->call.body, s->call.len, 0, NULL)
+	                : NULL;
 	json_t *tokens = json_object_get(a, "tokens");
 	if (status != 200) {
 		json_t *e = json_object_get(a, "error");
 		const char *msg =
 		    json_string_value(json_object_get(e, "message"));
-		tok_fail(j, "/tokenize: HTTP %ld%s%s", status, msg ? ": " : "",
+		tok_fail(j, "/tokenize: HTTP %d%s%s", status, msg ? ": " : "",
 		         msg ? msg : "");
 	} else if (!json_is_array(tokens)) {
 		tok_fail(j, "/tokenize: no \"tokens\" array in the answer");
@@ -745,98 +710,87 @@ static void tok_read(struct tok_slot *s, CURLcode rc)
 
 static void tok_fill(struct tok_job *j);
 
-static void tok_done(struct sl_transfer *t, CURLcode rc)
+/* Freed once every call's timer has closed; then done is told. */
+static void tok_closed(struct hb_call *c)
 {
-	struct tok_slot *s = t->data;
+	struct tok_slot *s = c->data;
 	struct tok_job *j = s->job;
-	tok_read(s, rc);
-	slot_release(s);
-	j->inflight--;
-	tok_fill(j);
-	if (j->inflight > 0)
+	if (--j->open > 0)
 		return;
-	/* Freed first: done may well free the workload or end the loop. */
 	char err[sizeof(j->err)];
 	memcpy(err, j->err, sizeof(err));
 	int result = j->rc;
 	struct workload *w = j->w;
 	wl_tokenized_cb done = j->done;
 	void *arg = j->arg;
-	free(j->url);
-	free(j->auth);
+	free(j->base);
+	free(j->key);
 	free(j);
 	done(w, result, result ? err : NULL, arg);
 }
 
-static int tok_start(struct tok_slot *s, struct wl_turn *turn)
+static void tok_close(struct tok_job *j)
 {
-	struct tok_job *j = s->job;
-	CURL *e = sl_curl_easy(j->c);
-	if (!e) {
-		tok_fail(j, "/tokenize: libcurl cannot make a handle");
-		return -1;
-	}
-	json_t *body = json_pack("{s:s}", "content", turn->text);
-	s->body = json_dumps(body, JSON_COMPACT);
-	json_decref(body);
-	s->turn = turn;
-	s->t.easy = e;
-	s->t.on_done = tok_done;
-	s->t.data = s;
-	s->headers = curl_slist_append(NULL, "Content-Type: application/json");
-	s->headers = curl_slist_append(s->headers, "Expect:");
-	if (j->auth)
-		s->headers = curl_slist_append(s->headers, j->auth);
-	curl_easy_setopt(e, CURLOPT_URL, j->url);
-	sl_curl_common_options(e);
-	curl_easy_setopt(e, CURLOPT_HTTPHEADER, s->headers);
-	curl_easy_setopt(e, CURLOPT_POSTFIELDS, s->body);
-	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, tok_data);
-	curl_easy_setopt(e, CURLOPT_WRITEDATA, s);
-	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, s->error);
-	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, TOKENIZE_TIMEOUT_MS);
-	if (sl_curl_start(j->c, &s->t) != 0) {
-		tok_fail(j, "/tokenize: cannot start a transfer");
-		slot_release(s);
-		return -1;
-	}
-	s->busy = true;
-	j->inflight++;
-	return 0;
+	j->open = WL_TOKENIZE_PARALLEL;
+	for (unsigned i = 0; i < WL_TOKENIZE_PARALLEL; i++)
+		hb_call_close(&j->slots[i].call, tok_closed);
 }
 
-/* Gives every idle slot a turn; turns that cannot start are failures. */
+static void tok_done(struct hb_call *c, int status, const char *err)
+{
+	struct tok_slot *s = c->data;
+	struct tok_job *j = s->job;
+	tok_read(s, status, err);
+	j->inflight--;
+	tok_fill(j);
+	if (j->inflight == 0)
+		tok_close(j);
+}
+
+static void tok_start(struct tok_slot *s, struct wl_turn *turn)
+{
+	struct tok_job *j = s->job;
+	json_t *body = json_pack("{s:s}", "content", turn->text);
+	char *text = json_dumps(body, JSON_COMPACT);
+	json_decref(body);
+	s->turn = turn;
+	if (hb_call_start(&s->call, "POST", j->base, "/tokenize", j->key, text,
+	                  TOKENIZE_TIMEOUT_MS, tok_done) != 0)
+		tok_fail(j, "/tokenize: %s is not a URL sluice-bench can reach",
+		         j->base);
+	else
+		j->inflight++;
+	free(text);
+}
+
+/* Gives every idle call a turn; turns that cannot start are failures. */
 static void tok_fill(struct tok_job *j)
 {
-	for (unsigned i = 0; i < WL_TOKENIZE_PARALLEL; i++) {
+	for (unsigned i = 0; i < WL_TOKENIZE_PARALLEL && !j->rc; i++) {
 		struct tok_slot *s = &j->slots[i];
 		struct wl_turn *turn;
-		while (!s->busy && (turn = next_turn(j)))
+		if (!s->call.busy && (turn = next_turn(j)))
 			tok_start(s, turn);
 	}
 }
 
-int wl_tokenize(struct workload *w, struct sl_curl *c, const char *base_url,
-                const char *api_key, wl_tokenized_cb done, void *arg)
+int wl_tokenize(struct workload *w, struct sl_h1 *h1, uv_loop_t *loop,
+                const char *base_url, const char *api_key, wl_tokenized_cb done,
+                void *arg)
 {
 	struct tok_job *j = sl_xcalloc(1, sizeof(*j));
 	j->w = w;
-	j->c = c;
-	size_t n = strlen(base_url);
-	while (n && base_url[n - 1] == '/')
-		n--;
-	j->url = sl_xasprintf("%.*s/tokenize", (int)n, base_url);
-	if (api_key)
-		j->auth = sl_xconcat("Authorization: Bearer ", api_key);
+	j->base = sl_xstrdup(base_url);
+	j->key = api_key ? sl_xstrdup(api_key) : NULL;
 	j->done = done;
 	j->arg = arg;
-	for (unsigned i = 0; i < WL_TOKENIZE_PARALLEL; i++)
+	for (unsigned i = 0; i < WL_TOKENIZE_PARALLEL; i++) {
 		j->slots[i].job = j;
+		hb_call_init(&j->slots[i].call, h1, loop);
+		j->slots[i].call.data = &j->slots[i];
+	}
 	tok_fill(j);
-	if (j->inflight > 0)
-		return 0;
-	free(j->url);
-	free(j->auth);
-	free(j);
-	return -1;
+	if (j->inflight == 0)
+		tok_close(j); /* nothing to ask, or nothing could start */
+	return 0;
 }

@@ -16,7 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct sl_curl;
+struct sl_h1;
+struct uv_loop_s;
 
 /* A length distribution: fixed, uniform, normal or a histogram. */
 enum wl_dist_kind { WL_FIXED, WL_UNIFORM, WL_NORMAL, WL_HISTOGRAM };
@@ -100,14 +101,15 @@ void wl_free(struct workload *w);
 
 /*
  * Asks the target's /tokenize for every turn's count (a few at a time, on
- * c's loop) and calls done once, from the loop, with 0, or -1 and the
- * first failure's reason. Turns whose count the target will not give keep
- * theirs (the drawn length for generated text, else 0). Returns 0, or -1
- * when not one request could start; done is then not called.
+ * the loop, through h1) and calls done once, from the loop, with 0, or -1
+ * and the first failure's reason. Turns whose count the target will not
+ * give keep theirs (the drawn length for generated text, else 0). Returns
+ * 0.
  */
 typedef void (*wl_tokenized_cb)(struct workload *w, int rc, const char *err,
                                 void *arg);
-int wl_tokenize(struct workload *w, struct sl_curl *c, const char *base_url,
-                const char *api_key, wl_tokenized_cb done, void *arg);
+int wl_tokenize(struct workload *w, struct sl_h1 *h1, struct uv_loop_s *loop,
+                const char *base_url, const char *api_key, wl_tokenized_cb done,
+                void *arg);
 
 #endif
