@@ -648,5 +648,147 @@ class StartupLog(st.TestCase):
                          "passed deprecated options: %s"
                          % sorted(deprecated & set(argv)))
 
+
+# sluice's Server-Timing (src/relay/README.md, Headers): its metrics in
+# this order, the queue's in whole milliseconds (X-Queue-Ms's), the others
+# with one decimal.
+TIMING_METRICS = {"queue": r"\d+", "upstream": r"\d+\.\d", "ttft": r"\d+\.\d"}
+SAFETY_NET_S = 60
+
+
+def server_timing(headers):
+    """The one Server-Timing header of an answer, as {metric: ms} in the
+    order sent. `headers`: (name, value) pairs or a RawClient head."""
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    values = [v for k, v in pairs if k.lower() == "server-timing"]
+    assert len(values) == 1, headers
+    out = {}
+    for item in values[0].split(", "):
+        name, _, dur = item.partition(";dur=")
+        assert name in TIMING_METRICS and name not in out, values[0]
+        assert re.fullmatch(TIMING_METRICS[name], dur), values[0]
+        out[name] = float(dur)
+    order = [k for k in TIMING_METRICS if k in out]
+    assert list(out) == order, values[0]
+    return out
+
+
+def chat(n, **extra):
+    return {"messages": [{"role": "user", "content": "Say something."}],
+            "max_tokens": n, "temperature": 0, **extra}
+
+
+class ServerTiming(st.TestCase):
+    """Server-Timing tells a load generator sluice's queue time apart from
+    its upstream's."""
+
+    def stream_head(self, s, body):
+        """The head of a stream through sluice, its body read to the
+        end."""
+        c = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        c.request("POST", "/v1/chat/completions", dict(body, stream=True))
+        status, head = c.read_head()
+        self.assertEqual(status, 200)
+        events = [st.sse_data(e) for _, e in c.events()]
+        self.assertEqual(events[-1], "[DONE]")
+        c.close()
+        return head
+
+    def test_llama_servers_answers(self):
+        ls = self.llama_server(st.MODEL_TINY)
+        relayed = self.sluice("--upstream", ls.url, "--stream-upstream", "off")
+        built = self.sluice("--upstream", ls.url, "--stream-upstream", "on")
+        # A plain answer relayed as llama-server writes it (whole, at its
+        # end): sluice's head goes with its first byte, before its tokens
+        # are read, so no ttft.
+        r = relayed.post("/v1/chat/completions", chat(4))
+        self.assertEqual(r.status, 200)
+        t = server_timing(r.headers)
+        self.assertEqual(list(t), ["queue", "upstream"])
+        self.assertEqual(t["queue"], int(r.header("X-Queue-Ms")))
+        # One built from a stream is answered at the stream's end, its
+        # first token long read.
+        r = built.post("/v1/chat/completions", chat(4))
+        self.assertEqual(r.status, 200)
+        t = server_timing(r.headers)
+        self.assertEqual(list(t), ["queue", "upstream", "ttft"])
+        self.assertEqual(t["queue"], int(r.header("X-Queue-Ms")))
+        self.assertLessEqual(t["ttft"], t["upstream"])
+        # A stream's head goes with its first event, before sluice reads
+        # it: queue and upstream only.
+        for s in (relayed, built):
+            head = self.stream_head(s, chat(4))
+            t = server_timing(head)
+            self.assertEqual(list(t), ["queue", "upstream"])
+            self.assertEqual(t["queue"], int(head["x-queue-ms"]))
+        for s in (relayed, built):
+            self.assertEqual(s.stop(), 0)
+
+    def test_set_delays_show(self):
+        # The mock's first token comes PROMPT_MS after it takes a request,
+        # the next ones TOKEN_MS apart; its plain answer at the last
+        # token. Its loop's clock may count whole milliseconds, so it may
+        # start timing up to 1 ms before sluice's dispatch is over.
+        prompt_ms, token_ms, n = 200, 100, 3
+        m = self.mock_llama_server("--prompt-delay-ms", str(prompt_ms),
+                                   "--token-delay-ms", str(token_ms))
+        relayed = self.sluice("--upstream", m.url, "--stream-upstream", "off")
+        built = self.sluice("--upstream", m.url, "--stream-upstream", "on")
+        whole_ms = prompt_ms + (n - 1) * token_ms
+        r = relayed.post("/v1/chat/completions", chat(n))
+        t = server_timing(r.headers)
+        self.assertEqual(list(t), ["queue", "upstream"])
+        self.assertGreaterEqual(t["upstream"], whole_ms - 1)
+        r = built.post("/v1/chat/completions", chat(n))
+        t = server_timing(r.headers)
+        self.assertEqual(list(t), ["queue", "upstream", "ttft"])
+        self.assertGreaterEqual(t["ttft"], prompt_ms - 1)
+        self.assertGreaterEqual(t["upstream"], whole_ms - 1)
+        self.assertLessEqual(t["ttft"], t["upstream"])
+        # The mock's stream begins with its first token.
+        t = server_timing(self.stream_head(relayed, chat(n)))
+        self.assertGreaterEqual(t["upstream"], prompt_ms - 1)
+        for s in (relayed, built):
+            self.assertEqual(s.stop(), 0)
+
+    def test_refusals_from_the_queue_carry_the_queue_only(self):
+        # One slot, held for good by a request the mock never answers; one
+        # place in the queue.
+        m = self.mock_llama_server("--slots", "1", "--hang-rate", "1")
+        s = self.sluice("--upstream", m.url, "--max-queue", "1",
+                        "--queue-timeout", "1s")
+        holder = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        holder.request("POST", "/v1/chat/completions", chat(4))
+        st.wait_until(lambda: s.health().json()["inflight"] == 1,
+                      SAFETY_NET_S, "the slot to be taken")
+        waiting = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        waiting.request("POST", "/v1/chat/completions", chat(4))
+        st.wait_until(lambda: s.health().json()["queued"] == 1,
+                      SAFETY_NET_S, "one request to wait")
+        # The queue is full: refused on arrival, having waited nothing.
+        r = s.post("/v1/chat/completions", chat(4), timeout=SAFETY_NET_S)
+        self.assertEqual(r.status, 429)
+        self.assertEqual(r.headers_named("Server-Timing"), ["queue;dur=0"])
+        # The one waiting runs out of --queue-timeout.
+        status, head, _ = waiting.read_response()
+        self.assertEqual(status, 503)
+        t = server_timing(head)
+        self.assertEqual(list(t), ["queue"])
+        self.assertEqual(t["queue"], int(head["x-queue-ms"]))
+        self.assertGreaterEqual(t["queue"], 1000)
+        for c in (holder, waiting):
+            c.close()
+
+    def test_the_upstreams_own_is_not_passed_on(self):
+        rec = self.recording_upstream(
+            extra_headers=[("Server-Timing", "db;dur=53")])
+        s = self.sluice("--upstream", rec.url)
+        # /tokenize goes straight through, never queued: upstream only.
+        r = s.post("/tokenize", {"content": "x"})
+        self.assertEqual(r.status, 200)
+        self.assertEqual(list(server_timing(r.headers)), ["upstream"])
+        self.assertEqual(s.stop(), 0)
+
+
 if __name__ == "__main__":
     st.main()

@@ -77,6 +77,7 @@ SLUICE_HEADERS = {
     "x-request-id": "sluice's request id",
     "x-queue-ms": "time the request waited in sluice's queue",
     "x-batch-size": "size of the batch the request was dispatched in",
+    "server-timing": "sluice's queue, upstream and first-token times",
     "x-priority": "the priority a queued request got "
                   "(src/tenants/README.md)",
     "cache-control": "sluice's own caching policy (no-cache on its event "

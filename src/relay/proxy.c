@@ -173,6 +173,16 @@ void exchange_release(struct exchange *x)
 	relay->hooks->maybe_drained(relay->owner);
 }
 
+/*
+ * A request refused from the queue, or refused its place back in it after
+ * a failed attempt: its Server-Timing says what it waited since it
+ * arrived, as a dispatch would have.
+ */
+void exchange_refused_from_queue(struct exchange *x, uint64_t now_ms)
+{
+	x->queue_ms = (int64_t)(now_ms - x->arrived_ms);
+}
+
 void sl_proxy_end_all(struct sl_relay *relay)
 {
 	struct exchange *x, *next;
@@ -183,6 +193,7 @@ void sl_proxy_end_all(struct sl_relay *relay)
 			continue;
 		sl_sched_remove(&x->model->sched, &x->item);
 		sl_stats_queued(relay->stats, x->priority, -1);
+		exchange_refused_from_queue(x, uv_now(relay->loop));
 		snprintf(x->sched_headers, sizeof(x->sched_headers), "%s",
 		         SL_PROXY_UNAVAILABLE_RETRY);
 		exchange_respond_error(x, 503, "unavailable_error",
@@ -245,6 +256,7 @@ void sl_proxy_fail_queued(struct sl_relay *relay, struct sl_model *m,
 			continue;
 		sl_sched_remove(&m->sched, &x->item);
 		sl_stats_queued(relay->stats, x->priority, -1);
+		exchange_refused_from_queue(x, uv_now(relay->loop));
 		snprintf(x->sched_headers, sizeof(x->sched_headers), "%s",
 		         SL_PROXY_UNAVAILABLE_RETRY);
 		exchange_respond_error(x, 503, "unavailable_error", message);
@@ -313,6 +325,7 @@ void sl_proxy_expire(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 	struct exchange *x = exchange_of(item);
 	struct sl_relay *relay = x->relay;
 	uint64_t waited = now_ms - x->arrived_ms;
+	exchange_refused_from_queue(x, now_ms);
 	sl_stats_queued(relay->stats, x->priority, -1);
 	uint64_t retry = sl_sched_retry_after_ms(&m->sched, now_ms);
 	snprintf(x->sched_headers, sizeof(x->sched_headers),
@@ -342,6 +355,7 @@ static void refuse_queue_full(struct sl_relay *relay, struct exchange *x,
 {
 	uint64_t retry_ms = sl_sched_retry_after_ms(&x->model->sched, now_ms);
 	unsigned retry = sl_sched_retry_after_s(retry_ms);
+	exchange_refused_from_queue(x, now_ms);
 	snprintf(x->sched_headers, sizeof(x->sched_headers),
 	         "Retry-After: %u\r\nretry-after-ms: %llu\r\n", retry,
 	         (unsigned long long)retry_ms);

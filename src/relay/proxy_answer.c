@@ -44,8 +44,8 @@ void exchange_respond_error(struct exchange *x, int status, const char *type,
 	exchange_note_totals(x);
 	if (!x->req->info.outcome)
 		x->req->info.outcome = status >= 500 ? "failed" : "rejected";
-	sl_http_respond_error(x->req, status, type, x->sched_headers, "%s",
-	                      message);
+	sl_http_respond_error(x->req, status, type, exchange_own_headers(x),
+	                      "%s", message);
 	exchange_client_done(x);
 }
 
@@ -136,8 +136,8 @@ static json_t *generate_totals(struct exchange *x, json_t *text, json_t *final)
 static void respond_json(struct exchange *x, int status, json_t *doc)
 {
 	char *body = json_dumps(doc, JSON_COMPACT | JSON_ENCODE_ANY);
-	sl_http_respond(x->req, status, SL_HTTP_JSON, x->sched_headers, body,
-	                strlen(body));
+	sl_http_respond(x->req, status, SL_HTTP_JSON, exchange_own_headers(x),
+	                body, strlen(body));
 	free(body);
 	exchange_client_done(x);
 }
@@ -162,8 +162,8 @@ void exchange_finish_answer(struct exchange *x)
 	int status = sl_assembler_status(x->answer);
 	/* An upstream error is relayed as written, whatever the API. */
 	if (status != 200 || x->ep->api == SL_API_RELAY) {
-		sl_http_respond(x->req, status, SL_HTTP_JSON, x->sched_headers,
-		                body, n);
+		sl_http_respond(x->req, status, SL_HTTP_JSON,
+		                exchange_own_headers(x), body, n);
 		free(body);
 		exchange_client_done(x);
 		return;

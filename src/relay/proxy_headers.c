@@ -3,7 +3,8 @@
  *
  * Which of the client's headers go upstream (per endpoint: the ones
  * llama-server reads), which of the upstream's response headers come back
- * (never the hop-by-hop ones, nor those sluice writes itself), and the
+ * (never the hop-by-hop ones, nor those sluice writes itself), sluice's
+ * own (the queue's and Server-Timing) for each head it writes, and the
  * start of the client's response once the upstream's head is in, when
  * the exchange learns whether it relays a body or reads events.
  */
@@ -119,6 +120,7 @@ static bool header_always_withheld(const char *name, size_t len)
 	    NAME("X-Request-Id"),
 	    NAME("X-Queue-Ms"),
 	    NAME("X-Batch-Size"),
+	    NAME("Server-Timing"),
 	    NAME("Retry-After"),
 	    NAME("retry-after-ms"),
 	};
@@ -259,6 +261,50 @@ static char *response_extras(const struct exchange *x, const char *own)
 	return out;
 }
 
+/* Nanoseconds as milliseconds with one decimal: "45.6". */
+static void join_ms(struct sl_join *j, uint64_t ns)
+{
+	uint64_t tenths = (ns + 50000) / 100000;
+	sl_join_u64(j, tenths / 10);
+	sl_join_str(j, ".");
+	sl_join_u64(j, tenths % 10);
+}
+
+/*
+ * sluice's own lines for the head it writes now: the queue's
+ * (sched_headers), then Server-Timing with what is known at this moment
+ * (src/relay/README.md, Headers). queue: the whole milliseconds of
+ * X-Queue-Ms, once the request left the queue; upstream: from the
+ * dispatch until now, when the head is written; ttft: from the dispatch
+ * until the first token event, where one was read before the head. An
+ * answer that neither waited in the queue nor went upstream has none.
+ * Bounded by own_headers; called once per head, so no per-event cost.
+ */
+const char *exchange_own_headers(struct exchange *x)
+{
+	struct sl_join j = SL_JOIN(x->own_headers);
+	sl_join_str(&j, x->sched_headers);
+	bool queued = x->queue_ms >= 0, sent = x->upstream != NULL;
+	if (!queued && !sent)
+		return x->own_headers;
+	sl_join_str(&j, "Server-Timing: ");
+	if (queued) {
+		sl_join_str(&j, "queue;dur=");
+		sl_join_u64(&j, (uint64_t)x->queue_ms);
+	}
+	if (sent) {
+		sl_join_str(&j, queued ? ", upstream;dur=" : "upstream;dur=");
+		join_ms(&j, sl_now_ns() - x->dispatched_ns);
+	}
+	if (sent && x->first_token_ns &&
+	    x->first_token_ns >= x->dispatched_ns) {
+		sl_join_str(&j, ", ttft;dur=");
+		join_ms(&j, x->first_token_ns - x->dispatched_ns);
+	}
+	sl_join_str(&j, "\r\n");
+	return x->own_headers;
+}
+
 /*
  * The first byte: answer the client's head in the right mode. Returns
  * false when the upstream's head cannot be relayed (the client got 502).
@@ -302,11 +348,11 @@ bool exchange_start_response(struct exchange *x)
 		if (x->assemble)
 			return true; /* answered once the stream is complete */
 		x->head_sent = true;
-		char own[sizeof(x->sched_headers) + 64];
+		char own[sizeof(x->own_headers) + 64];
 		snprintf(own, sizeof(own),
 		         "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"
 		         "%s",
-		         x->sched_headers);
+		         exchange_own_headers(x));
 		char *extra = response_extras(x, own);
 		sl_http_stream_start(x->req, 200, "text/event-stream", extra,
 		                     -1);
@@ -325,7 +371,7 @@ bool exchange_start_response(struct exchange *x)
 	x->kept.prefix = x->ep->stream_end == SL_END_NONE;
 	if (status >= 400)
 		x->req->info.outcome = "failed"; /* llama-server said no */
-	char *extra = response_extras(x, x->sched_headers);
+	char *extra = response_extras(x, exchange_own_headers(x));
 	sl_http_stream_start(x->req, (int)status,
 	                     ctype ? ctype : "application/octet-stream", extra,
 	                     length);

@@ -53,6 +53,14 @@
  */
 #define SL_PROXY_UNAVAILABLE_RETRY "Retry-After: 1\r\nretry-after-ms: 1000\r\n"
 
+/* The queue's header lines, at most (X-Queue-Ms, Retry-After, ...). */
+#define SL_PROXY_SCHED_HEADERS_MAX 160
+/*
+ * The most a Server-Timing line takes: three metrics of at most 20 digits
+ * each, their names and the line's end (107 bytes).
+ */
+#define SL_PROXY_TIMING_MAX 128
+
 enum relay_mode {
 	MODE_WAITING, /* no response byte yet */
 	MODE_BODY,    /* relaying a plain body */
@@ -100,8 +108,10 @@ struct exchange {
 	struct sl_sched_item item; /* while waiting in sluice's queue */
 	double priority;
 	uint64_t arrived_ms;
-	int64_t queue_ms;       /* -1 until dispatched */
+	/* -1 until it leaves the queue, dispatched or refused. */
+	int64_t queue_ms;
 	uint64_t dispatched_ms; /* when its request went upstream */
+	uint64_t dispatched_ns; /* the same, for Server-Timing (sl_now_ns) */
 	/*
 	 * Its client left while the upstream had its request: the
 	 * connection is half-closed and the answer read to its end, which is
@@ -122,7 +132,9 @@ struct exchange {
 	bool counts_stream; /* counted in its upstream's streams */
 	unsigned batch_size;
 	/* X-Queue-Ms and X-Batch-Size once known; Retry-After on refusals. */
-	char sched_headers[160];
+	char sched_headers[SL_PROXY_SCHED_HEADERS_MAX];
+	/* With Server-Timing, as a head writes them (exchange_own_headers). */
+	char own_headers[SL_PROXY_SCHED_HEADERS_MAX + SL_PROXY_TIMING_MAX];
 
 	bool stream;   /* the client wants events */
 	bool assemble; /* it wants one answer, built from upstream events */
@@ -217,6 +229,7 @@ struct exchange {
  */
 /* proxy.c */
 uint64_t exchange_first_byte_ms(const struct exchange *x, const char **option);
+void exchange_refused_from_queue(struct exchange *x, uint64_t now_ms);
 void exchange_on_timer(uv_timer_t *t);
 void exchange_release(struct exchange *x);
 
@@ -264,6 +277,7 @@ char *exchange_passed_request_headers(const struct sl_endpoint *ep,
                                       bool stream);
 size_t exchange_on_upstream_header(char *line, size_t size, size_t n,
                                    void *arg);
+const char *exchange_own_headers(struct exchange *x);
 bool exchange_start_response(struct exchange *x);
 bool exchange_hold_5xx(struct exchange *x);
 

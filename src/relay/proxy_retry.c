@@ -199,6 +199,7 @@ bool exchange_try_again(struct exchange *x, CURLcode result)
 	uint64_t now = uv_now(relay->loop);
 	if (sl_sched_requeue(&x->model->sched, &x->item, now) != 0) {
 		uint64_t retry = sl_sched_retry_after_ms(&x->model->sched, now);
+		exchange_refused_from_queue(x, now);
 		snprintf(x->sched_headers, sizeof(x->sched_headers),
 		         "Retry-After: %u\r\nretry-after-ms: %llu\r\n",
 		         sl_sched_retry_after_s(retry),

@@ -82,6 +82,7 @@ void exchange_upstream_take(struct exchange *x, struct sl_upstream *u)
 {
 	x->upstream = u;
 	x->dispatched_ms = uv_now(x->relay->loop);
+	x->dispatched_ns = sl_now_ns();
 	if (x->ep->watch) {
 		u->watches++;
 		return;
