@@ -416,6 +416,18 @@ static void put_table(json_t *j, const struct run *r, struct figures *f,
 	json_object_set_new(j, "elapsed_s", json_real(seconds));
 }
 
+/*
+ * The gamma shape of the arrivals: 1 for Poisson; null for a closed loop
+ * and for constant gaps, whose shape is infinite: JSON has no infinity,
+ * jansson makes no number of it, and json_pack then makes no run object.
+ */
+static json_t *burstiness_json(const struct options *o, const struct run *r)
+{
+	if (r->rate <= 0 || o->arrivals == ARR_CONSTANT)
+		return json_null();
+	return json_real(o->arrivals == ARR_GAMMA ? o->burstiness : 1);
+}
+
 json_t *results_run(const struct bench *b, struct run *r)
 {
 	const struct options *o = &b->o;
@@ -430,11 +442,7 @@ json_t *results_run(const struct bench *b, struct run *r)
 	    (int)r->repeat, "max_concurrency",
 	    r->concurrency ? json_integer(r->concurrency) : json_null(),
 	    "request_rate", r->rate > 0 ? json_real(r->rate) : json_null(),
-	    "burstiness",
-	    r->rate > 0 ? json_real(o->arrivals == ARR_GAMMA ? o->burstiness
-	                            : o->arrivals == ARR_POISSON ? 1
-	                                                         : INFINITY)
-	                : json_null(),
+	    "burstiness", burstiness_json(o, r),
 	    "num_prompts", (json_int_t)f.n, "completed",
 	    (json_int_t)f.completed, "failed", (json_int_t)f.failed,
 	    "duration", seconds, "total_input_tokens",
