@@ -389,7 +389,7 @@ static json_t *slo_json(const struct slo *s)
 }
 
 /* The Markdown table's figures, under the names they always had. */
-static void put_table(json_t *j, const struct run *r, struct figures *f,
+static void put_table(json_t *j, struct run *r, struct figures *f,
                       double seconds)
 {
 	json_object_set_new(j, "concurrency", json_integer(r->concurrency));
@@ -409,6 +409,7 @@ static void put_table(json_t *j, const struct run *r, struct figures *f,
 	                    num(bs_rate(f->completed, seconds)));
 	json_object_set_new(j, "ttft_p50_ms", num(bs_percentile(&f->ttft, 50)));
 	json_object_set_new(j, "ttft_p99_ms", num(bs_percentile(&f->ttft, 99)));
+	json_object_set_new(j, "itl_p99_ms", num(bs_percentile(&r->itl, 99)));
 	json_object_set_new(j, "output_tokens_per_s",
 	                    num(bs_rate(f->output_tokens, seconds)));
 	json_object_set_new(j, "avg_batch_size", num(r->avg_batch_size));
