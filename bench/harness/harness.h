@@ -104,6 +104,8 @@ struct options {
 };
 
 void options_parse(struct options *o, int argc, char **argv);
+/* Frees what parsing copied: the tenants' keys, the models' names. */
+void options_free(struct options *o);
 SL_NORETURN SL_PRINTF(1, 2) void usage_error(const char *fmt, ...);
 
 /* One request, as it went: kept for the figures and the JSONL. */

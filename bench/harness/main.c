@@ -291,6 +291,7 @@ int main(int argc, char **argv)
 	}
 	json_decref(search.log);
 	wl_free(&b->wl);
+	options_free(&b->o);
 	uv_loop_close(&b->loop);
 	curl_global_cleanup();
 	free(b);

@@ -638,3 +638,12 @@ void options_parse(struct options *o, int argc, char **argv)
 	}
 	settle(o);
 }
+
+void options_free(struct options *o)
+{
+	for (unsigned i = 0; i < o->n_tenants; i++)
+		free(o->tenants[i].key);
+	for (unsigned i = 0; i < o->n_models; i++)
+		free(o->models[i]);
+	o->n_tenants = o->n_models = o->n_model_seq = 0;
+}
