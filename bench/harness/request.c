@@ -290,7 +290,9 @@ static void on_done(struct sl_transfer *t, CURLcode rc)
 	if (x->leave && (rc == CURLE_WRITE_ERROR || x->left)) {
 		rec->cancelled = true;
 		rec->left_ns = now;
-		rec->ok = status >= 200 && status < 300;
+		/* Left as planned: before any answer (a plain one still being
+		 * generated) or during a 2xx one; an error status stays one. */
+		rec->ok = status == 0 || (status >= 200 && status < 300);
 	} else {
 		rec->ok = rc == CURLE_OK && status >= 200 && status < 300 &&
 		          !x->error[0];
