@@ -180,6 +180,8 @@ struct bench {
 json_t *results_run(const struct bench *b, struct run *r);
 json_t *results_repeats(const struct bench *b);
 double results_goodput_fraction(const struct bench *b, const struct run *r);
+/* A stream's time per output token after the first, ms; NAN otherwise. */
+double results_tpot_ms(const struct record *rec);
 
 /* report.c */
 void report_markdown(const struct bench *b, FILE *out);

@@ -40,9 +40,14 @@ static double ms(uint64_t from, uint64_t to)
 	return (double)(to - from) / 1e6;
 }
 
-static double tpot_of(const struct record *rec)
+/*
+ * Streams only: a plain answer comes whole, and the time from its first
+ * byte to its last is no time per token. A stream's events with text are
+ * counted in tokens_seen; a plain answer has none.
+ */
+double results_tpot_ms(const struct record *rec)
 {
-	if (!rec->first_ns || rec->output_tokens < 2)
+	if (!rec->first_ns || rec->output_tokens < 2 || !rec->tokens_seen)
 		return NAN;
 	return ms(rec->first_ns, rec->end_ns) / (rec->output_tokens - 1);
 }
@@ -55,7 +60,7 @@ static bool meets(const struct slo *slo, const struct record *rec)
 	    !(rec->first_ns && ms(rec->intended_ns, rec->first_ns) <=
 	                           slo->ttft_ms))
 		return false;
-	double tpot = tpot_of(rec);
+	double tpot = results_tpot_ms(rec);
 	if (slo->tpot_ms > 0 && !isnan(tpot) && tpot > slo->tpot_ms)
 		return false;
 	if (slo->e2el_ms > 0 && ms(rec->intended_ns, rec->end_ns) > slo->e2el_ms)
@@ -99,7 +104,7 @@ static void add(struct figures *f, const struct slo *slo,
 	if (rec->first_ns)
 		bs_add(&f->ttft, ms(rec->intended_ns, rec->first_ns));
 	bs_add(&f->e2el, ms(rec->intended_ns, rec->end_ns));
-	double tpot = tpot_of(rec);
+	double tpot = results_tpot_ms(rec);
 	if (!isnan(tpot))
 		bs_add(&f->tpot, tpot);
 }
