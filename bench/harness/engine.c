@@ -36,6 +36,21 @@ static uint64_t ms_ceil(uint64_t ns)
 	return (ns + 999999) / 1000000;
 }
 
+/*
+ * Arms t to fire once, no sooner than due_ns (sl_now_ns's clock). libuv
+ * counts a timeout from its loop time, in whole milliseconds and taken
+ * before the callback that arms it ran: a delay counted from sl_now_ns()
+ * fires up to a millisecond or more early, which sent a user's next turn
+ * before its think time was over and killed --kill-pid before --kill-at.
+ * Counted from the loop time, it cannot.
+ */
+static void timer_at(uv_timer_t *t, uv_timer_cb cb, uint64_t due_ns)
+{
+	uint64_t loop_ns = uv_now(t->loop) * 1000000;
+	uv_timer_start(t, cb, due_ns > loop_ns ? ms_ceil(due_ns - loop_ns) : 0,
+	               0);
+}
+
 /* ---- who sends it ---- */
 
 static int pick_tenant(struct bench *b)
@@ -149,8 +164,8 @@ static void start_turn(struct session *s)
 	/* A plain answer left on purpose: its client goes after a while. */
 	if (s->busy && s->x.leave && !e->b->o.stream) {
 		s->wait = WAIT_LEAVE;
-		uv_timer_start(&s->timer, on_session_timer,
-		               (uint64_t)e->b->o.cancel_ms, 0);
+		timer_at(&s->timer, on_session_timer,
+		         sl_now_ns() + (uint64_t)(e->b->o.cancel_ms * 1e6));
 	}
 }
 
@@ -173,8 +188,8 @@ void engine_exchange_done(struct session *s)
 		rec->retry_after = true;
 		if (b->o.retry && rec->retries < b->o.max_retries) {
 			s->wait = WAIT_RETRY;
-			uv_timer_start(&s->timer, on_session_timer,
-			               (uint64_t)wait_ms, 0);
+			timer_at(&s->timer, on_session_timer,
+			         sl_now_ns() + (uint64_t)wait_ms * 1000000);
 			return;
 		}
 	}
@@ -198,8 +213,7 @@ void engine_exchange_done(struct session *s)
 	s->intended_ns = sl_now_ns() + (uint64_t)(b->o.think_s * 1e9);
 	if (b->o.think_s > 0) {
 		s->wait = WAIT_THINK;
-		uv_timer_start(&s->timer, on_session_timer,
-		               (uint64_t)(b->o.think_s * 1000), 0);
+		timer_at(&s->timer, on_session_timer, s->intended_ns);
 	} else {
 		start_turn(s);
 	}
@@ -248,8 +262,7 @@ static void on_arrival(uv_timer_t *t)
 		    (uint64_t)(warped_to_s(e, e->next_unit) * 1e9);
 	}
 	if (!e->stop_issuing)
-		uv_timer_start(&e->arrivals, on_arrival,
-		               ms_ceil(e->next_arrival_ns - now), 0);
+		timer_at(&e->arrivals, on_arrival, e->next_arrival_ns);
 	check_finished(e);
 }
 
@@ -264,8 +277,7 @@ static void on_client_due(uv_timer_t *t)
 		uint64_t due = e->r->start_ns +
 		               (uint64_t)(ramp * e->clients_started / n * 1e9);
 		if (due > now) {
-			uv_timer_start(&e->arrivals, on_client_due,
-			               ms_ceil(due - now), 0);
+			timer_at(&e->arrivals, on_client_due, due);
 			break;
 		}
 		e->clients_started++;
@@ -448,11 +460,11 @@ static void start_load(struct engine *e)
 	if (!b->o.quiet && isatty(STDERR_FILENO))
 		uv_timer_start(&e->progress, on_progress, 250, 250);
 	if (b->o.duration_s > 0)
-		uv_timer_start(&e->ender, on_duration_over,
-		               (uint64_t)(b->o.duration_s * 1000), 0);
+		timer_at(&e->ender, on_duration_over,
+		         r->start_ns + (uint64_t)(b->o.duration_s * 1e9));
 	if (b->o.kill_at_s > 0)
-		uv_timer_start(&e->killer, on_kill_due,
-		               (uint64_t)(b->o.kill_at_s * 1000), 0);
+		timer_at(&e->killer, on_kill_due,
+		         r->start_ns + (uint64_t)(b->o.kill_at_s * 1e9));
 	if (r->rate > 0) {
 		e->next_unit = 0;
 		e->next_arrival_ns = r->start_ns;

@@ -104,6 +104,8 @@ struct options {
 };
 
 void options_parse(struct options *o, int argc, char **argv);
+/* Frees what parsing copied: the tenants' keys, the models' names. */
+void options_free(struct options *o);
 SL_NORETURN SL_PRINTF(1, 2) void usage_error(const char *fmt, ...);
 
 /* One request, as it went: kept for the figures and the JSONL. */
@@ -178,6 +180,8 @@ struct bench {
 json_t *results_run(const struct bench *b, struct run *r);
 json_t *results_repeats(const struct bench *b);
 double results_goodput_fraction(const struct bench *b, const struct run *r);
+/* A stream's time per output token after the first, ms; NAN otherwise. */
+double results_tpot_ms(const struct record *rec);
 
 /* report.c */
 void report_markdown(const struct bench *b, FILE *out);

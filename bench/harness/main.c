@@ -302,6 +302,7 @@ int main(int argc, char **argv)
 	}
 	json_decref(search.log);
 	wl_free(&b->wl);
+	options_free(&b->o);
 	uv_loop_close(&b->loop);
 	free(b);
 	/* 1 when any request failed: scripts notice. */

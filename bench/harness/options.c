@@ -266,7 +266,12 @@ static void add_tenant(struct options *o, const char *t)
 	struct tenant *x = &o->tenants[o->n_tenants++];
 	snprintf(x->name, sizeof(x->name), "%s", parts[0]);
 	x->key = parts[1][0] ? sl_xstrdup(parts[1]) : NULL;
-	x->weight = number("tenant", parts[2], 1e-6, 1e6);
+	char *end;
+	x->weight = strtod(parts[2], &end);
+	if (end == parts[2] || *end || !(x->weight >= 1e-6 && x->weight <= 1e6))
+		usage_error("--tenant %s: the weight must be a number from "
+		            "1e-06 to 1e+06, got \"%s\"",
+		            x->name, parts[2]);
 	x->prio = PRIO_NONE;
 	if (n == 4 &&
 	    (x->prio = prio_named(parts[3], strlen(parts[3]))) == PRIO_NONE)
@@ -634,4 +639,13 @@ void options_parse(struct options *o, int argc, char **argv)
 		apply(o, i, v ? v : argv[++a]);
 	}
 	settle(o);
+}
+
+void options_free(struct options *o)
+{
+	for (unsigned i = 0; i < o->n_tenants; i++)
+		free(o->tenants[i].key);
+	for (unsigned i = 0; i < o->n_models; i++)
+		free(o->models[i]);
+	o->n_tenants = o->n_models = o->n_model_seq = 0;
 }

@@ -239,10 +239,6 @@ static json_t *record_json(const struct bench *b, unsigned k, size_t i)
 {
 	const struct run *r = &b->runs[k];
 	const struct record *rec = &r->recs[i];
-	double tpot = rec->first_ns && rec->output_tokens > 1
-	                  ? (double)(rec->end_ns - rec->first_ns) / 1e6 /
-	                        (rec->output_tokens - 1)
-	                  : NAN;
 	json_t *j = json_pack(
 	    "{s:I, s:i, s:i, s:i, s:s?, s:s?, s:s, s:i, s:s?, s:o, s:o}", "id",
 	    (json_int_t)i, "run", (int)k, "conv", (int)rec->conv, "turn",
@@ -260,7 +256,7 @@ static json_t *record_json(const struct bench *b, unsigned k, size_t i)
 	                    rec->end_ns && !rec->cancelled
 	                        ? ms_since(rec->intended_ns, rec->end_ns)
 	                        : json_null());
-	json_object_set_new(j, "tpot_ms", maybe(tpot));
+	json_object_set_new(j, "tpot_ms", maybe(results_tpot_ms(rec)));
 	json_object_set_new(j, "input_tokens", json_integer(rec->input_tokens));
 	json_object_set_new(j, "output_tokens",
 	                    json_integer(rec->output_tokens));

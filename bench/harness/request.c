@@ -292,10 +292,11 @@ static void on_done(struct sl_h1_request *r, enum sl_h1_result result)
 	bool whole = result == SL_H1_OK;
 	if (x->leave &&
 	    ((result == SL_H1_STOPPED && !x->error[0]) || x->left)) {
-		/* Left as planned: not a failure, whatever came before. */
 		rec->cancelled = true;
 		rec->left_ns = now;
-		rec->ok = true;
+		/* Left as planned: before any answer (a plain one still being
+		 * generated) or during a 2xx one; an error status stays one. */
+		rec->ok = status == 0 || (status >= 200 && status < 300);
 	} else {
 		rec->ok =
 		    whole && status >= 200 && status < 300 && !x->error[0];

@@ -40,9 +40,14 @@ static double ms(uint64_t from, uint64_t to)
 	return (double)(to - from) / 1e6;
 }
 
-static double tpot_of(const struct record *rec)
+/*
+ * Streams only: a plain answer comes whole, and the time from its first
+ * byte to its last is no time per token. A stream's events with text are
+ * counted in tokens_seen; a plain answer has none.
+ */
+double results_tpot_ms(const struct record *rec)
 {
-	if (!rec->first_ns || rec->output_tokens < 2)
+	if (!rec->first_ns || rec->output_tokens < 2 || !rec->tokens_seen)
 		return NAN;
 	return ms(rec->first_ns, rec->end_ns) / (rec->output_tokens - 1);
 }
@@ -55,7 +60,7 @@ static bool meets(const struct slo *slo, const struct record *rec)
 	    !(rec->first_ns &&
 	      ms(rec->intended_ns, rec->first_ns) <= slo->ttft_ms))
 		return false;
-	double tpot = tpot_of(rec);
+	double tpot = results_tpot_ms(rec);
 	if (slo->tpot_ms > 0 && !isnan(tpot) && tpot > slo->tpot_ms)
 		return false;
 	if (slo->e2el_ms > 0 &&
@@ -100,7 +105,7 @@ static void add(struct figures *f, const struct slo *slo,
 	if (rec->first_ns)
 		bs_add(&f->ttft, ms(rec->intended_ns, rec->first_ns));
 	bs_add(&f->e2el, ms(rec->intended_ns, rec->end_ns));
-	double tpot = tpot_of(rec);
+	double tpot = results_tpot_ms(rec);
 	if (!isnan(tpot))
 		bs_add(&f->tpot, tpot);
 }
@@ -420,7 +425,7 @@ static json_t *slo_json(const struct slo *s)
 }
 
 /* The Markdown table's figures, under the names they always had. */
-static void put_table(json_t *j, const struct run *r, struct figures *f,
+static void put_table(json_t *j, struct run *r, struct figures *f,
                       double seconds)
 {
 	json_object_set_new(j, "concurrency", json_integer(r->concurrency));
@@ -440,11 +445,24 @@ static void put_table(json_t *j, const struct run *r, struct figures *f,
 	                    num(bs_rate(f->completed, seconds)));
 	json_object_set_new(j, "ttft_p50_ms", num(bs_percentile(&f->ttft, 50)));
 	json_object_set_new(j, "ttft_p99_ms", num(bs_percentile(&f->ttft, 99)));
+	json_object_set_new(j, "itl_p99_ms", num(bs_percentile(&r->itl, 99)));
 	json_object_set_new(j, "output_tokens_per_s",
 	                    num(bs_rate(f->output_tokens, seconds)));
 	json_object_set_new(j, "avg_batch_size", num(r->avg_batch_size));
 	json_object_set_new(j, "batches", num(r->batches));
 	json_object_set_new(j, "elapsed_s", json_real(seconds));
+}
+
+/*
+ * The gamma shape of the arrivals: 1 for Poisson; null for a closed loop
+ * and for constant gaps, whose shape is infinite: JSON has no infinity,
+ * jansson makes no number of it, and json_pack then makes no run object.
+ */
+static json_t *burstiness_json(const struct options *o, const struct run *r)
+{
+	if (r->rate <= 0 || o->arrivals == ARR_CONSTANT)
+		return json_null();
+	return json_real(o->arrivals == ARR_GAMMA ? o->burstiness : 1);
 }
 
 json_t *results_run(const struct bench *b, struct run *r)
@@ -461,15 +479,11 @@ json_t *results_run(const struct bench *b, struct run *r)
 	    "max_concurrency",
 	    r->concurrency ? json_integer(r->concurrency) : json_null(),
 	    "request_rate", r->rate > 0 ? json_real(r->rate) : json_null(),
-	    "burstiness",
-	    r->rate > 0 ? json_real(o->arrivals == ARR_GAMMA     ? o->burstiness
-	                            : o->arrivals == ARR_POISSON ? 1
-	                                                         : INFINITY)
-	                : json_null(),
-	    "num_prompts", (json_int_t)f.n, "completed",
-	    (json_int_t)f.completed, "failed", (json_int_t)f.failed, "duration",
-	    seconds, "total_input_tokens", (json_int_t)f.input_tokens,
-	    "total_output_tokens", (json_int_t)f.output_tokens);
+	    "burstiness", burstiness_json(o, r), "num_prompts", (json_int_t)f.n,
+	    "completed", (json_int_t)f.completed, "failed",
+	    (json_int_t)f.failed, "duration", seconds, "total_input_tokens",
+	    (json_int_t)f.input_tokens, "total_output_tokens",
+	    (json_int_t)f.output_tokens);
 	json_object_set_new(j, "request_throughput",
 	                    num(bs_rate(f.completed, seconds)));
 	json_object_set_new(j, "request_goodput",
