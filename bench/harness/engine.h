@@ -98,6 +98,7 @@ struct engine {
 	uv_timer_t slots_timer, scrape_timer, deadlines;
 	size_t *pending_left;
 	size_t n_pending_left, cap_pending_left;
+	bool slots_unmarked; /* a busy slot showed no seed */
 	uint64_t finish_ns;
 	double batches_before, batched_before;
 };

@@ -85,7 +85,8 @@ static void make_row(const struct bench *b, const struct run *r, json_t *g,
 	cell(row->cells[16], w, slo ? get(g, "request_goodput") : NAN, 1);
 }
 
-/* The rows of one run: all of it, then each priority sent. */
+/* The rows of one run: all of it, then each priority sent ("none": no
+ * X-Priority). */
 static unsigned run_rows(const struct bench *b, const struct run *r,
                          struct row *rows)
 {
@@ -93,8 +94,12 @@ static unsigned run_rows(const struct bench *b, const struct run *r,
 	make_row(b, r, r->doc, NULL, &rows[n++]);
 	json_t *prios =
 	    json_object_get(json_object_get(r->doc, "groups"), "priority");
-	for (int c = PRIO_URGENT; c < N_PRIOS && json_object_size(prios) > 0;
-	     c++) {
+	/* A row per priority, unless every request went without one. */
+	size_t groups = json_object_size(prios);
+	if (groups == 0 ||
+	    (groups == 1 && json_object_get(prios, prio_names[PRIO_NONE])))
+		return n;
+	for (int c = PRIO_NONE; c < N_PRIOS; c++) {
 		json_t *g = json_object_get(prios, prio_names[c]);
 		if (g)
 			make_row(b, r, g, prio_names[c], &rows[n++]);
@@ -157,7 +162,7 @@ void report_markdown(const struct bench *b, FILE *out)
 		fprintf(out, "|%s", i ? "---:" : "---");
 	fprintf(out, "|\n");
 	for (unsigned k = 0; k < b->n_runs; k++) {
-		struct row rows[N_PRIOS];
+		struct row rows[N_PRIOS + 1];
 		unsigned n = run_rows(b, &b->runs[k], rows);
 		for (unsigned i = 0; i < n; i++) {
 			for (size_t c = 0; c < N_COLUMNS; c++)
@@ -179,12 +184,12 @@ void report_csv(const struct bench *b, const char *path)
 		fprintf(f, ",%s", columns[i]);
 	fputc('\n', f);
 	for (unsigned k = 0; k < b->n_runs; k++) {
-		struct row rows[N_PRIOS];
+		struct row rows[N_PRIOS + 1];
 		unsigned n = run_rows(b, &b->runs[k], rows);
 		for (unsigned i = 0; i < n; i++) {
 			/* The class is the row name's last word, or "all". */
 			const char *cls = "all";
-			for (int c = PRIO_URGENT; i && c < N_PRIOS; c++) {
+			for (int c = PRIO_NONE; i && c < N_PRIOS; c++) {
 				size_t len = strlen(rows[i].cells[0]);
 				size_t cl = strlen(prio_names[c]);
 				if (len >= cl &&

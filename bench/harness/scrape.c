@@ -195,7 +195,7 @@ static void on_slots(struct hb_call *g, int status, const char *err)
 		while (e->n_pending_left)
 			settle(e, 0, -1);
 	} else {
-		size_t n = json_array_size(slots), busy = 0;
+		size_t n = json_array_size(slots), busy = 0, unmarked = 0;
 		uint64_t *seeds = sl_xcalloc(n + 1, sizeof(*seeds));
 		json_t *s;
 		size_t k;
@@ -203,13 +203,20 @@ static void on_slots(struct hb_call *g, int status, const char *err)
 		{
 			json_t *seed = json_object_get(
 			    json_object_get(s, "params"), "seed");
-			if (json_is_true(json_object_get(s, "is_processing")) &&
-			    json_is_integer(seed))
+			if (!json_is_true(json_object_get(s, "is_processing")))
+				continue;
+			if (json_is_integer(seed))
 				seeds[busy++] =
 				    (uint64_t)json_integer_value(seed);
+			else
+				unmarked++;
 		}
 		qsort(seeds, busy, sizeof(*seeds), cmp_u64);
-		for (size_t i = e->n_pending_left; i-- > 0;) {
+		/* A busy slot that shows no seed may be a left request's:
+		 * then nothing is freed for sure until it goes. */
+		if (unmarked)
+			e->slots_unmarked = true;
+		for (size_t i = e->n_pending_left; i-- > 0 && !unmarked;) {
 			uint64_t mine = e->r->recs[e->pending_left[i]].seed;
 			if (!bsearch(&mine, seeds, busy, sizeof(*seeds),
 			             cmp_u64))
@@ -248,7 +255,8 @@ void scrape_left(struct engine *e, size_t rec)
 
 /*
  * Whether every left request is settled; past the grace after the run's
- * last answer, the ones still busy count as not freed.
+ * last answer, the ones still busy count as not freed (unknown, when
+ * busy slots showed no seed to tell them by).
  */
 bool scrape_settled(struct engine *e)
 {
@@ -256,7 +264,7 @@ bool scrape_settled(struct engine *e)
 		return true;
 	if (e->r->end_ns && sl_now_ns() - e->r->end_ns > SLOTS_GRACE_NS) {
 		while (e->n_pending_left)
-			settle(e, 0, 0);
+			settle(e, 0, e->slots_unmarked ? -1 : 0);
 		return true;
 	}
 	return false;
