@@ -53,9 +53,11 @@ run tenants --tenant 'alice:alice-secret:3:urgent;bob:bob-secret:1:batch' \
 run gamma "${alice[@]}" --rate 8 --arrivals gamma --burstiness 0.5 \
 	--ramp 2 --warmup 2 --duration 10 --requests 100000 --max-tokens 32 \
 	--num-runs 3
-run search "${alice[@]}" --search on --slo ttft=250ms,tpot=25ms \
-	--search-range 1-64 --search-steps 6 --duration 8 --warmup 1 \
-	--requests 100000 --max-tokens 32
+# The search on the slow model (loaded first), which the range brackets.
+"$BENCH" --url "$url" "${alice[@]}" --model-mix slow --requests 1 --quiet >/dev/null
+run search "${alice[@]}" --model-mix slow --search on \
+	--slo ttft=500ms,tpot=50ms --search-range 1-64 --search-steps 7 \
+	--duration 8 --warmup 1 --requests 100000 --max-tokens 32
 run cancel "${alice[@]}" --llama-url "$url" --llama-key alice-secret \
 	--cancel-share 0.5 --cancel-after-tokens 4 --max-tokens 1000 \
 	--concurrency 4 --requests 40

@@ -251,11 +251,12 @@ static void write_reports(struct bench *b)
 	json_t *s = b->o.search && b->n_runs ? search_json(b) : NULL;
 	report_markdown(b, stdout);
 	if (s) {
-		printf("\nsearch: %s\n",
-		       search.best > 0 ? "" : "no rate met the SLOs");
 		if (search.best > 0)
-			printf("highest rate within the SLOs: %g/s\n",
+			printf("\nsearch: highest rate within the SLOs: "
+			       "%g/s\n",
 			       search.best);
+		else
+			printf("\nsearch: no rate met the SLOs\n");
 	}
 	if (b->o.csv)
 		report_csv(b, b->o.csv);

@@ -546,7 +546,7 @@ json_t *results_run(const struct bench *b, struct run *r)
 	json_t *scenarios = json_object();
 	if (o->cancel_share > 0)
 		json_object_set_new(scenarios, "cancel", cancel_json(r));
-	if (o->n_models > 0)
+	if (o->n_models > 1)
 		json_object_set_new(scenarios, "swap", swap_json(b, r));
 	if (o->kill_at_s > 0)
 		json_object_set_new(scenarios, "failover", failover_json(r));
