@@ -1,7 +1,9 @@
 """bench/README.md's sluice-bench examples, run as a reader would copy
-them, against the sluice of bench/data/sluice.yaml (two demo models, two
-tenants' keys). Only the ports change: the README's 8080 (that sluice),
-8090 (a sluice in front of two mocks) and 8091 and 8092 (the mocks);
+them: its first run (a sluice in front of a mock), and the harness's
+examples against the sluice of bench/data/sluice.yaml (two demo models,
+two tenants' keys). Only the ports change: the README's 8080 (a sluice),
+8081 (a mock), 8090 (a sluice in front of two mocks) and 8091 and 8092
+(the mocks);
 the default --url, the README's 8080, comes from SLUICE_BENCH_URL."""
 
 import json
@@ -20,17 +22,22 @@ BUILD = os.path.dirname(st.SLUICE)
 SAFETY_NET_S = 300
 
 
-def blocks():
-    """The indented blocks of the harness section, each a list of
+def blocks(title):
+    """The indented blocks of the section with this title, each a list of
     commands (a line ending in a backslash joined with the next)."""
     with open(README) as f:
         text = f.read()
-    section = text.split("## sluice-bench, a harness for gateways")[1]
+    section = text.split("\n## %s\n" % title)[1]
     section = section.split("\n## ")[0]
-    found, block = [], []
+    found, block, pending = [], [], ""
     for line in section.splitlines():
         if line.startswith("    "):
-            block.append(line.strip())
+            pending += line.strip()
+            if pending.endswith("\\"):
+                pending = pending[:-1]
+                continue
+            block.append(pending)
+            pending = ""
         elif block and line.strip() == "":
             found.append(block)
             block = []
@@ -43,9 +50,10 @@ class BenchReadme(st.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.blocks = blocks()
-        self.ports = {8080: st.free_port(), 8090: st.free_port(),
-                      8091: st.free_port(), 8092: st.free_port()}
+        self.blocks = blocks("sluice-bench, a harness for gateways")
+        self.ports = {8080: st.free_port(), 8081: st.free_port(),
+                      8090: st.free_port(), 8091: st.free_port(),
+                      8092: st.free_port()}
 
     def localize(self, command):
         for theirs, ours in self.ports.items():
@@ -89,6 +97,16 @@ class BenchReadme(st.TestCase):
         m = re.search(r"^run 0, %s: (\{.*\})$" % name, out, re.MULTILINE)
         self.assertIsNotNone(m, out)
         return json.loads(m.group(1))
+
+    def test_a_first_run(self):
+        (block,) = blocks("A first run")
+        r = self.run_block(block)
+        # The mock's and sluice's logs go to stderr; sluice-bench's none.
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("sluice-bench:", r.stderr)
+        rows = re.findall(r"^\| run \| 50 \| (\d+) \| 50 \| 0 \|", r.stdout,
+                          re.MULTILINE)
+        self.assertEqual(rows, ["1", "2", "4", "8", "16"])
 
     def test_the_setup_line_is_data_sluice_yaml(self):
         self.assertEqual(self.the("--config bench/data/sluice.yaml"),
