@@ -563,7 +563,7 @@ class Bench(st.TestCase):
                                      for x in mine))
             all_ = outcomes["all"]
             self.assertEqual(all_["2xx"] + all_["429"] + all_["503"]
-                             + all_["other"], n)
+                             + all_["other"] + all_["left"], n)
             self.assertEqual(all_["2xx"], run["completed"])
 
         # Refused requests go again when Retry-After says.

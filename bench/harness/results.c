@@ -23,7 +23,7 @@ struct figures {
 	uint64_t n, completed, failed, good, input_tokens, output_tokens;
 	uint64_t cached_tokens, prompt_tokens_timed;
 	uint64_t status_2xx, status_429, status_503, status_other;
-	uint64_t retry_after, retried, retried_ok, cancelled;
+	uint64_t retry_after, retried, retried_ok, cancelled, left;
 };
 
 static void figures_free(struct figures *f)
@@ -73,7 +73,12 @@ static void add(struct figures *f, const struct slo *slo,
                 const struct record *rec)
 {
 	f->n++;
-	if (rec->status >= 200 && rec->status < 300)
+	/* Each request in one bucket: left on purpose, answered whole,
+	 * refused (429, 503), or failed otherwise (a status, a broken
+	 * connection, an answer cut short). */
+	if (rec->cancelled)
+		f->left++;
+	else if (rec->ok)
 		f->status_2xx++;
 	else if (rec->status == 429)
 		f->status_429++;
@@ -171,9 +176,10 @@ static json_t *group_json(struct figures *f, double seconds)
 static json_t *outcome_json(const struct figures *f)
 {
 	return json_pack(
-	    "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "2xx",
+	    "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "2xx",
 	    (json_int_t)f->status_2xx, "429", (json_int_t)f->status_429, "503",
 	    (json_int_t)f->status_503, "other", (json_int_t)f->status_other,
+	    "left", (json_int_t)f->left,
 	    "retry_after", (json_int_t)f->retry_after, "retried",
 	    (json_int_t)f->retried, "retried_ok", (json_int_t)f->retried_ok);
 }
