@@ -613,6 +613,7 @@ void options_parse(struct options *o, int argc, char **argv)
 		if (v && *v)
 			apply(o, i, v);
 	}
+	bool tenant_flag_seen = false;
 	for (int a = 1; a < argc; a++) {
 		if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) {
 			print_help();
@@ -636,6 +637,14 @@ void options_parse(struct options *o, int argc, char **argv)
 			v = "on";
 		if (!v && a + 1 >= argc)
 			usage_error("--%.*s: missing value", (int)len, name);
+		/* Tenants add up, flag after flag; the first flag replaces
+		 * those of the environment. */
+		if (!strcmp(opt_defs[i].name, "tenant") && !tenant_flag_seen) {
+			tenant_flag_seen = true;
+			for (unsigned k = 0; k < o->n_tenants; k++)
+				free(o->tenants[k].key);
+			o->n_tenants = 0;
+		}
 		apply(o, i, v ? v : argv[++a]);
 	}
 	settle(o);

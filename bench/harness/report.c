@@ -107,6 +107,11 @@ static unsigned run_rows(const struct bench *b, const struct run *r,
 	return n;
 }
 
+static long long count_of(json_t *g, const char *key)
+{
+	return (long long)json_integer_value(json_object_get(g, key));
+}
+
 static void print_tenants(const struct bench *b, FILE *out)
 {
 	if (b->o.n_tenants == 0)
@@ -127,13 +132,15 @@ static void print_tenants(const struct bench *b, FILE *out)
 			cell(ttft, sizeof(ttft), get(g, "p99_ttft_ms"), 1);
 			cell(good, sizeof(good), get(g, "request_goodput"), 2);
 			cell(j, sizeof(j), i ? NAN : jain, 3);
+			/* A tenant that sent nothing in a run has no group:
+			 * its counts are 0. */
 			fprintf(out,
-			        "| %u | %s | %g | %.0f | %.0f | %.0f | %s | %s "
-			        "| %.0f | %s |\n",
+			        "| %u | %s | %g | %lld | %lld | %lld | %s | %s "
+			        "| %lld | %s |\n",
 			        k, b->o.tenants[i].name, b->o.tenants[i].weight,
-			        get(g, "num_prompts"), get(g, "completed"),
-			        get(g, "failed"), ttft, good,
-			        get(g, "service_tokens"), j);
+			        count_of(g, "num_prompts"),
+			        count_of(g, "completed"), count_of(g, "failed"),
+			        ttft, good, count_of(g, "service_tokens"), j);
 		}
 	}
 }
