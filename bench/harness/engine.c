@@ -137,6 +137,8 @@ void start_session(struct engine *e, bool client, uint64_t intended_ns)
 	start_turn(s);
 }
 
+static void arm_leave(struct session *s);
+
 static void on_session_timer(uv_timer_t *t)
 {
 	struct session *s = t->data;
@@ -144,10 +146,22 @@ static void on_session_timer(uv_timer_t *t)
 	s->wait = WAIT_NONE;
 	if (w == WAIT_THINK)
 		start_turn(s);
-	else if (w == WAIT_RETRY)
+	else if (w == WAIT_RETRY) {
 		exchange_resend(s);
-	else if (w == WAIT_LEAVE && s->busy)
+		arm_leave(s);
+	} else if (w == WAIT_LEAVE && s->busy)
 		exchange_leave(s);
+}
+
+/* A plain answer left on purpose: its client goes after a while. */
+static void arm_leave(struct session *s)
+{
+	struct bench *b = s->b;
+	if (s->busy && s->x.leave && !b->o.stream) {
+		s->wait = WAIT_LEAVE;
+		timer_at(&s->timer, on_session_timer,
+		         sl_now_ns() + (uint64_t)(b->o.cancel_ms * 1e6));
+	}
 }
 
 static void start_turn(struct session *s)
@@ -161,12 +175,7 @@ static void start_turn(struct session *s)
 		e->stop_issuing = true;
 	s->busy = true;
 	exchange_start(s);
-	/* A plain answer left on purpose: its client goes after a while. */
-	if (s->busy && s->x.leave && !e->b->o.stream) {
-		s->wait = WAIT_LEAVE;
-		timer_at(&s->timer, on_session_timer,
-		         sl_now_ns() + (uint64_t)(e->b->o.cancel_ms * 1e6));
-	}
+	arm_leave(s);
 }
 
 static bool refused(int status)
@@ -194,7 +203,6 @@ void engine_exchange_done(struct session *s)
 		}
 	}
 	s->busy = false;
-	e->done_count++;
 	if (rec->ok)
 		e->ok_count++;
 	else
@@ -322,6 +330,10 @@ static void on_duration_over(uv_timer_t *t)
 static void on_kill_due(uv_timer_t *t)
 {
 	struct engine *e = t->data;
+	/* Once per invocation: by a later run the PID may be another's. */
+	if (e->b->killed_once)
+		return;
+	e->b->killed_once = true;
 	if (kill(e->b->o.kill_pid, SIGKILL) == 0) {
 		e->r->killed = true;
 		e->r->killed_ns = sl_now_ns();
@@ -435,6 +447,7 @@ static void check_finished(struct engine *e)
 		uv_timer_stop(&e->ender);
 		uv_timer_stop(&e->killer);
 		uv_timer_stop(&e->deadlines);
+		uv_timer_stop(&e->scrape_timer);
 		if (!e->b->o.quiet && isatty(STDERR_FILENO))
 			fputc('\n', stderr);
 	}
@@ -454,6 +467,9 @@ static void start_load(struct engine *e)
 	struct bench *b = e->b;
 	struct run *r = e->r;
 	r->start_ns = sl_now_ns();
+	/* Interrupted while the summary was read: send nothing. */
+	if (b->interrupted)
+		e->stop_issuing = true;
 	scrape_start(e);
 	uv_timer_start(&e->deadlines, on_deadlines, DEADLINE_SWEEP_MS,
 	               DEADLINE_SWEEP_MS);

@@ -28,11 +28,12 @@ struct exchange {
 	size_t resp_len;
 	char *reply; /* the reply's text, for the next turn */
 	size_t reply_len;
-	size_t rec; /* index into the run's records */
-	bool leave; /* this one leaves early */
-	bool left;  /* and has */
+	size_t rec;      /* index into the run's records */
+	bool reply_full; /* MAX_REPLY reached: the rest is not kept */
+	bool leave;      /* this one leaves early */
+	bool left;       /* and has */
 	char error[SL_H1_ERROR_MAX];
-	char retry_after[24];
+	long retry_after_ms; /* a refusal's Retry-After; -1: none */
 };
 
 enum session_wait { WAIT_NONE, WAIT_THINK, WAIT_RETRY, WAIT_LEAVE };
@@ -83,10 +84,9 @@ struct engine {
 	void (*done)(struct bench *);
 	uv_timer_t arrivals, progress, ender, killer;
 	unsigned open_timers;
-	uint64_t issued;     /* requests sent (turns, not retries) */
-	uint64_t sessions;   /* sessions started */
-	uint64_t active;     /* sessions alive */
-	uint64_t done_count; /* requests ended */
+	uint64_t issued;   /* requests sent (turns, not retries) */
+	uint64_t sessions; /* sessions started */
+	uint64_t active;   /* sessions alive */
 	uint64_t ok_count, failed_count;
 	double next_unit; /* open loop: the next arrival in warped time */
 	uint64_t next_arrival_ns;

@@ -140,7 +140,7 @@ struct run {
 	unsigned level, repeat;
 	unsigned concurrency; /* closed loop; 0 open */
 	double rate;          /* open loop; 0 closed */
-	uint64_t start_ns, measure_ns, end_ns;
+	uint64_t start_ns, end_ns;
 	struct record *recs;
 	size_t n_recs, cap_recs;
 	struct bs_samples itl; /* measured requests' gaps, ms */
@@ -173,6 +173,7 @@ struct bench {
 	bool interrupted;
 	bool metrics_refused_said; /* a 401 or 403 from /metrics, said once */
 	bool slots_refused_said;   /* /slots would not answer, said once */
+	bool killed_once;          /* --kill-pid was sent its SIGKILL */
 	struct engine *engine;     /* engine.c's state for the run under way */
 };
 

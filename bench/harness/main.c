@@ -163,6 +163,7 @@ static void next_run(struct bench *b)
 	r->batches = r->avg_batch_size = NAN;
 	if (o->search) {
 		r->rate = rate;
+		r->level = k; /* each step its own level: its own rate */
 	} else {
 		r->level = k % n_levels(o);
 		r->repeat = k / n_levels(o);
@@ -171,6 +172,10 @@ static void next_run(struct bench *b)
 		else
 			r->concurrency = o->levels[r->level];
 	}
+	/* Every run replays the same prompts, mixes and arrivals: what
+	 * differs between repeats is the server's. */
+	b->wl.next = 0;
+	b->rng = o->seed;
 	engine_run(b, r, on_run_done);
 }
 

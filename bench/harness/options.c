@@ -92,9 +92,10 @@ static const struct opt_def opt_defs[] = {
 	 "e.g. urgent=0.1,normal=0.9 (X-Priority per request)"},
 	{"tenant", "SLUICE_BENCH_TENANT", "NAME:KEY:W[:PRIO][;...]", "",
 	 "a tenant with its key, weight and priority; several (flag repeated, "
-	 "or ; between them): requests are shared by weight"},
+	 "or ; between them): conversations are shared by weight"},
 	{"model-mix", "SLUICE_BENCH_MODEL_MIX", "A,B,A,...", "",
-	 "the \"model\" of each request in turn (names repeat to weigh them)"},
+	 "the \"model\" of each conversation in turn (names repeat to weigh "
+	 "them)"},
 	{"api-key", "SLUICE_BENCH_API_KEY", "KEY", "",
 	 "sent as a bearer token (a tenant's key replaces it)"},
 	{"metrics-key", "SLUICE_BENCH_METRICS_KEY", "KEY", "",
@@ -217,7 +218,7 @@ static void add_rate(struct options *o, const char *t)
 {
 	if (o->n_rates == MAX_LEVELS)
 		usage_error("--rate: at most %d rates", MAX_LEVELS);
-	o->rates[o->n_rates++] = number("rate", t, 0, 1e7);
+	o->rates[o->n_rates++] = number("rate", t, 1e-6, 1e7);
 }
 
 static int prio_named(const char *s, size_t len)
@@ -426,10 +427,10 @@ static void apply(struct options *o, size_t i, const char *v)
 			each_piece(o, v, ",", add_level);
 		}
 	} else if (!strcmp(n, "rate")) {
+		/* 0 alone is the closed loop; in a list, a rate is above 0. */
 		o->n_rates = 0;
-		each_piece(o, v, ",", add_rate);
-		if (o->n_rates == 1 && o->rates[0] == 0)
-			o->n_rates = 0;
+		if (strcmp(v, "0"))
+			each_piece(o, v, ",", add_rate);
 	} else if (!strcmp(n, "arrivals"))
 		apply_arrivals(o, v);
 	else if (!strcmp(n, "burstiness"))
@@ -592,6 +593,9 @@ static void settle(struct options *o)
 		usage_error("--search: give the SLOs to meet with --slo");
 	if (o->search && o->n_rates > 1)
 		usage_error("--search: not with several --rate levels");
+	if (o->search && o->num_runs > 1)
+		usage_error("--search: not with --num-runs (each step is one "
+		            "run)");
 	if (o->search && o->duration_s == 0)
 		usage_error("--search: give each step a --duration");
 	if (o->kill_at_s > 0 && o->kill_pid <= 0)

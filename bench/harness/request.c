@@ -96,8 +96,11 @@ static void keep_reply(struct exchange *x, json_t *text)
 	if (!nonempty(text))
 		return;
 	size_t len = json_string_length(text);
-	if (x->reply_len + len > MAX_REPLY)
+	/* Past the bound the reply is cut, not holed: nothing more joins. */
+	if (x->reply_full || x->reply_len + len > MAX_REPLY) {
+		x->reply_full = true;
 		return;
+	}
 	x->reply = sl_xrealloc(x->reply, x->reply_len + len + 1);
 	memcpy(x->reply + x->reply_len, json_string_value(text), len);
 	x->reply_len += len;
@@ -210,8 +213,12 @@ static int on_body(struct sl_h1_request *r, const char *data, size_t len)
 	struct session *s = r->data;
 	struct exchange *x = &s->x;
 	if (s->b->o.stream) {
-		if (sl_sse_feed(&x->sse, data, len, on_event, s) != 0)
+		if (sl_sse_feed(&x->sse, data, len, on_event, s) != 0) {
+			snprintf(x->error, sizeof(x->error),
+			         "an event of the stream is over %u bytes",
+			         SL_SSE_MAX_EVENT);
 			return SL_H1_STOP;
+		}
 		/* A planned leave: stopping closes the connection, which is
 		 * how a client leaves. */
 		if (x->leave && rec_of(s)->tokens_seen >= s->b->o.cancel_tokens)
@@ -254,6 +261,20 @@ static void read_server_timing(struct record *rec, const char *v)
 	}
 }
 
+/*
+ * A refusal's wait in ms (seconds times unit), at most --timeout: a date
+ * or garbage is no wait asked (-1), and no server holds the bench longer
+ * than it would wait for an answer.
+ */
+static long wait_ms(const struct session *s, const char *v, double unit)
+{
+	char *end;
+	double d = strtod(v, &end);
+	if (end == v || !isfinite(d) || d < 0)
+		return -1;
+	return (long)SL_MIN(d * unit, s->b->o.timeout_s * 1000);
+}
+
 static int on_header(struct sl_h1_request *r, const char *data, size_t len)
 {
 	struct session *s = r->data;
@@ -266,12 +287,10 @@ static int on_header(struct sl_h1_request *r, const char *data, size_t len)
 	const char *v = colon + 1 + strspn(colon + 1, " \t");
 	if (!strcasecmp(line, "server-timing"))
 		read_server_timing(rec_of(s), v);
-	else if (!strcasecmp(line, "retry-after") && !s->x.retry_after[0])
-		snprintf(s->x.retry_after, sizeof(s->x.retry_after), "%.0f",
-		         strtod(v, NULL) * 1000);
+	else if (!strcasecmp(line, "retry-after") && s->x.retry_after_ms < 0)
+		s->x.retry_after_ms = wait_ms(s, v, 1000);
 	else if (!strcasecmp(line, "retry-after-ms"))
-		snprintf(s->x.retry_after, sizeof(s->x.retry_after), "%.0f",
-		         strtod(v, NULL));
+		s->x.retry_after_ms = wait_ms(s, v, 1);
 	return SL_H1_GO_ON;
 }
 
@@ -382,7 +401,7 @@ static void send_it(struct session *s)
 	r->on_done = on_done;
 	r->data = s;
 	x->error[0] = '\0';
-	x->retry_after[0] = '\0';
+	x->retry_after_ms = -1;
 	x->sent_ns = sl_now_ns();
 	if (!rec->sent_ns)
 		rec->sent_ns = x->sent_ns;
@@ -473,5 +492,5 @@ void exchange_keep_reply(struct session *s)
 /* The wait a refusal asked for, in ms; -1 when it asked none. */
 long exchange_retry_after_ms(const struct session *s)
 {
-	return s->x.retry_after[0] ? strtol(s->x.retry_after, NULL, 10) : -1;
+	return s->x.retry_after_ms;
 }

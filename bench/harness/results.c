@@ -99,7 +99,7 @@ static void add(struct figures *f, const struct slo *slo,
 	if (!isnan(rec->server_ttft_ms))
 		bs_add(&f->server_ttft, rec->server_ttft_ms);
 	if (!rec->ok || rec->cancelled) {
-		f->failed += !rec->ok;
+		f->failed += !rec->cancelled; /* left is neither */
 		return;
 	}
 	f->completed++;
@@ -179,9 +179,9 @@ static json_t *outcome_json(const struct figures *f)
 	    "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "2xx",
 	    (json_int_t)f->status_2xx, "429", (json_int_t)f->status_429, "503",
 	    (json_int_t)f->status_503, "other", (json_int_t)f->status_other,
-	    "left", (json_int_t)f->left,
-	    "retry_after", (json_int_t)f->retry_after, "retried",
-	    (json_int_t)f->retried, "retried_ok", (json_int_t)f->retried_ok);
+	    "left", (json_int_t)f->left, "retry_after",
+	    (json_int_t)f->retry_after, "retried", (json_int_t)f->retried,
+	    "retried_ok", (json_int_t)f->retried_ok);
 }
 
 static bool measured(const struct record *rec)
@@ -380,11 +380,13 @@ static json_t *timings_json(const struct run *r)
 	uint64_t same = 0, differ = 0;
 	for (size_t i = 0; i < r->n_recs; i++) {
 		const struct record *rec = &r->recs[i];
+		/* From the send: the bench's own lag and a refusal's wait
+		 * are not llama-server's. */
 		if (rec->warmup || !rec->ok || rec->cancelled ||
-		    isnan(rec->llama_prompt_ms))
+		    rec->retries > 0 || isnan(rec->llama_prompt_ms))
 			continue;
 		if (rec->first_ns)
-			bs_add(&gap, ms(rec->intended_ns, rec->first_ns) -
+			bs_add(&gap, ms(rec->sent_ns, rec->first_ns) -
 			                 rec->llama_prompt_ms);
 		if (!isnan(rec->llama_predicted_n)) {
 			bool eq = rec->output_tokens ==
@@ -414,7 +416,7 @@ double results_goodput_fraction(const struct bench *b, const struct run *r)
 {
 	uint64_t n = 0, good = 0;
 	for (size_t i = 0; i < r->n_recs; i++)
-		if (measured(&r->recs[i])) {
+		if (measured(&r->recs[i]) && !r->recs[i].cancelled) {
 			n++;
 			good += meets(&b->o.slo, &r->recs[i]);
 		}
@@ -504,8 +506,12 @@ json_t *results_run(const struct bench *b, struct run *r)
 	put_latency(j, "itl", &r->itl);
 	put_latency(j, "e2el", &f.e2el);
 	json_object_set_new(j, "slo", slo_json(&o->slo));
-	json_object_set_new(j, "goodput_fraction",
-	                    num(f.n ? (double)f.good / (double)f.n : NAN));
+	/* Of the requests that wanted an answer: those left on purpose
+	 * cannot meet an SLO and are no server's failing. */
+	uint64_t wanted = f.n - f.cancelled;
+	json_object_set_new(
+	    j, "goodput_fraction",
+	    num(wanted ? (double)f.good / (double)wanted : NAN));
 	json_object_set_new(j, "cancelled",
 	                    json_integer((json_int_t)f.cancelled));
 	json_object_set_new(j, "dropped", json_integer((json_int_t)r->dropped));

@@ -184,7 +184,11 @@ static void on_slots(struct hb_call *g, int status, const char *err)
 	json_t *slots = status == 200 && g->body
 	                    ? json_loads(g->body, JSON_DECODE_ANY, NULL)
 	                    : NULL;
-	if (!json_is_array(slots)) {
+	if (status == 0) {
+		/* No answer this time (a busy server): the next read, or
+		 * the grace after the run, decides. */
+		e->slots_unmarked = true;
+	} else if (!json_is_array(slots)) {
 		if (!e->b->slots_refused_said)
 			fprintf(stderr,
 			        "sluice-bench: %s/slots answered %d: whether a "
