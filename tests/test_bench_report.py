@@ -333,7 +333,7 @@ class Report(st.TestCase):
         first = doc["runs"][0]["outcomes"]
         self.assertEqual(outcomes[0], [load_text(doc["runs"][0]), "all"] + [
             str(first["all"][k]) for k in ("2xx", "429", "503", "other",
-                                           "retry_after", "retried",
+                                           "left", "retry_after", "retried",
                                            "retried_ok")])
         timing = self.table_rows(root, "server-timing")
         st0 = doc["runs"][0]["server_timing"]

@@ -568,7 +568,8 @@ static void html_tenants(FILE *f, json_t *doc)
 }
 
 static const char *const outcome_keys[] = {
-    "2xx", "429", "503", "other", "retry_after", "retried", "retried_ok"};
+    "2xx",  "429",         "503",     "other",
+    "left", "retry_after", "retried", "retried_ok"};
 
 static void outcome_row(FILE *f, const char *run, const char *priority,
                         json_t *o)
@@ -585,9 +586,8 @@ static void outcome_row(FILE *f, const char *run, const char *priority,
 static void html_outcomes(FILE *f, json_t *runs)
 {
 	static const char *const heads[] = {
-	    "run",         "priority", "2xx",
-	    "429",         "503",      "other",
-	    "Retry-After", "retried",  "retried, then 2xx"};
+	    "run",   "priority", "2xx",         "429",     "503",
+	    "other", "left",     "Retry-After", "retried", "retried, then 2xx"};
 	size_t i;
 	json_t *run, *o;
 	const char *priority;
