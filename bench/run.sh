@@ -10,8 +10,8 @@
 #   bench/run.sh all        all four (the default)
 #
 # Needs a build (./deploy/setup.sh). Results go to $SLUICE_BENCH_OUT
-# (default bench/results): a Markdown table per run, JSON, and SVG plots
-# when gnuplot is installed. Each run starts its own processes on free ports
+# (default bench/results): a Markdown table per run, JSON, and the sweeps'
+# HTML reports. Each run starts its own processes on free ports
 # and stops them at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -263,13 +263,13 @@ llama() {
 	sweep=(--endpoint chat --stream on --max-tokens 64 --requests 200
 		--concurrency-sweep 1,2,4,8,16)
 	bench llama-direct --url "http://127.0.0.1:$ls_port" "${sweep[@]}" \
-		--label "llama-server" --plot "$OUT/llama-direct.svg"
+		--label "llama-server" --html "$OUT/llama-direct.html"
 	bench llama-auto --url "http://127.0.0.1:$auto_port" "${sweep[@]}" \
-		--label "sluice default (auto)" --plot "$OUT/llama-auto.svg"
+		--label "sluice default (auto)" --html "$OUT/llama-auto.html"
 	bench llama-window50 --url "http://127.0.0.1:$win50_port" "${sweep[@]}" \
-		--label "sluice 50 ms" --plot "$OUT/llama-window50.svg"
+		--label "sluice 50 ms" --html "$OUT/llama-window50.html"
 	bench llama-window0 --url "http://127.0.0.1:$win0_port" "${sweep[@]}" \
-		--label "sluice 0 ms" --plot "$OUT/llama-window0.svg"
+		--label "sluice 0 ms" --html "$OUT/llama-window0.html"
 	# One sweep each is at the mercy of a noisy machine: alternate five
 	# rounds of llama-server alone, sluice with its default settings and
 	# sluice relaying each token as it comes (--stream-coalesce 0), and
