@@ -695,9 +695,18 @@ class Deploy(unittest.TestCase):
             events = c.events()
             first = next(events)  # under way
             stopper.start()
-            st.wait_until(lambda: re.search(
-                r"draining: waiting up to [\d.]+ s for 1 requests in flight",
-                self.logs(sluice)), 60, "sluice to drain", interval=0.2)
+            try:
+                st.wait_until(lambda: re.search(
+                    r"draining: waiting up to [\d.]+ s for 1 requests in "
+                    r"flight", self.logs(sluice)), 60, "sluice to drain",
+                    interval=0.2)
+            except AssertionError as e:
+                # Seen once in CI (a rerun passed): say what sluice and
+                # docker stop had done by then.
+                raise AssertionError("%s; docker stop: %s; sluice's log "
+                                     "ends:\n%s" % (
+                                         e, stopped.get("result"),
+                                         self.logs(sluice)[-3000:]))
             r = st.request(self.port, "GET", "/v1/models")
             self.assertEqual(r.status, 503)
             self.assertIn("shutting down", r.json()["error"]["message"])
