@@ -13,6 +13,7 @@
 #include "workload.h"
 
 #include "sluice/base/common.h"
+#include "sluice/fleet/demo_model.h"
 #include "http.h"
 
 #include <ctype.h>
@@ -25,21 +26,15 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* clang-format off */
-static const char *const words[] = {
-	"the",   "of",    "and",   "to",    "in",    "is",   "it",
-	"that",  "was",   "for",   "on",    "are",   "with", "as",
-	"at",    "be",    "this",  "from",  "or",    "by",   "one",
-	"had",   "not",   "but",   "what",  "all",   "were", "when",
-	"we",    "there", "can",   "an",    "which", "if",   "do",
-	"will",  "each",  "about", "how",   "up",    "out",  "then",
-	"many",  "some",  "so",    "these", "would", "into", "has",
-	"more",  "two",   "like",  "see",   "time",  "could", "make",
-	"than",  "first", "been",  "now",   "river", "stone", "light",
-	"north", "quiet", "field",
-};
-/* clang-format on */
-#define N_WORDS ((unsigned)SL_ARRAY_SIZE(words))
+/* The demo model's whole words (fleet/demo_model.h), common English. */
+static const char *const *words;
+static unsigned n_words;
+
+static void words_init(void)
+{
+	if (!words)
+		words = sl_demo_words(&n_words);
+}
 /* The longest word and its space. */
 #define WORD_MAX 6
 /* A /tokenize answer takes milliseconds; a target that gives none fails. */
@@ -293,9 +288,9 @@ static size_t put_word(char *s, size_t len, unsigned i)
 }
 
 /*
- * n words: the first `lead` of them spell `tag` in base N_WORDS, most
+ * n words: the first `lead` of them spell `tag` in base n_words, most
  * significant first, so that different tags differ from the first word
- * while there are at most N_WORDS of them; the rest are drawn.
+ * while there are at most n_words of them; the rest are drawn.
  */
 static char *make_words(struct workload *w, unsigned n, unsigned lead,
                         unsigned tag)
@@ -308,10 +303,10 @@ static char *make_words(struct workload *w, unsigned n, unsigned lead,
 		if (i < lead) {
 			unsigned div = 1;
 			for (unsigned j = i + 1; j < lead; j++)
-				div *= N_WORDS;
-			k = tag / div % N_WORDS;
+				div *= n_words;
+			k = tag / div % n_words;
 		} else {
-			k = (unsigned)(wl_rng_next(&w->rng) % N_WORDS);
+			k = (unsigned)(wl_rng_next(&w->rng) % n_words);
 		}
 		len = put_word(s, len, k);
 	}
@@ -352,7 +347,7 @@ static int init_shared_prefix(struct workload *w, char *err, size_t errlen)
 		return failf(err, errlen,
 		             "shared prefix: a length is above 1000000");
 	unsigned lead = 1;
-	for (uint64_t span = N_WORDS; span < o->groups; span *= N_WORDS)
+	for (uint64_t span = n_words; span < o->groups; span *= n_words)
 		lead++;
 	lead = SL_MIN(lead, o->prefix_len);
 	char **prefix = sl_xcalloc(o->groups, sizeof(*prefix));
@@ -598,6 +593,7 @@ int wl_init(struct workload *w, const struct wl_options *o, char *err,
 {
 	memset(w, 0, sizeof(*w));
 	w->o = *o;
+	words_init();
 	w->rng = o->seed;
 	int rc;
 	switch (o->source) {

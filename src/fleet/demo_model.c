@@ -109,6 +109,12 @@ int sl_demo_size_parse(const char *name, enum sl_demo_size *out)
 	return SL_EINVAL;
 }
 
+const char *const *sl_demo_words(unsigned *n)
+{
+	*n = SL_ARRAY_SIZE(demo_words);
+	return demo_words;
+}
+
 uint32_t sl_demo_vocab_size(void)
 {
 	return (uint32_t)VOCAB_SIZE;

@@ -56,6 +56,12 @@ const struct sl_demo_spec *sl_demo_spec(enum sl_demo_size size);
 /* Parses "tiny" or "slow"; returns 0, or SL_EINVAL. */
 int sl_demo_size_parse(const char *name, enum sl_demo_size *out);
 
+/*
+ * The whole words of the vocabulary (common English ones), n of them:
+ * sluice-bench writes its synthetic prompts with them.
+ */
+const char *const *sl_demo_words(unsigned *n);
+
 /* Number of vocabulary entries (the same for every variant). */
 uint32_t sl_demo_vocab_size(void);
 
