@@ -639,22 +639,15 @@ static void html_page(FILE *f, const struct comparison *cmp)
 	sb_html_tail(f);
 }
 
+static void comparison_page(FILE *f, const void *cmp)
+{
+	html_page(f, cmp);
+}
+
 static int write_html(const struct comparison *cmp, const char *path, char *err,
                       size_t errlen)
 {
-	FILE *f = fopen(path, "w");
-	if (!f) {
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
-		return -1;
-	}
-	html_page(f, cmp);
-	bool failed = ferror(f);
-	if (fclose(f) != 0 || failed) {
-		snprintf(err, errlen, "%s: cannot write: %s", path,
-		         strerror(errno));
-		return -1;
-	}
-	return 0;
+	return sb_page_write(path, comparison_page, cmp, err, errlen);
 }
 
 /* --- sluice-bench compare ----------------------------------------------- */

@@ -805,14 +805,15 @@ static void html_page(FILE *f, json_t *doc)
 	sb_html_tail(f);
 }
 
-int sb_html_write(json_t *doc, const char *path, char *err, size_t errlen)
+int sb_page_write(const char *path, void (*page)(FILE *, const void *),
+                  const void *arg, char *err, size_t errlen)
 {
 	FILE *f = fopen(path, "w");
 	if (!f) {
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));
 		return -1;
 	}
-	html_page(f, doc);
+	page(f, arg);
 	bool failed = ferror(f);
 	if (fclose(f) != 0 || failed) {
 		snprintf(err, errlen, "%s: cannot write: %s", path,
@@ -820,6 +821,16 @@ int sb_html_write(json_t *doc, const char *path, char *err, size_t errlen)
 		return -1;
 	}
 	return 0;
+}
+
+static void report_page(FILE *f, const void *doc)
+{
+	html_page(f, (json_t *)doc);
+}
+
+int sb_html_write(json_t *doc, const char *path, char *err, size_t errlen)
+{
+	return sb_page_write(path, report_page, doc, err, errlen);
 }
 
 /* --- sluice-bench report ------------------------------------------------- */

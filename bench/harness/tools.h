@@ -34,6 +34,9 @@
  * in err.
  */
 int sb_html_write(json_t *doc, const char *path, char *err, size_t errlen);
+/* Writes page(f, arg) to path: 0, or -1 with a one-line reason in err. */
+int sb_page_write(const char *path, void (*page)(FILE *, const void *),
+                  const void *arg, char *err, size_t errlen);
 
 /*
  * `sluice-bench report RUN.json [--html OUT.html]`: prints the report's
