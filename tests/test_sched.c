@@ -194,14 +194,18 @@ static void check_heap(const struct sl_sched *s)
 	}
 }
 
-/* Random pushes, removals and dispatches; returns how many were shed. */
-static unsigned random_operations(unsigned max_queue)
+/*
+ * Random pushes, removals and dispatches; returns how many were shed. With
+ * fair queuing on and every request of one flow, the order is the same.
+ */
+static unsigned random_operations(unsigned max_queue, bool fair)
 {
 	struct sl_sched s;
 	struct fake f;
 	struct sl_sched_config cfg = config();
 	cfg.window_ms = 0;
 	cfg.max_queue = max_queue;
+	cfg.fair = fair;
 	start(&s, &f, &cfg);
 	struct ref r = {.n = 0};
 	bool in_queue[MAX_ITEMS] = {false};
@@ -271,8 +275,214 @@ static unsigned random_operations(unsigned max_queue)
 
 static void test_random_operations_match_a_reference(void)
 {
-	ASSERT_EQ(random_operations(MAX_ITEMS), 0); /* never full */
-	ASSERT(random_operations(16) > 100);        /* often full: shedding */
+	ASSERT_EQ(random_operations(MAX_ITEMS, false), 0); /* never full */
+	ASSERT(random_operations(16, false) > 100); /* often full: shedding */
+	ASSERT_EQ(random_operations(MAX_ITEMS, true), 0);
+	ASSERT(random_operations(16, true) > 100);
+}
+
+/* ---- fair queuing ---- */
+
+static void start_fair(struct sl_sched *s, struct fake *f, unsigned max_queue)
+{
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	cfg.fair = true;
+	cfg.max_queue = max_queue;
+	start(s, f, &cfg);
+}
+
+static int push_flow(struct sl_sched *s, struct fake *f, unsigned id,
+                     uint64_t flow, double weight, double priority,
+                     uint64_t now)
+{
+	f->items[id].flow_id = flow;
+	f->items[id].weight = weight;
+	f->items[id].cost = 10;
+	return sl_sched_push(s, &f->items[id], priority, now);
+}
+
+/* One slot frees at now: returns who took it. */
+static unsigned one_slot(struct sl_sched *s, struct fake *f, uint64_t now)
+{
+	unsigned before_count = f->n_dispatched;
+	f->free = 1;
+	sl_sched_run(s, now);
+	ASSERT_EQ(f->n_dispatched, before_count + 1);
+	return f->dispatched[before_count];
+}
+
+/* Every item pushed is released: no flow is left behind. */
+static void release_all(struct sl_sched *s, struct fake *f, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		sl_sched_release(s, &f->items[i]);
+	ASSERT_EQ(s->fl.n_flows, 0);
+	sl_sched_free(s);
+}
+
+/*
+ * A floods (items 0-9), B sends two a moment later: they take turns, the
+ * least served first, ties to the older request.
+ */
+static void test_fair_least_served_goes_next(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	start_fair(&s, &f, MAX_ITEMS);
+	for (unsigned i = 0; i < 10; i++)
+		ASSERT_EQ(push_flow(&s, &f, i, 1, 1, SL_PRIORITY_NORMAL, 0), 0);
+	ASSERT_EQ(push_flow(&s, &f, 10, 2, 1, SL_PRIORITY_NORMAL, 1), 0);
+	ASSERT_EQ(push_flow(&s, &f, 11, 2, 1, SL_PRIORITY_NORMAL, 1), 0);
+	unsigned want[] = {0, 10, 1, 11, 2, 3, 4, 5, 6, 7, 8, 9};
+	for (unsigned i = 0; i < 12; i++)
+		ASSERT_EQ(one_slot(&s, &f, 2 + i), want[i]);
+	ASSERT(sl_sched_flow_service(&s, 1) == 100);
+	ASSERT(sl_sched_flow_service(&s, 2) == 20);
+	release_all(&s, &f, 12);
+}
+
+/* Weight 2 against 1: two of A's requests for each of B's. */
+static void test_fair_weights(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	start_fair(&s, &f, MAX_ITEMS);
+	for (unsigned i = 0; i < 20; i++)
+		ASSERT_EQ(push_flow(&s, &f, i, i % 2 ? 2 : 1, i % 2 ? 1 : 2,
+		                    SL_PRIORITY_NORMAL, 0),
+		          0);
+	unsigned a = 0;
+	for (unsigned i = 0; i < 12; i++)
+		a += one_slot(&s, &f, 1 + i) % 2 == 0;
+	ASSERT_EQ(a, 8);
+	release_all(&s, &f, 20);
+}
+
+/*
+ * Service charged while an answer is generated counts: A's long answer
+ * sends B's next requests ahead of A's, until A is owed again.
+ */
+static void test_fair_charges_after_dispatch(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	start_fair(&s, &f, MAX_ITEMS);
+	for (unsigned i = 0; i < 4; i++)
+		ASSERT_EQ(push_flow(&s, &f, i, 1, 1, SL_PRIORITY_NORMAL, 0), 0);
+	for (unsigned i = 4; i < 8; i++)
+		ASSERT_EQ(push_flow(&s, &f, i, 2, 1, SL_PRIORITY_NORMAL, 1), 0);
+	ASSERT_EQ(one_slot(&s, &f, 2), 0);
+	sl_sched_charge(&s, &f.items[0], 15); /* A: 25, B: 0 */
+	unsigned want[] = {4, 5, 6, 1, 7, 2, 3};
+	for (unsigned i = 0; i < 7; i++)
+		ASSERT_EQ(one_slot(&s, &f, 3 + i), want[i]);
+	release_all(&s, &f, 8);
+}
+
+/*
+ * A flow that comes back after an idle spell starts at the least service
+ * of those waiting in the band: it banks no credit. And a flow with
+ * requests held (not released) keeps its service; once released, it is
+ * forgotten.
+ */
+static void test_fair_returning_flow_is_lifted(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	start_fair(&s, &f, MAX_ITEMS);
+	for (unsigned i = 0; i < 6; i++)
+		ASSERT_EQ(push_flow(&s, &f, i, 1, 1, SL_PRIORITY_NORMAL, 0), 0);
+	for (unsigned i = 0; i < 3; i++)
+		ASSERT_EQ(one_slot(&s, &f, 1), i);
+	ASSERT(sl_sched_flow_service(&s, 1) == 30);
+	ASSERT_EQ(push_flow(&s, &f, 6, 2, 1, SL_PRIORITY_NORMAL, 2), 0);
+	ASSERT(sl_sched_flow_service(&s, 2) == 30);
+	/* Ties go to the older request: A's, then B's, then A's. */
+	ASSERT_EQ(one_slot(&s, &f, 3), 3);
+	ASSERT_EQ(one_slot(&s, &f, 3), 6);
+	ASSERT_EQ(one_slot(&s, &f, 3), 4);
+	sl_sched_release(&s, &f.items[6]);
+	ASSERT(sl_sched_flow_service(&s, 2) == 0);
+	release_all(&s, &f, 7);
+}
+
+/*
+ * A full queue: an arrival of the same band takes the place of the newest
+ * request of the longest flow queue, as long as its own flow's queue stays
+ * no longer; an arrival of that longest flow is refused.
+ */
+static void test_fair_full_queue_sheds_the_longest_flow(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	start_fair(&s, &f, 4);
+	for (unsigned i = 0; i < 4; i++)
+		ASSERT_EQ(push_flow(&s, &f, i, 1, 1, SL_PRIORITY_NORMAL, i), 0);
+	ASSERT_EQ(push_flow(&s, &f, 4, 1, 1, SL_PRIORITY_NORMAL, 5),
+	          SL_EFULL);
+	ASSERT_EQ(push_flow(&s, &f, 5, 2, 1, SL_PRIORITY_NORMAL, 6), 0);
+	ASSERT_EQ(f.n_shed, 1);
+	ASSERT_EQ(f.shed[0], 3);
+	ASSERT_EQ(push_flow(&s, &f, 6, 2, 1, SL_PRIORITY_NORMAL, 7), 0);
+	ASSERT_EQ(f.n_shed, 2);
+	ASSERT_EQ(f.shed[1], 2);
+	ASSERT_EQ(push_flow(&s, &f, 7, 2, 1, SL_PRIORITY_NORMAL, 8),
+	          SL_EFULL);
+	/*
+	 * A batch arrival is refused; an urgent one sheds from the longest
+	 * flow queue of the normal band (A and B tie: the newer request).
+	 */
+	ASSERT_EQ(push_flow(&s, &f, 8, 3, 1, SL_PRIORITY_BATCH, 9), SL_EFULL);
+	ASSERT_EQ(push_flow(&s, &f, 9, 3, 1, SL_PRIORITY_URGENT, 9), 0);
+	ASSERT_EQ(f.n_shed, 3);
+	ASSERT_EQ(f.shed[2], 6);
+	check_heap(&s);
+	unsigned want[] = {9, 0, 5, 1};
+	for (unsigned i = 0; i < 4; i++)
+		ASSERT_EQ(one_slot(&s, &f, 10 + i), want[i]);
+	release_all(&s, &f, 10);
+}
+
+/*
+ * Which band is served, and when, is what it is without fairness: the
+ * same arrivals of many flows and mixed priorities, with aging, leave in
+ * the same order of priorities either way; and the heaps stay in order.
+ */
+static void test_fair_keeps_the_order_of_bands(void)
+{
+	unsigned got[2][400];
+	for (int fair = 0; fair < 2; fair++) {
+		struct sl_sched s;
+		struct fake f;
+		struct sl_sched_config cfg = config();
+		cfg.window_ms = 0;
+		cfg.fair = fair;
+		start(&s, &f, &cfg);
+		uint64_t rng = 99, now = 0;
+		unsigned next = 0, out = 0;
+		while (out < 400) {
+			rng = rng * 6364136223846793005u +
+			      1442695040888963407u;
+			now += (rng >> 20) % 50;
+			if (next < 400 && (s.n == 0 || (rng >> 33) % 2)) {
+				double prio = (double)((rng >> 40) % 3);
+				ASSERT_EQ(push_flow(&s, &f, next,
+				                    (rng >> 50) % 5, 1, prio,
+				                    now),
+				          0);
+				next++;
+			} else {
+				unsigned id = one_slot(&s, &f, now);
+				got[fair][out++] =
+				    (unsigned)f.items[id].priority;
+			}
+			check_heap(&s);
+		}
+		sl_sched_free(&s);
+	}
+	for (unsigned i = 0; i < 400; i++)
+		ASSERT_EQ(got[0][i], got[1][i]);
 }
 
 static void test_window_deadline_and_early_close(void)
@@ -1264,6 +1474,12 @@ int main(void)
 	RUN(test_priority_then_arrival);
 	RUN(test_aging_beats_starvation);
 	RUN(test_random_operations_match_a_reference);
+	RUN(test_fair_least_served_goes_next);
+	RUN(test_fair_weights);
+	RUN(test_fair_charges_after_dispatch);
+	RUN(test_fair_returning_flow_is_lifted);
+	RUN(test_fair_full_queue_sheds_the_longest_flow);
+	RUN(test_fair_keeps_the_order_of_bands);
 	RUN(test_window_deadline_and_early_close);
 	RUN(test_urgent_bypass);
 	RUN(test_auto_window_never_holds_an_uncontested_request);

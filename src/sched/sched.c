@@ -1,6 +1,7 @@
 /* sched.c: the priority queue with aging, and the batching window. */
 #include "sluice/sched/sched.h"
 
+#include "flows.h"
 #include "sluice/base/common.h"
 
 #include <math.h>
@@ -190,14 +191,15 @@ static void list_unlink(struct sl_sched *s, struct sl_sched_item *it)
 }
 
 /*
- * Puts an item back in the arrival-order list at the place its seq gives it,
- * so the list stays in deadline order. Walks from the newest end: a
- * requeued item left the queue recently, so few arrivals came after it.
+ * Puts an item back in the arrival-order list at the place its deadline
+ * gives it (its seq may have been swapped by fair queuing), so the list
+ * stays in deadline order. Walks from the newest end: a requeued item left
+ * the queue recently, so few arrivals came after it.
  */
 static void list_insert_in_order(struct sl_sched *s, struct sl_sched_item *it)
 {
 	struct sl_sched_item *after = s->newest;
-	while (after && after->seq > it->seq)
+	while (after && after->deadline_ms > it->deadline_ms)
 		after = after->prev;
 	it->prev = after;
 	it->next = after ? after->next : s->oldest;
@@ -209,6 +211,51 @@ static void list_insert_in_order(struct sl_sched *s, struct sl_sched_item *it)
 		after->next = it;
 	else
 		s->oldest = it;
+}
+
+/* Takes a queued item out of the heaps, the list and its flow. */
+static void unqueue(struct sl_sched *s, struct sl_sched_item *it)
+{
+	heaps_remove(s, it);
+	list_unlink(s, it);
+	if (s->cfg.fair)
+		sl_flows_leave(&s->fl, it);
+}
+
+/*
+ * Fair queuing: two items of one band trade their places in both heaps,
+ * with the key and seq that go with them (their deadlines, in the
+ * arrival-order list, stay their own). The heaps hold the same keys in
+ * the same slots, so they stay in order.
+ */
+static void swap_places(struct sl_sched *s, struct sl_sched_item *a,
+                        struct sl_sched_item *b)
+{
+	struct sl_sched_item t = *a;
+	a->key = b->key;
+	a->seq = b->seq;
+	b->key = t.key;
+	b->seq = t.seq;
+	place(s, BEST, b->heap_index, a);
+	place(s, BEST, t.heap_index, b);
+	place(s, WORST, b->bottom_index, a);
+	place(s, WORST, t.bottom_index, b);
+}
+
+/*
+ * The request a full queue gives up for a more important one, or NULL: its
+ * least important, or with fair queuing the newest of the longest flow
+ * queue in its band, put in its place first.
+ */
+static struct sl_sched_item *victim(struct sl_sched *s)
+{
+	struct sl_sched_item *worst = s->bottom[0];
+	if (!s->cfg.fair)
+		return worst;
+	struct sl_sched_item *v = sl_flows_victim(worst);
+	if (v != worst)
+		swap_places(s, v, worst);
+	return v;
 }
 
 /* ---- the auto urgent reserve ---- */
@@ -308,6 +355,8 @@ int sl_sched_init(struct sl_sched *s, const struct sl_sched_config *cfg,
 	s->heap = sl_xcalloc(cfg->max_queue, sizeof(*s->heap));
 	s->bottom = sl_xcalloc(cfg->max_queue, sizeof(*s->bottom));
 	s->batch = sl_xcalloc(cfg->max_queue, sizeof(*s->batch));
+	if (cfg->fair)
+		sl_flows_init(&s->fl, cfg->max_queue);
 	return 0;
 }
 
@@ -316,6 +365,7 @@ void sl_sched_free(struct sl_sched *s)
 	free(s->heap);
 	free(s->bottom);
 	free(s->batch);
+	sl_flows_free(&s->fl);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -334,24 +384,50 @@ unsigned sl_sched_urgent_reserve(const struct sl_sched *s)
 	return s->reserve;
 }
 
+/*
+ * Makes room in a full queue for `it`, whose key is `key`: the victim
+ * (see victim()) goes if the arrival outranks the least important waiting
+ * request, or, with fair queuing, if it is of that request's band and its
+ * flow waits less there than the victim's. Returns the item to shed, or
+ * NULL when the arrival is the one refused.
+ */
+static struct sl_sched_item *make_room(struct sl_sched *s,
+                                       struct sl_sched_item *it, double key)
+{
+	struct sl_sched_item *worst = s->bottom[0];
+	bool outranks = key > worst->key;
+	if (!s->cfg.fair) {
+		/* On equal keys the newcomer ranks lower: it is refused. */
+		return outranks ? worst : NULL;
+	}
+	struct sl_sched_item *v = sl_flows_victim(worst);
+	if (!outranks && !(it->priority == worst->priority &&
+	                   sl_flows_may_displace(it, v)))
+		return NULL;
+	return victim(s);
+}
+
 int sl_sched_push(struct sl_sched *s, struct sl_sched_item *it, double priority,
                   uint64_t now_ms)
 {
 	double key = priority - s->cfg.aging_rate *
 	                            (double)(now_ms - s->epoch_ms) / 1000.0;
 	struct sl_sched_item *shed = NULL;
+	it->priority = priority;
+	if (s->cfg.fair)
+		sl_flows_hold(&s->fl, it);
 	if (s->n >= s->cfg.max_queue) {
 		/*
 		 * Full. An arrival that outranks the least important waiting
 		 * request takes its place; otherwise it is the one refused.
-		 * (On equal keys the newcomer ranks lower: it is refused.)
 		 */
 		it->heap_index = it->bottom_index = SL_SCHED_NOT_QUEUED;
-		if (!(key > s->bottom[0]->key))
+		shed = make_room(s, it, key);
+		if (!shed) {
+			sl_sched_release(s, it);
 			return SL_EFULL;
-		shed = s->bottom[0];
-		heaps_remove(s, shed);
-		list_unlink(s, shed);
+		}
+		unqueue(s, shed);
 	}
 	/*
 	 * Nothing pending: this arrival opens a fixed batching window. (An
@@ -368,7 +444,6 @@ int sl_sched_push(struct sl_sched *s, struct sl_sched_item *it, double priority,
 			s->load.urgent_since_ms = now_ms; /* a new spell */
 		s->load.urgent += 1;
 	}
-	it->priority = priority;
 	it->arrival_ms = now_ms;
 	/*
 	 * The clock counts whole milliseconds, so an item stamped N arrived
@@ -386,6 +461,8 @@ int sl_sched_push(struct sl_sched *s, struct sl_sched_item *it, double priority,
 		s->oldest = it;
 	s->newest = it;
 	heaps_insert(s, it);
+	if (s->cfg.fair)
+		sl_flows_enter(&s->fl, it, false);
 	if (shed)
 		s->ops->shed(s->ctx, shed, now_ms);
 	return 0;
@@ -401,12 +478,17 @@ int sl_sched_requeue(struct sl_sched *s, struct sl_sched_item *it,
 		it->heap_index = it->bottom_index = SL_SCHED_NOT_QUEUED;
 		if (!before(it, s->bottom[0]))
 			return SL_EFULL;
-		shed = s->bottom[0];
-		heaps_remove(s, shed);
-		list_unlink(s, shed);
+		shed = victim(s);
+		unqueue(s, shed);
 	}
 	list_insert_in_order(s, it);
 	heaps_insert(s, it);
+	if (s->cfg.fair) {
+		/* It was charged its cost when it left; it is charged again
+		 * when it leaves anew. */
+		sl_flows_charge(it->flow, -it->cost);
+		sl_flows_enter(&s->fl, it, true);
+	}
 	if (shed)
 		s->ops->shed(s->ctx, shed, now_ms);
 	return 0;
@@ -416,17 +498,46 @@ void sl_sched_remove(struct sl_sched *s, struct sl_sched_item *it)
 {
 	if (!sl_sched_queued(it))
 		return;
-	heaps_remove(s, it);
-	list_unlink(s, it);
+	unqueue(s, it);
 	if (s->n == 0)
 		s->window_open = false;
 }
 
+void sl_sched_charge(struct sl_sched *s, struct sl_sched_item *it,
+                     double service)
+{
+	if (s->cfg.fair && it->flow && service != 0)
+		sl_flows_charge(it->flow, service);
+}
+
+void sl_sched_release(struct sl_sched *s, struct sl_sched_item *it)
+{
+	sl_sched_remove(s, it); /* a flow outlives its queued requests */
+	if (s->cfg.fair)
+		sl_flows_release(&s->fl, it);
+}
+
+double sl_sched_flow_service(const struct sl_sched *s, uint64_t flow_id)
+{
+	return s->cfg.fair ? sl_flows_service(&s->fl, flow_id) : 0;
+}
+
+/*
+ * The top of the heap leaves; with fair queuing, the least-served flow's
+ * oldest request of the top's band takes the top's place first, and its
+ * flow is charged its cost.
+ */
 static struct sl_sched_item *pop(struct sl_sched *s)
 {
 	struct sl_sched_item *top = s->heap[0];
-	heaps_remove(s, top);
-	list_unlink(s, top);
+	if (s->cfg.fair) {
+		struct sl_sched_item *next = sl_flows_next(top);
+		if (next != top)
+			swap_places(s, next, top);
+		top = next;
+		sl_flows_charge(top->flow, top->cost);
+	}
+	unqueue(s, top);
 	return top;
 }
 
@@ -540,8 +651,7 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 	/* Deadlines are in arrival order: the oldest expires first. */
 	while (s->oldest && s->oldest->deadline_ms <= now_ms) {
 		struct sl_sched_item *it = s->oldest;
-		heaps_remove(s, it);
-		list_unlink(s, it);
+		unqueue(s, it);
 		s->ops->expire(s->ctx, it, now_ms);
 	}
 	/*

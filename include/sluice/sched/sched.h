@@ -71,6 +71,29 @@
  * overload freed slots are gathered into batches; under uniform overload
  * each freed slot is taken at once, as llama-server's own queue would.
  *
+ * Fair queuing (fair on): inside a band, the requests of one initial
+ * priority, the backlogged flow (the owner's tenant) with the least
+ * weighted service goes next, as in the Virtual Token Counter of Sheng et
+ * al. (OSDI 2024). Everyone in a band ages alike, so the band's keys are
+ * its arrival order and aging decides only when the band is served, not
+ * who in it: so a dispatch takes the top of the heap as before, and if
+ * the least-served flow's oldest request is another one, the two swap
+ * their places (key and seq) first. Which band goes, and when, is
+ * exactly what it was without fairness: aging, the urgent reserve, the
+ * windows and admission see the same keys. Service is counted per flow
+ * in tokens divided by the flow's weight: an item's `cost` when it leaves
+ * (the owner's estimate of its prompt), then whatever the owner charges
+ * as the answer is generated and counted (sl_sched_charge). A flow that
+ * becomes backlogged in a band is lifted to the least service of the
+ * flows backlogged there, so an idle spell banks no credit. A full queue
+ * sheds, in the band that would lose a request, the newest request of its
+ * most-served flow; an arrival of that band whose flow has had less
+ * service takes its place. Flows are kept while they have requests
+ * queued or held (pushed and not yet released), so their number is
+ * bounded by the queue and the slots. Cost: O(log n) per event, plus a
+ * walk of the flow's bands (a tenant seldom uses more than a few
+ * priorities).
+ *
  * The module is pure logic: time comes in as arguments and the owner
  * supplies the free-slot count and what to do with a batch or an expired
  * request. It never calls back into itself: work that a callback causes (a
@@ -172,6 +195,12 @@
 #define SL_SCHED_RESERVE_RECHECK_MS 100
 /* heap_index of an item that is not queued. */
 #define SL_SCHED_NOT_QUEUED UINT32_MAX
+/* Hash buckets for flows and bands, at most (chains grow past it). */
+#define SL_SCHED_BUCKETS_MAX 4096u
+
+struct sl_sched_flow;
+struct sl_sched_flowq;
+struct sl_sched_band;
 
 struct sl_sched_item {
 	double priority; /* initial */
@@ -182,6 +211,19 @@ struct sl_sched_item {
 	uint32_t heap_index;               /* place in the best-first heap */
 	uint32_t bottom_index;             /* place in the worst-first heap */
 	struct sl_sched_item *prev, *next; /* arrival-order list */
+	/*
+	 * Fair queuing: set by the owner before sl_sched_push(). flow_id
+	 * names whose request it is (0: the default flow); weight is that
+	 * flow's share (> 0; 0 reads as 1); cost is the service charged to
+	 * the flow when the item leaves the queue for a slot.
+	 */
+	uint64_t flow_id;
+	double weight;
+	double cost;
+	/* Kept by the scheduler: the flow held from push to release. */
+	struct sl_sched_flow *flow;
+	struct sl_sched_flowq *flowq;        /* while queued */
+	struct sl_sched_item *fprev, *fnext; /* its flow's list in its band */
 };
 
 struct sl_sched_config {
@@ -193,6 +235,7 @@ struct sl_sched_config {
 	bool urgent_bypass;        /* urgent requests skip the window */
 	/* Free slots only urgent requests take; SL_SCHED_RESERVE_AUTO: auto. */
 	unsigned urgent_reserve;
+	bool fair; /* fair queuing across flows inside each band */
 };
 
 struct sl_sched_ops {
@@ -232,8 +275,17 @@ struct sl_sched_load {
 	uint64_t urgent_since_ms; /* first arrival of this urgent spell */
 };
 
+/* The flows and bands of fair queuing: two chained hash tables. */
+struct sl_sched_flows {
+	struct sl_sched_flow **flows;  /* by flow_id */
+	struct sl_sched_band **bands;  /* by initial priority */
+	unsigned mask;                 /* buckets - 1 */
+	unsigned n_flows;
+};
+
 struct sl_sched {
 	struct sl_sched_config cfg;
+	struct sl_sched_flows fl;
 	const struct sl_sched_ops *ops;
 	void *ctx;
 	struct sl_sched_item **heap;   /* best first; cfg.max_queue entries */
@@ -290,6 +342,24 @@ int sl_sched_requeue(struct sl_sched *s, struct sl_sched_item *item,
 
 /* Takes a queued item out (its client left), in O(log n). */
 void sl_sched_remove(struct sl_sched *s, struct sl_sched_item *item);
+
+/*
+ * Fair queuing: charges `service` tokens (may be negative, a correction)
+ * to the flow of an item pushed and not yet released; its flow's service
+ * grows by service / weight. Does nothing when fairness is off.
+ */
+void sl_sched_charge(struct sl_sched *s, struct sl_sched_item *item,
+                     double service);
+
+/*
+ * The owner is done with an item it pushed (served, refused, gone): its
+ * hold on its flow ends (and it leaves the queue, if still there). Call it
+ * once per successful push; harmless for an item never pushed.
+ */
+void sl_sched_release(struct sl_sched *s, struct sl_sched_item *item);
+
+/* A flow's weighted service so far (0 for a flow not kept), for tests. */
+double sl_sched_flow_service(const struct sl_sched *s, uint64_t flow_id);
 
 bool sl_sched_queued(const struct sl_sched_item *item);
 
