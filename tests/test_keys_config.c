@@ -64,6 +64,7 @@ static void test_reads_every_field(void)
 	               "    rpm: 600\n"
 	               "    tpm: 200000\n"
 	               "    max-concurrent: 16\n"
+	               "    weight: 2.5\n"
 	               "  batch.jobs:\n"
 	               "    hash: " H_OTHER "\n");
 	ASSERT_EQ(p.rc, 0);
@@ -86,6 +87,7 @@ static void test_reads_every_field(void)
 	ASSERT_EQ(a->rpm, 600);
 	ASSERT_EQ(a->tpm, 200000);
 	ASSERT_EQ(a->max_concurrent, 16);
+	ASSERT(a->weight == 2.5);
 	sl_keys_digest("other", 5, d);
 	const struct sl_key *b = sl_keys_find(p.cfg.keys, d);
 	ASSERT(b != NULL);
@@ -93,6 +95,7 @@ static void test_reads_every_field(void)
 	ASSERT(b->any_model && sl_keys_allows_model(b, "anything"));
 	ASSERT(!b->has_max_priority && !b->has_default_priority);
 	ASSERT_EQ(b->rpm + b->tpm + b->max_concurrent, 0);
+	ASSERT(b->weight == 1);
 	sl_keys_digest("tes", 3, d);
 	ASSERT(sl_keys_find(p.cfg.keys, d) == NULL);
 	done(&p);
@@ -161,7 +164,17 @@ static void test_bad_input(void)
 	     "4: keys.a.models[1]: model tiny is listed twice"},
 	    {"keys:\n  a:\n    hash: " H_TEST "\n    rate: 5\n",
 	     "4: keys.a.rate: unknown field (a key takes hash, models, "
-	     "max-priority, default-priority, rpm, tpm, max-concurrent)"},
+	     "max-priority, default-priority, rpm, tpm, max-concurrent, "
+	     "weight)"},
+	    {"keys:\n  a:\n    hash: " H_TEST "\n    weight: 0\n",
+	     "4: keys.a.weight: expected a number from 0.01 to 100 (a share: "
+	     "2 is twice the default 1), got \"0\""},
+	    {"keys:\n  a:\n    hash: " H_TEST "\n    weight: urgent\n",
+	     "4: keys.a.weight: expected a number from 0.01 to 100 (a share: "
+	     "2 is twice the default 1), got \"urgent\""},
+	    {"keys:\n  a:\n    hash: " H_TEST "\n    weight: 1e3\n",
+	     "4: keys.a.weight: expected a number from 0.01 to 100 (a share: "
+	     "2 is twice the default 1), got \"1e3\""},
 	    {"keys:\n  a: " H_TEST "\n",
 	     "2: keys.a: expected a mapping of the key's settings (hash: "
 	     "sha256:HEX, ...)"},
@@ -255,7 +268,8 @@ static void test_print(void)
 	               "    max-priority: 1.5\n"
 	               "    default-priority: batch\n"
 	               "    rpm: 3\n"
-	               "    max-concurrent: 2\n");
+	               "    max-concurrent: 2\n"
+	               "    weight: 0.50\n");
 	ASSERT_EQ(p.rc, 0);
 	char *text = NULL;
 	size_t len = 0;
@@ -270,6 +284,7 @@ static void test_print(void)
 	                    "    default-priority: batch\n"
 	                    "    rpm: 3\n"
 	                    "    max-concurrent: 2\n"
+	                    "    weight: 0.50\n"
 	                    "  zed:\n"
 	                    "    hash: " H_OTHER "\n"
 	                    "    tpm: 10\n");

@@ -21,6 +21,7 @@ static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const demo_sizes[] = {"tiny", "slow", NULL};
 static const char *const upstream_clients[] = {"native", "curl", NULL};
 static const char *const stream_upstreams[] = {"auto", "on", "off", NULL};
+static const char *const fairnesses[] = {"key", "address", "off", NULL};
 
 /* A number macro as text, for help lines that quote a constant. */
 #define STR_(x) #x
@@ -273,6 +274,14 @@ const struct option_def sl_config_options[] = {
 	{"queue-timeout", "SLUICE_QUEUE_TIMEOUT", "DURATION", OPT_DURATION,
 	 FIELD(queue_timeout_ms), "60", 1, 24 * 3600 * SEC, NULL,
 	 "a request still waiting for a slot after this gets 503", NULL},
+	{"fairness", "SLUICE_FAIRNESS", "key|address|off", OPT_CHOICE,
+	 FIELD(fairness), "key", 0, 0, fairnesses,
+	 "who shares a priority fairly: inside each priority, the next "
+	 "request is the oldest of the tenant with the least service so far "
+	 "(tokens in and out, divided by its key's weight); key: tenants are "
+	 "keys, requests without one share a tenant; address: tenants are "
+	 "client addresses (after --trusted-proxy); off: arrival order",
+	 NULL},
 	{"aging-rate", "SLUICE_AGING_RATE", "RATE", OPT_NUMBER,
 	 FIELD(aging_rate), "0.2", 0, 1000, NULL,
 	 "priority a waiting request gains per second (urgent is 2, normal 1, "

@@ -30,6 +30,7 @@
 
 #include <inttypes.h>
 #include <jansson.h>
+#include <xxhash.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +160,10 @@ void exchange_release(struct exchange *x)
 		relay->watches--;
 	sl_curl_easy_done(relay->curl, x->transfer.easy);
 	curl_slist_free_all(x->headers);
+	if (x->model) {
+		exchange_charge(x); /* the final counts, from its usage */
+		sl_sched_release(&x->model->sched, &x->item);
+	}
 	uv_close((uv_handle_t *)&x->timer, on_timer_closed);
 	if (x->upstream) {
 		if (x->left)
@@ -298,6 +303,7 @@ void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
 	for (unsigned i = 0; i < n; i++) {
 		struct exchange *x = exchange_of(items[i]);
 		x->queue_ms = (int64_t)(now_ms - x->arrived_ms);
+		x->attempt_charged = x->item.cost; /* charged as it left */
 		x->batch_size = n;
 		x->req->info.queue_ms = x->queue_ms;
 		x->req->info.batch_size = n;
@@ -380,6 +386,52 @@ void sl_proxy_shed(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 	refuse_queue_full(relay, x, now_ms, true);
 }
 
+/*
+ * Its flow for fair queuing (--fairness, sched.h): its tenant, with its
+ * key's weight, or its client's address; requests without a key share
+ * flow 0. Its cost, charged when it leaves the queue, is its prompt
+ * estimated from its body's size.
+ */
+static void set_flow(struct sl_relay *relay, struct exchange *x)
+{
+	const struct sl_http_request *req = x->req;
+	x->item.flow_id = 0;
+	x->item.weight = 1;
+	if (relay->cfg->fairness == SL_FAIRNESS_KEY && req->info.tenant) {
+		x->item.flow_id = (uint64_t)(uintptr_t)req->info.tenant;
+		x->item.weight = req->info.tenant->weight;
+	} else if (relay->cfg->fairness == SL_FAIRNESS_ADDRESS) {
+		/* Odd, so that no address shares flow 0 with "unknown". */
+		x->item.flow_id =
+		    XXH3_64bits(req->client, strlen(req->client)) | 1;
+	}
+	x->item.cost = (double)(x->body_len / SL_KEYS_BYTES_PER_TOKEN) *
+	               SL_PROXY_SERVICE_PROMPT_TOKEN;
+}
+
+/*
+ * Charges the exchange's flow what its attempt has cost so far beyond
+ * what was charged: its prompt (as llama-server counted it, else the
+ * estimate charged at dispatch) and the tokens generated. Called as reads
+ * end and when it is released; only ever adds, so an estimate above the
+ * count stays charged.
+ */
+void exchange_charge(struct exchange *x)
+{
+	double prompt = x->prompt_tokens > 0
+	                    ? (double)x->prompt_tokens *
+	                          SL_PROXY_SERVICE_PROMPT_TOKEN
+	                    : x->item.cost;
+	double out = (double)SL_MAX(x->tokens_seen, x->tokens_final) *
+	             SL_PROXY_SERVICE_OUTPUT_TOKEN;
+	double service = prompt + out;
+	if (!x->model || !(service > x->attempt_charged))
+		return;
+	sl_sched_charge(&x->model->sched, &x->item,
+	                service - x->attempt_charged);
+	x->attempt_charged = service;
+}
+
 /* Queues a scheduled exchange, or answers 429 when the queue is full. */
 static void enqueue(struct sl_relay *relay, struct exchange *x)
 {
@@ -390,6 +442,7 @@ static void enqueue(struct sl_relay *relay, struct exchange *x)
 	 */
 	uv_update_time(relay->loop);
 	x->arrived_ms = uv_now(relay->loop);
+	set_flow(relay, x);
 	if (sl_sched_push(&x->model->sched, &x->item, x->priority,
 	                  x->arrived_ms) == 0) {
 		sl_stats_queued(relay->stats, x->priority, +1);

@@ -53,6 +53,15 @@
  */
 #define SL_PROXY_UNAVAILABLE_RETRY "Retry-After: 1\r\nretry-after-ms: 1000\r\n"
 
+/*
+ * Fair queuing counts a tenant's service in tokens: each prompt token
+ * counts 1 and each generated one 2, the weights the Virtual Token
+ * Counter was evaluated with (Sheng et al., OSDI 2024), as generating a
+ * token holds a slot for a step where a prompt token is one of a batch.
+ */
+#define SL_PROXY_SERVICE_PROMPT_TOKEN 1.0
+#define SL_PROXY_SERVICE_OUTPUT_TOKEN 2.0
+
 /* The queue's header lines, at most (X-Queue-Ms, Retry-After, ...). */
 #define SL_PROXY_SCHED_HEADERS_MAX 160
 /*
@@ -106,6 +115,8 @@ struct exchange {
 	char id[SL_HTTP_REQUEST_ID_MAX + 1];
 
 	struct sl_sched_item item; /* while waiting in sluice's queue */
+	/* Service charged to its flow for this attempt (exchange_charge). */
+	double attempt_charged;
 	double priority;
 	uint64_t arrived_ms;
 	/* -1 until it leaves the queue, dispatched or refused. */
@@ -232,6 +243,7 @@ uint64_t exchange_first_byte_ms(const struct exchange *x, const char **option);
 void exchange_refused_from_queue(struct exchange *x, uint64_t now_ms);
 void exchange_on_timer(uv_timer_t *t);
 void exchange_release(struct exchange *x);
+void exchange_charge(struct exchange *x);
 
 /* proxy_transfer.c */
 bool exchange_transfer_active(const struct exchange *x);

@@ -305,6 +305,7 @@ done:
  */
 static void flush_read(struct exchange *x)
 {
+	exchange_charge(x);
 	exchange_relay_flush(x);
 	if (x->req && x->head_sent)
 		sl_http_flush(x->req);

@@ -165,7 +165,7 @@ static bool key_same(const struct sl_key *a, const struct sl_key *b)
 {
 	if (memcmp(a->hash, b->hash, SL_KEYS_HASH_LEN) != 0 ||
 	    a->rpm != b->rpm || a->tpm != b->tpm ||
-	    a->max_concurrent != b->max_concurrent ||
+	    a->max_concurrent != b->max_concurrent || a->weight != b->weight ||
 	    a->any_model != b->any_model || a->n_models != b->n_models ||
 	    a->has_max_priority != b->has_max_priority ||
 	    a->has_default_priority != b->has_default_priority ||
@@ -214,6 +214,7 @@ void sl_tenants_install(struct sl_tenants *t, struct sl_keys *table,
 		x->rpm = k->rpm;
 		x->tpm = k->tpm;
 		x->max_concurrent = k->max_concurrent;
+		x->weight = k->weight;
 		/* A bucket over a lowered capacity comes down to it. */
 		if (x->requests.level > k->rpm)
 			x->requests.level = k->rpm;

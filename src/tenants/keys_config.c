@@ -21,7 +21,7 @@
 /* The fields a key may have, for the error on any other. */
 #define KEY_FIELDS                                                             \
 	"hash, models, max-priority, default-priority, rpm, tpm, "             \
-	"max-concurrent"
+	"max-concurrent, weight"
 
 void sl_keys_free(struct sl_keys *keys)
 {
@@ -36,6 +36,7 @@ void sl_keys_free(struct sl_keys *keys)
 		free(k->models);
 		free(k->max_priority_text);
 		free(k->default_priority_text);
+		free(k->weight_text);
 	}
 	free(keys->v);
 	free(keys);
@@ -156,6 +157,34 @@ static int read_count(unsigned *out, unsigned max,
 	return 0;
 }
 
+/*
+ * A key's weight: its share inside a priority against other keys
+ * (--fairness key), a decimal number in [SL_KEYS_WEIGHT_MIN,
+ * SL_KEYS_WEIGHT_MAX] as priorities are written (digits with an optional
+ * fraction).
+ */
+static int read_weight(struct sl_key *k, const struct sl_config_node *n,
+                       char *err, size_t size)
+{
+	const char *t = n->text;
+	char *end = NULL;
+	double v = t[0] >= '0' && t[0] <= '9' &&
+	                   t[strspn(t, "0123456789.")] == '\0'
+	               ? strtod(t, &end)
+	               : -1;
+	if (v < 0 || *end != '\0' || v < SL_KEYS_WEIGHT_MIN ||
+	    v > SL_KEYS_WEIGHT_MAX)
+		return sl_config_node_fail(
+		    err, size, n,
+		    "expected a number from %g to %g (a share: 2 is twice "
+		    "the default 1), got \"%.80s\"",
+		    SL_KEYS_WEIGHT_MIN, SL_KEYS_WEIGHT_MAX, n->text);
+	k->weight = v;
+	free(k->weight_text);
+	k->weight_text = sl_xstrdup(n->text);
+	return 0;
+}
+
 static int read_field(struct sl_key *k, const struct sl_config_node *f,
                       char *err, size_t size)
 {
@@ -165,7 +194,8 @@ static int read_field(struct sl_key *k, const struct sl_config_node *f,
 	bool known =
 	    strcmp(name, "hash") == 0 || strcmp(name, "max-priority") == 0 ||
 	    strcmp(name, "default-priority") == 0 || strcmp(name, "rpm") == 0 ||
-	    strcmp(name, "tpm") == 0 || strcmp(name, "max-concurrent") == 0;
+	    strcmp(name, "tpm") == 0 || strcmp(name, "max-concurrent") == 0 ||
+	    strcmp(name, "weight") == 0;
 	if (!known)
 		return sl_config_node_fail(
 		    err, size, f, "unknown field (a key takes " KEY_FIELDS ")");
@@ -185,6 +215,8 @@ static int read_field(struct sl_key *k, const struct sl_config_node *f,
 		return read_priority(&k->default_priority,
 		                     &k->default_priority_text, f, err, size);
 	}
+	if (strcmp(name, "weight") == 0)
+		return read_weight(k, f, err, size);
 	if (strcmp(name, "rpm") == 0)
 		return read_count(&k->rpm, SL_KEYS_RATE_MAX, f, err, size);
 	if (strcmp(name, "tpm") == 0)
@@ -209,6 +241,7 @@ static int read_key(struct sl_key *k, const struct sl_config_node *n, char *err,
 		    "sha256:HEX, ...)");
 	k->name = sl_xstrdup(n->key);
 	k->any_model = true;
+	k->weight = 1;
 	for (unsigned i = 0; i < n->n; i++)
 		if (read_field(k, &n->child[i], err, size) != 0)
 			return SL_EINVAL;
@@ -315,6 +348,8 @@ void sl_keys_config_print(FILE *out, const struct sl_config *cfg)
 		if (k->max_concurrent)
 			fprintf(out, "    max-concurrent: %u\n",
 			        k->max_concurrent);
+		if (k->weight_text)
+			fprintf(out, "    weight: %s\n", k->weight_text);
 	}
 	free(order);
 }

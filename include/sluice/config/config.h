@@ -106,6 +106,13 @@ enum sl_stream_upstream {
 	SL_STREAM_UPSTREAM_OFF,
 };
 
+/* --fairness: the choices, in their order there (sched.h, fair queuing). */
+enum sl_fairness {
+	SL_FAIRNESS_KEY,
+	SL_FAIRNESS_ADDRESS,
+	SL_FAIRNESS_OFF,
+};
+
 struct sl_config {
 	/* The configuration file (--config): "" = none. Read once, at start. */
 	char *config_file;
@@ -192,6 +199,7 @@ struct sl_config {
 	unsigned max_queue;
 	uint64_t queue_timeout_ms;
 	double aging_rate;
+	int fairness; /* enum sl_fairness */
 	uint64_t batch_window_ms;    /* SL_SCHED_WINDOW_AUTO: "auto" */
 	uint64_t stream_coalesce_ms; /* 0: each read relayed at once */
 	unsigned max_batch;          /* 0: the free slots */

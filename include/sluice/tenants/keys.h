@@ -94,6 +94,13 @@
  * underestimated, which the charge at the end makes good.
  */
 #define SL_KEYS_BYTES_PER_TOKEN 4
+/*
+ * A key's weight (its share against other keys inside a priority): from a
+ * hundredth to a hundred times the default 1, so that no tenant's service
+ * is counted as nothing or everything.
+ */
+#define SL_KEYS_WEIGHT_MIN 0.01
+#define SL_KEYS_WEIGHT_MAX 100.0
 
 /* A token bucket; see the glossary. */
 struct sl_bucket {
@@ -118,7 +125,8 @@ struct sl_tenant {
 	const struct sl_key *key;
 	/* The limits of the key by this name in the current table; 0: none. */
 	unsigned rpm, tpm, max_concurrent;
-	bool revoked; /* not in the current table */
+	double weight; /* its key's, for fair queuing */
+	bool revoked;  /* not in the current table */
 	struct sl_bucket requests, tokens;
 	unsigned in_flight; /* admitted and not yet ended */
 	struct sl_usage *usage;
@@ -136,6 +144,8 @@ struct sl_key {
 	double max_priority, default_priority;
 	char *max_priority_text, *default_priority_text; /* as written */
 	unsigned rpm, tpm, max_concurrent;               /* 0: no limit */
+	double weight;     /* share inside a priority (--fairness key) */
+	char *weight_text; /* as written; NULL: the default 1 */
 	struct sl_tenant *tenant; /* bound by sl_tenants_install() */
 };
 
