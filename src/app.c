@@ -230,6 +230,10 @@ static void on_request_finished(struct sl_http_request *req, bool completed,
 		    .prompt_tokens = in->prompt_tokens,
 		    .completion_tokens = in->tokens,
 		    .reserved = in->tokens_reserved,
+		    .queue_ms = in->queue_ms,
+		    .slot_seconds =
+		        in->queue_ms >= 0 ? seconds - (double)in->queue_ms / 1000
+		                          : 0,
 		};
 		sl_tenant_end(in->tenant, &e, uv_now(&app->loop));
 	}

@@ -360,6 +360,7 @@ void sl_exposition_prometheus(struct sl_exposition *ex, struct sl_text *t)
 	sl_procstat_read(&proc);
 	expose_requests(s, t);
 	sl_tenants_write_metrics(ex->tenants, t);
+	sl_tenants_write_fairness(ex->tenants, t);
 	sl_expose_family(t, "sluice_connections_refused_total", "counter",
 	                 "Connections refused over --max-connections.");
 	sl_text_printf(t, "sluice_connections_refused_total %llu\n",

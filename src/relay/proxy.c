@@ -406,7 +406,7 @@ static void set_flow(struct sl_relay *relay, struct exchange *x)
 		    XXH3_64bits(req->client, strlen(req->client)) | 1;
 	}
 	x->item.cost = (double)(x->body_len / SL_KEYS_BYTES_PER_TOKEN) *
-	               SL_PROXY_SERVICE_PROMPT_TOKEN;
+	               SL_SCHED_SERVICE_PROMPT_TOKEN;
 }
 
 /*
@@ -420,10 +420,10 @@ void exchange_charge(struct exchange *x)
 {
 	double prompt = x->prompt_tokens > 0
 	                    ? (double)x->prompt_tokens *
-	                          SL_PROXY_SERVICE_PROMPT_TOKEN
+	                          SL_SCHED_SERVICE_PROMPT_TOKEN
 	                    : x->item.cost;
 	double out = (double)SL_MAX(x->tokens_seen, x->tokens_final) *
-	             SL_PROXY_SERVICE_OUTPUT_TOKEN;
+	             SL_SCHED_SERVICE_OUTPUT_TOKEN;
 	double service = prompt + out;
 	if (!x->model || !(service > x->attempt_charged))
 		return;

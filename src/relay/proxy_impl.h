@@ -53,15 +53,6 @@
  */
 #define SL_PROXY_UNAVAILABLE_RETRY "Retry-After: 1\r\nretry-after-ms: 1000\r\n"
 
-/*
- * Fair queuing counts a tenant's service in tokens: each prompt token
- * counts 1 and each generated one 2, the weights the Virtual Token
- * Counter was evaluated with (Sheng et al., OSDI 2024), as generating a
- * token holds a slot for a step where a prompt token is one of a batch.
- */
-#define SL_PROXY_SERVICE_PROMPT_TOKEN 1.0
-#define SL_PROXY_SERVICE_OUTPUT_TOKEN 2.0
-
 /* The queue's header lines, at most (X-Queue-Ms, Retry-After, ...). */
 #define SL_PROXY_SCHED_HEADERS_MAX 160
 /*

@@ -156,6 +156,7 @@ static struct sl_tenant *tenant_named(struct sl_tenants *t, const char *name)
 	struct sl_tenant *x = sl_xcalloc(1, sizeof(*x));
 	x->name = sl_xstrdup(name);
 	x->revoked = true; /* until bound below */
+	sl_hist_init(&x->queue_wait, SL_TENANT_SECONDS_MIN_EXP);
 	*end = x;
 	return x;
 }
@@ -452,8 +453,14 @@ void sl_tenant_end(struct sl_tenant *tenant, const struct sl_ending *e,
 		if (tenant->tokens.level > tenant->tpm)
 			tenant->tokens.level = tenant->tpm;
 	}
+	if (e->queue_ms >= 0)
+		sl_hist_record(&tenant->queue_wait, (double)e->queue_ms / 1000);
 	if (!e->used)
 		return;
+	tenant->service +=
+	    (double)e->prompt_tokens * SL_SCHED_SERVICE_PROMPT_TOKEN +
+	    (double)e->completion_tokens * SL_SCHED_SERVICE_OUTPUT_TOKEN;
+	tenant->slot_seconds += e->slot_seconds;
 	struct sl_usage *u = usage_of(tenant, e->model);
 	u->requests++;
 	u->prompt_tokens += e->prompt_tokens;
@@ -518,5 +525,48 @@ void sl_tenants_write_metrics(const struct sl_tenants *t, struct sl_text *out)
 				    families[k].name, key, model, v[k]);
 			}
 		}
+	}
+}
+
+/*
+ * Per key, what fair queuing sees: its weight, the service counted for it,
+ * the slot-seconds its requests held (their share of capacity, over the
+ * slots' own seconds), and how long they waited in the queue.
+ */
+void sl_tenants_write_fairness(const struct sl_tenants *t, struct sl_text *out)
+{
+	static const struct {
+		const char *name, *type, *help;
+	} families[] = {
+	    {"sluice_key_weight", "gauge",
+	     "A key's weight: its share against other keys inside a "
+	     "priority (--fairness key)."},
+	    {"sluice_key_service_tokens_total", "counter",
+	     "Service counted for fair queuing: prompt tokens plus twice the "
+	     "tokens generated, by API key name."},
+	    {"sluice_key_slot_seconds_total", "counter",
+	     "Seconds the key's requests held an upstream slot (dispatch to "
+	     "end): divided by the slots' seconds, its share of capacity."},
+	};
+	for (size_t k = 0; k < SL_ARRAY_SIZE(families); k++) {
+		sl_expose_family(out, families[k].name, families[k].type,
+		                 families[k].help);
+		for (const struct sl_tenant *x = t->list; x; x = x->next) {
+			char key[4 * SL_KEYS_NAME_MAX + 8];
+			sl_label_escape(x->name, key, sizeof(key));
+			double v[] = {x->weight, x->service, x->slot_seconds};
+			sl_text_printf(out, "%s{key=\"%s\"} %.17g\n",
+			               families[k].name, key, v[k]);
+		}
+	}
+	sl_expose_family(out, "sluice_key_queue_wait_seconds", "histogram",
+	                 "Time requests waited in sluice's queue before a "
+	                 "slot, by API key name.");
+	for (const struct sl_tenant *x = t->list; x; x = x->next) {
+		char key[4 * SL_KEYS_NAME_MAX + 8], labels[sizeof(key) + 8];
+		sl_label_escape(x->name, key, sizeof(key));
+		snprintf(labels, sizeof(labels), "key=\"%s\"", key);
+		sl_expose_histogram(out, "sluice_key_queue_wait_seconds", labels,
+		                    &x->queue_wait);
 	}
 }

@@ -193,6 +193,14 @@
 #define SL_SCHED_URGENT_WAIT_TARGET 0.05
 #define SL_SCHED_URGENT_MIN_SEEN 1.0
 #define SL_SCHED_RESERVE_RECHECK_MS 100
+/*
+ * Service, the unit of fair queuing, in tokens: each prompt token counts
+ * 1 and each generated one 2, the weights the Virtual Token Counter was
+ * evaluated with, as a generated token holds a slot for a whole step
+ * where a prompt token is one of a batch. The owner counts with them.
+ */
+#define SL_SCHED_SERVICE_PROMPT_TOKEN 1.0
+#define SL_SCHED_SERVICE_OUTPUT_TOKEN 2.0
 /* heap_index of an item that is not queued. */
 #define SL_SCHED_NOT_QUEUED UINT32_MAX
 /* Hash buckets for flows and bands, at most (chains grow past it). */

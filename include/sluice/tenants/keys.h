@@ -43,6 +43,7 @@
 #ifndef SLUICE_KEYS_H
 #define SLUICE_KEYS_H
 
+#include "sluice/base/metrics.h"
 #include "sluice/config/config.h"
 #include "sluice/config/config_file.h"
 
@@ -101,6 +102,8 @@
  */
 #define SL_KEYS_WEIGHT_MIN 0.01
 #define SL_KEYS_WEIGHT_MAX 100.0
+/* A tenant's queue waits are timed from 2^-17 s (about 8 us) up. */
+#define SL_TENANT_SECONDS_MIN_EXP (-17)
 
 /* A token bucket; see the glossary. */
 struct sl_bucket {
@@ -131,6 +134,13 @@ struct sl_tenant {
 	unsigned in_flight; /* admitted and not yet ended */
 	struct sl_usage *usage;
 	unsigned n_usage;
+	/*
+	 * Fair queuing's view (sluice_key_service_tokens_total and kin):
+	 * service counted (SL_SCHED_SERVICE_* tokens), seconds its requests
+	 * held a slot, and their waits in sluice's queue.
+	 */
+	double service, slot_seconds;
+	struct sl_histogram queue_wait;
 };
 
 struct sl_key {
@@ -328,6 +338,10 @@ struct sl_ending {
 	uint64_t prompt_tokens, completion_tokens;
 	/* What it took at admission: sl_admission.reserved. */
 	double reserved;
+	/* Its wait in sluice's queue (-1: never left it for a slot), and
+	 * the seconds from then to its end. */
+	int64_t queue_ms;
+	double slot_seconds;
 };
 
 /*
@@ -346,5 +360,8 @@ json_t *sl_tenants_usage_json(const struct sl_tenants *t);
 /* The Prometheus series sluice_key_* (see exposition.c). */
 struct sl_text;
 void sl_tenants_write_metrics(const struct sl_tenants *t, struct sl_text *out);
+/* The Prometheus series of fair queuing per key (sluice_key_weight, ...). */
+void sl_tenants_write_fairness(const struct sl_tenants *t,
+                               struct sl_text *out);
 
 #endif

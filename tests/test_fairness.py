@@ -1,0 +1,101 @@
+"""Fair queuing across tenants (issue 32): inside a priority, the tenant
+with the least service goes next; the per-key series say what each got.
+Against a real llama-server on the demo models, one slot, so the order in
+which requests leave sluice's queue is the order in which they end."""
+
+import os
+import threading
+
+import sluice_test as st
+from test_tenants import bearer, completion, keys_yaml, metric
+
+# Not a measure: how long a busy machine may take before a test gives up.
+SAFETY_NET_S = 240
+ADMIN = "admin-secret"
+KEYS = {"alice": {"secret": "sk-alice"},
+        "bob": {"secret": "sk-bob", "weight": 2},
+        "holder": {"secret": "sk-holder"}}
+
+
+class Fairness(st.TestCase):
+    def serve_flood_then_two(self, *args):
+        """alice queues four requests, then bob two, behind a held slot;
+        returns the access log's order once the slot is let go."""
+        config = os.path.join(self.tmp, "sluice.yaml")
+        with open(config, "w") as f:
+            f.write(keys_yaml(KEYS))
+        # One slot; no aging, so that only fairness can reorder a band.
+        s = self.sluice("--config", config, "--model", st.MODEL_SLOW,
+                        "--slots", "1", "--aging-rate", "0",
+                        "--admin-key", ADMIN, *args)
+        holder = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        holder.request("POST", "/completion",
+                       completion("hold", n=4000, stream=True),
+                       headers=bearer("sk-holder"))
+        status, _ = holder.read_head()
+        self.assertEqual(status, 200)
+        next(holder.chunks())
+
+        answers, lock = {}, threading.Lock()
+
+        def send(rid, key):
+            headers = dict(bearer(key), **{"X-Request-Id": rid})
+            r = s.post("/completion", completion(rid, n=4), headers=headers,
+                       timeout=SAFETY_NET_S)
+            with lock:
+                answers[rid] = r.status
+
+        sends = [("a0", "sk-alice"), ("a1", "sk-alice"), ("a2", "sk-alice"),
+                 ("a3", "sk-alice"), ("b0", "sk-bob"), ("b1", "sk-bob")]
+        threads = []
+        for i, (rid, key) in enumerate(sends):
+            t = threading.Thread(target=send, args=(rid, key))
+            t.start()
+            threads.append(t)
+            # Each is queued before the next is sent.
+            st.wait_until(lambda: s.health().json()["queued"] == i + 1,
+                          SAFETY_NET_S, "%s queued" % rid)
+        holder.close()
+        for t in threads:
+            t.join(SAFETY_NET_S)
+        ids = [rid for rid, _ in sends]
+        self.assertEqual(answers, {rid: 200 for rid in ids})
+        st.wait_until(lambda: len(s.access_order(ids)) == len(ids),
+                      SAFETY_NET_S, "the access log lines")
+        return s, s.access_order(ids)
+
+    def test_a_flood_does_not_push_another_tenant_behind_it(self):
+        s, order = self.serve_flood_then_two()
+        # alice's first goes first (bob was lifted to her service, and
+        # ties go to the older request); bob, who has had nothing, then
+        # goes before alice's second at the latest, and both of bob's
+        # before the last of alice's.
+        self.assertEqual(order[0], "a0")
+        self.assertLess(order.index("b0"), order.index("a2"))
+        self.assertLess(order.index("b1"), order.index("a3"))
+
+        # What fair queuing counted, per key: exactly the prompt tokens
+        # plus twice the generated ones, as the usage counted them.
+        usage = s.get("/v1/usage", headers=bearer(ADMIN)).json()["keys"]
+        text = s.get("/metrics", headers=bearer(ADMIN)).body.decode()
+        for key, n in (("alice", 4), ("bob", 2)):
+            u = usage[key]
+            self.assertEqual(u["requests"], n)
+            self.assertEqual(
+                metric(text, "sluice_key_service_tokens_total", key=key),
+                u["prompt_tokens"] + 2 * u["completion_tokens"])
+            self.assertEqual(
+                metric(text, "sluice_key_queue_wait_seconds_count", key=key),
+                n)
+            self.assertGreater(
+                metric(text, "sluice_key_slot_seconds_total", key=key), 0)
+        self.assertEqual(metric(text, "sluice_key_weight", key="alice"), 1)
+        self.assertEqual(metric(text, "sluice_key_weight", key="bob"), 2)
+
+    def test_fairness_off_serves_a_band_in_arrival_order(self):
+        _, order = self.serve_flood_then_two("--fairness", "off")
+        self.assertEqual(order, ["a0", "a1", "a2", "a3", "b0", "b1"])
+
+
+if __name__ == "__main__":
+    st.main()
