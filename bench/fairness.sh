@@ -80,7 +80,8 @@ run_pair() {
 	local a0 b0
 	a0=$(service tenant-a)
 	b0=$(service tenant-b)
-	bench "$name-a" a-secret --rate "$a_rate" --duration "$SECONDS_EACH" \
+	bench "$name-a" a-secret --retry off --rate "$a_rate" \
+		--duration "$SECONDS_EACH" \
 		--requests 1000000 &
 	local a=$!
 	bench "$name-b" b-secret --rate "$b_rate" --duration "$SECONDS_EACH" \
