@@ -194,6 +194,14 @@ void sl_app_model_release(struct sl_model *m);
 void sl_app_model_used(struct sl_model *m);
 
 /*
+ * A queued request of `m` left without being served (`why`, a static
+ * string: its client left, its queue-timeout passed, it was shed). When
+ * nobody waits for `m` any more and it is still loading on demand, its
+ * load is stopped after SL_LOAD_CANCEL_GRACE_MS unless a request comes.
+ */
+void sl_app_model_left(struct sl_model *m, const char *why);
+
+/*
  * A remote upstream at `url` of model `m`, started: checked, and used
  * once ready. `origin` ("dns:NAME:PORT") says where it came from, for
  * /health. Returns it, or NULL when SL_MAX_UPSTREAMS are there already

@@ -334,6 +334,7 @@ void sl_proxy_expire(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 	         (unsigned long long)waited, sl_sched_retry_after_s(retry),
 	         (unsigned long long)retry);
 	x->req->info.reject_reason = "queue_timeout";
+	relay->hooks->model_left(m, "its last request's queue-timeout passed");
 	char message[160];
 	snprintf(message, sizeof(message),
 	         "the request waited %.1f s in sluice's queue without a free "
@@ -377,6 +378,8 @@ void sl_proxy_shed(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 	struct sl_relay *relay = exchange_of(item)->relay;
 	struct exchange *x = exchange_of(item);
 	sl_stats_queued(relay->stats, x->priority, -1);
+	relay->hooks->model_left(x->model, "its last request was shed for a "
+	                                   "more urgent one");
 	refuse_queue_full(relay, x, now_ms, true);
 }
 

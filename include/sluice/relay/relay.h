@@ -51,6 +51,8 @@ struct sl_relay_hooks {
 	void (*model_ref)(struct sl_model *m);
 	void (*model_release)(struct sl_model *m);
 	void (*model_used)(struct sl_model *m);
+	/* A queued request of `m` left unserved (sl_app_model_left). */
+	void (*model_left)(struct sl_model *m, const char *why);
 };
 
 struct sl_relay {
