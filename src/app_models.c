@@ -22,9 +22,10 @@
 #include "sl_build_config.h"
 
 /*
- * How long a load whose requests all left goes on before it is stopped:
- * a client that retries at once (or a request that gave its place to
- * another) finds it still loading rather than starting from nothing.
+ * How long a load whose requests all left goes on before it is stopped,
+ * beyond the Retry-After the last one was given: a client that retries
+ * when told (or at once, after leaving) finds it still loading rather
+ * than starting from nothing.
  */
 #define SL_LOAD_CANCEL_GRACE_MS 1000
 
@@ -269,7 +270,7 @@ static void on_cancel_timer(uv_timer_t *t)
 		cancel_load(m, NULL);
 }
 
-void sl_app_model_left(struct sl_model *m, const char *why)
+void sl_app_model_left(struct sl_model *m, const char *why, uint64_t retry_ms)
 {
 	struct sl_app *app = m->app;
 	if (app->stopping || app->front_closing || m->closing ||
@@ -277,7 +278,7 @@ void sl_app_model_left(struct sl_model *m, const char *why)
 		return;
 	m->left_why = why;
 	uv_timer_start(&m->cancel_timer, on_cancel_timer,
-	               SL_LOAD_CANCEL_GRACE_MS, 0);
+	               retry_ms + SL_LOAD_CANCEL_GRACE_MS, 0);
 }
 
 /*
