@@ -118,6 +118,7 @@ class LoadCancel(tm.WithDirect):
                             s.output())
         self.assertEqual(len(starts), 2, s.output())
         self.assertEqual(self.cancelled(s, "slow"), 1)
+        self.assertEqual(s.stop(), 0)
 
     def test_a_load_whose_request_timed_out_stops(self):
         s = self.sluice("--llama-server", self.wrapper, "--admin-key", "adm",
@@ -141,6 +142,7 @@ class LoadCancel(tm.WithDirect):
                       "tiny to be stopped")
         self.assertEqual(self.cancelled(s, "tiny"), 1)
         self.assertEqual(self.states(s)["slow"], "ready")
+        self.assertEqual(s.stop(), 0)
 
 
     def test_an_abandoned_load_makes_room_before_a_ready_model(self):
@@ -172,6 +174,7 @@ class LoadCancel(tm.WithDirect):
                                           "third": "ready"})
         self.assertEqual(self.cancelled(s, "slow"), 1)
         self.assertNotIn("model tiny: stopping", s.output())
+        self.assertEqual(s.stop(), 0)
 
 
 if __name__ == "__main__":
