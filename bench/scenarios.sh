@@ -82,3 +82,30 @@ victim=$(sed -n 's/.*started llama-server\[\([0-9]*\)\].*/\1/p' \
 	"$OUT/sluice-replicas.log" | head -1)
 run failover --kill-at 5 --kill-pid "$victim" --concurrency 8 \
 	--duration 12 --requests 100000 --max-tokens 64
+kill "${pids[@]}"
+wait 2>/dev/null || true
+pids=()
+
+# A load nobody waits for: big starts 4 s late (bench/slow-start.sh, a
+# larger model's load) and its requests wait 1 s at most; slow and tiny
+# follow each of big's, two models at most running.
+cat >"$OUT/cancel-load.yaml" <<EOF2
+max-loaded: 2
+models:
+  tiny:
+    model: build/tests/demo-tiny.gguf
+  slow:
+    model: build/tests/demo-slow.gguf
+    preload: false
+  big:
+    model: build/tests/demo-tiny.gguf
+    preload: false
+    queue-timeout: 1s
+EOF2
+SLOW_START_MODEL=big SLOW_START_S=4 \
+	SLOW_START_EXE=${SLUICE_LLAMA_SERVER:-$(command -v llama-server ||
+		echo "$HOME/.cache/sluice/llama.cpp/bin/llama-server")} \
+	start_sluice "$OUT/sluice-cancel-load.log" \
+	--llama-server bench/slow-start.sh --config "$OUT/cancel-load.yaml"
+run cancel-load --model-mix big,slow,tiny --max-tokens 16 --requests 24 \
+	--retry off

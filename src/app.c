@@ -80,19 +80,14 @@ static void close_front(struct sl_app *app)
 		return;
 	app->front_closing = true;
 	uv_close((uv_handle_t *)&app->drain_timer, NULL);
-	for (unsigned i = 0; i < app->registry.n_models; i++) {
-		uv_close((uv_handle_t *)&app->registry.models[i]->sched_timer,
-		         NULL);
-		uv_close((uv_handle_t *)&app->registry.models[i]->idle_timer,
-		         NULL);
-	}
+	for (unsigned i = 0; i < app->registry.n_models; i++)
+		app_close_model_timers(app->registry.models[i], NULL);
 	for (struct sl_model *m = app->registry.retired; m;
 	     m = m->next_retired) {
 		if (m->closing)
 			continue;
 		m->closing = true;
-		uv_close((uv_handle_t *)&m->sched_timer, NULL);
-		uv_close((uv_handle_t *)&m->idle_timer, NULL);
+		app_close_model_timers(m, NULL);
 	}
 	uv_close((uv_handle_t *)&app->flush_timer, NULL);
 	uv_close((uv_handle_t *)&app->reap_timer, NULL);
@@ -721,14 +716,8 @@ int sl_app_run(const struct sl_config *cfg)
 	app->start_ms = uv_now(&app->loop);
 	app->created_s = (uint64_t)time(NULL);
 	if (plan(app) != 0) {
-		for (unsigned i = 0; i < app->registry.n_models; i++) {
-			uv_close((uv_handle_t *)&app->registry.models[i]
-			             ->sched_timer,
-			         NULL);
-			uv_close(
-			    (uv_handle_t *)&app->registry.models[i]->idle_timer,
-			    NULL);
-		}
+		for (unsigned i = 0; i < app->registry.n_models; i++)
+			app_close_model_timers(app->registry.models[i], NULL);
 		uv_run(&app->loop, UV_RUN_DEFAULT);
 		uv_loop_close(&app->loop);
 		for (unsigned i = 0; i < app->registry.n_models; i++)

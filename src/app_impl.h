@@ -51,6 +51,9 @@ int app_add_upstream(struct sl_app *app, struct sl_model *m, const char *url,
                      const char *name);
 void app_preload(struct sl_app *app, struct sl_model *m, const char *why);
 void app_maybe_free_model(struct sl_model *m);
+/* Closes the timers of `m` (APP_MODEL_TIMERS of them), each with `cb`. */
+#define APP_MODEL_TIMERS 3
+void app_close_model_timers(struct sl_model *m, uv_close_cb cb);
 void app_retire_pool(struct sl_model *m, const char *origin);
 void app_close_model_discovery(struct sl_model *m);
 void app_remove_model(struct sl_app *app, struct sl_model *m);

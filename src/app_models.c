@@ -21,6 +21,14 @@
 
 #include "sl_build_config.h"
 
+/*
+ * How long a load whose requests all left goes on before it is stopped,
+ * beyond the Retry-After the last one was given: a client that retries
+ * when told (or at once, after leaving) finds it still loading rather
+ * than starting from nothing.
+ */
+#define SL_LOAD_CANCEL_GRACE_MS 1000
+
 static void kick_model_timer(uv_timer_t *t);
 static void unload(struct sl_model *m, const char *why);
 
@@ -66,6 +74,9 @@ static void on_upstream_change(struct sl_upstream *u,
 	sl_debug("upstream %s: %s -> %s", u->url, sl_upstream_state_name(old),
 	         sl_upstream_state_name(u->state));
 	if (u->state == SL_UPSTREAM_READY) {
+		struct sl_model *m = sl_registry_model_of(&app->registry, u);
+		if (m)
+			m->load_ready = true; /* loaded: no longer cancelled */
 		size_connection_pool(app);
 		app_announce_ready(app);
 		sl_app_kick_scheduler(app); /* new capacity */
@@ -195,6 +206,9 @@ void app_load(struct sl_app *app, struct sl_model *m, const char *why)
 	m->loaded = true;
 	m->wanted = false;
 	m->late = app->started;
+	m->demand_load = false; /* app_start_wanted says when it is */
+	m->load_ready = false;
+	uv_timer_stop(&m->cancel_timer);
 	sl_registry_used(&app->registry, m);
 	sl_info("model %s: starting (%s)", m->name, why);
 	int rc = 0;
@@ -220,6 +234,7 @@ static void unload(struct sl_model *m, const char *why)
 {
 	m->loaded = false;
 	uv_timer_stop(&m->idle_timer);
+	uv_timer_stop(&m->cancel_timer);
 	if (m->pool.n == 0)
 		return;
 	m->unloading = true;
@@ -231,6 +246,56 @@ static void unload(struct sl_model *m, const char *why)
 		                     "its model is being stopped");
 		sl_upstream_stop(members.members[i], false);
 	}
+}
+
+/*
+ * Stops a load nobody waits for (sl_model_load_abandoned); `room`, when
+ * given, names the model it makes room for.
+ */
+static void cancel_load(struct sl_model *m, const char *room)
+{
+	char why[SL_MODEL_NAME_MAX + 192];
+	snprintf(why, sizeof(why),
+	         "load cancelled, nobody waits for it: %s%s%s",
+	         m->left_why ? m->left_why : "its requests left",
+	         room ? "; " : "", room ? room : "");
+	m->loads_cancelled++;
+	unload(m, why);
+}
+
+static void on_cancel_timer(uv_timer_t *t)
+{
+	struct sl_model *m = t->data;
+	if (!m->app->stopping && sl_model_load_abandoned(m))
+		cancel_load(m, NULL);
+}
+
+void sl_app_model_left(struct sl_model *m, const char *why, uint64_t retry_ms)
+{
+	struct sl_app *app = m->app;
+	if (app->stopping || app->front_closing || m->closing ||
+	    !sl_model_load_abandoned(m))
+		return;
+	m->left_why = why;
+	uv_timer_start(&m->cancel_timer, on_cancel_timer,
+	               retry_ms + SL_LOAD_CANCEL_GRACE_MS, 0);
+}
+
+/*
+ * A load nobody waits for, other than `m`: the first to go when `m`
+ * needs room, before any model that is ready (which a request may want
+ * next, and which would cost a whole load to bring back), so that its
+ * grace never costs another model its place.
+ */
+static struct sl_model *abandoned_load(struct sl_app *app,
+                                       const struct sl_model *m)
+{
+	for (unsigned i = 0; i < app->registry.n_models; i++) {
+		struct sl_model *o = app->registry.models[i];
+		if (o != m && sl_model_load_abandoned(o))
+			return o;
+	}
+	return NULL;
 }
 
 /*
@@ -257,18 +322,22 @@ void app_start_wanted(struct sl_app *app)
 			for (unsigned k = 0; k < app->registry.n_models; k++)
 				if (app->registry.models[k]->unloading)
 					return; /* room is being made */
-			struct sl_model *victim =
-			    sl_registry_lru_idle(&app->registry, m);
+			char why[SL_MODEL_NAME_MAX + 96];
+			snprintf(why, sizeof(why), "%s: room for %s", limit,
+			         m->name);
+			struct sl_model *victim = abandoned_load(app, m);
 			if (victim) {
-				char why[SL_MODEL_NAME_MAX + 96];
-				snprintf(why, sizeof(why), "%s: room for %s",
-				         limit, m->name);
-				unload(victim, why);
+				cancel_load(victim, why);
+				return;
 			}
+			victim = sl_registry_lru_idle(&app->registry, m);
+			if (victim)
+				unload(victim, why);
 			/* Else every running model is busy: wait for one. */
 			return;
 		}
 		app_load(app, m, "a request needs it");
+		m->demand_load = m->loaded;
 	}
 }
 
@@ -450,6 +519,8 @@ struct sl_model *app_model_new(struct sl_app *app, char *name,
 	m->sched_timer.data = m;
 	uv_timer_init(&app->loop, &m->idle_timer);
 	m->idle_timer.data = m;
+	uv_timer_init(&app->loop, &m->cancel_timer);
+	m->cancel_timer.data = m;
 	app->registry.models[app->registry.n_models++] = m;
 	return m;
 }
@@ -554,9 +625,15 @@ void app_maybe_free_model(struct sl_model *m)
 	    m->discoveries_open > 0 || m->app->front_closing)
 		return;
 	m->closing = true;
-	m->closing_handles = 2;
-	uv_close((uv_handle_t *)&m->sched_timer, on_model_handle_closed);
-	uv_close((uv_handle_t *)&m->idle_timer, on_model_handle_closed);
+	m->closing_handles = APP_MODEL_TIMERS;
+	app_close_model_timers(m, on_model_handle_closed);
+}
+
+void app_close_model_timers(struct sl_model *m, uv_close_cb cb)
+{
+	uv_close((uv_handle_t *)&m->sched_timer, cb);
+	uv_close((uv_handle_t *)&m->idle_timer, cb);
+	uv_close((uv_handle_t *)&m->cancel_timer, cb);
 }
 
 void sl_app_model_ref(struct sl_model *m)
@@ -608,6 +685,7 @@ void app_remove_model(struct sl_app *app, struct sl_model *m)
 	m->loaded = false;
 	m->wanted = false;
 	uv_timer_stop(&m->idle_timer);
+	uv_timer_stop(&m->cancel_timer);
 	char message[SL_MODEL_NAME_MAX + 64];
 	snprintf(message, sizeof(message),
 	         "model %s was removed from sluice's configuration", m->name);
@@ -660,6 +738,7 @@ const struct sl_relay_hooks app_relay_hooks = {
     .model_ref = sl_app_model_ref,
     .model_release = sl_app_model_release,
     .model_used = sl_app_model_used,
+    .model_left = sl_app_model_left,
 };
 
 void app_lend_exposition(struct sl_app *app)

@@ -194,6 +194,16 @@ void sl_app_model_release(struct sl_model *m);
 void sl_app_model_used(struct sl_model *m);
 
 /*
+ * A queued request of `m` left without being served (`why`, a static
+ * string: its client left, its queue-timeout passed, it was shed), told
+ * to come back in `retry_ms` (0: told nothing). When nobody waits for `m`
+ * any more and it is still loading on demand, its load is stopped once
+ * that time and SL_LOAD_CANCEL_GRACE_MS have passed without a request.
+ */
+void sl_app_model_left(struct sl_model *m, const char *why,
+                       uint64_t retry_ms);
+
+/*
  * A remote upstream at `url` of model `m`, started: checked, and used
  * once ready. `origin` ("dns:NAME:PORT") says where it came from, for
  * /health. Returns it, or NULL when SL_MAX_UPSTREAMS are there already

@@ -36,3 +36,10 @@ bool sl_model_running(const struct sl_model *m)
 {
 	return m->managed && (m->loaded || m->pool.n > 0);
 }
+
+bool sl_model_load_abandoned(const struct sl_model *m)
+{
+	bool preload = m->conf && m->conf->preload;
+	return m->managed && m->loaded && !m->unloading && m->demand_load &&
+	       !preload && !m->load_ready && sl_model_idle(m);
+}

@@ -407,6 +407,19 @@ void sl_exposition_prometheus(struct sl_exposition *ex, struct sl_text *t)
 			               "state=\"%s\"} %d\n",
 			               model, *st, strcmp(*st, now) == 0);
 	}
+	sl_expose_family(t, "sluice_model_loads_cancelled_total", "counter",
+	                 "Loads on demand stopped because every request "
+	                 "waiting for them left.");
+	for (unsigned i = 0; i < ex->registry->n_models; i++) {
+		const struct sl_model *m = ex->registry->models[i];
+		char model[256];
+		sl_label_escape(m->name, model, sizeof(model));
+		sl_text_printf(
+		    t,
+		    "sluice_model_loads_cancelled_total{model=\"%s\"} "
+		    "%llu\n",
+		    model, (unsigned long long)m->loads_cancelled);
+	}
 	sl_expose_family(t, "sluice_inflight", "gauge",
 	                 "Requests sent to upstreams and not finished.");
 	sl_text_printf(t, "sluice_inflight %u\n", inflight);

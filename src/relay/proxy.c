@@ -340,6 +340,8 @@ void sl_proxy_expire(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 	         (unsigned long long)waited, sl_sched_retry_after_s(retry),
 	         (unsigned long long)retry);
 	x->req->info.reject_reason = "queue_timeout";
+	relay->hooks->model_left(m, "its last request's queue-timeout passed",
+	                         retry);
 	char message[160];
 	snprintf(message, sizeof(message),
 	         "the request waited %.1f s in sluice's queue without a free "
@@ -354,10 +356,10 @@ void sl_proxy_expire(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
  * 429 with Retry-After: the queue is full, of requests at least as urgent.
  * Each refused client is told its own time to come back (see
  * sl_sched_retry_after_ms), in whole seconds and, for the OpenAI SDKs,
- * which honour it first, in milliseconds.
+ * which honour it first, in milliseconds: returned.
  */
-static void refuse_queue_full(struct sl_relay *relay, struct exchange *x,
-                              uint64_t now_ms, bool displaced)
+static uint64_t refuse_queue_full(struct sl_relay *relay, struct exchange *x,
+                                  uint64_t now_ms, bool displaced)
 {
 	uint64_t retry_ms = sl_sched_retry_after_ms(&x->model->sched, now_ms);
 	unsigned retry = sl_sched_retry_after_s(retry_ms);
@@ -376,14 +378,18 @@ static void refuse_queue_full(struct sl_relay *relay, struct exchange *x,
 	x->req->info.reject_reason = "queue_full";
 	exchange_respond_error(x, 429, "rate_limit_error", message);
 	exchange_release(x);
+	return retry_ms;
 }
 
 void sl_proxy_shed(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 {
 	struct sl_relay *relay = exchange_of(item)->relay;
 	struct exchange *x = exchange_of(item);
+	struct sl_model *m = x->model; /* held by the queue's newcomer */
 	sl_stats_queued(relay->stats, x->priority, -1);
-	refuse_queue_full(relay, x, now_ms, true);
+	uint64_t retry_ms = refuse_queue_full(relay, x, now_ms, true);
+	relay->hooks->model_left(
+	    m, "its last request was shed for a more urgent one", retry_ms);
 }
 
 /*

@@ -266,6 +266,8 @@ void exchange_on_client_abort(struct sl_http_request *req)
 	if (queued) {
 		sl_sched_remove(&x->model->sched, &x->item);
 		sl_stats_queued(x->relay->stats, x->priority, -1);
+		x->relay->hooks->model_left(
+		    x->model, "its last request's client left", 0);
 	}
 	if (x->fanout) {
 		sl_fanout_free(x->fanout);

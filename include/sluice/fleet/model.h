@@ -78,6 +78,18 @@ struct sl_model {
 	uint64_t bytes;
 	uv_timer_t idle_timer; /* idle-timeout */
 	/*
+	 * A load nobody waits for is cancelled (sl_app_model_left): whether
+	 * this load began for a waiting request (demand_load: not preload, not
+	 * POST /models/load), whether one of its llama-servers has been ready
+	 * since it began (load_ready), the grace before a load whose requests
+	 * all left is stopped, what the last one that left did (left_why, a
+	 * static string), and the loads cancelled so far, for the metrics.
+	 */
+	bool demand_load, load_ready;
+	uv_timer_t cancel_timer;
+	const char *left_why;
+	uint64_t loads_cancelled;
+	/*
 	 * Its dns: NAME:PORT, followed (NULL without one, or once closed);
 	 * discoveries_open counts those not yet closed, this one and the
 	 * --upstream-dns ones of the one model, whose hooks point here.
@@ -111,5 +123,13 @@ bool sl_model_idle(const struct sl_model *m);
 
 /* Whether `m` is managed and its llama-servers run, start or stop. */
 bool sl_model_running(const struct sl_model *m);
+
+/*
+ * Whether `m` is loading for requests that all left: started on demand
+ * (and not `preload`), not ready once since, nothing queued or in flight.
+ * Such a load is cancelled (app_models.c), and is the first to go when
+ * another model needs its room.
+ */
+bool sl_model_load_abandoned(const struct sl_model *m);
 
 #endif

@@ -51,6 +51,9 @@ struct sl_relay_hooks {
 	void (*model_ref)(struct sl_model *m);
 	void (*model_release)(struct sl_model *m);
 	void (*model_used)(struct sl_model *m);
+	/* A queued request of `m` left unserved (sl_app_model_left). */
+	void (*model_left)(struct sl_model *m, const char *why,
+	                   uint64_t retry_ms);
 };
 
 struct sl_relay {
