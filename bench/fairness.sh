@@ -3,7 +3,7 @@
 # tenants"): sluice with two keys in front of the 4-slot llama-server it
 # starts on the tiny demo model (--max-queue 64, so that a flood's
 # backlog drains in seconds), one sluice-bench per tenant, each with its
-# own rate. Capacity C is measured first (closed loop, 16 at once); then
+# own rate, neither retrying a refusal. Capacity C is measured first (closed loop, 16 at once); then
 #   alone:  B alone at C/4 (half of its fair share, C/2);
 #   key:    A floods at 5C (ten times its share) while B sends at C/4,
 #           under --fairness key;
@@ -84,8 +84,8 @@ run_pair() {
 		--duration "$SECONDS_EACH" \
 		--requests 1000000 &
 	local a=$!
-	bench "$name-b" b-secret --rate "$b_rate" --duration "$SECONDS_EACH" \
-		--requests 1000000
+	bench "$name-b" b-secret --retry off --rate "$b_rate" \
+		--duration "$SECONDS_EACH" --requests 1000000
 	wait $a
 	python3 -c "print($(service tenant-a) - ${a0:-0})" >"$OUT/$name-a.service"
 	python3 -c "print($(service tenant-b) - ${b0:-0})" >"$OUT/$name-b.service"
