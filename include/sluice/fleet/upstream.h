@@ -38,6 +38,7 @@
 #define SLUICE_UPSTREAM_H
 
 #include "sluice/fleet/child.h"
+#include "sluice/fleet/occupancy.h"
 #include "sluice/config/config.h"
 #include "sluice/net/curl_loop.h"
 #include "sluice/fleet/outlier.h"
@@ -99,6 +100,13 @@ struct sl_upstream_hooks {
 	 * be left to take work. NULL: always.
 	 */
 	bool (*may_eject)(const struct sl_upstream *u);
+	/*
+	 * Whether requests wait in sluice's queue for u's model: only then
+	 * is its occupancy polled (occupancy.h). NULL: never.
+	 */
+	bool (*waiting)(const struct sl_upstream *u);
+	/* A poll found slots freed on `u`: waiting requests may go. */
+	void (*on_capacity)(struct sl_upstream *u);
 	/* Stopped and closed; `u` is freed when this returns. */
 	void (*on_stopped)(struct sl_upstream *u);
 };
@@ -136,7 +144,13 @@ struct sl_upstream {
 	char *name;
 	char *api_key; /* sent as a bearer token; NULL for none */
 	enum sl_upstream_state state;
-	unsigned total_slots; /* from /props; 0 until known */
+	/*
+	 * Requests it takes from this sluice at once: /props' total_slots,
+	 * or --slots-per-upstream; 0 until known.
+	 */
+	unsigned total_slots;
+	/* What its /props said: total_slots; 0 when it did not say. */
+	unsigned server_slots;
 	unsigned restarts;    /* relaunches after unexpected exits */
 	unsigned inflight;    /* exchanges sent to it and not finished */
 	/*
@@ -189,6 +203,8 @@ struct sl_upstream {
 	unsigned quick_failures; /* exits since the last stable run */
 
 	struct sl_get probe;
+	/* How busy it is by its own account (remote only): occupancy.h. */
+	struct sl_occupancy occupancy;
 	/* Its own /metrics (managed only), fetched for sluice's /metrics. */
 	struct sl_get metrics_get;
 	char *metrics_text;        /* the last answer, or NULL */
@@ -229,7 +245,8 @@ bool sl_upstream_usable(const struct sl_upstream *u);
 
 /*
  * Its slots that new work may take: none while it is quiet (above), else
- * those sluice has not filled.
+ * those sluice has not filled, fewer when llama-server reports others'
+ * requests there (occupancy.h).
  */
 unsigned sl_upstream_free_slots(const struct sl_upstream *u);
 
