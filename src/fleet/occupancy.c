@@ -59,8 +59,8 @@ unsigned sl_occupancy_free(const struct sl_upstream *u, unsigned cap,
 		return free;
 	/* One more than llama-server has free: see occupancy.h. */
 	unsigned taken = others + own;
-	unsigned room =
-	    taken < u->server_slots + 1 ? u->server_slots + 1 - taken : 0;
+	unsigned slots = u->server_slots + (u->occupancy.deferred == 0);
+	unsigned room = taken < slots ? slots - taken : 0;
 	return SL_MIN(free, room);
 }
 
@@ -104,8 +104,14 @@ void sl_occupancy_want(struct sl_upstream *u)
 	arm(u, o->last_ms == 0 || next <= now ? 0 : next - now);
 }
 
+void sl_occupancy_taken(struct sl_upstream *u)
+{
+	u->occupancy.take_ms = uv_now(u->loop);
+}
+
 void sl_occupancy_answer_ended(struct sl_upstream *u)
 {
+	u->occupancy.ends++;
 	if (sl_occupancy_polled(u))
 		arm(u, 0);
 }
@@ -185,12 +191,27 @@ static void took_reading(struct sl_upstream *u, unsigned processing,
 	struct sl_occupancy *o = &u->occupancy;
 	unsigned before = sl_upstream_free_slots(u);
 	unsigned busy = processing + deferred;
+	unsigned long long ended = o->ends - o->ends_at_poll;
+	unsigned own = o->own_at_poll > ended ? o->own_at_poll - ended : 0;
 	o->read_ms = uv_now(u->loop);
 	o->processing = processing;
 	o->deferred = deferred;
-	o->others = busy > u->inflight ? busy - u->inflight : 0;
+	o->others = busy > own ? busy - own : 0;
 	if (sl_upstream_free_slots(u) > before && u->hooks->on_capacity)
 		u->hooks->on_capacity(u);
+}
+
+/*
+ * A poll failed: the last reading stands (a poll answers again soon), but
+ * not for long: after SL_OCCUPANCY_FAILURES in a row, sluice's own count
+ * holds until one answers, rather than nothing going at all.
+ */
+static void poll_failed(struct sl_upstream *u)
+{
+	struct sl_occupancy *o = &u->occupancy;
+	o->failures++;
+	if (++o->failed >= SL_OCCUPANCY_FAILURES)
+		took_reading(u, 0, 0);
 }
 
 static void on_poll(struct sl_get *g, long status, const char *err)
@@ -204,14 +225,10 @@ static void on_poll(struct sl_get *g, long status, const char *err)
 	else if (status == 200 && o->source == SL_OCCUPANCY_SLOTS)
 		ok = parse_slots(g->body, &processing);
 	if (ok) {
+		o->failed = 0;
 		took_reading(u, processing, deferred);
 	} else {
-		/*
-		 * A failed poll says nothing of others: sluice's own count
-		 * holds until one answers, rather than none at all.
-		 */
-		took_reading(u, 0, 0);
-		o->failures++;
+		poll_failed(u);
 		sl_debug("upstream %s: occupancy poll of %s failed: %s", u->url,
 		         source_paths[o->source],
 		         err             ? err
@@ -233,7 +250,15 @@ static void start_poll(struct sl_upstream *u)
 	struct sl_occupancy *o = &u->occupancy;
 	if (sl_get_busy(&o->get) || !may_poll(u))
 		return;
-	o->last_ms = uv_now(u->loop);
+	uint64_t now = uv_now(u->loop);
+	uint64_t settled = o->take_ms + SL_OCCUPANCY_SETTLE_MS;
+	if (o->take_ms > 0 && now < settled) {
+		uv_timer_start(&o->timer, on_timer, settled - now, 0);
+		return;
+	}
+	o->last_ms = now;
+	o->own_at_poll = u->inflight;
+	o->ends_at_poll = o->ends;
 	o->polls++;
 	o->get.data = u;
 	char *url =
@@ -241,10 +266,8 @@ static void start_poll(struct sl_upstream *u)
 	int rc = sl_get_start(u->curl, &o->get, url, u->api_key,
 	                      SL_PROBE_TIMEOUT_MS, on_poll);
 	free(url);
-	if (rc != 0) {
-		o->failures++;
-		took_reading(u, 0, 0);
-	}
+	if (rc != 0)
+		poll_failed(u);
 }
 
 void sl_occupancy_init(struct sl_upstream *u)
