@@ -75,7 +75,7 @@ static void on_upstream_change(struct sl_upstream *u,
 /*
  * Free slots across the model's usable upstreams: its capacity. While
  * requests wait, its remote upstreams are asked how busy they are
- * (occupancy.h): others may hold slots there that sluice counts free.
+ * (upstream.h, "Occupancy"): others may hold slots there that sluice counts free.
  */
 static unsigned free_slots(void *ctx)
 {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Several sluices, and other clients, in front of one llama-server without
 splitting its slots: sluice reads how busy llama-server is (its /metrics,
-src/fleet/occupancy.h) and sends only what it has room for, plus at most one
+src/fleet/occupancy.c) and sends only what it has room for, plus at most one
 request to wait in llama-server's own queue. The tests assert what happens,
 never how long it takes."""
 
@@ -162,6 +162,17 @@ class SharedFleet(st.TestCase):
         st.wait_until(lambda: queue_depth(sl) == 2 * SLOTS - 1, 30,
                       "sluice to hold all but one request in its queue")
         self.assertEqual(llama_metrics(self.ls), (SLOTS, 1))
+        # Its metrics tell llama-server's count beside its own.
+        text = sl.get("/metrics").body.decode()
+        labels = r'\{upstream="%s",model="[^"]*"' % re.escape(self.ls.url)
+        self.assertRegex(text, r'\nsluice_upstream_slots_busy%s,'
+                         r'source="llama-server"\} %d\n' % (labels, SLOTS))
+        self.assertRegex(text, r'\nsluice_upstream_slots_busy%s,'
+                         r'source="sluice"\} 1\n' % labels)
+        self.assertRegex(text, r'\nsluice_upstream_requests_deferred%s\} '
+                         r'1\n' % labels)
+        self.assertRegex(text, r'\nsluice_upstream_occupancy_polls_total%s,'
+                         r'result="ok"\} [1-9]' % labels)
         for d in directs:
             d.close()
         for t in threads:

@@ -1,13 +1,12 @@
 /*
- * occupancy.c: polling a remote llama-server's busy slots (occupancy.h).
+ * occupancy.c: polling a remote llama-server's busy slots (upstream.h,
+ * "Occupancy").
  *
  * Driven by three events: requests start waiting (sl_occupancy_want), an
  * answer ends (sl_occupancy_answer_ended), and a poll answers. The timer
  * says when the next poll may go; a poll goes only while requests wait
  * for the upstream (hooks->waiting), and its answer arms the next.
  */
-#include "sluice/fleet/occupancy.h"
-
 #include "sluice/base/common.h"
 #include "sluice/base/log.h"
 #include "sluice/fleet/upstream.h"
@@ -23,10 +22,12 @@ static const char *const source_paths[] = {
 
 bool sl_occupancy_polled(const struct sl_upstream *u)
 {
+	/* server_slots first: 0 until /props said (and in unit tests). */
+	if (u->server_slots == 0 || u->managed || u->router ||
+	    u->occupancy.source == SL_OCCUPANCY_NONE)
+		return false;
 	const struct sl_config *cfg = u->cfg;
-	return cfg->occupancy_poll_ms > 0 && !u->managed && !u->router &&
-	       u->occupancy.source != SL_OCCUPANCY_NONE &&
-	       u->server_slots > 0 &&
+	return cfg->occupancy_poll_ms > 0 &&
 	       (cfg->slots_per_upstream == 0 ||
 	        cfg->slots_per_upstream <= u->server_slots);
 }
@@ -57,7 +58,7 @@ unsigned sl_occupancy_free(const struct sl_upstream *u, unsigned cap,
 	unsigned others = u->occupancy.others;
 	if (others == 0)
 		return free;
-	/* One more than llama-server has free: see occupancy.h. */
+	/* One more than llama-server has free: see upstream.h, "Occupancy". */
 	unsigned taken = others + own;
 	unsigned slots = u->server_slots + (u->occupancy.deferred == 0);
 	unsigned room = taken < slots ? slots - taken : 0;
@@ -225,6 +226,7 @@ static void on_poll(struct sl_get *g, long status, const char *err)
 	else if (status == 200 && o->source == SL_OCCUPANCY_SLOTS)
 		ok = parse_slots(g->body, &processing);
 	if (ok) {
+		o->reads++;
 		o->failed = 0;
 		took_reading(u, processing, deferred);
 	} else {

@@ -71,7 +71,7 @@ bool exchange_upstream_streams(const struct exchange *x)
 
 /*
  * Whether a plain answer sent to `u` now is asked for as a stream. An
- * upstream whose occupancy is polled (fleet/occupancy.h) gets streams
+ * upstream whose occupancy is polled (fleet/upstream.h, "Occupancy") gets streams
  * always: each poll is a task whose result re-arms llama-server's wait,
  * so a left plain answer there would run on for as long as requests
  * wait, and a quiet spell would stop the polls that let them go.
