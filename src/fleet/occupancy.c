@@ -194,10 +194,18 @@ static void took_reading(struct sl_upstream *u, unsigned processing,
 	unsigned busy = processing + deferred;
 	unsigned long long ended = o->ends - o->ends_at_poll;
 	unsigned own = o->own_at_poll > ended ? o->own_at_poll - ended : 0;
+	unsigned seen = busy > own ? busy - own : 0;
+	/*
+	 * A reading misses requests another sluice sent a moment before it
+	 * (upstream.h, "Occupancy"); the previous reading, when recent,
+	 * covers that moment: the more of the two stands.
+	 */
+	bool recent = fresh(u);
+	o->others = recent ? SL_MAX(seen, o->seen) : seen;
+	o->seen = seen;
 	o->read_ms = uv_now(u->loop);
 	o->processing = processing;
 	o->deferred = deferred;
-	o->others = busy > own ? busy - own : 0;
 	if (sl_upstream_free_slots(u) > before && u->hooks->on_capacity)
 		u->hooks->on_capacity(u);
 }

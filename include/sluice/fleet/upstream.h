@@ -111,8 +111,12 @@ const char *sl_retry_reason_name(enum sl_retry_reason r);
  * ended while it was out (llama-server may have let go of them already,
  * and counting them would take them for free slots); and a poll goes
  * SL_OCCUPANCY_SETTLE_MS after the last request sent there at the
- * soonest. Both err towards more others: fewer requests sent, until the
- * next poll. Its free slots are then
+ * soonest. And a reading misses requests sent a moment before it by
+ * another sluice (measured: two sluices with 7 requests sent, and a poll
+ * that answered 3 processing, 0 deferred), so others is the more of this
+ * reading's and the previous one's (when that is still fresh). All
+ * three err towards more others: fewer requests sent, until the next
+ * poll. Its free slots are then
  *   min(cap - own, total - others - own + extra)
  * where total is /props' total_slots, cap is --slots-per-upstream (or
  * total), and extra is 1 when others > 0 and the poll found nothing in
@@ -144,7 +148,7 @@ const char *sl_retry_reason_name(enum sl_retry_reason r);
  * that llama-server has it when it answers: a poll that overtook it would
  * miss it, and take one of sluice's requests for a free slot.
  */
-#define SL_OCCUPANCY_SETTLE_MS 20
+#define SL_OCCUPANCY_SETTLE_MS 5
 
 /* Failed polls in a row after which sluice counts only its own. */
 #define SL_OCCUPANCY_FAILURES 3
@@ -173,7 +177,8 @@ struct sl_occupancy {
 	/* From the last poll that answered. */
 	unsigned processing; /* llama-server's busy slots */
 	unsigned deferred;   /* requests waiting in its own queue */
-	unsigned others;     /* of those, not sluice's */
+	unsigned seen;       /* of those, not sluice's */
+	unsigned others;     /* the more of seen and the last reading's */
 	unsigned failed;     /* polls failed in a row */
 	unsigned long long polls, reads,
 	    failures; /* started, answered, failed */
