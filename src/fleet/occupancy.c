@@ -32,6 +32,13 @@ bool sl_occupancy_polled(const struct sl_upstream *u)
 	        cfg->slots_per_upstream <= u->server_slots);
 }
 
+bool sl_occupancy_polling(const struct sl_upstream *u)
+{
+	const struct sl_occupancy *o = &u->occupancy;
+	return sl_occupancy_polled(u) && o->last_ms > 0 &&
+	       uv_now(u->loop) - o->last_ms < SL_OCCUPANCY_REARM_MS;
+}
+
 /* Whether the last reading is recent enough to go by. */
 static bool fresh(const struct sl_upstream *u)
 {

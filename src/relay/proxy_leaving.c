@@ -70,11 +70,11 @@ bool exchange_upstream_streams(const struct exchange *x)
  */
 
 /*
- * Whether a plain answer sent to `u` now is asked for as a stream. An
- * upstream whose occupancy is polled (fleet/upstream.h, "Occupancy") gets streams
- * always: each poll is a task whose result re-arms llama-server's wait,
- * so a left plain answer there would run on for as long as requests
- * wait, and a quiet spell would stop the polls that let them go.
+ * Whether a plain answer sent to `u` now is asked for as a stream. Also
+ * while sluice polls u's occupancy (fleet/upstream.h, "Occupancy"): each
+ * poll is a task whose result re-arms llama-server's wait, so a left
+ * plain answer there would run on for as long as requests wait (a quiet
+ * spell pauses the polls, but holds the queue up to let it go).
  */
 bool exchange_plain_as_stream(const struct sl_relay *relay,
                               const struct sl_upstream *u)
@@ -83,7 +83,7 @@ bool exchange_plain_as_stream(const struct sl_relay *relay,
 	case SL_STREAM_UPSTREAM_ON: return true;
 	case SL_STREAM_UPSTREAM_OFF: return false;
 	default:
-		return u->streams > 0 || sl_occupancy_polled(u) ||
+		return u->streams > 0 || sl_occupancy_polling(u) ||
 		       uv_now(relay->loop) < u->plain_streams_until_ms;
 	}
 }

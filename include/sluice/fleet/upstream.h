@@ -102,9 +102,10 @@ const char *sl_retry_reason_name(enum sl_retry_reason r);
  * 501, else nothing: sluice's own count, as before, with one log line
  * saying so. Never while nothing waits: each poll is a task whose result
  * re-arms llama-server's one-second wait, which is when it notices that
- * a plain answer's client left (so plain answers to a polled upstream are
- * asked for as streams: relay/proxy_leaving.c); never while it is quiet
- * for that reason either.
+ * a plain answer's client left (so plain answers sent to an upstream
+ * polled within SL_OCCUPANCY_REARM_MS are asked for as streams:
+ * relay/proxy_leaving.c); never while it is quiet for that reason
+ * either.
  *
  * From a poll: others = processing + deferred - sluice's own in flight
  * (at least 0): own counted when the poll went, less the answers that
@@ -148,7 +149,13 @@ const char *sl_retry_reason_name(enum sl_retry_reason r);
  * that llama-server has it when it answers: a poll that overtook it would
  * miss it, and take one of sluice's requests for a free slot.
  */
-#define SL_OCCUPANCY_SETTLE_MS 5
+#define SL_OCCUPANCY_SETTLE_MS 20
+
+/*
+ * Polls further apart than this leave llama-server's one-second wait alone
+ * (measured on 0.7.0: every 1.5 s or more is harmless).
+ */
+#define SL_OCCUPANCY_REARM_MS 1500
 
 /* Failed polls in a row after which sluice counts only its own. */
 #define SL_OCCUPANCY_FAILURES 3
@@ -378,6 +385,12 @@ void sl_occupancy_reset(struct sl_upstream *u);
 
 /* Whether `u`'s occupancy is polled (see the top of this file). */
 bool sl_occupancy_polled(const struct sl_upstream *u);
+
+/*
+ * Whether a poll of `u` went within SL_OCCUPANCY_REARM_MS: llama-server's
+ * one-second wait for results may still be re-armed by it.
+ */
+bool sl_occupancy_polling(const struct sl_upstream *u);
 
 /*
  * Requests wait for `u`'s model: poll as soon as the interval since the
