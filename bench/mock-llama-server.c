@@ -6,8 +6,9 @@
  *   (--help lists every option with its environment twin and default)
  *
  * It speaks the part of llama-server's HTTP API that sluice uses: /health,
- * /props, /slots, /v1/models, and the three generation endpoints
- * (/completion, /v1/completions, /v1/chat/completions), streamed or not,
+ * /props, /slots, /metrics (the two occupancy gauges), /v1/models, and
+ * the three generation endpoints (/completion, /v1/completions,
+ * /v1/chat/completions), streamed or not,
  * with llama-server's JSON shapes and SSE framing as a Debian build of
  * llama-server (0.7.0, build 11669) writes them. It runs no model.
  *
@@ -22,7 +23,9 @@
  *
  * Slots: at most --slots generations run at once; the rest wait in an
  * unbounded FIFO and start, first come first served, when a slot frees,
- * as llama-server's "deferred" tasks do. /slots shows which slots are busy.
+ * as llama-server's "deferred" tasks do. /slots shows which slots are busy;
+ * /metrics counts them (requests_processing) and the waiting ones
+ * (requests_deferred).
  *
  * Timing: a generation that holds a slot waits --prompt-delay-ms before its
  * first token, then --token-delay-ms between tokens, driven by one
@@ -49,8 +52,8 @@
  * llama-server does while it loads a model. --nul-pieces 1 ends every piece
  * with a NUL character, so tests can check that such text arrives whole.
  *
- * Known gaps: no /metrics, /tokenize, /embeddings, /infill; no stop words,
- * no n_probs, no multiple prompts; unknown fields are ignored (as
+ * Known gaps: no /metrics beyond the occupancy gauges; no /tokenize,
+ * /embeddings, /infill; no stop words, no n_probs, no multiple prompts; unknown fields are ignored (as
  * llama-server does), and fields of the wrong type fall back to defaults.
  * The mock writes regardless of back-pressure: an answer is at most a
  * couple of MB, and sluice's HTTP server drops a client that stops reading.
@@ -370,6 +373,7 @@ struct mock {
 	struct options opt;
 	struct generation **slots; /* opt.slots entries; NULL: idle */
 	unsigned n_busy;
+	unsigned n_waiting; /* in the wait queue: llama-server's deferred */
 	struct generation *wait_head, *wait_tail;
 	uint64_t rng;
 	uint64_t serial;      /* generation requests so far */
@@ -621,6 +625,7 @@ static bool loading(struct mock *m)
 static void queue_push(struct mock *m, struct generation *g)
 {
 	g->waiting = true;
+	m->n_waiting++;
 	g->prev = m->wait_tail;
 	g->next = NULL;
 	if (m->wait_tail)
@@ -635,6 +640,7 @@ static void queue_remove(struct mock *m, struct generation *g)
 	if (!g->waiting)
 		return;
 	g->waiting = false;
+	m->n_waiting--;
 	if (g->prev)
 		g->prev->next = g->next;
 	else
@@ -968,6 +974,28 @@ static void handle_slots(struct mock *m, struct sl_http_request *req)
 	respond_json(req, 200, t);
 }
 
+/*
+ * llama-server --metrics' two occupancy gauges (it writes more), in its
+ * text format: generations holding a slot, and those waiting for one.
+ */
+static void handle_metrics(struct mock *m, struct sl_http_request *req)
+{
+	struct text *t = &m->scratch;
+	t->len = 0;
+	text_printf(t,
+	            "# HELP llamacpp:requests_processing Number of requests "
+	            "processing.\n"
+	            "# TYPE llamacpp:requests_processing gauge\n"
+	            "llamacpp:requests_processing %u\n"
+	            "# HELP llamacpp:requests_deferred Number of requests "
+	            "deferred.\n"
+	            "# TYPE llamacpp:requests_deferred gauge\n"
+	            "llamacpp:requests_deferred %u\n",
+	            m->n_busy, m->n_waiting);
+	sl_http_respond(req, 200, "text/plain; version=0.0.4", NULL, t->data,
+	                t->len);
+}
+
 static void handle_models(struct mock *m, struct sl_http_request *req)
 {
 	struct text *t = &m->scratch;
@@ -1005,6 +1033,7 @@ static const struct route routes[] = {
     {"/health", HTTP_GET, handle_health},
     {"/props", HTTP_GET, handle_props},
     {"/slots", HTTP_GET, handle_slots},
+    {"/metrics", HTTP_GET, handle_metrics},
     {"/v1/models", HTTP_GET, handle_models},
     {"/completion", HTTP_POST, handle_native},
     {"/completions", HTTP_POST, handle_native},

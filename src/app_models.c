@@ -83,10 +83,17 @@ static void on_upstream_change(struct sl_upstream *u,
 	}
 }
 
-/* Free slots across the model's usable upstreams: its capacity. */
+/*
+ * Free slots across the model's usable upstreams: its capacity. While
+ * requests wait, its remote upstreams are asked how busy they are
+ * (upstream.h, "Occupancy"): others may hold slots there that sluice counts free.
+ */
 static unsigned free_slots(void *ctx)
 {
 	const struct sl_model *m = ctx;
+	if (sl_sched_depth(&m->sched) > 0)
+		for (unsigned i = 0; i < m->pool.n; i++)
+			sl_occupancy_want(m->pool.members[i]);
 	return sl_pool_free_slots(&m->pool);
 }
 
@@ -482,8 +489,24 @@ static bool may_eject(const struct sl_upstream *u)
 	return m && sl_pool_other_usable(&m->pool, u);
 }
 
+/* Requests of u's model wait in its queue: its occupancy is polled. */
+static bool upstream_waiting(const struct sl_upstream *u)
+{
+	const struct sl_app *app = u->data;
+	const struct sl_model *m = sl_registry_model_of(&app->registry, u);
+	return m && sl_sched_depth(&m->sched) > 0;
+}
+
+/* A poll found slots that others let go: the queue may move. */
+static void upstream_capacity(struct sl_upstream *u)
+{
+	sl_app_kick_scheduler(u->data);
+}
+
 const struct sl_upstream_hooks app_upstream_hooks = {
     .may_eject = may_eject,
+    .waiting = upstream_waiting,
+    .on_capacity = upstream_capacity,
     .on_change = on_upstream_change,
     .on_fatal = on_upstream_fatal,
     .on_stopped = app_on_upstream_stopped,

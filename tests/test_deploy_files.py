@@ -244,14 +244,16 @@ class Kubernetes(st.TestCase):
                          ["%s:%d" % (service["metadata"]["name"], port)])
         self.assertEqual(flag(sl_args, "--upstream"), [])
         self.assertEqual(flag(ls_args, "--port"), [str(port)])
-        # Each sluice replica takes its share of every llama-server's slots.
+        # The sluice replicas share every llama-server's slots, with no
+        # static split: each reads how busy it is from its /metrics.
         slots = int(flag(ls_args, "-np")[0])
-        per_sluice = int(flag(sl_args, "--slots-per-upstream")[0])
-        self.assertEqual(sl["spec"]["replicas"] * per_sluice, slots)
-        # An HTTP thread for every connection the sluices may hold (their
-        # slots plus 2 each) and for the probes.
+        self.assertEqual(flag(sl_args, "--slots-per-upstream"), [])
+        self.assertIn("--metrics", ls_args)
+        # An HTTP thread for every connection the sluices may hold (all
+        # its slots, plus 2 and the occupancy poll each) and for the
+        # probes.
         self.assertGreaterEqual(int(flag(ls_args, "--threads-http")[0]),
-                                sl["spec"]["replicas"] * (per_sluice + 2)
+                                sl["spec"]["replicas"] * (slots + 3)
                                 + PROBE_CONNECTIONS)
         # Both sides read the upstream key from the same Secret.
         refs = {c["name"]: {e["name"]: e["valueFrom"]["secretKeyRef"]
@@ -321,8 +323,7 @@ class Kubernetes(st.TestCase):
         health = s.health().json()["upstreams"]
         self.assertEqual([(u["url"], u["state"]) for u in health],
                          [("http://127.0.0.1:%d" % port, "ready")])
-        self.assertEqual(health[0]["slots"],
-                         int(flag(sl_c["args"], "--slots-per-upstream")[0]))
+        self.assertEqual(health[0]["slots"], int(flag(ls_c["args"], "-np")[0]))
         # The HPA's metric is one sluice exports.
         (metric,) = [m["external"]["metric"]["name"]
                      for m in hpa["spec"]["metrics"]]

@@ -112,6 +112,13 @@ const struct option_def sl_config_options[] = {
 	{"health-interval", "SLUICE_HEALTH_INTERVAL", "DURATION", OPT_DURATION,
 	 FIELD(health_interval_ms), "2", 100, 3600 * SEC, NULL,
 	 "how often each ready upstream's /health is checked", NULL},
+	{"occupancy-poll", "SLUICE_OCCUPANCY_POLL", "DURATION", OPT_DURATION,
+	 FIELD(occupancy_poll_ms), "200ms", 0, 60 * SEC, NULL,
+	 "while requests wait for a remote upstream, how often its busy slots "
+	 "are read from llama-server (/metrics, else /slots), and also once "
+	 "whenever an answer there ends, so that several sluices and other "
+	 "clients share its slots; 0 counts only sluice's own requests",
+	 NULL},
 	{"upstream-api-key", "SLUICE_UPSTREAM_API_KEY", "KEY", OPT_SECRET,
 	 FIELD(upstream_api_key), "", 0, 0, NULL,
 	 "API key sent to --upstream servers (a spawned llama-server gets a "

@@ -53,9 +53,9 @@ bool sl_upstream_usable(const struct sl_upstream *u)
 
 unsigned sl_upstream_free_slots(const struct sl_upstream *u)
 {
-	if (u->quiet > 0 || u->inflight >= u->total_slots)
+	if (u->quiet > 0)
 		return 0;
-	return u->total_slots - u->inflight;
+	return sl_occupancy_free(u, u->total_slots, u->inflight);
 }
 
 static void set_state(struct sl_upstream *u, enum sl_upstream_state s)
@@ -224,6 +224,8 @@ static void on_props(struct sl_get *g, long status, const char *err)
 		        "demand",
 		        u->url);
 	u->router = router;
+	u->server_slots = slots;
+	sl_occupancy_reset(u);
 	if (slots == 0) {
 		/*
 		 * A router has no slots of its own; some builds or proxies
@@ -564,7 +566,8 @@ struct sl_upstream *sl_upstream_new(uv_loop_t *loop, struct sl_curl *curl,
 	uv_timer_init(loop, &u->deadline_timer);
 	u->probe_timer.data = u;
 	u->deadline_timer.data = u;
-	u->open_handles = 2;
+	sl_occupancy_init(u);
+	u->open_handles = 3;
 	return u;
 }
 
@@ -580,6 +583,7 @@ static void free_upstream(struct sl_upstream *u)
 {
 	sl_get_reset(u->curl, &u->probe);
 	sl_get_reset(u->curl, &u->metrics_get);
+	sl_occupancy_stop(u);
 	free(u->metrics_text);
 	free(u->url);
 	free(u->request_url);
@@ -605,6 +609,7 @@ static void finish_stop(struct sl_upstream *u)
 	set_state(u, SL_UPSTREAM_STOPPED);
 	uv_close((uv_handle_t *)&u->probe_timer, on_timer_closed);
 	uv_close((uv_handle_t *)&u->deadline_timer, on_timer_closed);
+	uv_close((uv_handle_t *)&u->occupancy.timer, on_timer_closed);
 }
 
 void sl_upstream_stop(struct sl_upstream *u, bool force)
@@ -614,6 +619,7 @@ void sl_upstream_stop(struct sl_upstream *u, bool force)
 	if (!again) {
 		sl_get_reset(u->curl, &u->probe);
 		sl_get_reset(u->curl, &u->metrics_get);
+		sl_occupancy_stop(u);
 		uv_timer_stop(&u->probe_timer);
 		uv_timer_stop(&u->deadline_timer);
 	}
@@ -642,6 +648,13 @@ json_t *sl_upstream_json(const struct sl_upstream *u)
 		json_object_set_new(o, "router", json_true());
 	if (u->origin)
 		json_object_set_new(o, "origin", json_string(u->origin));
+	if (sl_occupancy_polled(u))
+		json_object_set_new(
+		    o, "occupancy",
+		    json_pack("{s:i, s:i, s:i}", "processing",
+		              (json_int_t)u->occupancy.processing, "deferred",
+		              (json_int_t)u->occupancy.deferred, "others",
+		              (json_int_t)u->occupancy.others));
 	if (u->draining) {
 		/* What the drain still waits for. */
 		json_object_set_new(o, "draining", json_true());

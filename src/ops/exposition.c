@@ -232,6 +232,62 @@ static void model_label(const struct sl_exposition *ex,
 	sl_label_escape(m ? m->name : "", out, size);
 }
 
+/*
+ * Slots busy as llama-server reports them against sluice's own count, for
+ * the upstreams whose occupancy is polled (fleet/upstream.h, "Occupancy").
+ */
+static void expose_occupancy(struct sl_exposition *ex, struct sl_text *t)
+{
+	static const struct {
+		const char *name, *type, *help;
+	} families[] = {
+	    {"sluice_upstream_slots_busy", "gauge",
+	     "Slots busy on a polled upstream: as its last poll found them "
+	     "(source=\"llama-server\"), and sluice's own requests there "
+	     "now (source=\"sluice\")."},
+	    {"sluice_upstream_requests_deferred", "gauge",
+	     "Requests waiting in a polled llama-server's own queue, as its "
+	     "last poll found them."},
+	    {"sluice_upstream_occupancy_polls_total", "counter",
+	     "Polls of an upstream's occupancy (/metrics or /slots), by "
+	     "result."},
+	};
+	for (size_t k = 0; k < SL_ARRAY_SIZE(families); k++) {
+		sl_expose_family(t, families[k].name, families[k].type,
+		                 families[k].help);
+		for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
+			const struct sl_upstream *u = ex->upstreams[i];
+			if (!u || !sl_occupancy_polled(u))
+				continue;
+			const struct sl_occupancy *o = &u->occupancy;
+			char l[640], label[256], model[256];
+			sl_label_escape(u->name, label, sizeof(label));
+			model_label(ex, u, model, sizeof(model));
+			snprintf(l, sizeof(l), "upstream=\"%s\",model=\"%s\"",
+			         label, model);
+			const char *f = families[k].name;
+			if (k == 0) {
+				sl_text_printf(t,
+				               "%s{%s,source=\"llama-server\"} "
+				               "%u\n",
+				               f, l, o->processing);
+				sl_text_printf(t,
+				               "%s{%s,source=\"sluice\"} %u\n",
+				               f, l, u->inflight);
+			} else if (k == 1) {
+				sl_text_printf(t, "%s{%s} %u\n", f, l,
+				               o->deferred);
+			} else {
+				sl_text_printf(t, "%s{%s,result=\"ok\"} %llu\n",
+				               f, l, o->reads);
+				sl_text_printf(
+				    t, "%s{%s,result=\"failed\"} %llu\n", f, l,
+				    o->failures);
+			}
+		}
+	}
+}
+
 static void expose_upstreams(struct sl_exposition *ex, struct sl_text *t)
 {
 	static const struct {
@@ -267,6 +323,7 @@ static void expose_upstreams(struct sl_exposition *ex, struct sl_text *t)
 			               families[k].name, label, model, v[k]);
 		}
 	}
+	expose_occupancy(ex, t);
 	sl_expose_family(t, "sluice_upstream_retries_total", "counter",
 	                 "Requests sent again after failing on an upstream "
 	                 "before any byte reached the client.");

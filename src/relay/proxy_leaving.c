@@ -69,7 +69,13 @@ bool exchange_upstream_streams(const struct exchange *x)
  * for a second (or at its end); its slot stays taken until then.
  */
 
-/* Whether a plain answer sent to `u` now is asked for as a stream. */
+/*
+ * Whether a plain answer sent to `u` now is asked for as a stream. Also
+ * while sluice polls u's occupancy (fleet/upstream.h, "Occupancy"): each
+ * poll is a task whose result re-arms llama-server's wait, so a left
+ * plain answer there would run on for as long as requests wait (a quiet
+ * spell pauses the polls, but holds the queue up to let it go).
+ */
 bool exchange_plain_as_stream(const struct sl_relay *relay,
                               const struct sl_upstream *u)
 {
@@ -77,7 +83,7 @@ bool exchange_plain_as_stream(const struct sl_relay *relay,
 	case SL_STREAM_UPSTREAM_ON: return true;
 	case SL_STREAM_UPSTREAM_OFF: return false;
 	default:
-		return u->streams > 0 ||
+		return u->streams > 0 || sl_occupancy_polling(u) ||
 		       uv_now(relay->loop) < u->plain_streams_until_ms;
 	}
 }
@@ -200,6 +206,8 @@ void exchange_upstream_let_go(struct exchange *x)
 		    uv_now(x->relay->loop) +
 		    SL_STREAM_UPSTREAM_WINDOW_S * UINT64_C(1000);
 	u->inflight--;
+	/* Others may have taken the slot, or freed theirs: ask again. */
+	sl_occupancy_answer_ended(u);
 }
 
 /*

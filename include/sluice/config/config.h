@@ -140,6 +140,8 @@ struct sl_config {
 	uint64_t startup_timeout_ms;
 	uint64_t stop_timeout_ms; /* SIGTERM to SIGKILL grace period */
 	uint64_t health_interval_ms;
+	/* A remote upstream's occupancy poll while requests wait; 0: off. */
+	uint64_t occupancy_poll_ms;
 	char *upstream_api_key; /* for --upstream servers, or "" */
 	uint64_t upstream_connect_timeout_ms;
 	uint64_t upstream_timeout_ms;       /* to the first response byte */

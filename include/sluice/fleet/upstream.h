@@ -87,6 +87,110 @@ enum sl_retry_reason {
 
 const char *sl_retry_reason_name(enum sl_retry_reason r);
 
+/*
+ * Occupancy (occupancy.c): how busy a remote llama-server is, read from
+ * llama-server itself, so that several sluices (or other clients) share its
+ * slots.
+ *
+ * sluice counts what it sent to an upstream (inflight), but not what
+ * others sent there. So while requests wait in sluice's queue for a
+ * remote upstream, its occupancy is polled every --occupancy-poll, and
+ * once at once when an answer there ends (several ends in one loop turn
+ * make one poll): GET /metrics (llamacpp:requests_processing and
+ * llamacpp:requests_deferred; llama-server --metrics), else GET /slots
+ * (the slots whose is_processing is true) when /metrics answers 404 or
+ * 501, else nothing: sluice's own count, as before, with one log line
+ * saying so. Never while nothing waits: each poll is a task whose result
+ * re-arms llama-server's one-second wait, which is when it notices that
+ * a plain answer's client left (so plain answers sent to an upstream
+ * polled within SL_OCCUPANCY_REARM_MS are asked for as streams:
+ * relay/proxy_leaving.c); never while it is quiet for that reason
+ * either.
+ *
+ * From a poll: others = processing + deferred - sluice's own in flight
+ * (at least 0): own counted when the poll went, less the answers that
+ * ended while it was out (llama-server may have let go of them already,
+ * and counting them would take them for free slots); and a poll goes
+ * SL_OCCUPANCY_SETTLE_MS after the last request sent there at the
+ * soonest. And a reading misses requests sent a moment before it by
+ * another sluice (measured: two sluices with 7 requests sent, and a poll
+ * that answered 3 processing, 0 deferred), so others is the more of this
+ * reading's and the previous one's (when that is still fresh). All
+ * three err towards more others: fewer requests sent, until the next
+ * poll. Its free slots are then
+ *   min(cap - own, total - others - own + extra)
+ * where total is /props' total_slots, cap is --slots-per-upstream (or
+ * total), and extra is 1 when others > 0 and the poll found nothing in
+ * llama-server's own queue, else 0: it lets one request of sluice's wait
+ * there behind the others, so that a slot they free is taken at once
+ * rather than a poll later, and no more than one (several sluices that
+ * each added theirs would fill that queue). With others = 0 this is
+ * sluice's own count (cap - own), so a lone sluice behaves as without the
+ * poll, but for one thing: a reading older than SL_OCCUPANCY_FRESH
+ * intervals (nothing waited, so nothing was polled) is not gone by. Then
+ * one request goes when none of sluice's is there, and the rest wait for
+ * the poll their waiting starts (a millisecond or two), since others may
+ * have filled its slots meanwhile. When SL_OCCUPANCY_FAILURES polls in a
+ * row fail, sluice's own count holds (others = 0) until one answers.
+ *
+ * Not polled: a managed llama-server (private to its sluice), a router
+ * (no slots of its own), and one given more slots by --slots-per-upstream
+ * than its /props says (a fleet behind a balancer: its /metrics describes
+ * one member of it).
+ *
+ * What it owns: one sl_get (at most one poll in flight) and one timer,
+ * inside struct sl_upstream, closed with it.
+ */
+/* A reading is gone by for this many poll intervals after it came. */
+#define SL_OCCUPANCY_FRESH 2
+
+/*
+ * A poll waits this long after a request was sent to the upstream, so
+ * that llama-server has it when it answers: a poll that overtook it would
+ * miss it, and take one of sluice's requests for a free slot.
+ */
+#define SL_OCCUPANCY_SETTLE_MS 20
+
+/*
+ * Polls further apart than this leave llama-server's one-second wait alone
+ * (measured on 0.7.0: every 1.5 s or more is harmless).
+ */
+#define SL_OCCUPANCY_REARM_MS 1500
+
+/* Failed polls in a row after which sluice counts only its own. */
+#define SL_OCCUPANCY_FAILURES 3
+
+/* Where occupancy is read from: the next poll's target. */
+enum sl_occupancy_source {
+	SL_OCCUPANCY_METRICS, /* GET /metrics */
+	SL_OCCUPANCY_SLOTS,   /* GET /slots */
+	SL_OCCUPANCY_NONE,    /* neither answers: sluice's own count */
+};
+
+struct sl_occupancy {
+	enum sl_occupancy_source source;
+	struct sl_get get;
+	uv_timer_t timer;
+	uint64_t last_ms; /* when the last poll started; 0: never */
+	uint64_t read_ms; /* when the last poll ended; 0: never */
+	uint64_t take_ms; /* when the last request was sent there */
+	bool again;       /* an answer ended while a poll was out */
+	/*
+	 * sluice's own in flight when the poll went, and answers ended
+	 * since: those llama-server may or may not count still.
+	 */
+	unsigned own_at_poll;
+	unsigned long long ends, ends_at_poll;
+	/* From the last poll that answered. */
+	unsigned processing; /* llama-server's busy slots */
+	unsigned deferred;   /* requests waiting in its own queue */
+	unsigned seen;       /* of those, not sluice's */
+	unsigned others;     /* the more of seen and the last reading's */
+	unsigned failed;     /* polls failed in a row */
+	unsigned long long polls, reads,
+	    failures; /* started, answered, failed */
+};
+
 struct sl_upstream;
 
 struct sl_upstream_hooks {
@@ -99,6 +203,13 @@ struct sl_upstream_hooks {
 	 * be left to take work. NULL: always.
 	 */
 	bool (*may_eject)(const struct sl_upstream *u);
+	/*
+	 * Whether requests wait in sluice's queue for u's model: only then
+	 * is its occupancy polled (above). NULL: never.
+	 */
+	bool (*waiting)(const struct sl_upstream *u);
+	/* A poll found slots freed on `u`: waiting requests may go. */
+	void (*on_capacity)(struct sl_upstream *u);
 	/* Stopped and closed; `u` is freed when this returns. */
 	void (*on_stopped)(struct sl_upstream *u);
 };
@@ -136,9 +247,15 @@ struct sl_upstream {
 	char *name;
 	char *api_key; /* sent as a bearer token; NULL for none */
 	enum sl_upstream_state state;
-	unsigned total_slots; /* from /props; 0 until known */
-	unsigned restarts;    /* relaunches after unexpected exits */
-	unsigned inflight;    /* exchanges sent to it and not finished */
+	/*
+	 * Requests it takes from this sluice at once: /props' total_slots,
+	 * or --slots-per-upstream; 0 until known.
+	 */
+	unsigned total_slots;
+	/* What its /props said: total_slots; 0 when it did not say. */
+	unsigned server_slots;
+	unsigned restarts; /* relaunches after unexpected exits */
+	unsigned inflight; /* exchanges sent to it and not finished */
 	/*
 	 * Of those, the clients' streams; and until when plain answers sent
 	 * to it are asked for as streams under --stream-upstream auto
@@ -160,7 +277,7 @@ struct sl_upstream {
 	 * they are not in inflight; they are ended before it stops.
 	 */
 	unsigned watches;
-	unsigned index;       /* position among sluice's upstreams */
+	unsigned index; /* position among sluice's upstreams */
 	/*
 	 * Unique in the process and never reused (an index moves as
 	 * upstreams come and go): what prefix affinity remembers it by.
@@ -189,6 +306,8 @@ struct sl_upstream {
 	unsigned quick_failures; /* exits since the last stable run */
 
 	struct sl_get probe;
+	/* How busy it is by its own account (remote only): see Occupancy. */
+	struct sl_occupancy occupancy;
 	/* Its own /metrics (managed only), fetched for sluice's /metrics. */
 	struct sl_get metrics_get;
 	char *metrics_text;        /* the last answer, or NULL */
@@ -229,7 +348,8 @@ bool sl_upstream_usable(const struct sl_upstream *u);
 
 /*
  * Its slots that new work may take: none while it is quiet (above), else
- * those sluice has not filled.
+ * those sluice has not filled, fewer when llama-server reports others'
+ * requests there (above).
  */
 unsigned sl_upstream_free_slots(const struct sl_upstream *u);
 
@@ -251,5 +371,41 @@ void sl_upstream_request_ok(struct sl_upstream *u);
 
 /* A new JSON object describing the upstream for /health. */
 json_t *sl_upstream_json(const struct sl_upstream *u);
+
+/* ---- occupancy (occupancy.c; see above) ---- */
+
+/* Sets the poller up inside `u` (its timer counts among u's handles). */
+void sl_occupancy_init(struct sl_upstream *u);
+
+/* Stops polling (the upstream stops); the timer is closed by the caller. */
+void sl_occupancy_stop(struct sl_upstream *u);
+
+/* The upstream's /props changed what it is: forget what was polled. */
+void sl_occupancy_reset(struct sl_upstream *u);
+
+/* Whether `u`'s occupancy is polled (see the top of this file). */
+bool sl_occupancy_polled(const struct sl_upstream *u);
+
+/*
+ * Whether a poll of `u` went within SL_OCCUPANCY_REARM_MS: llama-server's
+ * one-second wait for results may still be re-armed by it.
+ */
+bool sl_occupancy_polling(const struct sl_upstream *u);
+
+/*
+ * Requests wait for `u`'s model: poll as soon as the interval since the
+ * last poll allows (and on at the interval while they wait).
+ */
+void sl_occupancy_want(struct sl_upstream *u);
+
+/* A request was sent to `u` (it counts in u->inflight). */
+void sl_occupancy_taken(struct sl_upstream *u);
+
+/* An answer on `u` ended: poll at once, if requests wait. */
+void sl_occupancy_answer_ended(struct sl_upstream *u);
+
+/* Its free slots, for sl_upstream_free_slots (`own` in flight now). */
+unsigned sl_occupancy_free(const struct sl_upstream *u, unsigned cap,
+                           unsigned own);
 
 #endif

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Several sluices, and other clients, in front of one llama-server without
+splitting its slots: sluice reads how busy llama-server is (its /metrics,
+src/fleet/occupancy.c) and sends only what it has room for, plus at most one
+request to wait in llama-server's own queue. The tests assert what happens,
+never how long it takes."""
+
+import json
+import re
+import threading
+
+import sluice_test as st
+
+SLOTS = 2
+# The loaded test's llama-server: with as many slots as sluices' requests
+# could fill each, llama-server's queue would hold (sluices - 1) * slots
+# requests if each sluice counted only its own.
+LOADED_SLOTS = 4
+# Long enough that a wave of requests is still running while the test
+# looks; the tiny demo model makes them quick anyway.
+TOKENS = 400
+
+
+def llama_metrics(ls):
+    """(requests_processing, requests_deferred) as llama-server tells."""
+    text = st.request(ls.port, "GET", "/metrics", timeout=5).body.decode()
+    def value(name):
+        m = re.search(r"^llamacpp:%s (\S+)$" % name, text, re.M)
+        return int(float(m.group(1)))
+    return value("requests_processing"), value("requests_deferred")
+
+
+def queue_depth(sl):
+    text = sl.get("/metrics").body.decode()
+    return sum(int(float(v)) for v in
+               re.findall(r"^sluice_queue_depth\{[^}]*\} (\S+)$", text, re.M))
+
+
+def completion(port, n=TOKENS, stream=False, timeout=120):
+    body = json.dumps({"prompt": "hello", "n_predict": n, "stream": stream,
+                       "temperature": 0})
+    return st.request(port, "POST", "/completion", body=body,
+                      headers={"Content-Type": "application/json"},
+                      timeout=timeout)
+
+
+class Sampler(threading.Thread):
+    """Samples llama-server's occupancy until stopped."""
+
+    def __init__(self, ls):
+        super().__init__(daemon=True)
+        self.ls = ls
+        self.samples = []
+        self.done = threading.Event()
+
+    def run(self):
+        while not self.done.is_set():
+            self.samples.append(llama_metrics(self.ls))
+            self.done.wait(0.01)
+
+    def stop(self):
+        self.done.set()
+        self.join()
+        return self.samples
+
+
+class DirectStream:
+    """A client of llama-server itself holding one slot with a stream, until
+    closed (llama-server stops a stream at its next token then)."""
+
+    def __init__(self, ls):
+        self.client = st.RawClient(ls.port, timeout=60)
+        body = json.dumps({"prompt": "hello", "n_predict": 100000,
+                           "stream": True}).encode()
+        self.client.request("POST", "/completion", body,
+                            {"Content-Type": "application/json"})
+        status, _ = self.client.read_head()
+        assert status == 200, status
+
+    def close(self):
+        self.client.close()
+
+
+def run_clients(port, n, results):
+    """n requests to sluice at once, each from its own thread."""
+    def one():
+        results.append(completion(port).status)
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+class SharedFleet(st.TestCase):
+
+    def start_llama_server(self, slots=SLOTS):
+        self.ls = self.llama_server(st.MODEL_TINY, slots=slots,
+                                    extra=("--metrics", "--threads-http",
+                                           "32"))
+
+    def sluices(self, n):
+        return [self.sluice("--upstream", self.ls.url) for _ in range(n)]
+
+    def test_two_sluices_share_the_slots_without_a_split(self):
+        """Each sluice loaded with twice the slots: every request is
+        served, none refused, and llama-server's own queue holds at most
+        one request per sluice."""
+        self.start_llama_server(LOADED_SLOTS)
+        sluices = self.sluices(2)
+        sampler = Sampler(self.ls)
+        sampler.start()
+        results, threads = [], []
+        for sl in sluices:
+            threads += run_clients(sl.port, 2 * LOADED_SLOTS, results)
+        for t in threads:
+            t.join()
+        samples = sampler.stop()
+        self.assertEqual(results, [200] * (4 * LOADED_SLOTS))
+        # Loaded: the slots were seen full, so the bound below was tested.
+        self.assertIn(LOADED_SLOTS, [p for p, _ in samples])
+        self.assertLessEqual(max(d for _, d in samples), len(sluices))
+        for sl in sluices:
+            self.assertIn("occupancy", sl.upstream())
+
+    def test_a_race_for_the_last_slot_costs_a_wait(self):
+        """Two idle sluices each send a request into llama-server's one
+        free slot at once: one of them waits in llama-server's queue, and
+        both are served."""
+        self.start_llama_server()
+        sluices = self.sluices(2)
+        direct = DirectStream(self.ls)
+        st.wait_until(lambda: llama_metrics(self.ls)[0] == 1, 30,
+                      "the direct stream to hold a slot")
+        results = []
+        threads = []
+        for sl in sluices:
+            threads += run_clients(sl.port, 1, results)
+        # Both went: one holds the last slot, the other waits for a slot
+        # in llama-server's queue rather than failing.
+        st.wait_until(lambda: llama_metrics(self.ls) == (SLOTS, 1), 30,
+                      "the race's loser to wait in llama-server")
+        direct.close()
+        for t in threads:
+            t.join()
+        self.assertEqual(results, [200, 200])
+
+    def test_a_third_client_makes_sluice_wait_in_its_own_queue(self):
+        """While another client holds every slot, sluice's requests wait
+        in sluice's queue (at most one in llama-server's), and all are
+        served once that client is done."""
+        self.start_llama_server()
+        sl, = self.sluices(1)
+        directs = [DirectStream(self.ls) for _ in range(SLOTS)]
+        st.wait_until(lambda: llama_metrics(self.ls)[0] == SLOTS, 30,
+                      "the direct streams to hold every slot")
+        results = []
+        threads = run_clients(sl.port, 2 * SLOTS, results)
+        # sluice sees the others' requests, and holds all but one of its
+        # own in its queue, that one in llama-server's.
+        st.wait_until(lambda: sl.upstream()["occupancy"]["others"] == SLOTS,
+                      30, "sluice to see the direct streams")
+        st.wait_until(lambda: queue_depth(sl) == 2 * SLOTS - 1, 30,
+                      "sluice to hold all but one request in its queue")
+        self.assertEqual(llama_metrics(self.ls), (SLOTS, 1))
+        # Its metrics tell llama-server's count beside its own.
+        text = sl.get("/metrics").body.decode()
+        labels = r'\{upstream="%s",model="[^"]*"' % re.escape(self.ls.url)
+        self.assertRegex(text, r'\nsluice_upstream_slots_busy%s,'
+                         r'source="llama-server"\} %d\n' % (labels, SLOTS))
+        self.assertRegex(text, r'\nsluice_upstream_slots_busy%s,'
+                         r'source="sluice"\} 1\n' % labels)
+        self.assertRegex(text, r'\nsluice_upstream_requests_deferred%s\} '
+                         r'1\n' % labels)
+        self.assertRegex(text, r'\nsluice_upstream_occupancy_polls_total%s,'
+                         r'result="ok"\} [1-9]' % labels)
+        for d in directs:
+            d.close()
+        for t in threads:
+            t.join()
+        self.assertEqual(results, [200] * (2 * SLOTS))
+        self.assertEqual(queue_depth(sl), 0)
+
+    def test_a_poll_that_is_off_counts_only_sluices_own(self):
+        """--occupancy-poll 0: sluice sends as many as it has slots for,
+        whatever others hold (and llama-server queues them)."""
+        self.start_llama_server()
+        sl = self.sluice("--upstream", self.ls.url, "--occupancy-poll", "0")
+        directs = [DirectStream(self.ls) for _ in range(SLOTS)]
+        st.wait_until(lambda: llama_metrics(self.ls)[0] == SLOTS, 30,
+                      "the direct streams to hold every slot")
+        results = []
+        threads = run_clients(sl.port, SLOTS, results)
+        st.wait_until(lambda: llama_metrics(self.ls)[1] == SLOTS, 30,
+                      "sluice's requests to wait in llama-server's queue")
+        self.assertNotIn("occupancy", sl.upstream())
+        for d in directs:
+            d.close()
+        for t in threads:
+            t.join()
+        self.assertEqual(results, [200] * SLOTS)
+
+
+if __name__ == "__main__":
+    st.main()
