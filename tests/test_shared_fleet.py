@@ -30,6 +30,19 @@ def llama_metrics(ls):
     return value("requests_processing"), value("requests_deferred")
 
 
+def llama_counter(ls, name):
+    text = st.request(ls.port, "GET", "/metrics", timeout=5).body.decode()
+    return float(re.search(r"^llamacpp:%s (\S+)$" % name, text,
+                           re.M).group(1))
+
+
+def polls_ok(sl):
+    text = sl.get("/metrics").body.decode()
+    return sum(int(float(v)) for v in re.findall(
+        r'^sluice_upstream_occupancy_polls_total\{[^}]*result="ok"\} (\S+)$',
+        text, re.M))
+
+
 def queue_depth(sl):
     text = sl.get("/metrics").body.decode()
     return sum(int(float(v)) for v in
@@ -179,6 +192,36 @@ class SharedFleet(st.TestCase):
             t.join()
         self.assertEqual(results, [200] * (2 * SLOTS))
         self.assertEqual(queue_depth(sl), 0)
+
+    def test_polls_do_not_keep_a_left_plain_answer_running(self):
+        """llama-server notices that a plain answer's client left only
+        when a second passes without a result anywhere, and every poll of
+        /metrics is a result. A long plain answer is left while another
+        request waits behind it, so sluice polls: the answer still stops
+        long before its end, and the waiting request is served."""
+        self.start_llama_server(1)
+        sl, = self.sluices(1)
+        long_tokens = 100000
+        left = st.RawClient(sl.port, timeout=60)
+        body = json.dumps({"prompt": "hello", "n_predict": long_tokens,
+                           "temperature": 0}).encode()
+        left.request("POST", "/completion", body,
+                     {"Content-Type": "application/json"})
+        st.wait_until(lambda: llama_metrics(self.ls)[0] == 1, 30,
+                      "the long answer to take the slot")
+        results = []
+        threads = run_clients(sl.port, 1, results)
+        st.wait_until(lambda: queue_depth(sl) == 1, 30,
+                      "the second request to wait in sluice's queue")
+        polls = polls_ok(sl)
+        st.wait_until(lambda: polls_ok(sl) > polls, 30,
+                      "sluice to poll while a request waits")
+        left.close()
+        for t in threads:
+            t.join()
+        self.assertEqual(results, [200])
+        predicted = llama_counter(self.ls, "tokens_predicted_total")
+        self.assertLess(predicted, long_tokens / 10)
 
     def test_a_poll_that_is_off_counts_only_sluices_own(self):
         """--occupancy-poll 0: sluice sends as many as it has slots for,
