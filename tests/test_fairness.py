@@ -18,35 +18,40 @@ KEYS = {"alice": {"secret": "sk-alice"},
 
 
 class Fairness(st.TestCase):
-    def serve_flood_then_two(self, *args):
+    def serve_flood_then_two(self, *args, who=None):
         """alice queues four requests, then bob two, behind a held slot;
-        returns the access log's order once the slot is let go."""
-        config = os.path.join(self.tmp, "sluice.yaml")
-        with open(config, "w") as f:
-            f.write(keys_yaml(KEYS))
+        returns the access log's order once the slot is let go. `who`
+        gives each the headers that say who sends it (default: its key)."""
+        if who is None:
+            who = {name: bearer(fields["secret"])
+                   for name, fields in KEYS.items()}
+            config = os.path.join(self.tmp, "sluice.yaml")
+            with open(config, "w") as f:
+                f.write(keys_yaml(KEYS))
+            args += ("--config", config)
         # One slot; no aging, so that only fairness can reorder a band.
-        s = self.sluice("--config", config, "--model", st.MODEL_SLOW,
+        s = self.sluice("--model", st.MODEL_SLOW,
                         "--slots", "1", "--aging-rate", "0",
                         "--admin-key", ADMIN, *args)
         holder = st.RawClient(s.port, timeout=SAFETY_NET_S)
         holder.request("POST", "/completion",
                        completion("hold", n=4000, stream=True),
-                       headers=bearer("sk-holder"))
+                       headers=who["holder"])
         status, _ = holder.read_head()
         self.assertEqual(status, 200)
         next(holder.chunks())
 
         answers, lock = {}, threading.Lock()
 
-        def send(rid, key):
-            headers = dict(bearer(key), **{"X-Request-Id": rid})
+        def send(rid, name):
+            headers = dict(who[name], **{"X-Request-Id": rid})
             r = s.post("/completion", completion(rid, n=4), headers=headers,
                        timeout=SAFETY_NET_S)
             with lock:
                 answers[rid] = r.status
 
-        sends = [("a0", "sk-alice"), ("a1", "sk-alice"), ("a2", "sk-alice"),
-                 ("a3", "sk-alice"), ("b0", "sk-bob"), ("b1", "sk-bob")]
+        sends = [("a0", "alice"), ("a1", "alice"), ("a2", "alice"),
+                 ("a3", "alice"), ("b0", "bob"), ("b1", "bob")]
         threads = []
         for i, (rid, key) in enumerate(sends):
             t = threading.Thread(target=send, args=(rid, key))
@@ -91,6 +96,18 @@ class Fairness(st.TestCase):
                 metric(text, "sluice_key_slot_seconds_total", key=key), 0)
         self.assertEqual(metric(text, "sluice_key_weight", key="alice"), 1)
         self.assertEqual(metric(text, "sluice_key_weight", key="bob"), 2)
+
+    def test_address_fairness_tells_clients_apart_behind_a_proxy(self):
+        # No keys: the client addresses a trusted proxy forwards are the
+        # tenants.
+        who = {name: {"X-Forwarded-For": "10.0.0.%d" % i}
+               for i, name in enumerate(("alice", "bob", "holder"), 1)}
+        _, order = self.serve_flood_then_two(
+            "--fairness", "address", "--trusted-proxy", "127.0.0.0/8",
+            who=who)
+        self.assertEqual(order[0], "a0")
+        self.assertLess(order.index("b0"), order.index("a2"))
+        self.assertLess(order.index("b1"), order.index("a3"))
 
     def test_fairness_off_serves_a_band_in_arrival_order(self):
         _, order = self.serve_flood_then_two("--fairness", "off")
