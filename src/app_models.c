@@ -536,6 +536,7 @@ struct sl_model *app_model_new(struct sl_app *app, char *name,
 	    .urgent_bypass = cfg->urgent_bypass,
 	    .urgent_reserve = cfg->urgent_reserve,
 	    .fair = cfg->fairness != SL_FAIRNESS_OFF,
+	    .fair_reserve = cfg->fair_reserve,
 	};
 	sl_sched_init(&m->sched, &sched_cfg, &sched_ops, m, uv_now(&app->loop));
 	uv_timer_init(&app->loop, &m->sched_timer);

@@ -398,9 +398,9 @@ static void test_fair_returning_flow_is_lifted(void)
 	ASSERT(sl_sched_flow_service(&s, 1) == 30);
 	ASSERT_EQ(push_flow(&s, &f, 6, 2, 1, SL_PRIORITY_NORMAL, 2), 0);
 	ASSERT(sl_sched_flow_service(&s, 2) == 30);
-	/* Ties go to the older request: A's, then B's, then A's. */
-	ASSERT_EQ(one_slot(&s, &f, 3), 3);
+	/* The tie goes to B, with none running against A's 3; then A's. */
 	ASSERT_EQ(one_slot(&s, &f, 3), 6);
+	ASSERT_EQ(one_slot(&s, &f, 3), 3);
 	ASSERT_EQ(one_slot(&s, &f, 3), 4);
 	sl_sched_release(&s, &f.items[6]);
 	ASSERT(sl_sched_flow_service(&s, 2) == 0);
@@ -438,6 +438,9 @@ static void test_fair_full_queue_sheds_the_longest_flow(void)
 	ASSERT_EQ(f.n_shed, 3);
 	ASSERT_EQ(f.shed[2], 6);
 	check_heap(&s);
+	/* The owner lets go of what was shed (held requests count running). */
+	for (unsigned i = 0; i < f.n_shed; i++)
+		sl_sched_release(&s, &f.items[f.shed[i]]);
 	unsigned want[] = {9, 0, 5, 1};
 	for (unsigned i = 0; i < 4; i++)
 		ASSERT_EQ(one_slot(&s, &f, 10 + i), want[i]);
@@ -879,6 +882,69 @@ static void test_urgent_reserve(void)
 	ASSERT_EQ(f.n_dispatched, 3);
 	ASSERT_EQ(f.dispatched[2], 1);
 	sl_sched_free(&s);
+}
+
+static unsigned fake_three_slots(void *ctx)
+{
+	(void)ctx;
+	return 3;
+}
+
+/*
+ * The fair reserve, 1 of 3 slots: a flood alone fills the other 2; a
+ * tenant below its share (1 of those 2, beside the flood) takes the
+ * reserve at once, and one at its share waits like anyone.
+ */
+static void test_fair_reserve(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_ops three = ops;
+	three.total_slots = fake_three_slots;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	cfg.aging_rate = 0; /* so only the fair reserve lets anyone in */
+	cfg.urgent_reserve = 0;
+	cfg.fair = true;
+	cfg.fair_reserve = 1;
+	memset(&f, 0, sizeof(f));
+	ASSERT_EQ(sl_sched_init(&s, &cfg, &three, &f, 0), 0);
+	for (unsigned i = 0; i < 5; i++)
+		ASSERT_EQ(push_flow(&s, &f, i, 1, 1, SL_PRIORITY_NORMAL, 0), 0);
+	f.free = 3;
+	sl_sched_run(&s, 0);
+	ASSERT_EQ(f.n_dispatched, 2); /* A alone: the reserve is kept */
+	ASSERT_EQ(f.free, 1);
+	ASSERT_EQ(push_flow(&s, &f, 5, 2, 1, SL_PRIORITY_NORMAL, 1), 0);
+	sl_sched_run(&s, 1);
+	ASSERT_EQ(f.n_dispatched, 3); /* B, holding none of its 1, at once */
+	ASSERT_EQ(f.dispatched[2], 5);
+	ASSERT_EQ(push_flow(&s, &f, 6, 2, 1, SL_PRIORITY_NORMAL, 2), 0);
+	/*
+	 * One of A's ends, leaving A (less served, next) at its share: the
+	 * freed slot is the reserve again, and nobody below a share waits.
+	 */
+	sl_sched_release(&s, &f.items[0]);
+	f.free = 1;
+	sl_sched_run(&s, 3);
+	ASSERT_EQ(f.n_dispatched, 3);
+	/* Another ends: A's next goes outside the reserve. */
+	sl_sched_release(&s, &f.items[1]);
+	f.free = 2;
+	sl_sched_run(&s, 4);
+	ASSERT_EQ(f.n_dispatched, 4);
+	ASSERT_EQ(f.dispatched[3], 2);
+	/*
+	 * B's ends: B and A are as served, B with none running goes, and A,
+	 * at its share, leaves the reserve free.
+	 */
+	sl_sched_release(&s, &f.items[5]);
+	f.free = 2;
+	sl_sched_run(&s, 5);
+	ASSERT_EQ(f.n_dispatched, 5);
+	ASSERT_EQ(f.dispatched[4], 6);
+	ASSERT_EQ(f.free, 1);
+	release_all(&s, &f, 7);
 }
 
 /* ---- the auto urgent reserve, against a simulated pool of slots ---- */
@@ -1480,6 +1546,7 @@ int main(void)
 	RUN(test_fair_returning_flow_is_lifted);
 	RUN(test_fair_full_queue_sheds_the_longest_flow);
 	RUN(test_fair_keeps_the_order_of_bands);
+	RUN(test_fair_reserve);
 	RUN(test_window_deadline_and_early_close);
 	RUN(test_urgent_bypass);
 	RUN(test_auto_window_never_holds_an_uncontested_request);

@@ -523,6 +523,15 @@ static void settle_port(const struct parse_state *st)
 	sl_config_set_string(&cfg->listen, addr);
 }
 
+unsigned sl_config_fixed_reserve(const struct sl_config *cfg)
+{
+	unsigned urgent = cfg->urgent_reserve != SL_SCHED_RESERVE_AUTO
+	                      ? cfg->urgent_reserve
+	                      : 0;
+	return urgent + (cfg->fairness != SL_FAIRNESS_OFF ? cfg->fair_reserve
+	                                                  : 0);
+}
+
 /*
  * Across options: a reserve that covers every slot would leave non-urgent
  * requests nothing (for ever, with --aging-rate 0). The auto reserve keeps
@@ -547,6 +556,15 @@ static int check_reserve(const struct parse_state *st)
 		    "%u must be less than the %u slots of an upstream, "
 		    "or only urgent requests could run",
 		    cfg->urgent_reserve, slots);
+	if (known && sl_config_fixed_reserve(cfg) >= slots)
+		return sl_config_fail(
+		    st->err, st->size,
+		    source_name(st, "fair-reserve", false, where,
+		                sizeof(where)),
+		    "%u, with the urgent reserve, must be less than the %u "
+		    "slots of an upstream, or only urgent requests and "
+		    "tenants below their share could run",
+		    cfg->fair_reserve, slots);
 	return 0;
 }
 

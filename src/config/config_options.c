@@ -289,6 +289,15 @@ const struct option_def sl_config_options[] = {
 	 "keys, requests without one share a tenant; address: tenants are "
 	 "client addresses (after --trusted-proxy); off: arrival order",
 	 NULL},
+	{"fair-reserve", "SLUICE_FAIR_RESERVE", "N", OPT_UINT,
+	 FIELD(fair_reserve), "0", 0, 100000, NULL,
+	 "free slots, beyond the urgent reserve, kept for tenants holding "
+	 "fewer slots than their share (by weight, among the tenants with "
+	 "requests waiting or running), so that a light tenant beside a "
+	 "flood starts at once rather than waiting for one of the flood's "
+	 "generations to end; give llama-server that many slots more than a "
+	 "flood should fill (--fairness key or address)",
+	 NULL},
 	{"aging-rate", "SLUICE_AGING_RATE", "RATE", OPT_NUMBER,
 	 FIELD(aging_rate), "0.2", 0, 1000, NULL,
 	 "priority a waiting request gains per second (urgent is 2, normal 1, "

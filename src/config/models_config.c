@@ -416,14 +416,16 @@ int sl_models_config_check(const struct sl_config *cfg, char *err, size_t size)
 		const struct sl_model_config *m = &cfg->models[i];
 		unsigned slots = m->slots ? m->slots : cfg->slots;
 		if (sl_model_config_managed(m) && !cfg->slots_per_upstream &&
-		    cfg->urgent_reserve != SL_SCHED_RESERVE_AUTO &&
-		    cfg->urgent_reserve >= slots) {
+		    sl_config_fixed_reserve(cfg) >= slots) {
+			bool urgent = sl_config_fixed_reserve(cfg) ==
+			              cfg->urgent_reserve;
 			snprintf(err, size,
-			         "%s:%u: models.%s.slots: %u; --urgent-reserve "
-			         "%u must be less, or only urgent requests "
-			         "could run",
+			         "%s:%u: models.%s.slots: %u; %s %u must be "
+			         "less, or only urgent requests could run",
 			         cfg->config_file, m->line, m->name, slots,
-			         cfg->urgent_reserve);
+			         urgent ? "--urgent-reserve"
+			                : "--urgent-reserve and --fair-reserve",
+			         sl_config_fixed_reserve(cfg));
 			return SL_EINVAL;
 		}
 	}

@@ -12,6 +12,7 @@ struct sl_sched_flow {
 	double weight;
 	double service;                /* tokens / weight, so far */
 	unsigned refs;                 /* items holding it */
+	unsigned queued;               /* of those, the ones waiting */
 	struct sl_sched_flowq *queues; /* one per band it waits in */
 };
 
@@ -101,10 +102,18 @@ static struct sl_sched_flow *find_flow(const struct sl_sched_flows *fl,
 
 /* ---- a band's two heaps of flow queues ---- */
 
+/* Requests of f that hold a slot (or are on their way out), per weight. */
+static double running(const struct sl_sched_flow *f)
+{
+	return (f->refs - f->queued) / f->weight;
+}
+
 /*
- * Whether a goes above b: least service first (ties: the older head, so
- * equal flows take turns by arrival); longest queue per unit of weight
- * first (ties: the newer tail, the request that has waited least).
+ * Whether a goes above b: least service first (ties, as when a flow new
+ * to the band was lifted to the least: fewer running per unit of weight,
+ * then the older head, so equal flows take turns by arrival); longest
+ * queue per unit of weight first (ties: the newer tail, the request that
+ * has waited least).
  */
 static bool above(enum side s, const struct sl_sched_flowq *a,
                   const struct sl_sched_flowq *b)
@@ -112,6 +121,8 @@ static bool above(enum side s, const struct sl_sched_flowq *a,
 	if (s == LEAST) {
 		if (a->flow->service != b->flow->service)
 			return a->flow->service < b->flow->service;
+		if (running(a->flow) != running(b->flow))
+			return running(a->flow) < running(b->flow);
 		return a->head->seq < b->head->seq;
 	}
 	double la = a->n / a->flow->weight, lb = b->n / b->flow->weight;
@@ -181,6 +192,13 @@ static void band_drop(struct sl_sched_band *b, struct sl_sched_flowq *q)
 	}
 }
 
+/* f's service or running count changed: its queues' places follow. */
+static void reorder(struct sl_sched_flow *f)
+{
+	for (struct sl_sched_flowq *q = f->queues; q; q = q->next_of_flow)
+		update(q);
+}
+
 /* ---- flows ---- */
 
 void sl_flows_hold(struct sl_sched_flows *fl, struct sl_sched_item *it)
@@ -195,7 +213,9 @@ void sl_flows_hold(struct sl_sched_flows *fl, struct sl_sched_item *it)
 		fl->n_flows++;
 	}
 	/* The latest weight holds: a key's weight may change on reload. */
-	f->weight = it->weight > 0 ? it->weight : 1.0;
+	double weight = it->weight > 0 ? it->weight : 1.0;
+	fl->weights += weight - f->weight;
+	f->weight = weight;
 	f->refs++;
 	it->flow = f;
 }
@@ -206,21 +226,23 @@ void sl_flows_release(struct sl_sched_flows *fl, struct sl_sched_item *it)
 	if (!f)
 		return;
 	it->flow = NULL;
-	if (--f->refs > 0)
+	if (--f->refs > 0) {
+		reorder(f);
 		return;
+	}
 	struct sl_sched_flow **p = &fl->flows[hash_u64(fl, f->id)];
 	while (*p != f)
 		p = &(*p)->next;
 	*p = f->next;
-	fl->n_flows--;
+	/* Back to exactly 0 with the last flow, whatever rounding left. */
+	fl->weights = --fl->n_flows > 0 ? fl->weights - f->weight : 0;
 	free(f);
 }
 
 void sl_flows_charge(struct sl_sched_flow *f, double service)
 {
 	f->service += service / f->weight;
-	for (struct sl_sched_flowq *q = f->queues; q; q = q->next_of_flow)
-		update(q);
+	reorder(f);
 }
 
 double sl_flows_service(const struct sl_sched_flows *fl, uint64_t id)
@@ -263,6 +285,7 @@ void sl_flows_enter(struct sl_sched_flows *fl, struct sl_sched_item *it,
 	struct sl_sched_flow *f = it->flow;
 	struct sl_sched_flowq *q = queue_in(f, it->priority);
 	it->fprev = it->fnext = NULL;
+	f->queued++;
 	if (!q) {
 		struct sl_sched_band *b = band_of(fl, it->priority);
 		/* Lifted: an idle spell banks no credit over those waiting. */
@@ -279,6 +302,7 @@ void sl_flows_enter(struct sl_sched_flows *fl, struct sl_sched_item *it,
 		f->queues = q;
 		it->flowq = q;
 		band_add(b, q);
+		reorder(f); /* one fewer running, if it was requeued */
 		return;
 	}
 	if (at_head) {
@@ -292,7 +316,7 @@ void sl_flows_enter(struct sl_sched_flows *fl, struct sl_sched_item *it,
 	}
 	q->n++;
 	it->flowq = q;
-	update(q);
+	reorder(f);
 }
 
 static void band_forget(struct sl_sched_flows *fl, struct sl_sched_band *b)
@@ -310,6 +334,7 @@ void sl_flows_leave(struct sl_sched_flows *fl, struct sl_sched_item *it)
 	if (!q)
 		return;
 	it->flowq = NULL;
+	q->flow->queued--;
 	if (it->fprev)
 		it->fprev->fnext = it->fnext;
 	else
@@ -319,8 +344,9 @@ void sl_flows_leave(struct sl_sched_flows *fl, struct sl_sched_item *it)
 	else
 		q->tail = it->fprev;
 	it->fprev = it->fnext = NULL;
+	struct sl_sched_flow *f = q->flow;
 	if (--q->n > 0) {
-		update(q);
+		reorder(f); /* one more running, or one fewer held */
 		return;
 	}
 	struct sl_sched_band *b = q->band;
@@ -332,6 +358,7 @@ void sl_flows_leave(struct sl_sched_flows *fl, struct sl_sched_item *it)
 	free(q);
 	if (b->n == 0)
 		band_forget(fl, b);
+	reorder(f);
 }
 
 struct sl_sched_item *sl_flows_next(const struct sl_sched_item *top)
@@ -355,4 +382,11 @@ bool sl_flows_may_displace(const struct sl_sched_item *it,
 	/* After the exchange, the arrival's flow is no longer than the
 	 * victim's. */
 	return (mine + 1) / it->flow->weight <= (v->n - 1) / v->flow->weight;
+}
+
+bool sl_flows_below_share(const struct sl_sched_flows *fl,
+                          const struct sl_sched_flow *f, unsigned slots)
+{
+	double in_flight = f->refs - f->queued;
+	return in_flight * fl->weights < slots * f->weight;
 }

@@ -43,6 +43,14 @@ struct sl_sched_item *sl_flows_victim(const struct sl_sched_item *worst);
 bool sl_flows_may_displace(const struct sl_sched_item *it,
                            const struct sl_sched_item *victim);
 
+/*
+ * Whether flow f has fewer requests in flight than its share of `slots`:
+ * its weight's part of the weights of every flow held now (waiting or in
+ * flight).
+ */
+bool sl_flows_below_share(const struct sl_sched_flows *fl,
+                          const struct sl_sched_flow *f, unsigned slots);
+
 void sl_flows_charge(struct sl_sched_flow *f, double service);
 
 double sl_flows_service(const struct sl_sched_flows *fl, uint64_t id);

@@ -563,16 +563,41 @@ static double effective(const struct sl_sched *s,
 }
 
 /*
- * Whether the top item may take a slot when `free` are free: beyond the
- * urgent reserve anyone may; within it, only a request whose priority is
- * urgent by now (an aged one counts, so nothing waits on the reserve for
- * ever).
+ * Whether the request the next pop() gives holds fewer slots than its
+ * flow's share of those outside both reserves (sched.h, "Fair reserve").
+ */
+static unsigned fair_reserve(const struct sl_sched *s)
+{
+	return s->cfg.fair ? s->cfg.fair_reserve : 0;
+}
+
+static bool below_share(const struct sl_sched *s)
+{
+	unsigned total = s->ops->total_slots ? s->ops->total_slots(s->ctx) : 0;
+	unsigned kept = s->reserve + fair_reserve(s);
+	if (total <= kept)
+		return false;
+	const struct sl_sched_item *next = sl_flows_next(s->heap[0]);
+	return sl_flows_below_share(&s->fl, next->flow, total - kept);
+}
+
+/*
+ * Whether the top item may take a slot when `free` are free: beyond both
+ * reserves anyone may; within the fair reserve, a request whose flow is
+ * below its share; within the urgent reserve, only a request whose
+ * priority is urgent by now (an aged one counts, so nothing waits on the
+ * reserve for ever), which may take any slot.
  */
 static bool may_take(const struct sl_sched *s, unsigned free, uint64_t now_ms)
 {
-	return free > s->reserve ||
-	       (free > 0 &&
-	        effective(s, s->heap[0], now_ms) >= SL_PRIORITY_URGENT);
+	unsigned fair = fair_reserve(s);
+	if (free > s->reserve + fair)
+		return true;
+	if (free == 0)
+		return false;
+	if (effective(s, s->heap[0], now_ms) >= SL_PRIORITY_URGENT)
+		return true;
+	return free > s->reserve && fair > 0 && below_share(s);
 }
 
 /*
@@ -644,9 +669,15 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 	s->running = true;
 	if (load_tracked(s))
 		load_advance(&s->load, now_ms);
-	if (reserve_auto(s))
-		s->reserve =
-		    s->ops->total_slots ? auto_reserve(&s->load, now_ms) : 0;
+	if (reserve_auto(s)) {
+		/* At least one slot stays outside both reserves. */
+		unsigned most = s->load.slots > fair_reserve(s) + 1
+		                    ? s->load.slots - fair_reserve(s) - 1
+		                    : 0;
+		s->reserve = s->ops->total_slots
+		                 ? SL_MIN(auto_reserve(&s->load, now_ms), most)
+		                 : 0;
+	}
 
 	/* Deadlines are in arrival order: the oldest expires first. */
 	while (s->oldest && s->oldest->deadline_ms <= now_ms) {
@@ -710,8 +741,9 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 			next =
 			    SL_MIN(next, now_ms + SL_SCHED_RESERVE_RECHECK_MS);
 	}
-	/* Held back by the urgent reserve: it may take it once aged enough. */
-	if (s->n > 0 && s->reserve > 0 && s->cfg.aging_rate > 0) {
+	/* Held back by a reserve: the top may take it once aged enough. */
+	if (s->n > 0 && s->reserve + fair_reserve(s) > 0 &&
+	    s->cfg.aging_rate > 0) {
 		double gap =
 		    SL_PRIORITY_URGENT - effective(s, s->heap[0], now_ms);
 		if (gap > 0)

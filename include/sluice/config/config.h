@@ -202,6 +202,8 @@ struct sl_config {
 	uint64_t queue_timeout_ms;
 	double aging_rate;
 	int fairness; /* enum sl_fairness */
+	/* Free slots kept for tenants below their share (sched.h). */
+	unsigned fair_reserve;
 	uint64_t batch_window_ms;    /* SL_SCHED_WINDOW_AUTO: "auto" */
 	uint64_t stream_coalesce_ms; /* 0: each read relayed at once */
 	unsigned max_batch;          /* 0: the free slots */
@@ -310,6 +312,13 @@ void sl_config_free(struct sl_config *cfg);
  * MCP servers (--tools, --agent, --mcp-servers-config, ...).
  */
 bool sl_config_args_enable_tools(const struct sl_strlist *args);
+
+/*
+ * The slots of an upstream that only some requests may take: a fixed
+ * --urgent-reserve and --fair-reserve (with --fairness on), together.
+ * Fewer than the slots, or the rest could not run.
+ */
+unsigned sl_config_fixed_reserve(const struct sl_config *cfg);
 
 /* Writes the --help text. */
 void sl_config_usage(FILE *out);

@@ -86,13 +86,25 @@
  * as the answer is generated and counted (sl_sched_charge). A flow that
  * becomes backlogged in a band is lifted to the least service of the
  * flows backlogged there, so an idle spell banks no credit. A full queue
- * sheds, in the band that would lose a request, the newest request of its
- * most-served flow; an arrival of that band whose flow has had less
- * service takes its place. Flows are kept while they have requests
+ * sheds, in the band that would lose a request, the newest request of the
+ * flow with the longest queue there per unit of weight; an arrival of that
+ * band whose flow's queue would then be no longer takes its place. Flows
+ * are kept while they have requests
  * queued or held (pushed and not yet released), so their number is
  * bounded by the queue and the slots. Cost: O(log n) per event, plus a
  * walk of the flow's bands (a tenant seldom uses more than a few
  * priorities).
+ *
+ * Fair reserve (fair_reserve, with fair on): slots are not taken back once
+ * given, so a light tenant beside a flood, first in line, still waits for
+ * one of the flood's generations to end. The last fair_reserve free slots
+ * beyond the urgent reserve go only to the next request whose flow holds
+ * fewer slots than its share of the others, total_slots less both
+ * reserves, split by weight among the flows held now (or to an urgent
+ * request, which may take any slot). A flood alone fills the slots but
+ * those; beside it, a tenant below its share starts at once, and the flood
+ * gets back what it leaves as the flood's own answers end. The owner gives
+ * its upstreams that many slots more than the flood should fill.
  *
  * The module is pure logic: time comes in as arguments and the owner
  * supplies the free-slot count and what to do with a batch or an expired
@@ -244,6 +256,8 @@ struct sl_sched_config {
 	/* Free slots only urgent requests take; SL_SCHED_RESERVE_AUTO: auto. */
 	unsigned urgent_reserve;
 	bool fair; /* fair queuing across flows inside each band */
+	/* Free slots kept for flows below their share (fair on only). */
+	unsigned fair_reserve;
 };
 
 struct sl_sched_ops {
@@ -263,8 +277,9 @@ struct sl_sched_ops {
 	 */
 	void (*shed)(void *ctx, struct sl_sched_item *item, uint64_t now_ms);
 	/*
-	 * Slots in all, busy or free, across every upstream. Asked only by
-	 * the auto urgent reserve; NULL keeps that reserve at 0.
+	 * Slots in all, busy or free, across every upstream. Asked by the
+	 * auto urgent reserve and the fair reserve; NULL keeps the one at 0
+	 * and the other for urgent requests only.
 	 */
 	unsigned (*total_slots)(void *ctx);
 };
@@ -289,6 +304,7 @@ struct sl_sched_flows {
 	struct sl_sched_band **bands;  /* by initial priority */
 	unsigned mask;                 /* buckets - 1 */
 	unsigned n_flows;
+	double weights; /* of the flows held now, summed */
 };
 
 struct sl_sched {
