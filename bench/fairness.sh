@@ -11,7 +11,9 @@
 #   off:    the same under --fairness off (arrival order inside a
 #           priority, as before);
 #   both:   A and B both flood at 5C (--fairness key): Jain's index over
-#           the service each got (sluice_key_service_tokens_total).
+#           the service each got (sluice_key_service_tokens_total);
+#   reserve, alone-r: key and alone again with 6 slots, 2 of them the
+#           fair reserve (--fair-reserve 2), so the flood fills 4.
 # Run from anywhere after `ninja -C build`; reports go to
 # $SLUICE_BENCH_OUT (default bench/results/fairness); each run lasts
 # $FAIR_S seconds (default 20) after a 2 s warm-up.
@@ -100,6 +102,10 @@ start_sluice off --fairness off
 run_pair off "$A_RATE" "$B_RATE"
 start_sluice both --fairness key
 run_pair both "$A_RATE" "$A_RATE"
+start_sluice alone-r --slots 6 --fair-reserve 2
+bench alone-r-b b-secret --rate "$B_RATE" --duration "$SECONDS_EACH" --requests 1000000
+start_sluice reserve --slots 6 --fair-reserve 2
+run_pair reserve "$A_RATE" "$B_RATE"
 
 python3 - "$OUT" <<'EOF'
 import json, sys
@@ -108,15 +114,21 @@ def run(name):
     return json.load(open("%s/%s.json" % (out, name)))["runs"][0]
 def service(name):
     return float(open("%s/%s.service" % (out, name)).read())
-alone = run("alone-b")
 print("| run | B TTFT p50 ms | B TTFT p99 ms | B p99 / alone | B 2xx | B 429 | A req/s | B req/s | A 429 |")
 print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-print("| B alone | %.0f | %.0f | 1.00 | %d | %d | | %.2f | |" % (
-    alone["median_ttft_ms"], alone["p99_ttft_ms"],
-    alone["outcomes"]["all"]["2xx"],
-    alone["outcomes"]["all"]["429"], alone["request_throughput"]))
-for name, label in (("key", "fairness key"), ("off", "fairness off")):
+for name, label in (("alone-b", "B alone, 4 slots"),
+                    ("alone-r-b", "B alone, 6 slots, 2 the fair reserve")):
+    alone = run(name)
+    print("| %s | %.0f | %.0f | 1.00 | %d | %d | | %.2f | |" % (
+        label, alone["median_ttft_ms"], alone["p99_ttft_ms"],
+        alone["outcomes"]["all"]["2xx"],
+        alone["outcomes"]["all"]["429"], alone["request_throughput"]))
+for name, label, base in (("key", "fairness key", "alone-b"),
+                          ("off", "fairness off", "alone-b"),
+                          ("reserve", "fairness key, fair reserve 2 of 6",
+                           "alone-r-b")):
     a, b = run(name + "-a"), run(name + "-b")
+    alone = run(base)
     print("| A floods, %s | %.0f | %.0f | %.2f | %d | %d | %.2f | %.2f | %d |" % (
         label, b["median_ttft_ms"], b["p99_ttft_ms"],
         b["p99_ttft_ms"] / alone["p99_ttft_ms"],

@@ -4,8 +4,8 @@
     bench/shared-fleet.py MODEL SECONDS RATE [two|third]
 
 A llama-server of MODEL (4 slots, one thread, --metrics) and, for `two`,
-two sluices in front of it with no split of its slots (--max-queue 16
-each); for `third`, one sluice, and a third client calling llama-server
+two sluices in front of it with no split of its slots (--max-queue
+$MAXQ, default 16, each); for `third`, one sluice, and a third client calling llama-server
 directly, two requests at a time. First 40 urgent requests one at a time
 (the unloaded time to first token); with RATE 0, a closed loop of 16 for
 5 s through the first sluice gives the capacity, and RATE is twice that

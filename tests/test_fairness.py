@@ -18,6 +18,23 @@ KEYS = {"alice": {"secret": "sk-alice"},
 
 
 class Fairness(st.TestCase):
+    def keys_config(self):
+        config = os.path.join(self.tmp, "sluice.yaml")
+        with open(config, "w") as f:
+            f.write(keys_yaml(KEYS))
+        return ("--config", config)
+
+    def hold(self, s, headers):
+        """A long stream, once its first token came: it holds a slot."""
+        holder = st.RawClient(s.port, timeout=SAFETY_NET_S)
+        holder.request("POST", "/completion",
+                       completion("hold", n=4000, stream=True),
+                       headers=headers)
+        status, _ = holder.read_head()
+        self.assertEqual(status, 200)
+        next(holder.chunks())
+        return holder
+
     def serve_flood_then_two(self, *args, who=None):
         """alice queues four requests, then bob two, behind a held slot;
         returns the access log's order once the slot is let go. `who`
@@ -25,21 +42,12 @@ class Fairness(st.TestCase):
         if who is None:
             who = {name: bearer(fields["secret"])
                    for name, fields in KEYS.items()}
-            config = os.path.join(self.tmp, "sluice.yaml")
-            with open(config, "w") as f:
-                f.write(keys_yaml(KEYS))
-            args += ("--config", config)
+            args += self.keys_config()
         # One slot; no aging, so that only fairness can reorder a band.
         s = self.sluice("--model", st.MODEL_SLOW,
                         "--slots", "1", "--aging-rate", "0",
                         "--admin-key", ADMIN, *args)
-        holder = st.RawClient(s.port, timeout=SAFETY_NET_S)
-        holder.request("POST", "/completion",
-                       completion("hold", n=4000, stream=True),
-                       headers=who["holder"])
-        status, _ = holder.read_head()
-        self.assertEqual(status, 200)
-        next(holder.chunks())
+        holder = self.hold(s, who["holder"])
 
         answers, lock = {}, threading.Lock()
 
@@ -108,6 +116,50 @@ class Fairness(st.TestCase):
         self.assertEqual(order[0], "a0")
         self.assertLess(order.index("b0"), order.index("a2"))
         self.assertLess(order.index("b1"), order.index("a3"))
+
+    def test_fair_reserve_starts_a_tenant_below_its_share_at_once(self):
+        # Two slots, one kept for tenants below their share: alice alone
+        # gets the other; her second request waits beside the free one.
+        s = self.sluice("--model", st.MODEL_SLOW, "--slots", "2",
+                        "--fair-reserve", "1", "--aging-rate", "0",
+                        "--admin-key", ADMIN, *self.keys_config())
+        holder = self.hold(s, bearer("sk-alice"))
+        answers = {}
+        waiting = threading.Thread(target=lambda: answers.update(
+            a1=s.post("/completion", completion("a1", n=4),
+                      headers=bearer("sk-alice"),
+                      timeout=SAFETY_NET_S).status))
+        waiting.start()
+        st.wait_until(lambda: s.health().json()["queued"] == 1,
+                      SAFETY_NET_S, "alice's second queued")
+        # bob, holding none of his share, takes the kept slot at once
+        # and is answered while alice's stream runs and her second waits.
+        r = s.post("/completion", completion("b0", n=4),
+                   headers=bearer("sk-bob"), timeout=SAFETY_NET_S)
+        self.assertEqual(r.status, 200)
+        self.assertEqual(s.health().json()["queued"], 1)
+        holder.close()
+        waiting.join(SAFETY_NET_S)
+        self.assertEqual(answers, {"a1": 200})
+
+    def test_without_a_fair_reserve_a_flood_fills_every_slot(self):
+        s = self.sluice("--model", st.MODEL_SLOW, "--slots", "2",
+                        "--aging-rate", "0", "--admin-key", ADMIN,
+                        *self.keys_config())
+        holders = [self.hold(s, bearer("sk-alice")) for _ in range(2)]
+        answers = {}
+        waiting = threading.Thread(target=lambda: answers.update(
+            b0=s.post("/completion", completion("b0", n=4),
+                      headers=bearer("sk-bob"),
+                      timeout=SAFETY_NET_S).status))
+        waiting.start()
+        # bob waits for one of alice's generations to end.
+        st.wait_until(lambda: s.health().json()["queued"] == 1,
+                      SAFETY_NET_S, "bob's request queued")
+        holders[0].close()
+        waiting.join(SAFETY_NET_S)
+        self.assertEqual(answers, {"b0": 200})
+        holders[1].close()
 
     def test_fairness_off_serves_a_band_in_arrival_order(self):
         _, order = self.serve_flood_then_two("--fairness", "off")
