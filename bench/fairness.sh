@@ -12,8 +12,9 @@
 #           priority, as before);
 #   both:   A and B both flood at 5C (--fairness key): Jain's index over
 #           the service each got (sluice_key_service_tokens_total);
-#   reserve, alone-r: key and alone again with 6 slots, 2 of them the
-#           fair reserve (--fair-reserve 2), so the flood fills 4.
+#   reserve, alone-r: key and alone again with $FAIR_RESERVE_SLOTS
+#           slots (default 8), $FAIR_RESERVE of them (default 4) the fair
+#           reserve, so the flood fills the other 4.
 # Run from anywhere after `ninja -C build`; reports go to
 # $SLUICE_BENCH_OUT (default bench/results/fairness); each run lasts
 # $FAIR_S seconds (default 20) after a 2 s warm-up.
@@ -102,39 +103,39 @@ start_sluice off --fairness off
 run_pair off "$A_RATE" "$B_RATE"
 start_sluice both --fairness key
 run_pair both "$A_RATE" "$A_RATE"
-start_sluice alone-r --slots 6 --fair-reserve 2
+R_SLOTS=${FAIR_RESERVE_SLOTS:-8}
+R=${FAIR_RESERVE:-4}
+start_sluice alone-r --slots "$R_SLOTS" --fair-reserve "$R"
 bench alone-r-b b-secret --rate "$B_RATE" --duration "$SECONDS_EACH" --requests 1000000
-start_sluice reserve --slots 6 --fair-reserve 2
+start_sluice reserve --slots "$R_SLOTS" --fair-reserve "$R"
 run_pair reserve "$A_RATE" "$B_RATE"
 
-python3 - "$OUT" <<'EOF'
+python3 - "$OUT" "$R_SLOTS" "$R" <<'EOF'
 import json, sys
-out = sys.argv[1]
+out, r_slots, r = sys.argv[1:4]
 def run(name):
     return json.load(open("%s/%s.json" % (out, name)))["runs"][0]
 def service(name):
     return float(open("%s/%s.service" % (out, name)).read())
-print("| run | B TTFT p50 ms | B TTFT p99 ms | B p99 / alone | B 2xx | B 429 | A req/s | B req/s | A 429 |")
+print("| run | B TTFT p50 ms | B TTFT p99 ms | B p99 / alone | B queued p99 ms | B 2xx | B 429 | A req/s | B req/s |")
 print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-for name, label in (("alone-b", "B alone, 4 slots"),
-                    ("alone-r-b", "B alone, 6 slots, 2 the fair reserve")):
-    alone = run(name)
-    print("| %s | %.0f | %.0f | 1.00 | %d | %d | | %.2f | |" % (
-        label, alone["median_ttft_ms"], alone["p99_ttft_ms"],
-        alone["outcomes"]["all"]["2xx"],
-        alone["outcomes"]["all"]["429"], alone["request_throughput"]))
-for name, label, base in (("key", "fairness key", "alone-b"),
-                          ("off", "fairness off", "alone-b"),
-                          ("reserve", "fairness key, fair reserve 2 of 6",
-                           "alone-r-b")):
-    a, b = run(name + "-a"), run(name + "-b")
-    alone = run(base)
-    print("| A floods, %s | %.0f | %.0f | %.2f | %d | %d | %.2f | %.2f | %d |" % (
+def row(label, b, alone, a=None):
+    print("| %s | %.0f | %.0f | %.2f | %.0f | %d | %d | %s | %.2f |" % (
         label, b["median_ttft_ms"], b["p99_ttft_ms"],
         b["p99_ttft_ms"] / alone["p99_ttft_ms"],
+        b["server_timing"]["queue"]["p99"],
         b["outcomes"]["all"]["2xx"], b["outcomes"]["all"]["429"],
-        a["request_throughput"], b["request_throughput"],
-        a["outcomes"]["all"]["429"]))
+        "%.2f" % a["request_throughput"] if a else "",
+        b["request_throughput"]))
+for name, label in (("alone-b", "B alone, 4 slots"),
+                    ("alone-r-b", "B alone, %s slots, %s the fair reserve"
+                     % (r_slots, r))):
+    row(label, run(name), run(name))
+for name, label, base in (("key", "fairness key", "alone-b"),
+                          ("off", "fairness off", "alone-b"),
+                          ("reserve", "fairness key, fair reserve %s of %s"
+                           % (r, r_slots), "alone-r-b")):
+    row("A floods, " + label, run(name + "-b"), run(base), run(name + "-a"))
 sa, sb = service("both-a"), service("both-b")
 jain = (sa + sb) ** 2 / (2 * (sa * sa + sb * sb))
 print()

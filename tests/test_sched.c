@@ -884,67 +884,60 @@ static void test_urgent_reserve(void)
 	sl_sched_free(&s);
 }
 
-static unsigned fake_three_slots(void *ctx)
+static unsigned fake_four_slots(void *ctx)
 {
 	(void)ctx;
-	return 3;
+	return 4;
 }
 
 /*
- * The fair reserve, 1 of 3 slots: a flood alone fills the other 2; a
- * tenant below its share (1 of those 2, beside the flood) takes the
- * reserve at once, and one at its share waits like anyone.
+ * The fair reserve, 2 of 4 slots: a flood alone fills the other 2; beside
+ * it, a tenant below its share of the 4 (2) takes the reserve at once, and
+ * each keeps its share.
  */
 static void test_fair_reserve(void)
 {
 	struct sl_sched s;
 	struct fake f;
-	struct sl_sched_ops three = ops;
-	three.total_slots = fake_three_slots;
+	struct sl_sched_ops four = ops;
+	four.total_slots = fake_four_slots;
 	struct sl_sched_config cfg = config();
 	cfg.window_ms = 0;
 	cfg.aging_rate = 0; /* so only the fair reserve lets anyone in */
 	cfg.urgent_reserve = 0;
 	cfg.fair = true;
-	cfg.fair_reserve = 1;
+	cfg.fair_reserve = 2;
 	memset(&f, 0, sizeof(f));
-	ASSERT_EQ(sl_sched_init(&s, &cfg, &three, &f, 0), 0);
+	ASSERT_EQ(sl_sched_init(&s, &cfg, &four, &f, 0), 0);
 	for (unsigned i = 0; i < 5; i++)
 		ASSERT_EQ(push_flow(&s, &f, i, 1, 1, SL_PRIORITY_NORMAL, 0), 0);
-	f.free = 3;
+	f.free = 4;
 	sl_sched_run(&s, 0);
 	ASSERT_EQ(f.n_dispatched, 2); /* A alone: the reserve is kept */
-	ASSERT_EQ(f.free, 1);
-	ASSERT_EQ(push_flow(&s, &f, 5, 2, 1, SL_PRIORITY_NORMAL, 1), 0);
-	sl_sched_run(&s, 1);
-	ASSERT_EQ(f.n_dispatched, 3); /* B, holding none of its 1, at once */
-	ASSERT_EQ(f.dispatched[2], 5);
-	ASSERT_EQ(push_flow(&s, &f, 6, 2, 1, SL_PRIORITY_NORMAL, 2), 0);
+	ASSERT_EQ(f.free, 2);
 	/*
-	 * One of A's ends, leaving A (less served, next) at its share: the
-	 * freed slot is the reserve again, and nobody below a share waits.
+	 * B, running none of its 2, takes both at once, though A, less
+	 * served, is next in line.
 	 */
+	for (unsigned i = 5; i < 8; i++)
+		ASSERT_EQ(push_flow(&s, &f, i, 2, 1, SL_PRIORITY_NORMAL, 1), 0);
+	sl_sched_run(&s, 1);
+	ASSERT_EQ(f.n_dispatched, 4);
+	ASSERT_EQ(f.dispatched[2], 5);
+	ASSERT_EQ(f.dispatched[3], 6);
+	/* One of A's ends: A, below its share now, takes the slot back. */
 	sl_sched_release(&s, &f.items[0]);
 	f.free = 1;
-	sl_sched_run(&s, 3);
-	ASSERT_EQ(f.n_dispatched, 3);
-	/* Another ends: A's next goes outside the reserve. */
-	sl_sched_release(&s, &f.items[1]);
-	f.free = 2;
-	sl_sched_run(&s, 4);
-	ASSERT_EQ(f.n_dispatched, 4);
-	ASSERT_EQ(f.dispatched[3], 2);
-	/*
-	 * B's ends: B and A are as served, B with none running goes, and A,
-	 * at its share, leaves the reserve free.
-	 */
-	sl_sched_release(&s, &f.items[5]);
-	f.free = 2;
-	sl_sched_run(&s, 5);
+	sl_sched_run(&s, 2);
 	ASSERT_EQ(f.n_dispatched, 5);
-	ASSERT_EQ(f.dispatched[4], 6);
-	ASSERT_EQ(f.free, 1);
-	release_all(&s, &f, 7);
+	ASSERT_EQ(f.dispatched[4], 2);
+	/* One of B's ends: B's third goes. */
+	sl_sched_release(&s, &f.items[5]);
+	f.free = 1;
+	sl_sched_run(&s, 3);
+	ASSERT_EQ(f.n_dispatched, 6);
+	ASSERT_EQ(f.dispatched[5], 7);
+	release_all(&s, &f, 8);
 }
 
 /* ---- the auto urgent reserve, against a simulated pool of slots ---- */

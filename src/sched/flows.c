@@ -22,15 +22,15 @@ struct sl_sched_flowq {
 	struct sl_sched_band *band;
 	struct sl_sched_item *head, *tail;
 	unsigned n;
-	unsigned at[2]; /* places in the band's two heaps */
+	unsigned at[3]; /* places in the band's three heaps */
 };
 
-enum side { LEAST, LONGEST };
+enum side { LEAST, LONGEST, FEWEST, SIDES };
 
 struct sl_sched_band {
 	struct sl_sched_band *next; /* hash chain */
 	double priority;
-	struct sl_sched_flowq **heap[2];
+	struct sl_sched_flowq **heap[SIDES];
 	unsigned n, cap;
 };
 
@@ -62,8 +62,8 @@ void sl_flows_init(struct sl_sched_flows *fl, unsigned max_queue)
 
 static void free_band(struct sl_sched_band *b)
 {
-	free(b->heap[LEAST]);
-	free(b->heap[LONGEST]);
+	for (int s = LEAST; s < SIDES; s++)
+		free(b->heap[s]);
 	free(b);
 }
 
@@ -111,13 +111,21 @@ static double running(const struct sl_sched_flow *f)
 /*
  * Whether a goes above b: least service first (ties, as when a flow new
  * to the band was lifted to the least: fewer running per unit of weight,
- * then the older head, so equal flows take turns by arrival); longest
- * queue per unit of weight first (ties: the newer tail, the request that
- * has waited least).
+ * then the older head, so equal flows take turns by arrival); fewest
+ * running per unit of weight first (ties: least service, then the older
+ * head); longest queue per unit of weight first (ties: the newer tail,
+ * the request that has waited least).
  */
 static bool above(enum side s, const struct sl_sched_flowq *a,
                   const struct sl_sched_flowq *b)
 {
+	if (s == FEWEST) {
+		if (running(a->flow) != running(b->flow))
+			return running(a->flow) < running(b->flow);
+		if (a->flow->service != b->flow->service)
+			return a->flow->service < b->flow->service;
+		return a->head->seq < b->head->seq;
+	}
 	if (s == LEAST) {
 		if (a->flow->service != b->flow->service)
 			return a->flow->service < b->flow->service;
@@ -162,19 +170,19 @@ static void sift(struct sl_sched_band *b, enum side s, unsigned i)
 /* A flow queue's service, length or head changed: its places follow. */
 static void update(struct sl_sched_flowq *q)
 {
-	sift(q->band, LEAST, q->at[LEAST]);
-	sift(q->band, LONGEST, q->at[LONGEST]);
+	for (int s = LEAST; s < SIDES; s++)
+		sift(q->band, s, q->at[s]);
 }
 
 static void band_add(struct sl_sched_band *b, struct sl_sched_flowq *q)
 {
 	if (b->n == b->cap) {
 		b->cap = b->cap ? 2 * b->cap : 4;
-		for (int s = LEAST; s <= LONGEST; s++)
+		for (int s = LEAST; s < SIDES; s++)
 			b->heap[s] =
 			    sl_xrealloc(b->heap[s], b->cap * sizeof(*b->heap[s]));
 	}
-	for (int s = LEAST; s <= LONGEST; s++)
+	for (int s = LEAST; s < SIDES; s++)
 		put(b, s, b->n, q);
 	b->n++;
 	update(q);
@@ -183,7 +191,7 @@ static void band_add(struct sl_sched_band *b, struct sl_sched_flowq *q)
 static void band_drop(struct sl_sched_band *b, struct sl_sched_flowq *q)
 {
 	b->n--;
-	for (int s = LEAST; s <= LONGEST; s++) {
+	for (int s = LEAST; s < SIDES; s++) {
 		unsigned i = q->at[s];
 		if (i == b->n)
 			continue;
@@ -364,6 +372,11 @@ void sl_flows_leave(struct sl_sched_flows *fl, struct sl_sched_item *it)
 struct sl_sched_item *sl_flows_next(const struct sl_sched_item *top)
 {
 	return top->flowq->band->heap[LEAST][0]->head;
+}
+
+struct sl_sched_item *sl_flows_fewest(const struct sl_sched_item *top)
+{
+	return top->flowq->band->heap[FEWEST][0]->head;
 }
 
 struct sl_sched_item *sl_flows_victim(const struct sl_sched_item *worst)

@@ -4,8 +4,9 @@
  *
  * A flow is one owner's tenant, with its weighted service; a band is one
  * initial priority; a flow queue (flowq) is a flow's waiting requests in
- * one band, oldest first. Each band keeps its flow queues in two heaps:
- * least service first (who goes next) and longest queue per unit of
+ * one band, oldest first. Each band keeps its flow queues in three heaps:
+ * least service first (who goes next), fewest running per unit of weight
+ * first (who may take the fair reserve) and longest queue per unit of
  * weight first (who gives up a request when the queue is full).
  */
 #ifndef SLUICE_SCHED_FLOWS_H
@@ -31,6 +32,12 @@ void sl_flows_leave(struct sl_sched_flows *fl, struct sl_sched_item *it);
 
 /* The oldest request of the least-served flow in top's band. */
 struct sl_sched_item *sl_flows_next(const struct sl_sched_item *top);
+
+/*
+ * The oldest request, in top's band, of the flow with the fewest requests
+ * running per unit of weight.
+ */
+struct sl_sched_item *sl_flows_fewest(const struct sl_sched_item *top);
 
 /* The newest request of the longest flow queue in worst's band. */
 struct sl_sched_item *sl_flows_victim(const struct sl_sched_item *worst);

@@ -527,11 +527,11 @@ double sl_sched_flow_service(const struct sl_sched *s, uint64_t flow_id)
  * oldest request of the top's band takes the top's place first, and its
  * flow is charged its cost.
  */
-static struct sl_sched_item *pop(struct sl_sched *s)
+static struct sl_sched_item *pop(struct sl_sched *s,
+                                 struct sl_sched_item *next)
 {
 	struct sl_sched_item *top = s->heap[0];
 	if (s->cfg.fair) {
-		struct sl_sched_item *next = sl_flows_next(top);
 		if (next != top)
 			swap_places(s, next, top);
 		top = next;
@@ -539,6 +539,12 @@ static struct sl_sched_item *pop(struct sl_sched *s)
 	}
 	unqueue(s, top);
 	return top;
+}
+
+/* The item a dispatch takes next: the top, or its band's least served. */
+static struct sl_sched_item *next_in_line(const struct sl_sched *s)
+{
+	return s->cfg.fair ? sl_flows_next(s->heap[0]) : s->heap[0];
 }
 
 static void record_dispatch(struct sl_sched *s, uint64_t now_ms, unsigned n)
@@ -562,42 +568,46 @@ static double effective(const struct sl_sched *s,
 	       s->cfg.aging_rate * (double)(now_ms - s->epoch_ms) / 1000.0;
 }
 
-/*
- * Whether the request the next pop() gives holds fewer slots than its
- * flow's share of those outside both reserves (sched.h, "Fair reserve").
- */
 static unsigned fair_reserve(const struct sl_sched *s)
 {
 	return s->cfg.fair ? s->cfg.fair_reserve : 0;
 }
 
-static bool below_share(const struct sl_sched *s)
+/*
+ * The request of the top's band whose flow runs the fewest per unit of
+ * weight, if that flow is not alone and runs fewer than its share of the
+ * slots outside the urgent reserve (sched.h, "Fair reserve"); else NULL.
+ * The fewest running is below its share if any flow of the band is.
+ */
+static struct sl_sched_item *below_share(const struct sl_sched *s)
 {
 	unsigned total = s->ops->total_slots ? s->ops->total_slots(s->ctx) : 0;
-	unsigned kept = s->reserve + fair_reserve(s);
-	if (total <= kept)
-		return false;
-	const struct sl_sched_item *next = sl_flows_next(s->heap[0]);
-	return sl_flows_below_share(&s->fl, next->flow, total - kept);
+	if (total <= s->reserve + fair_reserve(s) || s->fl.n_flows < 2)
+		return NULL;
+	struct sl_sched_item *it = sl_flows_fewest(s->heap[0]);
+	return sl_flows_below_share(&s->fl, it->flow, total - s->reserve)
+	           ? it
+	           : NULL;
 }
 
 /*
- * Whether the top item may take a slot when `free` are free: beyond both
- * reserves anyone may; within the fair reserve, a request whose flow is
- * below its share; within the urgent reserve, only a request whose
- * priority is urgent by now (an aged one counts, so nothing waits on the
- * reserve for ever), which may take any slot.
+ * Which waiting request may take a slot when `free` are free (NULL:
+ * none): beyond both reserves, the next in line; within the fair reserve,
+ * a request of a flow below its share; within the urgent reserve, only
+ * the next in line if its priority is urgent by now (an aged one counts,
+ * so nothing waits on the reserve for ever), and it may take any slot.
  */
-static bool may_take(const struct sl_sched *s, unsigned free, uint64_t now_ms)
+static struct sl_sched_item *taker(const struct sl_sched *s, unsigned free,
+                                   uint64_t now_ms)
 {
 	unsigned fair = fair_reserve(s);
 	if (free > s->reserve + fair)
-		return true;
+		return next_in_line(s);
 	if (free == 0)
-		return false;
+		return NULL;
 	if (effective(s, s->heap[0], now_ms) >= SL_PRIORITY_URGENT)
-		return true;
-	return free > s->reserve && fair > 0 && below_share(s);
+		return next_in_line(s);
+	return free > s->reserve && fair > 0 ? below_share(s) : NULL;
 }
 
 /*
@@ -612,8 +622,9 @@ static unsigned dispatch_batch(struct sl_sched *s, unsigned free,
 	unsigned n = 0;
 	if (s->cfg.max_batch > 0)
 		limit = SL_MIN(limit, s->cfg.max_batch);
-	while (s->n > 0 && n < limit && may_take(s, free - n, now_ms))
-		s->batch[n++] = pop(s);
+	struct sl_sched_item *it;
+	while (s->n > 0 && n < limit && (it = taker(s, free - n, now_ms)))
+		s->batch[n++] = pop(s, it);
 	if (s->n == 0)
 		s->window_open = false;
 	if (n == 0)
@@ -707,7 +718,7 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 		 * it, and aging reopens the question).
 		 */
 		if (window_auto(s) && !s->window_open && !closed_now &&
-		    contested(s, free) && may_take(s, free, now_ms)) {
+		    contested(s, free) && taker(s, free, now_ms)) {
 			s->window_open = true;
 			s->window_deadline_ms = now_ms + auto_window_ms(s);
 		}

@@ -98,13 +98,14 @@
  * Fair reserve (fair_reserve, with fair on): slots are not taken back once
  * given, so a light tenant beside a flood, first in line, still waits for
  * one of the flood's generations to end. The last fair_reserve free slots
- * beyond the urgent reserve go only to the next request whose flow holds
- * fewer slots than its share of the others, total_slots less both
- * reserves, split by weight among the flows held now (or to an urgent
- * request, which may take any slot). A flood alone fills the slots but
- * those; beside it, a tenant below its share starts at once, and the flood
- * gets back what it leaves as the flood's own answers end. The owner gives
- * its upstreams that many slots more than the flood should fill.
+ * beyond the urgent reserve go only to the next request whose flow runs
+ * fewer than its share of the slots (total_slots less the urgent reserve,
+ * split by weight among the flows held now), and is not the only flow held
+ * (or to an urgent request, which may take any slot). So a flood alone
+ * fills all but the reserve, and beside it holds the larger of that and
+ * its share, while another tenant starts at once as long as it runs fewer
+ * than its own share. The owner gives its upstreams that many slots more
+ * than a flood should fill.
  *
  * The module is pure logic: time comes in as arguments and the owner
  * supplies the free-slot count and what to do with a batch or an expired
