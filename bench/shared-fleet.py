@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Several sluices, one llama-server, measured:
 
-    bench/shared-fleet.py MODEL SECONDS RATE [two|third]
+    bench/shared-fleet.py MODEL SECONDS RATE [two|third|one]
 
 A llama-server of MODEL (4 slots, one thread, --metrics) and, for `two`,
 two sluices in front of it with no split of its slots (--max-queue
-$MAXQ, default 16, each); for `third`, one sluice, and a third client calling llama-server
-directly, two requests at a time. First 40 urgent requests one at a time
+$MAXQ, default 16, each); for `third`, one sluice, and a third client
+calling llama-server directly, two requests at a time; for `one`, one
+sluice alone, for scale. First 40 urgent requests one at a time
 (the unloaded time to first token); with RATE 0, a closed loop of 16 for
 5 s through the first sluice gives the capacity, and RATE is twice that
 shared among the sluices. Then one sluice-bench per sluice, Poisson
@@ -31,7 +32,7 @@ def val(text, name):
 procs = []
 env = dict(os.environ, LLAMA_ARG_UI="0", LLAMA_ARG_NO_WEBUI="1")
 procs.append(subprocess.Popen([LS, "--host", "127.0.0.1", "--port", str(LP), "-m", MODEL, "-np", "4", "-c", "8192", "--no-kv-unified", "--metrics", "--threads", "1", "--threads-http", "32"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-sluices = [S1] if MODE == "third" else [S1, S2]
+sluices = [S1] if MODE in ("third", "one") else [S1, S2]
 for p in sluices:
     procs.append(subprocess.Popen(["build/sluice", "--listen", "127.0.0.1:%d" % p, "--upstream", "http://127.0.0.1:%d" % LP, "--max-queue", os.environ.get("MAXQ", "16")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 def up(p):
@@ -79,6 +80,7 @@ waiting = [s for s in samples if s[2] > 0]
 full = sum(1 for s in waiting if s[0] + 0 >= 4)
 print("samples", len(samples), "while waiting", len(waiting), "slots full while waiting %.3f" % (full / max(1, len(waiting))))
 print("max deferred", max(s[1] for s in samples), "deferred>0 share %.3f" % (sum(1 for s in samples if s[1] > 0) / len(samples)))
+print("samples by deferred", {int(d): sum(1 for s in samples if s[1] == d) for d in sorted(set(s[1] for s in samples))})
 if third: print("third client answers", len(third), set(third))
 def show(f):
     r = json.load(open(f))["runs"][0]

@@ -179,8 +179,8 @@ static void band_add(struct sl_sched_band *b, struct sl_sched_flowq *q)
 	if (b->n == b->cap) {
 		b->cap = b->cap ? 2 * b->cap : 4;
 		for (int s = LEAST; s < SIDES; s++)
-			b->heap[s] =
-			    sl_xrealloc(b->heap[s], b->cap * sizeof(*b->heap[s]));
+			b->heap[s] = sl_xrealloc(b->heap[s],
+			                         b->cap * sizeof(*b->heap[s]));
 	}
 	for (int s = LEAST; s < SIDES; s++)
 		put(b, s, b->n, q);
@@ -261,8 +261,7 @@ double sl_flows_service(const struct sl_sched_flows *fl, uint64_t id)
 
 /* ---- entering and leaving ---- */
 
-static struct sl_sched_band *band_of(struct sl_sched_flows *fl,
-                                     double priority)
+static struct sl_sched_band *band_of(struct sl_sched_flows *fl, double priority)
 {
 	unsigned h = hash_priority(fl, priority);
 	struct sl_sched_band *b = fl->bands[h];

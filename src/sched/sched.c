@@ -401,8 +401,8 @@ static struct sl_sched_item *make_room(struct sl_sched *s,
 		return outranks ? worst : NULL;
 	}
 	struct sl_sched_item *v = sl_flows_victim(worst);
-	if (!outranks && !(it->priority == worst->priority &&
-	                   sl_flows_may_displace(it, v)))
+	if (!outranks &&
+	    !(it->priority == worst->priority && sl_flows_may_displace(it, v)))
 		return NULL;
 	return victim(s);
 }
@@ -527,8 +527,7 @@ double sl_sched_flow_service(const struct sl_sched *s, uint64_t flow_id)
  * oldest request of the top's band takes the top's place first, and its
  * flow is charged its cost.
  */
-static struct sl_sched_item *pop(struct sl_sched *s,
-                                 struct sl_sched_item *next)
+static struct sl_sched_item *pop(struct sl_sched *s, struct sl_sched_item *next)
 {
 	struct sl_sched_item *top = s->heap[0];
 	if (s->cfg.fair) {

@@ -301,9 +301,9 @@ struct sl_sched_load {
 
 /* The flows and bands of fair queuing: two chained hash tables. */
 struct sl_sched_flows {
-	struct sl_sched_flow **flows;  /* by flow_id */
-	struct sl_sched_band **bands;  /* by initial priority */
-	unsigned mask;                 /* buckets - 1 */
+	struct sl_sched_flow **flows; /* by flow_id */
+	struct sl_sched_band **bands; /* by initial priority */
+	unsigned mask;                /* buckets - 1 */
 	unsigned n_flows;
 	double weights; /* of the flows held now, summed */
 };
