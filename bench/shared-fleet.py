@@ -34,7 +34,7 @@ env = dict(os.environ, LLAMA_ARG_UI="0", LLAMA_ARG_NO_WEBUI="1")
 procs.append(subprocess.Popen([LS, "--host", "127.0.0.1", "--port", str(LP), "-m", MODEL, "-np", "4", "-c", "8192", "--no-kv-unified", "--metrics", "--threads", "1", "--threads-http", "32"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 sluices = [S1] if MODE in ("third", "one") else [S1, S2]
 for p in sluices:
-    procs.append(subprocess.Popen(["build/sluice", "--listen", "127.0.0.1:%d" % p, "--upstream", "http://127.0.0.1:%d" % LP, "--max-queue", os.environ.get("MAXQ", "16")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    procs.append(subprocess.Popen(["build/sluice", "--listen", "127.0.0.1:%d" % p, "--upstream", "http://127.0.0.1:%d" % LP, "--max-queue", os.environ.get("MAXQ", "16")], stdout=subprocess.DEVNULL, stderr=open("%s/sluice-%d.log" % (OUT, p), "w")))
 def up(p):
     try: return urllib.request.urlopen("http://127.0.0.1:%d/ready" % p, timeout=2).status == 200
     except Exception: return False

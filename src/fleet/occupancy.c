@@ -48,6 +48,17 @@ static bool fresh(const struct sl_upstream *u)
 	           SL_OCCUPANCY_FRESH * u->cfg->occupancy_poll_ms;
 }
 
+/*
+ * Slots llama-server has room for beyond the others' and `own`, and one
+ * more while its own queue was empty: see upstream.h, "Occupancy".
+ */
+static unsigned room(const struct sl_upstream *u, unsigned own)
+{
+	unsigned taken = u->occupancy.others + own;
+	unsigned slots = u->server_slots + (u->occupancy.deferred == 0);
+	return taken < slots ? slots - taken : 0;
+}
+
 unsigned sl_occupancy_free(const struct sl_upstream *u, unsigned cap,
                            unsigned own)
 {
@@ -62,14 +73,19 @@ unsigned sl_occupancy_free(const struct sl_upstream *u, unsigned cap,
 	 */
 	if (!fresh(u))
 		return SL_MIN(free, own == 0 ? 1u : 0u);
-	unsigned others = u->occupancy.others;
-	if (others == 0)
+	const struct sl_occupancy *o = &u->occupancy;
+	if (o->others == 0)
 		return free;
-	/* One more than llama-server has free: see upstream.h, "Occupancy". */
-	unsigned taken = others + own;
-	unsigned slots = u->server_slots + (u->occupancy.deferred == 0);
-	unsigned room = taken < slots ? slots - taken : 0;
-	return SL_MIN(free, room);
+	/*
+	 * Half of what the reading showed, and the slots own answers freed
+	 * since (theirs to refill): see upstream.h, "Occupancy".
+	 */
+	unsigned long long may = o->claim + (o->ends - o->ends_at_read);
+	if (may <= o->taken)
+		return 0;
+	unsigned left =
+	    (unsigned)SL_MIN(may - o->taken, (unsigned long long)free);
+	return SL_MIN(left, room(u, own));
 }
 
 /* May a poll go now? Ready, not quiet (a poll would delay the stop). */
@@ -114,7 +130,18 @@ void sl_occupancy_want(struct sl_upstream *u)
 
 void sl_occupancy_taken(struct sl_upstream *u)
 {
-	u->occupancy.take_ms = uv_now(u->loop);
+	struct sl_occupancy *o = &u->occupancy;
+	o->take_ms = uv_now(u->loop);
+	o->taken++;
+	/* This reading's share is taken: the next shows what is left. */
+	if (sl_occupancy_polled(u) && o->others > 0 &&
+	    o->taken >= o->claim + (o->ends - o->ends_at_read))
+		arm(u, 0);
+	if (sl_occupancy_polled(u))
+		sl_debug("upstream %s: one sent; own %u in flight, others %u "
+		         "and %u deferred at the last reading",
+		         u->url, u->inflight, u->occupancy.others,
+		         u->occupancy.deferred);
 }
 
 void sl_occupancy_answer_ended(struct sl_upstream *u)
@@ -213,6 +240,12 @@ static void took_reading(struct sl_upstream *u, unsigned processing,
 	o->read_ms = uv_now(u->loop);
 	o->processing = processing;
 	o->deferred = deferred;
+	o->claim = (room(u, u->inflight) + 1) / 2;
+	o->taken = 0;
+	o->ends_at_read = o->ends;
+	sl_debug("upstream %s: occupancy %u processing, %u deferred; own %u "
+	         "in flight (%u when polled); others %u",
+	         u->url, processing, deferred, u->inflight, own, o->others);
 	if (sl_upstream_free_slots(u) > before && u->hooks->on_capacity)
 		u->hooks->on_capacity(u);
 }
@@ -302,6 +335,8 @@ void sl_occupancy_reset(struct sl_upstream *u)
 	o->again = false;
 	o->read_ms = 0;
 	o->processing = o->deferred = o->others = 0;
+	o->claim = o->taken = 0;
+	o->ends_at_read = o->ends;
 }
 
 void sl_occupancy_stop(struct sl_upstream *u)

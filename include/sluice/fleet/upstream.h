@@ -126,7 +126,13 @@ const char *sl_retry_reason_name(enum sl_retry_reason r);
  * rather than a poll later, and no more than one (several sluices that
  * each added theirs would fill that queue). With others = 0 this is
  * sluice's own count (cap - own), so a lone sluice behaves as without the
- * poll, but for one thing: a reading older than SL_OCCUPANCY_FRESH
+ * poll. With others > 0, each sluice takes on one reading at most half
+ * (rounded up) of the room it shows, plus the slots its own answers free
+ * after it: another sluice reading at the same moment sees the same room
+ * (measured: two sluices that started together each filled the 3 they
+ * saw, and llama-server's queue held 4 for a generation's time); the next
+ * poll goes once the half is taken (SL_OCCUPANCY_SETTLE_MS after it), and
+ * shows what the others took meanwhile. One thing more: a reading older than SL_OCCUPANCY_FRESH
  * intervals (nothing waited, so nothing was polled) is not gone by. Then
  * one request goes when none of sluice's is there, and the rest wait for
  * the poll their waiting starts (a millisecond or two), since others may
@@ -147,9 +153,11 @@ const char *sl_retry_reason_name(enum sl_retry_reason r);
 /*
  * A poll waits this long after a request was sent to the upstream, so
  * that llama-server has it when it answers: a poll that overtook it would
- * miss it, and take one of sluice's requests for a free slot.
+ * miss it, and take one of sluice's requests for a free slot. Measured on
+ * a busy 2-core machine: readings 20 ms after a request still missed it,
+ * and two sluices then kept up to 4 requests in llama-server's queue.
  */
-#define SL_OCCUPANCY_SETTLE_MS 20
+#define SL_OCCUPANCY_SETTLE_MS 50
 
 /*
  * Polls further apart than this leave llama-server's one-second wait alone
@@ -186,6 +194,12 @@ struct sl_occupancy {
 	unsigned deferred;   /* requests waiting in its own queue */
 	unsigned seen;       /* of those, not sluice's */
 	unsigned others;     /* the more of seen and the last reading's */
+	/*
+	 * What sluice may take on this reading (half of the room it showed,
+	 * rounded up), what it took since, and its answers ended before it.
+	 */
+	unsigned claim, taken;
+	unsigned long long ends_at_read;
 	unsigned failed;     /* polls failed in a row */
 	unsigned long long polls, reads,
 	    failures; /* started, answered, failed */
