@@ -523,9 +523,10 @@ double sl_sched_flow_service(const struct sl_sched *s, uint64_t flow_id)
 }
 
 /*
- * The top of the heap leaves; with fair queuing, the least-served flow's
- * oldest request of the top's band takes the top's place first, and its
- * flow is charged its cost.
+ * The top of the heap leaves; with fair queuing, `next` (a request of the
+ * top's band: its least-served flow's oldest, or for the fair reserve its
+ * fewest-running flow's) takes the top's place first, and its flow is
+ * charged its cost.
  */
 static struct sl_sched_item *pop(struct sl_sched *s, struct sl_sched_item *next)
 {
