@@ -1,13 +1,14 @@
 """Fair queuing across tenants (issue 32): inside a priority, the tenant
 with the least service goes next; the per-key series say what each got.
-Against a real llama-server on the demo models, one slot, so the order in
-which requests leave sluice's queue is the order in which they end."""
+Against a real llama-server on the demo models; with one slot, the order
+in which requests leave sluice's queue is the order in which they end, and
+with two, the fair reserve decides who may take the second."""
 
 import os
-import threading
 
 import sluice_test as st
-from test_tenants import bearer, completion, keys_yaml, metric
+from test_tenants import (bearer, completion, hold, keys_yaml, metric,
+                          send_queued)
 
 # Not a measure: how long a busy machine may take before a test gives up.
 SAFETY_NET_S = 240
@@ -24,17 +25,6 @@ class Fairness(st.TestCase):
             f.write(keys_yaml(KEYS))
         return ("--config", config)
 
-    def hold(self, s, headers):
-        """A long stream, once its first token came: it holds a slot."""
-        holder = st.RawClient(s.port, timeout=SAFETY_NET_S)
-        holder.request("POST", "/completion",
-                       completion("hold", n=4000, stream=True),
-                       headers=headers)
-        status, _ = holder.read_head()
-        self.assertEqual(status, 200)
-        next(holder.chunks())
-        return holder
-
     def serve_flood_then_two(self, *args, who=None):
         """alice queues four requests, then bob two, behind a held slot;
         returns the access log's order once the slot is let go. `who`
@@ -47,32 +37,22 @@ class Fairness(st.TestCase):
         s = self.sluice("--model", st.MODEL_SLOW,
                         "--slots", "1", "--aging-rate", "0",
                         "--admin-key", ADMIN, *args)
-        holder = self.hold(s, who["holder"])
+        holder = hold(s, who["holder"])
 
-        answers, lock = {}, threading.Lock()
-
-        def send(rid, name):
-            headers = dict(who[name], **{"X-Request-Id": rid})
-            r = s.post("/completion", completion(rid, n=4), headers=headers,
-                       timeout=SAFETY_NET_S)
-            with lock:
-                answers[rid] = r.status
-
+        answers = {}
         sends = [("a0", "alice"), ("a1", "alice"), ("a2", "alice"),
                  ("a3", "alice"), ("b0", "bob"), ("b1", "bob")]
-        threads = []
-        for i, (rid, key) in enumerate(sends):
-            t = threading.Thread(target=send, args=(rid, key))
-            t.start()
-            threads.append(t)
-            # Each is queued before the next is sent.
-            st.wait_until(lambda: s.health().json()["queued"] == i + 1,
-                          SAFETY_NET_S, "%s queued" % rid)
+        # Each is queued before the next is sent.
+        threads = [send_queued(s, rid,
+                               dict(who[name], **{"X-Request-Id": rid}),
+                               answers)
+                   for rid, name in sends]
         holder.close()
         for t in threads:
             t.join(SAFETY_NET_S)
         ids = [rid for rid, _ in sends]
-        self.assertEqual(answers, {rid: 200 for rid in ids})
+        self.assertEqual({rid: r.status for rid, r in answers.items()},
+                         {rid: 200 for rid in ids})
         st.wait_until(lambda: len(s.access_order(ids)) == len(ids),
                       SAFETY_NET_S, "the access log lines")
         return s, s.access_order(ids)
@@ -123,15 +103,9 @@ class Fairness(st.TestCase):
         s = self.sluice("--model", st.MODEL_SLOW, "--slots", "2",
                         "--fair-reserve", "1", "--aging-rate", "0",
                         "--admin-key", ADMIN, *self.keys_config())
-        holder = self.hold(s, bearer("sk-alice"))
+        holder = hold(s, bearer("sk-alice"))
         answers = {}
-        waiting = threading.Thread(target=lambda: answers.update(
-            a1=s.post("/completion", completion("a1", n=4),
-                      headers=bearer("sk-alice"),
-                      timeout=SAFETY_NET_S).status))
-        waiting.start()
-        st.wait_until(lambda: s.health().json()["queued"] == 1,
-                      SAFETY_NET_S, "alice's second queued")
+        waiting = send_queued(s, "a1", bearer("sk-alice"), answers)
         # bob, holding none of his share, takes the kept slot at once
         # and is answered while alice's stream runs and her second waits.
         r = s.post("/completion", completion("b0", n=4),
@@ -140,25 +114,19 @@ class Fairness(st.TestCase):
         self.assertEqual(s.health().json()["queued"], 1)
         holder.close()
         waiting.join(SAFETY_NET_S)
-        self.assertEqual(answers, {"a1": 200})
+        self.assertEqual(answers["a1"].status, 200)
 
     def test_without_a_fair_reserve_a_flood_fills_every_slot(self):
         s = self.sluice("--model", st.MODEL_SLOW, "--slots", "2",
                         "--aging-rate", "0", "--admin-key", ADMIN,
                         *self.keys_config())
-        holders = [self.hold(s, bearer("sk-alice")) for _ in range(2)]
+        holders = [hold(s, bearer("sk-alice")) for _ in range(2)]
         answers = {}
-        waiting = threading.Thread(target=lambda: answers.update(
-            b0=s.post("/completion", completion("b0", n=4),
-                      headers=bearer("sk-bob"),
-                      timeout=SAFETY_NET_S).status))
-        waiting.start()
-        # bob waits for one of alice's generations to end.
-        st.wait_until(lambda: s.health().json()["queued"] == 1,
-                      SAFETY_NET_S, "bob's request queued")
+        # bob waits (is queued) for one of alice's generations to end.
+        waiting = send_queued(s, "b0", bearer("sk-bob"), answers)
         holders[0].close()
         waiting.join(SAFETY_NET_S)
-        self.assertEqual(answers, {"b0": 200})
+        self.assertEqual(answers["b0"].status, 200)
         holders[1].close()
 
     def test_fairness_off_serves_a_band_in_arrival_order(self):

@@ -53,6 +53,34 @@ def completion(prompt, n=20, stream=False):
             "stream": stream}
 
 
+def hold(s, headers):
+    """A long stream through sluice s, once its first token came: it holds
+    a slot until closed."""
+    holder = st.RawClient(s.port, timeout=SAFETY_NET_S)
+    holder.request("POST", "/completion",
+                   completion("hold", n=4000, stream=True), headers=headers)
+    status, _ = holder.read_head()
+    assert status == 200, status
+    next(holder.chunks())
+    return holder
+
+
+def send_queued(s, rid, headers, answers):
+    """Sends a short /completion for rid from a thread of its own, and
+    returns the thread once sluice s has queued it; the response lands in
+    answers[rid]."""
+    queued = s.health().json()["queued"]
+
+    def send():
+        answers[rid] = s.post("/completion", completion(rid, n=4),
+                              headers=headers, timeout=SAFETY_NET_S)
+    t = threading.Thread(target=send)
+    t.start()
+    st.wait_until(lambda: s.health().json()["queued"] == queued + 1,
+                  SAFETY_NET_S, "%s queued" % rid)
+    return t
+
+
 def usage_of(r):
     """(prompt, completion) tokens of an OpenAI answer."""
     u = r.json()["usage"]
@@ -710,36 +738,19 @@ class Priority(st.TestCase):
         # One slot, contested; no aging, so that order is priority alone.
         s = self.sluice("--config", config, "--model", st.MODEL_SLOW,
                         "--slots", "1", "--aging-rate", "0")
-        holder = st.RawClient(s.port, timeout=SAFETY_NET_S)
-        holder.request("POST", "/completion",
-                       completion("hold", n=4000, stream=True),
-                       headers=bearer("sk-ops"))
-        status, _ = holder.read_head()
-        self.assertEqual(status, 200)
-        next(holder.chunks())
+        holder = hold(s, bearer("sk-ops"))
 
-        answers, lock = {}, threading.Lock()
-
-        def send(rid, key, priority):
-            headers = dict(bearer(key), **{"X-Request-Id": rid})
-            if priority:
-                headers["X-Priority"] = priority
-            r = s.post("/completion", completion(rid, n=4), headers=headers,
-                       timeout=SAFETY_NET_S)
-            with lock:
-                answers[rid] = r
-
+        answers = {}
         sends = [("batchy-urgent", "sk-batch", "urgent"),
                  ("lazy-default", "sk-lazy", None),
                  ("ops-urgent", "sk-ops", "urgent")]
         threads = []
-        for i, (rid, key, priority) in enumerate(sends):
-            t = threading.Thread(target=send, args=(rid, key, priority))
-            t.start()
-            threads.append(t)
-            # Each is queued before the next is sent.
-            st.wait_until(lambda: s.health().json()["queued"] == i + 1,
-                          SAFETY_NET_S, "%s queued" % rid)
+        # Each is queued before the next is sent.
+        for rid, key, priority in sends:
+            headers = dict(bearer(key), **{"X-Request-Id": rid})
+            if priority:
+                headers["X-Priority"] = priority
+            threads.append(send_queued(s, rid, headers, answers))
         holder.close()
         for t in threads:
             t.join(SAFETY_NET_S)
