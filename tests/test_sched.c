@@ -177,6 +177,20 @@ static bool better(const struct fake *f, unsigned a, unsigned b)
 /* Both heaps hold the same items, each in order, indexes in step. */
 static void check_heap(const struct sl_sched *s)
 {
+	unsigned urgent = 0;
+	for (unsigned i = 0; i < s->n; i++)
+		urgent += s->heap[i]->priority >= SL_PRIORITY_URGENT;
+	ASSERT_EQ(urgent, s->class_count[SL_SCHED_URGENT_CLASS]);
+	for (unsigned i = 0; i < urgent; i++) {
+		ASSERT_EQ(s->urgent[i]->urgent_index, i);
+		ASSERT(s->urgent[i]->priority >= SL_PRIORITY_URGENT);
+		if (i > 0) {
+			const struct sl_sched_item *p = s->urgent[(i - 1) / 2];
+			const struct sl_sched_item *c = s->urgent[i];
+			ASSERT(p->key > c->key ||
+			       (p->key == c->key && p->seq < c->seq));
+		}
+	}
 	for (unsigned i = 0; i < s->n; i++) {
 		ASSERT_EQ(s->heap[i]->heap_index, i);
 		ASSERT_EQ(s->bottom[i]->bottom_index, i);
@@ -419,16 +433,14 @@ static void test_fair_full_queue_sheds_the_longest_flow(void)
 	start_fair(&s, &f, 4);
 	for (unsigned i = 0; i < 4; i++)
 		ASSERT_EQ(push_flow(&s, &f, i, 1, 1, SL_PRIORITY_NORMAL, i), 0);
-	ASSERT_EQ(push_flow(&s, &f, 4, 1, 1, SL_PRIORITY_NORMAL, 5),
-	          SL_EFULL);
+	ASSERT_EQ(push_flow(&s, &f, 4, 1, 1, SL_PRIORITY_NORMAL, 5), SL_EFULL);
 	ASSERT_EQ(push_flow(&s, &f, 5, 2, 1, SL_PRIORITY_NORMAL, 6), 0);
 	ASSERT_EQ(f.n_shed, 1);
 	ASSERT_EQ(f.shed[0], 3);
 	ASSERT_EQ(push_flow(&s, &f, 6, 2, 1, SL_PRIORITY_NORMAL, 7), 0);
 	ASSERT_EQ(f.n_shed, 2);
 	ASSERT_EQ(f.shed[1], 2);
-	ASSERT_EQ(push_flow(&s, &f, 7, 2, 1, SL_PRIORITY_NORMAL, 8),
-	          SL_EFULL);
+	ASSERT_EQ(push_flow(&s, &f, 7, 2, 1, SL_PRIORITY_NORMAL, 8), SL_EFULL);
 	/*
 	 * A batch arrival is refused; an urgent one sheds from the longest
 	 * flow queue of the normal band (A and B tie: the newer request).
@@ -465,8 +477,7 @@ static void test_fair_keeps_the_order_of_bands(void)
 		uint64_t rng = 99, now = 0;
 		unsigned next = 0, out = 0;
 		while (out < 400) {
-			rng = rng * 6364136223846793005u +
-			      1442695040888963407u;
+			rng = rng * 6364136223846793005u + 1442695040888963407u;
 			now += (rng >> 20) % 50;
 			if (next < 400 && (s.n == 0 || (rng >> 33) % 2)) {
 				double prio = (double)((rng >> 40) % 3);
@@ -852,7 +863,10 @@ static void test_full_queue_sheds_the_least_important(void)
 	sl_sched_free(&s);
 }
 
-/* The urgent reserve: the last free slots wait for urgent requests. */
+/*
+ * The urgent reserve: the last free slots wait for urgent requests. Those
+ * asked as urgent take it first; an aged request only when none waits.
+ */
 static void test_urgent_reserve(void)
 {
 	struct sl_sched s;
@@ -874,14 +888,62 @@ static void test_urgent_reserve(void)
 	ASSERT_EQ(f.n_dispatched, 2);
 	ASSERT_EQ(f.dispatched[1], 2); /* the urgent one took it at once */
 	ASSERT_EQ(f.free, 0);
-	/* An aged normal request may take the reserve too. */
+	/* Aged past urgent requests that wait, 1 leaves the reserve to them...
+	 */
 	f.free = 1;
-	sl_sched_run(&s, 4999);
-	ASSERT_EQ(f.n_dispatched, 2);
-	sl_sched_run(&s, 5000);
+	push(&s, &f, 3, SL_PRIORITY_URGENT, 9000);
+	push(&s, &f, 4, SL_PRIORITY_URGENT, 9500);
+	sl_sched_run(&s, 10000);
 	ASSERT_EQ(f.n_dispatched, 3);
-	ASSERT_EQ(f.dispatched[2], 1);
+	ASSERT_EQ(f.dispatched[2], 3); /* the best urgent one, not 1 */
+	ASSERT_EQ(f.free, 0);
+	/* ...goes before them into the next slot beyond the reserve... */
+	f.free = 2;
+	sl_sched_run(&s, 10000);
+	ASSERT_EQ(f.n_dispatched, 5);
+	ASSERT_EQ(f.dispatched[3], 1);
+	ASSERT_EQ(f.dispatched[4], 4); /* and 4 into the reserve */
+	/* ...and takes the reserve when no urgent request waits. */
+	push(&s, &f, 5, SL_PRIORITY_NORMAL, 10000);
+	f.free = 1;
+	sl_sched_run(&s, 14999);
+	ASSERT_EQ(f.n_dispatched, 5);
+	sl_sched_run(&s, 15000);
+	ASSERT_EQ(f.n_dispatched, 6);
+	ASSERT_EQ(f.dispatched[5], 5);
+	check_heap(&s);
 	sl_sched_free(&s);
+}
+
+/*
+ * With fair queuing, the urgent reserve goes to the least-served flow's
+ * urgent request, not to the older one of the flow served more, nor to the
+ * aged normal request on top.
+ */
+static void test_urgent_reserve_is_fair(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	cfg.urgent_reserve = 1;
+	cfg.fair = true;
+	start(&s, &f, &cfg);
+	f.free = 1;
+	ASSERT_EQ(push_flow(&s, &f, 0, 1, 1, SL_PRIORITY_NORMAL, 0), 0);
+	ASSERT_EQ(push_flow(&s, &f, 1, 1, 1, SL_PRIORITY_URGENT, 5100), 0);
+	ASSERT_EQ(push_flow(&s, &f, 2, 2, 1, SL_PRIORITY_URGENT, 5200), 0);
+	sl_sched_charge(&s, &f.items[1], 100); /* flow 1 served more */
+	sl_sched_run(&s, 6000);
+	ASSERT_EQ(f.n_dispatched, 1);
+	ASSERT_EQ(f.dispatched[0], 2);
+	check_heap(&s);
+	f.free = 2; /* the aged one first, then the urgent one left */
+	sl_sched_run(&s, 6000);
+	ASSERT_EQ(f.n_dispatched, 3);
+	ASSERT_EQ(f.dispatched[1], 0);
+	ASSERT_EQ(f.dispatched[2], 1);
+	release_all(&s, &f, 3);
 }
 
 static unsigned fake_four_slots(void *ctx)
@@ -1550,6 +1612,7 @@ int main(void)
 	RUN(test_max_queue);
 	RUN(test_full_queue_sheds_the_least_important);
 	RUN(test_urgent_reserve);
+	RUN(test_urgent_reserve_is_fair);
 	RUN(test_auto_reserve_is_zero_without_urgent_traffic);
 	RUN(test_auto_reserve_grows_with_urgent_load);
 	RUN(test_auto_reserve_reacts_within_a_second);

@@ -77,18 +77,22 @@ class Sampler(threading.Thread):
         return self.samples
 
 
-class DirectStream:
-    """A client of llama-server itself holding one slot with a stream, until
-    closed (llama-server stops a stream at its next token then)."""
+class HeldStream:
+    """A client holding one slot with a stream, of llama-server itself or
+    through a sluice, until closed (llama-server stops a stream at its next
+    token then). With wait=False it does not wait for the answer to start
+    (a request that sluice queues)."""
 
-    def __init__(self, ls):
-        self.client = st.RawClient(ls.port, timeout=60)
+    def __init__(self, port, headers=None, wait=True):
+        self.client = st.RawClient(port, timeout=60)
         body = json.dumps({"prompt": "hello", "n_predict": 100000,
                            "stream": True}).encode()
         self.client.request("POST", "/completion", body,
-                            {"Content-Type": "application/json"})
-        status, _ = self.client.read_head()
-        assert status == 200, status
+                            dict(headers or {},
+                                 **{"Content-Type": "application/json"}))
+        if wait:
+            status, _ = self.client.read_head()
+            assert status == 200, status
 
     def close(self):
         self.client.close()
@@ -141,7 +145,7 @@ class SharedFleet(st.TestCase):
         both are served."""
         self.start_llama_server()
         sluices = self.sluices(2)
-        direct = DirectStream(self.ls)
+        direct = HeldStream(self.ls.port)
         st.wait_until(lambda: llama_metrics(self.ls)[0] == 1, 30,
                       "the direct stream to hold a slot")
         results = []
@@ -157,13 +161,45 @@ class SharedFleet(st.TestCase):
             t.join()
         self.assertEqual(results, [200, 200])
 
+    def test_the_urgent_reserve_holds_a_slot_both_sluices_keep(self):
+        """Two sluices that keep one slot for urgent requests: with the
+        others' requests seen, a sluice sends no normal request into
+        llama-server's queue (it would take the kept slot), and an urgent
+        request takes that slot while normal ones wait in both."""
+        self.start_llama_server(LOADED_SLOTS)
+        reserve = ("--urgent-reserve", "1")
+        a, b = [self.sluice("--upstream", self.ls.url, *reserve)
+                for _ in range(2)]
+        held = [HeldStream(b.port) for _ in range(LOADED_SLOTS - 1)]
+        st.wait_until(lambda: llama_metrics(self.ls)[0] == LOADED_SLOTS - 1,
+                      30, "b's streams to hold all but the kept slot")
+        waiting = [HeldStream(p, wait=False) for p in (a.port, b.port)]
+        st.wait_until(lambda: (queue_depth(a), queue_depth(b)) == (1, 1),
+                      30, "a normal request to wait in each sluice")
+        polls = polls_ok(a)
+        st.wait_until(lambda: polls_ok(a) > polls + 1, 30,
+                      "a to read the others' requests")
+        self.assertEqual(a.upstream()["occupancy"]["others"],
+                         LOADED_SLOTS - 1)
+        self.assertEqual(llama_metrics(self.ls), (LOADED_SLOTS - 1, 0))
+        body = json.dumps({"prompt": "hello", "n_predict": 8,
+                           "temperature": 0})
+        r = st.request(a.port, "POST", "/completion", body=body,
+                       headers={"Content-Type": "application/json",
+                                "X-Priority": "urgent"}, timeout=60)
+        self.assertEqual(r.status, 200)
+        self.assertEqual(json.loads(r.body)["tokens_predicted"], 8)
+        self.assertEqual((queue_depth(a), queue_depth(b)), (1, 1))
+        for h in waiting + held:
+            h.close()
+
     def test_a_third_client_makes_sluice_wait_in_its_own_queue(self):
         """While another client holds every slot, sluice's requests wait
         in sluice's queue (at most one in llama-server's), and all are
         served once that client is done."""
         self.start_llama_server()
         sl, = self.sluices(1)
-        directs = [DirectStream(self.ls) for _ in range(SLOTS)]
+        directs = [HeldStream(self.ls.port) for _ in range(SLOTS)]
         st.wait_until(lambda: llama_metrics(self.ls)[0] == SLOTS, 30,
                       "the direct streams to hold every slot")
         results = []
@@ -228,7 +264,7 @@ class SharedFleet(st.TestCase):
         whatever others hold (and llama-server queues them)."""
         self.start_llama_server()
         sl = self.sluice("--upstream", self.ls.url, "--occupancy-poll", "0")
-        directs = [DirectStream(self.ls) for _ in range(SLOTS)]
+        directs = [HeldStream(self.ls.port) for _ in range(SLOTS)]
         st.wait_until(lambda: llama_metrics(self.ls)[0] == SLOTS, 30,
                       "the direct streams to hold every slot")
         results = []

@@ -59,15 +59,17 @@ const char *sl_priority_class(double priority)
 	return priority >= SL_PRIORITY_NORMAL ? "normal" : "batch";
 }
 
-/* ---- the two heaps ---- */
+/* ---- the heaps ---- */
 
 /*
  * The same items sit in two binary heaps: `heap`, best first, from which
  * requests are dispatched; and `bottom`, worst first, from which a full
  * queue sheds its least important request when a more important one
- * arrives. Both are kept in step, each item knowing its place in each.
+ * arrives. A third, `urgent`, best first, holds only the requests asked
+ * as urgent (class 2), for the urgent reserve. All are kept in step, each
+ * item knowing its place in each it is in.
  */
-enum which { BEST, WORST };
+enum which { BEST, WORST, URGENT };
 
 /* Whether a ranks before b: larger key, then earlier arrival. */
 static bool before(const struct sl_sched_item *a, const struct sl_sched_item *b)
@@ -79,19 +81,21 @@ static bool before(const struct sl_sched_item *a, const struct sl_sched_item *b)
 
 static struct sl_sched_item **slots_of(struct sl_sched *s, enum which w)
 {
-	return w == BEST ? s->heap : s->bottom;
+	return w == BEST ? s->heap : w == WORST ? s->bottom : s->urgent;
 }
 
 static uint32_t *index_of(struct sl_sched_item *it, enum which w)
 {
-	return w == BEST ? &it->heap_index : &it->bottom_index;
+	return w == BEST    ? &it->heap_index
+	       : w == WORST ? &it->bottom_index
+	                    : &it->urgent_index;
 }
 
 /* Whether a belongs above b in heap w. */
 static bool above(enum which w, const struct sl_sched_item *a,
                   const struct sl_sched_item *b)
 {
-	return w == BEST ? before(a, b) : before(b, a);
+	return w == WORST ? before(b, a) : before(a, b);
 }
 
 static void place(struct sl_sched *s, enum which w, unsigned i,
@@ -152,27 +156,36 @@ static void heap_remove_at(struct sl_sched *s, enum which w, unsigned i,
 static unsigned class_of(const struct sl_sched_item *it)
 {
 	if (it->priority >= SL_PRIORITY_URGENT)
-		return 2;
+		return SL_SCHED_URGENT_CLASS;
 	return it->priority >= SL_PRIORITY_NORMAL ? 1 : 0;
 }
 
-/* Takes an item out of both heaps. */
+/* Takes an item out of the heaps. */
 static void heaps_remove(struct sl_sched *s, struct sl_sched_item *it)
 {
+	unsigned c = class_of(it);
 	heap_remove_at(s, BEST, it->heap_index, s->n);
 	heap_remove_at(s, WORST, it->bottom_index, s->n);
+	if (c == SL_SCHED_URGENT_CLASS)
+		heap_remove_at(s, URGENT, it->urgent_index, s->class_count[c]);
 	s->n--;
-	s->class_count[class_of(it)]--;
+	s->class_count[c]--;
 }
 
 static void heaps_insert(struct sl_sched *s, struct sl_sched_item *it)
 {
+	unsigned c = class_of(it);
 	place(s, BEST, s->n, it);
 	place(s, WORST, s->n, it);
 	s->n++;
-	s->class_count[class_of(it)]++;
 	sift_up(s, BEST, it->heap_index);
 	sift_up(s, WORST, it->bottom_index);
+	it->urgent_index = SL_SCHED_NOT_QUEUED;
+	if (c == SL_SCHED_URGENT_CLASS) {
+		place(s, URGENT, s->class_count[c], it);
+		sift_up(s, URGENT, it->urgent_index);
+	}
+	s->class_count[c]++;
 }
 
 /* ---- the arrival-order list (queue deadlines) ---- */
@@ -240,6 +253,11 @@ static void swap_places(struct sl_sched *s, struct sl_sched_item *a,
 	place(s, BEST, t.heap_index, b);
 	place(s, WORST, b->bottom_index, a);
 	place(s, WORST, t.bottom_index, b);
+	/* One band, one class: both are in the urgent heap or neither. */
+	if (class_of(a) == SL_SCHED_URGENT_CLASS) {
+		place(s, URGENT, b->urgent_index, a);
+		place(s, URGENT, t.urgent_index, b);
+	}
 }
 
 /*
@@ -268,6 +286,11 @@ static bool reserve_auto(const struct sl_sched *s)
 static bool window_auto(const struct sl_sched *s)
 {
 	return s->cfg.window_ms == SL_SCHED_WINDOW_AUTO;
+}
+
+static unsigned fair_reserve(const struct sl_sched *s)
+{
+	return s->cfg.fair ? s->cfg.fair_reserve : 0;
 }
 
 /* Whether the load is measured: the auto reserve and window both use it. */
@@ -354,6 +377,7 @@ int sl_sched_init(struct sl_sched *s, const struct sl_sched_config *cfg,
 		s->reserve = cfg->urgent_reserve;
 	s->heap = sl_xcalloc(cfg->max_queue, sizeof(*s->heap));
 	s->bottom = sl_xcalloc(cfg->max_queue, sizeof(*s->bottom));
+	s->urgent = sl_xcalloc(cfg->max_queue, sizeof(*s->urgent));
 	s->batch = sl_xcalloc(cfg->max_queue, sizeof(*s->batch));
 	if (cfg->fair)
 		sl_flows_init(&s->fl, cfg->max_queue);
@@ -364,6 +388,7 @@ void sl_sched_free(struct sl_sched *s)
 {
 	free(s->heap);
 	free(s->bottom);
+	free(s->urgent);
 	free(s->batch);
 	sl_flows_free(&s->fl);
 	memset(s, 0, sizeof(*s));
@@ -523,28 +548,31 @@ double sl_sched_flow_service(const struct sl_sched *s, uint64_t flow_id)
 }
 
 /*
- * The top of the heap leaves; with fair queuing, `next` (a request of the
- * top's band: its least-served flow's oldest, or for the fair reserve its
- * fewest-running flow's) takes the top's place first, and its flow is
- * charged its cost.
+ * Who takes a slot: `next` leaves the queue, and with fair queuing takes
+ * the place of `head` first, the top of the heap it was found by and of
+ * next's band (its least-served flow's oldest, or for the fair reserve its
+ * fewest-running flow's). next is NULL when no one may take the slot.
  */
-static struct sl_sched_item *pop(struct sl_sched *s, struct sl_sched_item *next)
+struct take {
+	struct sl_sched_item *head, *next;
+};
+
+/* The request that leaves, charged its cost to its flow. */
+static struct sl_sched_item *pop(struct sl_sched *s, struct take t)
 {
-	struct sl_sched_item *top = s->heap[0];
-	if (s->cfg.fair) {
-		if (next != top)
-			swap_places(s, next, top);
-		top = next;
-		sl_flows_charge(top->flow, top->cost);
-	}
-	unqueue(s, top);
-	return top;
+	if (t.next != t.head)
+		swap_places(s, t.next, t.head);
+	if (s->cfg.fair)
+		sl_flows_charge(t.next->flow, t.next->cost);
+	unqueue(s, t.next);
+	return t.next;
 }
 
-/* The item a dispatch takes next: the top, or its band's least served. */
-static struct sl_sched_item *next_in_line(const struct sl_sched *s)
+/* The request a dispatch takes for head: head, or its band's least served. */
+static struct take next_in_line(const struct sl_sched *s,
+                                struct sl_sched_item *head)
 {
-	return s->cfg.fair ? sl_flows_next(s->heap[0]) : s->heap[0];
+	return (struct take){head, s->cfg.fair ? sl_flows_next(head) : head};
 }
 
 static void record_dispatch(struct sl_sched *s, uint64_t now_ms, unsigned n)
@@ -568,53 +596,52 @@ static double effective(const struct sl_sched *s,
 	       s->cfg.aging_rate * (double)(now_ms - s->epoch_ms) / 1000.0;
 }
 
-static unsigned fair_reserve(const struct sl_sched *s)
-{
-	return s->cfg.fair ? s->cfg.fair_reserve : 0;
-}
-
 /*
  * The request of the top's band whose flow runs the fewest per unit of
  * weight, if that flow is not alone and runs fewer than its share of the
- * slots outside the urgent reserve (sched.h, "Fair reserve"); else NULL.
+ * slots outside the urgent reserve (sched.h, "Fair reserve"); else none.
  * The fewest running is below its share if any flow of the band is.
  */
-static struct sl_sched_item *below_share(const struct sl_sched *s)
+static struct take below_share(const struct sl_sched *s)
 {
+	struct take t = {s->heap[0], NULL};
 	unsigned total = s->ops->total_slots ? s->ops->total_slots(s->ctx) : 0;
 	if (total <= s->reserve + fair_reserve(s) || s->fl.n_flows < 2)
-		return NULL;
-	struct sl_sched_item *it = sl_flows_fewest(s->heap[0]);
-	return sl_flows_below_share(&s->fl, it->flow, total - s->reserve)
-	           ? it
-	           : NULL;
+		return t;
+	struct sl_sched_item *it = sl_flows_fewest(t.head);
+	if (sl_flows_below_share(&s->fl, it->flow, total - s->reserve))
+		t.next = it;
+	return t;
 }
 
 /*
- * Which waiting request may take a slot when `free` are free (NULL:
- * none): beyond both reserves, the next in line; within the fair reserve,
- * a request of a flow below its share; within the urgent reserve, only
- * the next in line if its priority is urgent by now (an aged one counts,
- * so nothing waits on the reserve for ever), and it may take any slot.
+ * Who may take a slot when `free` are free: beyond both reserves, the next
+ * in line; within the fair reserve, a request of a flow below its share,
+ * or the next in line if it is urgent by now (aged ones count); within the
+ * urgent reserve, the best of the requests asked as urgent, or if none
+ * waits, the next in line if it has aged to urgent (sched.h, "Urgent
+ * reserve").
  */
-static struct sl_sched_item *taker(const struct sl_sched *s, unsigned free,
-                                   uint64_t now_ms)
+static struct take taker(const struct sl_sched *s, unsigned free,
+                         uint64_t now_ms)
 {
-	unsigned fair = fair_reserve(s);
-	if (free > s->reserve + fair)
-		return next_in_line(s);
-	if (free == 0)
-		return NULL;
-	if (effective(s, s->heap[0], now_ms) >= SL_PRIORITY_URGENT)
-		return next_in_line(s);
-	return free > s->reserve && fair > 0 ? below_share(s) : NULL;
+	struct sl_sched_item *top = s->heap[0];
+	bool urgent_now = effective(s, top, now_ms) >= SL_PRIORITY_URGENT;
+	if (free > s->reserve + fair_reserve(s) ||
+	    (free > s->reserve && urgent_now))
+		return next_in_line(s, top);
+	if (free > s->reserve)
+		return below_share(s);
+	if (free > 0 && s->class_count[SL_SCHED_URGENT_CLASS] > 0)
+		return next_in_line(s, s->urgent[0]);
+	if (free > 0 && urgent_now)
+		return next_in_line(s, top);
+	return (struct take){top, NULL};
 }
 
 /*
- * Dispatches up to `limit` items from the top as one batch, as slots and
- * the urgent reserve allow; returns how many left. The heap is ordered by
- * effective priority, so once the top may not take a slot, none after it
- * may either.
+ * Dispatches up to `limit` items as one batch, as slots and the reserves
+ * allow (taker()); returns how many left.
  */
 static unsigned dispatch_batch(struct sl_sched *s, unsigned free,
                                unsigned limit, uint64_t now_ms)
@@ -622,9 +649,9 @@ static unsigned dispatch_batch(struct sl_sched *s, unsigned free,
 	unsigned n = 0;
 	if (s->cfg.max_batch > 0)
 		limit = SL_MIN(limit, s->cfg.max_batch);
-	struct sl_sched_item *it;
-	while (s->n > 0 && n < limit && (it = taker(s, free - n, now_ms)))
-		s->batch[n++] = pop(s, it);
+	struct take t;
+	while (s->n > 0 && n < limit && (t = taker(s, free - n, now_ms)).next)
+		s->batch[n++] = pop(s, t);
 	if (s->n == 0)
 		s->window_open = false;
 	if (n == 0)
@@ -718,7 +745,7 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 		 * it, and aging reopens the question).
 		 */
 		if (window_auto(s) && !s->window_open && !closed_now &&
-		    contested(s, free) && taker(s, free, now_ms)) {
+		    contested(s, free) && taker(s, free, now_ms).next) {
 			s->window_open = true;
 			s->window_deadline_ms = now_ms + auto_window_ms(s);
 		}

@@ -17,8 +17,12 @@
  * overload, urgent traffic displaces batch traffic rather than bouncing.
  *
  * Urgent reserve: the last urgent_reserve free slots go only to requests
- * whose priority is urgent by now (aging included), so an urgent request
- * finds a slot without waiting for someone else's generation to end.
+ * whose priority is urgent by now, so an urgent request finds a slot
+ * without waiting for someone else's generation to end. Those asked as
+ * urgent go first, the best of them; a request only aged to urgent takes
+ * one when none of them waits (so nothing waits on the reserve for ever,
+ * not even behind another sluice that keeps filling the other slots of a
+ * shared llama-server), though it ranks before them for every other slot.
  * A reserved slot that no urgent request takes sits idle: under overload
  * each one costs other traffic a slot's worth of throughput.
  *
@@ -164,6 +168,7 @@
 #define SL_SCHED_AUTO_WINDOW_SHARE 0.1
 /* Priority classes counted for the auto window: batch, normal, urgent. */
 #define SL_SCHED_CLASSES 3
+#define SL_SCHED_URGENT_CLASS 2
 /*
  * urgent_reserve meaning "auto" (see Urgent reserve, auto, above).
  *
@@ -231,6 +236,7 @@ struct sl_sched_item {
 	uint64_t deadline_ms;              /* queue timeout */
 	uint32_t heap_index;               /* place in the best-first heap */
 	uint32_t bottom_index;             /* place in the worst-first heap */
+	uint32_t urgent_index;             /* in the urgent heap, if asked so */
 	struct sl_sched_item *prev, *next; /* arrival-order list */
 	/*
 	 * Fair queuing: set by the owner before sl_sched_push(). flow_id
@@ -315,6 +321,7 @@ struct sl_sched {
 	void *ctx;
 	struct sl_sched_item **heap;   /* best first; cfg.max_queue entries */
 	struct sl_sched_item **bottom; /* worst first; the same items */
+	struct sl_sched_item **urgent; /* best first; those asked urgent */
 	unsigned n;
 	struct sl_sched_item *oldest, *newest; /* arrival-order list */
 	uint64_t seq;
