@@ -1002,6 +1002,73 @@ static void test_fair_reserve(void)
 	release_all(&s, &f, 8);
 }
 
+/*
+ * Random pushes, removals, sheds, expiries and dispatches with three
+ * tenants, four priorities and both reserves: fair queuing swaps places in
+ * every heap, the urgent one included, and the heaps stay in order.
+ */
+static void test_fair_random_operations_keep_the_heaps(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_ops four = ops;
+	four.total_slots = fake_four_slots;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	cfg.max_queue = 16;
+	cfg.queue_timeout_ms = 3000;
+	cfg.fair = true;
+	cfg.urgent_reserve = 1;
+	cfg.fair_reserve = 1;
+	memset(&f, 0, sizeof(f));
+	ASSERT_EQ(sl_sched_init(&s, &cfg, &four, &f, 0), 0);
+	static bool held[MAX_ITEMS];
+	memset(held, 0, sizeof(held));
+	unsigned n = 0, shed = 0, expired = 0;
+	uint64_t now = 0, rng = 777;
+	while (n < MAX_ITEMS) {
+		rng = rng * 6364136223846793005u + 1442695040888963407u;
+		unsigned op = (unsigned)(rng >> 33) % 10;
+		now += (rng >> 20) % 50;
+		unsigned id = (unsigned)(rng >> 45) % (n + 1);
+		if (op < 5) {
+			id = n++;
+			held[id] =
+			    push_flow(&s, &f, id, (rng >> 40) % 3, 1,
+			              (double)((rng >> 44) % 4), now) == 0;
+		} else if (op < 6 && id < n && sl_sched_queued(&f.items[id])) {
+			sl_sched_release(&s,
+			                 &f.items[id]); /* its client left */
+			held[id] = false;
+		} else if (op >= 6) {
+			/* An answer may end; slots free. */
+			if (id < f.n_dispatched && held[f.dispatched[id]]) {
+				sl_sched_release(&s,
+				                 &f.items[f.dispatched[id]]);
+				held[f.dispatched[id]] = false;
+			}
+			f.free = (unsigned)(rng >> 50) % 3;
+			sl_sched_run(&s, now);
+		}
+		/* The owner lets go of what was shed or expired. */
+		for (; shed < f.n_shed; shed++) {
+			sl_sched_release(&s, &f.items[f.shed[shed]]);
+			held[f.shed[shed]] = false;
+		}
+		for (; expired < f.n_expired; expired++) {
+			sl_sched_release(&s, &f.items[f.expired[expired]]);
+			held[f.expired[expired]] = false;
+		}
+		check_heap(&s);
+	}
+	ASSERT(f.n_shed > 0 && f.n_expired > 0 && f.n_dispatched > 0);
+	for (unsigned i = 0; i < n; i++)
+		if (held[i])
+			sl_sched_release(&s, &f.items[i]);
+	ASSERT_EQ(s.fl.n_flows, 0);
+	sl_sched_free(&s);
+}
+
 /* ---- the auto urgent reserve, against a simulated pool of slots ---- */
 
 #define SIM_ITEMS 128
@@ -1613,6 +1680,7 @@ int main(void)
 	RUN(test_full_queue_sheds_the_least_important);
 	RUN(test_urgent_reserve);
 	RUN(test_urgent_reserve_is_fair);
+	RUN(test_fair_random_operations_keep_the_heaps);
 	RUN(test_auto_reserve_is_zero_without_urgent_traffic);
 	RUN(test_auto_reserve_grows_with_urgent_load);
 	RUN(test_auto_reserve_reacts_within_a_second);
