@@ -168,13 +168,30 @@ struct ref {
 	unsigned n;
 };
 
-static bool better(const struct fake *f, unsigned a, unsigned b)
+static bool ranks_before(const struct sl_sched_item *x,
+                         const struct sl_sched_item *y)
 {
-	const struct sl_sched_item *x = &f->items[a], *y = &f->items[b];
 	return x->key != y->key ? x->key > y->key : x->seq < y->seq;
 }
 
-/* Both heaps hold the same items, each in order, indexes in step. */
+static bool better(const struct fake *f, unsigned a, unsigned b)
+{
+	return ranks_before(&f->items[a], &f->items[b]);
+}
+
+/*
+ * Whether a full queue sheds x before y: one not asked as urgent before
+ * one that was, then the lower ranked.
+ */
+static bool sheds_first(const struct sl_sched_item *x,
+                        const struct sl_sched_item *y)
+{
+	bool ux = x->priority >= SL_PRIORITY_URGENT;
+	bool uy = y->priority >= SL_PRIORITY_URGENT;
+	return ux != uy ? uy : ranks_before(y, x);
+}
+
+/* The heaps hold the same items, each in order, indexes in step. */
 static void check_heap(const struct sl_sched *s)
 {
 	unsigned urgent = 0;
@@ -200,10 +217,8 @@ static void check_heap(const struct sl_sched *s)
 			const struct sl_sched_item *c = s->heap[i];
 			ASSERT(p->key > c->key ||
 			       (p->key == c->key && p->seq < c->seq));
-			p = s->bottom[(i - 1) / 2];
-			c = s->bottom[i];
-			ASSERT(p->key < c->key ||
-			       (p->key == c->key && p->seq > c->seq));
+			ASSERT(
+			    !sheds_first(s->bottom[i], s->bottom[(i - 1) / 2]));
 		}
 	}
 }
@@ -234,7 +249,8 @@ static unsigned random_operations(unsigned max_queue, bool fair)
 			unsigned id = next_id++;
 			unsigned worst = 0;
 			for (unsigned k = 1; k < r.n; k++)
-				if (better(&f, r.ids[worst], r.ids[k]))
+				if (sheds_first(&f.items[r.ids[k]],
+				                &f.items[r.ids[worst]]))
 					worst = k;
 			unsigned shed_before = f.n_shed;
 			int rc = sl_sched_push(&s, &f.items[id], prio, now);
@@ -242,7 +258,8 @@ static unsigned random_operations(unsigned max_queue, bool fair)
 				ASSERT_EQ(rc, 0);
 			} else if (rc == 0) {
 				/* It outranked the worst, which was shed. */
-				ASSERT(better(&f, id, r.ids[worst]));
+				ASSERT(sheds_first(&f.items[r.ids[worst]],
+				                   &f.items[id]));
 				ASSERT_EQ(f.n_shed, shed_before + 1);
 				ASSERT_EQ(f.shed[shed_before], r.ids[worst]);
 				in_queue[r.ids[worst]] = false;
@@ -253,7 +270,8 @@ static unsigned random_operations(unsigned max_queue, bool fair)
 				                             (double)now /
 				                             1000.0;
 				f.items[id].seq = UINT64_MAX;
-				ASSERT(!better(&f, id, r.ids[worst]));
+				ASSERT(!sheds_first(&f.items[r.ids[worst]],
+				                    &f.items[id]));
 				continue;
 			}
 			in_queue[id] = true;
@@ -827,6 +845,36 @@ static void test_max_queue(void)
 }
 
 /* A full queue: a more important arrival displaces the least important. */
+/*
+ * A full queue sheds a request not asked as urgent before an urgent one,
+ * however long it has aged: an urgent arrival is not refused while one
+ * waits.
+ */
+static void test_full_queue_keeps_room_for_urgent_requests(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.max_queue = 2;
+	start(&s, &f, &cfg);
+	push(&s, &f, 0, SL_PRIORITY_NORMAL, 0);
+	push(&s, &f, 1, SL_PRIORITY_NORMAL, 0);
+	/* 10 s on, both rank above urgent; the later one still goes. */
+	push(&s, &f, 2, SL_PRIORITY_URGENT, 10000);
+	ASSERT_EQ(f.n_shed, 1);
+	ASSERT_EQ(f.shed[0], 1);
+	push(&s, &f, 3, SL_PRIORITY_URGENT, 10001);
+	ASSERT_EQ(f.n_shed, 2);
+	ASSERT_EQ(f.shed[1], 0);
+	/* All urgent now: by rank, and the newcomer ranks lowest. */
+	ASSERT_EQ(sl_sched_push(&s, &f.items[4], SL_PRIORITY_URGENT, 10002),
+	          SL_EFULL);
+	ASSERT_EQ(sl_sched_push(&s, &f.items[5], SL_PRIORITY_NORMAL, 10002),
+	          SL_EFULL);
+	check_heap(&s);
+	sl_sched_free(&s);
+}
+
 static void test_full_queue_sheds_the_least_important(void)
 {
 	struct sl_sched s;
@@ -1678,6 +1726,7 @@ int main(void)
 	RUN(test_capacity_and_max_batch);
 	RUN(test_max_queue);
 	RUN(test_full_queue_sheds_the_least_important);
+	RUN(test_full_queue_keeps_room_for_urgent_requests);
 	RUN(test_urgent_reserve);
 	RUN(test_urgent_reserve_is_fair);
 	RUN(test_fair_random_operations_keep_the_heaps);

@@ -63,10 +63,10 @@ const char *sl_priority_class(double priority)
 
 /*
  * The same items sit in two binary heaps: `heap`, best first, from which
- * requests are dispatched; and `bottom`, worst first, from which a full
- * queue sheds its least important request when a more important one
- * arrives. A third, `urgent`, best first, holds only the requests asked
- * as urgent (class 2), for the urgent reserve. All are kept in step, each
+ * requests are dispatched; and `bottom`, worst first (sheds_before), from
+ * which a full queue sheds its least important request when a more
+ * important one arrives. A third, `urgent`, best first, holds only the requests
+ * asked as urgent (class 2), for the urgent reserve. All are kept in step, each
  * item knowing its place in each it is in.
  */
 enum which { BEST, WORST, URGENT };
@@ -91,11 +91,36 @@ static uint32_t *index_of(struct sl_sched_item *it, enum which w)
 	                    : &it->urgent_index;
 }
 
+/* An item's class for class_count: 0 batch, 1 normal, 2 urgent. */
+static unsigned class_of(const struct sl_sched_item *it)
+{
+	if (it->priority >= SL_PRIORITY_URGENT)
+		return SL_SCHED_URGENT_CLASS;
+	return it->priority >= SL_PRIORITY_NORMAL ? 1 : 0;
+}
+
+static bool asked_urgent(const struct sl_sched_item *it)
+{
+	return class_of(it) == SL_SCHED_URGENT_CLASS;
+}
+
+/*
+ * Whether a full queue sheds a before b: a request not asked as urgent
+ * before one that was (however long it has aged), then the lower ranked.
+ */
+static bool sheds_before(const struct sl_sched_item *a,
+                         const struct sl_sched_item *b)
+{
+	if (asked_urgent(a) != asked_urgent(b))
+		return asked_urgent(b);
+	return before(b, a);
+}
+
 /* Whether a belongs above b in heap w. */
 static bool above(enum which w, const struct sl_sched_item *a,
                   const struct sl_sched_item *b)
 {
-	return w == WORST ? before(b, a) : before(a, b);
+	return w == WORST ? sheds_before(a, b) : before(a, b);
 }
 
 static void place(struct sl_sched *s, enum which w, unsigned i,
@@ -150,14 +175,6 @@ static void heap_remove_at(struct sl_sched *s, enum which w, unsigned i,
 		sift_up(s, w, i);
 	else
 		sift_down(s, w, i, n - 1);
-}
-
-/* An item's class for class_count: 0 batch, 1 normal, 2 urgent. */
-static unsigned class_of(const struct sl_sched_item *it)
-{
-	if (it->priority >= SL_PRIORITY_URGENT)
-		return SL_SCHED_URGENT_CLASS;
-	return it->priority >= SL_PRIORITY_NORMAL ? 1 : 0;
 }
 
 /* Takes an item out of the heaps. */
@@ -412,15 +429,18 @@ unsigned sl_sched_urgent_reserve(const struct sl_sched *s)
 /*
  * Makes room in a full queue for `it`, whose key is `key`: the victim
  * (see victim()) goes if the arrival outranks the least important waiting
- * request, or, with fair queuing, if it is of that request's band and its
- * flow waits less there than the victim's. Returns the item to shed, or
- * NULL when the arrival is the one refused.
+ * request (sheds_before: an arrival asked as urgent outranks any request
+ * that was not), or, with fair queuing, if it is of that request's band
+ * and its flow waits less there than the victim's. Returns the item to
+ * shed, or NULL when the arrival is the one refused.
  */
 static struct sl_sched_item *make_room(struct sl_sched *s,
                                        struct sl_sched_item *it, double key)
 {
 	struct sl_sched_item *worst = s->bottom[0];
-	bool outranks = key > worst->key;
+	bool outranks = asked_urgent(it) != asked_urgent(worst)
+	                    ? asked_urgent(it)
+	                    : key > worst->key;
 	if (!s->cfg.fair) {
 		/* On equal keys the newcomer ranks lower: it is refused. */
 		return outranks ? worst : NULL;
@@ -501,7 +521,7 @@ int sl_sched_requeue(struct sl_sched *s, struct sl_sched_item *it,
 		/* As for an arrival, except that on equal keys the earlier
 		 * arrival (often this one) keeps its place. */
 		it->heap_index = it->bottom_index = SL_SCHED_NOT_QUEUED;
-		if (!before(it, s->bottom[0]))
+		if (!sheds_before(s->bottom[0], it))
 			return SL_EFULL;
 		shed = victim(s);
 		unqueue(s, shed);

@@ -15,6 +15,10 @@
  * Admission: at most max_queue wait. A full queue still takes a request
  * that outranks its least important one, which is refused instead: under
  * overload, urgent traffic displaces batch traffic rather than bouncing.
+ * The least important is the lowest ranked of the requests not asked as
+ * urgent, however long they have aged, and of the urgent ones only when
+ * no other waits: so an urgent arrival is not refused while any other
+ * request waits.
  *
  * Urgent reserve: the last urgent_reserve free slots go only to requests
  * whose priority is urgent by now, so an urgent request finds a slot
