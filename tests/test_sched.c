@@ -844,7 +844,6 @@ static void test_max_queue(void)
 	sl_sched_free(&s);
 }
 
-/* A full queue: a more important arrival displaces the least important. */
 /*
  * A full queue sheds a request not asked as urgent before an urgent one,
  * however long it has aged: an urgent arrival is not refused while one
@@ -875,6 +874,7 @@ static void test_full_queue_keeps_room_for_urgent_requests(void)
 	sl_sched_free(&s);
 }
 
+/* A full queue: a more important arrival displaces the least important. */
 static void test_full_queue_sheds_the_least_important(void)
 {
 	struct sl_sched s;
