@@ -7,6 +7,7 @@ never how long it takes."""
 
 import json
 import re
+import select
 import threading
 
 import sluice_test as st
@@ -19,6 +20,10 @@ LOADED_SLOTS = 4
 # Long enough that a wave of requests is still running while the test
 # looks; the tiny demo model makes them quick anyway.
 TOKENS = 400
+# A prompt that the slow demo model reads for seconds (about 2,400
+# tokens), long past a few polls, and the context each slot needs for it.
+LONG_PROMPT = "hello " * 400
+LONG_PROMPT_CTX = 4096
 
 
 def llama_metrics(ls):
@@ -83,9 +88,9 @@ class HeldStream:
     token then). With wait=False it does not wait for the answer to start
     (a request that sluice queues)."""
 
-    def __init__(self, port, headers=None, wait=True):
+    def __init__(self, port, headers=None, wait=True, prompt="hello"):
         self.client = st.RawClient(port, timeout=60)
-        body = json.dumps({"prompt": "hello", "n_predict": 100000,
+        body = json.dumps({"prompt": prompt, "n_predict": 100000,
                            "stream": True}).encode()
         self.client.request("POST", "/completion", body,
                             dict(headers or {},
@@ -93,6 +98,12 @@ class HeldStream:
         if wait:
             status, _ = self.client.read_head()
             assert status == 200, status
+
+    def started(self):
+        """Whether any byte of the answer came (llama-server sends a
+        stream's head with its first token)."""
+        return bool(self.client.buf) or bool(
+            select.select([self.client.sock], [], [], 0)[0])
 
     def close(self):
         self.client.close()
@@ -191,6 +202,43 @@ class SharedFleet(st.TestCase):
         self.assertEqual(json.loads(r.body)["tokens_predicted"], 8)
         self.assertEqual((queue_depth(a), queue_depth(b)), (1, 1))
         for h in waiting + held:
+            h.close()
+
+    def test_a_request_not_started_keeps_the_extra_place(self):
+        """The place a sluice may take in llama-server's queue is one
+        request's: while one of its own has not started (llama-server is
+        still reading its long prompt, and a reading cannot tell that from
+        waiting in its queue), the next waits in sluice, though the queue
+        reads empty. Once that one starts, the next takes the place."""
+        self.ls = self.llama_server(st.MODEL_SLOW, slots=SLOTS,
+                                    ctx=LONG_PROMPT_CTX,
+                                    extra=("--metrics",))
+        sl = self.sluice("--upstream", self.ls.url,
+                         "--occupancy-poll", "50ms")
+        direct = HeldStream(self.ls.port)
+        st.wait_until(lambda: llama_metrics(self.ls)[0] == 1, 30,
+                      "the direct stream to hold a slot")
+        long = HeldStream(sl.port, wait=False, prompt=LONG_PROMPT)
+        st.wait_until(lambda: llama_metrics(self.ls)[0] == SLOTS, 30,
+                      "the long prompt to take the other slot")
+        queued = HeldStream(sl.port, wait=False)
+        st.wait_until(lambda: queue_depth(sl) == 1, 30,
+                      "the next request to wait in sluice's queue")
+        polls = polls_ok(sl)
+        st.wait_until(lambda: polls_ok(sl) > polls + 1 or
+                      queue_depth(sl) == 0, 30,
+                      "sluice to read llama-server twice meanwhile")
+        self.assertFalse(long.started(), "the prompt outlasted the polls")
+        self.assertEqual(queue_depth(sl), 1)
+        self.assertEqual(llama_metrics(self.ls), (SLOTS, 0))
+        self.assertEqual(sl.upstream()["occupancy"]["unstarted"], 1)
+        status, _ = long.client.read_head()
+        self.assertEqual(status, 200)
+        st.wait_until(lambda: llama_metrics(self.ls) == (SLOTS, 1), 30,
+                      "the next to take the place in llama-server's queue")
+        self.assertEqual(queue_depth(sl), 0)
+        self.assertEqual(sl.upstream()["occupancy"]["unstarted"], 1)
+        for h in (queued, long, direct):
             h.close()
 
     def test_a_third_client_makes_sluice_wait_in_its_own_queue(self):

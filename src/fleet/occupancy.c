@@ -49,13 +49,13 @@ static bool fresh(const struct sl_upstream *u)
 }
 
 /*
- * Slots llama-server has room for beyond the others' and `own`, and one
- * more while its own queue was empty: see upstream.h, "Occupancy".
+ * Slots llama-server has room for beyond the others' and `own`, and the
+ * extra place: see upstream.h, "Occupancy".
  */
 static unsigned room(const struct sl_upstream *u, unsigned own)
 {
 	unsigned taken = u->occupancy.others + own;
-	unsigned slots = u->server_slots + (u->occupancy.deferred == 0);
+	unsigned slots = u->server_slots + u->occupancy.extra;
 	return taken < slots ? slots - taken : 0;
 }
 
@@ -138,10 +138,11 @@ void sl_occupancy_taken(struct sl_upstream *u)
 	    o->taken >= o->claim + (o->ends - o->ends_at_read))
 		arm(u, 0);
 	if (sl_occupancy_polled(u))
-		sl_debug("upstream %s: one sent; own %u in flight, others %u "
-		         "and %u deferred at the last reading",
-		         u->url, u->inflight, u->occupancy.others,
-		         u->occupancy.deferred);
+		sl_debug("upstream %s: one sent; own %u in flight (%u not "
+		         "started), others %u and %u deferred at the last "
+		         "reading",
+		         u->url, u->inflight, u->unstarted,
+		         u->occupancy.others, u->occupancy.deferred);
 }
 
 void sl_occupancy_answer_ended(struct sl_upstream *u)
@@ -240,6 +241,7 @@ static void took_reading(struct sl_upstream *u, unsigned processing,
 	o->read_ms = uv_now(u->loop);
 	o->processing = processing;
 	o->deferred = deferred;
+	o->extra = deferred == 0 && u->unstarted == 0;
 	o->claim = (room(u, u->inflight) + 1) / 2;
 	o->taken = 0;
 	o->ends_at_read = o->ends;
@@ -335,6 +337,7 @@ void sl_occupancy_reset(struct sl_upstream *u)
 	o->again = false;
 	o->read_ms = 0;
 	o->processing = o->deferred = o->others = 0;
+	o->extra = false;
 	o->claim = o->taken = 0;
 	o->ends_at_read = o->ends;
 }

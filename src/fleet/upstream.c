@@ -651,10 +651,11 @@ json_t *sl_upstream_json(const struct sl_upstream *u)
 	if (sl_occupancy_polled(u))
 		json_object_set_new(
 		    o, "occupancy",
-		    json_pack("{s:i, s:i, s:i}", "processing",
+		    json_pack("{s:i, s:i, s:i, s:i}", "processing",
 		              (json_int_t)u->occupancy.processing, "deferred",
 		              (json_int_t)u->occupancy.deferred, "others",
-		              (json_int_t)u->occupancy.others));
+		              (json_int_t)u->occupancy.others, "unstarted",
+		              (json_int_t)u->unstarted));
 	if (u->draining) {
 		/* What the drain still waits for. */
 		json_object_set_new(o, "draining", json_true());

@@ -317,10 +317,14 @@ void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
 		sl_join_u64(&h, n);
 		sl_join_str(&h, "\r\n");
 		char why[160];
-		exchange_start_or_fail(
-		    x, relay->hooks->pick_upstream(relay->owner, m, true,
-		                                   x->failed_on, &x->affinity,
-		                                   why, sizeof(why)));
+		struct sl_upstream *u = relay->hooks->pick_upstream(
+		    relay->owner, m, true, x->failed_on, &x->affinity, why,
+		    sizeof(why));
+		/* The queue counted a free slot for it: none should lack. */
+		if (!u)
+			sl_warn("%s: no upstream took it from the queue: %s",
+			        x->id, why);
+		exchange_start_or_fail(x, u);
 	}
 	relay->hooks->model_used(m);
 }

@@ -132,6 +132,8 @@ struct exchange {
 	bool quieting;
 	uint64_t quiet_end_ms;
 	bool counts_stream; /* counted in its upstream's streams */
+	/* Counted in its upstream's unstarted: no byte of its answer yet. */
+	bool counts_unstarted;
 	unsigned batch_size;
 	/* X-Queue-Ms and X-Batch-Size once known; Retry-After on refusals. */
 	char sched_headers[SL_PROXY_SCHED_HEADERS_MAX];
@@ -244,6 +246,7 @@ long exchange_upstream_status(const struct exchange *x);
 int exchange_on_native_body(struct sl_h1_request *r, const char *data,
                             size_t len);
 void exchange_upstream_take(struct exchange *x, struct sl_upstream *u);
+void exchange_upstream_started(struct exchange *x);
 void exchange_start_or_fail(struct exchange *x, struct sl_upstream *u);
 
 /* proxy_retry.c */

@@ -197,6 +197,7 @@ void exchange_upstream_let_go(struct exchange *x)
 		return;
 	}
 	exchange_quiet_end(x);
+	exchange_upstream_started(x);
 	if (x->counts_stream) {
 		x->counts_stream = false;
 		u->streams--;

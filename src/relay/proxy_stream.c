@@ -329,6 +329,7 @@ size_t exchange_on_upstream_data(char *data, size_t size, size_t n, void *arg)
 {
 	struct exchange *x = arg;
 	size_t len = size * n;
+	exchange_upstream_started(x);
 	/*
 	 * With the client side over, bytes after the stream's end are taken;
 	 * otherwise sluice gave up on this answer, and 0 ends the transfer so

@@ -88,7 +88,6 @@ void exchange_upstream_take(struct exchange *x, struct sl_upstream *u)
 		return;
 	}
 	u->inflight++;
-	sl_occupancy_taken(u);
 	if (x->assemblable && !x->assemble &&
 	    exchange_plain_as_stream(x->relay, u))
 		exchange_ask_for_stream(x);
@@ -98,6 +97,26 @@ void exchange_upstream_take(struct exchange *x, struct sl_upstream *u)
 		x->counts_stream = true;
 		u->streams++;
 	}
+	/*
+	 * llama-server sends a stream's head with its first token, so until a
+	 * byte comes the request may be waiting in its own queue (occupancy.c
+	 * lets only one do so). A plain answer's head comes at its end, which
+	 * says nothing of when it started: not counted.
+	 */
+	if (exchange_upstream_streams(x)) {
+		x->counts_unstarted = true;
+		u->unstarted++;
+	}
+	sl_occupancy_taken(u);
+}
+
+/* The first bytes of the answer came: llama-server has started it. */
+void exchange_upstream_started(struct exchange *x)
+{
+	if (!x->counts_unstarted)
+		return;
+	x->counts_unstarted = false;
+	x->upstream->unstarted--;
 }
 
 /* The method upstream: the endpoint's own (a HEAD goes as a GET). */

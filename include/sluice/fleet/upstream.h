@@ -120,11 +120,17 @@ const char *sl_retry_reason_name(enum sl_retry_reason r);
  * poll. Its free slots are then
  *   min(cap - own, total - others - own + extra)
  * where total is /props' total_slots, cap is --slots-per-upstream (or
- * total), and extra is 1 when others > 0 and the poll found nothing in
- * llama-server's own queue, else 0: it lets one request of sluice's wait
+ * total), and extra is 1 when others > 0, the poll found nothing in
+ * llama-server's own queue, and every stream sluice had sent there had
+ * started (unstarted == 0), else 0: it lets one request of sluice's wait
  * there behind the others, so that a slot they free is taken at once
  * rather than a poll later, and no more than one (several sluices that
- * each added theirs would fill that queue). With others = 0 this is
+ * each added theirs would fill that queue). A stream not started yet may
+ * be that one already: llama-server sends its head with the first token,
+ * and a reading shows a request still reading its prompt as it shows one
+ * that another sluice's request kept out of the slot a moment later
+ * (measured, two sluices at twice capacity: the queue held 3 in up to 1%
+ * of the samples before this, never more than 2 after). With others = 0 this is
  * sluice's own count (cap - own), so a lone sluice behaves as without the
  * poll. With others > 0, each sluice takes on one reading at most half
  * (rounded up) of the room it shows, plus the slots its own answers free
@@ -194,6 +200,12 @@ struct sl_occupancy {
 	unsigned deferred;   /* requests waiting in its own queue */
 	unsigned seen;       /* of those, not sluice's */
 	unsigned others;     /* the more of seen and the last reading's */
+	/*
+	 * Whether one request more than the free slots may go: its queue was
+	 * empty and each of sluice's requests there had started. Fixed until
+	 * the next reading, so that each request sent takes one place.
+	 */
+	bool extra;
 	/*
 	 * What sluice may take on this reading (half of the room it showed,
 	 * rounded up), what it took since, and its answers ended before it.
@@ -270,6 +282,11 @@ struct sl_upstream {
 	unsigned server_slots;
 	unsigned restarts; /* relaunches after unexpected exits */
 	unsigned inflight; /* exchanges sent to it and not finished */
+	/*
+	 * Of those, the streams with no byte of their answer yet: started in
+	 * a slot, or waiting in llama-server's queue (see Occupancy).
+	 */
+	unsigned unstarted;
 	/*
 	 * Of those, the clients' streams; and until when plain answers sent
 	 * to it are asked for as streams under --stream-upstream auto
