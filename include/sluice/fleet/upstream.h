@@ -131,21 +131,20 @@ const char *sl_retry_reason_name(enum sl_retry_reason r);
  * a stream's head with its first token, so one reading its prompt and one
  * waiting look the same (measured, two sluices at twice capacity: the
  * queue held 3 in up to 1% of the samples before this, never more than 2
- * after). With others = 0
- * this is sluice's own count (cap - own), so a lone sluice behaves as
- * without the poll. With others > 0, each sluice takes on one reading at
- * most half (rounded up) of the room it shows, plus the slots its own
- * answers free after it: another sluice reading at the same moment sees
- * the same room (measured: two sluices that started together each filled
- * the 3 they saw, and llama-server's queue held 4 for a generation's
- * time); the next poll goes once the half is taken (SL_OCCUPANCY_SETTLE_MS
- * after it), and shows what the others took meanwhile. One thing more: a
- * reading older than SL_OCCUPANCY_FRESH intervals (nothing waited, so
- * nothing was polled) is not gone by. Then one request goes when none of
- * sluice's is there, and the rest wait for the poll their waiting starts
- * (a millisecond or two), since others may have filled its slots
- * meanwhile. When SL_OCCUPANCY_FAILURES polls in a row fail, sluice's own
- * count holds (others = 0) until one answers.
+ * after). With others = 0 this is sluice's own count (cap - own), so a
+ * lone sluice behaves as without the poll. With others > 0, each sluice
+ * takes on one reading at most half (rounded up) of the room it shows,
+ * plus the slots its own answers free after it: another sluice reading at
+ * the same moment sees the same room (measured: two sluices that started
+ * together each filled the 3 they saw, and llama-server's queue held 4 for
+ * a generation's time); the next poll goes once the half is taken
+ * (SL_OCCUPANCY_SETTLE_MS after it), and shows what the others took
+ * meanwhile. One thing more: a reading older than SL_OCCUPANCY_FRESH
+ * intervals (nothing waited, so nothing was polled) is not gone by. Then
+ * one request goes when none of sluice's is there, and the rest wait for
+ * the poll their waiting starts (a millisecond or two), since others may
+ * have filled its slots meanwhile. When SL_OCCUPANCY_FAILURES polls in a
+ * row fail, sluice's own count holds (others = 0) until one answers.
  *
  * Not polled: a managed llama-server (private to its sluice), a router
  * (no slots of its own), and one given more slots by --slots-per-upstream
