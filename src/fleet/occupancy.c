@@ -141,8 +141,8 @@ void sl_occupancy_taken(struct sl_upstream *u)
 		sl_debug("upstream %s: one sent; own %u in flight (%u not "
 		         "started), others %u and %u deferred at the last "
 		         "reading",
-		         u->url, u->inflight, u->unstarted,
-		         u->occupancy.others, u->occupancy.deferred);
+		         u->url, u->inflight, u->unstarted, u->occupancy.others,
+		         u->occupancy.deferred);
 }
 
 void sl_occupancy_answer_ended(struct sl_upstream *u)
