@@ -20,6 +20,11 @@ LOADED_SLOTS = 4
 # Long enough that a wave of requests is still running while the test
 # looks; the tiny demo model makes them quick anyway.
 TOKENS = 400
+# Answers the tiny demo model ends well within a poll's settling time
+# (SL_OCCUPANCY_SETTLE_MS, 50 ms), yet long enough to overlap when sent
+# together; and enough of them that they outlast the first poll.
+SHORT_TOKENS = 64
+SHORT_REQUESTS = 24
 # A prompt that the slow demo model reads for seconds (about 2,400
 # tokens), long past a few polls, and the context each slot needs for it.
 LONG_PROMPT = "hello " * 400
@@ -149,6 +154,31 @@ class SharedFleet(st.TestCase):
         self.assertLessEqual(max(d for _, d in samples), len(sluices))
         for sl in sluices:
             self.assertIn("occupancy", sl.upstream())
+
+    def test_short_answers_fill_the_slots(self):
+        """Answers that end sooner than a poll may follow a request sent
+        still share llama-server's slots: a poll is held only so long for
+        the requests sent meanwhile, so a reading comes, and sluice sends
+        more than one at a time. (Each request sent used to hold the poll
+        again, until the reading went stale and one went at a time.)"""
+        self.start_llama_server(LOADED_SLOTS)
+        sl = self.sluice("--upstream", self.ls.url)
+        results = []
+
+        def one():
+            results.append(completion(sl.port, n=SHORT_TOKENS).status)
+        threads = [threading.Thread(target=one)
+                   for _ in range(SHORT_REQUESTS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(results, [200] * SHORT_REQUESTS)
+        self.assertGreater(polls_ok(sl), 0)
+        # Every decode llama-server ran had one busy slot when they went
+        # one at a time.
+        self.assertGreater(llama_counter(self.ls, "n_busy_slots_per_decode"),
+                           1)
 
     def test_a_race_for_the_last_slot_costs_a_wait(self):
         """Two idle sluices each send a request into llama-server's one

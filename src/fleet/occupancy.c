@@ -45,7 +45,8 @@ static bool fresh(const struct sl_upstream *u)
 	const struct sl_occupancy *o = &u->occupancy;
 	return o->read_ms > 0 &&
 	       uv_now(u->loop) - o->read_ms <=
-	           SL_OCCUPANCY_FRESH * u->cfg->occupancy_poll_ms;
+	           SL_OCCUPANCY_FRESH * u->cfg->occupancy_poll_ms +
+	               SL_OCCUPANCY_SETTLE_MS;
 }
 
 /*
@@ -300,14 +301,27 @@ static void on_poll(struct sl_get *g, long status, const char *err)
 static void start_poll(struct sl_upstream *u)
 {
 	struct sl_occupancy *o = &u->occupancy;
-	if (sl_get_busy(&o->get) || !may_poll(u))
+	if (sl_get_busy(&o->get) || !may_poll(u)) {
+		o->held_ms = 0; /* a later one is held afresh */
 		return;
+	}
 	uint64_t now = uv_now(u->loop);
 	uint64_t settled = o->take_ms + SL_OCCUPANCY_SETTLE_MS;
 	if (o->take_ms > 0 && now < settled) {
-		uv_timer_start(&o->timer, on_timer, settled - now, 0);
-		return;
+		/*
+		 * Held for the request sent last, but not past one settling
+		 * time from when it was first held (upstream.h, "Occupancy").
+		 */
+		if (o->held_ms == 0)
+			o->held_ms = now;
+		uint64_t latest = o->held_ms + SL_OCCUPANCY_SETTLE_MS;
+		if (now < latest) {
+			uv_timer_start(&o->timer, on_timer,
+			               SL_MIN(settled, latest) - now, 0);
+			return;
+		}
 	}
+	o->held_ms = 0;
 	o->last_ms = now;
 	o->own_at_poll = u->inflight;
 	o->ends_at_poll = o->ends;
@@ -333,6 +347,7 @@ void sl_occupancy_reset(struct sl_upstream *u)
 	struct sl_occupancy *o = &u->occupancy;
 	sl_get_reset(u->curl, &o->get);
 	uv_timer_stop(&o->timer);
+	o->held_ms = 0;
 	o->source = SL_OCCUPANCY_METRICS;
 	o->again = false;
 	o->read_ms = 0;

@@ -635,10 +635,11 @@ void sl_upstream_stop(struct sl_upstream *u, bool force)
 
 json_t *sl_upstream_json(const struct sl_upstream *u)
 {
-	json_t *o = json_pack("{s:s, s:s, s:b, s:s, s:i, s:i}", "name", u->name,
-	                      "url", u->url, "managed", u->managed, "state",
-	                      sl_upstream_state_name(u->state), "slots",
-	                      (json_int_t)u->total_slots, "restarts",
+	json_t *o = json_pack("{s:s, s:s, s:b, s:s, s:i, s:i, s:i}", "name",
+	                      u->name, "url", u->url, "managed", u->managed,
+	                      "state", sl_upstream_state_name(u->state),
+	                      "slots", (json_int_t)u->total_slots, "inflight",
+	                      (json_int_t)u->inflight, "restarts",
 	                      (json_int_t)u->restarts);
 	if (u->managed && u->child)
 		json_object_set_new(o, "pid", json_integer(u->child->pid));
@@ -656,12 +657,8 @@ json_t *sl_upstream_json(const struct sl_upstream *u)
 		              (json_int_t)u->occupancy.deferred, "others",
 		              (json_int_t)u->occupancy.others, "unstarted",
 		              (json_int_t)u->unstarted));
-	if (u->draining) {
-		/* What the drain still waits for. */
+	if (u->draining)
 		json_object_set_new(o, "draining", json_true());
-		json_object_set_new(o, "inflight",
-		                    json_integer((json_int_t)u->inflight));
-	}
 	json_object_set_new(o, "consecutive_failures",
 	                    json_integer(u->outlier.failures));
 	json_object_set_new(o, "ejections",

@@ -139,12 +139,19 @@ const char *sl_retry_reason_name(enum sl_retry_reason r);
  * together each filled the 3 they saw, and llama-server's queue held 4 for
  * a generation's time); the next poll goes once the half is taken
  * (SL_OCCUPANCY_SETTLE_MS after it), and shows what the others took
- * meanwhile. One thing more: a reading older than SL_OCCUPANCY_FRESH
- * intervals (nothing waited, so nothing was polled) is not gone by. Then
- * one request goes when none of sluice's is there, and the rest wait for
- * the poll their waiting starts (a millisecond or two), since others may
- * have filled its slots meanwhile. When SL_OCCUPANCY_FAILURES polls in a
- * row fail, sluice's own count holds (others = 0) until one answers.
+ * meanwhile. A due poll is held SL_OCCUPANCY_SETTLE_MS at most, however
+ * often requests are sent meanwhile: answers shorter than that would
+ * otherwise hold every poll, until the reading went stale and one request
+ * at a time went (seen with 35 ms answers on a 4-slot llama-server). Such
+ * a reading may miss the requests sent just before it, the one place where
+ * others err low; with answers that short, what waits in llama-server's
+ * queue for it leaves soon. One thing more: a reading older than
+ * SL_OCCUPANCY_FRESH intervals and SL_OCCUPANCY_SETTLE_MS (nothing waited,
+ * so nothing was polled) is not gone by. Then one request goes when none
+ * of sluice's is there, and the rest wait for the poll their waiting
+ * starts (a millisecond or two), since others may have filled its slots
+ * meanwhile. When SL_OCCUPANCY_FAILURES polls in a row fail, sluice's own
+ * count holds (others = 0) until one answers.
  *
  * Not polled: a managed llama-server (private to its sluice), a router
  * (no slots of its own), and one given more slots by --slots-per-upstream
@@ -189,6 +196,7 @@ struct sl_occupancy {
 	uint64_t last_ms; /* when the last poll started; 0: never */
 	uint64_t read_ms; /* when the last poll ended; 0: never */
 	uint64_t take_ms; /* when the last request was sent there */
+	uint64_t held_ms; /* when a due poll was first held; 0: none is */
 	bool again;       /* an answer ended while a poll was out */
 	/*
 	 * sluice's own in flight when the poll went, and answers ended
@@ -213,7 +221,7 @@ struct sl_occupancy {
 	 */
 	unsigned claim, taken;
 	unsigned long long ends_at_read;
-	unsigned failed;     /* polls failed in a row */
+	unsigned failed; /* polls failed in a row */
 	unsigned long long polls, reads,
 	    failures; /* started, answered, failed */
 };
