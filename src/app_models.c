@@ -109,6 +109,7 @@ static const struct sl_sched_ops sched_ops = {
     .dispatch = sl_proxy_dispatch,
     .expire = sl_proxy_expire,
     .shed = sl_proxy_shed,
+    .late = sl_proxy_late,
     .total_slots = total_slots,
 };
 

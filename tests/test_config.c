@@ -128,6 +128,33 @@ static void test_flag_forms_and_env(void)
 	ASSERT_EQ(p.cfg.urgent_reserve, SL_SCHED_RESERVE_AUTO);
 	sl_config_free(&p.cfg);
 
+	/* Service levels: none, one for every class, or some classes. */
+	parse(&p, NULL, NULL);
+	ASSERT_EQ(p.rc, 0);
+	for (unsigned c = 0; c < SL_SLO_CLASSES; c++)
+		ASSERT_EQ(p.cfg.slo_ttft.ms[c] + p.cfg.slo_tpot.ms[c], 0);
+	sl_config_free(&p.cfg);
+	parse(&p, ARGS("--slo-ttft", "urgent=500ms,batch=30"),
+	      ENV("SLUICE_SLO_TPOT=50ms"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.slo_ttft.ms[0], 30000);
+	ASSERT_EQ(p.cfg.slo_ttft.ms[1], 0);
+	ASSERT_EQ(p.cfg.slo_ttft.ms[2], 500);
+	for (unsigned c = 0; c < SL_SLO_CLASSES; c++)
+		ASSERT_EQ(p.cfg.slo_tpot.ms[c], 50);
+	char text[128];
+	sl_slo_classes_format(&p.cfg.slo_ttft, text, sizeof(text));
+	ASSERT_STR_EQ(text, "urgent=500ms,batch=30s");
+	sl_slo_classes_format(&p.cfg.slo_tpot, text, sizeof(text));
+	ASSERT_STR_EQ(text, "50ms");
+	sl_config_free(&p.cfg);
+	parse(&p, ARGS("--slo-ttft", "none"), ENV("SLUICE_SLO_TTFT=2s"));
+	ASSERT_EQ(p.rc, 0);
+	ASSERT_EQ(p.cfg.slo_ttft.ms[1], 0);
+	sl_slo_classes_format(&p.cfg.slo_ttft, text, sizeof(text));
+	ASSERT_STR_EQ(text, "none");
+	sl_config_free(&p.cfg);
+
 	/* An empty environment variable counts as unset. */
 	parse(&p, NULL, ENV("SLUICE_SLOTS="));
 	ASSERT_EQ(p.rc, 0);
@@ -258,6 +285,17 @@ static void test_bad_values(void)
 		{{NULL}, "SLUICE_STOP_TIMEOUT=forever", "SLUICE_STOP_TIMEOUT: ",
 		 "duration"},
 		{{"--aging-rate", "fast"}, NULL, "--aging-rate: ", "number"},
+		{{"--slo-ttft", "0"}, NULL, "--slo-ttft: ", "from 1ms to 3600s"},
+		{{"--slo-ttft", "soon"}, NULL, "--slo-ttft: ", "got \"soon\""},
+		{{"--slo-ttft", "urgent=1s,urgent=2s"}, NULL, "--slo-ttft: ",
+		 "urgent is given twice"},
+		{{"--slo-ttft", "vip=1s"}, NULL, "--slo-ttft: ",
+		 "one of batch, normal, urgent"},
+		{{"--slo-tpot", "normal=1s,"}, NULL, "--slo-tpot: ",
+		 "separated by commas"},
+		{{"--slo-tpot", "normal=2h"}, NULL, "--slo-tpot: ",
+		 "normal: expected a duration"},
+		{{NULL}, "SLUICE_SLO_TTFT=-1", "SLUICE_SLO_TTFT: ", "got \"-1\""},
 		{{"--aging-rate", "-1"}, NULL, "--aging-rate: ", "from 0"},
 		{{"--urgent-bypass", "maybe"}, NULL, "--urgent-bypass: ",
 		 "on or off"},

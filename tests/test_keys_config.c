@@ -65,6 +65,7 @@ static void test_reads_every_field(void)
 	               "    tpm: 200000\n"
 	               "    max-concurrent: 16\n"
 	               "    weight: 2.5\n"
+	               "    slo: {ttft: 500ms, tpot: 0.05s}\n"
 	               "  batch.jobs:\n"
 	               "    hash: " H_OTHER "\n");
 	ASSERT_EQ(p.rc, 0);
@@ -88,6 +89,8 @@ static void test_reads_every_field(void)
 	ASSERT_EQ(a->tpm, 200000);
 	ASSERT_EQ(a->max_concurrent, 16);
 	ASSERT(a->weight == 2.5);
+	ASSERT_EQ(a->slo.ttft_ms, 500);
+	ASSERT_EQ(a->slo.tpot_ms, 50);
 	sl_keys_digest("other", 5, d);
 	const struct sl_key *b = sl_keys_find(p.cfg.keys, d);
 	ASSERT(b != NULL);
@@ -96,6 +99,7 @@ static void test_reads_every_field(void)
 	ASSERT(!b->has_max_priority && !b->has_default_priority);
 	ASSERT_EQ(b->rpm + b->tpm + b->max_concurrent, 0);
 	ASSERT(b->weight == 1);
+	ASSERT_EQ(b->slo.ttft_ms + b->slo.tpot_ms, 0);
 	sl_keys_digest("tes", 3, d);
 	ASSERT(sl_keys_find(p.cfg.keys, d) == NULL);
 	done(&p);
@@ -165,7 +169,18 @@ static void test_bad_input(void)
 	    {"keys:\n  a:\n    hash: " H_TEST "\n    rate: 5\n",
 	     "4: keys.a.rate: unknown field (a key takes hash, models, "
 	     "max-priority, default-priority, rpm, tpm, max-concurrent, "
-	     "weight)"},
+	     "weight, slo)"},
+	    {"keys:\n  a:\n    hash: " H_TEST "\n    slo: 500ms\n",
+	     "4: keys.a.slo: expected a mapping: ttft: DURATION, tpot: "
+	     "DURATION"},
+	    {"keys:\n  a:\n    hash: " H_TEST "\n    slo: {ttft: 0}\n",
+	     "4: keys.a.slo.ttft: expected a duration from 1ms to 3600s "
+	     "(\"500ms\", \"2s\", \"2\"), got \"0\""},
+	    {"keys:\n  a:\n    hash: " H_TEST "\n    slo: {tpot: fast}\n",
+	     "4: keys.a.slo.tpot: expected a duration from 1ms to 3600s "
+	     "(\"500ms\", \"2s\", \"2\"), got \"fast\""},
+	    {"keys:\n  a:\n    hash: " H_TEST "\n    slo: {e2e: 5s}\n",
+	     "4: keys.a.slo.e2e: unknown field (slo: takes ttft and tpot)"},
 	    {"keys:\n  a:\n    hash: " H_TEST "\n    weight: 0\n",
 	     "4: keys.a.weight: expected a number from 0.01 to 100 (a share: "
 	     "2 is twice the default 1), got \"0\""},
@@ -269,7 +284,9 @@ static void test_print(void)
 	               "    default-priority: batch\n"
 	               "    rpm: 3\n"
 	               "    max-concurrent: 2\n"
-	               "    weight: 0.50\n");
+	               "    weight: 0.50\n"
+	               "    slo:\n"
+	               "      ttft: 2\n");
 	ASSERT_EQ(p.rc, 0);
 	char *text = NULL;
 	size_t len = 0;
@@ -285,6 +302,7 @@ static void test_print(void)
 	                    "    rpm: 3\n"
 	                    "    max-concurrent: 2\n"
 	                    "    weight: 0.50\n"
+	                    "    slo: {ttft: 2s}\n"
 	                    "  zed:\n"
 	                    "    hash: " H_OTHER "\n"
 	                    "    tpm: 10\n");

@@ -73,7 +73,8 @@ static void test_good(void)
 	                    "    idle-timeout: 600s\n"
 	                    "  far:\n"
 	                    "    upstreams: [http://a:1/, https://b]\n"
-	                    "    max-queue: 7\n",
+	                    "    max-queue: 7\n"
+	                    "    slo: {ttft: 1s, tpot: 20ms}\n",
 	                    NULL, NULL, err, sizeof(err), &path);
 	ASSERT_EQ(rc, 0);
 	ASSERT_EQ(cfg.n_models, 3);
@@ -105,6 +106,9 @@ static void test_good(void)
 	ASSERT_STR_EQ(m->upstreams.items[1], "https://b");
 	ASSERT(m->has_max_queue);
 	ASSERT_EQ(m->max_queue, 7);
+	ASSERT_EQ(m->slo.ttft_ms, 1000);
+	ASSERT_EQ(m->slo.tpot_ms, 20);
+	ASSERT_EQ(cfg.models[0].slo.ttft_ms, 0);
 	ASSERT_EQ(m->replicas, 0);
 	ASSERT(sl_models_config_find(&cfg, "t") == &cfg.models[0]);
 	ASSERT(sl_models_config_find(&cfg, "far") == &cfg.models[2]);
@@ -147,7 +151,8 @@ static void test_good(void)
 	                    "      - http://a:1\n"
 	                    "      - https://b\n"
 	                    "    max-queue: 7\n"
-	                    "    queue-timeout: 60000ms\n");
+	                    "    queue-timeout: 60000ms\n"
+	                    "    slo: {ttft: 1s, tpot: 20ms}\n");
 	free(text);
 	sl_config_free(&cfg);
 	unlink(path);
@@ -311,7 +316,7 @@ static void test_errors(void)
 	    {"models:\n  a:\n    model: x\n    size: 2\n",
 	     "4: models.a.size: unknown key (a model takes model, hf-repo, "
 	     "slots, ctx-size, args, replicas, aliases, preload, "
-	     "idle-timeout, upstreams, dns, max-queue, queue-timeout)"},
+	     "idle-timeout, upstreams, dns, max-queue, queue-timeout, slo)"},
 	    {"models:\n  a:\n    model: x\n    preload: no\n",
 	     "4: models.a.preload: expected true or false, got \"no\""},
 	    {"models:\n  a:\n    model: x\n    idle-timeout: 604801\n",

@@ -1705,6 +1705,267 @@ static void test_priority_parsing(void)
 	ASSERT_STR_EQ(sl_priority_class(0.5), "batch");
 }
 
+/* ---- deadlines (sched.h, "Deadlines") ---- */
+
+static unsigned n_late;
+static unsigned late_ids[MAX_ITEMS];
+
+static void fake_late(void *ctx, struct sl_sched_item *it, uint64_t now)
+{
+	struct fake *f = ctx;
+	(void)now;
+	ASSERT(!sl_sched_queued(it));
+	late_ids[n_late++] = id_of(f, it);
+}
+
+static const struct sl_sched_ops with_late = {
+    .free_slots = fake_free,
+    .dispatch = fake_dispatch,
+    .expire = fake_expire,
+    .shed = fake_shed,
+    .late = fake_late,
+};
+
+/* Pushes item id with a latest start (0: none) and a service estimate. */
+static void push_slo(struct sl_sched *s, struct fake *f, unsigned id,
+                     double priority, uint64_t start, double service,
+                     uint64_t now)
+{
+	f->items[id].slo_start_ms = start;
+	f->items[id].service_ms = service;
+	push(s, f, id, priority, now);
+}
+
+static void start_late(struct sl_sched *s, struct fake *f,
+                       const struct sl_sched_config *cfg)
+{
+	memset(f, 0, sizeof(*f));
+	n_late = 0;
+	ASSERT_EQ(sl_sched_init(s, cfg, &with_late, f, 0), 0);
+}
+
+/* A request whose latest start passes while it waits leaves then. */
+static void test_late_leaves_at_its_start(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	start_late(&s, &f, &cfg);
+	push_slo(&s, &f, 0, SL_PRIORITY_NORMAL, 0, 10, 0);   /* none */
+	push_slo(&s, &f, 1, SL_PRIORITY_NORMAL, 400, 10, 0); /* by 400 */
+	push_slo(&s, &f, 2, SL_PRIORITY_NORMAL, 300, 10, 0); /* by 300 */
+	ASSERT_EQ(sl_sched_slo_depth(&s), 2);
+	/* No slot: the run wakes when the first start is past. */
+	ASSERT_EQ(sl_sched_run(&s, 0), 301);
+	/* At its start it may still leave: not late yet. */
+	ASSERT_EQ(sl_sched_run(&s, 300), 301);
+	ASSERT_EQ(n_late, 0);
+	ASSERT_EQ(sl_sched_run(&s, 301), 401);
+	ASSERT_EQ(n_late, 1);
+	ASSERT_EQ(late_ids[0], 2);
+	ASSERT_EQ(sl_sched_depth(&s), 2);
+	/* A slot in time: item 1 leaves first (due first), not late. */
+	f.free = 1;
+	sl_sched_run(&s, 400);
+	ASSERT_EQ(f.n_dispatched, 1);
+	ASSERT_EQ(f.dispatched[0], 1);
+	ASSERT_EQ(n_late, 1);
+	ASSERT_EQ(sl_sched_slo_depth(&s), 0);
+	/* The one without a level never goes late: only its timeout. */
+	ASSERT_EQ(sl_sched_run(&s, 50000), 60001);
+	ASSERT_EQ(n_late, 1);
+	sl_sched_free(&s);
+}
+
+/*
+ * Inside a band the request due first goes first: a level's latest start,
+ * or, for one without a level, its arrival plus the aging of one class
+ * (5 s at 0.2). Another band's order is untouched.
+ */
+static void test_earliest_due_first_in_a_band(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	start_late(&s, &f, &cfg);
+	ASSERT_EQ(sl_sched_due_wait_ms(&s), 5000);
+	push_slo(&s, &f, 0, SL_PRIORITY_NORMAL, 0, 10, 0);     /* due 5000 */
+	push_slo(&s, &f, 1, SL_PRIORITY_NORMAL, 30000, 10, 0); /* batch-like */
+	push_slo(&s, &f, 2, SL_PRIORITY_NORMAL, 700, 10, 100); /* tight */
+	push_slo(&s, &f, 3, SL_PRIORITY_NORMAL, 2000, 10, 200);
+	push_slo(&s, &f, 4, SL_PRIORITY_BATCH, 250, 10, 300); /* lower band */
+	push_slo(&s, &f, 5, SL_PRIORITY_URGENT, 0, 10, 400);  /* higher */
+	unsigned want[] = {5, 2, 3, 0, 1};
+	for (unsigned i = 0; i < 5; i++)
+		ASSERT_EQ(one_slot(&s, &f, 500), want[i]);
+	/* The batch request, though due first of all, waited its band's
+	 * turn, and left the queue as its start passed. */
+	ASSERT_EQ(sl_sched_depth(&s), 0);
+	ASSERT_EQ(n_late, 1);
+	ASSERT_EQ(late_ids[0], 4);
+	/* A band without levels keeps its arrival order. */
+	for (unsigned i = 0; i < 4; i++)
+		push_slo(&s, &f, 10 + i, SL_PRIORITY_NORMAL, 0, 10, 600 + i);
+	for (unsigned i = 0; i < 4; i++)
+		ASSERT_EQ(one_slot(&s, &f, 700), 10 + i);
+	sl_sched_free(&s);
+}
+
+/*
+ * A request without a level, behind a stream of tight levels in its band
+ * that could fill every slot: it goes once it is due, not never.
+ */
+static uint64_t plain_behind_tight_stream(double aging_rate)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	cfg.aging_rate = aging_rate;
+	cfg.queue_timeout_ms = 120000;
+	start_late(&s, &f, &cfg);
+	push_slo(&s, &f, 0, SL_PRIORITY_NORMAL, 0, 10, 0);
+	unsigned next = 1;
+	uint64_t left = 0;
+	for (uint64_t t = 100; t <= 130000 && !left; t += 100) {
+		push_slo(&s, &f, next++, SL_PRIORITY_NORMAL, t + 500, 10, t);
+		f.free = 1;
+		sl_sched_run(&s, t);
+		if (f.dispatched[f.n_dispatched - 1] == 0)
+			left = t;
+	}
+	sl_sched_free(&s);
+	return left;
+}
+
+/*
+ * Aging still beats starvation across bands when the stream ahead carries
+ * levels: a normal request behind urgent ones with tight deadlines.
+ */
+static void test_aging_beats_deadlines_in_a_higher_band(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	start_late(&s, &f, &cfg);
+	push_slo(&s, &f, 0, SL_PRIORITY_NORMAL, 0, 10, 0);
+	unsigned next = 1;
+	uint64_t left = 0;
+	for (uint64_t t = 0; t <= 30000 && !left; t += 1000) {
+		push_slo(&s, &f, next++, SL_PRIORITY_URGENT, t + 200, 10, t);
+		f.free = 1;
+		sl_sched_run(&s, t);
+		if (f.dispatched[f.n_dispatched - 1] == 0)
+			left = t ? t : 1;
+	}
+	ASSERT(left >= 4000 && left <= 6000);
+	sl_sched_free(&s);
+}
+
+static void test_deadlines_do_not_starve(void)
+{
+	/* Due after 5 s at the default aging rate. */
+	uint64_t left = plain_behind_tight_stream(0.2);
+	ASSERT(left >= 4500 && left <= 5600);
+	/* With aging off, due at its queue timeout (two minutes here): it
+	 * goes just before it, once the stream's arrivals are due later. */
+	left = plain_behind_tight_stream(0.0);
+	ASSERT(left >= 119000 && left <= 120000);
+}
+
+/*
+ * With fair queuing, a tenant's tight request goes before its own loose
+ * ones, never before another tenant whose turn it is; and only the
+ * earliest due of the whole queue is looked at (sched.h, "Deadlines").
+ */
+static void test_deadlines_inside_a_flow(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	cfg.fair = true;
+	start_late(&s, &f, &cfg);
+	for (unsigned i = 0; i < 4; i++) {
+		f.items[i].slo_start_ms = i == 3 ? 1000 : 0;
+		f.items[i].service_ms = 10;
+		ASSERT_EQ(push_flow(&s, &f, i, 7, 1, SL_PRIORITY_NORMAL, i), 0);
+	}
+	/* Flow 8 arrives later, its one request the tightest of all. */
+	f.items[4].slo_start_ms = 900;
+	f.items[4].service_ms = 10;
+	ASSERT_EQ(push_flow(&s, &f, 4, 8, 1, SL_PRIORITY_NORMAL, 10), 0);
+	/*
+	 * Flow 7's turn first (equal service, the older request): the
+	 * earliest due is flow 8's, so flow 7 goes in arrival order this
+	 * time. Then flow 8's turn, its tight one; then flow 7's, whose
+	 * tight one is now the earliest due.
+	 */
+	unsigned want[] = {0, 4, 3, 1, 2};
+	for (unsigned i = 0; i < 5; i++)
+		ASSERT_EQ(one_slot(&s, &f, 20), want[i]);
+	sl_sched_free(&s);
+}
+
+/* The work ahead matches a plain count over the queue, whatever happens. */
+static void test_work_ahead_matches_a_count(void)
+{
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	cfg.max_queue = 64;
+	cfg.fair = true;
+	start_late(&s, &f, &cfg);
+	uint64_t now = 0, rng = 99;
+	unsigned n = 0;
+	while (n < 3000) {
+		rng = rng * 6364136223846793005u + 1442695040888963407u;
+		unsigned op = (unsigned)(rng >> 33) % 10;
+		now += (rng >> 20) % 30;
+		if (op < 6) {
+			unsigned id = n++;
+			double prio = (double)((rng >> 40) % 3);
+			uint64_t slo =
+			    (rng >> 44) % 2 ? now + 50 + (rng >> 50) % 3000 : 0;
+			f.items[id].flow_id = (rng >> 36) % 3;
+			f.items[id].weight = 1;
+			f.items[id].slo_start_ms = slo;
+			f.items[id].service_ms = (double)((rng >> 24) % 100);
+			sl_sched_push(&s, &f.items[id], prio, now);
+		} else if (op < 7 && n > 0) {
+			unsigned id = (unsigned)(rng >> 45) % n;
+			if (sl_sched_queued(&f.items[id]))
+				sl_sched_release(&s, &f.items[id]);
+		} else {
+			f.free = (unsigned)(rng >> 50) % 3;
+			sl_sched_run(&s, now);
+		}
+		/* Ask as a new arrival would, at a random band and due. */
+		double p = (double)((rng >> 30) % 3);
+		uint64_t due = now + (rng >> 26) % 4000;
+		unsigned count, want_count = 0;
+		double work, want_work = 0;
+		sl_sched_ahead(&s, p, due, &count, &work);
+		for (unsigned i = 0; i < n; i++) {
+			const struct sl_sched_item *it = &f.items[i];
+			if (!sl_sched_queued(it))
+				continue;
+			if (it->priority > p ||
+			    (it->priority == p && it->due_ms <= due)) {
+				want_count++;
+				want_work += it->service_ms;
+			}
+		}
+		ASSERT_EQ(count, want_count);
+		ASSERT(fabs(work - want_work) < 1e-6);
+	}
+	sl_sched_free(&s);
+}
+
 int main(void)
 {
 	RUN(test_priority_then_arrival);
@@ -1742,5 +2003,11 @@ int main(void)
 	RUN(test_requeue_into_a_full_queue);
 	RUN(test_retry_after);
 	RUN(test_priority_parsing);
+	RUN(test_late_leaves_at_its_start);
+	RUN(test_earliest_due_first_in_a_band);
+	RUN(test_aging_beats_deadlines_in_a_higher_band);
+	RUN(test_deadlines_do_not_starve);
+	RUN(test_deadlines_inside_a_flow);
+	RUN(test_work_ahead_matches_a_count);
 	return 0;
 }

@@ -39,6 +39,8 @@ enum opt_type {
 	OPT_SECRET,      /* one key, never echoed */
 	OPT_ORIGIN_LIST, /* web origins, or "*", "localhost" or "none" */
 	OPT_CIDR_LIST,   /* repeatable address range (client_addr.h); commas */
+	/* A service level per priority class (struct sl_slo_classes). */
+	OPT_SLO,
 };
 
 struct option_def {

@@ -322,6 +322,21 @@ const struct option_def sl_config_options[] = {
 	 "from the urgent traffic of the last seconds so that at most 1 in 20 "
 	 "finds no free slot under overload, 0 while none comes",
 	 NULL},
+	{"slo-ttft", "SLUICE_SLO_TTFT", "none|DURATION|CLASS=DURATION,...",
+	 OPT_SLO, FIELD(slo_ttft), "none", 0, 0, NULL,
+	 "time to first token a request should get when it names none "
+	 "(X-SLO-TTFT-Ms) and neither its key's nor its model's slo: does: "
+	 "one duration for every priority, or one per class "
+	 "(urgent=500ms,normal=5s); a request with one is refused at once "
+	 "(429, Retry-After) when sluice predicts it would miss it, and "
+	 "leaves the queue (503) once it can no longer meet it",
+	 NULL},
+	{"slo-tpot", "SLUICE_SLO_TPOT", "none|DURATION|CLASS=DURATION,...",
+	 OPT_SLO, FIELD(slo_tpot), "none", 0, 0, NULL,
+	 "time per output token a request should get when it names none "
+	 "(X-SLO-TPOT-Ms), as --slo-ttft; refused at once when the "
+	 "predicted time per token at the concurrency it would meet is longer",
+	 NULL},
 	{"urgent-bypass", "SLUICE_URGENT_BYPASS", "on|off", OPT_SWITCH,
 	 FIELD(urgent_bypass), "on", 0, 0, NULL,
 	 "urgent requests skip the batching window when a slot is free", NULL},

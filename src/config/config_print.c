@@ -182,6 +182,12 @@ static void print_value(FILE *out, const struct sl_config *cfg,
 	case OPT_URL_LIST: print_list(out, field, SHOWN_URL); return;
 	case OPT_ARG_LIST:
 	case OPT_CIDR_LIST: print_list(out, field, SHOWN_AS_IS); return;
+	case OPT_SLO: {
+		char text[128];
+		sl_slo_classes_format(field, text, sizeof(text));
+		fputs(text, out);
+		return;
+	}
 	}
 }
 

@@ -487,6 +487,12 @@ int sl_config_apply(struct sl_config *cfg, const struct option_def *o,
 		return apply_origins(field, value, where, err, size);
 	case OPT_CIDR_LIST:
 		return for_each_item(value, where, err, size, add_cidr, field);
+	case OPT_SLO: {
+		char why[200];
+		if (sl_slo_classes_parse(value, field, why, sizeof(why)) != 0)
+			return sl_config_fail(err, size, where, "%s", why);
+		return 0;
+	}
 	}
 	return SL_EINVAL;
 }

@@ -277,6 +277,8 @@ static int read_model(struct sl_config *cfg, unsigned index,
 				    "(\"600\", \"600s\"; 0: never), got "
 				    "\"%s\"",
 				    c->text);
+		} else if (strcmp(k, "slo") == 0) {
+			rc = sl_slo_read(c, &m->slo, err, size);
 		} else if (strcmp(k, "max-queue") == 0) {
 			m->has_max_queue = true;
 			rc = read_uint(c, 1, MAX_QUEUE_MAX, &m->max_queue, err,
@@ -300,7 +302,7 @@ static int read_model(struct sl_config *cfg, unsigned index,
 			    "unknown key (a model takes model, hf-repo, "
 			    "slots, ctx-size, args, replicas, aliases, "
 			    "preload, idle-timeout, upstreams, dns, max-queue, "
-			    "queue-timeout)");
+			    "queue-timeout, slo)");
 		}
 	}
 	if (rc != 0)
@@ -502,6 +504,7 @@ void sl_models_config_print(FILE *out, const struct sl_config *cfg)
 		        (unsigned long long)(m->has_queue_timeout
 		                                 ? m->queue_timeout_ms
 		                                 : cfg->queue_timeout_ms));
+		sl_slo_print(out, &m->slo, 4);
 	}
 }
 

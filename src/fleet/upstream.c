@@ -567,6 +567,7 @@ struct sl_upstream *sl_upstream_new(uv_loop_t *loop, struct sl_curl *curl,
 	u->probe_timer.data = u;
 	u->deadline_timer.data = u;
 	sl_occupancy_init(u);
+	sl_predict_init(&u->predict, uv_now(loop));
 	u->open_handles = 3;
 	return u;
 }
@@ -659,6 +660,20 @@ json_t *sl_upstream_json(const struct sl_upstream *u)
 		              (json_int_t)u->unstarted));
 	if (u->draining)
 		json_object_set_new(o, "draining", json_true());
+	/*
+	 * What the latency model has learned (src/sched/README.md): its
+	 * samples, and what it predicts for a prompt of 1,000 tokens and a
+	 * token's step alone and with every slot decoding.
+	 */
+	const struct sl_predictor *p = &u->predict;
+	json_object_set_new(
+	    o, "latency_model",
+	    json_pack("{s:I, s:b, s:f, s:f, s:f}", "samples",
+	              (json_int_t)p->samples, "known", sl_predict_known(p),
+	              "prefill_ms_1k_tokens", sl_predict_prefill_ms(p, 1000),
+	              "tpot_ms_alone", sl_predict_tpot_ms(p, 1),
+	              "tpot_ms_all_slots",
+	              sl_predict_tpot_ms(p, SL_MAX(u->total_slots, 1u))));
 	json_object_set_new(o, "consecutive_failures",
 	                    json_integer(u->outlier.failures));
 	json_object_set_new(o, "ejections",

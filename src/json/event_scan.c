@@ -111,6 +111,27 @@ static void scan_typed(const struct sl_jscan *s, struct sl_event_facts *f)
 	}
 }
 
+/* The timings object at token t, if it is one with the numbers needed. */
+static void read_timings(const struct sl_jscan *s, int t,
+                         struct sl_event_facts *f)
+{
+	if (t < 0 || sl_jscan_type(s, t) != JSMN_OBJECT)
+		return;
+	struct sl_event_timings v = {0};
+	if (!sl_jscan_number(s, sl_jscan_get(s, t, "prompt_n"), &v.prompt_n) ||
+	    !sl_jscan_number(s, sl_jscan_get(s, t, "prompt_ms"),
+	                     &v.prompt_ms) ||
+	    !sl_jscan_number(s, sl_jscan_get(s, t, "predicted_n"),
+	                     &v.predicted_n) ||
+	    !sl_jscan_number(s, sl_jscan_get(s, t, "predicted_per_token_ms"),
+	                     &v.per_token_ms))
+		return;
+	if (!sl_jscan_number(s, sl_jscan_get(s, t, "cache_n"), &v.cache_n))
+		v.cache_n = 0;
+	f->has_timings = true;
+	f->timings = v;
+}
+
 /* Whether a member is absent or null: nothing for an assembler to read. */
 static bool absent(const struct sl_jscan *s, int i)
 {
@@ -136,6 +157,7 @@ static void scan_native(const struct sl_jscan *s, struct sl_event_facts *f)
 		PREDICTED,
 		EVALUATED,
 		PROBS,
+		TIMINGS,
 		N_KEYS
 	};
 	static const struct sl_jscan_key keys[N_KEYS] = {
@@ -147,6 +169,7 @@ static void scan_native(const struct sl_jscan *s, struct sl_event_facts *f)
 	    [PREDICTED] = SL_JSCAN_KEY("tokens_predicted"),
 	    [EVALUATED] = SL_JSCAN_KEY("tokens_evaluated"),
 	    [PROBS] = SL_JSCAN_KEY("completion_probabilities"),
+	    [TIMINGS] = SL_JSCAN_KEY("timings"),
 	};
 	int v[N_KEYS];
 	sl_jscan_members(s, 0, keys, v, N_KEYS);
@@ -161,6 +184,7 @@ static void scan_native(const struct sl_jscan *s, struct sl_event_facts *f)
 		f->tokens_predicted = int_value(s, v[PREDICTED]);
 		f->has_prompt = is_integer(s, v[EVALUATED]);
 		f->prompt_tokens = int_value(s, v[EVALUATED]);
+		read_timings(s, v[TIMINGS], f);
 		return;
 	}
 	int n = array_size(s, v[TOKENS]);
@@ -222,6 +246,7 @@ static void scan_openai(const struct sl_jscan *s, struct sl_event_facts *f)
 	 * the part evaluated.
 	 */
 	int timings = v[TIMINGS];
+	read_timings(s, timings, f);
 	if (!f->has_prompt && timings >= 0 &&
 	    sl_jscan_type(s, timings) == JSMN_OBJECT) {
 		int cached = sl_jscan_get(s, timings, "cache_n");

@@ -396,6 +396,50 @@ static void expose_dns(struct sl_exposition *ex, struct sl_text *t)
 	}
 }
 
+/*
+ * Service levels (sched/README.md, "Deadlines"): each request with one,
+ * by priority class, key ("" without one) and outcome; and how far the
+ * predicted TTFT was from the actual one.
+ */
+static void expose_slo(struct sl_exposition *ex, struct sl_text *t)
+{
+	_Static_assert(SL_CLASS_COUNT == 3 && SL_SLO_OUTCOMES == 3,
+	               "struct sl_tenant's slo[][] has this shape");
+	const struct sl_stats *s = ex->stats;
+	sl_expose_family(t, "sluice_slo_requests_total", "counter",
+	                 "Requests with a service level (X-SLO-TTFT-Ms, "
+	                 "X-SLO-TPOT-Ms, a key's, a model's or --slo-ttft's), "
+	                 "by priority, key and outcome: met, missed (served "
+	                 "late) or shed (refused as out of reach).");
+	for (int c = 0; c < SL_CLASS_COUNT; c++)
+		for (int o = 0; o < SL_SLO_OUTCOMES; o++)
+			sl_text_printf(
+			    t,
+			    "sluice_slo_requests_total{priority=\"%s\","
+			    "key=\"\",outcome=\"%s\"} %llu\n",
+			    class_names[c], sl_slo_outcome_name(o),
+			    (unsigned long long)s->slo[c][o]);
+	for (const struct sl_tenant *x = ex->tenants ? ex->tenants->list : NULL;
+	     x; x = x->next)
+		for (int c = 0; c < SL_CLASS_COUNT; c++)
+			for (int o = 0; o < SL_SLO_OUTCOMES; o++) {
+				if (!x->slo[c][o])
+					continue;
+				sl_text_printf(
+				    t,
+				    "sluice_slo_requests_total{priority=\"%s\","
+				    "key=\"%s\",outcome=\"%s\"} %llu\n",
+				    class_names[c], x->name,
+				    sl_slo_outcome_name(o),
+				    (unsigned long long)x->slo[c][o]);
+			}
+	sl_expose_family(t, "sluice_slo_ttft_prediction_ratio", "histogram",
+	                 "Each request's predicted time to first token over "
+	                 "its actual one (1: exact).");
+	sl_expose_histogram(t, "sluice_slo_ttft_prediction_ratio", "",
+	                    &s->ttft_prediction);
+}
+
 static void expose_by_class(struct sl_text *t, const char *name,
                             const char *help, struct sl_histogram *h)
 {
@@ -418,6 +462,7 @@ void sl_exposition_prometheus(struct sl_exposition *ex, struct sl_text *t)
 	expose_requests(s, t);
 	sl_tenants_write_metrics(ex->tenants, t);
 	sl_tenants_write_fairness(ex->tenants, t);
+	expose_slo(ex, t);
 	sl_expose_family(t, "sluice_connections_refused_total", "counter",
 	                 "Connections refused over --max-connections.");
 	sl_text_printf(t, "sluice_connections_refused_total %llu\n",

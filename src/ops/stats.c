@@ -30,6 +30,15 @@ static const char *const reason_names[SL_REJECT_COUNT] = {
     [SL_REJECT_NOT_FOUND] = "not_found",
     [SL_REJECT_KEY_LIMIT] = "key_limit",
     [SL_REJECT_BODY_MEMORY] = "body_memory",
+    [SL_REJECT_SLO_TTFT] = "slo_ttft",
+    [SL_REJECT_SLO_TPOT] = "slo_tpot",
+    [SL_REJECT_SLO_DEADLINE] = "slo_deadline",
+};
+
+static const char *const slo_outcome_names[SL_SLO_OUTCOMES] = {
+    [SL_SLO_MET] = "met",
+    [SL_SLO_MISSED] = "missed",
+    [SL_SLO_SHED] = "shed",
 };
 
 /*
@@ -38,6 +47,8 @@ static const char *const reason_names[SL_REJECT_COUNT] = {
  */
 #define SECONDS_MIN_EXP (-17)
 #define COUNT_MIN_EXP 0
+/* Ratios from 2^-10 (0.001) to 2^14: a prediction off by more is off. */
+#define RATIO_MIN_EXP (-10)
 
 void sl_stats_init(struct sl_stats *s)
 {
@@ -51,6 +62,17 @@ void sl_stats_init(struct sl_stats *s)
 	sl_hist_init(&s->generation, SECONDS_MIN_EXP);
 	sl_hist_init(&s->inter_token, SECONDS_MIN_EXP);
 	sl_hist_init(&s->batch_size, COUNT_MIN_EXP);
+	sl_hist_init(&s->ttft_prediction, RATIO_MIN_EXP);
+}
+
+const char *sl_slo_outcome_name(enum sl_slo_outcome o)
+{
+	return slo_outcome_names[o];
+}
+
+void sl_stats_prediction(struct sl_stats *s, double ratio)
+{
+	sl_hist_record(&s->ttft_prediction, ratio);
 }
 
 enum sl_stats_endpoint sl_stats_endpoint_of(const char *path)

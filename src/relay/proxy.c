@@ -428,10 +428,9 @@ static void set_flow(struct sl_relay *relay, struct exchange *x)
  */
 void exchange_charge(struct exchange *x)
 {
-	double prompt = x->prompt_tokens > 0
-	                    ? (double)x->prompt_tokens *
-	                          SL_SCHED_SERVICE_PROMPT_TOKEN
-	                    : x->item.cost;
+	double prompt = x->prompt_tokens > 0 ? (double)x->prompt_tokens *
+	                                           SL_SCHED_SERVICE_PROMPT_TOKEN
+	                                     : x->item.cost;
 	double out = (double)SL_MAX(x->tokens_seen, x->tokens_final) *
 	             SL_SCHED_SERVICE_OUTPUT_TOKEN;
 	double service = prompt + out;
@@ -442,8 +441,12 @@ void exchange_charge(struct exchange *x)
 	x->attempt_charged = service;
 }
 
-/* Queues a scheduled exchange, or answers 429 when the queue is full. */
-static void enqueue(struct sl_relay *relay, struct exchange *x)
+/*
+ * Queues a scheduled exchange, or answers 429 when the queue is full or
+ * its service level is predicted out of reach (proxy_slo.c).
+ */
+static void enqueue(struct sl_relay *relay, struct exchange *x,
+                    const struct sl_request *checked)
 {
 	/*
 	 * The loop's time was read when this iteration began, before this
@@ -453,6 +456,16 @@ static void enqueue(struct sl_relay *relay, struct exchange *x)
 	uv_update_time(relay->loop);
 	x->arrived_ms = uv_now(relay->loop);
 	set_flow(relay, x);
+	x->ask = (struct sl_latency_ask){
+	    .prompt_bytes = (double)x->body_len,
+	    .max_tokens = (double)checked->max_tokens,
+	    .outputs = 1,
+	    .priority = x->priority,
+	};
+	if (!exchange_slo_admit(x, x->arrived_ms)) {
+		exchange_release(x);
+		return;
+	}
 	if (sl_sched_push(&x->model->sched, &x->item, x->priority,
 	                  x->arrived_ms) == 0) {
 		sl_stats_queued(relay->stats, x->priority, +1);
@@ -597,6 +610,16 @@ void sl_proxy_handle(struct sl_relay *relay, struct sl_http_request *req,
 		return;
 	}
 	double priority = checked.priority;
+	/* A service level of its own (proxy_slo.c): where it is queued. */
+	struct sl_slo asked = {0, 0};
+	char slo_why[160];
+	if (ep->scheduled &&
+	    !exchange_slo_headers(req, &asked, slo_why, sizeof(slo_why))) {
+		sl_request_free(&checked);
+		sl_http_respond_error(req, 400, "invalid_request_error", NULL,
+		                      "%s", slo_why);
+		return;
+	}
 
 	/*
 	 * Which model: the body's "model", or for a request without a JSON
@@ -786,7 +809,8 @@ void sl_proxy_handle(struct sl_relay *relay, struct sl_http_request *req,
 		                  checked.return_tokens);
 	}
 	if (ep->scheduled) {
-		enqueue(relay, x);
+		exchange_slo_resolve(x, &asked);
+		enqueue(relay, x, &checked);
 		relay->hooks->model_demand(relay->owner,
 		                           m); /* a stopped model starts */
 	} else {

@@ -32,9 +32,14 @@ void exchange_note_totals(struct exchange *x)
 	info->prompt_tokens = (unsigned)x->prompt_tokens;
 }
 
-/* The client side is over: no more calls to the HTTP server about it. */
+/*
+ * The client side is over: no more calls to the HTTP server about it. Its
+ * service level's outcome is counted now, while its request is known.
+ */
 void exchange_client_done(struct exchange *x)
 {
+	if (x->req)
+		exchange_slo_outcome(x);
 	x->req = NULL;
 }
 
@@ -282,6 +287,10 @@ void exchange_count_answer(struct exchange *x)
 		x->tokens_final = (uint64_t)f.tokens_predicted;
 	if (f.has_prompt && f.prompt_tokens > 0)
 		x->prompt_tokens = (uint64_t)f.prompt_tokens;
+	if (f.has_timings) {
+		x->has_timings = true;
+		x->timings = f.timings;
+	}
 	/*
 	 * Time to first token: llama-server times the generation from its
 	 * first token to the answer (timings.predicted_ms), so the answer's
@@ -296,6 +305,7 @@ void exchange_count_answer(struct exchange *x)
 		double ttft = SL_MAX(took - predicted_ms / 1000, 0.0);
 		x->req->info.ttft_ms = (int64_t)(ttft * 1000);
 		sl_stats_first_token(x->relay->stats, x->priority, ttft);
+		exchange_slo_first_token(x, ttft);
 	}
 	sl_jscan_free(&s);
 }

@@ -285,7 +285,8 @@ const char *exchange_own_headers(struct exchange *x)
 	struct sl_join j = SL_JOIN(x->own_headers);
 	sl_join_str(&j, x->sched_headers);
 	bool queued = x->queue_ms >= 0, sent = x->upstream != NULL;
-	if (!queued && !sent)
+	bool predicted = x->has_prediction;
+	if (!queued && !sent && !predicted)
 		return x->own_headers;
 	sl_join_str(&j, "Server-Timing: ");
 	if (queued) {
@@ -300,6 +301,13 @@ const char *exchange_own_headers(struct exchange *x)
 	    x->first_token_ns >= x->dispatched_ns) {
 		sl_join_str(&j, ", ttft;dur=");
 		join_ms(&j, x->first_token_ns - x->dispatched_ns);
+	}
+	if (predicted) {
+		/* The TTFT predicted at its arrival (proxy_slo.c). */
+		sl_join_str(&j, queued || sent ? ", predicted;dur="
+		                               : "predicted;dur=");
+		join_ms(&j,
+		        (uint64_t)(SL_MAX(x->predicted.ttft_ms, 0.0) * 1e6));
 	}
 	sl_join_str(&j, "\r\n");
 	return x->own_headers;

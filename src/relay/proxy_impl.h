@@ -19,6 +19,7 @@
 #include "sluice/base/common.h"
 #include "sluice/json/assemble.h"
 #include "sluice/json/event_scan.h"
+#include "sluice/fleet/latency.h"
 #include "sluice/net/h1_client.h"
 #include "sluice/net/sse.h"
 
@@ -53,13 +54,21 @@
  */
 #define SL_PROXY_UNAVAILABLE_RETRY "Retry-After: 1\r\nretry-after-ms: 1000\r\n"
 
+/*
+ * A request's own service level, in whole milliseconds (proxy_slo.c): the
+ * Gateway API Inference Extension's names, so that its clients work as
+ * they are. Never sent upstream.
+ */
+#define SL_SLO_TTFT_HEADER "X-SLO-TTFT-Ms"
+#define SL_SLO_TPOT_HEADER "X-SLO-TPOT-Ms"
+
 /* The queue's header lines, at most (X-Queue-Ms, Retry-After, ...). */
 #define SL_PROXY_SCHED_HEADERS_MAX 160
 /*
  * The most a Server-Timing line takes: three metrics of at most 20 digits
  * each, their names and the line's end (107 bytes).
  */
-#define SL_PROXY_TIMING_MAX 128
+#define SL_PROXY_TIMING_MAX 160
 
 enum relay_mode {
 	MODE_WAITING, /* no response byte yet */
@@ -106,6 +115,20 @@ struct exchange {
 	char id[SL_HTTP_REQUEST_ID_MAX + 1];
 
 	struct sl_sched_item item; /* while waiting in sluice's queue */
+	/*
+	 * Deadlines (proxy_slo.c): its service level (0s: none), what the
+	 * prediction was asked and said at its arrival, its place in its
+	 * upstream's running list, the timings of its answer, and whether
+	 * its outcome was counted.
+	 */
+	struct sl_slo slo;
+	struct sl_latency_ask ask;
+	struct sl_latency predicted;
+	bool has_prediction;
+	struct sl_predict_run run;
+	struct sl_event_timings timings;
+	bool has_timings;
+	bool slo_counted;
 	/* Service charged to its flow for this attempt (exchange_charge). */
 	double attempt_charged;
 	double priority;
@@ -286,6 +309,17 @@ size_t exchange_on_upstream_header(char *line, size_t size, size_t n,
 const char *exchange_own_headers(struct exchange *x);
 bool exchange_start_response(struct exchange *x);
 bool exchange_hold_5xx(struct exchange *x);
+
+/* proxy_slo.c */
+bool exchange_slo_headers(const struct sl_http_request *req, struct sl_slo *out,
+                          char *why, size_t size);
+void exchange_slo_resolve(struct exchange *x, const struct sl_slo *asked);
+bool exchange_slo_admit(struct exchange *x, uint64_t now_ms);
+void exchange_slo_taken(struct exchange *x, struct sl_upstream *u);
+void exchange_slo_first_token(struct exchange *x, double ttft_s);
+void exchange_slo_let_go(struct exchange *x);
+void exchange_slo_busy(struct exchange *x, struct sl_upstream *u);
+void exchange_slo_outcome(struct exchange *x);
 
 /* proxy_leaving.c */
 bool exchange_upstream_streams(const struct exchange *x);

@@ -206,7 +206,9 @@ void exchange_upstream_let_go(struct exchange *x)
 		u->plain_streams_until_ms =
 		    uv_now(x->relay->loop) +
 		    SL_STREAM_UPSTREAM_WINDOW_S * UINT64_C(1000);
+	exchange_slo_let_go(x);
 	u->inflight--;
+	exchange_slo_busy(x, u);
 	/* Others may have taken the slot, or freed theirs: ask again. */
 	sl_occupancy_answer_ended(u);
 }

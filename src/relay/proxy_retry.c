@@ -123,6 +123,7 @@ static void reset_for_retry(struct exchange *x)
 	x->prompt_tokens = 0;
 	x->attempt_charged = 0; /* the next attempt costs its upstream anew */
 	x->prompts = x->stopped = 0;
+	x->has_timings = false; /* the failed attempt teaches nothing */
 	exchange_upstream_let_go(x);
 	x->upstream = NULL;
 	x->req->info.upstream[0] = '\0';

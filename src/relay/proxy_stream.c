@@ -48,6 +48,7 @@ static void token_arrived(struct exchange *x, uint64_t n)
 		double ttft = (double)(now - x->req->start_ns) / 1e9;
 		x->req->info.ttft_ms = (int64_t)(ttft * 1000);
 		sl_stats_first_token(st, x->priority, ttft);
+		exchange_slo_first_token(x, ttft);
 	} else {
 		sl_stats_inter_token(st,
 		                     (double)(now - x->last_token_ns) / 1e9);
@@ -64,6 +65,10 @@ static void observe(struct exchange *x, const struct sl_event_facts *f)
 		token_arrived(x, f->per_arrival);
 	if (f->has_count)
 		x->tokens_final = (uint64_t)f->count;
+	if (f->has_timings) {
+		x->has_timings = true;
+		x->timings = f->timings;
+	}
 	/* Native prompts each end with their own count: they add up. */
 	if (f->has_prompt && f->prompt_tokens > 0)
 		x->prompt_tokens =

@@ -88,6 +88,7 @@ void exchange_upstream_take(struct exchange *x, struct sl_upstream *u)
 		return;
 	}
 	u->inflight++;
+	exchange_slo_taken(x, u);
 	if (x->assemblable && !x->assemble &&
 	    exchange_plain_as_stream(x->relay, u))
 		exchange_ask_for_stream(x);

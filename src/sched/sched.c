@@ -66,10 +66,11 @@ const char *sl_priority_class(double priority)
  * requests are dispatched; and `bottom`, worst first (sheds_before), from
  * which a full queue sheds its least important request when a more
  * important one arrives. A third, `urgent`, best first, holds only the requests
- * asked as urgent (class 2), for the urgent reserve. All are kept in step, each
- * item knowing its place in each it is in.
+ * asked as urgent (class 2), for the urgent reserve; a fourth, `slo`, only
+ * those with a service level, earliest slo_start_ms first. All are kept in
+ * step, each item knowing its place in each it is in.
  */
-enum which { BEST, WORST, URGENT };
+enum which { BEST, WORST, URGENT, SLO };
 
 /* Whether a ranks before b: larger key, then earlier arrival. */
 static bool before(const struct sl_sched_item *a, const struct sl_sched_item *b)
@@ -81,14 +82,24 @@ static bool before(const struct sl_sched_item *a, const struct sl_sched_item *b)
 
 static struct sl_sched_item **slots_of(struct sl_sched *s, enum which w)
 {
-	return w == BEST ? s->heap : w == WORST ? s->bottom : s->urgent;
+	switch (w) {
+	case BEST: return s->heap;
+	case WORST: return s->bottom;
+	case URGENT: return s->urgent;
+	case SLO: break;
+	}
+	return s->slo;
 }
 
 static uint32_t *index_of(struct sl_sched_item *it, enum which w)
 {
-	return w == BEST    ? &it->heap_index
-	       : w == WORST ? &it->bottom_index
-	                    : &it->urgent_index;
+	switch (w) {
+	case BEST: return &it->heap_index;
+	case WORST: return &it->bottom_index;
+	case URGENT: return &it->urgent_index;
+	case SLO: break;
+	}
+	return &it->slo_index;
 }
 
 /* An item's class for class_count: 0 batch, 1 normal, 2 urgent. */
@@ -116,11 +127,24 @@ static bool sheds_before(const struct sl_sched_item *a,
 	return before(b, a);
 }
 
+/* Whether a is due before b: the earlier due, then the earlier push. */
+static bool due_before(const struct sl_sched_item *a,
+                       const struct sl_sched_item *b)
+{
+	if (a->due_ms != b->due_ms)
+		return a->due_ms < b->due_ms;
+	return a->order < b->order;
+}
+
 /* Whether a belongs above b in heap w. */
 static bool above(enum which w, const struct sl_sched_item *a,
                   const struct sl_sched_item *b)
 {
-	return w == WORST ? sheds_before(a, b) : before(a, b);
+	switch (w) {
+	case WORST: return sheds_before(a, b);
+	case SLO: return due_before(a, b);
+	default: return before(a, b);
+	}
 }
 
 static void place(struct sl_sched *s, enum which w, unsigned i,
@@ -177,7 +201,109 @@ static void heap_remove_at(struct sl_sched *s, enum which w, unsigned i,
 		sift_down(s, w, i, n - 1);
 }
 
-/* Takes an item out of the heaps. */
+/* ---- the work-ahead treap (sched.h, "Work ahead") ---- */
+
+/*
+ * The treap's order, the order the dispatch serves in when aging between
+ * bands is left aside: higher initial priority first, then the earlier
+ * due. Neither changes while an item is queued (fair queuing's swaps
+ * trade keys and seqs, not these), so the order holds.
+ */
+static bool served_before(const struct sl_sched_item *a,
+                          const struct sl_sched_item *b)
+{
+	if (a->priority != b->priority)
+		return a->priority > b->priority;
+	return due_before(a, b);
+}
+
+static unsigned tcount(const struct sl_sched_item *t)
+{
+	return t ? t->tcount : 0;
+}
+
+static double twork(const struct sl_sched_item *t)
+{
+	return t ? t->twork : 0;
+}
+
+/* A node's sums, from its children's. */
+static void tpull(struct sl_sched_item *t)
+{
+	t->tcount = 1 + tcount(t->tl) + tcount(t->tr);
+	t->twork = t->service_ms + twork(t->tl) + twork(t->tr);
+}
+
+/* xorshift32: the treap's priorities need only be spread, not secret. */
+static uint32_t treap_random(struct sl_sched *s)
+{
+	uint32_t x = s->treap_rng;
+	x ^= x << 13;
+	x ^= x >> 17;
+	x ^= x << 5;
+	return s->treap_rng = x;
+}
+
+static struct sl_sched_item *treap_insert(struct sl_sched_item *t,
+                                          struct sl_sched_item *it)
+{
+	if (!t) {
+		tpull(it);
+		return it;
+	}
+	if (served_before(it, t)) {
+		t->tl = treap_insert(t->tl, it);
+		if (t->tl->tprio > t->tprio) { /* rotate right */
+			struct sl_sched_item *l = t->tl;
+			t->tl = l->tr;
+			l->tr = t;
+			tpull(t);
+			t = l;
+		}
+	} else {
+		t->tr = treap_insert(t->tr, it);
+		if (t->tr->tprio > t->tprio) { /* rotate left */
+			struct sl_sched_item *r = t->tr;
+			t->tr = r->tl;
+			r->tl = t;
+			tpull(t);
+			t = r;
+		}
+	}
+	tpull(t);
+	return t;
+}
+
+/* Joins two treaps, every node of a served before every node of b. */
+static struct sl_sched_item *treap_merge(struct sl_sched_item *a,
+                                         struct sl_sched_item *b)
+{
+	if (!a || !b)
+		return a ? a : b;
+	if (a->tprio > b->tprio) {
+		a->tr = treap_merge(a->tr, b);
+		tpull(a);
+		return a;
+	}
+	b->tl = treap_merge(a, b->tl);
+	tpull(b);
+	return b;
+}
+
+static struct sl_sched_item *treap_remove(struct sl_sched_item *t,
+                                          struct sl_sched_item *it)
+{
+	if (t == it)
+		return treap_merge(it->tl, it->tr);
+	if (served_before(it, t))
+		t->tl = treap_remove(t->tl, it);
+	else
+		t->tr = treap_remove(t->tr, it);
+	tpull(t);
+	return t;
+}
+
+/* Takes an item out of the heaps and the treap. */
 static void heaps_remove(struct sl_sched *s, struct sl_sched_item *it)
 {
 	unsigned c = class_of(it);
@@ -185,6 +311,10 @@ static void heaps_remove(struct sl_sched *s, struct sl_sched_item *it)
 	heap_remove_at(s, WORST, it->bottom_index, s->n);
 	if (c == SL_SCHED_URGENT_CLASS)
 		heap_remove_at(s, URGENT, it->urgent_index, s->class_count[c]);
+	if (it->slo_start_ms)
+		heap_remove_at(s, SLO, it->slo_index, s->n_slo--);
+	s->treap = treap_remove(s->treap, it);
+	it->tl = it->tr = NULL;
 	s->n--;
 	s->class_count[c]--;
 }
@@ -203,6 +333,14 @@ static void heaps_insert(struct sl_sched *s, struct sl_sched_item *it)
 		sift_up(s, URGENT, it->urgent_index);
 	}
 	s->class_count[c]++;
+	it->slo_index = SL_SCHED_NOT_QUEUED;
+	if (it->slo_start_ms) {
+		place(s, SLO, s->n_slo++, it);
+		sift_up(s, SLO, it->slo_index);
+	}
+	it->tl = it->tr = NULL;
+	it->tprio = treap_random(s);
+	s->treap = treap_insert(s->treap, it);
 }
 
 /* ---- the arrival-order list (queue deadlines) ---- */
@@ -395,6 +533,8 @@ int sl_sched_init(struct sl_sched *s, const struct sl_sched_config *cfg,
 	s->heap = sl_xcalloc(cfg->max_queue, sizeof(*s->heap));
 	s->bottom = sl_xcalloc(cfg->max_queue, sizeof(*s->bottom));
 	s->urgent = sl_xcalloc(cfg->max_queue, sizeof(*s->urgent));
+	s->slo = sl_xcalloc(cfg->max_queue, sizeof(*s->slo));
+	s->treap_rng = 0x9E3779B9u; /* any seed but 0: a fixed one, for tests */
 	s->batch = sl_xcalloc(cfg->max_queue, sizeof(*s->batch));
 	if (cfg->fair)
 		sl_flows_init(&s->fl, cfg->max_queue);
@@ -406,6 +546,7 @@ void sl_sched_free(struct sl_sched *s)
 	free(s->heap);
 	free(s->bottom);
 	free(s->urgent);
+	free(s->slo);
 	free(s->batch);
 	sl_flows_free(&s->fl);
 	memset(s, 0, sizeof(*s));
@@ -424,6 +565,39 @@ unsigned sl_sched_depth(const struct sl_sched *s)
 unsigned sl_sched_urgent_reserve(const struct sl_sched *s)
 {
 	return s->reserve;
+}
+
+unsigned sl_sched_slo_depth(const struct sl_sched *s)
+{
+	return s->n_slo;
+}
+
+uint64_t sl_sched_due_wait_ms(const struct sl_sched *s)
+{
+	if (!(s->cfg.aging_rate > 0))
+		return s->cfg.queue_timeout_ms;
+	return (uint64_t)ceil(SL_SCHED_DUE_CLASSES / s->cfg.aging_rate * 1000);
+}
+
+void sl_sched_ahead(const struct sl_sched *s, double priority, uint64_t due_ms,
+                    unsigned *count, double *work_ms)
+{
+	unsigned n = 0;
+	double work = 0;
+	/* Those ahead are a prefix of the treap's order: walk down its edge. */
+	for (const struct sl_sched_item *t = s->treap; t;) {
+		bool ahead = t->priority != priority ? t->priority > priority
+		                                     : t->due_ms <= due_ms;
+		if (ahead) {
+			n += 1 + tcount(t->tl);
+			work += t->service_ms + twork(t->tl);
+			t = t->tr;
+		} else {
+			t = t->tl;
+		}
+	}
+	*count = n;
+	*work_ms = work;
 }
 
 /*
@@ -497,6 +671,9 @@ int sl_sched_push(struct sl_sched *s, struct sl_sched_item *it, double priority,
 	 */
 	it->deadline_ms = now_ms + s->cfg.queue_timeout_ms + 1;
 	it->seq = s->seq++;
+	it->order = it->seq;
+	it->due_ms = it->slo_start_ms ? it->slo_start_ms
+	                              : now_ms + sl_sched_due_wait_ms(s);
 	it->key = key;
 	it->prev = s->newest;
 	it->next = NULL;
@@ -588,11 +765,20 @@ static struct sl_sched_item *pop(struct sl_sched *s, struct take t)
 	return t.next;
 }
 
-/* The request a dispatch takes for head: head, or its band's least served. */
+/*
+ * The request a dispatch takes for head: head, or its band's least served;
+ * or in place of either, the item due first with a service level, when it
+ * is of their band (and flow) and due before them (sched.h, "Deadlines").
+ */
 static struct take next_in_line(const struct sl_sched *s,
                                 struct sl_sched_item *head)
 {
-	return (struct take){head, s->cfg.fair ? sl_flows_next(head) : head};
+	struct sl_sched_item *next = s->cfg.fair ? sl_flows_next(head) : head;
+	struct sl_sched_item *due = s->n_slo > 0 ? s->slo[0] : NULL;
+	if (due && due != next && due->priority == next->priority &&
+	    (!s->cfg.fair || due->flow == next->flow) && due_before(due, next))
+		next = due;
+	return (struct take){head, next};
 }
 
 static void record_dispatch(struct sl_sched *s, uint64_t now_ms, unsigned n)
@@ -744,6 +930,18 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 		s->ops->expire(s->ctx, it, now_ms);
 	}
 	/*
+	 * Service levels no longer within reach: the latest start has passed
+	 * (one that is due now may still leave now).
+	 */
+	while (s->n_slo > 0 && s->slo[0]->slo_start_ms < now_ms) {
+		struct sl_sched_item *it = s->slo[0];
+		unqueue(s, it);
+		if (s->ops->late)
+			s->ops->late(s->ctx, it, now_ms);
+		else
+			s->ops->expire(s->ctx, it, now_ms);
+	}
+	/*
 	 * A window past its deadline is closed, slots or not; `closed_now`
 	 * keeps an auto window from reopening before its batch has left.
 	 */
@@ -790,6 +988,8 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 		next = s->window_deadline_ms;
 	if (s->oldest)
 		next = SL_MIN(next, s->oldest->deadline_ms);
+	if (s->n_slo > 0)
+		next = SL_MIN(next, s->slo[0]->slo_start_ms + 1);
 	if (load_tracked(s)) {
 		unsigned free = s->ops->free_slots(s->ctx);
 		load_sample(s, free);

@@ -442,6 +442,11 @@ void sl_tenant_end(struct sl_tenant *tenant, const struct sl_ending *e,
 {
 	if (e->counted && tenant->in_flight > 0)
 		tenant->in_flight--;
+	if (e->refunded && e->counted && tenant->rpm) {
+		sl_bucket_charge(&tenant->requests, tenant->rpm, -1, now_ms);
+		if (tenant->requests.level > tenant->rpm)
+			tenant->requests.level = tenant->rpm;
+	}
 	double used =
 	    e->used ? (double)(e->prompt_tokens + e->completion_tokens) : 0;
 	if (e->ran_on)

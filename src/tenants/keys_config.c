@@ -21,7 +21,7 @@
 /* The fields a key may have, for the error on any other. */
 #define KEY_FIELDS                                                             \
 	"hash, models, max-priority, default-priority, rpm, tpm, "             \
-	"max-concurrent, weight"
+	"max-concurrent, weight, slo"
 
 void sl_keys_free(struct sl_keys *keys)
 {
@@ -191,6 +191,8 @@ static int read_field(struct sl_key *k, const struct sl_config_node *f,
 	const char *name = f->key;
 	if (strcmp(name, "models") == 0)
 		return read_models(k, f, err, size);
+	if (strcmp(name, "slo") == 0)
+		return sl_slo_read(f, &k->slo, err, size);
 	bool known =
 	    strcmp(name, "hash") == 0 || strcmp(name, "max-priority") == 0 ||
 	    strcmp(name, "default-priority") == 0 || strcmp(name, "rpm") == 0 ||
@@ -350,6 +352,7 @@ void sl_keys_config_print(FILE *out, const struct sl_config *cfg)
 			        k->max_concurrent);
 		if (k->weight_text)
 			fprintf(out, "    weight: %s\n", k->weight_text);
+		sl_slo_print(out, &k->slo, 4);
 	}
 	free(order);
 }

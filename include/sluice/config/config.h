@@ -56,7 +56,7 @@ enum sl_config_source {
  * Room for the options in sl_config.source; config_options.c asserts it is
  * enough.
  */
-#define SL_CONFIG_OPTIONS_MAX 64
+#define SL_CONFIG_OPTIONS_MAX 80
 /* --retries: more than a few resends only multiplies a failure's load. */
 #define SL_RETRIES_MAX 5
 /* --memory-budget at most: 1 PiB, beyond any machine's memory. */
@@ -105,6 +105,49 @@ enum sl_stream_upstream {
 	SL_STREAM_UPSTREAM_ON,
 	SL_STREAM_UPSTREAM_OFF,
 };
+
+/*
+ * Service levels (sched/README.md, "Deadlines"): a request's time to
+ * first token and time per output token, in ms; 0 says none. Bounds of
+ * a level, wherever it is written (a header, a key's or a model's slo:,
+ * --slo-ttft and --slo-tpot): from 1 ms to an hour.
+ */
+#define SL_SLO_MIN_MS 1u
+#define SL_SLO_MAX_MS (3600u * 1000u)
+struct sl_slo {
+	uint64_t ttft_ms, tpot_ms;
+};
+
+/* A level for each priority class (batch, normal, urgent); 0: none. */
+#define SL_SLO_CLASSES 3
+struct sl_slo_classes {
+	uint64_t ms[SL_SLO_CLASSES];
+};
+
+/*
+ * Parses a level for each class: "none", one duration for every class
+ * ("500ms", "2s", "2"), or CLASS=DURATION pieces, comma-separated, for
+ * the classes named ("urgent=500ms,normal=5s"; the others none). Returns
+ * 0, or SL_EINVAL with a reason in why.
+ */
+int sl_slo_classes_parse(const char *text, struct sl_slo_classes *out,
+                         char *why, size_t size);
+
+/* Writes it back as sl_slo_classes_parse() takes it. */
+void sl_slo_classes_format(const struct sl_slo_classes *c, char *buf,
+                           size_t size);
+
+struct sl_config_node;
+/*
+ * Reads a `slo:` mapping (ttft: DURATION, tpot: DURATION, each optional),
+ * as keys: and models: take it. Returns 0, or SL_EINVAL with one line
+ * naming the node at fault (sl_config_node_fail).
+ */
+int sl_slo_read(const struct sl_config_node *n, struct sl_slo *out, char *err,
+                size_t size);
+
+/* Writes a slo: line at `indent` spaces, for --check-config; none: nothing. */
+void sl_slo_print(FILE *out, const struct sl_slo *slo, unsigned indent);
 
 /* --fairness: the choices, in their order there (sched.h, fair queuing). */
 enum sl_fairness {
@@ -210,6 +253,12 @@ struct sl_config {
 	bool urgent_bypass;
 	/* Free slots kept for urgent requests; SL_SCHED_RESERVE_AUTO: auto. */
 	unsigned urgent_reserve;
+	/*
+	 * Service levels of requests that name none, by priority class
+	 * (--slo-ttft, --slo-tpot): the last resort after the request's
+	 * headers, its key's slo: and its model's (sched/README.md).
+	 */
+	struct sl_slo_classes slo_ttft, slo_tpot;
 	unsigned max_tokens_cap; /* /generate and /infer */
 	int stream_upstream;     /* enum sl_stream_upstream */
 	bool ui;                 /* llama-server's web UI relayed at / */

@@ -9,7 +9,9 @@
  * addresses are followed as --upstream-dns follows its names, or both). Either
  * kind takes `aliases: [...]` (other names a request's "model" field may use)
  * and queue limits that override the global options for that model alone:
- * `max-queue` and `queue-timeout`. A managed one also takes `preload: false`
+ * `max-queue` and `queue-timeout`; and `slo: {ttft: DURATION, tpot:
+ * DURATION}`, the service level of its requests that name none (their
+ * key's comes first; sched/README.md). A managed one also takes `preload: false`
  * (started on its first request) and `idle-timeout: DURATION` (stopped after
  * that long unused); --max-loaded bounds how many run at once (app.h).
  *
@@ -68,6 +70,7 @@ struct sl_model_config {
 	bool has_max_queue, has_queue_timeout;
 	unsigned max_queue;
 	uint64_t queue_timeout_ms;
+	struct sl_slo slo; /* 0s: --slo-ttft and --slo-tpot */
 };
 
 /* Whether the model runs llama-servers that sluice manages. */

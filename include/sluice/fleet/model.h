@@ -13,6 +13,7 @@
 #include "sluice/config/models_config.h"
 #include "sluice/fleet/discovery.h"
 #include "sluice/fleet/pool.h"
+#include "sluice/sched/predict.h"
 #include "sluice/sched/sched.h"
 
 #include <stdbool.h>
@@ -44,6 +45,8 @@ struct sl_model {
 	struct sl_model_config *conf;
 	struct sl_pool pool;
 	struct sl_sched sched;
+	/* How long its answers run (predict.h); all zero is the prior. */
+	struct sl_predict_output output;
 	uv_timer_t sched_timer; /* its scheduler's next deadline */
 	/*
 	 * What its managed llama-servers are started with: the global

@@ -41,6 +41,7 @@
 #include "sluice/config/config.h"
 #include "sluice/net/curl_loop.h"
 #include "sluice/fleet/outlier.h"
+#include "sluice/sched/predict.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -333,6 +334,12 @@ struct sl_upstream {
 	/* Where it came from: "dns:NAME:PORT", or NULL (given or managed). */
 	char *origin;
 	struct sl_outlier outlier; /* failures in a row; ejection */
+	/*
+	 * What its answers cost, learned from them (predict.h), and its
+	 * requests in flight with their predicted ends: the relay feeds it,
+	 * latency.h reads it.
+	 */
+	struct sl_predictor predict;
 	/* Requests sent again after failing on this upstream, by reason. */
 	unsigned long long retries[SL_RETRY_REASONS];
 

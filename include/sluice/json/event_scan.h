@@ -82,6 +82,16 @@ struct sl_event_facts {
 	int64_t prompt_tokens;
 
 	/*
+	 * llama-server's timings, when this event (the last of an OpenAI or
+	 * native stream) or answer carries them: what the latency model
+	 * learns from (sched/predict.h). cache_n is 0 where absent.
+	 */
+	bool has_timings;
+	struct sl_event_timings {
+		double prompt_n, cache_n, prompt_ms, predicted_n, per_token_ms;
+	} timings;
+
+	/*
 	 * A plain token event: in OpenAI's dialect, one choice whose only
 	 * output is one non-empty string, with no finish, usage, timings,
 	 * logprobs or anything else an assembler reads; in the native one,

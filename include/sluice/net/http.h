@@ -176,6 +176,7 @@ struct sl_request_info {
 	double priority;
 	int64_t queue_ms;          /* -1: not queued */
 	int64_t ttft_ms;           /* -1: no token */
+	int64_t predicted_ttft_ms; /* -1: none predicted (latency.h) */
 	unsigned tokens;           /* generated */
 	unsigned batch_size;       /* 0: not batched */
 	char upstream[96];         /* "" when none */
@@ -194,6 +195,8 @@ struct sl_request_info {
 	struct sl_tenant *tenant;
 	const char *key;
 	bool counted, ran_on;
+	/* Refused as out of its service level's reach: not charged. */
+	bool refunded;
 	double tokens_reserved;
 	unsigned prompt_tokens;
 	char model[128];

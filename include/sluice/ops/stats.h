@@ -45,7 +45,25 @@ enum sl_stats_reason {
 	SL_REJECT_KEY_LIMIT, /* 429: over an API key's limits (keys.h) */
 	/* 503: the bodies being read fill --max-body-memory (http.h) */
 	SL_REJECT_BODY_MEMORY,
+	/* 429: its TTFT or TPOT service level predicted to be missed */
+	SL_REJECT_SLO_TTFT,
+	SL_REJECT_SLO_TPOT,
+	/* 503: its service level went out of reach while it waited */
+	SL_REJECT_SLO_DEADLINE,
 	SL_REJECT_COUNT
+};
+
+/*
+ * How a request with a service level ended (sched/README.md): served
+ * within it, served late, or refused (at arrival or from the queue) as
+ * unattainable. A request whose client left, or that failed before its
+ * first token, is none of them.
+ */
+enum sl_slo_outcome {
+	SL_SLO_MET,
+	SL_SLO_MISSED,
+	SL_SLO_SHED,
+	SL_SLO_OUTCOMES
 };
 
 enum sl_stats_class {
@@ -77,6 +95,13 @@ struct sl_stats {
 	struct sl_histogram generation; /* duration of scheduled requests */
 	struct sl_histogram inter_token;
 	struct sl_histogram batch_size;
+	/*
+	 * Service levels: the outcomes of requests without a key (a key's
+	 * are its tenant's, keys.h), and the predicted TTFT over the actual
+	 * one, for every request that got a first token.
+	 */
+	uint64_t slo[SL_CLASS_COUNT][SL_SLO_OUTCOMES];
+	struct sl_histogram ttft_prediction;
 
 	/* Tokens per whole second, a ring over the last seconds. */
 	uint64_t rate_tokens[SL_STATS_RATE_WINDOW + 1];
@@ -96,6 +121,9 @@ void sl_stats_queue_wait(struct sl_stats *s, double priority, double seconds);
 void sl_stats_first_token(struct sl_stats *s, double priority, double seconds);
 void sl_stats_inter_token(struct sl_stats *s, double seconds);
 void sl_stats_tokens(struct sl_stats *s, uint64_t n, uint64_t now_ms);
+const char *sl_slo_outcome_name(enum sl_slo_outcome o);
+/* A request's predicted TTFT over its actual one (both > 0). */
+void sl_stats_prediction(struct sl_stats *s, double ratio);
 /* Tokens per second over the last SL_STATS_RATE_WINDOW whole seconds. */
 double sl_stats_token_rate(struct sl_stats *s, uint64_t now_ms);
 

@@ -94,6 +94,8 @@ void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
                        uint64_t now_ms);
 void sl_proxy_expire(void *ctx, struct sl_sched_item *item, uint64_t now_ms);
 void sl_proxy_shed(void *ctx, struct sl_sched_item *item, uint64_t now_ms);
+/* Its service level went out of reach while it waited (proxy_slo.c). */
+void sl_proxy_late(void *ctx, struct sl_sched_item *item, uint64_t now_ms);
 
 /*
  * A drain ran out of time: every exchange still alive gets its proper end

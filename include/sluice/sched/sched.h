@@ -115,6 +115,34 @@
  * than its own share. The owner gives its upstreams that many slots more
  * than a flood should fill.
  *
+ * Deadlines (sched/README.md, "Deadlines"): an item may carry a service
+ * level, as slo_start_ms, the latest moment it may leave the queue and
+ * still see its first token in time (its TTFT deadline less the time the
+ * owner predicts it takes upstream). Such an item is sheddable: once that
+ * moment has passed while it waits, it leaves the queue at once
+ * (ops->late) rather than take a slot only to be late. Inside a band
+ * (and, with fair queuing, inside the flow whose turn it is), the item
+ * due first goes first: earliest deadline first, where an item without a
+ * service level counts as due once it has waited SL_SCHED_DUE_CLASSES
+ * priority class's worth of aging (5 s at the default rate; the queue
+ * timeout with aging off). So one that waits behind a stream of tighter
+ * deadlines still goes within that time: nothing starves, and a band
+ * without service levels keeps its arrival order. The dispatch takes the
+ * due item through the same swap of places as fair queuing's, so the
+ * band's keys, aging, the reserves and admission see what they saw
+ * before. Only the earliest slo_start_ms of the whole queue is looked at
+ * (a fourth heap, of the items with one, finds it in O(1)); when it is in
+ * another band or flow than the one served, that band goes in arrival
+ * order this time.
+ *
+ * Work ahead (sl_sched_ahead): each item carries the owner's estimate of
+ * the time it will hold a slot (service_ms); a treap ordered as the
+ * dispatch serves them (higher initial priority first, then the earlier
+ * due) sums it, so that the work queued ahead of a request that arrives
+ * now is known in O(log n), for the owner's prediction of its wait.
+ * Aging between bands is not counted in it: a lower band's old request
+ * that has aged past a newer one is counted behind it.
+ *
  * The module is pure logic: time comes in as arguments and the owner
  * supplies the free-slot count and what to do with a batch or an expired
  * request. It never calls back into itself: work that a callback causes (a
@@ -125,6 +153,9 @@
  *   key      initial priority - aging_rate * arrival seconds; larger first
  *   window   the batching window, open or closed
  *   batch    the requests dispatched together at one moment
+ *   due      when an item should leave at the latest: slo_start_ms, or
+ *            for one without a service level, its arrival plus
+ *            sl_sched_due_wait_ms()
  */
 #ifndef SLUICE_SCHED_H
 #define SLUICE_SCHED_H
@@ -223,6 +254,11 @@
  */
 #define SL_SCHED_SERVICE_PROMPT_TOKEN 1.0
 #define SL_SCHED_SERVICE_OUTPUT_TOKEN 2.0
+/*
+ * An item without a service level counts as due after the aging that
+ * lifts it this many priority classes (sched.h, "Deadlines").
+ */
+#define SL_SCHED_DUE_CLASSES 1.0
 /* heap_index of an item that is not queued. */
 #define SL_SCHED_NOT_QUEUED UINT32_MAX
 /* Hash buckets for flows and bands, at most (chains grow past it). */
@@ -251,6 +287,24 @@ struct sl_sched_item {
 	uint64_t flow_id;
 	double weight;
 	double cost;
+	/*
+	 * Deadlines: set by the owner before sl_sched_push(). slo_start_ms
+	 * is the latest moment the item may leave the queue and still meet
+	 * its service level, 0 for none; service_ms is the time it is
+	 * predicted to hold a slot (0 when unknown), summed by
+	 * sl_sched_ahead().
+	 */
+	uint64_t slo_start_ms;
+	double service_ms;
+	/* Kept by the scheduler: see the glossary; its place among those
+	 * with slo_start_ms; its node in the work-ahead treap. */
+	uint64_t due_ms;
+	uint32_t slo_index;
+	uint64_t order; /* a tie-breaker that swaps never change */
+	struct sl_sched_item *tl, *tr;
+	uint32_t tprio;
+	unsigned tcount;
+	double twork;
 	/* Kept by the scheduler: the flow held from push to release. */
 	struct sl_sched_flow *flow;
 	struct sl_sched_flowq *flowq;        /* while queued */
@@ -282,6 +336,11 @@ struct sl_sched_ops {
 	                 uint64_t now_ms);
 	/* An item waited queue_timeout_ms; it is no longer queued. */
 	void (*expire)(void *ctx, struct sl_sched_item *item, uint64_t now_ms);
+	/*
+	 * An item's slo_start_ms passed while it waited: its service level
+	 * can no longer be met. It is no longer queued. NULL: expire.
+	 */
+	void (*late)(void *ctx, struct sl_sched_item *item, uint64_t now_ms);
 	/*
 	 * A full queue let a more important arrival take this item's place;
 	 * it is no longer queued. Called from inside sl_sched_push().
@@ -326,7 +385,11 @@ struct sl_sched {
 	struct sl_sched_item **heap;   /* best first; cfg.max_queue entries */
 	struct sl_sched_item **bottom; /* worst first; the same items */
 	struct sl_sched_item **urgent; /* best first; those asked urgent */
+	struct sl_sched_item **slo;    /* earliest slo_start_ms first */
 	unsigned n;
+	unsigned n_slo;              /* items with a service level */
+	struct sl_sched_item *treap; /* work ahead, in serving order */
+	uint32_t treap_rng;          /* the treap's priorities */
 	struct sl_sched_item *oldest, *newest; /* arrival-order list */
 	uint64_t seq;
 	uint64_t epoch_ms; /* time zero for keys, to keep them small */
@@ -409,6 +472,25 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms);
 
 /* Waiting requests. */
 unsigned sl_sched_depth(const struct sl_sched *s);
+
+/*
+ * The queued requests a request of initial `priority`, due at `due_ms`,
+ * would wait behind: those of a higher initial priority, and those of its
+ * own due no later (sched.h, "Work ahead"). Their number in *count and
+ * their service_ms summed in *work_ms. O(log n).
+ */
+void sl_sched_ahead(const struct sl_sched *s, double priority, uint64_t due_ms,
+                    unsigned *count, double *work_ms);
+
+/*
+ * How long a request without a service level waits before it counts as
+ * due: the aging that lifts it SL_SCHED_DUE_CLASSES classes, or with aging
+ * off the queue timeout.
+ */
+uint64_t sl_sched_due_wait_ms(const struct sl_sched *s);
+
+/* Requests waiting with a service level. */
+unsigned sl_sched_slo_depth(const struct sl_sched *s);
 
 /*
  * Free slots kept for urgent requests now: the configured number, or the

@@ -141,6 +141,12 @@ struct sl_tenant {
 	 */
 	double service, slot_seconds;
 	struct sl_histogram queue_wait;
+	/*
+	 * Its requests with a service level, by priority class and outcome,
+	 * in the order of stats.h (urgent, normal, batch; met, missed,
+	 * shed): sluice_slo_requests_total.
+	 */
+	uint64_t slo[3][3];
 };
 
 struct sl_key {
@@ -154,6 +160,11 @@ struct sl_key {
 	double max_priority, default_priority;
 	char *max_priority_text, *default_priority_text; /* as written */
 	unsigned rpm, tpm, max_concurrent;               /* 0: no limit */
+	/*
+	 * The service level of its requests that name none (sched/README.md,
+	 * "Deadlines"); 0s: its model's, else --slo-ttft and --slo-tpot.
+	 */
+	struct sl_slo slo;
 	double weight;     /* share inside a priority (--fairness key) */
 	char *weight_text; /* as written; NULL: the default 1 */
 	struct sl_tenant *tenant; /* bound by sl_tenants_install() */
@@ -332,6 +343,12 @@ struct sl_ending {
 	 * known yet, so its whole reservation stays taken.
 	 */
 	bool ran_on;
+	/*
+	 * sluice refused it as out of its service level's reach
+	 * (sched/README.md, "Deadlines"): the request it took from the rpm
+	 * bucket goes back too, as its tokens and place do.
+	 */
+	bool refunded;
 	/* Its model (NULL or "": none named), for the usage labels. */
 	const char *model;
 	/* What it used, as the upstream counted it. */

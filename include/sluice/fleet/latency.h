@@ -1,0 +1,88 @@
+/*
+ * latency.h: a request's predicted time to first token (TTFT) and time per
+ * output token (TPOT) on a model, before it is admitted: from what its
+ * upstreams' answers cost (predict.h), what runs on them now and what
+ * waits ahead of it in the model's queue (sched.h, "Work ahead").
+ *
+ *   TTFT = wait + first
+ *
+ * first is the upstream's part: the prompt's evaluation and what comes
+ * with it, on the model's representative upstream (the usable one whose
+ * model has seen the most answers: replicas are alike, and the one seen
+ * most is known best). wait is the time until a slot frees for it: 0 while
+ * the free slots outnumber the requests ahead; else, while fewer are
+ * ahead than requests run, the moment the running request that ends
+ * (q+1)-th is predicted to end, q being those ahead beyond the free
+ * slots; else the work left of what runs and the work queued ahead, over
+ * the slots (every slot busy until all of it is done: a fluid bound,
+ * close once many are ahead). Each running request's end is its
+ * predicted end; one that ran past it counts as ending now. Slots that
+ * others hold on a remote upstream (upstream.h, "Occupancy") count half a
+ * request's hold each.
+ *
+ * The cost: a walk of the running requests of the model's upstreams (at
+ * most its slots, a few more with others') and an O(log n) query of the
+ * queue; no allocation.
+ */
+#ifndef SLUICE_LATENCY_H
+#define SLUICE_LATENCY_H
+
+#include "sluice/fleet/model.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/*
+ * Running requests read for the wait, at most: more than any model has
+ * slots in practice (64 upstreams of a few slots); past it, the rest count
+ * as the slots of others do.
+ */
+#define SL_LATENCY_RUNS_MAX 512
+
+/* A request as the prediction sees it. */
+struct sl_latency_ask {
+	double prompt_bytes;  /* its body's bytes */
+	double max_tokens;    /* the bound on each output; < 0: none */
+	double outputs;       /* outputs it asks for (prompts x n), >= 1 */
+	double priority;      /* its initial priority */
+	uint64_t slo_ttft_ms; /* its TTFT service level; 0: none */
+};
+
+/* What is predicted for it. */
+struct sl_latency {
+	double out_tokens; /* tokens each output will generate */
+	double first_ms;   /* the upstream's part of its TTFT */
+	double hold_ms;    /* the slot it will hold */
+	double service_ms; /* hold_ms times its outputs: its work */
+	double tpot_ms;    /* per token, at the concurrency it will meet */
+	double wait_ms;    /* until a slot frees for it */
+	double ttft_ms;    /* wait_ms + first_ms */
+	/*
+	 * With a TTFT service level: the latest moment it may leave the
+	 * queue and still meet it (sched.h, "Deadlines"), at least now + 1;
+	 * 0 without one.
+	 */
+	uint64_t slo_start_ms;
+	unsigned ahead; /* requests queued ahead of it */
+	/* The representative upstream's model has seen enough to refuse on. */
+	bool known;
+};
+
+/* Predicts a request arriving now at model m. */
+void sl_latency_predict(const struct sl_model *m,
+                        const struct sl_latency_ask *a, uint64_t now_ms,
+                        struct sl_latency *out);
+
+/*
+ * The slot a request predicted as `l` will hold on upstream u, which runs
+ * `running` requests with it: for its end in u's running list.
+ */
+double sl_latency_hold_on(const struct sl_upstream *u,
+                          const struct sl_latency_ask *a,
+                          const struct sl_latency *l, unsigned running);
+
+/* The TTFT a request predicted as `l` would have on u with a slot now. */
+double sl_latency_first_on(const struct sl_upstream *u,
+                           const struct sl_latency_ask *a);
+
+#endif

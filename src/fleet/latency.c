@@ -1,0 +1,152 @@
+/* latency.c: a request's predicted TTFT and TPOT on a model (latency.h). */
+#include "sluice/fleet/latency.h"
+
+#include "sluice/base/common.h"
+
+#include <string.h>
+
+/*
+ * The usable member whose model has seen the most answers (the first on a
+ * tie), else the first member, else NULL.
+ */
+static const struct sl_upstream *representative(const struct sl_pool *p)
+{
+	const struct sl_upstream *best = NULL;
+	for (unsigned i = 0; i < p->n; i++) {
+		const struct sl_upstream *u = p->members[i];
+		if (!sl_upstream_usable(u))
+			continue;
+		if (!best || u->predict.samples > best->predict.samples)
+			best = u;
+	}
+	return best ? best : p->n > 0 ? p->members[0] : NULL;
+}
+
+/*
+ * The k-th smallest (0-based, k < n) of v[0..n), reordering v: quickselect
+ * (Lomuto's partition, the middle element as pivot), O(n) on average.
+ */
+static double kth_smallest(double *v, int n, int k)
+{
+	int lo = 0, hi = n - 1;
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		double t = v[mid];
+		v[mid] = v[hi];
+		v[hi] = t;
+		int store = lo;
+		for (int i = lo; i < hi; i++) {
+			if (v[i] < v[hi]) {
+				t = v[i];
+				v[i] = v[store];
+				v[store++] = t;
+			}
+		}
+		t = v[store];
+		v[store] = v[hi];
+		v[hi] = t;
+		if (k == store)
+			return v[k];
+		if (k < store)
+			hi = store - 1;
+		else
+			lo = store + 1;
+	}
+	return v[k];
+}
+
+/*
+ * The time until a slot frees for a request with `ahead` requests queued
+ * before it, whose work is `work_ms` (latency.h says how).
+ */
+static double wait_ms(const struct sl_model *m, unsigned ahead, double work_ms,
+                      double hold_ms, uint64_t now_ms)
+{
+	const struct sl_pool *p = &m->pool;
+	unsigned free = sl_pool_free_slots(p);
+	if (ahead < free)
+		return 0;
+	unsigned total = sl_pool_total_slots(p);
+	if (total == 0)
+		return 0; /* nothing to say until an upstream is ready */
+	double rem[SL_LATENCY_RUNS_MAX];
+	unsigned n = 0;
+	double sum = 0;
+	for (unsigned i = 0; i < p->n; i++) {
+		const struct sl_upstream *u = p->members[i];
+		if (!sl_upstream_usable(u))
+			continue;
+		for (const struct sl_predict_run *r = u->predict.runs;
+		     r && n < SL_LATENCY_RUNS_MAX; r = r->next) {
+			double left = r->end_ms - (double)now_ms;
+			rem[n] = left > 0 ? left : 0;
+			sum += rem[n++];
+		}
+	}
+	unsigned busy = total > free ? total - free : 0;
+	unsigned q = ahead - free;
+	if (q < n && n >= busy)
+		return kth_smallest(rem, (int)n, (int)q);
+	/* Slots held by others (or runs past the cap): half a hold each. */
+	if (busy > n)
+		sum += (double)(busy - n) * hold_ms / 2;
+	return (sum + work_ms) / (double)total;
+}
+
+void sl_latency_predict(const struct sl_model *m,
+                        const struct sl_latency_ask *a, uint64_t now_ms,
+                        struct sl_latency *out)
+{
+	static const struct sl_predictor none; /* the prior */
+	memset(out, 0, sizeof(*out));
+	const struct sl_upstream *u = representative(&m->pool);
+	const struct sl_predictor *p = u ? &u->predict : &none;
+	double outputs = SL_MAX(a->outputs, 1.0);
+	out->known = u && sl_predict_known(p);
+	out->out_tokens = sl_predict_output_tokens(&m->output, a->max_tokens);
+	out->first_ms = sl_predict_first_ms(p, a->prompt_bytes);
+	/*
+	 * The concurrency it will meet: what runs now, and what is ahead of
+	 * it, up to the slots.
+	 */
+	unsigned in_band;
+	double band_work;
+	sl_sched_ahead(&m->sched, a->priority, UINT64_MAX, &in_band,
+	               &band_work);
+	unsigned slots = u ? SL_MAX(u->total_slots, 1u) : 1;
+	double k = SL_MIN((double)slots, (double)(p->busy + 1 + in_band));
+	out->tpot_ms = sl_predict_tpot_ms(p, k);
+	out->hold_ms =
+	    sl_predict_hold_ms(p, a->prompt_bytes, out->out_tokens, k);
+	out->service_ms = out->hold_ms * outputs;
+	/*
+	 * Its due, for the work ahead: its latest start with a service
+	 * level, else as the queue counts one without.
+	 */
+	uint64_t due = now_ms + sl_sched_due_wait_ms(&m->sched);
+	if (a->slo_ttft_ms) {
+		double start =
+		    (double)(now_ms + a->slo_ttft_ms) - out->first_ms;
+		out->slo_start_ms =
+		    start > (double)now_ms + 1 ? (uint64_t)start : now_ms + 1;
+		due = out->slo_start_ms;
+	}
+	double work;
+	sl_sched_ahead(&m->sched, a->priority, due, &out->ahead, &work);
+	out->wait_ms = wait_ms(m, out->ahead, work, out->hold_ms, now_ms);
+	out->ttft_ms = out->wait_ms + out->first_ms;
+}
+
+double sl_latency_hold_on(const struct sl_upstream *u,
+                          const struct sl_latency_ask *a,
+                          const struct sl_latency *l, unsigned running)
+{
+	return sl_predict_hold_ms(&u->predict, a->prompt_bytes, l->out_tokens,
+	                          (double)SL_MAX(running, 1u));
+}
+
+double sl_latency_first_on(const struct sl_upstream *u,
+                           const struct sl_latency_ask *a)
+{
+	return sl_predict_first_ms(&u->predict, a->prompt_bytes);
+}
