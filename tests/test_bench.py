@@ -462,6 +462,37 @@ class Bench(st.TestCase):
                            slo["e2el_ms"])
         self.assertLess(len(good), len(answered))
 
+    def test_itl_counts_only_the_streams_that_completed(self):
+        # Inter-token gaps measure served answers: those of a stream cut
+        # short (the mock closes every answer half-way) or left on purpose
+        # are not counted (issue 41). Each run's tokens did come, gaps
+        # apart, before the cut or the leave.
+        m = self.mock("--slots", "2", "--token-delay-ms", "5",
+                      "--close-rate", "1")
+        _, doc, recs = self.run_bench(
+            "--url", m.url, "--max-tokens", "8", "--concurrency", "2",
+            "--requests", "4", rc=1)
+        (run,) = doc["runs"]
+        self.assertEqual(run["failed"], 4)
+        self.assertEqual({x["ttft_ms"] is None for x in recs}, {False})
+        self.assertEqual((run["median_itl_ms"], run["p99_itl_ms"],
+                          run["itl_p99_ms"]), (None, None, None))
+
+        m = self.mock("--slots", "2", "--token-delay-ms", "5")
+        common = ("--url", m.url, "--max-tokens", "8", "--concurrency", "2",
+                  "--requests", "4")
+        _, doc, recs = self.run_bench(*common, "--cancel-share", "1",
+                                      "--cancel-after-tokens", "4")
+        (run,) = doc["runs"]
+        self.assertEqual(run["cancelled"], 4)
+        self.assertEqual((run["median_itl_ms"], run["p99_itl_ms"]),
+                         (None, None))
+        # The same streams served whole: their gaps count.
+        _, doc, recs = self.run_bench(*common)
+        (run,) = doc["runs"]
+        self.assertEqual(run["completed"], 4)
+        self.assertIsNotNone(run["median_itl_ms"])
+
     # ---- who sends it: tenants ----
 
     def test_tenants_shares_and_fairness_through_sluice(self):

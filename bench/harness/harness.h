@@ -143,7 +143,7 @@ struct run {
 	uint64_t start_ns, end_ns;
 	struct record *recs;
 	size_t n_recs, cap_recs;
-	struct bs_samples itl; /* measured requests' gaps, ms */
+	struct bs_samples itl; /* gaps of measured streams served whole, ms */
 	struct scraped sluice_m[MAX_SCRAPED], llama_m[MAX_SCRAPED];
 	unsigned n_sluice_m, n_llama_m;
 	double batches, avg_batch_size; /* from sluice's summary; NAN */

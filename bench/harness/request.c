@@ -107,14 +107,25 @@ static void keep_reply(struct exchange *x, json_t *text)
 	x->reply[x->reply_len] = '\0';
 }
 
+/* An exchange's first room for gaps: a short answer's worth. */
+#define GAPS_FIRST 16
+
+static void add_gap(struct exchange *x, double ms)
+{
+	if (x->n_gaps == x->cap_gaps) {
+		x->cap_gaps = x->cap_gaps ? 2 * x->cap_gaps : GAPS_FIRST;
+		x->gaps = sl_xrealloc(x->gaps, x->cap_gaps * sizeof(*x->gaps));
+	}
+	x->gaps[x->n_gaps++] = ms;
+}
+
 static void token(struct session *s)
 {
 	struct record *rec = rec_of(s);
 	uint64_t now = sl_now_ns();
 	if (rec->first_ns) {
 		if (!rec->warmup)
-			bs_add(&s->e->r->itl,
-			       (double)(now - rec->end_ns) / 1e6);
+			add_gap(&s->x, (double)(now - rec->end_ns) / 1e6);
 	} else {
 		rec->first_ns = now;
 	}
@@ -300,6 +311,22 @@ static void fail(struct record *rec, const char *why)
 		rec->error = sl_xstrdup(why);
 }
 
+/*
+ * The attempt's inter-token gaps join the run's when its stream was
+ * served whole (issue 41): the gaps of a stream cut short, failed or left
+ * on purpose describe no answer that was served, and a refused attempt
+ * has none. They are dropped either way.
+ */
+static void keep_gaps(struct session *s)
+{
+	struct exchange *x = &s->x;
+	struct record *rec = rec_of(s);
+	if (rec->ok && !rec->cancelled)
+		for (size_t i = 0; i < x->n_gaps; i++)
+			bs_add(&s->e->r->itl, x->gaps[i]);
+	x->n_gaps = 0;
+}
+
 static void on_done(struct sl_h1_request *r, enum sl_h1_result result)
 {
 	struct session *s = r->data;
@@ -342,6 +369,7 @@ static void on_done(struct sl_h1_request *r, enum sl_h1_result result)
 		free(rec->error);
 		rec->error = NULL;
 	}
+	keep_gaps(s);
 	engine_exchange_done(s);
 }
 
@@ -369,6 +397,7 @@ void exchange_clear(struct session *s)
 	free(x->body);
 	free(x->resp);
 	free(x->reply);
+	free(x->gaps);
 	memset(x, 0, sizeof(*x));
 }
 
