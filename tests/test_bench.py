@@ -968,6 +968,14 @@ class Bench(st.TestCase):
             (["--slo", "ttft=0"], '--slo: ttft must be above 0, got "0"'),
             (["--slo", "p99=5"],
              '--slo: expected ttft=, tpot= or e2el=, got "p99=5"'),
+            # An empty --slo, or an empty piece of one, is a mistake,
+            # not an SLO every request meets (issue 41).
+            (["--slo", ""], "--slo: empty; give one or more of ttft=MS, "
+             "tpot=MS, e2el=MS"),
+            (["--slo", ","], '--slo: "," has an empty piece'),
+            (["--slo", "ttft=1,,tpot=2"],
+             '--slo: "ttft=1,,tpot=2" has an empty piece'),
+            (["--slo", "ttft=1,"], '--slo: "ttft=1," has an empty piece'),
             (["--tenant", "a:sk-a"], '--tenant: expected '
              'NAME:KEY:WEIGHT[:PRIORITY], got "a:sk-a"'),
             (["--tenant", "a:sk-a:heavy"], '--tenant a: the weight must be '

@@ -12,6 +12,7 @@
 
 #include "../bench_stats.h"
 #include "sluice/base/common.h"
+#include "slo.h"
 #include "workload.h"
 
 #include "sluice/net/h1_client.h"
@@ -46,10 +47,6 @@ struct tenant {
 	char *key; /* bearer token; NULL sends none */
 	double weight;
 	int prio; /* PRIO_NONE: drawn from --priority-mix */
-};
-
-struct slo {
-	double ttft_ms, tpot_ms, e2el_ms; /* 0: not set */
 };
 
 struct options {

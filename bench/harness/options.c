@@ -301,36 +301,11 @@ static void add_model(struct options *o, const char *t)
 	o->model_seq[o->n_model_seq++] = (uint8_t)i;
 }
 
-/* A duration in ms: "500", "500ms" or "0.5s". */
-static double millis(const char *name, const char *v)
+static void parse_slo(struct options *o, const char *v)
 {
-	char *end;
-	double d = strtod(v, &end);
-	if (end != v && !strcmp(end, "s"))
-		d *= 1000;
-	else if (end == v || (*end && strcmp(end, "ms")))
-		usage_error("--slo: %s: expected milliseconds (500, 500ms or "
-		            "0.5s), got \"%s\"",
-		            name, v);
-	if (!isfinite(d) || d <= 0)
-		usage_error("--slo: %s must be above 0, got \"%s\"", name, v);
-	return d;
-}
-
-static void add_slo(struct options *o, const char *t)
-{
-	const char *eq = strchr(t, '=');
-	size_t len = eq ? (size_t)(eq - t) : 0;
-	if (len == 4 && !strncmp(t, "ttft", 4))
-		o->slo.ttft_ms = millis("ttft", eq + 1);
-	else if (len == 4 && !strncmp(t, "tpot", 4))
-		o->slo.tpot_ms = millis("tpot", eq + 1);
-	else if ((len == 4 && !strncmp(t, "e2el", 4)) ||
-	         (len == 3 && !strncmp(t, "e2e", 3)))
-		o->slo.e2el_ms = millis("e2el", eq + 1);
-	else
-		usage_error("--slo: expected ttft=, tpot= or e2el=, got \"%s\"",
-		            t);
+	char err[256];
+	if (slo_parse(&o->slo, v, ',', err, sizeof(err)) != 0)
+		usage_error("--slo: %s", err);
 }
 
 static void parse_dist(const char *name, struct wl_dist *d, const char *v)
@@ -498,10 +473,9 @@ static void apply(struct options *o, size_t i, const char *v)
 		o->metrics_key = opt_or_null(v);
 	else if (!strcmp(n, "llama-key"))
 		o->llama_key = opt_or_null(v);
-	else if (!strcmp(n, "slo")) {
-		memset(&o->slo, 0, sizeof(o->slo));
-		each_piece(o, v, ",", add_slo);
-	} else if (!strcmp(n, "retry"))
+	else if (!strcmp(n, "slo"))
+		parse_slo(o, v);
+	else if (!strcmp(n, "retry"))
 		o->retry = on_off(n, v);
 	else if (!strcmp(n, "max-retries"))
 		o->max_retries = (unsigned)number(n, v, 0, 100);
@@ -604,13 +578,23 @@ static void settle(struct options *o)
 		usage_error("--cancel-after-tokens: at least 1 for streams");
 }
 
+/*
+ * Options that start empty and take no default pass: the first --tenant
+ * replaces those of the environment, and an empty --slo is an error, not
+ * an SLO every request meets.
+ */
+static bool set_only_when_given(const char *name)
+{
+	return !strcmp(name, "tenant") || !strcmp(name, "slo");
+}
+
 void options_parse(struct options *o, int argc, char **argv)
 {
 	memset(o, 0, sizeof(*o));
 	o->argc = argc;
 	o->argv = argv;
 	for (size_t i = 0; i < N_OPTS; i++)
-		if (strcmp(opt_defs[i].name, "tenant"))
+		if (!set_only_when_given(opt_defs[i].name))
 			apply(o, i, opt_defs[i].def);
 	for (size_t i = 0; i < N_OPTS; i++) {
 		const char *v = getenv(opt_defs[i].env);
