@@ -50,7 +50,8 @@ struct session {
 	uint32_t conv_id;
 	unsigned turn;
 	int tenant, model, prio;
-	bool client; /* a closed-loop client's: it starts another when done */
+	int slo_class; /* -1: no --slo-mix */
+	bool client;   /* a closed-loop client's: it starts another when done */
 	json_t *history; /* chat: the messages so far; else the text so far */
 	uv_timer_t timer;
 	enum session_wait wait;
