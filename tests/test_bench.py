@@ -1047,8 +1047,9 @@ class Bench(st.TestCase):
                  "429": (4, 4)}
         ref = run["refusals"]
         self.assertEqual((ref["count"], ref["retry_after"],
-                          ref["median_ms"], ref["p99_ms"]),
-                         (16, 12, nearest_rank(times, 50),
+                          ref["retry_after_share"], ref["median_ms"],
+                          ref["p99_ms"]),
+                         (16, 12, 0.75, nearest_rank(times, 50),
                           nearest_rank(times, 99)))
         self.assertEqual((run["median_refusal_ms"], run["p99_refusal_ms"]),
                          (ref["median_ms"], ref["p99_ms"]))
@@ -1059,6 +1060,7 @@ class Bench(st.TestCase):
                                  if x["reason"] else "") == kind]
             self.assertEqual(ref["by_kind"][kind],
                              {"count": count, "retry_after": with_retry,
+                              "retry_after_share": with_retry / count,
                               "median_ms": nearest_rank(mine, 50),
                               "p99_ms": nearest_rank(mine, 99)})
         self.assertEqual(run["predictor"],

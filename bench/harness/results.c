@@ -575,10 +575,11 @@ static json_t *refusal_figures(const struct refusal *f, size_t n)
 		bs_add(&lat, f[i].ms);
 		with += f[i].retry_after;
 	}
-	json_t *j = json_pack("{s:I, s:I, s:o, s:o}", "count", (json_int_t)n,
-	                      "retry_after", (json_int_t)with, "median_ms",
-	                      num(bs_percentile(&lat, 50)), "p99_ms",
-	                      num(bs_percentile(&lat, 99)));
+	json_t *j = json_pack("{s:I, s:I, s:o, s:o, s:o}", "count",
+	                      (json_int_t)n, "retry_after", (json_int_t)with,
+	                      "retry_after_share", num(share_of(with, n)),
+	                      "median_ms", num(bs_percentile(&lat, 50)),
+	                      "p99_ms", num(bs_percentile(&lat, 99)));
 	bs_free(&lat);
 	return j;
 }
