@@ -13,11 +13,14 @@ set delays as lower bounds, and the arrivals' intended times are the
 generator's seeded schedule, the same on any machine."""
 
 import hashlib
+import http.server
 import json
 import math
 import os
 import statistics
 import subprocess
+import threading
+import time
 
 import sluice_test as st
 
@@ -99,16 +102,145 @@ def jain(xs):
     return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
 
 
+def nearest_rank(xs, p):
+    """The p-th percentile as sluice-bench takes it: the ceil(p/100 n)-th
+    of the n sorted values."""
+    xs = sorted(xs)
+    return xs[max(1, math.ceil(p / 100 * len(xs))) - 1]
+
+
+class Answer:
+    """What a ScriptedSluice answers one request with: a status, header
+    lines, and for a 200 a stream of chat events, each after its delay (s)
+    from the one before; for an error, a JSON body."""
+
+    def __init__(self, status=200, headers=(), tokens=(), body=None):
+        self.status, self.headers = status, list(headers)
+        self.tokens, self.body = list(tokens), body
+
+
+def refusal(status, reason=None, retry_after=True, predicted=None,
+            queue=None):
+    """sluice's refusal as issue 40 writes it: the error body (with its
+    reason when one), Retry-After and retry-after-ms, Server-Timing."""
+    kind = "rate_limit_error" if status == 429 else "unavailable_error"
+    err = {"code": status, "message": "refused", "type": kind}
+    if reason:
+        err["reason"] = reason
+    headers = []
+    if retry_after:
+        headers += [("Retry-After", "1"), ("retry-after-ms", "20")]
+    timing = []
+    if queue is not None:
+        timing.append("queue;dur=%g" % queue)
+    if predicted is not None:
+        timing.append("predicted;dur=%.1f" % predicted)
+    if timing:
+        headers.append(("Server-Timing", ", ".join(timing)))
+    return Answer(status, headers, body=json.dumps({"error": err}))
+
+
+def served(predicted=None, first_s=0.0, tokens=3):
+    """A stream of `tokens` tokens, the first after first_s seconds, with
+    sluice's predicted TTFT in Server-Timing when given."""
+    headers = []
+    if predicted is not None:
+        headers.append(("Server-Timing",
+                        "queue;dur=0, upstream;dur=1.5, predicted;dur=%.1f"
+                        % predicted))
+    return Answer(200, headers, tokens=[first_s] + [0.0] * (tokens - 1))
+
+
+class ScriptedSluice(http.server.ThreadingHTTPServer):
+    """A stand-in for a sluice with SLO-aware admission (issue 40, which
+    sluice itself may not have yet): each chat request is answered with
+    what script(body, headers) returns (an Answer), and recorded in `seen`
+    as (its body's seed, its headers). Anything else (the bench's
+    /metrics) is a 404."""
+
+    daemon_threads = True
+
+    def __init__(self, script):
+        self.script = script
+        self.seen = []
+        self.lock = threading.Lock()
+        super().__init__(("127.0.0.1", 0), _ScriptedHandler)
+        self.url = "http://127.0.0.1:%d" % self.server_address[1]
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def handle_error(self, request, client_address):
+        pass  # the bench closing a kept-alive connection is no error
+
+    def stop(self):
+        self.shutdown()
+        self.server_close()
+
+
+class _ScriptedHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    # Each event goes at once, as sluice sends it (TCP_NODELAY).
+    disable_nagle_algorithm = True
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def chunk(self, data):
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(n))
+        srv = self.server
+        with srv.lock:
+            srv.seen.append((body.get("seed"), self.headers))
+        a = srv.script(body, self.headers)
+        self.send_response(a.status)
+        for k, v in a.headers:
+            self.send_header(k, v)
+        if a.status != 200:
+            out = a.body.encode()
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+            return
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+        for k, delay in enumerate(a.tokens):
+            if delay:
+                time.sleep(delay)  # the answer's pace, as a server's
+            event = {"choices": [{"index": 0, "delta":
+                                  {"content": " tok%d" % k}}]}
+            self.chunk(b"data: %s\n\n" % json.dumps(event).encode())
+        usage = {"choices": [], "usage": {"prompt_tokens": 1,
+                                          "completion_tokens":
+                                          len(a.tokens)}}
+        self.chunk(b"data: %s\n\ndata: [DONE]\n\n"
+                   % json.dumps(usage).encode())
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
 class Bench(st.TestCase):
 
-    def run_bench(self, *args, rc=0):
-        """Runs sluice-bench to its end; returns (its finished process,
-        the JSON document, the JSONL records). Checks its exit status."""
+    def run_bench(self, *args, rc=0, env=None):
+        """Runs sluice-bench to its end (with env's variables added to
+        its environment); returns (its finished process, the JSON
+        document, the JSONL records). Checks its exit status."""
         out = os.path.join(self.tmp, "run.json")
         lines = os.path.join(self.tmp, "run.jsonl")
         r = subprocess.run([BENCH, "--quiet", "on", "--json", out,
                             "--jsonl", lines, *args],
                            capture_output=True, text=True,
+                           env=dict(os.environ, **(env or {})),
                            timeout=SAFETY_NET_S)
         if rc is not None:
             self.assertEqual(r.returncode, rc, r.stderr)
@@ -121,6 +253,11 @@ class Bench(st.TestCase):
 
     def mock(self, *args):
         return self.mock_llama_server(*args)
+
+    def scripted(self, script):
+        srv = ScriptedSluice(script)
+        self.addCleanup(srv.stop)
+        return srv
 
     def check_adds_up(self, run, sent):
         self.assertEqual(run["success"] + run["fail"], sent)
@@ -462,6 +599,37 @@ class Bench(st.TestCase):
                            slo["e2el_ms"])
         self.assertLess(len(good), len(answered))
 
+    def test_itl_counts_only_the_streams_that_completed(self):
+        # Inter-token gaps measure served answers: those of a stream cut
+        # short (the mock closes every answer half-way) or left on purpose
+        # are not counted (issue 41). Each run's tokens did come, gaps
+        # apart, before the cut or the leave.
+        m = self.mock("--slots", "2", "--token-delay-ms", "5",
+                      "--close-rate", "1")
+        _, doc, recs = self.run_bench(
+            "--url", m.url, "--max-tokens", "8", "--concurrency", "2",
+            "--requests", "4", rc=1)
+        (run,) = doc["runs"]
+        self.assertEqual(run["failed"], 4)
+        self.assertEqual({x["ttft_ms"] is None for x in recs}, {False})
+        self.assertEqual((run["median_itl_ms"], run["p99_itl_ms"],
+                          run["itl_p99_ms"]), (None, None, None))
+
+        m = self.mock("--slots", "2", "--token-delay-ms", "5")
+        common = ("--url", m.url, "--max-tokens", "8", "--concurrency", "2",
+                  "--requests", "4")
+        _, doc, recs = self.run_bench(*common, "--cancel-share", "1",
+                                      "--cancel-after-tokens", "4")
+        (run,) = doc["runs"]
+        self.assertEqual(run["cancelled"], 4)
+        self.assertEqual((run["median_itl_ms"], run["p99_itl_ms"]),
+                         (None, None))
+        # The same streams served whole: their gaps count.
+        _, doc, recs = self.run_bench(*common)
+        (run,) = doc["runs"]
+        self.assertEqual(run["completed"], 4)
+        self.assertIsNotNone(run["median_itl_ms"])
+
     # ---- who sends it: tenants ----
 
     def test_tenants_shares_and_fairness_through_sluice(self):
@@ -641,6 +809,345 @@ class Bench(st.TestCase):
             self.assertEqual(st_[name]["p50"], statistics.median(values))
             self.assertGreaterEqual(st_[name]["p50"], 0)
             self.assertLessEqual(st_[name]["p50"], st_[name]["p99"])
+
+    # ---- SLO-aware admission (issue 40): headers, classes, sheds ----
+
+    def test_slo_headers_carry_the_slos_in_whole_milliseconds(self):
+        srv = self.scripted(lambda body, headers: served())
+        common = ("--url", srv.url, "--requests", "4", "--max-tokens", "3")
+
+        def sent():
+            """Each request's SLO headers, in order; then forgotten."""
+            got = [(h.get_all("X-SLO-TTFT-Ms"), h.get_all("X-SLO-TPOT-Ms"))
+                   for _, h in srv.seen]
+            srv.seen.clear()
+            return got
+
+        # Off by default, whatever the SLOs.
+        self.run_bench(*common, "--slo", "ttft=500ms")
+        self.assertEqual(sent(), [(None, None)] * 4)
+        # ttft and tpot, once each, in whole milliseconds rounded up
+        # (never stricter than what is judged); e2el has no header.
+        self.run_bench(*common, "--slo", "ttft=0.5s,tpot=20.2,e2el=9s",
+                       "--slo-headers", "on")
+        self.assertEqual(sent(), [(["500"], ["21"])] * 4)
+        # Only what was given; the environment's twin turns them on.
+        self.run_bench(*common, "--slo", "tpot=7",
+                       env={"SLUICE_BENCH_SLO_HEADERS": "on"})
+        self.assertEqual(sent(), [(None, ["7"])] * 4)
+        r = subprocess.run([BENCH, "--help"], capture_output=True,
+                           text=True, timeout=SAFETY_NET_S)
+        self.assertIn("  --slo-headers on|off\n", r.stdout)
+        self.assertIn("[SLUICE_BENCH_SLO_HEADERS; default: off]", r.stdout)
+        self.assertIn("[SLUICE_BENCH_SLO_MIX; default: none]", r.stdout)
+
+    def test_slo_mix_draws_a_class_per_conversation(self):
+        srv = self.scripted(lambda body, headers: served(tokens=2))
+        n = 300
+        shares = {"interactive": 0.6, "batch": 0.3, "offline": 0.1}
+        mix = ("interactive:ttft=500ms/tpot=50ms:0.6,batch:ttft=30s:0.3,"
+               "offline:e2el=600s:0.1")
+        # What each class sends: offline's e2el has no header.
+        headers = {"interactive": (["500"], ["50"]),
+                   "batch": (["30000"], None), "offline": (None, None)}
+        slos = {"interactive": {"ttft_ms": 500, "tpot_ms": 50,
+                                "e2el_ms": None},
+                "batch": {"ttft_ms": 30000, "tpot_ms": None,
+                          "e2el_ms": None},
+                "offline": {"ttft_ms": None, "tpot_ms": None,
+                            "e2el_ms": 600000}}
+        common = ("--url", srv.url, "--requests", str(n), "--concurrency",
+                  "4", "--max-tokens", "2", "--slo-mix", mix)
+        _, doc, recs = self.run_bench(*common, "--slo-headers", "on")
+        (run,) = doc["runs"]
+        classes = run["slo_classes"]
+        self.assertEqual(list(classes), list(shares))
+        # Each request carried its class's headers (the server saw them
+        # by its body's seed), and the report counts each class exactly.
+        seen = {seed: (h.get_all("X-SLO-TTFT-Ms"), h.get_all("X-SLO-TPOT-Ms"))
+                for seed, h in srv.seen}
+        self.assertEqual(len(seen), n)
+        for x in recs:
+            self.assertEqual(seen[x["seed"]], headers[x["slo_class"]])
+        for name, share in shares.items():
+            count = sum(x["slo_class"] == name for x in recs)
+            c = classes[name]
+            self.assertEqual((c["num_prompts"], c["served"], c["share"],
+                              c["slo"]), (count, count, share, slos[name]))
+            # Binomial(n, share), within four standard errors.
+            self.assertAlmostEqual(count, share * n, delta=4 * math.sqrt(
+                n * share * (1 - share)))
+        # The draws are the seed's alone: the same seed gives each
+        # conversation the same class, with other draws asked for too;
+        # another seed, other classes.
+        by_conv = {x["conv"]: x["slo_class"] for x in recs}
+        _, _, again = self.run_bench(*common, "--priority-mix",
+                                     "urgent=0.5,normal=0.5",
+                                     "--cancel-share", "0.1")
+        self.assertEqual({x["conv"]: x["slo_class"] for x in again},
+                         by_conv)
+        _, _, other = self.run_bench(*common, "--seed", "2")
+        self.assertNotEqual({x["conv"]: x["slo_class"] for x in other},
+                            by_conv)
+        # Every turn of a conversation keeps its class.
+        _, _, turns = self.run_bench(
+            "--url", srv.url, "--dataset", "sharegpt", "--dataset-path",
+            SHAREGPT, "--max-turns", "3", "--concurrency", "2",
+            "--requests", "24", "--slo-mix", mix)
+        convs = {}
+        for x in turns:
+            convs.setdefault(x["conv"], set()).add(x["slo_class"])
+        self.assertGreater(max(sum(x["conv"] == c for x in turns)
+                               for c in convs), 1)
+        self.assertEqual({len(v) for v in convs.values()}, {1})
+
+    def test_search_under_a_slo_mix(self):
+        # Each step meets its SLOs when the share of requests that met
+        # their own class's does: the batch class (half the requests)
+        # waits 0.3 s for its first token, twice its TTFT SLO; the other
+        # class's first tokens come at once, within its minute.
+        def answer(body, headers):
+            slow = headers.get("X-SLO-TTFT-Ms") == "150"
+            return served(first_s=self.SLOW_S if slow else 0)
+
+        srv = self.scripted(answer)
+        page = os.path.join(self.tmp, "search.html")
+        _, doc, recs = self.run_bench(
+            "--url", srv.url, "--search", "on", "--search-range", "2-4",
+            "--search-steps", "2", "--duration", "0.5",
+            "--requests", "100000", "--slo-headers", "on", "--slo-mix",
+            "fast:ttft=60s:0.5,batch:ttft=150ms:0.5",
+            "--search-goodput", "0.01", "--html", page)
+        search = doc["search"]
+        self.assertEqual(search["slo_classes"], {
+            "fast": {"ttft_ms": 60000, "tpot_ms": None, "e2el_ms": None},
+            "batch": {"ttft_ms": 150, "tpot_ms": None, "e2el_ms": None}})
+        for step in search["steps"]:
+            mine = [x for x in recs if x["run"] == step["run"]]
+            met = [x for x in mine if x["slo_met"]]
+            self.assertEqual(step["goodput_fraction"], len(met) / len(mine))
+            # Not one batch request met its 150 ms.
+            self.assertEqual({x["slo_class"] for x in met}, {"fast"})
+        with open(page) as f:
+            self.assertIn("SLOs: fast, TTFT at most 60000 ms; batch, TTFT "
+                          "at most 150 ms", f.read())
+
+    # The answers of ScriptedSluice in test_slo_attainment_...: by the
+    # request's seed modulo 7, (status, reason, Retry-After, predicted).
+    SLO_SCRIPT = {0: (429, "slo_ttft", True, 900.0),
+                  1: (503, "slo_deadline", True, 700.5),
+                  2: (429, None, True, None),        # queue full
+                  3: (429, "slo_ttft", False, 12.5),
+                  4: (200, None, False, 2.0),        # served at once
+                  5: (200, None, False, 250.0),      # first token at 0.3 s
+                  6: (500, None, False, None)}
+    SLOW_S = 0.3
+
+    @classmethod
+    def slo_answer(cls, body, headers):
+        status, reason, retry, predicted = cls.SLO_SCRIPT[body["seed"] % 7]
+        if status == 200:
+            first = cls.SLOW_S if body["seed"] % 7 == 5 else 0
+            return served(predicted, first_s=first)
+        if status == 500:
+            return Answer(500, body='{"error":{"code":500}}')
+        return refusal(status, reason, retry, predicted,
+                       queue=3 if status == 503 else None)
+
+    def test_slo_attainment_sheds_refusals_and_the_predictor(self):
+        srv = self.scripted(self.slo_answer)
+        n = 28  # four of each answer
+        classes = {"interactive": 150, "batch": 60000}  # TTFT SLOs, ms
+        html = os.path.join(self.tmp, "run.html")
+        csv = os.path.join(self.tmp, "run.csv")
+        r, doc, recs = self.run_bench(
+            "--url", srv.url, "--requests", str(n), "--concurrency", "2",
+            "--max-tokens", "3", "--retry", "off", "--slo-headers", "on",
+            "--slo-mix", "interactive:ttft=150ms:0.5,batch:ttft=60s:0.5",
+            "--html", html, "--csv", csv, rc=1)
+        (run,) = doc["runs"]
+        self.assertEqual(len(recs), n)
+        errors, signed, refused = [], [], []
+        for x in recs:
+            status, reason, retry, predicted = self.SLO_SCRIPT[x["seed"] % 7]
+            self.assertEqual((x["status"], x["reason"], x["predicted_ms"],
+                              x["retries"]),
+                             (status, reason, predicted, 0))
+            if status in (429, 503):
+                # From its send to the refusal's head: within its
+                # end-to-end time, which counts from its intended start.
+                self.assertGreaterEqual(x["refused_ms"], 0)
+                self.assertLessEqual(x["refused_ms"], x["e2el_ms"])
+                refused.append(x)
+            else:
+                self.assertIsNone(x["refused_ms"])
+            if status != 200:
+                self.assertEqual((x["actual_ttft_ms"], x["predictor_error"],
+                                  x["slo_met"]), (None, None, False))
+                continue
+            # The TTFT held to the prediction runs from the send (one
+            # attempt: the request's own), not from the intended start.
+            actual = x["actual_ttft_ms"]
+            self.assertAlmostEqual(
+                actual, x["ttft_ms"] - (x["sent_ms"] - x["intended_ms"]),
+                delta=1e-6)
+            if x["seed"] % 7 == 5:
+                self.assertGreaterEqual(actual, 1000 * self.SLOW_S - 1)
+            self.assertEqual(x["predictor_error"],
+                             abs(predicted - actual) / actual)
+            errors.append(x["predictor_error"])
+            signed.append((predicted - actual) / actual)
+            self.assertIs(x["slo_met"],
+                          x["ttft_ms"] <= classes[x["slo_class"]])
+
+        # Per class, each request in one outcome by its last answer.
+        for name, ttft in classes.items():
+            mine = [x for x in recs if x["slo_class"] == name]
+            c = run["slo_classes"][name]
+            shed = [x for x in mine if x["reason"] in ("slo_ttft",
+                                                       "slo_deadline")]
+            other_refused = [x for x in mine if x["status"] in (429, 503)
+                             and x not in shed]
+            ok_ = [x for x in mine if ok(x)]
+            failed = [x for x in mine if x["status"] == 500]
+            met = [x for x in ok_ if x["ttft_ms"] <= ttft]
+            self.assertEqual(
+                (c["num_prompts"], c["served"], c["shed"], c["refused"],
+                 c["other"], c["left"], c["admitted"], c["met"]),
+                (len(mine), len(ok_), len(shed), len(other_refused),
+                 len(failed), 0, len(ok_) + len(failed), len(met)))
+            self.assertEqual(c["attainment"], len(met) / len(mine))
+            self.assertEqual(c["admitted_attainment"],
+                             len(met) / (len(ok_) + len(failed)))
+            self.assertAlmostEqual(c["request_goodput"],
+                                   len(met) / run["duration"], delta=1e-9)
+            mine_err = [x["predictor_error"] for x in ok_]
+            self.assertEqual(c["median_predictor_error"],
+                             nearest_rank(mine_err, 50))
+            self.assertEqual(c["p90_predictor_error"],
+                             nearest_rank(mine_err, 90))
+        # The interactive class's slow answers missed its 150 ms, which
+        # the batch class's 60 s did not bound.
+        slow = [x for x in recs if x["seed"] % 7 == 5]
+        self.assertIn(False, [x["slo_met"] for x in slow
+                              if x["slo_class"] == "interactive"])
+        self.assertLess(run["slo_classes"]["interactive"][
+            "admitted_attainment"], 1)
+
+        # Run-wide: sheds, attainment of the admitted, every refusal's
+        # time and Retry-After, by kind, and the predictor's error.
+        self.assertEqual(run["shed"], sum(x["reason"] is not None
+                                          for x in recs))
+        good = sum(x["slo_met"] for x in recs)
+        admitted = sum(x["status"] in (200, 500) for x in recs)
+        self.assertEqual(run["admitted_attainment"], good / admitted)
+        self.assertEqual(run["goodput_fraction"], good / n)
+        times = [x["refused_ms"] for x in refused]
+        kinds = {"429 slo_ttft": (8, 4), "503 slo_deadline": (4, 4),
+                 "429": (4, 4)}
+        ref = run["refusals"]
+        self.assertEqual((ref["count"], ref["retry_after"],
+                          ref["retry_after_share"], ref["median_ms"],
+                          ref["p99_ms"]),
+                         (16, 12, 0.75, nearest_rank(times, 50),
+                          nearest_rank(times, 99)))
+        self.assertEqual((run["median_refusal_ms"], run["p99_refusal_ms"]),
+                         (ref["median_ms"], ref["p99_ms"]))
+        self.assertEqual(sorted(ref["by_kind"]), sorted(kinds))
+        for kind, (count, with_retry) in kinds.items():
+            mine = [x["refused_ms"] for x in refused
+                    if "%d%s" % (x["status"], " " + x["reason"]
+                                 if x["reason"] else "") == kind]
+            self.assertEqual(ref["by_kind"][kind],
+                             {"count": count, "retry_after": with_retry,
+                              "retry_after_share": with_retry / count,
+                              "median_ms": nearest_rank(mine, 50),
+                              "p99_ms": nearest_rank(mine, 99)})
+        self.assertEqual(run["predictor"],
+                         {"requests": 8,
+                          "median_error": nearest_rank(errors, 50),
+                          "p90_error": nearest_rank(errors, 90),
+                          "median_signed_error": nearest_rank(signed, 50)})
+        self.assertEqual((run["median_predictor_error"],
+                          run["p90_predictor_error"]),
+                         (run["predictor"]["median_error"],
+                          run["predictor"]["p90_error"]))
+        self.check_slo_reports(r.stdout, run, html, csv)
+
+        # With retries, every refused attempt counts: those with
+        # Retry-After went twice, and were refused twice.
+        _, doc, recs = self.run_bench(
+            "--url", srv.url, "--requests", str(n), "--concurrency", "2",
+            "--max-tokens", "3", "--retry", "on", "--max-retries", "1",
+            "--slo-mix", "interactive:ttft=150ms:0.5,batch:ttft=60s:0.5",
+            rc=1)
+        (run,) = doc["runs"]
+        self.assertEqual((run["refusals"]["count"],
+                          run["refusals"]["retry_after"]), (28, 24))
+        self.assertEqual(run["outcomes"]["all"]["retried"], 12)
+        self.assertEqual({x["retries"] for x in recs
+                          if x["seed"] % 7 in (0, 1, 2)}, {1})
+
+    def check_slo_reports(self, stdout, run, html, csv):
+        """The SLO classes and the refusals in the Markdown tables, the
+        CSV's columns, the HTML page and `sluice-bench report`."""
+        lines = stdout.splitlines()
+        at = lines.index(
+            "| run | class | SLOs | requests | served | shed | refused | "
+            "other | attainment | of admitted | goodput req/s | TTFT p99 ms "
+            "| pred. error p50 | pred. error p90 |")
+
+        def pct(v):
+            return "%.1f%%" % (100 * v)
+
+        for line, (name, c) in zip(lines[at + 2:at + 4],
+                                   run["slo_classes"].items()):
+            cells = [x.strip() for x in line.split("|")[1:-1]]
+            self.assertEqual(cells, [
+                "0", name, "ttft=%gms" % c["slo"]["ttft_ms"],
+                str(c["num_prompts"]), str(c["served"]), str(c["shed"]),
+                str(c["refused"]), str(c["other"]), pct(c["attainment"]),
+                pct(c["admitted_attainment"]),
+                "%.2f" % c["request_goodput"], "%.2f" % c["p99_ttft_ms"],
+                pct(c["median_predictor_error"]),
+                pct(c["p90_predictor_error"])])
+        at = lines.index(
+            "| run | refusals | with Retry-After | refusal p50 ms | refusal "
+            "p99 ms | predicted | pred. error p50 | pred. error p90 |")
+        ref, pred = run["refusals"], run["predictor"]
+        self.assertEqual(lines[at + 2], "| 0 | %d | %d | %.2f | %.2f | %d | "
+                         "%s | %s |" % (ref["count"], ref["retry_after"],
+                                       ref["median_ms"], ref["p99_ms"],
+                                       pred["requests"],
+                                       pct(pred["median_error"]),
+                                       pct(pred["p90_error"])))
+        # `report` prints the same tables from the JSON document.
+        r = subprocess.run([BENCH, "report", os.path.join(self.tmp,
+                                                          "run.json")],
+                           capture_output=True, text=True,
+                           timeout=SAFETY_NET_S)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        tables = stdout[stdout.index("\n| run | class |"):]
+        self.assertTrue(r.stdout.endswith(tables), r.stdout)
+        with open(csv) as f:
+            head, row = [line.rstrip("\n").split(",") for line in f]
+        extra = dict(zip(head, row))
+        self.assertEqual(
+            [extra[k] for k in ("shed", "admitted attainment",
+                                "refusal p50 ms", "refusal p99 ms",
+                                "predictor error p50",
+                                "predictor error p90")],
+            ["%d" % run["shed"], "%.4f" % run["admitted_attainment"],
+             "%.4f" % run["median_refusal_ms"],
+             "%.4f" % run["p99_refusal_ms"],
+             "%.4f" % run["median_predictor_error"],
+             "%.4f" % run["p90_predictor_error"]])
+        with open(html) as f:
+            page = f.read()
+        for id_ in ("slo-classes", "admission", "refusal-kinds"):
+            self.assertIn('<table id="%s">' % id_, page)
+        self.assertIn("<td>429 slo_ttft</td>", page)
+        self.assertIn("<td>interactive</td><td>ttft=150ms</td>", page)
 
     # ---- scenarios: cancellation, failover, model swaps ----
 
@@ -937,6 +1444,14 @@ class Bench(st.TestCase):
             (["--slo", "ttft=0"], '--slo: ttft must be above 0, got "0"'),
             (["--slo", "p99=5"],
              '--slo: expected ttft=, tpot= or e2el=, got "p99=5"'),
+            # An empty --slo, or an empty piece of one, is a mistake,
+            # not an SLO every request meets (issue 41).
+            (["--slo", ""], "--slo: empty; give one or more of ttft=MS, "
+             "tpot=MS, e2el=MS"),
+            (["--slo", ","], '--slo: "," has an empty piece'),
+            (["--slo", "ttft=1,,tpot=2"],
+             '--slo: "ttft=1,,tpot=2" has an empty piece'),
+            (["--slo", "ttft=1,"], '--slo: "ttft=1," has an empty piece'),
             (["--tenant", "a:sk-a"], '--tenant: expected '
              'NAME:KEY:WEIGHT[:PRIORITY], got "a:sk-a"'),
             (["--tenant", "a:sk-a:heavy"], '--tenant a: the weight must be '
@@ -955,7 +1470,21 @@ class Bench(st.TestCase):
             (["--dataset", "sharegpt", "--dataset-path", not_json],
              "%s:1:1: '[' or '{' expected near '#'" % not_json),
             (["--search", "on", "--duration", "1"],
-             "--search: give the SLOs to meet with --slo"),
+             "--search: give the SLOs to meet with --slo or --slo-mix"),
+            (["--slo-headers", "on"], "--slo-headers: no ttft or tpot SLO "
+             "to send: give them with --slo or --slo-mix"),
+            (["--slo-headers", "on", "--slo", "e2el=5s"], "--slo-headers: "
+             "no ttft or tpot SLO to send: give them with --slo or "
+             "--slo-mix"),
+            (["--slo-headers=maybe"],
+             '--slo-headers: expected on or off, got "maybe"'),
+            (["--slo-mix", ""], "--slo-mix: empty; give NAME:SLOS:SHARE,..."),
+            (["--slo-mix", "a:ttft=1s:0.5"],
+             "--slo-mix: the shares add up to 0.5, not 1"),
+            (["--slo-mix", "a:ttft=1s,tpot=5:1"], '--slo-mix: expected '
+             'NAME:SLOS:SHARE, got "a:ttft=1s"'),
+            (["--slo-mix", "a:ttft=1s:1", "--slo", "ttft=1"],
+             "--slo-mix: not with --slo (each class has its own SLOs)"),
             (["--kill-at", "1"], "--kill-at: give the replica's --kill-pid"),
         ]
         for args, line in cases:

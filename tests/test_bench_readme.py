@@ -136,6 +136,22 @@ class BenchReadme(st.TestCase):
         self.assertEqual((r.returncode, r.stderr), (0, ""))
         for cls in ("urgent", "normal"):
             self.assertRegex(r.stdout, r"\n\| %s \| \d+ \| 8 \|" % cls)
+        # A mix of SLO classes, without their headers then with them: a
+        # sluice with SLO-aware admission may shed some of the second run
+        # (exit 1). Every request is in a class.
+        r = self.run_block(self.the("--slo-mix"))
+        self.assertIn(r.returncode, (0, 1), r.stderr)
+        rows = re.findall(r"^\| 0 \| (interactive|batch) \| (\S+) \| "
+                          r"(\d+) \|", r.stdout, re.MULTILINE)
+        self.assertEqual([(c, slo) for c, slo, _ in rows],
+                         [("interactive", "ttft=500ms/tpot=50ms"),
+                          ("batch", "ttft=30000ms")] * 2)
+        self.assertEqual(sum(int(n) for _, _, n in rows), 2 * 24)
+        for name in ("slo-off.json", "slo-on.json"):
+            with open(os.path.join(self.tmp, name)) as f:
+                (run,) = json.load(f)["runs"]
+            self.assertEqual(sorted(run["slo_classes"]),
+                             ["batch", "interactive"])
 
     def test_scenarios_search_and_reports(self):
         self.start_sluice()

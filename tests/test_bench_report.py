@@ -49,6 +49,13 @@ KEY_METRICS = [("request_throughput", 3, False),
                ("p99_tpot_ms", 2, False), ("p99_e2el_ms", 1, False),
                ("goodput_fraction", 4, False), ("failed", 2, True)]
 
+# compare's figures of SLO-aware admission: shown only where some file
+# has them (issue 40).
+SLO_METRICS = [("admitted_attainment", 4, False),
+               ("median_refusal_ms", 2, False),
+               ("median_predictor_error", 4, False),
+               ("p90_predictor_error", 4, False)]
+
 # The charts against load, for each kind of load a report holds.
 LOAD_CHARTS = ("ttft", "e2el", "requests", "tokens")
 
@@ -89,6 +96,8 @@ def stat(runs, field, summary=None):
         s = summary[field]
         return s["mean"], s["std"] if s["n"] >= 2 else None
     xs = [r[field] for r in runs if r.get(field) is not None]
+    if not xs:
+        return None, None
     total = 0.0
     for x in xs:
         total += x
@@ -109,6 +118,8 @@ def value_cell(s, decimals, count):
 
 def diff_cell(a, x):
     (am, astd), (xm, xstd) = a, x
+    if am is None or xm is None:
+        return "-"
     if am != 0:
         pct = "%+.2f%%" % ((xm - am) / am * 100.0)
     else:
@@ -132,10 +143,15 @@ def expected_comparison(docs, names):
     summaries = [d["repeats"]["metrics"]
                  if "repeats" in d and len(levels(d)) == 1 else None
                  for d in docs]
-    for key, runs in by_load[0].items():
-        if not any(key in b for b in by_load[1:]):
-            continue
-        for field, decimals, count in KEY_METRICS:
+    compared = [key for key in by_load[0]
+                if any(key in b for b in by_load[1:])]
+    metrics = KEY_METRICS + [
+        m for m in SLO_METRICS
+        if any(stat(b[key], m[0], s)[0] is not None
+               for key in compared for b, s in zip(by_load, summaries)
+               if key in b)]
+    for key in compared:
+        for field, decimals, count in metrics:
             stats = [stat(b[key], field, s) if key in b else None
                      for b, s in zip(by_load, summaries)]
             cells = [value_cell(s, decimals, count) if s else "-"
@@ -419,6 +435,138 @@ class Report(st.TestCase):
                              1 if chart in ("ttft", "requests") else 2)
             self.assertFalse([n for n in svg.walk()
                               if n.tag == "polyline"])
+
+    def with_slo_figures(self, doc):
+        """doc with the figures of SLO-aware admission (issue 40) made up
+        for each run, different from run to run."""
+        for k, run in enumerate(doc["runs"]):
+            classes = {}
+            for name, ttft, share in (("interactive", 500, 0.8),
+                                      ("batch", 30000, 0.2)):
+                classes[name] = {
+                    "slo": {"ttft_ms": ttft, "tpot_ms": None,
+                            "e2el_ms": None},
+                    "share": share, "num_prompts": 10 + k, "served": 6,
+                    "shed": 2, "refused": 1, "other": 1 + k, "left": 0,
+                    "admitted": 7 + k, "met": 5,
+                    "attainment": 5 / (10 + k),
+                    "admitted_attainment": 5 / (7 + k),
+                    "request_goodput": 1.25 + k, "median_ttft_ms": 40.0,
+                    "p99_ttft_ms": 321.5 + k,
+                    "median_predictor_error": 0.125,
+                    "p90_predictor_error": 0.5 + k / 100}
+            run["slo_classes"] = classes
+            run["refusals"] = {
+                "count": 3 + k, "retry_after": 3, "median_ms": 0.75 + k,
+                "p99_ms": 2.5 + k,
+                "by_kind": {"429 slo_ttft": {"count": 2 + k,
+                                             "retry_after": 2,
+                                             "median_ms": 0.5,
+                                             "p99_ms": 1.0},
+                            "429": {"count": 1, "retry_after": 1,
+                                    "median_ms": 0.25, "p99_ms": 0.25}}}
+            run["predictor"] = {"requests": 12, "median_error": 0.1 + k / 50,
+                                "p90_error": 0.4, "median_signed_error":
+                                -0.05}
+            run.update({"shed": 4, "admitted_attainment": 10 / (14 + 2 * k),
+                        "median_refusal_ms": 0.75 + k,
+                        "p99_refusal_ms": 2.5 + k,
+                        "median_predictor_error": 0.1 + k / 50,
+                        "p90_predictor_error": 0.4})
+        return doc
+
+    def test_slo_figures_in_the_summary_the_page_and_compare(self):
+        doc = self.with_slo_figures(load(B))
+        path = self.write("slo.json", doc)
+        page = os.path.join(self.tmp, "slo.html")
+        r = self.bench("report", path, "--html", page)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+
+        def pct(v):
+            return "%.1f%%" % (100 * v)
+
+        def class_cells(c):
+            return ["ttft=%gms" % c["slo"]["ttft_ms"], str(c["num_prompts"]),
+                    str(c["served"]), str(c["shed"]), str(c["refused"]),
+                    str(c["other"]), pct(c["attainment"]),
+                    pct(c["admitted_attainment"]),
+                    "%.2f" % c["request_goodput"], "%.2f" % c["p99_ttft_ms"],
+                    pct(c["median_predictor_error"]),
+                    pct(c["p90_predictor_error"])]
+
+        def refusal_cells(x):
+            return [str(x["count"]), str(x["retry_after"]),
+                    "%.2f" % x["median_ms"], "%.2f" % x["p99_ms"]]
+
+        def predictor_cells(p):
+            return [str(p["requests"]), pct(p["median_error"]),
+                    pct(p["p90_error"])]
+
+        # The summary: the runs, then a row per run and class, then a row
+        # per run of refusals and predictor error.
+        lines = r.stdout.splitlines()
+        n = len(doc["runs"])
+        at = 2 + n
+        self.assertEqual(lines[at:at + 2], [
+            "", "| run | class | SLOs | requests | served | shed | refused "
+            "| other | attainment | of admitted | goodput req/s | TTFT p99 "
+            "ms | pred. error p50 | pred. error p90 |"])
+        rows = [[c.strip() for c in line.split("|")[1:-1]]
+                for line in lines[at + 3:at + 3 + 2 * n]]
+        self.assertEqual(rows, [[str(k), name] + class_cells(c)
+                                for k, run in enumerate(doc["runs"])
+                                for name, c in run["slo_classes"].items()])
+        at += 3 + 2 * n
+        self.assertEqual(lines[at + 1], "| run | refusals | with "
+                         "Retry-After | refusal p50 ms | refusal p99 ms | "
+                         "predicted | pred. error p50 | pred. error p90 |")
+        rows = [[c.strip() for c in line.split("|")[1:-1]]
+                for line in lines[at + 3:]]
+        self.assertEqual(rows, [
+            [str(k)] + refusal_cells(run["refusals"]) +
+            predictor_cells(run["predictor"])
+            for k, run in enumerate(doc["runs"])])
+
+        # The page: the same tables, a run named by its index and load,
+        # and the refusals by kind.
+        self.check_offline(page)
+        root = self.check_rendered(self.dump_dom(page))
+        names = ["%d: %s" % (k, load_text(run))
+                 for k, run in enumerate(doc["runs"])]
+        self.assertEqual(self.table_rows(root, "slo-classes"), [
+            [names[k], name] + class_cells(c)
+            for k, run in enumerate(doc["runs"])
+            for name, c in run["slo_classes"].items()])
+        self.assertEqual(self.table_rows(root, "admission"), [
+            [names[k]] + refusal_cells(run["refusals"]) +
+            predictor_cells(run["predictor"])
+            for k, run in enumerate(doc["runs"])])
+        self.assertEqual(self.table_rows(root, "refusal-kinds"), [
+            [names[k], kind] + refusal_cells(x)
+            for k, run in enumerate(doc["runs"])
+            for kind, x in run["refusals"]["by_kind"].items()])
+        # The repetitions hold the SLO figures too.
+        self.assertEqual(len(self.table_rows(root, "repeats")),
+                         len(levels(doc)) * (len(KEY_METRICS)
+                                             + len(SLO_METRICS)))
+
+        # compare shows them where a file has them: A has none.
+        page = os.path.join(self.tmp, "cmp.html")
+        r = self.bench("compare", A, path, "--html", page)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        expected = expected_comparison([load(A), doc],
+                                       ["bench-a.json", "slo.json"])
+        self.assertEqual(r.stdout.splitlines()[:len(expected)], expected)
+        self.assertEqual(len(expected), 2 + 3 * (len(KEY_METRICS)
+                                                 + len(SLO_METRICS)))
+        self.assertIn("| c=1 | p90_predictor_error | - | 0.4000 ± 0.0000 | "
+                      "- |", expected)
+        root = self.check_rendered(self.dump_dom(page))
+        for field, _, _ in SLO_METRICS:
+            self.check_chart(root, "cmp-" + field, bars=3)
+        # Neither file has them: not a row.
+        r = self.bench("compare", A, B)
+        self.assertNotIn("predictor", r.stdout)
 
     def test_equal_figures_and_an_empty_report(self):
         doc = load(B)

@@ -10,7 +10,10 @@
  * when it is no larger than twice the larger standard deviation of the
  * two files' repetitions at that level. A file that did not repeat the
  * level is taken to be as noisy as the other; when neither did, the
- * spread is unknown and the table says so rather than guess.
+ * spread is unknown and the table says so rather than guess. The figures
+ * of SLO-aware admission (attainment of admitted requests, refusal
+ * latency, the predictor's error) are compared only where some file has
+ * them.
  */
 #include "tools.h"
 
@@ -26,11 +29,21 @@
 /* --- Reading reports ----------------------------------------------------- */
 
 const struct sb_metric sb_key_metrics[] = {
-    {"request_throughput", 3, false}, {"output_throughput", 1, false},
-    {"request_goodput", 3, false},    {"mean_ttft_ms", 1, false},
-    {"p99_ttft_ms", 1, false},        {"mean_tpot_ms", 2, false},
-    {"p99_tpot_ms", 2, false},        {"p99_e2el_ms", 1, false},
-    {"goodput_fraction", 4, false},   {"failed", 2, true},
+    {"request_throughput", 3, false, false},
+    {"output_throughput", 1, false, false},
+    {"request_goodput", 3, false, false},
+    {"mean_ttft_ms", 1, false, false},
+    {"p99_ttft_ms", 1, false, false},
+    {"mean_tpot_ms", 2, false, false},
+    {"p99_tpot_ms", 2, false, false},
+    {"p99_e2el_ms", 1, false, false},
+    {"goodput_fraction", 4, false, false},
+    {"failed", 2, true, false},
+    /* SLO-aware admission (issue 40): only where some file has them. */
+    {"admitted_attainment", 4, false, true},
+    {"median_refusal_ms", 2, false, true},
+    {"median_predictor_error", 4, false, true},
+    {"p90_predictor_error", 4, false, true},
 };
 const size_t sb_n_key_metrics =
     sizeof(sb_key_metrics) / sizeof(sb_key_metrics[0]);
@@ -246,6 +259,7 @@ struct comparison {
 	size_t n_files;
 	struct row *rows;
 	size_t n_rows;
+	bool *shown; /* per key metric: not optional, or some cell has it */
 };
 
 /* The level of f that matches l: the same load, or the same level number
@@ -331,6 +345,16 @@ static void compare_all(struct comparison *cmp)
 		compare_row(cmp, r);
 		cmp->n_rows++;
 	}
+	cmp->shown = sl_xcalloc(sb_n_key_metrics, sizeof(*cmp->shown));
+	for (size_t m = 0; m < sb_n_key_metrics; m++) {
+		cmp->shown[m] = !sb_key_metrics[m].optional;
+		for (size_t r = 0; r < cmp->n_rows; r++)
+			for (size_t i = 0; i < cmp->n_files; i++)
+				cmp->shown[m] |=
+				    isfinite(cmp->rows[r]
+				                 .cells[m * cmp->n_files + i]
+				                 .st.mean);
+	}
 }
 
 /* "12.345" or "12.345 ± 0.210". */
@@ -384,6 +408,8 @@ static void markdown_table(FILE *f, const struct comparison *cmp)
 		for (size_t m = 0; m < sb_n_key_metrics; m++) {
 			const struct cell *cells = cmp->rows[r].cells + m * nf;
 			char buf[160];
+			if (!cmp->shown[m])
+				continue;
 			fputs("| ", f);
 			sb_md_text(f, cmp->rows[r].lv[0]->load.text);
 			fprintf(f, " | %s |", sb_key_metrics[m].field);
@@ -500,7 +526,9 @@ static json_t *json_comparison(const struct comparison *cmp)
 			    levels, row->lv[i] ? json_integer(row->lv[i]->id)
 			                       : json_null());
 		for (size_t m = 0; m < sb_n_key_metrics; m++)
-			json_array_append_new(metrics, json_cells(cmp, row, m));
+			if (cmp->shown[m])
+				json_array_append_new(metrics,
+				                      json_cells(cmp, row, m));
 		json_array_append_new(rows,
 		                      json_pack("{s:s,s:o,s:o}", "load",
 		                                row->lv[0]->load.text, "level",
@@ -567,6 +595,8 @@ static void html_table(FILE *f, const struct comparison *cmp)
 		for (size_t m = 0; m < sb_n_key_metrics; m++) {
 			const struct cell *cells = cmp->rows[r].cells + m * nf;
 			char buf[160];
+			if (!cmp->shown[m])
+				continue;
 			fputs("<tr><td>", f);
 			sb_html_text(f, cmp->rows[r].lv[0]->load.text);
 			fprintf(f, "</td><td>%s</td>", sb_key_metrics[m].field);
@@ -633,7 +663,8 @@ static void html_page(FILE *f, const struct comparison *cmp)
 	for (size_t r = 0; r < cmp->n_rows; r++)
 		cats[r] = cmp->rows[r].lv[0]->load.text;
 	for (size_t m = 0; m < sb_n_key_metrics; m++)
-		html_metric_chart(f, cmp, m, cats);
+		if (cmp->shown[m])
+			html_metric_chart(f, cmp, m, cats);
 	fputs("</div>\n", f);
 	free(cats);
 	sb_html_tail(f);
@@ -700,6 +731,7 @@ static void free_comparison(struct comparison *cmp)
 		free(cmp->rows[r].cells);
 	}
 	free(cmp->rows);
+	free(cmp->shown);
 	for (size_t i = 0; i < cmp->n_files; i++) {
 		free(cmp->files[i].lv);
 		free(cmp->files[i].matched);

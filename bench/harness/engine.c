@@ -85,6 +85,17 @@ static int pick_prio(struct bench *b, int tenant)
 	return PRIO_NORMAL;
 }
 
+/* A conversation's SLO class, every turn of it: a user's application
+ * does not change its needs mid-conversation. */
+static int pick_slo_class(struct bench *b)
+{
+	const struct options *o = &b->o;
+	if (o->n_slo_classes == 0)
+		return -1;
+	return (int)slo_class_draw(o->slo_classes, o->n_slo_classes,
+	                           wl_rng_unit(&b->class_rng));
+}
+
 /* ---- sessions ---- */
 
 static void on_session_closed(uv_handle_t *h)
@@ -123,6 +134,7 @@ void start_session(struct engine *e, bool client, uint64_t intended_ns)
 	s->conv_id = (uint32_t)e->sessions++;
 	s->tenant = pick_tenant(b);
 	s->prio = pick_prio(b, s->tenant);
+	s->slo_class = pick_slo_class(b);
 	s->model = b->o.n_model_seq
 	               ? b->o.model_seq[s->conv_id % b->o.n_model_seq]
 	               : -1;

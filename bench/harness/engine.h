@@ -34,6 +34,11 @@ struct exchange {
 	bool left;       /* and has */
 	char error[SL_H1_ERROR_MAX];
 	long retry_after_ms; /* a refusal's Retry-After; -1: none */
+	/* This attempt's inter-token gaps, ms: the run's ITL takes them only
+	 * when the stream is served whole. Grown from GAPS_FIRST, not from
+	 * bs_samples' 1024: a hundred thousand streams may be out at once. */
+	double *gaps;
+	size_t n_gaps, cap_gaps;
 };
 
 enum session_wait { WAIT_NONE, WAIT_THINK, WAIT_RETRY, WAIT_LEAVE };
@@ -45,7 +50,8 @@ struct session {
 	uint32_t conv_id;
 	unsigned turn;
 	int tenant, model, prio;
-	bool client; /* a closed-loop client's: it starts another when done */
+	int slo_class; /* -1: no --slo-mix */
+	bool client;   /* a closed-loop client's: it starts another when done */
 	json_t *history; /* chat: the messages so far; else the text so far */
 	uv_timer_t timer;
 	enum session_wait wait;

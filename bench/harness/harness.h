@@ -12,6 +12,7 @@
 
 #include "../bench_stats.h"
 #include "sluice/base/common.h"
+#include "slo.h"
 #include "workload.h"
 
 #include "sluice/net/h1_client.h"
@@ -48,10 +49,6 @@ struct tenant {
 	int prio; /* PRIO_NONE: drawn from --priority-mix */
 };
 
-struct slo {
-	double ttft_ms, tpot_ms, e2el_ms; /* 0: not set */
-};
-
 struct options {
 	const char *url;
 	const char *metrics_url; /* sluice's /metrics (default: url) */
@@ -79,6 +76,11 @@ struct options {
 	uint8_t model_seq[MAX_MIX]; /* indexes into models, in order */
 	unsigned n_model_seq;
 	struct slo slo;
+	/* --slo-mix: each conversation draws a class by share; its SLOs
+	 * replace --slo's (which is then not given). */
+	struct slo_class slo_classes[SLO_MAX_CLASSES];
+	unsigned n_slo_classes;
+	bool slo_headers;     /* send ttft and tpot as X-SLO-*-Ms */
 	bool retry;           /* honour Retry-After on 429 and 503 */
 	unsigned max_retries; /* per request */
 	/* Scenarios. */
@@ -104,6 +106,17 @@ struct options {
 };
 
 void options_parse(struct options *o, int argc, char **argv);
+/* Whether any SLO was given (--slo or --slo-mix). */
+bool options_have_slo(const struct options *o);
+/* The SLOs of a request of SLO class cls (-1: none, --slo's). */
+const struct slo *options_slo_of(const struct options *o, int cls);
+
+/*
+ * The seed's stream of --slo-mix draws: a stream of its own, so that a
+ * conversation's class depends on the seed and the mix alone, not on
+ * which other draws (tenants, priorities, leaves) the options ask for.
+ */
+#define SLO_CLASS_STREAM 0x510c1a55e5f10a7dull
 /* Frees what parsing copied: the tenants' keys, the models' names. */
 void options_free(struct options *o);
 SL_NORETURN SL_PRINTF(1, 2) void usage_error(const char *fmt, ...);
@@ -113,6 +126,7 @@ struct record {
 	uint32_t conv, turn;
 	int16_t tenant, model; /* -1: none */
 	int8_t prio;
+	int8_t slo_class;  /* index into --slo-mix's classes; -1: none */
 	bool warmup;       /* arrived during the warm-up: not measured */
 	bool ok;           /* 2xx, answered whole (or left as planned) */
 	bool cancelled;    /* left on purpose (the cancellation scenario) */
@@ -122,10 +136,27 @@ struct record {
 	int status; /* the last HTTP status; 0 when none came */
 	uint64_t seed;
 	uint64_t intended_ns, sent_ns, first_ns, end_ns, left_ns, freed_ns;
+	/* The last attempt's: when it went, and when its answer's head came
+	 * (0: none came). */
+	uint64_t try_sent_ns, head_ns;
 	uint32_t input_tokens, output_tokens, cached_tokens, tokens_seen;
-	double queue_ms, upstream_ms, server_ttft_ms; /* NAN: not sent */
-	double llama_prompt_ms, llama_predicted_n;    /* NAN: no timings */
+	/* The last answer's Server-Timing; NAN: not sent. predicted is
+	 * sluice's predicted TTFT from the request's arrival (issue 40). */
+	double queue_ms, upstream_ms, server_ttft_ms, predicted_ms;
+	double llama_prompt_ms, llama_predicted_n; /* NAN: no timings */
 	char *error; /* why it failed; NULL when ok */
+	/* The last answer's refusal reason (its error's "reason"); "" when
+	 * it was no refusal or said none. */
+	char reason[SLO_REASON_MAX];
+};
+
+/* A refusal (429 or 503) that one attempt of a measured request got:
+ * every attempt's counts, a retried request's too. */
+struct refusal {
+	double ms; /* from the attempt's send to the refusal's head */
+	int status;
+	bool retry_after;            /* it carried Retry-After */
+	char reason[SLO_REASON_MAX]; /* "" when none */
 };
 
 /* A gauge or counter of a target's /metrics, sampled through a run. */
@@ -143,7 +174,9 @@ struct run {
 	uint64_t start_ns, end_ns;
 	struct record *recs;
 	size_t n_recs, cap_recs;
-	struct bs_samples itl; /* measured requests' gaps, ms */
+	struct bs_samples itl; /* gaps of measured streams served whole, ms */
+	struct refusal *refusals;
+	size_t n_refusals, cap_refusals;
 	struct scraped sluice_m[MAX_SCRAPED], llama_m[MAX_SCRAPED];
 	unsigned n_sluice_m, n_llama_m;
 	double batches, avg_batch_size; /* from sluice's summary; NAN */
@@ -166,6 +199,7 @@ struct bench {
 	struct options o;
 	struct workload wl;
 	uint64_t rng;
+	uint64_t class_rng; /* --slo-mix's draws (SLO_CLASS_STREAM) */
 	uint64_t next_seed; /* unique per request: /slots finds it by it */
 
 	struct run runs[MAX_RUNS];
@@ -183,6 +217,13 @@ json_t *results_repeats(const struct bench *b);
 double results_goodput_fraction(const struct bench *b, const struct run *r);
 /* A stream's time per output token after the first, ms; NAN otherwise. */
 double results_tpot_ms(const struct record *rec);
+/* Whether the request was served whole within its SLOs (its class's, or
+ * --slo's). */
+bool results_meets(const struct bench *b, const struct record *rec);
+/* The TTFT that sluice's predicted one is held to, ms; NAN: none. */
+double results_actual_ttft_ms(const struct bench *b, const struct record *rec);
+/* (predicted - actual) / actual TTFT of a request; NAN: not both known. */
+double results_relative_error(const struct bench *b, const struct record *rec);
 
 /* report.c */
 void report_markdown(const struct bench *b, FILE *out);

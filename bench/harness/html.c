@@ -393,7 +393,21 @@ static void html_search(FILE *f, json_t *search)
 	double best = sb_num(search, "best_rate");
 	fputs("<h2>Search for the highest rate within the SLOs</h2>\n<p>SLOs: ",
 	      f);
-	html_slo(f, json_object_get(search, "slo"));
+	json_t *classes = json_object_get(search, "slo_classes"), *slo;
+	const char *name;
+	if (json_object_size(classes)) {
+		bool first = true;
+		json_object_foreach(classes, name, slo)
+		{
+			fputs(first ? "" : "; ", f);
+			sb_html_text(f, name);
+			fputs(", ", f);
+			html_slo(f, slo);
+			first = false;
+		}
+	} else {
+		html_slo(f, json_object_get(search, "slo"));
+	}
 	if (isfinite(need))
 		fprintf(f, "; met by at least %g%% of the requests",
 		        need * 100);
@@ -725,6 +739,8 @@ static void repeats_levels(FILE *f, json_t *doc, const struct sb_level *lv,
 			const struct sb_metric *km = &sb_key_metrics[m];
 			struct sb_stat st =
 			    sb_level_stat(doc, &lv[k], km->field);
+			if (km->optional && isnan(st.mean))
+				continue;
 			fputs("<tr>", f);
 			td_text(f, lv[k].load.text);
 			td_text(f, km->field);
@@ -797,6 +813,7 @@ static void html_page(FILE *f, json_t *doc)
 	html_tenants(f, doc);
 	json_t *runs = json_object_get(doc, "runs");
 	html_outcomes(f, runs);
+	sb_slo_html(f, runs);
 	if (json_array_size(runs))
 		html_server_timing(f, runs);
 	html_scrape(f, runs);
@@ -871,7 +888,8 @@ static const char report_usage[] =
 
 static const char report_help[] =
     "Prints the Markdown summary of a report that sluice-bench --json\n"
-    "wrote, one row a run, and writes its HTML page again when asked.\n"
+    "wrote, one row a run (then its SLO classes, refusals and predictor\n"
+    "error when it has them), and writes its HTML page again when asked.\n"
     "\n"
     "  --html FILE   write the report's self-contained HTML page to FILE\n"
     "                (default: none)\n"
@@ -915,6 +933,7 @@ int sb_report_main(int argc, char **argv)
 		return 2;
 	}
 	markdown_runs(stdout, doc);
+	sb_slo_markdown(stdout, json_object_get(doc, "runs"));
 	int status = 0;
 	if (html && sb_html_write(doc, html, err, sizeof(err)) != 0) {
 		fprintf(stderr, "sluice-bench report: --html %s\n", err);

@@ -109,11 +109,25 @@ static void search_record(const struct bench *b, const struct run *r)
 static json_t *search_json(const struct bench *b)
 {
 	json_t *slo = json_incref(json_object_get(b->runs[0].doc, "slo"));
-	return json_pack("{s:o, s:f, s:o, s:o}", "slo", slo,
-	                 "min_goodput_fraction", b->o.search_min_goodput,
-	                 "best_rate",
-	                 search.best > 0 ? json_real(search.best) : json_null(),
-	                 "steps", json_incref(search.log));
+	json_t *j = json_pack(
+	    "{s:o, s:f, s:o, s:o}", "slo", slo, "min_goodput_fraction",
+	    b->o.search_min_goodput, "best_rate",
+	    search.best > 0 ? json_real(search.best) : json_null(), "steps",
+	    json_incref(search.log));
+	/* Under --slo-mix, each class's SLOs. */
+	if (b->o.n_slo_classes) {
+		json_t *classes = json_object();
+		const char *name;
+		json_t *c;
+		json_object_foreach(
+		    json_object_get(b->runs[0].doc, "slo_classes"), name, c)
+		{
+			json_object_set(classes, name,
+			                json_object_get(c, "slo"));
+		}
+		json_object_set_new(j, "slo_classes", classes);
+	}
+	return j;
 }
 
 /* ---- the runs ---- */
@@ -176,6 +190,7 @@ static void next_run(struct bench *b)
 	 * differs between repeats is the server's. */
 	b->wl.next = 0;
 	b->rng = o->seed;
+	b->class_rng = o->seed ^ SLO_CLASS_STREAM;
 	engine_run(b, r, on_run_done);
 }
 
@@ -303,6 +318,7 @@ int main(int argc, char **argv)
 		for (size_t i = 0; i < r->n_recs; i++)
 			free(r->recs[i].error);
 		free(r->recs);
+		free(r->refusals);
 		bs_free(&r->itl);
 		json_decref(r->doc);
 	}

@@ -106,6 +106,13 @@ static const struct opt_def opt_defs[] = {
 	/* What counts. */
 	{"slo", "SLUICE_BENCH_SLO", "ttft=MS,tpot=MS,e2el=MS", "",
 	 "goodput counts the requests that meet every SLO given"},
+	{"slo-mix", "SLUICE_BENCH_SLO_MIX", "NAME:SLOS:SHARE,...", "",
+	 "SLO classes instead of --slo, SLOS joined by /: each conversation "
+	 "draws one by share, e.g. interactive:ttft=500ms/tpot=50ms:0.8,"
+	 "batch:ttft=30s:0.2"},
+	{"slo-headers", "SLUICE_BENCH_SLO_HEADERS", "on|off", "off",
+	 "send each request's ttft and tpot SLOs (--slo's or its class's) as "
+	 "X-SLO-TTFT-Ms and X-SLO-TPOT-Ms"},
 	{"retry", "SLUICE_BENCH_RETRY", "on|off", "on",
 	 "honour Retry-After on 429 and 503: wait as told, send again"},
 	{"max-retries", "SLUICE_BENCH_MAX_RETRIES", "N", "3",
@@ -301,36 +308,19 @@ static void add_model(struct options *o, const char *t)
 	o->model_seq[o->n_model_seq++] = (uint8_t)i;
 }
 
-/* A duration in ms: "500", "500ms" or "0.5s". */
-static double millis(const char *name, const char *v)
+static void parse_slo(struct options *o, const char *v)
 {
-	char *end;
-	double d = strtod(v, &end);
-	if (end != v && !strcmp(end, "s"))
-		d *= 1000;
-	else if (end == v || (*end && strcmp(end, "ms")))
-		usage_error("--slo: %s: expected milliseconds (500, 500ms or "
-		            "0.5s), got \"%s\"",
-		            name, v);
-	if (!isfinite(d) || d <= 0)
-		usage_error("--slo: %s must be above 0, got \"%s\"", name, v);
-	return d;
+	char err[256];
+	if (slo_parse(&o->slo, v, ',', err, sizeof(err)) != 0)
+		usage_error("--slo: %s", err);
 }
 
-static void add_slo(struct options *o, const char *t)
+static void parse_slo_mix(struct options *o, const char *v)
 {
-	const char *eq = strchr(t, '=');
-	size_t len = eq ? (size_t)(eq - t) : 0;
-	if (len == 4 && !strncmp(t, "ttft", 4))
-		o->slo.ttft_ms = millis("ttft", eq + 1);
-	else if (len == 4 && !strncmp(t, "tpot", 4))
-		o->slo.tpot_ms = millis("tpot", eq + 1);
-	else if ((len == 4 && !strncmp(t, "e2el", 4)) ||
-	         (len == 3 && !strncmp(t, "e2e", 3)))
-		o->slo.e2el_ms = millis("e2el", eq + 1);
-	else
-		usage_error("--slo: expected ttft=, tpot= or e2el=, got \"%s\"",
-		            t);
+	char err[256];
+	if (slo_mix_parse(o->slo_classes, &o->n_slo_classes, v, err,
+	                  sizeof(err)) != 0)
+		usage_error("--slo-mix: %s", err);
 }
 
 static void parse_dist(const char *name, struct wl_dist *d, const char *v)
@@ -498,10 +488,13 @@ static void apply(struct options *o, size_t i, const char *v)
 		o->metrics_key = opt_or_null(v);
 	else if (!strcmp(n, "llama-key"))
 		o->llama_key = opt_or_null(v);
-	else if (!strcmp(n, "slo")) {
-		memset(&o->slo, 0, sizeof(o->slo));
-		each_piece(o, v, ",", add_slo);
-	} else if (!strcmp(n, "retry"))
+	else if (!strcmp(n, "slo"))
+		parse_slo(o, v);
+	else if (!strcmp(n, "slo-mix"))
+		parse_slo_mix(o, v);
+	else if (!strcmp(n, "slo-headers"))
+		o->slo_headers = on_off(n, v);
+	else if (!strcmp(n, "retry"))
 		o->retry = on_off(n, v);
 	else if (!strcmp(n, "max-retries"))
 		o->max_retries = (unsigned)number(n, v, 0, 100);
@@ -554,6 +547,26 @@ static size_t find_opt(const char *name, size_t len)
 	return i;
 }
 
+bool options_have_slo(const struct options *o)
+{
+	return o->n_slo_classes > 0 || slo_any(&o->slo);
+}
+
+const struct slo *options_slo_of(const struct options *o, int cls)
+{
+	return cls >= 0 ? &o->slo_classes[cls].slo : &o->slo;
+}
+
+/* Whether some request would carry an SLO header (e2el has none). */
+static bool sends_slo(const struct options *o)
+{
+	bool any = o->slo.ttft_ms > 0 || o->slo.tpot_ms > 0;
+	for (unsigned i = 0; i < o->n_slo_classes; i++)
+		any |= o->slo_classes[i].slo.ttft_ms > 0 ||
+		       o->slo_classes[i].slo.tpot_ms > 0;
+	return any;
+}
+
 /* What depends on several options, checked once all are read. */
 static void settle(struct options *o)
 {
@@ -589,8 +602,15 @@ static void settle(struct options *o)
 	    !o->wl.file)
 		usage_error("--dataset %s: needs --dataset-path FILE",
 		            o->wl.source == WL_JSONL ? "jsonl" : "sharegpt");
-	if (o->search && !(o->slo.ttft_ms || o->slo.tpot_ms || o->slo.e2el_ms))
-		usage_error("--search: give the SLOs to meet with --slo");
+	if (o->n_slo_classes && slo_any(&o->slo))
+		usage_error("--slo-mix: not with --slo (each class has its own "
+		            "SLOs)");
+	if (o->search && !options_have_slo(o))
+		usage_error("--search: give the SLOs to meet with --slo or "
+		            "--slo-mix");
+	if (o->slo_headers && !sends_slo(o))
+		usage_error("--slo-headers: no ttft or tpot SLO to send: give "
+		            "them with --slo or --slo-mix");
 	if (o->search && o->n_rates > 1)
 		usage_error("--search: not with several --rate levels");
 	if (o->search && o->num_runs > 1)
@@ -604,13 +624,24 @@ static void settle(struct options *o)
 		usage_error("--cancel-after-tokens: at least 1 for streams");
 }
 
+/*
+ * Options that start empty and take no default pass: the first --tenant
+ * replaces those of the environment, and an empty --slo is an error, not
+ * an SLO every request meets.
+ */
+static bool set_only_when_given(const char *name)
+{
+	return !strcmp(name, "tenant") || !strcmp(name, "slo") ||
+	       !strcmp(name, "slo-mix");
+}
+
 void options_parse(struct options *o, int argc, char **argv)
 {
 	memset(o, 0, sizeof(*o));
 	o->argc = argc;
 	o->argv = argv;
 	for (size_t i = 0; i < N_OPTS; i++)
-		if (strcmp(opt_defs[i].name, "tenant"))
+		if (!set_only_when_given(opt_defs[i].name))
 			apply(o, i, opt_defs[i].def);
 	for (size_t i = 0; i < N_OPTS; i++) {
 		const char *v = getenv(opt_defs[i].env);

@@ -1,9 +1,10 @@
 /*
  * report.c: the runs written out: a Markdown table on stdout (with the
- * tenants' and the scenarios' tables when there are any), CSV, the JSON
- * document and one JSON line per request.
+ * tenants', the SLO classes', the refusals' and the scenarios' tables when
+ * there are any), CSV, the JSON document and one JSON line per request.
  */
 #include "harness.h"
+#include "tools.h"
 
 #include "sluice/base/common.h"
 
@@ -81,8 +82,8 @@ static void make_row(const struct bench *b, const struct run *r, json_t *g,
 	cell(row->cells[13], w, get(g, "output_throughput"), 1);
 	cell(row->cells[14], w, cls ? NAN : r->avg_batch_size, 2);
 	cell(row->cells[15], w, cls ? NAN : r->batches, 0);
-	bool slo = b->o.slo.ttft_ms || b->o.slo.tpot_ms || b->o.slo.e2el_ms;
-	cell(row->cells[16], w, slo ? get(g, "request_goodput") : NAN, 1);
+	cell(row->cells[16], w,
+	     options_have_slo(&b->o) ? get(g, "request_goodput") : NAN, 1);
 }
 
 /* The rows of one run: all of it, then each priority sent ("none": no
@@ -178,7 +179,33 @@ void report_markdown(const struct bench *b, FILE *out)
 		}
 	}
 	print_tenants(b, out);
+	json_t *runs = json_array();
+	for (unsigned k = 0; k < b->n_runs; k++)
+		json_array_append(runs, b->runs[k].doc);
+	sb_slo_markdown(out, runs);
+	json_decref(runs);
 	print_scenarios(b, out);
+}
+
+/* The CSV's columns after the table's: run-wide figures of SLO-aware
+ * admission (fractions, not %), "-" on a priority's row. */
+static const char *const csv_extra[][2] = {
+    {"shed", "shed"},
+    {"admitted attainment", "admitted_attainment"},
+    {"refusal p50 ms", "median_refusal_ms"},
+    {"refusal p99 ms", "p99_refusal_ms"},
+    {"predictor error p50", "median_predictor_error"},
+    {"predictor error p90", "p90_predictor_error"},
+};
+
+static void csv_extras(FILE *f, json_t *doc)
+{
+	for (size_t c = 0; c < SL_ARRAY_SIZE(csv_extra); c++) {
+		char v[32];
+		cell(v, sizeof(v), doc ? get(doc, csv_extra[c][1]) : NAN,
+		     c == 0 ? 0 : 4);
+		fprintf(f, ",%s", v);
+	}
 }
 
 void report_csv(const struct bench *b, const char *path)
@@ -189,6 +216,8 @@ void report_csv(const struct bench *b, const char *path)
 	fprintf(f, "class");
 	for (size_t i = 0; i < N_COLUMNS; i++)
 		fprintf(f, ",%s", columns[i]);
+	for (size_t c = 0; c < SL_ARRAY_SIZE(csv_extra); c++)
+		fprintf(f, ",%s", csv_extra[c][0]);
 	fputc('\n', f);
 	for (unsigned k = 0; k < b->n_runs; k++) {
 		struct row rows[N_PRIOS + 1];
@@ -207,6 +236,7 @@ void report_csv(const struct bench *b, const char *path)
 			fprintf(f, "%s", cls);
 			for (size_t c = 0; c < N_COLUMNS; c++)
 				fprintf(f, ",%s", rows[i].cells[c]);
+			csv_extras(f, i == 0 ? b->runs[k].doc : NULL);
 			fputc('\n', f);
 		}
 	}
@@ -247,6 +277,36 @@ static json_t *maybe(double v)
 	return isnan(v) ? json_null() : json_real(v);
 }
 
+/* A request's SLO class, whether it met its SLOs, its refusal, and
+ * sluice's prediction against its TTFT. */
+static void put_slo_fields(const struct bench *b, const struct record *rec,
+                           json_t *j)
+{
+	const struct options *o = &b->o;
+	json_object_set_new(
+	    j, "slo_class",
+	    rec->slo_class >= 0
+	        ? json_string(o->slo_classes[rec->slo_class].name)
+	        : json_null());
+	json_object_set_new(j, "slo_met",
+	                    options_have_slo(o) && !rec->cancelled
+	                        ? json_boolean(results_meets(b, rec))
+	                        : json_null());
+	bool refused = !rec->ok && (rec->status == 429 || rec->status == 503);
+	json_object_set_new(j, "reason",
+	                    rec->reason[0] ? json_string(rec->reason)
+	                                   : json_null());
+	json_object_set_new(j, "refused_ms",
+	                    refused && rec->head_ns
+	                        ? ms_since(rec->try_sent_ns, rec->head_ns)
+	                        : json_null());
+	json_object_set_new(j, "predicted_ms", maybe(rec->predicted_ms));
+	json_object_set_new(j, "actual_ttft_ms",
+	                    maybe(results_actual_ttft_ms(b, rec)));
+	json_object_set_new(j, "predictor_error",
+	                    maybe(fabs(results_relative_error(b, rec))));
+}
+
 static json_t *record_json(const struct bench *b, unsigned k, size_t i)
 {
 	const struct run *r = &b->runs[k];
@@ -278,6 +338,9 @@ static json_t *record_json(const struct bench *b, unsigned k, size_t i)
 	json_object_set_new(j, "upstream_ms", maybe(rec->upstream_ms));
 	json_object_set_new(j, "server_ttft_ms", maybe(rec->server_ttft_ms));
 	json_object_set_new(j, "retries", json_integer(rec->retries));
+	/* Unique per request, in its body (but /infer's): what the server
+	 * saw, request by request. */
+	json_object_set_new(j, "seed", json_integer((json_int_t)rec->seed));
 	json_object_set_new(j, "warmup", json_boolean(rec->warmup));
 	json_object_set_new(j, "cancelled", json_boolean(rec->cancelled));
 	if (rec->cancelled)
@@ -288,6 +351,7 @@ static json_t *record_json(const struct bench *b, unsigned k, size_t i)
 	json_object_set_new(j, "llama_prompt_ms", maybe(rec->llama_prompt_ms));
 	json_object_set_new(j, "llama_predicted_n",
 	                    maybe(rec->llama_predicted_n));
+	put_slo_fields(b, rec, j);
 	return j;
 }
 

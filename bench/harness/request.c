@@ -1,10 +1,12 @@
 /*
  * request.c: one exchange with the target, on libsluice's HTTP/1.1
  * client (http.h says why not libcurl). It builds the body of the
- * session's current turn, sends it with the tenant's key, X-Priority and
- * the model, and reads the answer: tokens as they stream, usage and
- * llama-server's timings, sluice's Server-Timing and a refusal's
- * Retry-After. Everything lands in the request's record.
+ * session's current turn, sends it with the tenant's key, X-Priority,
+ * the model and its SLOs (X-SLO-TTFT-Ms, X-SLO-TPOT-Ms), and reads the
+ * answer: tokens as they stream, usage and llama-server's timings,
+ * sluice's Server-Timing, and a refusal's Retry-After and reason.
+ * Everything lands in the request's record; each refusal also in the
+ * run's list of them.
  */
 #include "engine.h"
 #include "http.h"
@@ -16,6 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+/* An error answer's body kept for its reason: sluice's are a few hundred
+ * bytes; past this the rest is dropped, not failed on. */
+#define ERROR_BODY_MAX (64u * 1024)
 
 static const char *const endpoint_paths[] = {"/v1/chat/completions",
                                              "/v1/completions", "/completion",
@@ -107,14 +113,25 @@ static void keep_reply(struct exchange *x, json_t *text)
 	x->reply[x->reply_len] = '\0';
 }
 
+/* An exchange's first room for gaps: a short answer's worth. */
+#define GAPS_FIRST 16
+
+static void add_gap(struct exchange *x, double ms)
+{
+	if (x->n_gaps == x->cap_gaps) {
+		x->cap_gaps = x->cap_gaps ? 2 * x->cap_gaps : GAPS_FIRST;
+		x->gaps = sl_xrealloc(x->gaps, x->cap_gaps * sizeof(*x->gaps));
+	}
+	x->gaps[x->n_gaps++] = ms;
+}
+
 static void token(struct session *s)
 {
 	struct record *rec = rec_of(s);
 	uint64_t now = sl_now_ns();
 	if (rec->first_ns) {
 		if (!rec->warmup)
-			bs_add(&s->e->r->itl,
-			       (double)(now - rec->end_ns) / 1e6);
+			add_gap(&s->x, (double)(now - rec->end_ns) / 1e6);
 	} else {
 		rec->first_ns = now;
 	}
@@ -208,10 +225,27 @@ static int on_event(const char *ev, size_t len, void *arg)
 	return 0;
 }
 
+/* An error answer's body, kept whole up to ERROR_BODY_MAX. */
+static void keep_error_body(struct exchange *x, const char *data, size_t len)
+{
+	len = SL_MIN(len, ERROR_BODY_MAX - x->resp_len);
+	if (len == 0)
+		return;
+	x->resp = sl_xrealloc(x->resp, x->resp_len + len + 1);
+	memcpy(x->resp + x->resp_len, data, len);
+	x->resp_len += len;
+	x->resp[x->resp_len] = '\0';
+}
+
 static int on_body(struct sl_h1_request *r, const char *data, size_t len)
 {
 	struct session *s = r->data;
 	struct exchange *x = &s->x;
+	/* A refusal or an error: no tokens, a body kept for its reason. */
+	if (r->status < 200 || r->status >= 300) {
+		keep_error_body(x, data, len);
+		return SL_H1_GO_ON;
+	}
 	if (s->b->o.stream) {
 		if (sl_sse_feed(&x->sse, data, len, on_event, s) != 0) {
 			snprintf(x->error, sizeof(x->error),
@@ -240,12 +274,14 @@ static int on_body(struct sl_h1_request *r, const char *data, size_t len)
 	return SL_H1_GO_ON;
 }
 
-/* "queue;dur=1.5, upstream;dur=20" into the record's three figures. */
+/* "queue;dur=1.5, upstream;dur=20, predicted;dur=40.2" into the record's
+ * four figures. */
 static void read_server_timing(struct record *rec, const char *v)
 {
-	static const char *const names[] = {"queue", "upstream", "ttft"};
+	static const char *const names[] = {"queue", "upstream", "ttft",
+	                                    "predicted"};
 	double *dest[] = {&rec->queue_ms, &rec->upstream_ms,
-	                  &rec->server_ttft_ms};
+	                  &rec->server_ttft_ms, &rec->predicted_ms};
 	while (*v) {
 		v += strspn(v, " \t,");
 		size_t name_len = strcspn(v, ";, \t\r\n");
@@ -278,6 +314,9 @@ static long wait_ms(const struct session *s, const char *v, double unit)
 static int on_header(struct sl_h1_request *r, const char *data, size_t len)
 {
 	struct session *s = r->data;
+	/* The head's first line: a refusal's time is taken here. */
+	if (!rec_of(s)->head_ns)
+		rec_of(s)->head_ns = sl_now_ns();
 	char line[512];
 	snprintf(line, sizeof(line), "%.*s", (int)SL_MIN(len, 511u), data);
 	char *colon = strchr(line, ':');
@@ -300,6 +339,50 @@ static void fail(struct record *rec, const char *why)
 		rec->error = sl_xstrdup(why);
 }
 
+/*
+ * The attempt's inter-token gaps join the run's when its stream was
+ * served whole (issue 41): the gaps of a stream cut short, failed or left
+ * on purpose describe no answer that was served, and a refused attempt
+ * has none. They are dropped either way.
+ */
+static void keep_gaps(struct session *s)
+{
+	struct exchange *x = &s->x;
+	struct record *rec = rec_of(s);
+	if (rec->ok && !rec->cancelled)
+		for (size_t i = 0; i < x->n_gaps; i++)
+			bs_add(&s->e->r->itl, x->gaps[i]);
+	x->n_gaps = 0;
+}
+
+/*
+ * A refusal's reason, and the refusal in the run's list when the request
+ * is measured: every attempt refused counts, a retried one's too.
+ */
+static void note_refusal(struct session *s, uint64_t now)
+{
+	struct exchange *x = &s->x;
+	struct record *rec = rec_of(s);
+	struct run *r = s->e->r;
+	slo_refusal_reason(x->resp, x->resp_len, rec->reason,
+	                   sizeof(rec->reason));
+	/* A head without a single header line: its end is as near. */
+	if (!rec->head_ns)
+		rec->head_ns = now;
+	if (rec->warmup)
+		return;
+	if (r->n_refusals == r->cap_refusals) {
+		r->cap_refusals = r->cap_refusals ? 2 * r->cap_refusals : 256;
+		r->refusals = sl_xrealloc(
+		    r->refusals, r->cap_refusals * sizeof(*r->refusals));
+	}
+	struct refusal *f = &r->refusals[r->n_refusals++];
+	f->ms = (double)(rec->head_ns - rec->try_sent_ns) / 1e6;
+	f->status = rec->status;
+	f->retry_after = x->retry_after_ms >= 0;
+	memcpy(f->reason, rec->reason, sizeof(f->reason));
+}
+
 static void on_done(struct sl_h1_request *r, enum sl_h1_result result)
 {
 	struct session *s = r->data;
@@ -308,6 +391,8 @@ static void on_done(struct sl_h1_request *r, enum sl_h1_result result)
 	int status = r->status;
 	rec->status = status;
 	uint64_t now = sl_now_ns();
+	if (status == 429 || status == 503)
+		note_refusal(s, now);
 	bool whole = result == SL_H1_OK;
 	if (x->leave &&
 	    ((result == SL_H1_STOPPED && !x->error[0]) || x->left)) {
@@ -342,6 +427,7 @@ static void on_done(struct sl_h1_request *r, enum sl_h1_result result)
 		free(rec->error);
 		rec->error = NULL;
 	}
+	keep_gaps(s);
 	engine_exchange_done(s);
 }
 
@@ -369,6 +455,7 @@ void exchange_clear(struct session *s)
 	free(x->body);
 	free(x->resp);
 	free(x->reply);
+	free(x->gaps);
 	memset(x, 0, sizeof(*x));
 }
 
@@ -378,6 +465,21 @@ static void add_header(struct exchange *x, const char *name, const char *v)
 	    sl_xasprintf("%s%s: %s\r\n", x->headers ? x->headers : "", name, v);
 	free(x->headers);
 	x->headers = h;
+}
+
+/* The request's SLOs as sluice reads them (the Gateway API Inference
+ * Extension's names): whole milliseconds, rounded up; e2el has none. */
+static void add_slo_headers(struct exchange *x, const struct slo *slo)
+{
+	char v[32];
+	if (slo->ttft_ms > 0) {
+		snprintf(v, sizeof(v), "%ld", slo_header_ms(slo->ttft_ms));
+		add_header(x, "X-SLO-TTFT-Ms", v);
+	}
+	if (slo->tpot_ms > 0) {
+		snprintf(v, sizeof(v), "%ld", slo_header_ms(slo->tpot_ms));
+		add_header(x, "X-SLO-TPOT-Ms", v);
+	}
 }
 
 /* Sends the record's request (again, for a retry). */
@@ -405,6 +507,8 @@ static void send_it(struct session *s)
 	x->sent_ns = sl_now_ns();
 	if (!rec->sent_ns)
 		rec->sent_ns = x->sent_ns;
+	rec->try_sent_ns = x->sent_ns;
+	rec->head_ns = 0;
 	/* The URL was checked at start: this cannot be refused. */
 	sl_h1_start(&b->h1, r, b->o.url, HB_MAX_CONNS);
 }
@@ -424,6 +528,10 @@ void exchange_resend(struct session *s)
 	rec->first_ns = rec->end_ns = 0;
 	rec->tokens_seen = 0;
 	rec->retries++;
+	/* The figures below are the last answer's: none from a refusal. */
+	rec->queue_ms = rec->upstream_ms = NAN;
+	rec->server_ttft_ms = rec->predicted_ms = NAN;
+	rec->reason[0] = '\0';
 	send_it(s);
 }
 
@@ -446,13 +554,15 @@ void exchange_start(struct session *s)
 	rec->tenant = (int16_t)s->tenant;
 	rec->model = (int16_t)s->model;
 	rec->prio = (int8_t)s->prio;
+	rec->slo_class = (int8_t)s->slo_class;
 	rec->seed = ++b->next_seed;
 	rec->intended_ns = s->intended_ns;
 	rec->warmup =
 	    (double)(s->intended_ns - r->start_ns) / 1e9 < b->o.warmup_s;
 	rec->slot_freed = -1;
 	rec->input_tokens = s->conv->turns[s->turn].input_tokens;
-	rec->queue_ms = rec->upstream_ms = rec->server_ttft_ms = NAN;
+	rec->queue_ms = rec->upstream_ms = NAN;
+	rec->server_ttft_ms = rec->predicted_ms = NAN;
 	rec->llama_prompt_ms = rec->llama_predicted_n = NAN;
 	x->leave =
 	    b->o.cancel_share > 0 && wl_rng_unit(&b->rng) < b->o.cancel_share;
@@ -468,6 +578,8 @@ void exchange_start(struct session *s)
 	}
 	if (s->prio != PRIO_NONE)
 		add_header(x, "X-Priority", prio_names[s->prio]);
+	if (b->o.slo_headers)
+		add_slo_headers(x, options_slo_of(&b->o, s->slo_class));
 	send_it(s);
 }
 

@@ -10,27 +10,40 @@
  * second. Fairness is Jain's index over the tenants' service (input and
  * output tokens served) divided by their weights: 1 when every tenant got
  * service in proportion to its weight, 1/n when one got it all.
+ *
+ * Under SLOs (--slo, or a class of --slo-mix per conversation) each
+ * request is judged by its own SLOs. Its last answer puts it in one
+ * outcome: served (2xx, whole), shed (429 or 503 with an "slo_" reason),
+ * refused otherwise (429 or 503), other (failed), or left on purpose;
+ * admitted is served or other: sluice did not refuse it. Attainment is
+ * the share that met their SLOs, of those that wanted an answer and of
+ * those admitted. The predictor's error is |predicted - actual| / actual
+ * over the requests whose answer carried sluice's predicted TTFT and
+ * whose TTFT was measured (results_actual_ttft_ms).
  */
 #include "harness.h"
 
 #include "sluice/base/common.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct figures {
 	struct bs_samples ttft, tpot, e2el, queue, upstream, server_ttft, lag;
+	struct bs_samples pred_error, pred_signed; /* relative, see above */
 	uint64_t n, completed, failed, good, input_tokens, output_tokens;
 	uint64_t cached_tokens, prompt_tokens_timed;
 	uint64_t status_2xx, status_429, status_503, status_other;
 	uint64_t retry_after, retried, retried_ok, cancelled, left;
+	uint64_t shed, refused, admitted;
 };
 
 static void figures_free(struct figures *f)
 {
-	struct bs_samples *all[] = {&f->ttft,  &f->tpot,     &f->e2el,
-	                            &f->queue, &f->upstream, &f->server_ttft,
-	                            &f->lag};
+	struct bs_samples *all[] = {&f->ttft,  &f->tpot,       &f->e2el,
+	                            &f->queue, &f->upstream,   &f->server_ttft,
+	                            &f->lag,   &f->pred_error, &f->pred_signed};
 	for (size_t i = 0; i < SL_ARRAY_SIZE(all); i++)
 		bs_free(all[i]);
 }
@@ -52,8 +65,34 @@ double results_tpot_ms(const struct record *rec)
 	return ms(rec->first_ns, rec->end_ns) / (rec->output_tokens - 1);
 }
 
-static bool meets(const struct slo *slo, const struct record *rec)
+/*
+ * The TTFT that sluice's prediction is held to, in ms: a stream's first
+ * token from the send of the attempt answered (sluice predicts from the
+ * request's arrival, which on a local link is the send); a plain answer's
+ * from sluice's own Server-Timing, queue plus ttft (arrival to dispatch,
+ * dispatch to first token), when it sent both. NAN otherwise: a plain
+ * answer's first byte is its last token, not its first.
+ */
+double results_actual_ttft_ms(const struct bench *b, const struct record *rec)
 {
+	if (b->o.stream)
+		return rec->tokens_seen && rec->first_ns >= rec->try_sent_ns
+		           ? ms(rec->try_sent_ns, rec->first_ns)
+		           : NAN;
+	if (!isnan(rec->queue_ms) && !isnan(rec->server_ttft_ms))
+		return rec->queue_ms + rec->server_ttft_ms;
+	return NAN;
+}
+
+double results_relative_error(const struct bench *b, const struct record *rec)
+{
+	return slo_relative_error(rec->predicted_ms,
+	                          results_actual_ttft_ms(b, rec));
+}
+
+bool results_meets(const struct bench *b, const struct record *rec)
+{
+	const struct slo *slo = options_slo_of(&b->o, rec->slo_class);
 	if (!rec->ok || rec->cancelled)
 		return false;
 	if (slo->ttft_ms > 0 &&
@@ -69,10 +108,28 @@ static bool meets(const struct slo *slo, const struct record *rec)
 	return true;
 }
 
-static void add(struct figures *f, const struct slo *slo,
+static bool refused_status(int status)
+{
+	return status == 429 || status == 503;
+}
+
+static void add(struct figures *f, const struct bench *b,
                 const struct record *rec)
 {
 	f->n++;
+	if (!rec->ok && !rec->cancelled && refused_status(rec->status)) {
+		if (slo_is_shed(rec->reason))
+			f->shed++;
+		else
+			f->refused++;
+	} else if (!rec->cancelled) {
+		f->admitted++;
+	}
+	double e = results_relative_error(b, rec);
+	if (!isnan(e)) {
+		bs_add(&f->pred_signed, e);
+		bs_add(&f->pred_error, fabs(e));
+	}
 	/* Each request in one bucket: left on purpose, answered whole,
 	 * refused (429, 503), or failed otherwise (a status, a broken
 	 * connection, an answer cut short). */
@@ -103,7 +160,7 @@ static void add(struct figures *f, const struct slo *slo,
 		return;
 	}
 	f->completed++;
-	f->good += meets(slo, rec);
+	f->good += results_meets(b, rec);
 	f->input_tokens += rec->input_tokens;
 	f->output_tokens += rec->output_tokens;
 	f->cached_tokens += rec->cached_tokens;
@@ -200,7 +257,7 @@ static json_t *groups_by(const struct bench *b, const struct run *r,
 		struct figures f = {0};
 		for (size_t i = 0; i < r->n_recs; i++)
 			if (measured(&r->recs[i]) && key(&r->recs[i]) == k)
-				add(&f, &b->o.slo, &r->recs[i]);
+				add(&f, b, &r->recs[i]);
 		if (f.n) {
 			json_object_set_new(out, name(b, k),
 			                    group_json(&f, seconds));
@@ -418,7 +475,7 @@ double results_goodput_fraction(const struct bench *b, const struct run *r)
 	for (size_t i = 0; i < r->n_recs; i++)
 		if (measured(&r->recs[i]) && !r->recs[i].cancelled) {
 			n++;
-			good += meets(&b->o.slo, &r->recs[i]);
+			good += results_meets(b, &r->recs[i]);
 		}
 	return n ? (double)good / (double)n : NAN;
 }
@@ -430,6 +487,158 @@ static json_t *slo_json(const struct slo *s)
 	    s->ttft_ms ? json_real(s->ttft_ms) : json_null(), "tpot_ms",
 	    s->tpot_ms ? json_real(s->tpot_ms) : json_null(), "e2el_ms",
 	    s->e2el_ms ? json_real(s->e2el_ms) : json_null());
+}
+
+/* ---- SLO classes, refusals and the predictor ---- */
+
+static json_t *predictor_json(struct figures *f)
+{
+	if (f->pred_error.n == 0)
+		return json_null();
+	return json_pack(
+	    "{s:I, s:o, s:o, s:o}", "requests", (json_int_t)f->pred_error.n,
+	    "median_error", num(bs_percentile(&f->pred_error, 50)), "p90_error",
+	    num(bs_percentile(&f->pred_error, 90)), "median_signed_error",
+	    num(bs_percentile(&f->pred_signed, 50)));
+}
+
+static double share_of(uint64_t part, uint64_t whole)
+{
+	return whole ? (double)part / (double)whole : NAN;
+}
+
+/* One SLO class's figures: class k of --slo-mix, or (k < 0) every
+ * request under --slo. */
+static json_t *slo_class_json(const struct bench *b, const struct run *r, int k,
+                              double seconds)
+{
+	struct figures f = {0};
+	for (size_t i = 0; i < r->n_recs; i++)
+		if (measured(&r->recs[i]) &&
+		    (k < 0 || r->recs[i].slo_class == k))
+			add(&f, b, &r->recs[i]);
+	json_t *j = json_pack(
+	    "{s:o, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "slo",
+	    slo_json(options_slo_of(&b->o, k)), "share",
+	    k >= 0 ? b->o.slo_classes[k].share : 1.0, "num_prompts",
+	    (json_int_t)f.n, "served", (json_int_t)f.status_2xx, "shed",
+	    (json_int_t)f.shed, "refused", (json_int_t)f.refused, "other",
+	    (json_int_t)f.status_other, "left", (json_int_t)f.left, "admitted",
+	    (json_int_t)f.admitted, "met", (json_int_t)f.good);
+	json_object_set_new(j, "attainment",
+	                    num(share_of(f.good, f.n - f.left)));
+	json_object_set_new(j, "admitted_attainment",
+	                    num(share_of(f.good, f.admitted)));
+	json_object_set_new(j, "request_goodput",
+	                    num(bs_rate(f.good, seconds)));
+	json_object_set_new(j, "median_ttft_ms",
+	                    num(bs_percentile(&f.ttft, 50)));
+	json_object_set_new(j, "p99_ttft_ms", num(bs_percentile(&f.ttft, 99)));
+	json_object_set_new(j, "median_predictor_error",
+	                    num(bs_percentile(&f.pred_error, 50)));
+	json_object_set_new(j, "p90_predictor_error",
+	                    num(bs_percentile(&f.pred_error, 90)));
+	figures_free(&f);
+	return j;
+}
+
+/* Every class of --slo-mix, or "default" for --slo; null without SLOs. */
+static json_t *slo_classes_json(const struct bench *b, const struct run *r,
+                                double seconds)
+{
+	const struct options *o = &b->o;
+	if (!options_have_slo(o))
+		return json_null();
+	json_t *j = json_object();
+	if (o->n_slo_classes == 0)
+		json_object_set_new(j, "default",
+		                    slo_class_json(b, r, -1, seconds));
+	for (unsigned k = 0; k < o->n_slo_classes; k++)
+		json_object_set_new(j, o->slo_classes[k].name,
+		                    slo_class_json(b, r, (int)k, seconds));
+	return j;
+}
+
+/* A kind of refusal: its status, and its reason when it gave one. */
+static void refusal_kind(const struct refusal *f, char *out, size_t len)
+{
+	snprintf(out, len, "%d%s%s", f->status, f->reason[0] ? " " : "",
+	         f->reason);
+}
+
+/* The figures of n refusals. */
+static json_t *refusal_figures(const struct refusal *f, size_t n)
+{
+	struct bs_samples lat = {0};
+	uint64_t with = 0;
+	for (size_t i = 0; i < n; i++) {
+		bs_add(&lat, f[i].ms);
+		with += f[i].retry_after;
+	}
+	json_t *j = json_pack("{s:I, s:I, s:o, s:o, s:o}", "count",
+	                      (json_int_t)n, "retry_after", (json_int_t)with,
+	                      "retry_after_share", num(share_of(with, n)),
+	                      "median_ms", num(bs_percentile(&lat, 50)),
+	                      "p99_ms", num(bs_percentile(&lat, 99)));
+	bs_free(&lat);
+	return j;
+}
+
+static int by_kind(const void *a, const void *b)
+{
+	const struct refusal *x = a, *y = b;
+	if (x->status != y->status)
+		return x->status < y->status ? -1 : 1;
+	return strcmp(x->reason, y->reason);
+}
+
+/*
+ * Every refusal of the run's measured requests, each attempt's: how long
+ * it took (send to head) and whether it carried Retry-After, all and by
+ * kind ("429", "429 slo_ttft", "503 slo_deadline"). Kinds are whatever
+ * reasons the server gave: sorted, then taken run by run, whatever their
+ * number.
+ */
+static json_t *refusals_json(const struct run *r)
+{
+	size_t n = r->n_refusals;
+	if (n == 0)
+		return json_null();
+	json_t *j = refusal_figures(r->refusals, n);
+	struct refusal *sorted = sl_xmalloc(n * sizeof(*sorted));
+	memcpy(sorted, r->refusals, n * sizeof(*sorted));
+	qsort(sorted, n, sizeof(*sorted), by_kind);
+	json_t *by = json_object();
+	for (size_t i = 0, k; i < n; i = k) {
+		for (k = i + 1; k < n && !by_kind(&sorted[i], &sorted[k]); k++)
+			;
+		char kind[SLO_REASON_MAX + 16];
+		refusal_kind(&sorted[i], kind, sizeof(kind));
+		json_object_set_new(by, kind,
+		                    refusal_figures(sorted + i, k - i));
+	}
+	free(sorted);
+	json_object_set_new(j, "by_kind", by);
+	return j;
+}
+
+/* The headline figures of the SLO objects, at the run's top level where
+ * repetitions, the search and `compare` read them. */
+static void put_slo_figures(json_t *j, struct figures *f, json_t *refusals)
+{
+	json_object_set_new(j, "shed", json_integer((json_int_t)f->shed));
+	json_object_set_new(j, "admitted_attainment",
+	                    num(share_of(f->good, f->admitted)));
+	json_object_set_new(j, "median_predictor_error",
+	                    num(bs_percentile(&f->pred_error, 50)));
+	json_object_set_new(j, "p90_predictor_error",
+	                    num(bs_percentile(&f->pred_error, 90)));
+	json_t *med = json_object_get(refusals, "median_ms");
+	json_t *p99 = json_object_get(refusals, "p99_ms");
+	json_object_set_new(j, "median_refusal_ms",
+	                    med ? json_incref(med) : json_null());
+	json_object_set_new(j, "p99_refusal_ms",
+	                    p99 ? json_incref(p99) : json_null());
 }
 
 /* The Markdown table's figures, under the names they always had. */
@@ -480,7 +689,7 @@ json_t *results_run(const struct bench *b, struct run *r)
 	struct figures f = {0};
 	for (size_t i = 0; i < r->n_recs; i++)
 		if (measured(&r->recs[i]))
-			add(&f, &o->slo, &r->recs[i]);
+			add(&f, b, &r->recs[i]);
 	json_t *j = json_pack(
 	    "{s:s, s:i, s:i, s:o, s:o, s:o, s:I, s:I, s:I, s:f, s:I, s:I}",
 	    "label", o->label, "level", (int)r->level, "repeat", (int)r->repeat,
@@ -537,6 +746,11 @@ json_t *results_run(const struct bench *b, struct run *r)
 	                    fairness(b, json_object_get(groups, "tenant")));
 	json_object_set_new(j, "groups", groups);
 	json_object_set_new(j, "outcomes", outcomes);
+	json_object_set_new(j, "slo_classes", slo_classes_json(b, r, seconds));
+	json_t *refusals = refusals_json(r);
+	put_slo_figures(j, &f, refusals);
+	json_object_set_new(j, "refusals", refusals);
+	json_object_set_new(j, "predictor", predictor_json(&f));
 	json_object_set_new(j, "server_timing",
 	                    f.queue.n || f.upstream.n
 	                        ? json_pack("{s:o, s:o, s:o}", "queue",

@@ -55,6 +55,15 @@ int sb_report_main(int argc, char **argv);
  */
 int sb_compare_main(int argc, char **argv);
 
+/*
+ * The figures of SLO-aware admission in runs (a report's "runs"): each
+ * SLO class's table, and each run's refusals and predictor error, as
+ * Markdown tables; nothing when no run has them. sb_slo_html writes the
+ * page's sections for the same.
+ */
+void sb_slo_markdown(FILE *f, json_t *runs);
+void sb_slo_html(FILE *f, json_t *runs);
+
 /* --- Reading a report ------------------------------------------------ */
 
 /*
@@ -118,7 +127,8 @@ struct sb_stat sb_level_stat(json_t *doc, const struct sb_level *l,
 struct sb_metric {
 	const char *field; /* the run-level field */
 	int decimals;
-	bool count; /* a count: no decimals when whole */
+	bool count;    /* a count: no decimals when whole */
+	bool optional; /* shown only where some run has it (SLO admission) */
 };
 
 extern const struct sb_metric sb_key_metrics[];
