@@ -227,9 +227,9 @@ static void on_request_finished(struct sl_http_request *req, bool completed,
 		    .completion_tokens = in->tokens,
 		    .reserved = in->tokens_reserved,
 		    .queue_ms = in->queue_ms,
-		    .slot_seconds =
-		        in->queue_ms >= 0 ? seconds - (double)in->queue_ms / 1000
-		                          : 0,
+		    .slot_seconds = in->queue_ms >= 0
+		                        ? seconds - (double)in->queue_ms / 1000
+		                        : 0,
 		};
 		sl_tenant_end(in->tenant, &e, uv_now(&app->loop));
 	}
@@ -280,10 +280,21 @@ static json_t *model_json(const struct sl_model *m)
 		                      json_string(m->pool.members[i]->name));
 		inflight += m->pool.members[i]->inflight;
 	}
-	return json_pack("{s:s, s:s, s:o, s:i, s:i, s:o}", "name", m->name,
+	/*
+	 * Deadlines (sched/README.md): the factor its TTFT predictions are
+	 * admitted on, the answers it was learned from, and the requests
+	 * waiting with a service level.
+	 */
+	json_t *slo =
+	    json_pack("{s:f, s:I, s:i}", "calibration",
+	              sl_predict_calib_factor(&m->calib), "calibration_samples",
+	              (json_int_t)m->calib.samples, "queued",
+	              (json_int_t)sl_sched_slo_depth(&m->sched));
+	return json_pack("{s:s, s:s, s:o, s:i, s:i, s:o, s:o}", "name", m->name,
 	                 "state", sl_model_state(m), "aliases", aliases,
 	                 "queued", (json_int_t)sl_sched_depth(&m->sched),
-	                 "inflight", (json_int_t)inflight, "upstreams", ups);
+	                 "inflight", (json_int_t)inflight, "upstreams", ups,
+	                 "slo", slo);
 }
 
 json_t *sl_app_health_json(const struct sl_app *app, bool *any_ready)
@@ -597,7 +608,8 @@ void app_warn_unknown_models(const struct sl_app *app, const char *when)
 			    app->registry.model_section
 			        ? sl_registry_find(&app->registry, name) != NULL
 			        : strcmp(name,
-			                 app->registry.default_model->name) == 0;
+			                 app->registry.default_model->name) ==
+			              0;
 			if (served)
 				continue;
 			sl_join_str(&j, j.len ? ", " : "");
@@ -606,15 +618,17 @@ void app_warn_unknown_models(const struct sl_app *app, const char *when)
 		if (j.len == 0)
 			continue;
 		if (app->registry.model_section)
-			sl_warn("%skeys.%s: models: %s: no such model or alias; "
-			        "the key cannot use it",
-			        when, key->name, names);
+			sl_warn(
+			    "%skeys.%s: models: %s: no such model or alias; "
+			    "the key cannot use it",
+			    when, key->name, names);
 		else
-			sl_warn("%skeys.%s: models: %s: sluice serves one model, "
-			        "%s (--model-name), which takes any name in a "
-			        "request; a key's list names it by that name",
-			        when, key->name, names,
-			        app->registry.default_model->name);
+			sl_warn(
+			    "%skeys.%s: models: %s: sluice serves one model, "
+			    "%s (--model-name), which takes any name in a "
+			    "request; a key's list names it by that name",
+			    when, key->name, names,
+			    app->registry.default_model->name);
 	}
 }
 

@@ -215,6 +215,32 @@ static void test_output_lengths(void)
 	ASSERT_NEAR(sl_predict_output_tokens(&o, -1), 120, 1e-6);
 }
 
+/* The calibration settles at the quantile of actual over predicted. */
+static void test_calibration_finds_the_quantile(void)
+{
+	struct sl_predict_calib c = {0};
+	ASSERT(sl_predict_calib_factor(&c) == 1);
+	unsigned seed = 11;
+	/* Actual TTFTs 0.8 to 1.6 times the prediction, evenly: q95 1.56. */
+	for (int i = 0; i < 20000; i++)
+		sl_predict_calib_observe(&c, 100,
+		                         100 * (1.2 + 0.4 * spread(&seed)));
+	ASSERT_NEAR(sl_predict_calib_factor(&c), 1.56, 0.05);
+	/* Predictions that err high: the factor falls below 1. */
+	for (int i = 0; i < 20000; i++)
+		sl_predict_calib_observe(&c, 100,
+		                         100 * (0.6 + 0.1 * spread(&seed)));
+	ASSERT_NEAR(sl_predict_calib_factor(&c), 0.69, 0.05);
+	/* Bounded either way; noise below a millisecond is ignored. */
+	unsigned long long n = c.samples;
+	sl_predict_calib_observe(&c, 0.5, 100);
+	sl_predict_calib_observe(&c, 100, NAN);
+	ASSERT_EQ(c.samples, n);
+	for (int i = 0; i < 1000; i++)
+		sl_predict_calib_observe(&c, 1, 1e6);
+	ASSERT(sl_predict_calib_factor(&c) <= SL_PREDICT_CALIB_MAX * 1.0001);
+}
+
 int main(void)
 {
 	RUN(test_prior_refuses_nothing);
@@ -225,5 +251,6 @@ int main(void)
 	RUN(test_follows_a_change);
 	RUN(test_busy_integral);
 	RUN(test_output_lengths);
+	RUN(test_calibration_finds_the_quantile);
 	return 0;
 }

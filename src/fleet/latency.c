@@ -135,6 +135,7 @@ void sl_latency_predict(const struct sl_model *m,
 	sl_sched_ahead(&m->sched, a->priority, due, &out->ahead, &work);
 	out->wait_ms = wait_ms(m, out->ahead, work, out->hold_ms, now_ms);
 	out->ttft_ms = out->wait_ms + out->first_ms;
+	out->ttft_admit_ms = out->ttft_ms * sl_predict_calib_factor(&m->calib);
 }
 
 double sl_latency_hold_on(const struct sl_upstream *u,

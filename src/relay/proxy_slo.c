@@ -162,15 +162,15 @@ bool exchange_slo_admit(struct exchange *x, uint64_t now_ms)
 	if (!l->known)
 		return true;
 	char message[320];
-	if (x->slo.ttft_ms && l->ttft_ms > (double)x->slo.ttft_ms) {
-		double late = l->ttft_ms - (double)x->slo.ttft_ms;
+	if (x->slo.ttft_ms && l->ttft_admit_ms > (double)x->slo.ttft_ms) {
+		double late = l->ttft_admit_ms - (double)x->slo.ttft_ms;
 		snprintf(
 		    message, sizeof(message),
-		    "sluice predicts a time to first token of %.0f ms for "
-		    "this request (%.0f ms waiting for a slot, %u "
+		    "sluice predicts a time to first token of up to %.0f ms "
+		    "for this request (%.0f ms waiting for a slot, %u "
 		    "requests ahead), beyond its service level of %llu ms; "
 		    "retry in %.1f s",
-		    l->ttft_ms, l->wait_ms, l->ahead,
+		    l->ttft_admit_ms, l->wait_ms, l->ahead,
 		    (unsigned long long)x->slo.ttft_ms,
 		    SL_MAX(late, (double)SL_SCHED_RETRY_MIN_MS) / 1000);
 		refuse(x, 429, "slo_ttft", (uint64_t)ceil(late), message);
@@ -198,7 +198,7 @@ void sl_proxy_late(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 	sl_stats_queued(x->relay->stats, x->priority, -1);
 	struct sl_latency now;
 	predict_now(x, now_ms, &now);
-	double late = now.ttft_ms - (double)x->slo.ttft_ms;
+	double late = now.ttft_admit_ms - (double)x->slo.ttft_ms;
 	char message[320];
 	snprintf(message, sizeof(message),
 	         "the request waited %llu ms in sluice's queue and can no "
@@ -239,6 +239,8 @@ void exchange_slo_first_token(struct exchange *x, double ttft_s)
 		return;
 	sl_stats_prediction(x->relay->stats,
 	                    x->predicted.ttft_ms / (ttft_s * 1000));
+	sl_predict_calib_observe(&x->model->calib, x->predicted.ttft_ms,
+	                         ttft_s * 1000);
 	struct sl_upstream *u = x->upstream;
 	if (!u || !x->run.running)
 		return;

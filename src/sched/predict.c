@@ -241,6 +241,35 @@ double sl_predict_run_end(struct sl_predictor *p, struct sl_predict_run *r,
 	return SL_MAX(k, 1.0);
 }
 
+/* ---- calibration ---- */
+
+/*
+ * A stochastic estimate of a quantile q of log(actual / predicted): each
+ * ratio above the estimate moves it up by STEP, each below down by STEP
+ * q' / q (q' = 1 - q), so it rests where q of the ratios lie below it.
+ * Predictions under a millisecond are timer noise and teach nothing.
+ */
+void sl_predict_calib_observe(struct sl_predict_calib *c, double predicted,
+                              double actual)
+{
+	if (!(predicted >= 1) || !(actual > 0) || !isfinite(actual))
+		return;
+	double r = log(actual / predicted);
+	double q = SL_PREDICT_CALIB_QUANTILE;
+	if (r > c->log_factor)
+		c->log_factor += SL_PREDICT_CALIB_STEP;
+	else
+		c->log_factor -= SL_PREDICT_CALIB_STEP * (1 - q) / q;
+	c->log_factor = SL_MAX(c->log_factor, log(SL_PREDICT_CALIB_MIN));
+	c->log_factor = SL_MIN(c->log_factor, log(SL_PREDICT_CALIB_MAX));
+	c->samples++;
+}
+
+double sl_predict_calib_factor(const struct sl_predict_calib *c)
+{
+	return exp(c->log_factor);
+}
+
 /* ---- output lengths ---- */
 
 void sl_predict_output_init(struct sl_predict_output *o)

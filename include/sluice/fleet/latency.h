@@ -20,6 +20,9 @@
  * others hold on a remote upstream (upstream.h, "Occupancy") count half a
  * request's hold each.
  *
+ * Admission compares ttft_admit_ms: the TTFT times the model's
+ * calibration (predict.h), a prediction seldom too low.
+ *
  * The cost: a walk of the running requests of the model's upstreams (at
  * most its slots, a few more with others') and an O(log n) query of the
  * queue; no allocation.
@@ -57,6 +60,8 @@ struct sl_latency {
 	double tpot_ms;    /* per token, at the concurrency it will meet */
 	double wait_ms;    /* until a slot frees for it */
 	double ttft_ms;    /* wait_ms + first_ms */
+	/* ttft_ms times the model's calibration: what admission compares. */
+	double ttft_admit_ms;
 	/*
 	 * With a TTFT service level: the latest moment it may leave the
 	 * queue and still meet it (sched.h, "Deadlines"), at least now + 1;

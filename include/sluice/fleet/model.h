@@ -45,8 +45,12 @@ struct sl_model {
 	struct sl_model_config *conf;
 	struct sl_pool pool;
 	struct sl_sched sched;
-	/* How long its answers run (predict.h); all zero is the prior. */
+	/*
+	 * How long its answers run, and how its TTFT predictions err
+	 * (predict.h); all zero is the prior.
+	 */
 	struct sl_predict_output output;
+	struct sl_predict_calib calib;
 	uv_timer_t sched_timer; /* its scheduler's next deadline */
 	/*
 	 * What its managed llama-servers are started with: the global

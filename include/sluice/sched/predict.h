@@ -46,6 +46,15 @@
  * of unbounded answers. Prior: the whole bound; SL_PREDICT_UNBOUNDED_PRIOR
  * without one.
  *
+ * Calibration (struct sl_predict_calib, one per model): admission needs a
+ * prediction that is seldom too low, not one that is right on average. So
+ * the ratio of each served request's actual TTFT to its predicted one is
+ * followed, and its SL_PREDICT_CALIB_QUANTILE quantile (estimated online:
+ * each ratio above the estimate raises it, each below lowers it, in the
+ * proportion that settles at that quantile) multiplies the prediction a
+ * request is admitted on. Predictions that err low on a busy machine thus
+ * admit fewer; ones that err high, more.
+ *
  * Glossary:
  *   first   the upstream's part of a request's TTFT: from its dispatch to
  *           its first token
@@ -87,6 +96,17 @@
 #define SL_PREDICT_TOKENS_PER_BYTE 0.25
 /* Output tokens assumed of an unbounded request before any was seen. */
 #define SL_PREDICT_UNBOUNDED_PRIOR 256.0
+
+/*
+ * Calibration (see the top): the quantile of actual over predicted TTFT
+ * that admission multiplies by, the step of its estimate (in log space:
+ * 5% up for a ratio above it, 5% x (1 - q) / q down for one below), and
+ * the factor's bounds, past which a prediction is no prediction.
+ */
+#define SL_PREDICT_CALIB_QUANTILE 0.95
+#define SL_PREDICT_CALIB_STEP 0.05
+#define SL_PREDICT_CALIB_MIN 0.5
+#define SL_PREDICT_CALIB_MAX 4.0
 
 /* One finished answer, as sl_predict_observe() takes it. */
 struct sl_predict_sample {
@@ -134,6 +154,12 @@ struct sl_predictor {
 	unsigned busy;
 	uint64_t busy_at_ms;
 	double busy_area;
+};
+
+/* The calibration of one model's predictions (see the top). */
+struct sl_predict_calib {
+	double log_factor; /* 0: the factor 1, the start */
+	unsigned long long samples;
 };
 
 /* Output lengths of one model's answers (see the top). */
@@ -196,6 +222,13 @@ void sl_predict_run_first(struct sl_predictor *p, struct sl_predict_run *r,
  */
 double sl_predict_run_end(struct sl_predictor *p, struct sl_predict_run *r,
                           uint64_t now_ms);
+
+/* A request predicted `predicted` ms had its first token after `actual`. */
+void sl_predict_calib_observe(struct sl_predict_calib *c, double predicted,
+                              double actual);
+
+/* What a prediction is multiplied by for admission. */
+double sl_predict_calib_factor(const struct sl_predict_calib *c);
 
 void sl_predict_output_init(struct sl_predict_output *o);
 
