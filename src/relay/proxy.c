@@ -428,10 +428,10 @@ static void set_flow(struct sl_relay *relay, struct exchange *x)
  */
 void exchange_charge(struct exchange *x)
 {
-	double prompt = x->prompt_tokens > 0
-	                    ? (double)x->prompt_tokens *
-	                          SL_SCHED_SERVICE_PROMPT_TOKEN
-	                    : x->item.cost;
+	uint64_t prompt_tokens = exchange_prompt_tokens(x);
+	double prompt = prompt_tokens > 0 ? (double)prompt_tokens *
+	                                        SL_SCHED_SERVICE_PROMPT_TOKEN
+	                                  : x->item.cost;
 	double out = (double)SL_MAX(x->tokens_seen, x->tokens_final) *
 	             SL_SCHED_SERVICE_OUTPUT_TOKEN;
 	double service = prompt + out;
@@ -780,6 +780,7 @@ void sl_proxy_handle(struct sl_relay *relay, struct sl_http_request *req,
 	x->assemblable = checked.assemblable;
 	x->assemble_kind = checked.assemble_kind;
 	x->return_tokens = checked.return_tokens;
+	x->choices = checked.choices;
 	if (x->assemble) {
 		x->answer = sl_xmalloc(sizeof(*x->answer));
 		sl_assembler_init(x->answer, checked.assemble_kind,
