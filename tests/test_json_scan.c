@@ -581,6 +581,58 @@ static const char *nest(char *buf, size_t size, const char *before,
 	return buf;
 }
 
+/* The elements of the array text opens, as "e1|e2|...", and "." if whole. */
+static const char *elements(const char *text)
+{
+	static char out[512];
+	struct sl_join j = {.p = out, .cap = sizeof(out)};
+	size_t len = strlen(text), at = 0, start, end, last = 0;
+	while (sl_jscan_next_element(text, len, &at, &start, &end)) {
+		ASSERT(start < end && end < len && at == end);
+		if (j.len > 0)
+			sl_join_str(&j, "|");
+		sl_join_mem(&j, text + start, end - start);
+		last = end;
+	}
+	/* Whole: the array closes after its last element. */
+	while (last > 0 && last < len && text[last] == ' ')
+		last++;
+	if (last > 0 && last < len && text[last] == ']')
+		sl_join_str(&j, ".");
+	ASSERT(j.len + 1 < sizeof(out));
+	out[j.len] = '\0';
+	return out;
+}
+
+static void test_next_element(void)
+{
+	ASSERT_STR_EQ(elements("[1, \"a\" ,[2,[3]], {\"k\":\"]\"},null]"),
+	              "1|\"a\"|[2,[3]]|{\"k\":\"]\"}|null.");
+	ASSERT_STR_EQ(elements(" [ {\"x\":\"a\\\"],\"} ] "),
+	              "{\"x\":\"a\\\"],\"}.");
+	ASSERT_STR_EQ(elements("[]"), "");
+	ASSERT_STR_EQ(elements("[ ]"), "");
+	/* No array, or one that stops being one: what came before. */
+	ASSERT_STR_EQ(elements("{\"a\":1}"), "");
+	ASSERT_STR_EQ(elements("\"[1]\""), "");
+	ASSERT_STR_EQ(elements("[1 2]"), "1");
+	ASSERT_STR_EQ(elements("[1,"), "1");
+	ASSERT_STR_EQ(elements("[1,]"), "1");
+	ASSERT_STR_EQ(elements("[1,{\"a\":"), "1");
+	ASSERT_STR_EQ(elements("[\"ab"), "");
+	/* A number the bytes end in may go on past them. */
+	ASSERT_STR_EQ(elements("[12"), "");
+	/* Nesting, the array itself counted: to the limit, not past it. */
+	char deep[512];
+	ASSERT_STR_EQ(
+	    elements(nest(deep, sizeof(deep), "[0,", SL_JSCAN_DEPTH_MAX - 1,
+	                  false, "]")),
+	    nest(deep + 256, 256, "0|", SL_JSCAN_DEPTH_MAX - 1, false, "."));
+	ASSERT_STR_EQ(elements(nest(deep, sizeof(deep), "[0,",
+	                            SL_JSCAN_DEPTH_MAX, false, "]")),
+	              "0");
+}
+
 /*
  * Every scan refuses text nested deeper than SL_JSCAN_DEPTH_MAX, counting
  * only brackets outside strings, and takes text nested that deep.
@@ -732,6 +784,7 @@ int main(void)
 	RUN(test_shallow_refusals);
 	RUN(test_shallow_limit);
 	RUN(test_leading_member);
+	RUN(test_next_element);
 	RUN(test_depth_limit);
 	RUN(test_misshapen);
 	return 0;

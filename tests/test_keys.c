@@ -348,6 +348,76 @@ static void test_tokens_reserved_at_admission(void)
 	sl_tenants_free(&t);
 }
 
+/*
+ * Issue 41: a request with several outputs (a prompt array, n) reserves
+ * its bound for each, and one whose outputs' bound alone passes the tpm
+ * is too large, as a single output past it is.
+ */
+static void test_every_output_reserved(void)
+{
+	struct sl_tenants t = {0};
+	struct spec s[] = {{"tok", "kt", 0, 500, 0, NULL, -1, -1}};
+	sl_tenants_install(&t, table(s, 1), false);
+	struct sl_tenant *x = lookup(&t, "kt")->tenant;
+	/* Three outputs of 100 and 40 bytes of body: 310. */
+	struct sl_admission a = limited();
+	a.max_tokens = 100;
+	a.outputs = 3;
+	a.body_bytes = 40;
+	ASSERT_EQ(admit(&t, "kt", &a, 0), SL_ADMIT_OK);
+	ASSERT(a.reserved == 310);
+	/* 190 left: a second such does not fit beside it. */
+	struct sl_admission b = a;
+	ASSERT_EQ(admit(&t, "kt", &b, 0), SL_ADMIT_TOKENS);
+	ASSERT_CONTAINS(b.message, "Used 310, Requested 310.");
+	/* What every output generated is charged: 300 and the prompt. */
+	end(x, &a, true, "tiny", 12, 300, 0);
+	ASSERT(x->tokens.level == 188);
+	/* Outputs of 0 tokens (n_predict 0) generate one each. */
+	sl_bucket_refill(&x->tokens, 500, 60000);
+	a = limited();
+	a.max_tokens = 0;
+	a.outputs = 4;
+	ASSERT_EQ(admit(&t, "kt", &a, 60000), SL_ADMIT_OK);
+	ASSERT(a.reserved == 4);
+	end(x, &a, true, "tiny", 4, 4, 60000);
+
+	/* Past the minute for its outputs: too large, for good. */
+	struct sl_admission big = limited();
+	big.max_tokens = 100;
+	big.outputs = 6;
+	ASSERT_EQ(admit(&t, "kt", &big, 60000), SL_ADMIT_TOO_LARGE);
+	ASSERT(!big.counted && big.reserved == 0);
+	ASSERT(strstr(big.headers, "Retry-After") == NULL);
+	ASSERT_STR_EQ(big.message,
+	              "Request too large for key tok on tokens per min (TPM): "
+	              "Limit 500, Requested 600 (6 outputs of 100). Ask for "
+	              "fewer tokens (max_tokens) or outputs (n, prompts).");
+	big = limited();
+	big.max_tokens = 0;
+	big.outputs = 501;
+	ASSERT_EQ(admit(&t, "kt", &big, 60000), SL_ADMIT_TOO_LARGE);
+	ASSERT_CONTAINS(big.message, "Requested 501 (501 outputs of 1).");
+	/* At the widest, the message is whole. */
+	big = limited();
+	big.max_tokens = INT64_C(4294967295);
+	big.outputs = UINT32_C(1) << 30;
+	ASSERT_EQ(admit(&t, "kt", &big, 60000), SL_ADMIT_TOO_LARGE);
+	ASSERT_CONTAINS(big.message, "Requested 4611686017353646080 "
+	                             "(1073741824 outputs of 4294967295). "
+	                             "Ask for fewer tokens (max_tokens) or "
+	                             "outputs (n, prompts).");
+	/* Unbounded: all the bucket holds (it used 8 of it), as one. */
+	ASSERT(x->tokens.level == 492);
+	struct sl_admission open = limited();
+	open.max_tokens = -1;
+	open.outputs = 8;
+	ASSERT_EQ(admit(&t, "kt", &open, 60000), SL_ADMIT_OK);
+	ASSERT(open.reserved == 492);
+	end(x, &open, true, "tiny", 8, 0, 60000);
+	sl_tenants_free(&t);
+}
+
 static void test_concurrency(void)
 {
 	struct sl_tenants t = {0};
@@ -533,6 +603,7 @@ int main(void)
 	RUN(test_requests_per_minute);
 	RUN(test_tokens_per_minute);
 	RUN(test_tokens_reserved_at_admission);
+	RUN(test_every_output_reserved);
 	RUN(test_concurrency);
 	RUN(test_models_and_priority);
 	RUN(test_usage_and_metrics);

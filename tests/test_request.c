@@ -575,6 +575,8 @@ static void compare_paths(const struct sl_endpoint *ep, const char *header,
 	ASSERT_EQ(fast.assemble_kind, slow.assemble_kind);
 	ASSERT_EQ(fast.return_tokens, slow.return_tokens);
 	ASSERT_EQ(fast.max_tokens, slow.max_tokens);
+	ASSERT_EQ(fast.choices, slow.choices);
+	ASSERT_EQ(fast.outputs, slow.outputs);
 	ASSERT_EQ(fast.model == NULL, slow.model == NULL);
 	if (fast.model)
 		ASSERT_STR_EQ(fast.model, slow.model);
@@ -630,6 +632,7 @@ static void test_fast_path_agrees_with_jansson(void)
 	    {"{\"priority\":\"urgent\"}", false},
 	    {"{\"n_discard\":5}", false},
 	    {"{\"n\":2}", false},
+	    {"{\"prompt\":[\"a\",[1,2],\"b\"],\"n_cmpl\":2}", true},
 	    {"{\"logprobs\":true,\"stop\":\"x\"}", false},
 	    {"{\"tools\":[]}", false},
 	    {"{\"return_tokens\":true}", false},
@@ -729,6 +732,110 @@ static void test_max_tokens_bound(void)
 	          SL_GENERATE_DEFAULT_TOKENS);
 	ASSERT_EQ(bound_of("/generate", "{\"prompt\":\"x\",\"max_tokens\":5}"),
 	          5);
+}
+
+/* The outputs a body asks for (request.h): choices and outputs. */
+static void outputs_of(const char *path, const char *body, uint32_t *choices,
+                       uint32_t *outputs)
+{
+	struct sl_request r;
+	ASSERT_EQ(check(&r, path, NULL, body), 0);
+	*choices = r.choices;
+	*outputs = r.outputs;
+	sl_request_free(&r);
+}
+
+/*
+ * Issue 41: a prompt array and "n" ask for several outputs, each up to
+ * the output bound, which a key's tpm must reserve and charge; counted as
+ * llama-server 0.7.0 counts them (measured), on the endpoints that read
+ * them.
+ */
+static void test_outputs(void)
+{
+	static const struct {
+		const char *body;
+		uint32_t choices, prompts;
+	} cases[] = {
+	    {"{}", 1, 1},
+	    {"{\"prompt\":\"a\"}", 1, 1},
+	    /* Strings, arrays of ids, and ids mixed with text: each one. */
+	    {"{\"prompt\":[\"a\",\"b\",\"c\"]}", 1, 3},
+	    {"{\"prompt\":[[1,2,3],[4,5,6]]}", 1, 2},
+	    {"{\"prompt\":[\"a\",[4,5,6],[\"b\",7]]}", 1, 3},
+	    {"{\"prompt\":[{\"prompt_string\":\"a\"},\"b\"]}", 1, 2},
+	    /* A number in the array: one prompt, of ids or mixed. */
+	    {"{\"prompt\":[1,2,3]}", 1, 1},
+	    {"{\"prompt\":[\"a\",\"b\",-5]}", 1, 1},
+	    {"{\"prompt\":[\"[1]\",\"]\"]}", 1, 2},
+	    /* Refused by llama-server, generating nothing. */
+	    {"{\"prompt\":[]}", 1, 1},
+	    /* The last "prompt", as llama-server reads duplicates. */
+	    {"{\"prompt\":[\"a\",\"b\"],\"prompt\":\"c\"}", 1, 1},
+	    {"{\"prompt\":\"c\",\"prompt\":[\"a\",\"b\"]}", 1, 2},
+	    {"{\"x\":{\"prompt\":[\"a\",\"b\"]}}", 1, 1},
+	    /* n, or n_cmpl when it is there: it wins (measured). */
+	    {"{\"n\":3}", 3, 1},
+	    {"{\"n_cmpl\":2}", 2, 1},
+	    {"{\"n\":2,\"n_cmpl\":1}", 1, 1},
+	    {"{\"n\":1,\"n_cmpl\":4}", 4, 1},
+	    {"{\"n\":4,\"n_cmpl\":null}", 4, 1},
+	    {"{\"n\":null}", 1, 1},
+	    {"{\"\\u006e\":2}", 2, 1},
+	    /* A real is truncated (1.5: one output); no number, one. */
+	    {"{\"n\":2.9}", 2, 1},
+	    {"{\"n\":\"3\"}", 1, 1},
+	    {"{\"n\":0}", 1, 1},
+	    {"{\"n\":-2}", 1, 1},
+	    {"{\"n\":true}", 1, 1},
+	    {"{\"n\":1e300}", SL_REQUEST_OUTPUTS_MAX, 1},
+	    /* Both: every prompt that many times. */
+	    {"{\"prompt\":[\"a\",\"b\",\"c\"],\"n\":2}", 2, 3},
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(cases); i++) {
+		/* Prompt arrays on the completions; n on chat too. */
+		static const struct {
+			const char *path;
+			bool n, prompts;
+		} paths[] = {
+		    {"/completion", true, true},
+		    {"/completions", true, true},
+		    {"/v1/completions", true, true},
+		    {"/v1/chat/completions", true, false},
+		    {"/v1/responses", true, false},
+		    {"/infill", true, false},
+		    {"/v1/messages", false, false},
+		    {"/v1/embeddings", false, false},
+		};
+		for (size_t p = 0; p < SL_ARRAY_SIZE(paths); p++) {
+			uint32_t choices, outputs;
+			outputs_of(paths[p].path, cases[i].body, &choices,
+			           &outputs);
+			uint32_t want_choices =
+			    paths[p].n ? cases[i].choices : 1;
+			uint64_t want =
+			    (uint64_t)want_choices *
+			    (paths[p].prompts ? cases[i].prompts : 1);
+			if (choices != want_choices ||
+			    outputs != SL_MIN(want, SL_REQUEST_OUTPUTS_MAX))
+				TEST_FAIL("%s %s: %u choices, %u outputs; "
+				          "expected %u, %llu",
+				          paths[p].path, cases[i].body, choices,
+				          outputs, want_choices,
+				          (unsigned long long)want);
+		}
+	}
+	/* Saturated, not wrapped: many prompts, each many times. */
+	uint32_t choices, outputs;
+	outputs_of("/completion",
+	           "{\"prompt\":[\"a\",\"b\",\"c\",\"d\"],\"n\":3e8}", &choices,
+	           &outputs);
+	ASSERT_EQ(choices, 300000000);
+	ASSERT_EQ(outputs, SL_REQUEST_OUTPUTS_MAX);
+	/* sluice's own APIs ask for one. */
+	outputs_of("/generate", "{\"prompt\":\"x\",\"n\":3}", &choices,
+	           &outputs);
+	ASSERT_EQ(outputs, 1);
 }
 
 /*
@@ -876,5 +983,6 @@ int main(void)
 	RUN(test_stream_body_after_validation);
 	RUN(test_huge_numbers_are_relayed_as_written);
 	RUN(test_max_tokens_bound);
+	RUN(test_outputs);
 	return 0;
 }

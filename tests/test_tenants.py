@@ -421,6 +421,143 @@ class Tenants(st.TestCase):
         free = self.usage(s)["free"]
         self.assertEqual((free["requests"], free["prompt_tokens"]), (1, 0))
 
+    def charged(self, s, secret, name, path, body):
+        """The answer to one request of key `name`, and the (prompt,
+        completion) tokens /v1/usage counted for it."""
+        before = self.usage(s)[name]
+        r = s.post(path, body, headers=bearer(secret), timeout=SAFETY_NET_S)
+        self.assertEqual(r.status, 200, (path, r.body[:300]))
+        st.wait_until(
+            lambda: self.usage(s)[name]["requests"] == before["requests"] + 1,
+            SAFETY_NET_S, "the request to be counted")
+        after = self.usage(s)[name]
+        return r, (after["prompt_tokens"] - before["prompt_tokens"],
+                   after["completion_tokens"] - before["completion_tokens"])
+
+    def test_every_output_of_a_prompt_array_or_n_is_charged(self):
+        # Issue 41: several prompts, or n outputs of one, are generated
+        # as requests of their own would be, and /v1/usage counts every
+        # output (the demo model never stops early: each runs to the
+        # bound, which the answers show). A prompt, evaluated once for its
+        # n outputs, counts once.
+        s = self.start({"many": {"secret": "sk-m", "tpm": 1000000}})
+        k = 6
+        prompts = ["alpha", "beta gamma", [5, 6, 7]]
+
+        def charged(path, body):
+            return self.charged(s, "sk-m", "many", path, body)
+
+        # Native, plain: an array of results, each with its counts.
+        r, got = charged("/completion", completion(prompts, n=k))
+        results = r.json()
+        self.assertEqual(len(results), 3)
+        self.assertEqual([e["tokens_predicted"] for e in results], [k] * 3)
+        self.assertEqual(got, (sum(e["tokens_evaluated"] for e in results),
+                               3 * k))
+        # OpenAI, plain: one usage, the first choice's, for all three.
+        same = ["the same words"] * 3
+        r, got = charged("/v1/completions",
+                         {"prompt": same, "max_tokens": k, "temperature": 0})
+        answer = r.json()
+        self.assertEqual([c["finish_reason"] for c in answer["choices"]],
+                         ["length"] * 3)
+        self.assertEqual(answer["usage"]["completion_tokens"], k)
+        self.assertEqual(got, (3 * answer["usage"]["prompt_tokens"], 3 * k))
+        # Chat, plain, n = 3: three choices, one usage.
+        r, got = charged("/v1/chat/completions", dict(chat(n=k), n=3))
+        answer = r.json()
+        self.assertEqual([c["finish_reason"] for c in answer["choices"]],
+                         ["length"] * 3)
+        chat_prompt = answer["usage"]["prompt_tokens"]
+        self.assertEqual(got, (chat_prompt, 3 * k))
+        # The Responses API, plain, n = 2: an array of responses.
+        r, got = charged("/v1/responses",
+                         {"input": "hi", "max_output_tokens": k, "n": 2,
+                          "temperature": 0})
+        answers = r.json()
+        self.assertEqual([a["usage"]["output_tokens"] for a in answers],
+                         [k, k])
+        self.assertEqual(got, (answers[0]["usage"]["input_tokens"], 2 * k))
+
+        # Streams: each output ends with its own counts.
+        r, got = charged("/completion",
+                         dict(completion(prompts[:2], n=k, stream=True), n=2))
+        finals = [e for e in sse_objects(r.body) if e.get("stop") is True]
+        self.assertEqual(sorted(e["index"] for e in finals), [0, 1, 2, 3])
+        self.assertEqual([e["tokens_predicted"] for e in finals], [k] * 4)
+        self.assertEqual(got, (sum(e["tokens_evaluated"] for e in finals) // 2,
+                               4 * k))
+        two_each = {"prompt": prompts[1:], "max_tokens": k, "n": 2,
+                    "temperature": 0}
+        r, got = charged("/v1/completions", dict(two_each, stream=True))
+        usages = [e["usage"] for e in sse_objects(r.body) if e.get("usage")]
+        self.assertEqual([u["completion_tokens"] for u in usages], [k] * 4)
+        streamed = (sum(u["prompt_tokens"] for u in usages) // 2, 4 * k)
+        self.assertEqual(got, streamed)
+        # Chat, n = 3, without usage: every choice's pieces, one a token.
+        r, got = charged("/v1/chat/completions",
+                         dict(chat(n=k), n=3, stream=True))
+        pieces = [c["index"] for e in sse_objects(r.body)
+                  for c in e["choices"] if c["delta"].get("content")]
+        self.assertEqual(sorted(pieces), sorted([0, 1, 2] * k))
+        self.assertEqual(got, (chat_prompt, 3 * k))
+
+        # A plain answer asked for as a stream (--stream-upstream on) is
+        # counted from its outputs' own usages, as the stream was.
+        s.stop()
+        s = self.start({"many": {"secret": "sk-m", "tpm": 1000000}},
+                       "--stream-upstream", "on")
+        r, got = charged("/v1/completions", two_each)
+        self.assertEqual(len(r.json()["choices"]), 4)
+        self.assertEqual(got, streamed)
+
+    def test_the_reservation_covers_every_output(self):
+        # Issue 41: a request reserves its bound for each of its outputs,
+        # so a burst of prompt arrays cannot pass the key's minute, and
+        # one whose outputs alone are past it is refused for good.
+        tpm, k = 500, 100
+        s = self.start({"tok": {"secret": "sk-tok", "tpm": tpm}})
+        h = bearer("sk-tok")
+        r = s.post("/v1/completions",
+                   {"prompt": ["p%d" % i for i in range(6)], "max_tokens": k},
+                   headers=h)
+        self.assertEqual(r.status, 429, r.body[:300])
+        self.assertIsNone(r.header("Retry-After"))
+        self.assertEqual(r.json()["error"]["message"],
+                         "Request too large for key tok on tokens per min "
+                         "(TPM): Limit 500, Requested 600 (6 outputs of 100)"
+                         ". Ask for fewer tokens (max_tokens) or outputs (n, "
+                         "prompts).")
+        r = s.post("/v1/chat/completions", dict(chat(n=200), n=3), headers=h)
+        self.assertEqual(r.status, 429, r.body[:300])
+        self.assertIn("Requested 600 (3 outputs of 200).",
+                      r.json()["error"]["message"])
+        # Two prompts of 100 each: two such fit in the minute, not three.
+        body = completion(["x", "y"], n=k, stream=True)
+        reserve = 2 * k + len(json.dumps(body)) // 4
+        t0 = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(
+                lambda i: s.post("/completion", body, headers=h,
+                                 timeout=SAFETY_NET_S), range(8)))
+        elapsed = time.monotonic() - t0
+        ok = [r for r in answers if r.status == 200]
+        refused = [r for r in answers if r.status == 429]
+        self.assertEqual(len(ok) + len(refused), 8)
+        self.assertGreaterEqual(len(ok), tpm // reserve)
+        for r in ok:
+            finals = [e for e in sse_objects(r.body) if e.get("stop") is True]
+            self.assertEqual([e["tokens_predicted"] for e in finals], [k, k])
+        for r in refused:
+            self.assertIn("Requested %d." % reserve,
+                          r.json()["error"]["message"])
+        st.wait_until(lambda: self.usage(s)["tok"]["in_flight"] == 0,
+                      SAFETY_NET_S, "the requests to end")
+        mine = self.usage(s)["tok"]
+        self.assertEqual(mine["completion_tokens"], 2 * k * len(ok))
+        total = mine["prompt_tokens"] + mine["completion_tokens"]
+        self.assertLessEqual(total, tpm + tpm * elapsed / 60)
+
     def test_api_keys_keep_working_and_every_queued_answer_says_its_priority(
             self):
         s = self.start({"batchy": {"secret": "sk-b", "max-priority": "batch",
@@ -446,6 +583,16 @@ class Tenants(st.TestCase):
         self.assertIsNone(r.header("X-Priority"))
         self.assertEqual(r.header("x-ratelimit-remaining-requests"), "0")
 
+
+
+def sse_objects(body):
+    """The JSON objects of an SSE body's data lines, in order ([DONE] and
+    a prompt array's "null" events left out)."""
+    found = []
+    for line in body.decode().split("\n"):
+        if line.startswith("data: {"):
+            found.append(json.loads(line[6:]))
+    return found
 
 
 def stream_usage(body):

@@ -343,6 +343,16 @@ static size_t skim_primitive(const char *text, size_t len, size_t at)
 	return i;
 }
 
+/* The end of the value at text[i], skipped whole inside `outer` others. */
+static size_t skim_value(const char *text, size_t len, size_t i, size_t outer)
+{
+	if (text[i] == '{' || text[i] == '[')
+		return skim_container(text, len, i, outer);
+	if (text[i] == '"')
+		return skim_string(text, len, i);
+	return skim_primitive(text, len, i);
+}
+
 /* Appends a token, growing the array; false past max_tokens. */
 static bool push(struct sl_jscan *s, unsigned *room, unsigned max_tokens,
                  jsmntok_t tok)
@@ -526,13 +536,8 @@ bool sl_jscan_leading_member(const char *text, size_t len,
 		i = value_at(text, len, key_end);
 		if (i == 0)
 			return false;
-		size_t value_end;
-		if (text[i] == '{' || text[i] == '[')
-			value_end = skim_container(text, len, i, 1);
-		else if (text[i] == '"')
-			value_end = skim_string(text, len, i);
-		else /* a number the bytes end in may go on past them */
-			value_end = skim_primitive(text, len, i);
+		/* A number the bytes end in may go on past them. */
+		size_t value_end = skim_value(text, len, i, 1);
 		if (value_end == 0 || value_end == len)
 			return false;
 		if (wanted) {
@@ -546,6 +551,25 @@ bool sl_jscan_leading_member(const char *text, size_t len,
 		i = skip_space(text, len, i + 1);
 	}
 	return false;
+}
+
+bool sl_jscan_next_element(const char *text, size_t len, size_t *at,
+                           size_t *start, size_t *end)
+{
+	size_t i = skip_space(text, len, *at);
+	/* The opening bracket first, a comma before each later element. */
+	if (i == len || text[i] != (*at == 0 ? '[' : ','))
+		return false;
+	i = skip_space(text, len, i + 1);
+	if (i == len || text[i] == ']')
+		return false;
+	size_t value_end = skim_value(text, len, i, 1);
+	/* An element is followed by a comma or the closing bracket. */
+	if (value_end == 0 || value_end == len)
+		return false;
+	*start = i;
+	*end = *at = value_end;
+	return true;
 }
 
 void sl_jscan_restore(struct sl_jscan *s, const char *text, size_t len,

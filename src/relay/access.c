@@ -263,6 +263,7 @@ bool sl_access_admit(struct sl_relay *relay, struct sl_http_request *req,
 	                         .priority = *priority,
 	                         .priority_given = checked->priority_given,
 	                         .max_tokens = checked->max_tokens,
+	                         .outputs = checked->outputs,
 	                         .body_bytes = checked->body_len};
 	enum sl_admit verdict = SL_ADMIT_MODEL;
 	if (sl_access_model_allowed(relay, t->key, m))

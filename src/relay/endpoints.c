@@ -29,24 +29,28 @@
 /* clang-format off */
 #define EPX(path, method, end, json, sched, assemble, admin, pass, watch)      \
 	{path, method, path, end, json, sched, SL_API_RELAY, assemble, admin, \
-	 false, false, pass, watch}
+	 false, false, pass, watch, 0}
 #define EP(path, method, end, json, sched, assemble, admin)                    \
 	EPX(path, method, end, json, sched, assemble, admin, 0, false)
-/* A generation: a stream of it may be kept for GET /v1/stream. */
-#define GEN(path, end, assemble)                                               \
-	EPX(path, HTTP_POST, end, true, true, assemble, false,               \
-	    SL_PASS_CONVERSATION, false)
+/*
+ * A generation: a stream of it may be kept for GET /v1/stream; `outputs`
+ * names the fields that ask it for several (endpoints.h).
+ */
+#define GEN(path, end, assemble, outputs)                                      \
+	{path, HTTP_POST, path, end, true, true, SL_API_RELAY, assemble,      \
+	 false, false, false, SL_PASS_CONVERSATION, false, outputs}
+#define N_AND_PROMPTS (SL_OUTPUTS_N | SL_OUTPUTS_PROMPTS)
 const struct sl_endpoint sl_endpoints[] = {
-	GEN("/v1/chat/completions", SL_END_DONE, SL_ASSEMBLE_CHAT),
-	GEN("/chat/completions", SL_END_DONE, SL_ASSEMBLE_CHAT),
-	GEN("/v1/completions", SL_END_DONE, SL_ASSEMBLE_TEXT),
-	GEN("/completion", SL_END_STOP, SL_ASSEMBLE_NATIVE),
-	GEN("/completions", SL_END_STOP, SL_ASSEMBLE_NATIVE),
-	GEN("/infill", SL_END_STOP, SL_ASSEMBLE_NATIVE),
+	GEN("/v1/chat/completions", SL_END_DONE, SL_ASSEMBLE_CHAT, SL_OUTPUTS_N),
+	GEN("/chat/completions", SL_END_DONE, SL_ASSEMBLE_CHAT, SL_OUTPUTS_N),
+	GEN("/v1/completions", SL_END_DONE, SL_ASSEMBLE_TEXT, N_AND_PROMPTS),
+	GEN("/completion", SL_END_STOP, SL_ASSEMBLE_NATIVE, N_AND_PROMPTS),
+	GEN("/completions", SL_END_STOP, SL_ASSEMBLE_NATIVE, N_AND_PROMPTS),
+	GEN("/infill", SL_END_STOP, SL_ASSEMBLE_NATIVE, SL_OUTPUTS_N),
 	/* Anthropic's events ("event: ...\ndata: ...") end with the transfer. */
-	GEN("/v1/messages", SL_END_EOF, SL_ASSEMBLE_NONE),
-	GEN("/v1/responses", SL_END_EOF, SL_ASSEMBLE_NONE),
-	GEN("/responses", SL_END_EOF, SL_ASSEMBLE_NONE),
+	GEN("/v1/messages", SL_END_EOF, SL_ASSEMBLE_NONE, 0),
+	GEN("/v1/responses", SL_END_EOF, SL_ASSEMBLE_NONE, SL_OUTPUTS_N),
+	GEN("/responses", SL_END_EOF, SL_ASSEMBLE_NONE, SL_OUTPUTS_N),
 	/*
 	 * OpenAI's transcriptions: a multipart form (the audio file and the
 	 * fields), relayed as written with its own Content-Type; llama-server
@@ -160,21 +164,22 @@ const struct sl_endpoint sl_endpoints[] = {
 	    SL_ASSEMBLE_NONE, true, SL_PASS_PROXY_HEADERS, false),
 	/* Each describes one llama-server: see per_upstream in proxy.h. */
 	{"/props", HTTP_GET, "/props", SL_END_NONE, false, false,
-	 SL_API_RELAY, SL_ASSEMBLE_NONE, false, false, true, 0, false},
+	 SL_API_RELAY, SL_ASSEMBLE_NONE, false, false, true, 0, false, 0},
 	{"/props", HTTP_POST, "/props", SL_END_NONE, false, false,
-	 SL_API_RELAY, SL_ASSEMBLE_NONE, true, false, true, 0, false},
+	 SL_API_RELAY, SL_ASSEMBLE_NONE, true, false, true, 0, false, 0},
 	{"/slots", HTTP_GET, "/slots", SL_END_NONE, false, false,
-	 SL_API_RELAY, SL_ASSEMBLE_NONE, false, false, true, 0, false},
+	 SL_API_RELAY, SL_ASSEMBLE_NONE, false, false, true, 0, false, 0},
 	/* POST /slots/{id}?action=save|restore|erase */
 	{"/slots/", HTTP_POST, "/slots/", SL_END_NONE, false, false,
-	 SL_API_RELAY, SL_ASSEMBLE_NONE, true, true, true, 0, false},
+	 SL_API_RELAY, SL_ASSEMBLE_NONE, true, true, true, 0, false, 0},
 	/* sluice's native APIs, mapped onto /completion. */
 	{"/generate", HTTP_POST, "/completion", SL_END_STOP, true, true,
-	 SL_API_GENERATE, SL_ASSEMBLE_NATIVE, false, false, false, 0, false},
+	 SL_API_GENERATE, SL_ASSEMBLE_NATIVE, false, false, false, 0, false, 0},
 	{"/infer", HTTP_POST, "/completion", SL_END_STOP, true, true,
-	 SL_API_INFER, SL_ASSEMBLE_NATIVE, false, false, false, 0, false},
+	 SL_API_INFER, SL_ASSEMBLE_NATIVE, false, false, false, 0, false, 0},
 };
 /* clang-format on */
+#undef N_AND_PROMPTS
 #undef GEN
 #undef EP
 #undef EPX

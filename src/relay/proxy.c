@@ -428,9 +428,10 @@ static void set_flow(struct sl_relay *relay, struct exchange *x)
  */
 void exchange_charge(struct exchange *x)
 {
-	double prompt = x->prompt_tokens > 0 ? (double)x->prompt_tokens *
-	                                           SL_SCHED_SERVICE_PROMPT_TOKEN
-	                                     : x->item.cost;
+	uint64_t prompt_tokens = exchange_prompt_tokens(x);
+	double prompt = prompt_tokens > 0 ? (double)prompt_tokens *
+	                                        SL_SCHED_SERVICE_PROMPT_TOKEN
+	                                  : x->item.cost;
 	double out = (double)SL_MAX(x->tokens_seen, x->tokens_final) *
 	             SL_SCHED_SERVICE_OUTPUT_TOKEN;
 	double service = prompt + out;
@@ -459,7 +460,7 @@ static void enqueue(struct sl_relay *relay, struct exchange *x,
 	x->ask = (struct sl_latency_ask){
 	    .prompt_bytes = (double)x->body_len,
 	    .max_tokens = (double)checked->max_tokens,
-	    .outputs = 1,
+	    .outputs = (double)SL_MAX(checked->outputs, 1u),
 	    .priority = x->priority,
 	};
 	if (!exchange_slo_admit(x, x->arrived_ms)) {
@@ -803,6 +804,7 @@ void sl_proxy_handle(struct sl_relay *relay, struct sl_http_request *req,
 	x->assemblable = checked.assemblable;
 	x->assemble_kind = checked.assemble_kind;
 	x->return_tokens = checked.return_tokens;
+	x->choices = checked.choices;
 	if (x->assemble) {
 		x->answer = sl_xmalloc(sizeof(*x->answer));
 		sl_assembler_init(x->answer, checked.assemble_kind,

@@ -29,7 +29,7 @@ void exchange_note_totals(struct exchange *x)
 		x->tokens_seen = x->tokens_final;
 	}
 	info->tokens = (unsigned)x->tokens_seen;
-	info->prompt_tokens = (unsigned)x->prompt_tokens;
+	info->prompt_tokens = (unsigned)exchange_prompt_tokens(x);
 }
 
 /*
@@ -241,6 +241,65 @@ void exchange_keep_answer(struct exchange *x, const char *data, size_t len)
 }
 
 /*
+ * ---- Counting every output ----
+ *
+ * A request may ask for several outputs (request.h: a prompt array's
+ * prompts, n of each), which llama-server generates as it would requests
+ * of their own, and a key's tpm is charged for all of them. What
+ * llama-server 0.7.0 says of their counts (measured on the demo model):
+ *   - native /completion: each output ends with its own final event
+ *     (an "index" apiece: prompt * n + choice), tokens_predicted and
+ *     tokens_evaluated; a plain answer is a JSON array of those finals
+ *     (one object when there is one output);
+ *   - /v1/completions streams: each choice's finish chunk carries a
+ *     usage of its own; chat streams, with include_usage, a chunk of
+ *     usage (no choices) after each choice's finish, else timings on the
+ *     finish (on every chunk with timings_per_token) and no usage;
+ *   - the Responses API: each output a response.completed with its
+ *     usage; a plain answer is a JSON array of responses;
+ *   - a plain OpenAI answer with several choices carries one usage, the
+ *     first choice's (its prompt the first prompt's), whatever n or the
+ *     prompts: the others' counts are nowhere in it;
+ *   - every output says its prompt's count, but a prompt is evaluated
+ *     once for its n outputs (llama-server's prompt_tokens_total grows by
+ *     it once).
+ * So an event with an output's count (a native final, a usage) ends that
+ * output: the counts add up, and the prompt counts, n for each prompt,
+ * are divided by n. A plain OpenAI answer's other choices are charged as
+ * its usage's: exact when all ran to the same bound, else an estimate.
+ */
+
+uint64_t exchange_prompt_tokens(const struct exchange *x)
+{
+	if (!x->prompt_summed)
+		return x->prompt_last;
+	uint64_t n = SL_MAX(x->choices, 1u);
+	return (x->prompt_sum + n - 1) / n;
+}
+
+/*
+ * What an event, or a plain answer, says of the counts, for `times`
+ * outputs alike (a plain OpenAI answer's choices).
+ */
+void exchange_count_event(struct exchange *x, const struct sl_event_facts *f,
+                          uint64_t times)
+{
+	bool native = x->ep->stream_end == SL_END_STOP;
+	uint64_t prompt = (uint64_t)SL_MAX(f->prompt_tokens, (int64_t)0);
+	if (!(native ? f->final : f->has_count)) {
+		if (f->has_prompt)
+			x->prompt_last = prompt;
+		return;
+	}
+	int64_t count = native ? f->tokens_predicted : f->count;
+	x->tokens_final += (uint64_t)SL_MAX(count, (int64_t)0) * times;
+	if (f->has_prompt) {
+		x->prompt_sum += prompt * times;
+		x->prompt_summed = true;
+	}
+}
+
+/*
  * The prompt tokens of an answer kept in part (embeddings, rerank): the
  * OpenAI forms' usage, which llama-server writes before the vectors or
  * results. Its native /embedding answer has none, and goes uncounted.
@@ -258,16 +317,47 @@ static void count_leading_usage(struct exchange *x)
 		long n = sl_jscan_small_uint(
 		    &s, sl_jscan_get(&s, 0, "prompt_tokens"));
 		if (n > 0)
-			x->prompt_tokens = (uint64_t)n;
+			x->prompt_last = (uint64_t)n;
 	}
 	sl_jscan_free(&s);
+}
+
+/* The choices of a plain OpenAI answer `s` scanned: 1 for none. */
+static uint64_t choices_in(const struct sl_jscan *s)
+{
+	int choices = sl_jscan_get(s, 0, "choices");
+	if (!sl_jscan_is_type(s, choices, JSMN_ARRAY))
+		return 1;
+	const char *text = sl_jscan_text(s, choices);
+	size_t len = sl_jscan_len(s, choices), at = 0, start, end;
+	uint64_t n = 0;
+	while (sl_jscan_next_element(text, len, &at, &start, &end))
+		n++;
+	return SL_MAX(n, UINT64_C(1));
+}
+
+/*
+ * An answer that is an array, one element an output (native answers to
+ * several outputs, the Responses API's to n): each element's counts.
+ */
+static void count_elements(struct exchange *x)
+{
+	size_t at = 0, start, end;
+	while (
+	    sl_jscan_next_element(x->kept.p, x->kept.len, &at, &start, &end)) {
+		struct sl_jscan s;
+		struct sl_event_facts f;
+		sl_event_scan_answer(&s, x->kept.p + start, end - start,
+		                     exchange_dialect_of(x), &f);
+		exchange_count_event(x, &f, 1);
+		sl_jscan_free(&s);
+	}
 }
 
 /*
  * A relayed plain answer's token counts: its usage (OpenAI, Anthropic,
  * Responses) or tokens_predicted and tokens_evaluated (native), read as
- * from a stream's last event. A native answer to several prompts (an
- * array) goes uncounted.
+ * from a stream's last event, for every output in it (above).
  */
 void exchange_count_answer(struct exchange *x)
 {
@@ -277,16 +367,22 @@ void exchange_count_answer(struct exchange *x)
 		count_leading_usage(x);
 		return;
 	}
+	/* JSON's spacing, then what the answer is. */
+	size_t first = 0;
+	while (first < x->kept.len &&
+	       (x->kept.p[first] == ' ' || x->kept.p[first] == '\t' ||
+	        x->kept.p[first] == '\r' || x->kept.p[first] == '\n'))
+		first++;
+	if (first < x->kept.len && x->kept.p[first] == '[') {
+		count_elements(x);
+		return;
+	}
 	struct sl_jscan s;
 	struct sl_event_facts f;
-	sl_event_scan_answer(&s, x->kept.p, x->kept.len, exchange_dialect_of(x),
-	                     &f);
-	if (f.has_count && f.count > 0)
-		x->tokens_final = (uint64_t)f.count;
-	if (f.final && f.tokens_predicted > 0)
-		x->tokens_final = (uint64_t)f.tokens_predicted;
-	if (f.has_prompt && f.prompt_tokens > 0)
-		x->prompt_tokens = (uint64_t)f.prompt_tokens;
+	enum sl_event_dialect dialect = exchange_dialect_of(x);
+	sl_event_scan_answer(&s, x->kept.p, x->kept.len, dialect, &f);
+	exchange_count_event(x, &f,
+	                     dialect == SL_DIALECT_OPENAI ? choices_in(&s) : 1);
 	if (f.has_timings) {
 		x->has_timings = true;
 		x->timings = f.timings;

@@ -243,10 +243,22 @@ struct exchange {
 	bool gave_up; /* sluice stopped relaying: the transfer must stop too */
 	bool paused;  /* the transfer waits for the client to catch up */
 
-	/* What was seen of the generation. */
+	/*
+	 * What was seen of the generation: tokens as they arrived, and the
+	 * counts that end its outputs, added up (exchange_count_event).
+	 */
 	uint64_t first_token_ns, last_token_ns;
 	uint64_t tokens_seen, tokens_final;
-	uint64_t prompt_tokens;    /* as the upstream counted them */
+	/*
+	 * Its prompts' tokens as the upstream counted them
+	 * (exchange_prompt_tokens): summed over the outputs whose ends said
+	 * them, each of `choices` outputs saying its prompt's; else the last
+	 * count said by an event that ends none (a chat chunk's timings, an
+	 * Anthropic stream's message_start, an embeddings answer's usage).
+	 */
+	uint64_t prompt_sum, prompt_last;
+	bool prompt_summed;
+	uint32_t choices;          /* outputs of each prompt (request.h) */
 	unsigned prompts, stopped; /* native streams: indexes seen, ended */
 };
 
@@ -288,6 +300,9 @@ void exchange_fail(struct exchange *x, int status, const char *message);
 void exchange_finish_answer(struct exchange *x);
 void exchange_end_ok(struct exchange *x);
 void exchange_keep_answer(struct exchange *x, const char *data, size_t len);
+void exchange_count_event(struct exchange *x, const struct sl_event_facts *f,
+                          uint64_t times);
+uint64_t exchange_prompt_tokens(const struct exchange *x);
 void exchange_count_answer(struct exchange *x);
 
 /* proxy_stream.c */

@@ -120,7 +120,8 @@ static void reset_for_retry(struct exchange *x)
 	x->paused = false;
 	x->first_token_ns = x->last_token_ns = 0;
 	x->tokens_seen = x->tokens_final = 0;
-	x->prompt_tokens = 0;
+	x->prompt_sum = x->prompt_last = 0;
+	x->prompt_summed = false;
 	x->attempt_charged = 0; /* the next attempt costs its upstream anew */
 	x->prompts = x->stopped = 0;
 	x->has_timings = false; /* the failed attempt teaches nothing */

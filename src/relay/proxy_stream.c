@@ -63,25 +63,16 @@ static void observe(struct exchange *x, const struct sl_event_facts *f)
 {
 	for (unsigned i = 0; i < f->arrivals; i++)
 		token_arrived(x, f->per_arrival);
-	if (f->has_count)
-		x->tokens_final = (uint64_t)f->count;
+	exchange_count_event(x, f, 1);
 	if (f->has_timings) {
 		x->has_timings = true;
 		x->timings = f->timings;
 	}
-	/* Native prompts each end with their own count: they add up. */
-	if (f->has_prompt && f->prompt_tokens > 0)
-		x->prompt_tokens =
-		    x->ep->stream_end == SL_END_STOP
-		        ? x->prompt_tokens + (uint64_t)f->prompt_tokens
-		        : (uint64_t)f->prompt_tokens;
 	if (x->ep->stream_end != SL_END_STOP)
 		return;
 	x->prompts = SL_MAX(x->prompts, (unsigned)f->index + 1);
-	if (f->final) {
+	if (f->final)
 		x->stopped++;
-		x->tokens_final += (uint64_t)f->tokens_predicted;
-	}
 }
 
 /* The shape of the events an endpoint's stream carries. */

@@ -518,6 +518,68 @@ static int64_t token_bound(const struct sl_jscan *s)
 	return bound;
 }
 
+/*
+ * The outputs of each prompt (request.h, choices), as llama-server 0.7.0
+ * reads them (measured): the last top-level "n_cmpl" unless it is null,
+ * else the last "n"; a real truncated (1.5 gave one output). Anything
+ * that is no number of 1 or more counts as 1: llama-server refuses it
+ * and generates nothing.
+ */
+static uint32_t choices_of(const struct sl_jscan *s)
+{
+	int n_cmpl = -1, n = -1;
+	FOR_EACH_MEMBER(s, m, k)
+	{
+		if (key_is(s, k, "n_cmpl"))
+			n_cmpl = k + 1;
+		else if (key_is(s, k, "n"))
+			n = k + 1;
+	}
+	int v = n_cmpl >= 0 && !sl_jscan_is(s, n_cmpl, "null") ? n_cmpl : n;
+	double d;
+	if (v < 0 || !sl_jscan_number(s, v, &d) || !(d >= 1))
+		return 1;
+	return d >= (double)SL_REQUEST_OUTPUTS_MAX ? SL_REQUEST_OUTPUTS_MAX
+	                                           : (uint32_t)d;
+}
+
+/*
+ * The prompts of the last top-level "prompt", as llama-server 0.7.0
+ * splits them (measured on /completion and /v1/completions): an array is
+ * a prompt for each element (a string, an array of token ids, or one of
+ * text and ids mixed), unless it holds a number itself, when it is one
+ * prompt, of ids or of text and ids. Anything else is one prompt, and so
+ * is an empty array (which llama-server refuses). The elements are
+ * skipped, not tokenized: a prompt of ids costs a look at its first.
+ */
+static uint32_t prompts_of(const struct sl_jscan *s)
+{
+	int v = last_member(s, "prompt");
+	if (v < 0 || sl_jscan_type(s, v) != JSMN_ARRAY)
+		return 1;
+	const char *text = sl_jscan_text(s, v);
+	size_t len = sl_jscan_len(s, v), at = 0, start, end;
+	uint32_t n = 0;
+	while (sl_jscan_next_element(text, len, &at, &start, &end)) {
+		if (text[start] == '-' ||
+		    (text[start] >= '0' && text[start] <= '9'))
+			return 1;
+		n += n < SL_REQUEST_OUTPUTS_MAX;
+	}
+	return n > 0 ? n : 1;
+}
+
+/* A relayed body's outputs (request.h), where its endpoint reads them. */
+static void count_outputs(struct sl_request *r, const struct sl_endpoint *ep,
+                          const struct sl_jscan *s)
+{
+	if (ep->outputs & SL_OUTPUTS_N)
+		r->choices = choices_of(s);
+	uint64_t prompts = ep->outputs & SL_OUTPUTS_PROMPTS ? prompts_of(s) : 1;
+	r->outputs = (uint32_t)SL_MIN((uint64_t)r->choices * prompts,
+	                              (uint64_t)SL_REQUEST_OUTPUTS_MAX);
+}
+
 /* The native APIs' body: a new one, mapped onto /completion. */
 static int native_body(struct sl_request *r, const struct sl_endpoint *ep,
                        json_t *doc, const struct sl_request_options *opts)
@@ -766,6 +828,7 @@ static int validate(struct sl_request *r, const struct sl_endpoint *ep,
 {
 	memset(r, 0, sizeof(*r));
 	r->priority = SL_PRIORITY_NORMAL;
+	r->choices = r->outputs = 1;
 	/* A form (transcriptions) queues too: only the header may say how. */
 	if (!ep->json_body)
 		return ep->scheduled
@@ -846,6 +909,7 @@ relay:
 	if (rc == 0) {
 		r->max_tokens =
 		    ep->stream_end == SL_END_NONE ? 0 : token_bound(&scan);
+		count_outputs(r, ep, &scan);
 		sl_affinity_key_of(&r->affinity, &scan);
 		relay_body(r, ep, facts, &scan, opts);
 	}

@@ -10,6 +10,7 @@
 #include "sluice/base/metrics.h"
 #include "sluice/sched/sched.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -318,18 +319,50 @@ static void add_retry_after(struct sl_admission *a, uint64_t wait_ms)
 }
 
 /*
+ * The most a limited request may generate: its bound (at least one:
+ * llama-server generates a token for n_predict 0) for each of its outputs
+ * (a prompt array's prompts, times n: llama-server generates each as a
+ * request of its own would be); a token for each when nothing bounds it.
+ * In a double, which holds every product of the two exactly enough.
+ */
+static double output_bound(const struct sl_admission *a)
+{
+	double each =
+	    a->max_tokens >= 0 ? (double)SL_MAX(a->max_tokens, (int64_t)1) : 1;
+	return each * (double)SL_MAX(a->outputs, 1u);
+}
+
+/*
  * The tokens a limited request must find in its key's bucket (glossary:
- * reservation): its bound (at least one: llama-server generates a token
- * for n_predict 0) and its prompt's estimate, at most the whole tpm; one
- * token, or the prompt's estimate, when nothing bounds it.
+ * reservation): its output bound and its prompt's estimate (every prompt
+ * of an array is in the body it is estimated from), at most the whole
+ * tpm; when nothing bounds it, that with a token for each output.
  */
 static double reservation(const struct sl_tenant *x,
                           const struct sl_admission *a)
 {
 	double prompt = (double)(a->body_bytes / SL_KEYS_BYTES_PER_TOKEN);
-	double bound =
-	    a->max_tokens >= 0 ? (double)SL_MAX(a->max_tokens, (int64_t)1) : 1;
-	return SL_MIN(bound + prompt, (double)x->tpm);
+	return SL_MIN(output_bound(a) + prompt, (double)x->tpm);
+}
+
+/* The message of a request too large for its key's tpm, for good. */
+static void too_large(const struct sl_key *key, struct sl_admission *a)
+{
+	const struct sl_tenant *x = key->tenant;
+	int n = snprintf(a->message, sizeof(a->message),
+	                 "Request too large for key %s on tokens per min "
+	                 "(TPM): Limit %u, Requested %.0f",
+	                 key->name, x->tpm, output_bound(a));
+	size_t at = n > 0 ? SL_MIN((size_t)n, sizeof(a->message)) : 0;
+	if (a->outputs > 1)
+		snprintf(a->message + at, sizeof(a->message) - at,
+		         " (%" PRIu32 " outputs of %lld). Ask for fewer "
+		         "tokens (max_tokens) or outputs (n, prompts).",
+		         a->outputs,
+		         (long long)SL_MAX(a->max_tokens, (int64_t)1));
+	else
+		snprintf(a->message + at, sizeof(a->message) - at,
+		         ". Ask for fewer tokens (max_tokens).");
 }
 
 enum sl_admit sl_tenant_admit(const struct sl_key *key, struct sl_admission *a,
@@ -357,14 +390,10 @@ enum sl_admit sl_tenant_admit(const struct sl_key *key, struct sl_admission *a,
 	enum sl_admit verdict = SL_ADMIT_OK;
 	uint64_t wait_ms = 0;
 	double want = x->tpm ? reservation(x, a) : 0;
-	if (x->tpm && a->max_tokens > (int64_t)x->tpm) {
+	if (x->tpm && a->max_tokens >= 0 && output_bound(a) > (double)x->tpm) {
 		/* Waiting would not help: nothing to retry after. */
 		format_headers(x, a->headers, sizeof(a->headers));
-		snprintf(a->message, sizeof(a->message),
-		         "Request too large for key %s on tokens per min "
-		         "(TPM): Limit %u, Requested %lld. Ask for fewer "
-		         "tokens (max_tokens).",
-		         key->name, x->tpm, (long long)a->max_tokens);
+		too_large(key, a);
 		return SL_ADMIT_TOO_LARGE;
 	}
 	if (x->tpm && x->tokens.level + SL_BUCKET_EPSILON < want) {

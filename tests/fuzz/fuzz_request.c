@@ -158,6 +158,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		CHECK(r.assemble_kind == slow.assemble_kind);
 		CHECK(r.return_tokens == slow.return_tokens);
 		CHECK(r.max_tokens == slow.max_tokens);
+		CHECK(r.choices == slow.choices && r.outputs == slow.outputs);
 		CHECK((r.model == NULL) == (slow.model == NULL));
 		CHECK(!r.model || strcmp(r.model, slow.model) == 0);
 		CHECK(r.body_len == slow.body_len);

@@ -149,6 +149,20 @@ bool sl_jscan_leading_member(const char *text, size_t len,
                              size_t *end);
 
 /*
+ * The elements of the array that `text` opens, one a call, each skipped
+ * whole as the shallow scan skips values (a long answer's text with
+ * memchr), so that an array of many objects is read one element at a
+ * time: call with *at = 0, and again with the *at it leaves, past the
+ * element found. True with the element's extent (a string's quotes
+ * included) in [*start, *end); false at the array's end, and where the
+ * text stops being an array's elements (no array, an element that runs
+ * past the bytes, a missing comma, nesting deeper than
+ * SL_JSCAN_DEPTH_MAX).
+ */
+bool sl_jscan_next_element(const char *text, size_t len, size_t *at,
+                           size_t *start, size_t *end);
+
+/*
  * Makes `s` the scan of `len` bytes of `text` that sl_jscan_parse() gave
  * as the `n` tokens `tok` (copied here): for text kept from an earlier
  * scan, whose bytes give the same tokens, without a second pass.

@@ -44,8 +44,9 @@ bool sl_access_allow(struct sl_relay *relay, struct sl_http_request *req,
  * model_not_found as an unknown model is; a `limited` request (one that
  * takes a slot) must be within the key's rpm, tpm and max-concurrent, else
  * 429 with OpenAI's shape and headers; a tpm is checked against the
- * request's reservation (keys.h), from `checked` (its max_tokens and its
- * body), and the reservation noted in req->info for the request's end.
+ * request's reservation (keys.h), from `checked` (its max_tokens, its
+ * outputs and its body), and the reservation noted in req->info for the
+ * request's end.
  * *priority comes in as the request asked (or the default when
  * checked->priority_given is false) and goes out as granted. Every answer
  * to the request then carries the key's rate-limit headers and, when

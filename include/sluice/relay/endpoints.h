@@ -25,6 +25,30 @@ enum sl_stream_end {
 	SL_END_EOF, /* the transfer's end (Anthropic's and Responses' events) */
 };
 
+/*
+ * The body's fields that ask llama-server for several outputs in one
+ * request, each generated as a request of its own would be, where the
+ * endpoint reads them (llama-server 0.7.0, measured): a key's tpm
+ * reserves and charges every output (request.h, outputs).
+ */
+enum sl_outputs {
+	/*
+	 * "n_cmpl", else "n": that many outputs of each prompt. Read by
+	 * chat, /v1/completions, /completion (and so /infill, which takes
+	 * its parameters as /completion does) and the Responses API, whose
+	 * plain answer is then an array of responses; /v1/messages ignores
+	 * both.
+	 */
+	SL_OUTPUTS_N = 1u << 0,
+	/*
+	 * "prompt" as an array: one prompt for each element, unless it
+	 * holds a number (then it is one prompt of token ids, or of text
+	 * and ids mixed). /completion and /v1/completions; chat ignores a
+	 * "prompt", /infill takes only a string.
+	 */
+	SL_OUTPUTS_PROMPTS = 1u << 1,
+};
+
 struct sl_endpoint {
 	const char *path;
 	llhttp_method_t method;
@@ -52,6 +76,8 @@ struct sl_endpoint {
 	 * first-byte or idle timeout; at most SL_PROXY_WATCHES_MAX at once.
 	 */
 	bool watch;
+	/* Which fields ask for several outputs (SL_OUTPUTS_*); 0: none. */
+	unsigned outputs;
 };
 
 /*

@@ -41,6 +41,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Room for the message of a refusal, client text quoted in it included. */
 #define SL_REQUEST_ERROR_MAX 512
@@ -49,6 +50,13 @@
  * to recognise it, while a megabyte of junk is not echoed whole.
  */
 #define SL_REQUEST_QUOTE_MAX 64
+
+/*
+ * The most outputs counted for one request: past any tpm (at most a
+ * billion, keys.h) since each reserves a token at least, so that a body
+ * asking for more is refused as too large however its count is written.
+ */
+#define SL_REQUEST_OUTPUTS_MAX (UINT32_C(1) << 30)
 
 /* The parts of sluice's configuration that shape the upstream body. */
 struct sl_request_options {
@@ -100,6 +108,19 @@ struct sl_request {
 	 * nothing (embeddings, rerank).
 	 */
 	int64_t max_tokens;
+	/*
+	 * For a key's tpm too: how many outputs the upstream generates for
+	 * it, each up to max_tokens (endpoints.h, enum sl_outputs). `choices`
+	 * is the outputs of each prompt, as llama-server 0.7.0 reads them:
+	 * "n_cmpl" unless absent or null, else "n", a real truncated; 1 for
+	 * anything that is no number of at least 1 (which llama-server
+	 * refuses, as it does more than its slots). `outputs` is that times
+	 * the prompts of a "prompt" array (one for any other "prompt"). Both
+	 * at most SL_REQUEST_OUTPUTS_MAX, and 1 on endpoints that read
+	 * neither.
+	 */
+	uint32_t choices;
+	uint32_t outputs;
 	/* The body was read by the fast path, without jansson (request.c). */
 	bool read_fast;
 	/*

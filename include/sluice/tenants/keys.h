@@ -25,11 +25,12 @@
  *             request takes one from the requests bucket, and its
  *             reservation from the tokens bucket.
  *   reservation  what a request takes from its key's tokens bucket when
- *             it is admitted: the most it may generate (its max_tokens,
- *             request.h) and its prompt's estimated tokens
- *             (SL_KEYS_BYTES_PER_TOKEN), at most the key's tpm; or, when
- *             nothing bounds what it generates, everything the bucket
- *             holds. It is admitted only if the bucket holds that much.
+ *             it is admitted: the most it may generate (its max_tokens
+ *             for each of its outputs, request.h) and its prompt's
+ *             estimated tokens (SL_KEYS_BYTES_PER_TOKEN), at most the
+ *             key's tpm; or, when nothing bounds what it generates,
+ *             everything the bucket holds. It is admitted only if the
+ *             bucket holds that much.
  *             When it ends, the reservation is given back and what it
  *             used (as the upstream counted it) taken instead, which may
  *             leave the bucket below zero.
@@ -87,6 +88,12 @@
 #define SL_KEYS_CONCURRENT_MAX 1000000u
 /* Bytes of the header lines a tenant's answer carries (see admit). */
 #define SL_KEYS_HEADERS_MAX 384
+/*
+ * Bytes of a refusal's message: the key's name (SL_KEYS_NAME_MAX) and
+ * the figures of the longest, a request too large for its outputs, at
+ * their widest (about 250 bytes in all).
+ */
+#define SL_KEYS_MESSAGE_MAX 320
 /*
  * A prompt's tokens estimated from its request body's bytes, for the
  * reservation: OpenAI's rule of thumb of four characters of English a
@@ -292,7 +299,7 @@ enum sl_admit {
 	SL_ADMIT_MODEL,       /* the model is not on the key's list: 404 */
 	SL_ADMIT_REQUESTS,    /* rpm exhausted: 429 */
 	SL_ADMIT_TOKENS,      /* tpm exhausted: 429 */
-	SL_ADMIT_TOO_LARGE,   /* max_tokens past the whole tpm: 429, for good */
+	SL_ADMIT_TOO_LARGE,   /* its outputs' bound past the whole tpm: 429 */
 	SL_ADMIT_CONCURRENCY, /* max-concurrent reached: 429 */
 };
 
@@ -302,10 +309,13 @@ struct sl_admission {
 	const char *model;
 	bool limited; /* it takes a slot: rpm, tpm and concurrency apply */
 	/*
-	 * In, for tpm: the most tokens it may generate (request.h; -1: no
-	 * bound) and its body's bytes (for the prompt's estimate).
+	 * In, for tpm: the most tokens it may generate for each of its
+	 * outputs (request.h; -1: no bound), how many outputs it asks for
+	 * (request.h; 0 counts as 1) and its body's bytes (for the prompt's
+	 * estimate).
 	 */
 	int64_t max_tokens;
+	uint32_t outputs;
 	size_t body_bytes;
 	bool priority_given;
 	double priority; /* in: as asked (or the default); out: as granted */
@@ -315,7 +325,7 @@ struct sl_admission {
 	 * Retry-After. And the message for a refusal.
 	 */
 	char headers[SL_KEYS_HEADERS_MAX];
-	char message[200];
+	char message[SL_KEYS_MESSAGE_MAX];
 	bool counted; /* it holds a concurrent place: sl_tenant_end() it */
 	/* Out: the tokens taken from the bucket (glossary: reservation). */
 	double reserved;
@@ -326,8 +336,9 @@ struct sl_admission {
  * priority (clamped to max-priority; default-priority when it named
  * none). When it may and it is limited, it takes a request from the
  * bucket, its reservation from the tokens bucket and a concurrent place.
- * A request whose max_tokens alone is more than the key's tpm could never
- * be within it: SL_ADMIT_TOO_LARGE, with no Retry-After. The model check
+ * A request whose output bound alone (max_tokens, at least one, for each
+ * of its outputs) is more than the key's tpm could never be within it:
+ * SL_ADMIT_TOO_LARGE, with no Retry-After. The model check
  * comes first, so a key learns nothing of other models' limits.
  */
 enum sl_admit sl_tenant_admit(const struct sl_key *key, struct sl_admission *a,
