@@ -153,7 +153,8 @@ void sl_app_kick_scheduler(struct sl_app *app)
 struct sl_upstream *
 sl_app_pick_upstream(struct sl_app *app, const struct sl_model *m,
                      bool need_slot, const struct sl_upstream *avoid,
-                     const struct sl_affinity_key *key, char *why, size_t size)
+                     const struct sl_affinity_key *key,
+                     const struct sl_pool_slo *slo, char *why, size_t size)
 {
 	if (m->pool.n == 0 && m->managed) {
 		snprintf(why, size,
@@ -168,7 +169,7 @@ sl_app_pick_upstream(struct sl_app *app, const struct sl_model *m,
 	                               .result = SL_AFFINITY_RESULTS};
 	struct sl_upstream *u =
 	    sl_pool_pick(&m->pool, need_slot, avoid, app->next_upstream,
-	                 app->affinity && key ? &aff : NULL, why, size);
+	                 app->affinity && key ? &aff : NULL, slo, why, size);
 	/*
 	 * The choice is remembered, but a prefix whose home was busy keeps
 	 * that home: the detour is for this request only, and moving the
@@ -729,9 +730,11 @@ void app_remove_model(struct sl_app *app, struct sl_model *m)
 static struct sl_upstream *
 relay_pick_upstream(void *owner, const struct sl_model *m, bool need_slot,
                     const struct sl_upstream *avoid,
-                    const struct sl_affinity_key *key, char *why, size_t size)
+                    const struct sl_affinity_key *key,
+                    const struct sl_pool_slo *slo, char *why, size_t size)
 {
-	return sl_app_pick_upstream(owner, m, need_slot, avoid, key, why, size);
+	return sl_app_pick_upstream(owner, m, need_slot, avoid, key, slo, why,
+	                            size);
 }
 
 static bool relay_upstream_expected(void *owner, const struct sl_model *m)

@@ -139,12 +139,15 @@ void sl_app_maybe_drained(struct sl_app *app);
  * that one is ready takes no turn). With a prefix-affinity `key` (or NULL:
  * a pick only to see that one is ready) and --affinity on, the replica
  * that served the request's prefix is preferred within --affinity-margin,
- * and the choice is remembered for the prefixes that follow.
+ * and the choice is remembered for the prefixes that follow. With `slo`
+ * (or NULL), a request's service level: the replica with the most
+ * predicted headroom (sl_pool_pick).
  */
 struct sl_upstream *
 sl_app_pick_upstream(struct sl_app *app, const struct sl_model *m,
                      bool need_slot, const struct sl_upstream *avoid,
-                     const struct sl_affinity_key *key, char *why, size_t size);
+                     const struct sl_affinity_key *key,
+                     const struct sl_pool_slo *slo, char *why, size_t size);
 
 /*
  * Whether an upstream of `m` that cannot take work now is expected back

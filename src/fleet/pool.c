@@ -4,6 +4,7 @@
 #include "sluice/base/common.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 
 int sl_pool_add(struct sl_pool *p, struct sl_upstream *u)
@@ -41,12 +42,39 @@ bool sl_pool_contains(const struct sl_pool *p, const struct sl_upstream *u)
 	return false;
 }
 
+/* Whether a has more room than b: fewer in flight per slot (ad < cb). */
+static bool more_room(const struct sl_upstream *a, const struct sl_upstream *b)
+{
+	return (uint64_t)a->inflight * b->total_slots <
+	       (uint64_t)b->inflight * a->total_slots;
+}
+
+/* A request's predicted headroom on u (pool.h, sl_pool_pick). */
+static double headroom(const struct sl_upstream *u, const struct sl_pool_slo *s)
+{
+	double h = INFINITY;
+	if (s->has_ttft)
+		h = s->ttft_left_ms -
+		    sl_predict_first_ms(&u->predict, s->prompt_bytes);
+	if (s->has_tpot) {
+		double tpot =
+		    sl_predict_tpot_ms(&u->predict, (double)u->inflight + 1);
+		h = SL_MIN(h, (s->tpot_ms - tpot) * SL_MAX(s->out_tokens, 1.0));
+	}
+	return h;
+}
+
 struct sl_upstream *sl_pool_pick(const struct sl_pool *p, bool need_slot,
                                  const struct sl_upstream *avoid, unsigned next,
-                                 struct sl_pool_affinity *aff, char *why,
+                                 struct sl_pool_affinity *aff,
+                                 const struct sl_pool_slo *slo, char *why,
                                  size_t size)
 {
 	struct sl_upstream *best = NULL, *fallback = NULL;
+	/* The qualifying members, for a pick on headroom. */
+	struct sl_upstream *qualified[SL_POOL_MAX];
+	unsigned n_qualified = 0;
+	bool all_known = true;
 	/*
 	 * The usable members, for prefix affinity: where a prefix is may be a
 	 * member that cannot take this request now (full, or just failed).
@@ -77,10 +105,28 @@ struct sl_upstream *sl_pool_pick(const struct sl_pool *p, bool need_slot,
 			fallback = u;
 			continue;
 		}
-		/* Fewest in flight per slot: compare a/b < c/d as ad < cb. */
-		if (!best || (uint64_t)u->inflight * best->total_slots <
-		                 (uint64_t)best->inflight * u->total_slots)
+		qualified[n_qualified++] = u;
+		all_known = all_known && sl_predict_known(&u->predict);
+		if (!best || more_room(u, best))
 			best = u;
+	}
+	/*
+	 * Service levels: the most headroom, when every candidate's model
+	 * can say (a member that cannot yet is given work as it always was,
+	 * so that its model learns).
+	 */
+	bool by_headroom = slo && (slo->has_ttft || slo->has_tpot) &&
+	                   n_qualified > 1 && all_known;
+	if (by_headroom) {
+		double most = -INFINITY;
+		for (unsigned i = 0; i < n_qualified; i++) {
+			double h = headroom(qualified[i], slo);
+			if (h > most ||
+			    (h == most && more_room(qualified[i], best))) {
+				most = h;
+				best = qualified[i];
+			}
+		}
 	}
 	/* Two usable members at least: with one there is nothing to choose. */
 	if (best && aff && aff->key && aff->key->n > 0 && n_usable > 1) {
@@ -92,7 +138,9 @@ struct sl_upstream *sl_pool_pick(const struct sl_pool *p, bool need_slot,
 			aff->result = SL_AFFINITY_MISS;
 		else if (home == avoid ||
 		         (need_slot && sl_upstream_free_slots(home) == 0) ||
-		         home->inflight > best->inflight + aff->margin)
+		         (by_headroom
+		              ? headroom(home, slo) < 0
+		              : home->inflight > best->inflight + aff->margin))
 			aff->result = SL_AFFINITY_BUSY;
 		else {
 			aff->result = SL_AFFINITY_HIT;

@@ -317,9 +317,10 @@ void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
 		sl_join_u64(&h, n);
 		sl_join_str(&h, "\r\n");
 		char why[160];
+		struct sl_pool_slo slo;
 		struct sl_upstream *u = relay->hooks->pick_upstream(
-		    relay->owner, m, true, x->failed_on, &x->affinity, why,
-		    sizeof(why));
+		    relay->owner, m, true, x->failed_on, &x->affinity,
+		    exchange_slo_pick(x, now_ms, &slo), why, sizeof(why));
 		/* The queue counted a free slot for it: none should lack. */
 		if (!u)
 			sl_warn("%s: no upstream took it from the queue: %s",
@@ -731,7 +732,7 @@ void sl_proxy_handle(struct sl_relay *relay, struct sl_http_request *req,
 	 */
 	char why[SL_MODEL_NAME_MAX + 96];
 	struct sl_upstream *u = relay->hooks->pick_upstream(
-	    relay->owner, m, false, NULL, NULL, why, sizeof(why));
+	    relay->owner, m, false, NULL, NULL, NULL, why, sizeof(why));
 	bool wait = !u && ep->scheduled &&
 	            relay->hooks->upstream_expected(relay->owner, m);
 	if (pinned) {

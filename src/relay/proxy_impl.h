@@ -330,6 +330,9 @@ bool exchange_slo_headers(const struct sl_http_request *req, struct sl_slo *out,
                           char *why, size_t size);
 void exchange_slo_resolve(struct exchange *x, const struct sl_slo *asked);
 bool exchange_slo_admit(struct exchange *x, uint64_t now_ms);
+const struct sl_pool_slo *exchange_slo_pick(const struct exchange *x,
+                                            uint64_t now_ms,
+                                            struct sl_pool_slo *out);
 void exchange_slo_taken(struct exchange *x, struct sl_upstream *u);
 void exchange_slo_first_token(struct exchange *x, double ttft_s);
 void exchange_slo_let_go(struct exchange *x);

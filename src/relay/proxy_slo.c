@@ -217,6 +217,28 @@ void sl_proxy_late(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 
 /* ---- the upstream's latency model ---- */
 
+/*
+ * Its service level as a pick among replicas weighs it (pool.h): in *out,
+ * returned; NULL for a request without one.
+ */
+const struct sl_pool_slo *exchange_slo_pick(const struct exchange *x,
+                                            uint64_t now_ms,
+                                            struct sl_pool_slo *out)
+{
+	if (!has_slo(x))
+		return NULL;
+	double deadline = (double)(x->arrived_ms + x->slo.ttft_ms);
+	*out = (struct sl_pool_slo){
+	    .has_ttft = x->slo.ttft_ms > 0,
+	    .has_tpot = x->slo.tpot_ms > 0,
+	    .ttft_left_ms = deadline - (double)now_ms,
+	    .tpot_ms = (double)x->slo.tpot_ms,
+	    .prompt_bytes = x->ask.prompt_bytes,
+	    .out_tokens = x->predicted.out_tokens,
+	};
+	return out;
+}
+
 /* Sequences u runs: sluice's own, and others' where its poll says. */
 static unsigned busy_on(const struct sl_upstream *u)
 {

@@ -53,6 +53,19 @@ struct sl_pool_affinity {
 };
 
 /*
+ * A request's service level, for a pick among replicas (sched/README.md,
+ * "Deadlines"): the time left to its TTFT deadline (or none), its TPOT
+ * level (or none), and what predicts its costs on each member (predict.h).
+ */
+struct sl_pool_slo {
+	bool has_ttft, has_tpot;
+	double ttft_left_ms; /* its TTFT deadline less now */
+	double tpot_ms;      /* its TPOT level */
+	double prompt_bytes; /* its body's bytes */
+	double out_tokens;   /* the tokens it is predicted to generate */
+};
+
+/*
  * The usable member with the most room, or NULL with the reason, for the
  * client, in `why`. With need_slot, only one with a free slot qualifies.
  * Ties go in turn: the first qualifying member whose index (its place in
@@ -66,10 +79,20 @@ struct sl_pool_affinity {
  * beyond the margin). The table is only read: the caller stores the
  * choice it makes (and keeps a BUSY prefix's home as it was: the detour
  * is for this request only).
+ *
+ * With `slo` (or NULL) and every qualifying member's latency model known
+ * (predict.h), the member with the most predicted headroom takes it
+ * instead of the one with the most room: headroom is the time left to
+ * its TTFT deadline less its predicted TTFT there, and for a TPOT level
+ * its level less the predicted TPOT there with one more sequence, times
+ * its tokens; the lesser of the two when it has both (ties: the most
+ * room, as above). Its prefix's home is kept while its headroom there is
+ * not negative: affinity never costs a request its service level.
  */
 struct sl_upstream *sl_pool_pick(const struct sl_pool *p, bool need_slot,
                                  const struct sl_upstream *avoid, unsigned next,
-                                 struct sl_pool_affinity *aff, char *why,
+                                 struct sl_pool_affinity *aff,
+                                 const struct sl_pool_slo *slo, char *why,
                                  size_t size);
 
 /* Free slots across the usable members: the model's capacity now. */

@@ -27,6 +27,7 @@
 
 struct exchange;
 struct sl_affinity_key;
+struct sl_pool_slo;
 struct sl_model;
 struct sl_upstream;
 
@@ -38,6 +39,7 @@ struct sl_relay_hooks {
 	                                     bool need_slot,
 	                                     const struct sl_upstream *avoid,
 	                                     const struct sl_affinity_key *key,
+	                                     const struct sl_pool_slo *slo,
 	                                     char *why, size_t size);
 	/* Whether `m` will have an upstream (sl_app_upstream_expected). */
 	bool (*upstream_expected)(void *owner, const struct sl_model *m);
