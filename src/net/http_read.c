@@ -132,6 +132,7 @@ static void request_begin(struct sl_http_conn *c)
 	c->req->pub.info.queue_ms = -1;
 	c->req->pub.info.ttft_ms = -1;
 	c->req->pub.info.predicted_ttft_ms = -1;
+	c->req->pub.info.tpot_ms = -1;
 	memcpy(c->req->pub.client, c->peer_text, sizeof(c->peer_text));
 }
 

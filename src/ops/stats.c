@@ -3,6 +3,7 @@
 
 #include "sluice/base/common.h"
 #include "sluice/sched/sched.h"
+#include "sluice/tenants/keys.h"
 
 #include <string.h>
 
@@ -198,6 +199,42 @@ static int reason_index(const char *name)
 	return -1;
 }
 
+/*
+ * A request with a service level ended: shed when sluice refused it as out
+ * of reach, met or missed by its first token's time and its time per
+ * token when it was served, missed when it failed before its first token
+ * (a queue timeout, the upstream's 5xx); nothing when its client left
+ * first. Counted for its key, or for requests without one.
+ */
+static void count_slo(struct sl_stats *s, const struct sl_http_request *req,
+                      bool completed)
+{
+	const struct sl_request_info *info = &req->info;
+	if (!info->slo_ttft_ms && !info->slo_tpot_ms)
+		return;
+	enum sl_slo_outcome o;
+	if (info->reject_reason && strncmp(info->reject_reason, "slo_", 4) == 0)
+		o = SL_SLO_SHED;
+	else if (!completed)
+		return;
+	else if (info->ttft_ms >= 0) {
+		bool met = !info->slo_ttft_ms ||
+		           (uint64_t)info->ttft_ms <= info->slo_ttft_ms;
+		/* One token has no time per token: only its first counts. */
+		if (info->slo_tpot_ms && info->tpot_ms >= 0)
+			met = met && info->tpot_ms <= (double)info->slo_tpot_ms;
+		o = met ? SL_SLO_MET : SL_SLO_MISSED;
+	} else if (req->status >= 500)
+		o = SL_SLO_MISSED;
+	else
+		return;
+	enum sl_stats_class c = sl_stats_class_of(info->priority);
+	if (info->tenant)
+		info->tenant->slo[c][o]++;
+	else
+		s->slo[c][o]++;
+}
+
 const char *sl_stats_finished(struct sl_stats *s,
                               const struct sl_http_request *req, bool completed,
                               double seconds)
@@ -233,5 +270,6 @@ const char *sl_stats_finished(struct sl_stats *s,
 	}
 	if (completed && info->batch_size > 0)
 		sl_hist_record(&s->generation, seconds);
+	count_slo(s, req, completed);
 	return outcome;
 }

@@ -29,17 +29,13 @@ void exchange_note_totals(struct exchange *x)
 		x->tokens_seen = x->tokens_final;
 	}
 	info->tokens = (unsigned)x->tokens_seen;
+	exchange_slo_note(x);
 	info->prompt_tokens = (unsigned)exchange_prompt_tokens(x);
 }
 
-/*
- * The client side is over: no more calls to the HTTP server about it. Its
- * service level's outcome is counted now, while its request is known.
- */
+/* The client side is over: no more calls to the HTTP server about it. */
 void exchange_client_done(struct exchange *x)
 {
-	if (x->req)
-		exchange_slo_outcome(x);
 	x->req = NULL;
 }
 

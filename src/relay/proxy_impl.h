@@ -118,8 +118,7 @@ struct exchange {
 	/*
 	 * Deadlines (proxy_slo.c): its service level (0s: none), what the
 	 * prediction was asked and said at its arrival, its place in its
-	 * upstream's running list, the timings of its answer, and whether
-	 * its outcome was counted.
+	 * upstream's running list, and the timings of its answer.
 	 */
 	struct sl_slo slo;
 	struct sl_latency_ask ask;
@@ -128,7 +127,6 @@ struct exchange {
 	struct sl_predict_run run;
 	struct sl_event_timings timings;
 	bool has_timings;
-	bool slo_counted;
 	/* Service charged to its flow for this attempt (exchange_charge). */
 	double attempt_charged;
 	double priority;
@@ -337,7 +335,7 @@ void exchange_slo_taken(struct exchange *x, struct sl_upstream *u);
 void exchange_slo_first_token(struct exchange *x, double ttft_s);
 void exchange_slo_let_go(struct exchange *x);
 void exchange_slo_busy(struct exchange *x, struct sl_upstream *u);
-void exchange_slo_outcome(struct exchange *x);
+void exchange_slo_note(struct exchange *x);
 
 /* proxy_leaving.c */
 bool exchange_upstream_streams(const struct exchange *x);

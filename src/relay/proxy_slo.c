@@ -85,25 +85,13 @@ void exchange_slo_resolve(struct exchange *x, const struct sl_slo *asked)
 	                           cfg->slo_ttft.ms[c]);
 	x->slo.tpot_ms = first_set(asked->tpot_ms, key->tpot_ms, model->tpot_ms,
 	                           cfg->slo_tpot.ms[c]);
+	x->req->info.slo_ttft_ms = x->slo.ttft_ms;
+	x->req->info.slo_tpot_ms = x->slo.tpot_ms;
 }
 
 static bool has_slo(const struct exchange *x)
 {
 	return x->slo.ttft_ms || x->slo.tpot_ms;
-}
-
-/* Counts an outcome, for the request's key or for requests without one. */
-static void count_outcome(struct exchange *x, enum sl_slo_outcome o)
-{
-	if (!has_slo(x) || x->slo_counted)
-		return;
-	x->slo_counted = true;
-	enum sl_stats_class c = sl_stats_class_of(x->priority);
-	struct sl_tenant *t = x->req ? x->req->info.tenant : NULL;
-	if (t)
-		t->slo[c][o]++;
-	else
-		x->relay->stats->slo[c][o]++;
 }
 
 /* ---- refusals ---- */
@@ -126,7 +114,6 @@ static void refuse(struct exchange *x, int status, const char *reason,
 	info->reject_reason = reason;
 	info->outcome = "rejected";
 	info->refunded = true;
-	count_outcome(x, SL_SLO_SHED);
 	exchange_note_totals(x);
 	json_t *doc = json_pack(
 	    "{s:{s:s, s:s, s:i, s:s}}", "error", "message", message, "type",
@@ -319,30 +306,17 @@ void exchange_slo_busy(struct exchange *x, struct sl_upstream *u)
 /* ---- the outcome ---- */
 
 /*
- * The client side ends: a request with a service level that was served is
- * counted met or missed by its first token's time and its time per token.
- * One refused was counted as shed; one that failed with no token (a queue
- * timeout, the upstream's 5xx) missed it; one whose client left is none.
+ * The time per output token it got, for its outcome (counted as the
+ * request finishes: sl_stats_finished): from its stream's token times, or
+ * llama-server's own timings of a plain answer.
  */
-void exchange_slo_outcome(struct exchange *x)
+void exchange_slo_note(struct exchange *x)
 {
-	if (!has_slo(x) || x->slo_counted)
-		return;
-	const struct sl_request_info *info = &x->req->info;
-	if (info->ttft_ms < 0) {
-		if (x->req->status >= 500)
-			count_outcome(x, SL_SLO_MISSED);
-		return;
-	}
-	bool met = !x->slo.ttft_ms || (uint64_t)info->ttft_ms <= x->slo.ttft_ms;
-	if (x->slo.tpot_ms) {
-		double tpot = -1;
-		if (x->tokens_seen >= 2 && x->last_token_ns > x->first_token_ns)
-			tpot = (double)(x->last_token_ns - x->first_token_ns) /
-			       1e6 / (double)(x->tokens_seen - 1);
-		else if (x->timings.per_token_ms > 0)
-			tpot = x->timings.per_token_ms;
-		met = met && tpot <= (double)x->slo.tpot_ms;
-	}
-	count_outcome(x, met ? SL_SLO_MET : SL_SLO_MISSED);
+	double tpot = -1;
+	if (x->tokens_seen >= 2 && x->last_token_ns > x->first_token_ns)
+		tpot = (double)(x->last_token_ns - x->first_token_ns) / 1e6 /
+		       (double)(x->tokens_seen - 1);
+	else if (x->timings.per_token_ms > 0)
+		tpot = x->timings.per_token_ms;
+	x->req->info.tpot_ms = tpot;
 }

@@ -177,6 +177,12 @@ struct sl_request_info {
 	int64_t queue_ms;          /* -1: not queued */
 	int64_t ttft_ms;           /* -1: no token */
 	int64_t predicted_ttft_ms; /* -1: none predicted (latency.h) */
+	/*
+	 * Its service level (0s: none; sched/README.md) and the time per
+	 * output token it got (-1: not known), for its outcome's count.
+	 */
+	uint64_t slo_ttft_ms, slo_tpot_ms;
+	double tpot_ms;
 	unsigned tokens;           /* generated */
 	unsigned batch_size;       /* 0: not batched */
 	char upstream[96];         /* "" when none */
