@@ -76,6 +76,15 @@ class Cli(st.TestCase):
              "as 10.0.0.0/8 or fd00::/8, got \"proxy.example\""),
             ([], {"SLUICE_TRUSTED_PROXY": "::1, fd00::/8/8"},
              "SLUICE_TRUSTED_PROXY"),
+            # Issue 41: a body limit that refuses every body, and a poll
+            # of an upstream's occupancy every millisecond.
+            (["--max-body", "0"], {},
+             "--max-body: expected a size from 1024 to 1073741824 bytes"),
+            (["--occupancy-poll", "1ms"], {},
+             "--occupancy-poll: 1ms is below the floor of 100ms (0 turns "
+             "polling off)"),
+            ([], {"SLUICE_OCCUPANCY_POLL": "99ms"},
+             "SLUICE_OCCUPANCY_POLL: 99ms is below the floor of 100ms"),
         ]
         for args, env, name in cases:
             with self.subTest(args=args, env=env):
@@ -425,6 +434,9 @@ class ConfigFile(st.TestCase):
             ("config: other.yaml\n", ":1: config: a one-shot flag"),
             ("admin-key: \"two words\"\n", ":1: admin-key: a key holds a "
              "space"),
+            ("max-body: 0\n", ":1: max-body: expected a size from 1024 "),
+            ("slots: 2\noccupancy-poll: 1ms\n", ":2: occupancy-poll: 1ms is "
+             "below the floor of 100ms (0 turns polling off)\n"),
         ]
         for text, error in cases:
             with self.subTest(text=text):
