@@ -354,10 +354,12 @@ static int read_key_file(const struct parse_state *st)
 	snprintf(where, sizeof(where), "%s %s",
 	         source_name(st, "api-key-file", true, opt, sizeof(opt)),
 	         cfg->api_key_file);
-	FILE *f = fopen(cfg->api_key_file, "r");
+	/* Not a FIFO, whose open would wait (config_file.c, read_whole). */
+	const char *why;
+	FILE *f = sl_fopen_regular(cfg->api_key_file, &why);
 	if (!f)
 		return sl_config_fail(err, size, where, "cannot read it: %s",
-		                      strerror(errno));
+		                      why);
 	char *text = sl_xmalloc(SL_API_KEY_FILE_MAX + 1);
 	size_t len = fread(text, 1, SL_API_KEY_FILE_MAX + 1, f);
 	int read_error = ferror(f) ? errno : 0;
