@@ -273,7 +273,8 @@ class Reload(st.TestCase):
         refused with one line at once, rather than its worker waiting for
         a writer for ever (every later reload held behind it, and the
         shutdown too); sluice serves meanwhile, reloads again once the file
-        is back, and stops on SIGTERM (twice: the second hurries it)."""
+        is back, and stops on SIGTERM (the second ends the drain the
+        first began)."""
         r = self.mock()
         self.write(models_yaml({"r": {"upstreams": [r.url]}}))
         s = self.sluice("--config", self.path)
@@ -288,9 +289,24 @@ class Reload(st.TestCase):
                                       "aliases": ["again"]}}))
         self.reload(s, r"models reloaded: 1 model; changed: r \(aliases\)$")
         self.assert_answers(s, "again", "r2", r.url)
+        # A stream holds the drain the first SIGTERM starts; the second
+        # ends it.
+        x = Stream(s.port, "r", LONG)
+        self.assertEqual(x.status, 200)
+        x.read(1)
+        mark = len(s.lines)
         s.proc.send_signal(signal.SIGTERM)
+        s.wait_line(r"info  draining: waiting up to", start=mark)
         s.proc.send_signal(signal.SIGTERM)
+        s.wait_line(r"warn  received Terminated again; stopping now$",
+                    start=mark)
         self.assertEqual(s.wait_exit(SAFETY_NET_S), 0)
+        # Cut short, not waited for.
+        try:
+            x.read()
+        except EOFError:
+            pass
+        self.assertFalse(x.done)
 
 
 if __name__ == "__main__":
