@@ -52,11 +52,21 @@
  * llama-server does while it loads a model. --nul-pieces 1 ends every piece
  * with a NUL character, so tests can check that such text arrives whole.
  *
+ * Occupancy faults, for sluice's poll of /metrics and /slots (its
+ * fleet/occupancy.c): --occupancy-delay-ms answers both late (a hang, when
+ * longer than the client waits), --occupancy-status answers both with that
+ * status in llama-server's error shape (404 as a build without the
+ * endpoint, 501 as llama-server without --metrics), and --metrics-value
+ * writes its text as /metrics' requests_processing (NaN, 1e6, 0x10...).
+ * With --occupancy-faults N only the first N answers of the two carry
+ * them, and later ones are true again: a fault that ends.
+ *
  * Known gaps: no /metrics beyond the occupancy gauges; no /tokenize,
- * /embeddings, /infill; no stop words, no n_probs, no multiple prompts; unknown fields are ignored (as
- * llama-server does), and fields of the wrong type fall back to defaults.
- * The mock writes regardless of back-pressure: an answer is at most a
- * couple of MB, and sluice's HTTP server drops a client that stops reading.
+ * /embeddings, /infill; no stop words, no n_probs, no multiple prompts; unknown
+ * fields are ignored (as llama-server does), and fields of the wrong type fall
+ * back to defaults. The mock writes regardless of back-pressure: an answer is
+ * at most a couple of MB, and sluice's HTTP server drops a client that stops
+ * reading.
  */
 #include "sluice/base/common.h"
 #include "sluice/net/http.h"
@@ -88,6 +98,8 @@
 #define MOCK_MAX_BODY (16u * 1024 * 1024)
 /* Exit status for a bad option, as sluice's own. */
 #define MOCK_EXIT_USAGE 2
+/* Room for a text option and its NUL: a gauge's value is a few bytes. */
+#define MOCK_TEXT_SIZE 32
 
 /* ---- options ---- */
 
@@ -105,12 +117,17 @@ struct options {
 	uint64_t start_delay_ms;
 	uint64_t seed;
 	uint64_t nul_pieces;
+	uint64_t occupancy_delay_ms;
+	uint64_t occupancy_status;
+	uint64_t occupancy_faults;
+	char metrics_value[MOCK_TEXT_SIZE]; /* "": the true count */
 };
 
 enum opt_kind {
 	OPT_UINT, /* whole number in [min, max], into a uint64_t */
 	OPT_RATE, /* fraction in [0, 1], into a double */
 	OPT_IPV4, /* an IPv4 address, into a char[16] */
+	OPT_TEXT, /* text shorter than MOCK_TEXT_SIZE, into a char array */
 };
 
 struct option_def {
@@ -155,6 +172,19 @@ static const struct option_def option_defs[] = {
      "seed of the PRNG that picks the requests to fault"},
     {"nul-pieces", "SLUICE_MOCK_NUL_PIECES", OPT_UINT, FIELD(nul_pieces), "0",
      0, 1, "1: each piece ends with a NUL character (\\u0000 in JSON)"},
+    {"occupancy-delay-ms", "SLUICE_MOCK_OCCUPANCY_DELAY_MS", OPT_UINT,
+     FIELD(occupancy_delay_ms), "0", 0, MOCK_MAX_DELAY_MS,
+     "wait before answering /metrics or /slots"},
+    {"occupancy-status", "SLUICE_MOCK_OCCUPANCY_STATUS", OPT_UINT,
+     FIELD(occupancy_status), "200", 100, 599,
+     "HTTP status of /metrics and /slots (not 200: an error)"},
+    {"metrics-value", "SLUICE_MOCK_METRICS_VALUE", OPT_TEXT,
+     FIELD(metrics_value), "", 0, 0,
+     "text /metrics writes as requests_processing; empty: the true count"},
+    {"occupancy-faults", "SLUICE_MOCK_OCCUPANCY_FAULTS", OPT_UINT,
+     FIELD(occupancy_faults), "0", 0, UINT64_MAX,
+     "answers of /metrics or /slots that carry the three faults above; "
+     "0: all"},
 };
 
 static void usage(FILE *f)
@@ -170,6 +200,7 @@ static void usage(FILE *f)
 		snprintf(flag, sizeof(flag), "--%s %s", o->name,
 		         o->kind == OPT_RATE   ? "F"
 		         : o->kind == OPT_IPV4 ? "ADDR"
+		         : o->kind == OPT_TEXT ? "TEXT"
 		                               : "N");
 		fprintf(f, "  %-22s %s\n  %-22s (%s, default %s)\n", flag,
 		        o->help, "", o->env, o->def);
@@ -183,6 +214,13 @@ static bool option_set(struct options *opt, const struct option_def *o,
 {
 	char *end;
 	errno = 0;
+	if (o->kind == OPT_TEXT) {
+		char *field = (char *)opt + o->offset;
+		if (strlen(text) >= MOCK_TEXT_SIZE)
+			return false;
+		snprintf(field, MOCK_TEXT_SIZE, "%s", text);
+		return true;
+	}
 	if (o->kind == OPT_IPV4) {
 		char *field = (char *)opt + o->offset;
 		struct sockaddr_in a;
@@ -224,6 +262,11 @@ static SL_NORETURN void bad_value(const struct option_def *o, const char *where,
 		        MOCK_NAME ": %s: expected a fraction from 0 to 1, "
 		                  "got \"%s\"\n",
 		        where, text);
+	else if (o->kind == OPT_TEXT)
+		fprintf(stderr,
+		        MOCK_NAME ": %s: expected at most %d bytes, got "
+		                  "\"%s\"\n",
+		        where, MOCK_TEXT_SIZE - 1, text);
 	else
 		fprintf(stderr,
 		        MOCK_NAME ": %s: expected a whole number from %llu "
@@ -376,11 +419,12 @@ struct mock {
 	unsigned n_waiting; /* in the wait queue: llama-server's deferred */
 	struct generation *wait_head, *wait_tail;
 	uint64_t rng;
-	uint64_t serial;      /* generation requests so far */
-	uint64_t ready_at_ms; /* loop time when "loading" ends */
-	struct text scratch;  /* answers are built here, then written */
-	bool paced;           /* a delay is set: generations use timers */
-	bool filling;         /* inside slots_fill(): do not re-enter */
+	uint64_t serial;            /* generation requests so far */
+	uint64_t ready_at_ms;       /* loop time when "loading" ends */
+	uint64_t occupancy_answers; /* of /metrics and /slots, so far */
+	struct text scratch;        /* answers are built here, then written */
+	bool paced;                 /* a delay is set: generations use timers */
+	bool filling;               /* inside slots_fill(): do not re-enter */
 	bool stopping;
 };
 
@@ -960,7 +1004,9 @@ static void handle_props(struct mock *m, struct sl_http_request *req)
 	respond_json(req, 200, t);
 }
 
-static void handle_slots(struct mock *m, struct sl_http_request *req)
+/* ---- /metrics and /slots, and their faults ---- */
+
+static void write_slots(struct mock *m, struct sl_http_request *req)
 {
 	struct text *t = &m->scratch;
 	t->len = 0;
@@ -976,24 +1022,119 @@ static void handle_slots(struct mock *m, struct sl_http_request *req)
 
 /*
  * llama-server --metrics' two occupancy gauges (it writes more), in its
- * text format: generations holding a slot, and those waiting for one.
+ * text format: generations holding a slot, and those waiting for one;
+ * `processing` in place of the first's count when not NULL.
  */
-static void handle_metrics(struct mock *m, struct sl_http_request *req)
+static void write_metrics(struct mock *m, struct sl_http_request *req,
+                          const char *processing)
 {
 	struct text *t = &m->scratch;
 	t->len = 0;
+	text_printf(t, "# HELP llamacpp:requests_processing Number of requests "
+	               "processing.\n"
+	               "# TYPE llamacpp:requests_processing gauge\n");
+	if (processing)
+		text_printf(t, "llamacpp:requests_processing %s\n", processing);
+	else
+		text_printf(t, "llamacpp:requests_processing %u\n", m->n_busy);
 	text_printf(t,
-	            "# HELP llamacpp:requests_processing Number of requests "
-	            "processing.\n"
-	            "# TYPE llamacpp:requests_processing gauge\n"
-	            "llamacpp:requests_processing %u\n"
 	            "# HELP llamacpp:requests_deferred Number of requests "
 	            "deferred.\n"
 	            "# TYPE llamacpp:requests_deferred gauge\n"
 	            "llamacpp:requests_deferred %u\n",
-	            m->n_busy, m->n_waiting);
+	            m->n_waiting);
 	sl_http_respond(req, 200, "text/plain; version=0.0.4", NULL, t->data,
 	                t->len);
+}
+
+/* The answer of /metrics or /slots, faulty or true. */
+static void answer_occupancy(struct mock *m, struct sl_http_request *req,
+                             bool metrics, bool faulty)
+{
+	unsigned status = (unsigned)m->opt.occupancy_status;
+	if (faulty && status != 200) {
+		/* What llama-server says: no such endpoint, or no --metrics. */
+		if (status == 404)
+			respond_error(req, 404, "not_found_error",
+			              "File Not Found");
+		else if (status == 501)
+			respond_error(req, 501, "not_supported_error",
+			              "This server does not support metrics "
+			              "endpoint. Start it with `--metrics`");
+		else
+			respond_error(req, (int)status, "server_error",
+			              "mock failure");
+		return;
+	}
+	if (!metrics)
+		write_slots(m, req);
+	else
+		write_metrics(m, req,
+		              faulty && m->opt.metrics_value[0]
+		                  ? m->opt.metrics_value
+		                  : NULL);
+}
+
+/* An answer of /metrics or /slots held back by --occupancy-delay-ms. */
+struct held_answer {
+	struct mock *mock;
+	struct sl_http_request *req; /* until answered or left */
+	bool metrics;                /* /metrics, else /slots */
+	uv_timer_t timer;
+};
+
+static void on_held_closed(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+static void on_held_due(uv_timer_t *t)
+{
+	struct held_answer *h = t->data;
+	answer_occupancy(h->mock, h->req, h->metrics, true);
+	uv_close((uv_handle_t *)&h->timer, on_held_closed);
+}
+
+/* The client gave up first (sluice's poll timed out): forget it. */
+static void on_held_abort(struct sl_http_request *req)
+{
+	struct held_answer *h = req->handler_data;
+	uv_close((uv_handle_t *)&h->timer, on_held_closed);
+}
+
+/*
+ * /metrics or /slots: the first --occupancy-faults answers (all with 0)
+ * carry the faults, decided in the order requests arrive.
+ */
+static void handle_occupancy(struct mock *m, struct sl_http_request *req,
+                             bool metrics)
+{
+	m->occupancy_answers++;
+	bool faulty = m->opt.occupancy_faults == 0 ||
+	              m->occupancy_answers <= m->opt.occupancy_faults;
+	if (!faulty || m->opt.occupancy_delay_ms == 0) {
+		answer_occupancy(m, req, metrics, faulty);
+		return;
+	}
+	struct held_answer *h = sl_xcalloc(1, sizeof(*h));
+	h->mock = m;
+	h->req = req;
+	h->metrics = metrics;
+	req->handler_data = h;
+	req->on_abort = on_held_abort;
+	uv_timer_init(&m->loop, &h->timer);
+	h->timer.data = h;
+	uv_timer_start(&h->timer, on_held_due, m->opt.occupancy_delay_ms, 0);
+}
+
+static void handle_slots(struct mock *m, struct sl_http_request *req)
+{
+	handle_occupancy(m, req, false);
+}
+
+static void handle_metrics(struct mock *m, struct sl_http_request *req)
+{
+	handle_occupancy(m, req, true);
 }
 
 static void handle_models(struct mock *m, struct sl_http_request *req)

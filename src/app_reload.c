@@ -471,6 +471,11 @@ static void log_ignored(const struct sl_app *app, const struct sl_config *cfg)
  * sources as at start (its file, the environment, the flags), so that a
  * reload sees exactly what a restart would, without blocking the loop on
  * the file. sl_config_parse() touches nothing shared but its arguments.
+ * The loop waits for this worker before it can end, so its reads must not
+ * wait for good: a FIFO (or any file that is not a regular one) is
+ * refused before it is read (sl_fopen_regular). A regular file on a hung
+ * network filesystem would still hold it, and the shutdown with it: not
+ * handled.
  */
 static void reload_in_worker(uv_work_t *w)
 {

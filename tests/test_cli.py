@@ -17,14 +17,14 @@ import sluice_test as st
 SAFETY_NET_S = 240
 
 
-def run(*args, env=None):
+def run(*args, env=None, timeout=SAFETY_NET_S):
     # The tests' llama-server stays: --check-config looks for one as a
     # start does, for a managed model (the demo model too).
     full = {k: v for k, v in os.environ.items()
             if not k.startswith("SLUICE_") or k == "SLUICE_LLAMA_SERVER"}
     full.update(env or {})
     return subprocess.run([st.SLUICE, *args], capture_output=True, text=True,
-                          env=full, timeout=SAFETY_NET_S)
+                          env=full, timeout=timeout)
 
 
 class Cli(st.TestCase):
@@ -76,6 +76,15 @@ class Cli(st.TestCase):
              "as 10.0.0.0/8 or fd00::/8, got \"proxy.example\""),
             ([], {"SLUICE_TRUSTED_PROXY": "::1, fd00::/8/8"},
              "SLUICE_TRUSTED_PROXY"),
+            # Issue 41: a body limit that refuses every body, and a poll
+            # of an upstream's occupancy every millisecond.
+            (["--max-body", "0"], {},
+             "--max-body: expected a size from 1024 to 1073741824 bytes"),
+            (["--occupancy-poll", "1ms"], {},
+             "--occupancy-poll: 1ms is below the floor of 100ms (0 turns "
+             "polling off)"),
+            ([], {"SLUICE_OCCUPANCY_POLL": "99ms"},
+             "SLUICE_OCCUPANCY_POLL: 99ms is below the floor of 100ms"),
         ]
         for args, env, name in cases:
             with self.subTest(args=args, env=env):
@@ -425,6 +434,9 @@ class ConfigFile(st.TestCase):
             ("config: other.yaml\n", ":1: config: a one-shot flag"),
             ("admin-key: \"two words\"\n", ":1: admin-key: a key holds a "
              "space"),
+            ("max-body: 0\n", ":1: max-body: expected a size from 1024 "),
+            ("slots: 2\noccupancy-poll: 1ms\n", ":2: occupancy-poll: 1ms is "
+             "below the floor of 100ms (0 turns polling off)\n"),
         ]
         for text, error in cases:
             with self.subTest(text=text):
@@ -447,6 +459,21 @@ class ConfigFile(st.TestCase):
         self.assertEqual((r.returncode, r.stderr),
                          (2, "sluice: SLUICE_CONFIG /nonexistent/x: cannot "
                           "read it: No such file or directory\n"))
+        # Nor is a path that is not a regular file, at once: a FIFO's
+        # open would wait for a writer (issue 41, item 5).
+        fifo = os.path.join(self.tmp, "fifo.yaml")
+        os.mkfifo(fifo)
+        for how, flag, kind in (
+                (("--check-config", fifo), "--check-config", "a FIFO"),
+                (("--config", fifo), "--config", "a FIFO"),
+                (("--config", self.tmp), "--config", "a directory"),
+                (("--api-key-file", fifo), "--api-key-file", "a FIFO")):
+            with self.subTest(how=how):
+                r = run(*how, timeout=30)
+                self.assertEqual(
+                    (r.returncode, r.stderr),
+                    (2, "sluice: %s %s: cannot read it: not a regular "
+                     "file (%s)\n" % (flag, how[1], kind)))
         big = self.write("#" * (16 << 20) + "\n", name="big.yaml")
         r = run("--config", big)
         self.assertEqual(r.returncode, 2)
@@ -528,7 +555,13 @@ class CheckConfigAsAStart(st.TestCase):
     def test_llama_server_and_model_files_are_checked_alike(self):
         bad = self.write("this is not a model\n" * 10, name="bad.gguf")
         big = os.path.getsize(st.MODEL_TINY)
+        # A FIFO is refused before it is opened for good (a reload checks a
+        # new model's file on the loop: issue 41, item 5).
+        fifo = os.path.join(self.tmp, "fifo.gguf")
+        os.mkfifo(fifo)
         cases = [
+            ("model: %s\n" % fifo, ("--llama-server", st.llama_server_path()),
+             r"--model %s: not a regular file \(a FIFO\)" % re.escape(fifo)),
             ("model: %s\n" % st.MODEL_TINY,
              ("--llama-server", "/nonexistent/llama-server"),
              r"--llama-server /nonexistent/llama-server: no such file"),

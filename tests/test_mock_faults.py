@@ -1,6 +1,7 @@
 """The mock llama-server (bench/mock-llama-server): its own answers, and
 sluice in front of it with the faults it injects (failures, hangs, closed
-connections, a slow start).
+connections, a slow start, and /metrics or /slots answers that are late,
+wrong or missing).
 
 The mock's text is fixed: token k is " tok<k>", so an answer of n tokens is
 " tok0 tok1 ... tok<n-1>" and every test can check text exactly."""
@@ -23,6 +24,25 @@ JSON_TYPE = "application/json; charset=utf-8"
 
 # Not a measure: how long a busy machine may take before a test gives up.
 SAFETY_NET_S = 240
+
+# The load of the occupancy fault tests: LOAD_REQUESTS plain answers at
+# once, each LOAD_TOKENS tokens at LOAD_TOKEN_MS (about 0.2 s), on
+# LOAD_SLOTS slots: six waves, with requests waiting in sluice's queue (so
+# that it polls) for most of the run.
+LOAD_SLOTS = 4
+LOAD_REQUESTS = 24
+LOAD_TOKENS = 10
+LOAD_TOKEN_MS = 20
+# A fault may cost a poll's timeout or two; beyond this share of the time
+# the same load takes without the fault, the fault held dispatch (before
+# issue 41: 2 to 4 times as long, or for ever).
+LOAD_SLOWDOWN_MAX = 1.5
+# /metrics answered this late: past a poll's timeout (half of
+# --occupancy-poll, 200 ms by default), within the two seconds sluice's
+# polls used to wait.
+SLOW_METRICS_MS = 1000
+# ... and never, as far as sluice's polls can tell.
+HUNG_METRICS_MS = 3600000
 
 
 def expected_text(n):
@@ -309,7 +329,9 @@ class MockOptions(MockTestCase):
         self.assertEqual(code, 0)
         for name in ("port", "slots", "tokens", "prompt-delay-ms",
                      "token-delay-ms", "fail-rate", "fail-status",
-                     "hang-rate", "close-rate", "start-delay-ms", "seed"):
+                     "hang-rate", "close-rate", "start-delay-ms", "seed",
+                     "occupancy-delay-ms", "occupancy-status",
+                     "metrics-value", "occupancy-faults"):
             self.assertIn("--" + name, out)
             self.assertIn("SLUICE_MOCK_" + name.upper().replace("-", "_"),
                           out)
@@ -724,6 +746,146 @@ class Queueing(MockTestCase):
         for r in by_start[2:]:
             self.assertGreaterEqual(r["head"], first_end - 0.01)
         self.assertEqual(busy_slots(m.port), 0)
+
+
+def occupancy_polls(s):
+    """{result: count} of sluice_upstream_occupancy_polls_total."""
+    text = s.get("/metrics").body.decode()
+    return {m.group(1): int(float(m.group(2))) for m in re.finditer(
+        r'^sluice_upstream_occupancy_polls_total\{[^}]*result="(\w+)"\} '
+        r'(\S+)$', text, re.M)}
+
+
+class OccupancyFaults(MockTestCase):
+    """sluice polls a remote upstream's occupancy (src/fleet/occupancy.c);
+    a /metrics that is slow, hung, wrong or missing must cost it neither
+    throughput nor its polling (issue 41, item 3): a reading is checked,
+    a poll times out, sluice's own count holds meanwhile, and polling
+    comes back to /metrics once it answers again."""
+
+    LOAD = ("--slots", str(LOAD_SLOTS), "--token-delay-ms",
+            str(LOAD_TOKEN_MS))
+
+    def load(self, s, timeout):
+        """Seconds LOAD_REQUESTS plain requests sent at once through s
+        take, each answered whole."""
+        results = []
+
+        def one():
+            try:
+                r = st.request(s.port, "POST", "/completion",
+                               body=body_for("/completion", LOAD_TOKENS,
+                                             False), timeout=timeout)
+            except OSError as e:
+                results.append(("no answer in %.1f s" % timeout, str(e)))
+                return
+            results.append((r.status, st.text_of("/completion", r.json())))
+        threads = [threading.Thread(target=one)
+                   for _ in range(LOAD_REQUESTS)]
+        started = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.monotonic() - started
+        self.assertEqual(results, [(200, expected_text(LOAD_TOKENS))] *
+                         LOAD_REQUESTS)
+        return elapsed
+
+    def assert_no_sanitizer_report(self, s):
+        for word in ("runtime error", "Sanitizer"):
+            self.assertNotIn(word, s.output())
+
+    def test_a_bad_metrics_answer_costs_no_throughput(self):
+        """The same load through sluice to a mock whose /metrics is slow,
+        hung, NaN, above the slot count or hex, against one whose /metrics
+        is true: about as fast, every poll of the faulty one failed (and
+        none was taken for a reading), and /health says so."""
+        clean = self.mock(*self.LOAD)
+        s = self.sluice("--upstream", clean.url)
+        base = self.load(s, SAFETY_NET_S)
+        self.assertGreater(occupancy_polls(s)["ok"], 0)
+        clean_occupancy = s.upstream()["occupancy"]
+        # Twice the slots: more than any reading of 4 slots may say.
+        faults = {"slow": ("--occupancy-delay-ms", str(SLOW_METRICS_MS)),
+                  "hung": ("--occupancy-delay-ms", str(HUNG_METRICS_MS)),
+                  "nan": ("--metrics-value", "NaN"),
+                  "huge": ("--metrics-value", "1e6"),
+                  "hex": ("--metrics-value", "0x10"),
+                  "above the slots": ("--metrics-value",
+                                      str(2 * LOAD_SLOTS))}
+        for name, args in faults.items():
+            with self.subTest(fault=name):
+                m = self.mock(*self.LOAD, *args)
+                s = self.sluice("--upstream", m.url)
+                took = self.load(s, LOAD_SLOWDOWN_MAX * base + 10)
+                self.assertLessEqual(took, LOAD_SLOWDOWN_MAX * base,
+                                     "%.2f s against %.2f s" % (took, base))
+                polls = occupancy_polls(s)
+                self.assertEqual(polls["ok"], 0)
+                self.assertGreater(polls["failed"], 0)
+                occupancy = s.upstream()["occupancy"]
+                self.assertEqual(occupancy["source"], "metrics")
+                self.assertGreater(occupancy["failed"], 0)
+                self.assertEqual(occupancy["others"], 0)
+                self.assert_no_sanitizer_report(s)
+        self.assertEqual(clean_occupancy["failed"], 0)
+
+    def test_polling_recovers_once_metrics_answers_right(self):
+        """Three NaN answers, then true ones: sluice counts its own
+        meanwhile, then reads /metrics again."""
+        m = self.mock(*self.LOAD, "--metrics-value", "NaN",
+                      "--occupancy-faults", "3")
+        s = self.sluice("--upstream", m.url)
+        self.load(s, SAFETY_NET_S)
+        polls = occupancy_polls(s)
+        self.assertEqual(polls["failed"], 3)
+        self.assertGreater(polls["ok"], 0)
+        occupancy = s.upstream()["occupancy"]
+        self.assertEqual((occupancy["source"], occupancy["failed"]),
+                         ("metrics", 0))
+        self.assert_no_sanitizer_report(s)
+
+    def test_a_missing_metrics_is_asked_again(self):
+        """/metrics answers 404 (and /slots too, the second time): sluice
+        reads /slots (or counts its own), and goes back to /metrics once it
+        answers, rather than never asking again."""
+        for faults in (1, 2):
+            with self.subTest(faults=faults):
+                m = self.mock("--slots", "1", "--token-delay-ms",
+                              str(LOAD_TOKEN_MS), "--occupancy-status",
+                              "404", "--occupancy-faults", str(faults))
+                s = self.sluice("--upstream", m.url)
+                # One slot, three answers of two seconds: requests wait in
+                # sluice's queue, and it polls, for about four seconds.
+                results = []
+
+                def one():
+                    r = st.request(s.port, "POST", "/completion",
+                                   body=body_for("/completion", 100, False),
+                                   timeout=SAFETY_NET_S)
+                    results.append(r.status)
+                threads = [threading.Thread(target=one) for _ in range(3)]
+                for t in threads:
+                    t.start()
+                url = re.escape(m.url)
+                s.wait_line(r"upstream %s: /metrics answered 404; reading "
+                            r"its occupancy from /slots" % url,
+                            timeout=SAFETY_NET_S)
+                if faults == 2:
+                    s.wait_line(r"upstream %s: neither /metrics nor /slots "
+                                r"tells its occupancy \(/slots answered "
+                                r"404\)" % url, timeout=SAFETY_NET_S)
+                s.wait_line(r"upstream %s: /metrics answers again; reading "
+                            r"its occupancy from it$" % url,
+                            timeout=SAFETY_NET_S)
+                for t in threads:
+                    t.join()
+                self.assertEqual(results, [200] * 3)
+                occupancy = s.upstream()["occupancy"]
+                self.assertEqual((occupancy["source"], occupancy["failed"]),
+                                 ("metrics", 0))
+                self.assertGreater(occupancy_polls(s)["ok"], 0)
 
 
 class Shutdown(MockTestCase):

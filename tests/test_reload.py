@@ -1,11 +1,13 @@
 """SIGHUP reloads the models (issue 13, item 1): a running sluice with a
 models: section re-reads its file, and models come, go and change without
-dropping a connection or a request in flight. Remote models on mock
+dropping a connection or a request in flight; a file that cannot be read
+changes nothing and holds nothing up. Remote models on mock
 llama-servers (their text is known: st.mock_text), and one managed model on
 the tiny demo model."""
 
 import json
 import os
+import signal
 
 import sluice_test as st
 
@@ -265,6 +267,46 @@ class Reload(st.TestCase):
         st.wait_until(lambda: s.health().json()["models"][1]["state"] ==
                       "stopped", SAFETY_NET_S, "t stopped")
         self.assertEqual(s.stop(), 0)
+
+    def test_a_config_path_that_is_a_fifo_is_refused_and_sigterm_works(self):
+        """The file turned into a FIFO (issue 41, item 5): a reload is
+        refused with one line at once, rather than its worker waiting for
+        a writer for ever (every later reload held behind it, and the
+        shutdown too); sluice serves meanwhile, reloads again once the file
+        is back, and stops on SIGTERM (the second ends the drain the
+        first began)."""
+        r = self.mock()
+        self.write(models_yaml({"r": {"upstreams": [r.url]}}))
+        s = self.sluice("--config", self.path)
+        os.remove(self.path)
+        os.mkfifo(self.path)
+        self.reload(s, r"error SIGHUP: keys and models not reloaded, the old "
+                       r"ones stay: --config %s: cannot read it: not a "
+                       r"regular file \(a FIFO\)$" % self.path)
+        self.assert_answers(s, "r", "r1", r.url)
+        os.remove(self.path)
+        self.write(models_yaml({"r": {"upstreams": [r.url],
+                                      "aliases": ["again"]}}))
+        self.reload(s, r"models reloaded: 1 model; changed: r \(aliases\)$")
+        self.assert_answers(s, "again", "r2", r.url)
+        # A stream holds the drain the first SIGTERM starts; the second
+        # ends it.
+        x = Stream(s.port, "r", LONG)
+        self.assertEqual(x.status, 200)
+        x.read(1)
+        mark = len(s.lines)
+        s.proc.send_signal(signal.SIGTERM)
+        s.wait_line(r"info  draining: waiting up to", start=mark)
+        s.proc.send_signal(signal.SIGTERM)
+        s.wait_line(r"warn  received Terminated again; stopping now$",
+                    start=mark)
+        self.assertEqual(s.wait_exit(SAFETY_NET_S), 0)
+        # Cut short, not waited for.
+        try:
+            x.read()
+        except EOFError:
+            pass
+        self.assertFalse(x.done)
 
 
 if __name__ == "__main__":

@@ -244,7 +244,7 @@ class SharedFleet(st.TestCase):
                                     ctx=LONG_PROMPT_CTX,
                                     extra=("--metrics",))
         sl = self.sluice("--upstream", self.ls.url,
-                         "--occupancy-poll", "50ms")
+                         "--occupancy-poll", "100ms")
         direct = HeldStream(self.ls.port)
         st.wait_until(lambda: llama_metrics(self.ls)[0] == 1, 30,
                       "the direct stream to hold a slot")

@@ -1,11 +1,15 @@
 /* common.c: error texts, clocks and allocation that cannot fail. */
 #include "sluice/base/common.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include <uv.h>
 
 const char *sl_strerror(int err)
@@ -176,4 +180,54 @@ void sl_one_line(char *buf, size_t size)
 	}
 	buf[o] = '\0';
 	free(copy);
+}
+
+/* What a path that is not a regular file is, for an error line. */
+static const char *file_kind(mode_t mode)
+{
+	if (S_ISFIFO(mode))
+		return "not a regular file (a FIFO)";
+	if (S_ISDIR(mode))
+		return "not a regular file (a directory)";
+	if (S_ISCHR(mode) || S_ISBLK(mode))
+		return "not a regular file (a device)";
+	if (S_ISSOCK(mode))
+		return "not a regular file (a socket)";
+	return "not a regular file";
+}
+
+FILE *sl_fopen_regular(const char *path, const char **why)
+{
+	/*
+	 * O_NONBLOCK: opening a FIFO with no writer returns at once, where a
+	 * plain open waits for one; O_NOCTTY: a terminal named by mistake
+	 * does not become sluice's.
+	 */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0) {
+		*why = strerror(errno);
+		return NULL;
+	}
+	struct stat st;
+	if (fstat(fd, &st) != 0) {
+		*why = strerror(errno);
+		close(fd);
+		return NULL;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		*why = file_kind(st.st_mode);
+		close(fd);
+		return NULL;
+	}
+	/* A regular file reads the same either way; blocking, as stdio expects.
+	 */
+	int flags = fcntl(fd, F_GETFL);
+	if (flags >= 0)
+		fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+	FILE *f = fdopen(fd, "rb");
+	if (!f) {
+		*why = strerror(errno);
+		close(fd);
+	}
+	return f;
 }

@@ -354,10 +354,12 @@ static int read_key_file(const struct parse_state *st)
 	snprintf(where, sizeof(where), "%s %s",
 	         source_name(st, "api-key-file", true, opt, sizeof(opt)),
 	         cfg->api_key_file);
-	FILE *f = fopen(cfg->api_key_file, "r");
+	/* Not a FIFO, whose open would wait (config_file.c, read_whole). */
+	const char *why;
+	FILE *f = sl_fopen_regular(cfg->api_key_file, &why);
 	if (!f)
 		return sl_config_fail(err, size, where, "cannot read it: %s",
-		                      strerror(errno));
+		                      why);
 	char *text = sl_xmalloc(SL_API_KEY_FILE_MAX + 1);
 	size_t len = fread(text, 1, SL_API_KEY_FILE_MAX + 1, f);
 	int read_error = ferror(f) ? errno : 0;
@@ -585,6 +587,23 @@ static int check_body_memory(const struct parse_state *st)
 	return 0;
 }
 
+/*
+ * --occupancy-poll: 0, or at least its floor. The table's bounds cannot
+ * say "0 or more than the floor".
+ */
+static int check_occupancy_poll(const struct parse_state *st)
+{
+	uint64_t ms = st->cfg->occupancy_poll_ms;
+	char where[PATH_MAX + 64];
+	if (ms == 0 || ms >= SL_OCCUPANCY_POLL_MIN_MS)
+		return 0;
+	return sl_config_fail(
+	    st->err, st->size,
+	    source_name(st, "occupancy-poll", true, where, sizeof(where)),
+	    "%llums is below the floor of %ums (0 turns polling off)",
+	    (unsigned long long)ms, SL_OCCUPANCY_POLL_MIN_MS);
+}
+
 /* --upstream-dns and --dns-server: their syntax, checked before any use. */
 static int check_dns(const struct parse_state *st)
 {
@@ -654,6 +673,8 @@ int sl_config_parse(struct sl_config *cfg,
 		rc = check_reserve(&st);
 	if (rc == 0)
 		rc = check_body_memory(&st);
+	if (rc == 0)
+		rc = check_occupancy_poll(&st);
 	for (const struct sl_config_section *d = sections;
 	     rc == 0 && d && d->name; d++)
 		if (d->check)

@@ -481,14 +481,19 @@ static int check_syntax(struct walker *w)
 	return rc;
 }
 
-/* The file, whole, into a buffer of its own; NUL-terminated. */
+/*
+ * The file, whole, into a buffer of its own; NUL-terminated. A path that
+ * is not a regular file is refused before any read (sl_fopen_regular): a
+ * FIFO would hold a reload's worker, and so the shutdown, for ever.
+ */
 static int read_whole(const char *path, const char *source,
                       unsigned char **text, size_t *len, char *err, size_t size)
 {
-	FILE *f = fopen(path, "rb");
+	const char *why;
+	FILE *f = sl_fopen_regular(path, &why);
 	if (!f) {
 		snprintf(err, size, "%s %s: cannot read it: %s", source, path,
-		         strerror(errno));
+		         why);
 		return SL_EINVAL;
 	}
 	unsigned char *buf = sl_xmalloc(SL_CONFIG_FILE_MAX + 1);

@@ -33,7 +33,9 @@ static const char *const fairnesses[] = {"key", "address", "off", NULL};
 /*
  * Limits, and why: 256 slots is far beyond what one llama-server serves
  * well; a 64-token context cannot hold a chat prompt; a startup timeout
- * above an hour would hide a wedged model load.
+ * above an hour would hide a wedged model load; a request body under
+ * 1 KiB would refuse a short chat request with its usual fields (and 0,
+ * every request with a body: each generation endpoint takes one).
  */
 /* clang-format off */
 const struct option_def sl_config_options[] = {
@@ -117,7 +119,9 @@ const struct option_def sl_config_options[] = {
 	 "while requests wait for a remote upstream, how often its busy slots "
 	 "are read from llama-server (/metrics, else /slots), and also once "
 	 "whenever an answer there ends, so that several sluices and other "
-	 "clients share its slots; 0 counts only sluice's own requests",
+	 "clients share its slots; a poll gives up after half of it; at least "
+	 STR(SL_OCCUPANCY_POLL_MIN_MS) "ms, or 0: count only sluice's own "
+	 "requests",
 	 NULL},
 	{"upstream-api-key", "SLUICE_UPSTREAM_API_KEY", "KEY", OPT_SECRET,
 	 FIELD(upstream_api_key), "", 0, 0, NULL,
@@ -242,8 +246,8 @@ const struct option_def sl_config_options[] = {
 	{"max-headers", "SLUICE_MAX_HEADERS", "N", OPT_UINT, FIELD(max_headers),
 	 "100", 1, 100, NULL, "header fields per request; more gets 431", NULL},
 	{"max-body", "SLUICE_MAX_BODY", "SIZE", OPT_SIZE, FIELD(max_body), "1M",
-	 0, 1024 * MIB, NULL, "request body, chunked or not; more gets 413",
-	 NULL},
+	 1 * KIB, 1024 * MIB, NULL,
+	 "request body, chunked or not; more gets 413; at least 1K", NULL},
 	{"max-body-memory", "SLUICE_MAX_BODY_MEMORY", "SIZE", OPT_SIZE,
 	 FIELD(max_body_memory), "256M", 1 * MIB, 1024ull * 1024 * MIB, NULL,
 	 "memory of the request bodies being read, all together: each "

@@ -122,9 +122,11 @@ bool sl_llama_args_choose_model(const struct sl_config *cfg)
 
 int sl_check_model_file(const char *path, char *err, size_t size)
 {
-	FILE *f = fopen(path, "rb");
+	/* Not a FIFO: a reload checks a new model's file on the loop. */
+	const char *why;
+	FILE *f = sl_fopen_regular(path, &why);
 	if (!f) {
-		snprintf(err, size, "--model %s: %s", path, strerror(errno));
+		snprintf(err, size, "--model %s: %s", path, why);
 		return SL_EINVAL;
 	}
 	char magic[4] = {0};

@@ -651,13 +651,7 @@ json_t *sl_upstream_json(const struct sl_upstream *u)
 	if (u->origin)
 		json_object_set_new(o, "origin", json_string(u->origin));
 	if (sl_occupancy_polled(u))
-		json_object_set_new(
-		    o, "occupancy",
-		    json_pack("{s:i, s:i, s:i, s:i}", "processing",
-		              (json_int_t)u->occupancy.processing, "deferred",
-		              (json_int_t)u->occupancy.deferred, "others",
-		              (json_int_t)u->occupancy.others, "unstarted",
-		              (json_int_t)u->unstarted));
+		json_object_set_new(o, "occupancy", sl_occupancy_json(u));
 	if (u->draining)
 		json_object_set_new(o, "draining", json_true());
 	/*

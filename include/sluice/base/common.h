@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <uv.h>
 
@@ -127,6 +128,17 @@ void sl_one_line(char *buf, size_t size);
  * in the URL sluice sends requests to (upstream.h, request_url).
  */
 char *sl_url_shown(const char *url);
+
+/*
+ * Opens `path` to read a file sluice reads whole (its configuration, a
+ * key file, a model's first bytes), without blocking: anything but a
+ * regular file is refused, since a FIFO with no writer would hold the
+ * open, or the reads after it, for ever (a reload's worker thread, or the
+ * loop). Returns the stream, which the caller fcloses, or NULL with *why
+ * set to what to say after "cannot read it: " (strerror's text, or "not a
+ * regular file (a FIFO)" and the like); *why is static text.
+ */
+FILE *sl_fopen_regular(const char *path, const char **why);
 
 /*
  * How many bytes from p on (at most n) are printable ASCII, 0x20 to 0x7e:

@@ -61,6 +61,15 @@ enum sl_config_source {
 #define SL_RETRIES_MAX 5
 /* --memory-budget at most: 1 PiB, beyond any machine's memory. */
 #define SL_MEMORY_BUDGET_MAX (1ull << 50)
+/*
+ * --occupancy-poll at the least (0 aside, which turns polling off): each
+ * poll is a task for llama-server and re-arms its one-second wait for
+ * results, a poll is held 50 ms after a request sent there anyway
+ * (fleet/upstream.h, "Occupancy"), and it times out after half the
+ * interval, which this keeps at 50 ms or more. 1 ms made 463 polls a
+ * second (issue 41).
+ */
+#define SL_OCCUPANCY_POLL_MIN_MS 100
 /* --affinity-margin at most: beyond any replica's slots. */
 #define SL_AFFINITY_MARGIN_MAX 1024
 /* --eject-after: a bound so that the option is read as intended. */

@@ -101,12 +101,27 @@ const char *sl_retry_reason_name(enum sl_retry_reason r);
  * llamacpp:requests_deferred; llama-server --metrics), else GET /slots
  * (the slots whose is_processing is true) when /metrics answers 404 or
  * 501, else nothing: sluice's own count, as before, with one log line
- * saying so. Never while nothing waits: each poll is a task whose result
- * re-arms llama-server's one-second wait, which is when it notices that
- * a plain answer's client left (so plain answers sent to an upstream
+ * saying so. Neither is for good: /metrics is asked again
+ * SL_OCCUPANCY_RETRY_MS later, then twice as long after each 404 or 501,
+ * up to SL_OCCUPANCY_RETRY_MAX_MS, and polls go back to it (one log line)
+ * once it answers. Never while nothing waits: each poll is a task whose
+ * result re-arms llama-server's one-second wait, which is when it notices
+ * that a plain answer's client left (so plain answers sent to an upstream
  * polled within SL_OCCUPANCY_REARM_MS are asked for as streams:
  * relay/proxy_leaving.c); never while it is quiet for that reason
  * either.
+ *
+ * A reading is believed only when it can be true (sl_occupancy_parse_*):
+ * each gauge a whole number written in decimal (no NaN, infinity, sign or
+ * hex), requests_processing at most the slots /props gave (llama-server
+ * counts its busy slots: more is not a reading of it, and taking it would
+ * leave sluice no room at all, so it is refused, not clamped), and
+ * requests_deferred at most SL_OCCUPANCY_DEFERRED_PER_SLOT per slot. A
+ * poll gives up after 1 / SL_OCCUPANCY_TIMEOUT_DIVISOR of the interval.
+ * A poll that fails (no answer in time, an error status, a reading
+ * refused) makes sluice count only its own requests there, others = 0,
+ * until a poll answers: a slow or wrong /metrics must not keep requests
+ * from slots that are free for all sluice can tell.
  *
  * From a poll: others = processing + deferred - sluice's own in flight
  * (at least 0): own counted when the poll went, less the answers that
@@ -150,9 +165,9 @@ const char *sl_retry_reason_name(enum sl_retry_reason r);
  * SL_OCCUPANCY_FRESH intervals and SL_OCCUPANCY_SETTLE_MS (nothing waited,
  * so nothing was polled) is not gone by. Then one request goes when none
  * of sluice's is there, and the rest wait for the poll their waiting
- * starts (a millisecond or two), since others may have filled its slots
- * meanwhile. When SL_OCCUPANCY_FAILURES polls in a row fail, sluice's own
- * count holds (others = 0) until one answers.
+ * starts (a millisecond or two, and never longer than that poll's
+ * timeout: a poll that fails turns to sluice's own count), since others
+ * may have filled its slots meanwhile.
  *
  * Not polled: a managed llama-server (private to its sluice), a router
  * (no slots of its own), and one given more slots by --slots-per-upstream
@@ -180,10 +195,35 @@ const char *sl_retry_reason_name(enum sl_retry_reason r);
  */
 #define SL_OCCUPANCY_REARM_MS 1500
 
-/* Failed polls in a row after which sluice counts only its own. */
-#define SL_OCCUPANCY_FAILURES 3
+/*
+ * A poll gives up after the interval divided by this (100 ms of the
+ * default 200 ms; SL_OCCUPANCY_POLL_MIN_MS keeps it at 50 ms or more): an
+ * answer later than that is late for the next poll anyway. llama-server
+ * answers /metrics between two steps of its work (measured on 0.7.0 with
+ * the slow demo model reading a 2,400-token prompt on two cores: 11 ms at
+ * most, 0.6 ms in the median). An upstream further away needs a longer
+ * --occupancy-poll.
+ */
+#define SL_OCCUPANCY_TIMEOUT_DIVISOR 2
 
-/* Where occupancy is read from: the next poll's target. */
+/*
+ * requests_deferred at most this many per slot: llama-server holds an
+ * HTTP thread for each, and a queue that deep would take a thousand
+ * generations' time to drain; a reading of more is not a count.
+ */
+#define SL_OCCUPANCY_DEFERRED_PER_SLOT 1024
+
+/*
+ * After /metrics (or /slots) answered 404 or 501, /metrics is asked again
+ * this long later, then twice as long after each refusal, up to the most:
+ * a llama-server restarted with --metrics behind the same address (or a
+ * proxy that came back) is read again within a minute, and one without it
+ * costs one 404 a minute.
+ */
+#define SL_OCCUPANCY_RETRY_MS 1000
+#define SL_OCCUPANCY_RETRY_MAX_MS 60000
+
+/* Where occupancy is read from: the next poll's target, best first. */
 enum sl_occupancy_source {
 	SL_OCCUPANCY_METRICS, /* GET /metrics */
 	SL_OCCUPANCY_SLOTS,   /* GET /slots */
@@ -222,7 +262,16 @@ struct sl_occupancy {
 	 */
 	unsigned claim, taken;
 	unsigned long long ends_at_read;
-	unsigned failed; /* polls failed in a row */
+	/* Polls failed in a row: while any, sluice counts only its own. */
+	unsigned failed;
+	/*
+	 * Asking /metrics again after a 404 or 501 (see above): when next
+	 * (0: not due), the wait after the next refusal, and, while a retry
+	 * is under way, the source it started from.
+	 */
+	uint64_t retry_ms, retry_wait_ms;
+	bool retrying;
+	enum sl_occupancy_source retry_from;
 	unsigned long long polls, reads,
 	    failures; /* started, answered, failed */
 };
@@ -454,5 +503,20 @@ void sl_occupancy_answer_ended(struct sl_upstream *u);
 /* Its free slots, for sl_upstream_free_slots (`own` in flight now). */
 unsigned sl_occupancy_free(const struct sl_upstream *u, unsigned cap,
                            unsigned own);
+
+/* A new JSON object of what was polled, for /health (upstream.c). */
+json_t *sl_occupancy_json(const struct sl_upstream *u);
+
+/*
+ * Reads a /metrics answer (NUL-terminated) of a llama-server with `slots`
+ * slots: true with both gauges, false (and nothing written) when either
+ * is missing or cannot be true (see "Occupancy" above).
+ */
+bool sl_occupancy_parse_metrics(const char *body, unsigned slots,
+                                unsigned *processing, unsigned *deferred);
+
+/* Reads a /slots answer likewise: its busy slots, at most `slots`. */
+bool sl_occupancy_parse_slots(const char *body, unsigned slots,
+                              unsigned *processing);
 
 #endif
