@@ -349,6 +349,7 @@ class ConfigFile(st.TestCase):
     def test_check_config_prints_every_option_with_its_source(self):
         path = self.write("listen: 127.0.0.1:9\n"
                           "batch-window: 50ms\n"
+                          "keepalive-timeout: 1500ms\n"
                           "upstream: http://127.0.0.1:1\n"
                           "max-queue: 5\n"
                           "cors-origin: [\"https://a.example\", "
@@ -370,11 +371,34 @@ class ConfigFile(st.TestCase):
                           "file"))
         self.assertEqual(found["max-body"], ("1M", "default"))
         self.assertEqual(found["port"], (None, "default"))
+        self.assertEqual(found["keepalive-timeout"], ("1.5", "file"))
         # The output is YAML that says the same.
         loaded = yaml.load(r.stdout, Loader=yaml.BaseLoader)
         self.assertEqual(loaded["cors-origin"],
                          ["https://a.example", "https://b.example:8443"])
         self.assertEqual(loaded["max-queue"], "6")
+
+    def test_check_config_prints_every_duration_in_seconds(self):
+        # --help's defaults mix seconds ("120") and milliseconds
+        # ("200ms"), as a user may write them; --check-config says them
+        # all in one unit, seconds, which a bare number means.
+        text = run("--help").stdout.split("\nActions:")[0]
+        durations = re.findall(r"^  --([a-z-]+) DURATION$", text,
+                               re.MULTILINE)
+        defaults = dict(help_options())
+        self.assertIn("occupancy-poll", durations)
+        _, found = check_config(self.write(""))
+        for name in durations:
+            with self.subTest(name=name):
+                value, source = found[name]
+                self.assertEqual(source, "default")
+                self.assertRegex(value, r"^\d+(\.\d{1,3})?$")
+                given = defaults[name]
+                ms = (float(given[:-2]) if given.endswith("ms")
+                      else float(given) * 1000)
+                self.assertEqual(round(float(value) * 1000), round(ms))
+        self.assertEqual(found["occupancy-poll"][0], "0.2")
+        self.assertEqual(found["stream-coalesce"][0], "0.001")
 
     def test_check_config_masks_every_secret(self):
         keys = self.write("file-client-key\n", name="keys")
