@@ -48,6 +48,14 @@ class Cli(st.TestCase):
             self.assertRegex(text, r"\[%s; default: [^\]]+\]" % var,
                              "%s has no environment twin or default" % flag)
 
+    def test_config_help_says_what_sighup_reads_again(self):
+        text = re.sub(r"\n {6}", " ", run("--help").stdout)
+        (config_help,) = re.findall(r"^  --config FILE (.*)$", text,
+                                    re.MULTILINE)
+        self.assertNotIn("read once", config_help)
+        self.assertIn("again on SIGHUP for its keys: and models: sections, "
+                      "default-model and max-loaded", config_help)
+
     def test_version(self):
         r = run("--version")
         self.assertEqual(r.returncode, 0)

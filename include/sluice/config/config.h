@@ -114,7 +114,10 @@ enum sl_fairness {
 };
 
 struct sl_config {
-	/* The configuration file (--config): "" = none. Read once, at start. */
+	/*
+	 * The configuration file (--config): "" = none. Read at start, and
+	 * again on SIGHUP for its keys:, models:, default-model and max-loaded.
+	 */
 	char *config_file;
 
 	/* Front end */
