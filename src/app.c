@@ -141,9 +141,10 @@ static void close_front_when_flushed(struct sl_app *app)
 static void on_drain_timeout(uv_timer_t *t)
 {
 	struct sl_app *app = t->data;
-	sl_warn("drain timeout: %u requests still in flight; ending them "
+	sl_warn("drain timeout: %u request%s still in flight; ending %s "
 	        "with 503 or an error event",
-	        app->relay.exchanges);
+	        app->relay.exchanges, app->relay.exchanges == 1 ? "" : "s",
+	        app->relay.exchanges == 1 ? "it" : "them");
 	app->ending_all = true;
 	sl_proxy_end_all(&app->relay);
 	app->ending_all = false;
@@ -190,9 +191,10 @@ void sl_app_stop(struct sl_app *app, int exit_code)
 		if (app->relay.exchanges > 0 ||
 		    sl_http_server_busy(&app->http) > 0)
 			sl_info("draining: waiting up to %.1f s for %u "
-			        "requests in flight",
+			        "request%s in flight",
 			        (double)app->cfg->drain_timeout_ms / 1000.0,
-			        app->relay.exchanges);
+			        app->relay.exchanges,
+			        app->relay.exchanges == 1 ? "" : "s");
 		/* New requests get 503 and /ready says 503 meanwhile. */
 		sl_http_server_drain(&app->http);
 		sl_proxy_end_watches(&app->relay, NULL,
