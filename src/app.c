@@ -640,10 +640,20 @@ static int open_listener(struct sl_app *app)
 	rc = sl_http_server_listen(&app->http, &app->loop, cfg->listen_host,
 	                           cfg->listen_port, &limits,
 	                           sl_routes_dispatch, app);
-	if (rc != 0) {
+	if (rc == UV_EADDRINUSE && cfg->port != 0)
+		/* The port came from --port (set, and not 0: any free one). */
+		sl_error("--port %u (%s): address already in use: another "
+		         "program listens there; stop it, or pick another port",
+		         cfg->port, cfg->listen);
+	else if (rc == UV_EADDRINUSE)
+		sl_error("--listen %s: address already in use: another program "
+		         "listens there; stop it, or pick another port with "
+		         "--port N",
+		         cfg->listen);
+	else if (rc != 0)
 		sl_error("--listen %s: %s", cfg->listen, uv_strerror(rc));
+	if (rc != 0)
 		return rc;
-	}
 	app->http.on_finish = on_request_finished;
 	/* A request refused for its key is refused before its body is read. */
 	app->http.on_head = sl_routes_head;

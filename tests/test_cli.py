@@ -198,6 +198,35 @@ class Probe(st.TestCase):
                          % url.replace(".", r"\."))
 
 
+class AddressInUse(st.TestCase):
+    """A start on an address another program listens on: one error that
+    names the option the port came from and how to pick another."""
+
+    def test_the_error_names_the_port_option(self):
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen(1)
+            port = taken.getsockname()[1]
+            addr = "127.0.0.1:%d" % port
+            in_use = ("address already in use: another program listens "
+                      "there; stop it, or pick another port")
+            cases = [
+                (("--port", str(port)), {},
+                 "--port %d (%s): %s" % (port, addr, in_use)),
+                ((), {"SLUICE_PORT": str(port)},
+                 "--port %d (%s): %s" % (port, addr, in_use)),
+                (("--listen", addr), {},
+                 "--listen %s: %s with --port N" % (addr, in_use)),
+            ]
+            for args, env, line in cases:
+                with self.subTest(args=args, env=env):
+                    r = run("--upstream", "http://127.0.0.1:1", *args,
+                            env=env)
+                    self.assertEqual(r.returncode, 1, r.stderr)
+                    self.assertRegex(r.stderr.splitlines()[-1],
+                                     r"^\S+ error %s$" % re.escape(line))
+
+
 class ExposureWarning(st.TestCase):
     """A warning at start when sluice listens beyond loopback and no client
     key is set."""
