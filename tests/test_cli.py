@@ -684,7 +684,7 @@ class ExampleFile(st.TestCase):
         r, found = check_config(path)
         self.assertEqual((r.returncode, r.stderr), (0, ""))
         self.assertEqual(found["slots"], ("8", "file"))
-        self.assertEqual(found["batch-window"], ("50ms", "file"))
+        self.assertEqual(found["batch-window"], ("0.05", "file"))
         self.assertEqual(found["max-queue"], ("1024", "default"))
         # ...and every setting that shows its default, all at once: the
         # same configuration as none, each value now from the file.

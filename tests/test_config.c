@@ -1060,7 +1060,7 @@ static void test_print(void)
 	ASSERT_CONTAINS(text, "\ncors-origin: none  # file\n");
 	ASSERT_CONTAINS(text, "\nmax-body: 2M  # file\n");
 	ASSERT_CONTAINS(text, "\nmax-header-size: 16K  # default\n");
-	ASSERT_CONTAINS(text, "\nheader-timeout: 1500ms  # file\n");
+	ASSERT_CONTAINS(text, "\nheader-timeout: 1.5  # file\n");
 	ASSERT_CONTAINS(text, "\nbatch-window: 0  # flag\n");
 	ASSERT_CONTAINS(text, "\nurgent-reserve: auto  # default\n");
 	ASSERT_CONTAINS(text, "\nllama-arg: [\"--alias\", \"a b\", \"q\\\"\"]  "
