@@ -112,7 +112,8 @@ cache="${SLUICE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice}"
 # ICU: 14 packages, 21 MB to download and 93 MB on disk for 600 kB of C.
 # So on bookworm setup downloads node-llhttp's .deb alone (150 kB), unpacks
 # it aside, and keeps the sources, its copyright and its version in
-# $llhttp_dir, which the build is pointed at (-Dllhttp:source_dir). An
+# $llhttp_dir, which the build is pointed at (-Dllhttp:source_dir; a build
+# directory set up by hand looks there too: subprojects/llhttp). An
 # installed libllhttp-dev or node-llhttp is used as it is. The copy is
 # fetched again when apt's lists offer another version (a security update),
 # as an installed package would be upgraded.
