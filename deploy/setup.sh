@@ -109,7 +109,8 @@ cache="${SLUICE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice}"
 # llhttp: trixie and later ship a library, libllhttp-dev. Bookworm has only
 # node-llhttp, a Node.js package that carries llhttp's generated C sources
 # (which subprojects/llhttp builds), and installing it pulls in nodejs and
-# ICU: 14 packages, 21 MB to download and 93 MB on disk for 600 kB of C.
+# ICU: 14 packages with it, 21 MB to download and 93 MB on disk for 600 kB
+# of C.
 # So on bookworm setup downloads node-llhttp's .deb alone (150 kB), unpacks
 # it aside, and keeps the sources, its copyright and its version in
 # $llhttp_dir, which the build is pointed at (-Dllhttp:source_dir; a build
