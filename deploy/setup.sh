@@ -14,9 +14,10 @@ usage() {
 Usage: ./deploy/setup.sh [--tests]
 
 Installs the Debian packages that building and running sluice needs (a C
-compiler, meson, ninja, pkgconf and the libraries' -dev packages), makes
-sure a llama-server is available (provisioning one into the cache directory
-when there is none), and builds into build/. Then: ./build/sluice
+compiler, meson, ninja, pkgconf and the libraries' -dev packages; on
+bookworm, llhttp's C sources are unpacked into the cache directory instead),
+makes sure a llama-server is available (provisioning one into the cache
+directory when there is none), and builds into build/. Then: ./build/sluice
 
   --tests   also install what the test suite uses (chromium, nginx,
             python3-yaml, systemd for systemd-analyze, curl). Then:
@@ -30,7 +31,8 @@ otherwise prints the apt-get command for an administrator to run.
 Environment:
   SLUICE_LLAMA_SERVER    llama-server to use (default: llama-server on PATH,
                          else one provisioned into the cache directory)
-  SLUICE_CACHE_DIR       the cache directory (default:
+  SLUICE_CACHE_DIR       the cache directory: a provisioned llama-server,
+                         and on bookworm llhttp's C sources (default:
                          ${XDG_CACHE_HOME:-~/.cache}/sluice)
   SLUICE_MESON_OPTIONS   more options for meson setup (default: none;
                          e.g. --werror)
@@ -81,7 +83,7 @@ apt_failed() {
 # libssl-dev: API keys (keys:) are digested with libcrypto's SHA-256.
 # libyajl-dev: relayed request bodies are validated with yajl ...
 # libunistring-dev: ... and their UTF-8 checked with libunistring.
-# llhttp: added below, under the name this release gives it.
+# llhttp: below; a package on trixie and later, sources on bookworm.
 packages=(gcc libc6-dev pkgconf meson ninja-build python3 ca-certificates
 	libuv1-dev libcurl4-openssl-dev libjansson-dev libjsmn-dev libyaml-dev
 	libxxhash-dev libc-ares-dev libssl-dev libyajl-dev libunistring-dev)
@@ -102,15 +104,59 @@ read -r -a extra <<<"${SLUICE_EXTRA_PACKAGES:-}"
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 
-# llhttp: trixie and later ship a library; bookworm only the generated
-# sources in node-llhttp, which subprojects/llhttp builds. Either will do
-# when installed; to install, the one this release has.
-llhttp_package() {
-	if apt-cache show libllhttp-dev >/dev/null 2>&1; then
-		echo libllhttp-dev
-	else
-		echo node-llhttp
+cache="${SLUICE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice}"
+
+# llhttp: trixie and later ship a library, libllhttp-dev. Bookworm has only
+# node-llhttp, a Node.js package that carries llhttp's generated C sources
+# (which subprojects/llhttp builds), and installing it pulls in nodejs and
+# ICU: 14 packages with it, 21 MB to download and 93 MB on disk for 600 kB
+# of C.
+# So on bookworm setup downloads node-llhttp's .deb alone (150 kB), unpacks
+# it aside, and keeps the sources, its copyright and its version in
+# $llhttp_dir, which the build is pointed at (-Dllhttp:source_dir; a build
+# directory set up by hand looks there too: subprojects/llhttp). An
+# installed libllhttp-dev or node-llhttp is used as it is. The copy is
+# fetched again when apt's lists offer another version (a security update),
+# as an installed package would be upgraded.
+llhttp_dir="$cache/llhttp"
+# The version of node-llhttp unpacked into $llhttp_dir, or nothing.
+llhttp_unpacked() {
+	[ -f "$llhttp_dir/llhttp.c" ] && [ -f "$llhttp_dir/llhttp.h" ] &&
+		cat "$llhttp_dir/VERSION" 2>/dev/null
+}
+# The version of node-llhttp that apt would download, or nothing.
+llhttp_candidate() {
+	apt-cache policy node-llhttp 2>/dev/null |
+		sed -n 's/^ *Candidate: //p' | grep -v '^(none)$'
+}
+# Unpacks node-llhttp's sources into $llhttp_dir; apt's lists must have it.
+fetch_llhttp() {
+	local work deb apt_opts=() version
+	work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-setup-llhttp.XXXXXX")
+	# As root, apt downloads as the _apt user, who cannot write there.
+	[ "$(id -u)" -ne 0 ] || apt_opts=(-o APT::Sandbox::User=root)
+	if ! (cd "$work" && apt-get -q "${apt_opts[@]}" download node-llhttp) >"$work/log" 2>&1; then
+		printf 'setup: error: apt-get download node-llhttp failed; apt said:\n' >&2
+		tail -n 8 "$work/log" | sed 's/^/  /' >&2
+		rm -rf "$work"
+		exit 1
 	fi
+	deb=$(echo "$work"/node-llhttp_*.deb)
+	# shellcheck disable=SC2016 # dpkg-deb's own ${Version}, not the shell's
+	version=$(dpkg-deb --show --showformat='${Version}' "$deb")
+	dpkg -x "$deb" "$work/root"
+	rm -rf "$llhttp_dir.new"
+	mkdir -p "$llhttp_dir.new"
+	cp "$work"/root/usr/share/llhttp/{llhttp.c,api.c,http.c} \
+		"$work/root/usr/share/include/llhttp/llhttp.h" \
+		"$work/root/usr/share/doc/node-llhttp/copyright" "$llhttp_dir.new/"
+	printf '%s\n' "$version" >"$llhttp_dir.new/VERSION"
+	# Dated now, not as packed: ninja rebuilds what is newer than its
+	# objects, and another version's files can be older than those.
+	touch "$llhttp_dir.new"/*
+	rm -rf "$llhttp_dir" "$work"
+	mv "$llhttp_dir.new" "$llhttp_dir"
+	say "llhttp: node-llhttp $version's C sources are in $llhttp_dir"
 }
 
 sudo=""
@@ -121,6 +167,11 @@ fi
 
 missing=()
 extra_missing=()
+# llhttp from $llhttp_dir (1), to be fetched there first (1), and whether
+# apt's lists must be updated for that (1).
+llhttp_cached=""
+llhttp_fetch=""
+lists_needed=""
 if command -v dpkg-query >/dev/null; then
 	for p in "${packages[@]}"; do
 		installed "$p" || missing+=("$p")
@@ -129,7 +180,20 @@ if command -v dpkg-query >/dev/null; then
 		installed "$p" || extra_missing+=("$p")
 	done
 	if ! installed libllhttp-dev && ! installed node-llhttp; then
-		missing+=("$(llhttp_package)")
+		llhttp_cached=1
+		candidate=$(llhttp_candidate) || candidate=""
+		if apt-cache show libllhttp-dev >/dev/null 2>&1; then
+			missing+=(libllhttp-dev)
+			llhttp_cached=""
+		elif [ -z "$(llhttp_unpacked)" ] ||
+			{ [ -n "$candidate" ] && [ "$candidate" != "$(llhttp_unpacked)" ]; }; then
+			llhttp_fetch=1
+			# Without lists that have it, apt-get update first;
+			# one who cannot is told to install node-llhttp.
+			if [ -z "$candidate" ]; then
+				if [ -n "$can_install" ]; then lists_needed=1; else missing+=(node-llhttp); fi
+			fi
+		fi
 	fi
 elif ! pkg-config --exists libuv libcurl jansson yaml-0.1 libxxhash libcares libcrypto yajl; then
 	die "not a Debian system: install a C compiler, meson, ninja, pkg-config and the development files of libuv, libcurl, jansson, jsmn, libyaml, xxHash, c-ares, libcrypto, yajl, libunistring and llhttp, then run this again"
@@ -148,7 +212,7 @@ if [ ${#extra_missing[@]} -gt 0 ] && [ -z "$can_install" ]; then
 	extra_missing=()
 fi
 
-if [ $((${#missing[@]} + ${#extra_missing[@]})) -gt 0 ]; then
+if [ $((${#missing[@]} + ${#extra_missing[@]})) -gt 0 ] || [ -n "$lists_needed" ]; then
 	started=$SECONDS
 	apt_log=$(mktemp "${TMPDIR:-/tmp}/sluice-setup-apt.XXXXXX")
 	say "packages: updating apt's package lists"
@@ -170,12 +234,13 @@ if [ $((${#missing[@]} + ${#extra_missing[@]})) -gt 0 ]; then
 			apt_failed "$apt_log" "apt-get update failed"
 		fi
 	fi
-	# Now that the lists are fresh, the llhttp package's name is sure.
-	for i in "${!missing[@]}"; do
-		case ${missing[$i]} in
-		libllhttp-dev | node-llhttp) missing[i]=$(llhttp_package) ;;
-		esac
-	done
+	# Now that the lists are fresh, whether this release has libllhttp-dev
+	# is sure (an image without lists said no to both).
+	if [ -n "$llhttp_fetch" ] && apt-cache show libllhttp-dev >/dev/null 2>&1; then
+		missing+=(libllhttp-dev)
+		llhttp_fetch=""
+		llhttp_cached=""
+	fi
 	# The extras serve tests of their own (the deploy suite), which skip
 	# without them: one this release does not have is left out, and one
 	# that cannot be installed (docker.io beside Docker CE, say) must not
@@ -282,9 +347,12 @@ if [ $((${#missing[@]} + ${#extra_missing[@]})) -gt 0 ]; then
 else
 	say "packages: all there"
 fi
+if [ -n "$llhttp_fetch" ]; then
+	say "llhttp: fetching node-llhttp's C sources alone (150 kB; not nodejs and ICU, which installing it would pull in)"
+	fetch_llhttp
+fi
 
 # ---- llama-server ----
-cache="${SLUICE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice}"
 if [ -n "${SLUICE_LLAMA_SERVER:-}" ]; then
 	[ -x "$SLUICE_LLAMA_SERVER" ] || die "SLUICE_LLAMA_SERVER=$SLUICE_LLAMA_SERVER is not an executable file"
 	llama="$SLUICE_LLAMA_SERVER"
@@ -323,6 +391,8 @@ say "llama-server: $llama ($("$llama" --version 2>&1 | head -n 1))"
 started=$SECONDS
 # shellcheck disable=SC2206 # word splitting of the options is intended
 opts=(${SLUICE_MESON_OPTIONS:-} "-Dllama_server=$llama")
+[ -z "$llhttp_cached" ] ||
+	opts+=("-Dllhttp:source_dir=$llhttp_dir" "-Dllhttp:include_dir=$llhttp_dir")
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 if [ ! -f build/build.ninja ]; then
@@ -352,7 +422,36 @@ if [ "$steps" -gt 20 ]; then
 elif [ "$steps" -gt 0 ]; then
 	say "build: compiling"
 fi
-ninja -C build >"$log" 2>&1 || { cat "$log" >&2; die "build failed"; }
+# ninja, its output into $log, saying how far it got from its "[done/all]"
+# lines at each tenth, so that a build of minutes is never long silent.
+build_with_progress() {
+	ninja -C build 2>&1 | {
+		local line n all pct shown=0
+		while IFS= read -r line; do
+			printf '%s\n' "$line" >>"$log"
+			[[ $line =~ ^\[([0-9]+)/([0-9]+)\]\  ]] || continue
+			n=${BASH_REMATCH[1]} all=${BASH_REMATCH[2]}
+			pct=$((n * 100 / all))
+			# The last tenth is the "done" line below.
+			if [ "$pct" -lt 100 ] && [ $((pct / 10)) -gt $((shown / 10)) ]; then
+				say "build: $pct% ($n of $all steps, $(duration $((SECONDS - started))))"
+				shown=$pct
+			fi
+		done
+	}
+}
+# What went wrong: ninja's output less its progress lines (what is left is
+# the failed command and the compiler's words), else its last lines.
+build_failed() {
+	grep -v '^\[[0-9]*/[0-9]*\] ' "$log" >&2 || tail -n 20 "$log" >&2
+	die "build failed"
+}
+: >"$log"
+if [ "$steps" -gt 20 ]; then
+	build_with_progress || build_failed
+else
+	ninja -C build >"$log" 2>&1 || build_failed
+fi
 [ "$steps" -eq 0 ] || say "build: done in $(duration $((SECONDS - started)))"
 if [ -n "$tests" ]; then
 	say "ready: run sluice with ./build/sluice, the tests with: meson test -C build --print-errorlogs"

@@ -141,9 +141,10 @@ static void close_front_when_flushed(struct sl_app *app)
 static void on_drain_timeout(uv_timer_t *t)
 {
 	struct sl_app *app = t->data;
-	sl_warn("drain timeout: %u requests still in flight; ending them "
+	sl_warn("drain timeout: %u request%s still in flight; ending %s "
 	        "with 503 or an error event",
-	        app->relay.exchanges);
+	        app->relay.exchanges, app->relay.exchanges == 1 ? "" : "s",
+	        app->relay.exchanges == 1 ? "it" : "them");
 	app->ending_all = true;
 	sl_proxy_end_all(&app->relay);
 	app->ending_all = false;
@@ -190,9 +191,10 @@ void sl_app_stop(struct sl_app *app, int exit_code)
 		if (app->relay.exchanges > 0 ||
 		    sl_http_server_busy(&app->http) > 0)
 			sl_info("draining: waiting up to %.1f s for %u "
-			        "requests in flight",
+			        "request%s in flight",
 			        (double)app->cfg->drain_timeout_ms / 1000.0,
-			        app->relay.exchanges);
+			        app->relay.exchanges,
+			        app->relay.exchanges == 1 ? "" : "s");
 		/* New requests get 503 and /ready says 503 meanwhile. */
 		sl_http_server_drain(&app->http);
 		sl_proxy_end_watches(&app->relay, NULL,
@@ -656,10 +658,20 @@ static int open_listener(struct sl_app *app)
 	rc = sl_http_server_listen(&app->http, &app->loop, cfg->listen_host,
 	                           cfg->listen_port, &limits,
 	                           sl_routes_dispatch, app);
-	if (rc != 0) {
+	if (rc == UV_EADDRINUSE && cfg->port != 0)
+		/* The port came from --port (set, and not 0: any free one). */
+		sl_error("--port %u (%s): address already in use: another "
+		         "program listens there; stop it, or pick another port",
+		         cfg->port, cfg->listen);
+	else if (rc == UV_EADDRINUSE)
+		sl_error("--listen %s: address already in use: another program "
+		         "listens there; stop it, or pick another port with "
+		         "--port N",
+		         cfg->listen);
+	else if (rc != 0)
 		sl_error("--listen %s: %s", cfg->listen, uv_strerror(rc));
+	if (rc != 0)
 		return rc;
-	}
 	app->http.on_finish = on_request_finished;
 	/* A request refused for its key is refused before its body is read. */
 	app->http.on_head = sl_routes_head;

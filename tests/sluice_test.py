@@ -320,13 +320,13 @@ def vm_hwm_kib(pid):
 class Process:
     """A child process whose stderr is collected line by line."""
 
-    def __init__(self, argv, env=None, name="process"):
+    def __init__(self, argv, env=None, name="process", cwd=None):
         self.name = name
         self.lines = []
         self._cond = threading.Condition()
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, env=env)
+            stderr=subprocess.PIPE, env=env, cwd=cwd)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -396,9 +396,11 @@ class Process:
 
 
 class Sluice(Process):
-    """sluice on a free port. Extra arguments go on its command line."""
+    """sluice on a free port. Extra arguments go on its command line; cwd:
+    the directory it runs in (relative paths start there)."""
 
-    def __init__(self, *args, env=None, wait_ready=True, timeout=60):
+    def __init__(self, *args, env=None, wait_ready=True, timeout=60,
+                 cwd=None):
         full_env = dict(os.environ)
         full_env.pop("SLUICE_LLAMA_SERVER", None)
         for k in list(full_env):
@@ -409,7 +411,7 @@ class Sluice(Process):
         if "--llama-server" not in args:
             argv += ["--llama-server", llama_server_path()]
         argv += list(args)
-        super().__init__(argv, env=full_env, name="sluice")
+        super().__init__(argv, env=full_env, name="sluice", cwd=cwd)
         self.port = None
         if wait_ready is not None:
             m = self.wait_line(r"listening on http://[^ ]+:(\d+)", timeout)

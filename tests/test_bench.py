@@ -17,6 +17,7 @@ import http.server
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import threading
@@ -1430,6 +1431,21 @@ class Bench(st.TestCase):
                                         end_ms(before) + think_ms - 1e-6)
                 self.assertGreaterEqual(after["sent_ms"],
                                         after["intended_ms"])
+
+    # ---- help ----
+
+    def test_metrics_url_has_one_default(self):
+        # Its help said "(default: --url)" above "[...; default: none]":
+        # none is what it is, and its help says what none stands for.
+        r = subprocess.run([BENCH, "--help"], capture_output=True,
+                           text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        m = re.search(r"^  --metrics-url URL\n {6}(.*)\n {6}\[(.*)\]$",
+                      r.stdout, re.MULTILINE)
+        self.assertIsNotNone(m, r.stdout)
+        self.assertEqual(m.group(2), "SLUICE_BENCH_METRICS_URL; default: none")
+        self.assertNotIn("default", m.group(1))
+        self.assertIn("none: the one at --url", m.group(1))
 
     # ---- bad options ----
 

@@ -101,9 +101,11 @@ class BenchReadme(st.TestCase):
     def test_a_first_run(self):
         (block,) = blocks("A first run")
         r = self.run_block(block)
-        # The mock's and sluice's logs go to stderr; sluice-bench's none.
+        # The mock's and sluice's logs go to stderr; sluice-bench's none,
+        # and sluice's access log, a line a request, is off.
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertNotIn("sluice-bench:", r.stderr)
+        self.assertNotIn(" access id=", r.stderr)
         rows = re.findall(r"^\| run \| 50 \| (\d+) \| 50 \| 0 \|", r.stdout,
                           re.MULTILINE)
         self.assertEqual(rows, ["1", "2", "4", "8", "16"])

@@ -48,6 +48,14 @@ class Cli(st.TestCase):
             self.assertRegex(text, r"\[%s; default: [^\]]+\]" % var,
                              "%s has no environment twin or default" % flag)
 
+    def test_config_help_says_what_sighup_reads_again(self):
+        text = re.sub(r"\n {6}", " ", run("--help").stdout)
+        (config_help,) = re.findall(r"^  --config FILE (.*)$", text,
+                                    re.MULTILINE)
+        self.assertNotIn("read once", config_help)
+        self.assertIn("again on SIGHUP for its keys: and models: sections, "
+                      "default-model and max-loaded", config_help)
+
     def test_version(self):
         r = run("--version")
         self.assertEqual(r.returncode, 0)
@@ -197,6 +205,35 @@ class Probe(st.TestCase):
         self.assertRegex(lines[0], r"^sluice: --probe %s: no answer: "
                          r"Operation timed out after \d+ milliseconds"
                          % url.replace(".", r"\."))
+
+
+class AddressInUse(st.TestCase):
+    """A start on an address another program listens on: one error that
+    names the option the port came from and how to pick another."""
+
+    def test_the_error_names_the_port_option(self):
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen(1)
+            port = taken.getsockname()[1]
+            addr = "127.0.0.1:%d" % port
+            in_use = ("address already in use: another program listens "
+                      "there; stop it, or pick another port")
+            cases = [
+                (("--port", str(port)), {},
+                 "--port %d (%s): %s" % (port, addr, in_use)),
+                ((), {"SLUICE_PORT": str(port)},
+                 "--port %d (%s): %s" % (port, addr, in_use)),
+                (("--listen", addr), {},
+                 "--listen %s: %s with --port N" % (addr, in_use)),
+            ]
+            for args, env, line in cases:
+                with self.subTest(args=args, env=env):
+                    r = run("--upstream", "http://127.0.0.1:1", *args,
+                            env=env)
+                    self.assertEqual(r.returncode, 1, r.stderr)
+                    self.assertRegex(r.stderr.splitlines()[-1],
+                                     r"^\S+ error %s$" % re.escape(line))
 
 
 class ExposureWarning(st.TestCase):
@@ -358,6 +395,7 @@ class ConfigFile(st.TestCase):
     def test_check_config_prints_every_option_with_its_source(self):
         path = self.write("listen: 127.0.0.1:9\n"
                           "batch-window: 50ms\n"
+                          "keepalive-timeout: 1500ms\n"
                           "upstream: http://127.0.0.1:1\n"
                           "max-queue: 5\n"
                           "cors-origin: [\"https://a.example\", "
@@ -379,11 +417,34 @@ class ConfigFile(st.TestCase):
                           "file"))
         self.assertEqual(found["max-body"], ("1M", "default"))
         self.assertEqual(found["port"], (None, "default"))
+        self.assertEqual(found["keepalive-timeout"], ("1.5", "file"))
         # The output is YAML that says the same.
         loaded = yaml.load(r.stdout, Loader=yaml.BaseLoader)
         self.assertEqual(loaded["cors-origin"],
                          ["https://a.example", "https://b.example:8443"])
         self.assertEqual(loaded["max-queue"], "6")
+
+    def test_check_config_prints_every_duration_in_seconds(self):
+        # --help's defaults mix seconds ("120") and milliseconds
+        # ("200ms"), as a user may write them; --check-config says them
+        # all in one unit, seconds, which a bare number means.
+        text = run("--help").stdout.split("\nActions:")[0]
+        durations = re.findall(r"^  --([a-z-]+) DURATION$", text,
+                               re.MULTILINE)
+        defaults = dict(help_options())
+        self.assertIn("occupancy-poll", durations)
+        _, found = check_config(self.write(""))
+        for name in durations:
+            with self.subTest(name=name):
+                value, source = found[name]
+                self.assertEqual(source, "default")
+                self.assertRegex(value, r"^\d+(\.\d{1,3})?$")
+                given = defaults[name]
+                ms = (float(given[:-2]) if given.endswith("ms")
+                      else float(given) * 1000)
+                self.assertEqual(round(float(value) * 1000), round(ms))
+        self.assertEqual(found["occupancy-poll"][0], "0.2")
+        self.assertEqual(found["stream-coalesce"][0], "0.001")
 
     def test_check_config_masks_every_secret(self):
         keys = self.write("file-client-key\n", name="keys")
@@ -656,7 +717,7 @@ class ExampleFile(st.TestCase):
         r, found = check_config(path)
         self.assertEqual((r.returncode, r.stderr), (0, ""))
         self.assertEqual(found["slots"], ("8", "file"))
-        self.assertEqual(found["batch-window"], ("50ms", "file"))
+        self.assertEqual(found["batch-window"], ("0.05", "file"))
         self.assertEqual(found["max-queue"], ("1024", "default"))
         # ...and every setting that shows its default, all at once: the
         # same configuration as none, each value now from the file.

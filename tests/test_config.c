@@ -144,9 +144,9 @@ static void test_flag_forms_and_env(void)
 		ASSERT_EQ(p.cfg.slo_tpot.ms[c], 50);
 	char text[128];
 	sl_slo_classes_format(&p.cfg.slo_ttft, text, sizeof(text));
-	ASSERT_STR_EQ(text, "urgent=500ms,batch=30s");
+	ASSERT_STR_EQ(text, "urgent=0.5,batch=30");
 	sl_slo_classes_format(&p.cfg.slo_tpot, text, sizeof(text));
-	ASSERT_STR_EQ(text, "50ms");
+	ASSERT_STR_EQ(text, "0.05");
 	sl_config_free(&p.cfg);
 	parse(&p, ARGS("--slo-ttft", "none"), ENV("SLUICE_SLO_TTFT=2s"));
 	ASSERT_EQ(p.rc, 0);
@@ -1098,7 +1098,7 @@ static void test_print(void)
 	ASSERT_CONTAINS(text, "\ncors-origin: none  # file\n");
 	ASSERT_CONTAINS(text, "\nmax-body: 2M  # file\n");
 	ASSERT_CONTAINS(text, "\nmax-header-size: 16K  # default\n");
-	ASSERT_CONTAINS(text, "\nheader-timeout: 1500ms  # file\n");
+	ASSERT_CONTAINS(text, "\nheader-timeout: 1.5  # file\n");
 	ASSERT_CONTAINS(text, "\nbatch-window: 0  # flag\n");
 	ASSERT_CONTAINS(text, "\nurgent-reserve: auto  # default\n");
 	ASSERT_CONTAINS(text, "\nllama-arg: [\"--alias\", \"a b\", \"q\\\"\"]  "

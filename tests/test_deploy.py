@@ -697,7 +697,7 @@ class Deploy(unittest.TestCase):
             stopper.start()
             try:
                 st.wait_until(lambda: re.search(
-                    r"draining: waiting up to [\d.]+ s for 1 requests in "
+                    r"draining: waiting up to [\d.]+ s for 1 request in "
                     r"flight", self.logs(sluice)), 60, "sluice to drain",
                     interval=0.2)
             except AssertionError as e:

@@ -302,7 +302,7 @@ static void test_print(void)
 	                    "    rpm: 3\n"
 	                    "    max-concurrent: 2\n"
 	                    "    weight: 0.50\n"
-	                    "    slo: {ttft: 2s}\n"
+	                    "    slo: {ttft: 2}\n"
 	                    "  zed:\n"
 	                    "    hash: " H_OTHER "\n"
 	                    "    tpm: 10\n");

@@ -516,12 +516,12 @@ class CheckConfig(st.TestCase):
       - "--threads"
       - 1
     preload: false
-    idle-timeout: 90000ms
+    idle-timeout: 90
     aliases:
       - small
       - t
     max-queue: 1024
-    queue-timeout: 60000ms
+    queue-timeout: 60
   slow:
     model: %s
     slots: %d
@@ -531,9 +531,9 @@ class CheckConfig(st.TestCase):
       - "--threads"
       - 1
     preload: true
-    idle-timeout: 0ms
+    idle-timeout: 0
     max-queue: 4
-    queue-timeout: 60000ms
+    queue-timeout: 60
 """ % (st.MODEL_TINY, TINY_SLOTS, TINY_CTX, st.MODEL_SLOW, SLOW_SLOTS,
        SLOW_CTX))
 

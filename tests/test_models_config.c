@@ -131,28 +131,28 @@ static void test_good(void)
 	                    "      - \"--threads\"\n"
 	                    "      - 1\n"
 	                    "    preload: true\n"
-	                    "    idle-timeout: 0ms\n"
+	                    "    idle-timeout: 0\n"
 	                    "    aliases:\n"
 	                    "      - small\n"
 	                    "      - t\n"
 	                    "    max-queue: 1024\n"
-	                    "    queue-timeout: 500ms\n"
+	                    "    queue-timeout: 0.5\n"
 	                    "  hf:\n"
 	                    "    hf-repo: org/repo\n"
 	                    "    slots: 3\n"
 	                    "    ctx-size: 4096\n"
 	                    "    replicas: 1\n"
 	                    "    preload: false\n"
-	                    "    idle-timeout: 600000ms\n"
+	                    "    idle-timeout: 600\n"
 	                    "    max-queue: 1024\n"
-	                    "    queue-timeout: 60000ms\n"
+	                    "    queue-timeout: 60\n"
 	                    "  far:\n"
 	                    "    upstreams:\n"
 	                    "      - http://a:1\n"
 	                    "      - https://b\n"
 	                    "    max-queue: 7\n"
-	                    "    queue-timeout: 60000ms\n"
-	                    "    slo: {ttft: 1s, tpot: 20ms}\n");
+	                    "    queue-timeout: 60\n"
+	                    "    slo: {ttft: 1, tpot: 0.02}\n");
 	free(text);
 	sl_config_free(&cfg);
 	unlink(path);
@@ -193,13 +193,13 @@ static void test_dns_and_copy(void)
 	                    "    aliases:\n"
 	                    "      - p\n"
 	                    "    max-queue: 1024\n"
-	                    "    queue-timeout: 60000ms\n"
+	                    "    queue-timeout: 60\n"
 	                    "  both:\n"
 	                    "    upstreams:\n"
 	                    "      - http://a:1\n"
 	                    "    dns: other.svc:9\n"
 	                    "    max-queue: 1024\n"
-	                    "    queue-timeout: 60000ms\n");
+	                    "    queue-timeout: 60\n");
 	free(text);
 	struct sl_model_config copy;
 	sl_model_config_copy(&copy, &cfg.models[0]);

@@ -561,15 +561,16 @@ class Readiness(st.TestCase):
         token_ms, n = 40, 100
         m = self.mock_llama_server("--slots", "1",
                                    "--token-delay-ms", str(token_ms))
-        s = self.sluice("--upstream", m.url,
-                        "--drain-timeout", str(20 * n * token_ms // 1000))
+        drain_s = 20 * n * token_ms // 1000
+        s = self.sluice("--upstream", m.url, "--drain-timeout", str(drain_s))
         c = st.RawClient(s.port)
         c.request("POST", "/completion", completion("long", n=n, stream=True))
         self.assertEqual(c.read_head()[0], 200)
         chunks = c.events()
         first = st.sse_data(next(chunks)[1])
         s.proc.send_signal(signal.SIGTERM)
-        s.wait_line("draining")
+        s.wait_line(r"info  draining: waiting up to %d\.0 s for 1 request "
+                    r"in flight$" % drain_s)
         r = s.ready()
         self.assertEqual(r.status, 503)
         self.assertEqual(r.json()["state"], "draining")

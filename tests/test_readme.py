@@ -1,7 +1,8 @@
 """The README's commands, run as a reader would copy them: the first
 requests (curl and python3) against the demo model, and the sluice.yaml
-with two models and a key, checked, hashed and served. Only the port (the
-README's 8080) and the model paths (the README's /srv/models) change."""
+with two models and a key, its two demo models written, checked, hashed
+and served, from a directory of the test's own. Only the port (the
+README's 8080) and ./build/sluice's path change."""
 
 import json
 import os
@@ -48,11 +49,12 @@ def yaml_block(text):
     return block
 
 
-def run_shell(command, port):
-    """A README command, on `port` instead of 8080."""
+def run_shell(command, port, cwd=None):
+    """A README command, on `port` instead of 8080, in `cwd`."""
     command = command.replace("127.0.0.1:8080", "127.0.0.1:%d" % port)
+    command = command.replace("./build/sluice", st.SLUICE)
     return subprocess.run(["bash", "-c", command], capture_output=True,
-                          text=True, timeout=SAFETY_NET_S)
+                          text=True, timeout=SAFETY_NET_S, cwd=cwd)
 
 
 class Readme(st.TestCase):
@@ -82,29 +84,34 @@ class Readme(st.TestCase):
         self.assertTrue(python.stdout.strip())
 
     def test_the_configuration_with_two_models_and_a_key(self):
+        # The demo models, written where the file names them, from where
+        # sluice then runs: the test's directory.
+        made = [c for c in self.commands
+                if c.startswith("mkdir ") or "--write-demo-model" in c]
+        self.assertEqual(len(made), 3, made)
+        for command in made:
+            r = run_shell(command, 0, cwd=self.tmp)
+            self.assertEqual(r.returncode, 0, (command, r.stderr))
         config = yaml_block(self.text)
-        files = re.findall(r"model: (/srv/models/\S+)", config)
-        self.assertEqual(len(files), 2, config)
+        files = re.findall(r"^    model: (\S+)$", config, re.MULTILINE)
+        self.assertEqual(files, ["models/chat.gguf", "models/small.gguf"])
         for f in files:
-            config = config.replace(f, st.MODEL_TINY)
+            self.assertTrue(os.path.isfile(os.path.join(self.tmp, f)), f)
         config = config.replace("listen: 127.0.0.1:8080",
                                 "listen: 127.0.0.1:0")
-        path = os.path.join(self.tmp, "sluice.yaml")
-        with open(path, "w") as f:
+        with open(os.path.join(self.tmp, "sluice.yaml"), "w") as f:
             f.write(config)
         # The hash in the file is what --hash-key prints for the secret.
-        hashed = run_shell(self.the("printf", "--hash-key").replace(
-            "./build/sluice", st.SLUICE), 0)
+        hashed = run_shell(self.the("printf", "--hash-key"), 0)
         self.assertEqual(hashed.returncode, 0, hashed.stderr)
         self.assertIn(hashed.stdout.strip(), config)
         check = self.the("./build/sluice --check-config")
         self.assertEqual(check, "./build/sluice --check-config sluice.yaml")
-        r = subprocess.run([st.SLUICE, "--check-config", path],
-                           capture_output=True, text=True,
-                           timeout=SAFETY_NET_S)
+        r = run_shell(check, 0, cwd=self.tmp)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("./build/sluice --config sluice.yaml", self.commands)
-        s = self.sluice("--config", path, timeout=SAFETY_NET_S)
+        s = self.sluice("--config", "sluice.yaml", timeout=SAFETY_NET_S,
+                        cwd=self.tmp)
         keyed = run_shell(self.the("curl", "Authorization"), s.port)
         self.assertEqual(keyed.returncode, 0, keyed.stderr)
         answer = json.loads(keyed.stdout)

@@ -27,7 +27,8 @@ static const struct opt_def opt_defs[] = {
 	{"url", "SLUICE_BENCH_URL", "URL", "http://127.0.0.1:8080",
 	 "base URL of sluice (or of a llama-server)"},
 	{"metrics-url", "SLUICE_BENCH_METRICS_URL", "URL", "",
-	 "sluice's /metrics, read for batches and scraped (default: --url)"},
+	 "sluice's /metrics, read for batches and scraped; none: the one at "
+	 "--url"},
 	{"llama-url", "SLUICE_BENCH_LLAMA_URL", "URL", "",
 	 "a llama-server behind it: its /metrics scraped, its /slots read "
 	 "for the cancellation scenario (default: none)"},

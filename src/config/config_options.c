@@ -43,7 +43,9 @@ const struct option_def sl_config_options[] = {
 	 0, 0, NULL,
 	 "a YAML file of options, one name: value line each (a list for a "
 	 "repeatable one), e.g. listen: 127.0.0.1:8080; a flag or the "
-	 "environment wins over it; read once, at start",
+	 "environment wins over it; read at start, and again on SIGHUP for its "
+	 "keys: and models: sections, default-model and max-loaded (any other "
+	 "change takes a restart)",
 	 "none"},
 	{"listen", "SLUICE_LISTEN", "ADDR", OPT_ADDR, FIELD(listen),
 	 "127.0.0.1:8080", 0, 0, NULL,

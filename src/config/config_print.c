@@ -4,7 +4,7 @@
  * option with its source, secrets masked, then the file's sections.
  *
  * Kept apart from reading: both walk the same table, but writing a value
- * back (a duration in seconds when whole, a size with its largest suffix,
+ * back (a duration in seconds, a size with its largest suffix,
  * a URL's password masked) is the reverse of config_values.c's parsing.
  */
 #include "sluice/config/config.h"
@@ -81,13 +81,22 @@ void sl_config_usage(FILE *out)
 	        "or G suffix (\"16K\", \"1M\").\n");
 }
 
-/* A duration as a user writes it: seconds when whole, else milliseconds. */
-static void print_duration(FILE *out, uint64_t ms)
+/*
+ * One unit for every duration printed, seconds: a whole number of them
+ * bare, else with the decimals that the milliseconds need.
+ */
+void sl_config_write_duration(FILE *out, uint64_t ms)
 {
-	if (ms % SEC == 0)
-		fprintf(out, "%llu", (unsigned long long)(ms / SEC));
-	else
-		fprintf(out, "%llums", (unsigned long long)ms);
+	unsigned long long whole = ms / SEC;
+	unsigned frac = (unsigned)(ms % SEC);
+	if (frac == 0) {
+		fprintf(out, "%llu", whole);
+		return;
+	}
+	int digits = 3;
+	for (; frac % 10 == 0; frac /= 10)
+		digits--;
+	fprintf(out, "%llu.%0*u", whole, digits, frac);
 }
 
 /* A size with the largest suffix that divides it ("16K", "1M"). */
@@ -159,10 +168,10 @@ static void print_value(FILE *out, const struct sl_config *cfg,
 			fputs("auto", out);
 			return;
 		}
-		print_duration(out, *(const uint64_t *)field);
+		sl_config_write_duration(out, *(const uint64_t *)field);
 		return;
 	case OPT_DURATION:
-		print_duration(out, *(const uint64_t *)field);
+		sl_config_write_duration(out, *(const uint64_t *)field);
 		return;
 	case OPT_SIZE: print_size(out, *(const uint64_t *)field); return;
 	case OPT_NUMBER: fprintf(out, "%g", *(const double *)field); return;

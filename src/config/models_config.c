@@ -488,8 +488,9 @@ void sl_models_config_print(FILE *out, const struct sl_config *cfg)
 			print_list(out, "args", &m->args, false);
 			fprintf(out, "    preload: %s\n",
 			        m->preload ? "true" : "false");
-			fprintf(out, "    idle-timeout: %llums\n",
-			        (unsigned long long)m->idle_timeout_ms);
+			fputs("    idle-timeout: ", out);
+			sl_config_write_duration(out, m->idle_timeout_ms);
+			fputc('\n', out);
 		}
 		print_list(out, "upstreams", &m->upstreams, true);
 		if (m->dns) {
@@ -500,10 +501,11 @@ void sl_models_config_print(FILE *out, const struct sl_config *cfg)
 		print_list(out, "aliases", &m->aliases, false);
 		fprintf(out, "    max-queue: %u\n",
 		        m->has_max_queue ? m->max_queue : cfg->max_queue);
-		fprintf(out, "    queue-timeout: %llums\n",
-		        (unsigned long long)(m->has_queue_timeout
-		                                 ? m->queue_timeout_ms
-		                                 : cfg->queue_timeout_ms));
+		fputs("    queue-timeout: ", out);
+		sl_config_write_duration(out, m->has_queue_timeout
+		                                  ? m->queue_timeout_ms
+		                                  : cfg->queue_timeout_ms);
+		fputc('\n', out);
 		sl_slo_print(out, &m->slo, 4);
 	}
 }

@@ -100,16 +100,23 @@ int sl_slo_classes_parse(const char *text, struct sl_slo_classes *out,
 	return 0;
 }
 
-/* "500ms", or whole seconds as "2s". */
+/*
+ * A level in seconds, as --check-config writes every duration ("0.5",
+ * "2"; config_print.c): the shortest decimal that is exact to the
+ * millisecond.
+ */
 static void join_level(struct sl_join *j, uint64_t ms)
 {
-	if (ms % 1000 == 0) {
-		sl_join_u64(j, ms / 1000);
-		sl_join_str(j, "s");
-	} else {
-		sl_join_u64(j, ms);
-		sl_join_str(j, "ms");
-	}
+	sl_join_u64(j, ms / 1000);
+	unsigned frac = (unsigned)(ms % 1000);
+	if (frac == 0)
+		return;
+	char digits[4] = {(char)('0' + frac / 100), (char)('0' + frac / 10 % 10),
+	                  (char)('0' + frac % 10), '\0'};
+	for (int i = 2; i > 0 && digits[i] == '0'; i--)
+		digits[i] = '\0';
+	sl_join_str(j, ".");
+	sl_join_str(j, digits);
 }
 
 void sl_slo_classes_format(const struct sl_slo_classes *c, char *buf,

@@ -166,7 +166,10 @@ enum sl_fairness {
 };
 
 struct sl_config {
-	/* The configuration file (--config): "" = none. Read once, at start. */
+	/*
+	 * The configuration file (--config): "" = none. Read at start, and
+	 * again on SIGHUP for its keys:, models:, default-model and max-loaded.
+	 */
 	char *config_file;
 
 	/* Front end */
@@ -393,6 +396,14 @@ void sl_config_print(const struct sl_config *cfg, FILE *out);
  * SL_EINVAL. Exposed for the tests.
  */
 int sl_parse_duration_ms(const char *s, uint64_t *out);
+
+/*
+ * Writes a duration of `ms` milliseconds as --check-config prints every
+ * one, options and models: alike: in seconds, the unit a bare number
+ * means, with at most three decimals ("90", "0.2", "0.001"), which
+ * sl_parse_duration_ms() reads back as the same.
+ */
+void sl_config_write_duration(FILE *out, uint64_t ms);
 
 /* Parses a size ("512", "16K", "1M", "1MiB") into bytes; 0 or SL_EINVAL. */
 int sl_parse_size(const char *s, uint64_t *out);
