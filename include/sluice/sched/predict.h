@@ -82,11 +82,13 @@
 #define SL_PREDICT_TOKEN_SCALE 1000.0
 /*
  * The ridge: a pull towards 0 of this share of each coefficient's own
- * weight in the fit, which keeps one that the samples cannot tell (one
- * prompt length, one concurrency) small instead of undefined, and biases
- * the others by about as much (1%).
+ * weight in the fit. It only keeps the fit defined when the samples cannot
+ * tell a coefficient (one prompt length, one concurrency): the features
+ * are far from independent (1, p and p^2 move together), so a larger one
+ * would bias every coefficient many times its own size (1% gave 5% on the
+ * time per token in test_latency).
  */
-#define SL_PREDICT_RIDGE 0.01
+#define SL_PREDICT_RIDGE 1e-6
 /*
  * The least time a sample's weight is reckoned from (predict.c, fit_add):
  * below a tenth of a millisecond, times are timer noise.
