@@ -151,22 +151,29 @@ static void test_wait_for_a_slot(void)
 	/* Nothing queued: the first slot to free, at 1100. */
 	sl_latency_predict(&w.m, &ask_1k, 1000, &l);
 	ASSERT_NEAR(l.wait_ms, 100, 1e-9);
-	/* Two ahead: the third to free. */
+	/*
+	 * Two ahead of 50 ms each: the first takes the slot freeing at 1100
+	 * and frees it again at 1150; the second takes that one, to 1200,
+	 * when the slot of 1200 frees too: this one's.
+	 */
 	queue(&w, 0, 1, 0, 50, 1000);
 	queue(&w, 1, 1, 0, 50, 1000);
 	sl_latency_predict(&w.m, &ask_1k, 1000, &l);
 	ASSERT_EQ(l.ahead, 2);
-	ASSERT_NEAR(l.wait_ms, 300, 1e-9);
+	ASSERT_NEAR(l.wait_ms, 200, 1e-9);
 	/* Later, less is left; one past its end counts as ending now. */
 	sl_latency_predict(&w.m, &ask_1k, 1250, &l);
 	ASSERT_NEAR(l.wait_ms, 50, 1e-9);
-	/* Eight ahead, more than run: the work left over the slots. */
+	/*
+	 * Eight ahead, six more of 100 ms: in turn they free the slots at
+	 * 150, 200, 300, 300, 400, 400, 400 and 500 (from 1000): the one of
+	 * 400 left is this one's, where a fluid would say (1500 + 700) / 4.
+	 */
 	for (unsigned i = 2; i < 8; i++)
 		queue(&w, i, 1, 0, 100, 1000);
 	sl_latency_predict(&w.m, &ask_1k, 1000, &l);
 	ASSERT_EQ(l.ahead, 8);
-	double left = 100 + 300 + 200 + 900, work = 2 * 50 + 6 * 100;
-	ASSERT_NEAR(l.wait_ms, (left + work) / 4, 1e-9);
+	ASSERT_NEAR(l.wait_ms, 400, 1e-9);
 	ASSERT_NEAR(l.ttft_ms, l.wait_ms + l.first_ms, 1e-9);
 	sl_sched_free(&w.m.sched);
 }
@@ -208,6 +215,61 @@ static void test_only_what_goes_first_is_ahead(void)
 	sl_sched_free(&w.m.sched);
 }
 
+/*
+ * Against list scheduling done plainly: each request ahead, in order,
+ * takes the first slot to free. Exact for the first SL_LATENCY_EXACT;
+ * with more ahead, within one request's time.
+ */
+static void test_matches_list_scheduling(void)
+{
+	unsigned seed = 5;
+	for (unsigned round = 0; round < 200; round++) {
+		struct world w;
+		start(&w, 4);
+		static struct sl_sched_item many[200];
+		struct sl_sched_config cfg = {.aging_rate = 0.2,
+		                              .max_queue = 200,
+		                              .queue_timeout_ms = 60000};
+		sl_sched_free(&w.m.sched);
+		ASSERT_EQ(sl_sched_init(&w.m.sched, &cfg, &ops, &w, 0), 0);
+		double slots[4];
+		for (unsigned i = 0; i < 4; i++) {
+			seed = seed * 1103515245u + 12345u;
+			slots[i] = (double)(seed >> 16 & 1023);
+			running(&w, i, 1000 + slots[i]);
+		}
+		seed = seed * 1103515245u + 12345u;
+		unsigned n = (seed >> 16) % 120, ahead = 0;
+		double max_service = 0;
+		for (unsigned i = 0; i < n; i++) {
+			seed = seed * 1103515245u + 12345u;
+			double service = 1 + (double)(seed >> 16 & 255);
+			memset(&many[i], 0, sizeof(many[i]));
+			many[i].service_ms = service;
+			ASSERT_EQ(sl_sched_push(&w.m.sched, &many[i], 1, 1000),
+			          0);
+			/* Plainly: the slot freeing first takes it. */
+			unsigned first = 0;
+			for (unsigned k = 1; k < 4; k++)
+				if (slots[k] < slots[first])
+					first = k;
+			slots[first] += service;
+			ahead++;
+			max_service = SL_MAX(max_service, service);
+		}
+		double want = SL_MIN(SL_MIN(slots[0], slots[1]),
+		                     SL_MIN(slots[2], slots[3]));
+		struct sl_latency l;
+		sl_latency_predict(&w.m, &ask_1k, 1000, &l);
+		ASSERT_EQ(l.ahead, ahead);
+		if (ahead <= SL_LATENCY_EXACT)
+			ASSERT_NEAR(l.wait_ms, want, 1e-6);
+		else
+			ASSERT_NEAR(l.wait_ms, want, max_service);
+		sl_sched_free(&w.m.sched);
+	}
+}
+
 /* Before its upstream's answers taught it, a prediction refuses nothing. */
 static void test_unknown_at_first(void)
 {
@@ -235,6 +297,7 @@ int main(void)
 	RUN(test_what_is_predicted);
 	RUN(test_wait_for_a_slot);
 	RUN(test_only_what_goes_first_is_ahead);
+	RUN(test_matches_list_scheduling);
 	RUN(test_unknown_at_first);
 	return 0;
 }

@@ -210,8 +210,9 @@ class Metrics(st.TestCase):
         m = s.wait_line(r"info  access id=(\S+) client=127\.0\.0\.1 "
                         r"method=POST path=/completion "
                         r"status=200 priority=normal queue_ms=\d+ ttft_ms=\d+ "
-                        r"total_ms=\d+ tokens=3 bytes=\d+ upstream=http://\S+ "
-                        r"outcome=ok$")
+                        r"predicted_ttft_ms=\d+ total_ms=\d+ tokens=3 "
+                        r"bytes=\d+ upstream=http://\S+ outcome=ok "
+                        r"reason=-$")
         self.assertRegex(m.group(1), r"^[0-9a-f]{16}$")  # "trace 1" refused
 
 

@@ -113,6 +113,21 @@ static void test_one_point_stays_defined(void)
 	ASSERT(sl_predict_prefill_ms(&p, 3000) >= 0);
 }
 
+/* Seen only at high concurrency, a step alone still costs something. */
+static void test_a_step_never_costs_nothing(void)
+{
+	struct sl_predictor p;
+	sl_predict_init(&p, 0);
+	/* Noisy steps at 3 and 4 sequences whose line crosses 0 before 1. */
+	for (int i = 0; i < 100; i++) {
+		struct sl_predict_sample s = sample(100, 3 + i % 2, 32, 0);
+		s.per_token_ms = i % 2 ? 1.2 : 0.5;
+		sl_predict_observe(&p, &s);
+	}
+	ASSERT(sl_predict_tpot_ms(&p, 1) > 0.1);
+	ASSERT(sl_predict_tpot_ms(&p, 4) > sl_predict_tpot_ms(&p, 1));
+}
+
 static void test_cache_and_bytes(void)
 {
 	struct sl_predictor p;
@@ -246,6 +261,7 @@ int main(void)
 	RUN(test_prior_refuses_nothing);
 	RUN(test_recovers_known_costs);
 	RUN(test_one_point_stays_defined);
+	RUN(test_a_step_never_costs_nothing);
 	RUN(test_cache_and_bytes);
 	RUN(test_bad_samples_ignored);
 	RUN(test_follows_a_change);

@@ -3,6 +3,7 @@
 
 #include "sluice/base/common.h"
 
+#include <math.h>
 #include <string.h>
 
 /*
@@ -22,44 +23,34 @@ static const struct sl_upstream *representative(const struct sl_pool *p)
 	return best ? best : p->n > 0 ? p->members[0] : NULL;
 }
 
-/*
- * The k-th smallest (0-based, k < n) of v[0..n), reordering v: quickselect
- * (Lomuto's partition, the middle element as pivot), O(n) on average.
- */
-static double kth_smallest(double *v, int n, int k)
+/* ---- a min-heap of the times the slots free ---- */
+
+static void sift_down(double *h, unsigned n, unsigned i)
 {
-	int lo = 0, hi = n - 1;
-	while (lo < hi) {
-		int mid = lo + (hi - lo) / 2;
-		double t = v[mid];
-		v[mid] = v[hi];
-		v[hi] = t;
-		int store = lo;
-		for (int i = lo; i < hi; i++) {
-			if (v[i] < v[hi]) {
-				t = v[i];
-				v[i] = v[store];
-				v[store++] = t;
-			}
-		}
-		t = v[store];
-		v[store] = v[hi];
-		v[hi] = t;
-		if (k == store)
-			return v[k];
-		if (k < store)
-			hi = store - 1;
-		else
-			lo = store + 1;
+	double v = h[i];
+	for (;;) {
+		unsigned c = 2 * i + 1;
+		if (c >= n)
+			break;
+		if (c + 1 < n && h[c + 1] < h[c])
+			c++;
+		if (h[c] >= v)
+			break;
+		h[i] = h[c];
+		i = c;
 	}
-	return v[k];
+	h[i] = v;
 }
 
 /*
  * The time until a slot frees for a request with `ahead` requests queued
- * before it, whose work is `work_ms` (latency.h says how).
+ * before it, whose work is `work_ms` (latency.h says how): the slots' free
+ * times in a heap, each of the first SL_LATENCY_EXACT requests ahead
+ * taking the first to free, in the order the queue serves them; the work
+ * of any more poured over the slots.
  */
-static double wait_ms(const struct sl_model *m, unsigned ahead, double work_ms,
+static double wait_ms(const struct sl_model *m, const struct sl_latency_ask *a,
+                      uint64_t due, unsigned ahead, double work_ms,
                       double hold_ms, uint64_t now_ms)
 {
 	const struct sl_pool *p = &m->pool;
@@ -69,28 +60,46 @@ static double wait_ms(const struct sl_model *m, unsigned ahead, double work_ms,
 	unsigned total = sl_pool_total_slots(p);
 	if (total == 0)
 		return 0; /* nothing to say until an upstream is ready */
-	double rem[SL_LATENCY_RUNS_MAX];
-	unsigned n = 0;
-	double sum = 0;
+	double slot[SL_LATENCY_RUNS_MAX];
+	unsigned n = 0, runs = 0;
 	for (unsigned i = 0; i < p->n; i++) {
 		const struct sl_upstream *u = p->members[i];
 		if (!sl_upstream_usable(u))
 			continue;
 		for (const struct sl_predict_run *r = u->predict.runs;
-		     r && n < SL_LATENCY_RUNS_MAX; r = r->next) {
+		     r && n < SL_LATENCY_RUNS_MAX; r = r->next, runs++) {
 			double left = r->end_ms - (double)now_ms;
-			rem[n] = left > 0 ? left : 0;
-			sum += rem[n++];
+			slot[n++] = left > 0 ? left : 0;
 		}
 	}
+	/* The free slots, and those held by others: half a hold each. */
 	unsigned busy = total > free ? total - free : 0;
-	unsigned q = ahead - free;
-	if (q < n && n >= busy)
-		return kth_smallest(rem, (int)n, (int)q);
-	/* Slots held by others (or runs past the cap): half a hold each. */
-	if (busy > n)
-		sum += (double)(busy - n) * hold_ms / 2;
-	return (sum + work_ms) / (double)total;
+	for (unsigned i = 0; i < free && n < SL_LATENCY_RUNS_MAX; i++)
+		slot[n++] = 0;
+	for (unsigned i = runs; i < busy && n < SL_LATENCY_RUNS_MAX; i++)
+		slot[n++] = hold_ms / 2;
+	for (unsigned i = n / 2; i-- > 0;)
+		sift_down(slot, n, i);
+	double services[SL_LATENCY_EXACT];
+	unsigned exact = sl_sched_ahead_services(&m->sched, a->priority, due,
+	                                         services, SL_LATENCY_EXACT);
+	double rest = work_ms;
+	for (unsigned i = 0; i < exact; i++) {
+		slot[0] += services[i]; /* the first to free takes it */
+		sift_down(slot, n, 0);
+		rest -= services[i];
+	}
+	if (exact == ahead || !(rest > 0))
+		return slot[0];
+	/*
+	 * Beyond those, the work left over all the slots: by then they free
+	 * within a request's hold of one another, so the level it fills
+	 * them to is close to the first to free.
+	 */
+	double sum = 0;
+	for (unsigned i = 0; i < n; i++)
+		sum += slot[i];
+	return SL_MAX((sum + rest) / (double)n, slot[0]);
 }
 
 void sl_latency_predict(const struct sl_model *m,
@@ -133,7 +142,8 @@ void sl_latency_predict(const struct sl_model *m,
 	}
 	double work;
 	sl_sched_ahead(&m->sched, a->priority, due, &out->ahead, &work);
-	out->wait_ms = wait_ms(m, out->ahead, work, out->hold_ms, now_ms);
+	out->wait_ms =
+	    wait_ms(m, a, due, out->ahead, work, out->hold_ms, now_ms);
 	out->ttft_ms = out->wait_ms + out->first_ms;
 	out->ttft_admit_ms = out->ttft_ms * sl_predict_calib_factor(&m->calib);
 }

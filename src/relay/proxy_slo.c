@@ -248,8 +248,18 @@ void exchange_slo_first_token(struct exchange *x, double ttft_s)
 		return;
 	sl_stats_prediction(x->relay->stats,
 	                    x->predicted.ttft_ms / (ttft_s * 1000));
-	sl_predict_calib_observe(&x->model->calib, x->predicted.ttft_ms,
-	                         ttft_s * 1000);
+	/*
+	 * The calibration learns from the predictions admission turns on:
+	 * those of requests with a TTFT level, at least half of it. Far
+	 * below it, a prediction of a few milliseconds against an answer
+	 * that took a few more is noise, and a ratio of it would say little
+	 * of a request near its level.
+	 */
+	if (x->slo.ttft_ms &&
+	    x->predicted.ttft_ms >=
+	        SL_PREDICT_CALIB_RELEVANT * (double)x->slo.ttft_ms)
+		sl_predict_calib_observe(&x->model->calib, x->predicted.ttft_ms,
+		                         ttft_s * 1000);
 	struct sl_upstream *u = x->upstream;
 	if (!u || !x->run.running)
 		return;

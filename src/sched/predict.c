@@ -124,9 +124,21 @@ void sl_predict_observe(struct sl_predictor *p,
 	double pt = s->prompt_n / SL_PREDICT_TOKEN_SCALE;
 	fit_add(&p->prefill, pt, pt * pt, s->prompt_ms);
 	/* One token has no decoding time to speak of. */
-	if (s->predicted_n >= 2 && usable(s->decoding))
+	if (s->predicted_n >= 2 && usable(s->decoding)) {
 		fit_add(&p->decode, SL_MAX(s->decoding, 1.0), 0,
 		        s->per_token_ms);
+		/*
+		 * A step costs something however few decode: seen only at
+		 * high concurrency, a line can cross 0 before one sequence.
+		 * Then the step is taken as growing in proportion instead
+		 * (through the origin), as it does on a CPU.
+		 */
+		struct sl_predict_fit *f = &p->decode;
+		if (f->c[0] < 0 && f->a[1][1] > 0) {
+			f->c[0] = 0;
+			f->c[1] = f->b[1] / f->a[1][1];
+		}
+	}
 	mean_add(&p->hold_extra, SL_MAX(s->hold_ms - s->prompt_ms -
 	                                    s->predicted_n * s->per_token_ms,
 	                                0.0));

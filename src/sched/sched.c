@@ -579,6 +579,14 @@ uint64_t sl_sched_due_wait_ms(const struct sl_sched *s)
 	return (uint64_t)ceil(SL_SCHED_DUE_CLASSES / s->cfg.aging_rate * 1000);
 }
 
+/* Whether t would be served before a request of `priority` due at due_ms. */
+static bool is_ahead(const struct sl_sched_item *t, double priority,
+                     uint64_t due_ms)
+{
+	return t->priority != priority ? t->priority > priority
+	                               : t->due_ms <= due_ms;
+}
+
 void sl_sched_ahead(const struct sl_sched *s, double priority, uint64_t due_ms,
                     unsigned *count, double *work_ms)
 {
@@ -586,9 +594,7 @@ void sl_sched_ahead(const struct sl_sched *s, double priority, uint64_t due_ms,
 	double work = 0;
 	/* Those ahead are a prefix of the treap's order: walk down its edge. */
 	for (const struct sl_sched_item *t = s->treap; t;) {
-		bool ahead = t->priority != priority ? t->priority > priority
-		                                     : t->due_ms <= due_ms;
-		if (ahead) {
+		if (is_ahead(t, priority, due_ms)) {
 			n += 1 + tcount(t->tl);
 			work += t->service_ms + twork(t->tl);
 			t = t->tr;
@@ -598,6 +604,32 @@ void sl_sched_ahead(const struct sl_sched *s, double priority, uint64_t due_ms,
 	}
 	*count = n;
 	*work_ms = work;
+}
+
+/*
+ * In-order walk of the treap under t, appending the service of each item
+ * ahead to out[] until `max` are there; returns false once an item is not
+ * ahead (the rest are not either) or out[] is full.
+ */
+static bool walk_ahead(const struct sl_sched_item *t, double priority,
+                       uint64_t due_ms, double *out, unsigned *n, unsigned max)
+{
+	if (!t)
+		return true;
+	if (!walk_ahead(t->tl, priority, due_ms, out, n, max))
+		return false;
+	if (*n >= max || !is_ahead(t, priority, due_ms))
+		return false;
+	out[(*n)++] = t->service_ms;
+	return walk_ahead(t->tr, priority, due_ms, out, n, max);
+}
+
+unsigned sl_sched_ahead_services(const struct sl_sched *s, double priority,
+                                 uint64_t due_ms, double *out, unsigned max)
+{
+	unsigned n = 0;
+	walk_ahead(s->treap, priority, due_ms, out, &n, max);
+	return n;
 }
 
 /*

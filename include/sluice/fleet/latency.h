@@ -10,22 +10,22 @@
  * with it, on the model's representative upstream (the usable one whose
  * model has seen the most answers: replicas are alike, and the one seen
  * most is known best). wait is the time until a slot frees for it: 0 while
- * the free slots outnumber the requests ahead; else, while fewer are
- * ahead than requests run, the moment the running request that ends
- * (q+1)-th is predicted to end, q being those ahead beyond the free
- * slots; else the work left of what runs and the work queued ahead, over
- * the slots (every slot busy until all of it is done: a fluid bound,
- * close once many are ahead). Each running request's end is its
- * predicted end; one that ran past it counts as ending now. Slots that
- * others hold on a remote upstream (upstream.h, "Occupancy") count half a
- * request's hold each.
+ * the free slots outnumber the requests ahead; else what list scheduling
+ * gives, in the order the queue serves them: each slot free at its
+ * running request's predicted end (now, for one that ran past it; half a
+ * request's hold for a slot others hold on a remote upstream, upstream.h
+ * "Occupancy"), each request ahead taking the first slot to free for its
+ * predicted hold, and this one the first to free after them all. The
+ * first SL_LATENCY_EXACT ahead are placed one by one; the work of any
+ * more is spread over the slots as a fluid (their mean free time once it
+ * is poured in), close once that many are ahead.
  *
  * Admission compares ttft_admit_ms: the TTFT times the model's
  * calibration (predict.h), a prediction seldom too low.
  *
- * The cost: a walk of the running requests of the model's upstreams (at
- * most its slots, a few more with others') and an O(log n) query of the
- * queue; no allocation.
+ * The cost: a heap of the model's slots (at most SL_LATENCY_RUNS_MAX, made
+ * in linear time), at most SL_LATENCY_EXACT requests placed in it, and
+ * O(log n) queries of the queue; no allocation.
  */
 #ifndef SLUICE_LATENCY_H
 #define SLUICE_LATENCY_H
@@ -41,6 +41,11 @@
  * as the slots of others do.
  */
 #define SL_LATENCY_RUNS_MAX 512
+/*
+ * Requests ahead placed one by one: 16 services deep on 4 slots, where
+ * the fluid's error (about half a request's hold) is a few percent.
+ */
+#define SL_LATENCY_EXACT 64
 
 /* A request as the prediction sees it. */
 struct sl_latency_ask {

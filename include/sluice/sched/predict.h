@@ -108,6 +108,11 @@
 #define SL_PREDICT_CALIB_QUANTILE 0.95
 #define SL_PREDICT_CALIB_STEP 0.05
 #define SL_PREDICT_CALIB_MIN 0.5
+/*
+ * The owner calibrates on the predictions of requests with a level that
+ * came to at least this share of it: those admission decides on.
+ */
+#define SL_PREDICT_CALIB_RELEVANT 0.5
 #define SL_PREDICT_CALIB_MAX 4.0
 
 /* One finished answer, as sl_predict_observe() takes it. */

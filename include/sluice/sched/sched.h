@@ -483,6 +483,14 @@ void sl_sched_ahead(const struct sl_sched *s, double priority, uint64_t due_ms,
                     unsigned *count, double *work_ms);
 
 /*
+ * The service_ms of the first `max` (at most) requests sl_sched_ahead()
+ * counts, in the order the queue serves them, into out[]; returns how
+ * many. O(max + log n).
+ */
+unsigned sl_sched_ahead_services(const struct sl_sched *s, double priority,
+                                 uint64_t due_ms, double *out, unsigned max);
+
+/*
  * How long a request without a service level waits before it counts as
  * due: the aging that lifts it SL_SCHED_DUE_CLASSES classes, or with aging
  * off the queue timeout.
