@@ -690,7 +690,16 @@ static void *arena_realloc(void *ctx, void *p, size_t n)
 static int number_in_range(void *ctx, const char *p, size_t n)
 {
 	(void)ctx;
-	size_t i = p[0] == '-', digits = 0;
+	/* Most numbers: few characters, no exponent. It is asked of each. */
+	size_t i = 0;
+	if (n <= SL_INTEGER_SURE_DIGITS) {
+		while (i < n && p[i] != 'e' && p[i] != 'E')
+			i++;
+		if (i == n)
+			return 1;
+	}
+	i = p[0] == '-';
+	size_t digits = 0;
 	for (; i < n && p[i] >= '0' && p[i] <= '9'; i++)
 		digits++;
 	bool real = i < n; /* a fraction or an exponent follows */
