@@ -2,7 +2,7 @@
  * json-bench: what reading JSON costs the event loop, per upstream event,
  * per client body, and for the worst bodies a client can send.
  *
- *   build/bench/json-bench [BYTES]     (default 1048576, --max-body's)
+ *   build/bench/json-bench [BYTES [ROW]]   (BYTES: 1048576, --max-body's)
  *
  * First the hot path, in nanoseconds per call (the best of five rounds):
  * sl_jscan_parse() of a streamed OpenAI chunk and of a native token event
@@ -12,12 +12,17 @@
  * milliseconds that sl_request_validate() takes over bodies of BYTES
  * shaped to be slow: all of it one nest of arrays, 250 arrays each 2,040
  * deep (within jansson's limit), arrays as deep as sluice allows side by
- * side, a flat array, a string full of brackets, and a chain of keys that
- * jsmn would link one under the other (a number too large for jansson
- * sends it to jsmn's full scan): the best of three,
- * or one when it takes over a second. The validation runs on the event
- * loop, so this is how long every other client waits. Times are the
- * thread's CPU time, which a busy machine inflates less than the clock's.
+ * side, a flat array, many short members, a string full of brackets, and
+ * a chain of keys that jsmn would link one under the other (a number too
+ * large for jansson sends it to jsmn's full scan), relayed to
+ * /v1/chat/completions; then the wide ones on /generate and /infer, whose
+ * few members are read and the rest ignored: the best of three, or one
+ * when it takes over a second. The validation runs on the event loop, so
+ * this is how long every other client waits. Times are the thread's CPU
+ * time, which a busy machine inflates less than the clock's. With ROW, the
+ * body column of one row of that table, only that row is run, once: under
+ * valgrind --tool=callgrind --toggle-collect=sl_request_validate, the
+ * instructions of one call, which a busy machine does not change.
  */
 #include "sluice/base/common.h"
 #include "sluice/json/json_scan.h"
@@ -47,12 +52,17 @@ static const char chat_body[] =
     "\"Write a haiku about the sea.\"}],\"max_tokens\":64,"
     "\"temperature\":0.7,\"stream\":true}";
 
-static const struct sl_endpoint *chat_endpoint(void)
+static const struct sl_endpoint *endpoint(const char *path)
 {
 	for (unsigned i = 0; i < sl_n_endpoints; i++)
-		if (strcmp(sl_endpoints[i].path, "/v1/chat/completions") == 0)
+		if (strcmp(sl_endpoints[i].path, path) == 0)
 			return &sl_endpoints[i];
 	abort();
+}
+
+static const struct sl_endpoint *chat_endpoint(void)
+{
+	return endpoint("/v1/chat/completions");
 }
 
 static const struct sl_request_options opts = {.max_tokens_cap = 64,
@@ -161,14 +171,19 @@ static void put_run(struct text *t, char c, size_t n)
  * side by side in an array; 2, a flat array; 3, a string of brackets;
  * 4, keys each after a colon, not a comma, under a closed array, then
  * the object closed and closing brackets with nothing open:
- * {"a":[]:"a":"a":...}:}}}, each of which jsmn walks the chain for.
- * With `jansson`, they begin with a member ("n") that sends the body down
- * jansson's path rather than the fast one (request.c, read_fast).
+ * {"a":[]:"a":"a":...}:}}}, each of which jsmn walks the chain for;
+ * 5, many short members. Each begins with `head`, the object's opening and
+ * any members before these: JANSSON's sends a relayed body down jansson's
+ * path rather than the fast one (request.c, read_fast), NATIVE's gives
+ * /generate and /infer what they need.
  */
-static struct text shape(int kind, size_t size, size_t deep, bool jansson)
+#define PLAIN "{"
+#define JANSSON "{\"n\":1,"
+#define NATIVE "{\"prompt\":\"p\",\"query\":\"q\","
+static struct text shape(int kind, size_t size, size_t deep, const char *head)
 {
 	struct text t = {0};
-	put_str(&t, jansson ? "{\"n\":1," : "{");
+	put_str(&t, head);
 	switch (kind) {
 	case 0:
 		put_str(&t, "\"a\":");
@@ -199,6 +214,15 @@ static struct text shape(int kind, size_t size, size_t deep, bool jansson)
 		put_str(&t, "\"a\"}:");
 		put_run(&t, '}', size - t.len);
 		break;
+	case 5:
+		for (unsigned n = 0; t.len + 16 <= size; n++) {
+			char member[32];
+			snprintf(member, sizeof(member), "%s\"k%u\":1",
+			         n ? "," : "", n);
+			put_str(&t, member);
+		}
+		put_str(&t, "}");
+		break;
 	default:
 		put_str(&t, "\"prompt\":\"");
 		while (t.len + 4 <= size)
@@ -209,22 +233,28 @@ static struct text shape(int kind, size_t size, size_t deep, bool jansson)
 	return t;
 }
 
-static void worst_row(const char *what, int kind, size_t size, size_t deep,
-                      bool jansson)
+/* The one row of the second table to run, or NULL for every row. */
+static const char *only_row;
+
+static void worst_row(const char *what, const char *path, int kind, size_t size,
+                      size_t deep, const char *head)
 {
-	struct text t = shape(kind, size, deep, jansson);
+	if (only_row && strcmp(what, only_row) != 0)
+		return;
+	struct text t = shape(kind, size, deep, head);
 	printf("| %s | %zu | ", what, t.len);
 	fflush(stdout);
 	double best = -1;
-	for (int round = 0; round < 3; round++) {
+	int rounds = only_row ? 1 : 3;
+	for (int round = 0; round < rounds; round++) {
 		struct sl_request r;
 		uint64_t start = cpu_ns();
-		int rc = sl_request_validate(&r, chat_endpoint(), NULL, t.p,
+		int rc = sl_request_validate(&r, endpoint(path), NULL, t.p,
 		                             t.len, &opts);
 		double ms = (double)(cpu_ns() - start) / 1e6;
 		if (best < 0 || ms < best)
 			best = ms;
-		bool last = round == 2 || ms > 1000;
+		bool last = round == rounds - 1 || ms > 1000;
 		if (last)
 			printf("%.3f | %s |\n", best,
 			       rc == 0 ? "accepted" : r.error);
@@ -236,13 +266,9 @@ static void worst_row(const char *what, int kind, size_t size, size_t deep,
 	free(t.p);
 }
 
-int main(int argc, char **argv)
+/* The first table: the hot path, ns per call. */
+static void hot_table(void)
 {
-	size_t size = argc > 1 ? strtoull(argv[1], NULL, 10) : 1u << 20;
-	if (size < 1024) {
-		fprintf(stderr, "json-bench: BYTES must be 1024 or more\n");
-		return 2;
-	}
 	char *long_body = long_chat_body(4096);
 	printf("| per call | bytes | ns |\n| --- | --- | --- |\n");
 	hot_row("sl_jscan_parse, OpenAI chunk", op_scan, chat_chunk,
@@ -260,24 +286,54 @@ int main(int argc, char **argv)
 	        strlen(chat_body));
 	hot_row("sl_jscan_shape, long chat body", op_shape, long_body,
 	        strlen(long_body));
+#endif
+	free(long_body);
+	printf("\n");
+}
+
+int main(int argc, char **argv)
+{
+	size_t size = argc > 1 ? strtoull(argv[1], NULL, 10) : 1u << 20;
+	if (size < 1024) {
+		fprintf(stderr, "json-bench: BYTES must be 1024 or more\n");
+		return 2;
+	}
+	only_row = argc > 2 ? argv[2] : NULL;
+#ifdef SL_JSCAN_DEPTH_MAX
 	size_t allowed = SL_JSCAN_DEPTH_MAX - 2;
 #else
 	size_t allowed = 62;
 #endif
-	free(long_body);
+	if (!only_row)
+		hot_table();
 
-	char label[64];
-	printf("\n| body | bytes | ms | answer |\n| --- | --- | --- | --- |\n");
-	worst_row("one nest of arrays", 0, size, 0, false);
-	worst_row("arrays 2,040 deep, side by side", 1, size, 2040, false);
+	static const char chat[] = "/v1/chat/completions";
+	char label[96];
+	printf("| body | bytes | ms | answer |\n| --- | --- | --- | --- |\n");
+	worst_row("one nest of arrays", chat, 0, size, 0, PLAIN);
+	worst_row("arrays 2,040 deep, side by side", chat, 1, size, 2040,
+	          PLAIN);
 	snprintf(label, sizeof(label), "arrays %zu deep, side by side",
 	         allowed);
-	worst_row(label, 1, size, allowed, false);
-	worst_row("a flat array", 2, size, 0, false);
-	worst_row("a string of brackets", 3, size, 0, false);
-	worst_row("a chain of keys, then brackets", 4, size, 0, false);
+	worst_row(label, chat, 1, size, allowed, PLAIN);
+	worst_row("a flat array", chat, 2, size, 0, PLAIN);
+	worst_row("many members", chat, 5, size, 0, PLAIN);
+	worst_row("a string of brackets", chat, 3, size, 0, PLAIN);
+	worst_row("a chain of keys, then brackets", chat, 4, size, 0, PLAIN);
 	strcat(label, ", jansson's path");
-	worst_row(label, 1, size, allowed, true);
-	worst_row("a flat array, jansson's path", 2, size, 0, true);
+	worst_row(label, chat, 1, size, allowed, JANSSON);
+	worst_row("a flat array, jansson's path", chat, 2, size, 0, JANSSON);
+	/* The native APIs map a few members and ignore the rest. */
+	static const char *const native[] = {"/generate", "/infer"};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(native); i++) {
+		snprintf(label, sizeof(label),
+		         "arrays %zu deep, side by side, %s", allowed,
+		         native[i]);
+		worst_row(label, native[i], 1, size, allowed, NATIVE);
+		snprintf(label, sizeof(label), "a flat array, %s", native[i]);
+		worst_row(label, native[i], 2, size, 0, NATIVE);
+		snprintf(label, sizeof(label), "many members, %s", native[i]);
+		worst_row(label, native[i], 5, size, 0, NATIVE);
+	}
 	return 0;
 }

@@ -6,6 +6,7 @@ UI."""
 
 import glob
 import gzip
+import hashlib
 import http.server
 import json
 import os
@@ -648,6 +649,44 @@ class Relaying(st.TestCase):
         for once in ("server", "date", "content-type", "content-length",
                      "x-request-id", "connection"):
             self.assertEqual(names.count(once), 1, (once, r.headers))
+        self.assertEqual(s.stop(), 0)
+
+    def test_sluices_own_headers_never_come_twice(self):
+        # Every name sluice writes on some answer of its own, sent by the
+        # upstream in another case than sluice writes it: none of the
+        # upstream's reaches the client, beside sluice's or instead of it.
+        own = ["X-PRIORITY", "x-queue-ms", "x-batch-size", "SERVER-TIMING",
+               "retry-after", "Retry-After-Ms", "X-Request-ID",
+               "X-RateLimit-Limit-Requests", "X-RATELIMIT-REMAINING-REQUESTS",
+               "x-ratelimit-reset-requests", "X-RateLimit-Limit-Tokens",
+               "x-ratelimit-remaining-tokens", "X-Ratelimit-Reset-Tokens",
+               "Access-Control-Allow-Origin", "server", "DATE"]
+        rec = self.recording_upstream(
+            answer=st.models_or_completion,
+            extra_headers=[(name, "upstream's") for name in own] +
+            [("X-Custom", "kept")])
+        config = os.path.join(self.tmp, "sluice.yaml")
+        with open(config, "w") as f:
+            f.write("keys:\n  k:\n    hash: sha256:%s\n    rpm: 10\n"
+                    "    tpm: 10000\n"
+                    % hashlib.sha256(b"sk-k").hexdigest())
+        s = self.sluice("--config", config, "--upstream", rec.url)
+        r = s.post("/v1/completions", {"prompt": "x", "max_tokens": 1},
+                   headers={"Authorization": "Bearer sk-k",
+                            "X-Priority": "batch"})
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.header("X-Custom"), "kept")
+        for name in own:
+            self.assertNotIn("upstream's", r.headers_named(name),
+                             (name, r.headers))
+        # What sluice writes on this answer, once.
+        for name in own:
+            if name.lower() not in ("retry-after", "retry-after-ms"):
+                self.assertEqual(len(r.headers_named(name)), 1,
+                                 (name, r.headers))
+        self.assertEqual(r.header("X-Priority"), "batch")
+        self.assertEqual(r.header("x-ratelimit-limit-requests"), "10")
+        self.assertEqual(r.header("x-ratelimit-limit-tokens"), "10000")
         self.assertEqual(s.stop(), 0)
 
     def test_an_overlong_connection_list_passes_nothing(self):

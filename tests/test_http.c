@@ -1046,6 +1046,15 @@ static void test_strict_request_rules(void)
 	expect_no_answer(s, "GET /echo\r\n");
 	expect_no_answer(s, "GET /echo HTTP/0.9\r\nHost: x\r\n\r\n");
 	expect_no_answer(s, "GET /echo HTTP/0.1\r\n\r\n");
+	/* Versions that are no version: 400, whatever digit they begin. */
+	static const char *const malformed[] = {"01.1", "00.9", "0",   "011",
+	                                        "21.1", "2",    "11.1"};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(malformed); i++) {
+		char *req = sl_xasprintf("GET /echo HTTP/%s\r\nHost: x\r\n\r\n",
+		                         malformed[i]);
+		expect_refused(s, req, 400, "malformed HTTP request");
+		free(req);
+	}
 
 	/* Chunk extensions count against the header limit (2048 here). */
 	char *ext = repeat("e", 3000);

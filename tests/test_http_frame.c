@@ -443,10 +443,11 @@ static void test_request_line_refusals(void)
 {
 	expect_refused("GET /\r\nHost: x\r\n\r\n", SL_HTTP_FRAME_CLOSE_SILENTLY,
 	               "an HTTP/0.9 request", 5);
+	/* A major version is judged at the '.' that ends it. */
 	expect_refused("GET / HTTP/0.9\r\n\r\n", SL_HTTP_FRAME_CLOSE_SILENTLY,
-	               "an HTTP/0.9 request", 11);
+	               "an HTTP/0.9 request", 12);
 	expect_refused("GET / HTTP/2.0\r\n\r\n", 505,
-	               "only HTTP/1.0 and HTTP/1.1 are supported", 11);
+	               "only HTTP/1.0 and HTTP/1.1 are supported", 12);
 	expect_refused("GET  / HTTP/1.1\r\n\r\n", 400,
 	               "malformed HTTP request: extra space in the request "
 	               "line",
@@ -525,7 +526,9 @@ static void test_higher_minor_versions_are_folded(void)
 	    "GET / HTTP/1.1\r\n\r\n",  "GET / HTTP/1.0\r\n\r\n",
 	    "GET / HTTP/11.2\r\n\r\n", "GET / HTTP/1x2\r\n\r\n",
 	    "GET / XTTP/1.2\r\n\r\n",  "GET /HTTP/1.2 HTTP/1.1\r\n\r\n",
-	    "GET / HTTP/1.\r\n\r\n"};
+	    "GET / HTTP/1.\r\n\r\n",   "GET / HTTP/01.1\r\n\r\n",
+	    "GET / HTTP/00.9\r\n\r\n", "GET / HTTP/20.0\r\n\r\n",
+	    "GET / HTTP/0\r\n\r\n",    "GET / HTTP/2\r\n\r\n"};
 	for (size_t i = 0; i < SL_ARRAY_SIZE(kept); i++) {
 		struct run r = scan_str(kept[i]);
 		ASSERT_EQ(r.status, 0);
@@ -535,7 +538,7 @@ static void test_higher_minor_versions_are_folded(void)
 	struct run r = scan_str("GET / HTTP/1.23\r\n\r\n");
 	ASSERT_EQ(r.n_folds, 1);
 	expect_refused("GET / HTTP/3.2\r\n\r\n", 505,
-	               "only HTTP/1.0 and HTTP/1.1 are supported", 11);
+	               "only HTTP/1.0 and HTTP/1.1 are supported", 12);
 }
 
 int main(void)

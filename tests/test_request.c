@@ -563,8 +563,7 @@ static void compare_paths(const struct sl_endpoint *ep, const char *header,
 		ASSERT_STR_EQ(fast.error, slow.error);
 		return;
 	}
-	if (fast.read_fast !=
-	    (want_fast && ep->api == SL_API_RELAY && ep->json_body))
+	if (fast.read_fast != (want_fast && ep->json_body))
 		TEST_FAIL("%s %s: read_fast %d", ep->path, body,
 		          fast.read_fast);
 	ASSERT(fast.priority == slow.priority);
@@ -671,6 +670,202 @@ static void test_fast_path_agrees_with_jansson(void)
 		              depths[d] <= SL_JSCAN_DEPTH_MAX);
 		free(body);
 	}
+}
+
+/*
+ * The native APIs' fast path (request.c, native_members) gives what
+ * jansson's whole document gives, for every body: the members read, the
+ * last of duplicates, names with escapes, "stop" and the containers whose
+ * contents nothing reads, and numbers at the edges of jansson's range
+ * anywhere in the body, which it refuses (the fast path leaves those to
+ * it). A body that needs no decision of jansson's takes the fast path.
+ */
+static void test_native_fast_path_agrees_with_jansson(void)
+{
+	static const struct {
+		const char *body;
+		bool fast;
+	} bodies[] = {
+	    {"{\"prompt\":\"hi\",\"max_tokens\":5,\"stream\":true,\"stop\":"
+	     "[\"a\",\"b\"],\"temperature\":0.5,\"top_p\":0.9,\"top_k\":40,"
+	     "\"seed\":7,\"priority\":\"urgent\",\"model\":\"m\"}",
+	     true},
+	    {"{\"query\":\"q\",\"priority\":3,\"x\":{\"query\":1}}", true},
+	    {" {\n\"prompt\" : \"p\" ,\"query\":\"q\"} ", true},
+	    {"{\"prompt\":\"a\",\"prompt\":\"b\",\"query\":5,\"query\":\"c\"}",
+	     true},
+	    {"{\"pr\\u006fmpt\":\"x\",\"\\u0071uery\":\"y\"}", true},
+	    {"{\"prompt\":\"caf\\u00e9 \\ud83d\\ude00 \xc3\xa9\\/\\\"\\n\"}",
+	     true},
+	    {"{\"prompt\":\"p\",\"stop\":[],\"query\":\"q\"}", true},
+	    {"{\"prompt\":\"p\",\"stop\":[\"a\\\"b\",\"\\u00e9\"]}", true},
+	    {"{\"prompt\":\"p\",\"stop\":[1],\"stop\":[\"x\"]}", true},
+	    {"{\"prompt\":\"p\",\"stop\":[1,\"a\"]}", true},
+	    {"{\"prompt\":\"p\",\"stop\":[\"a\",[\"b\"]]}", true},
+	    {"{\"prompt\":\"p\",\"stop\":[\"a\",{}]}", true},
+	    {"{\"prompt\":\"p\",\"stop\":\"x\"}", true},
+	    {"{\"prompt\":\"p\",\"stop\":{\"a\":1}}", true},
+	    {"{\"prompt\":[\"a\"],\"query\":{\"x\":1}}", true},
+	    {"{\"prompt\":\"p\",\"max_tokens\":[1],\"query\":[]}", true},
+	    {"{\"prompt\":\"p\",\"stream\":false,\"stream\":true}", true},
+	    {"{\"prompt\":\"p\",\"stream\":\"true\"}", true},
+	    {"{\"prompt\":\"p\",\"stream\":{}}", true},
+	    {"{\"prompt\":\"p\",\"n_discard\":-1}", true},
+	    {"{\"prompt\":\"p\",\"n_discard\":[]}", true},
+	    {"{\"prompt\":\"p\",\"model\":[1],\"query\":\"q\"}", true},
+	    {"{\"prompt\":\"p\",\"model\":null,\"query\":\"q\"}", true},
+	    {"{\"prompt\":\"p\",\"priority\":[1]}", true},
+	    {"{\"prompt\":\"p\",\"priority\":150}", true},
+	    {"{\"prompt\":\"p\",\"priority\":{\"a\":1}}", true},
+	    {"{\"prompt\":\"p\",\"priority\":\"batch\",\"priority\":7.5}",
+	     true},
+	    {"{\"prompt\":\"p\",\"max_tokens\":0}", true},
+	    {"{\"prompt\":\"p\",\"max_tokens\":\"5\"}", true},
+	    {"{\"prompt\":\"p\",\"max_tokens\":1e2}", true},
+	    {"{\"prompt\":\"p\",\"seed\":1.5,\"query\":\"q\"}", true},
+	    {"{\"prompt\":\"p\",\"seed\":4294967296}", true},
+	    {"{\"prompt\":\"p\",\"temperature\":101}", true},
+	    {"{\"prompt\":\"p\",\"top_p\":-0.0,\"top_k\":0}", true},
+	    /* Numbers at the edges of jansson's range, anywhere. */
+	    {"{\"prompt\":\"p\",\"query\":\"q\",\"x\":[9223372036854775807,"
+	     "-9223372036854775807,1e308,-1e308,1e-400,123456789012345678]}",
+	     true},
+	    {"{\"prompt\":\"p\",\"query\":\"q\",\"x\":-9223372036854775808}",
+	     true},
+	    {"{\"prompt\":\"p\",\"x\":[9223372036854775808]}", false},
+	    {"{\"prompt\":\"p\",\"x\":{\"y\":-9223372036854775809}}", false},
+	    {"{\"prompt\":\"p\",\"x\":[1e300,1e301,1e308,0.1e309,1.7e308,"
+	     "123e-2,1e-99999999999,-0.0e0,1e+2]}",
+	     true},
+	    {"{\"prompt\":\"p\",\"x\":1e400}", false},
+	    {"{\"prompt\":\"p\",\"x\":10e308}", false},
+	    {"{\"prompt\":\"p\",\"x\":0.5e309}", false},
+	    {"{\"prompt\":\"p\",\"x\":-1.8e+308}", false},
+	    {"{\"prompt\":\"p\",\"x\":1E99999999999}", false},
+	    {"{\"prompt\":\"p\",\"x\":[-2E+308]}", false},
+	    {"{\"prompt\":\"p\",\"seed\":18446744073709551615}", false},
+	    {"{\"prompt\":\"p\",\"priority\":1e400}", false},
+	    /* Slow for what jansson must judge. */
+	    {"{\"st\\u006fp\":[\"x\"],\"prompt\":\"p\"}", false},
+	    {"{\"prompt\":\"p\\u0000q\",\"query\":\"\\u0000\"}", false},
+	    {"{\"prompt\":\"p\",\"model\":\"a\\u0000b\"}", false},
+	    {"{\"prompt\":\"\\ud800\"}", false},
+	    {"{\"prompt\":\"\xc0\xaf\"}", false},
+	    {"{\"prompt\":\"p\",\"x\":[1,\v2]}", false},
+	    {"{\"prompt\":\"p\",}", false},
+	    {"{\"prompt\":\"p\"} x", false},
+	    {"{\"prompt\":\"p\",\"x\":01}", false},
+	    {"[\"prompt\"]", false},
+	    {"\"prompt\"", false},
+	    {"", false},
+	};
+	static const char *const paths[] = {"/generate", "/infer"};
+	static const char *const headers[] = {NULL, "urgent", "bogus"};
+	for (size_t b = 0; b < SL_ARRAY_SIZE(bodies); b++)
+		for (size_t p = 0; p < SL_ARRAY_SIZE(paths); p++)
+			for (size_t h = 0; h < SL_ARRAY_SIZE(headers); h++)
+				for (int up = 0; up < 2; up++)
+					compare_paths(
+					    endpoint(paths[p]), headers[h],
+					    bodies[b].body, up, bodies[b].fast);
+	/*
+	 * Reals written long: past 300 characters without an exponent the
+	 * fast path converts them to see (request.c, SL_REAL_SURE_LEN); 10^308
+	 * is within a double, 10^309 beyond.
+	 */
+	static const unsigned digits[] = {290, 299, 300, 301, 309, 310, 400};
+	for (size_t d = 0; d < SL_ARRAY_SIZE(digits); d++) {
+		char body[512];
+		struct sl_join j = SL_JOIN(body);
+		sl_join_str(&j, "{\"prompt\":\"p\",\"x\":1");
+		for (unsigned i = 1; i < digits[d]; i++)
+			sl_join_str(&j, "0");
+		sl_join_str(&j, ".5}");
+		ASSERT(j.len + 1 < sizeof(body));
+		compare_paths(endpoint("/generate"), NULL, body, true,
+		              digits[d] <= 309);
+	}
+}
+
+/*
+ * A wide body of about `size` bytes, malloc'd: `head`, then items
+ * separated by commas, then `tail`. An item is `item`, or with `after`
+ * the item's index between the two: "k" 7 "":1" is "k7":1.
+ */
+static char *wide_body(const char *head, const char *item, const char *after,
+                       const char *tail, size_t size)
+{
+	char *body = sl_xmalloc(size + 64);
+	struct sl_join j = {.p = body, .cap = size + 64};
+	sl_join_str(&j, head);
+	for (unsigned n = 0; j.len + 64 < size; n++) {
+		if (n)
+			sl_join_str(&j, ",");
+		sl_join_str(&j, item);
+		if (after) {
+			sl_join_u64(&j, n);
+			sl_join_str(&j, after);
+		}
+	}
+	sl_join_str(&j, tail);
+	ASSERT(j.len + 1 < j.cap);
+	return body;
+}
+
+/*
+ * A wide body, a megabyte of members or elements that /generate and
+ * /infer ignore, maps exactly as a small one does, by the fast path; one
+ * that holds a number jansson cannot, however deep in what is ignored, is
+ * refused as before, at its line and column.
+ */
+static void test_native_wide_bodies_map_exactly(void)
+{
+	static const size_t size = 1u << 20;
+	struct sl_request r;
+	/* {"query":"...","a":[1,1,...]} */
+	char *body = wide_body("{\"query\":\"What is \\\"wide\\\"?\","
+	                       "\"a\":[",
+	                       "1", NULL, "]}", size);
+	ASSERT_EQ(check(&r, "/infer", "batch", body), 0);
+	ASSERT_STR_EQ(r.body, "{\"prompt\":\"What is \\\"wide\\\"?\","
+	                      "\"n_predict\":64,\"stream\":true,"
+	                      "\"cache_prompt\":true}");
+	ASSERT(r.read_fast && r.priority == 0 && r.priority_given);
+	ASSERT(r.assemble && !r.stream && r.max_tokens == 64);
+	sl_request_free(&r);
+	compare_paths(endpoint("/infer"), NULL, body, true, true);
+	compare_paths(endpoint("/generate"), NULL, body, true, true);
+	free(body);
+
+	/* Many members, each an array 22 deep, the ones read among them. */
+	body =
+	    wide_body("{\"k\":0,\"prompt\":\"p\",\"max_tokens\":9,"
+	              "\"stop\":[\"\\n\"],\"seed\":3,\"priority\":\"urgent\","
+	              "\"stream\":true,\"model\":\"m\",\"temperature\":0,",
+	              "\"k", "\":[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]",
+	              ",\"prompt\":\"last\"}", size);
+	ASSERT_EQ(check(&r, "/generate", NULL, body), 0);
+	ASSERT_STR_EQ(r.body, "{\"prompt\":\"last\",\"n_predict\":9,"
+	                      "\"stream\":true,\"cache_prompt\":true,"
+	                      "\"stop\":[\"\\n\"],\"temperature\":0,"
+	                      "\"seed\":3}");
+	ASSERT(r.read_fast && r.priority == 2 && r.stream && !r.assemble);
+	ASSERT_STR_EQ(r.model, "m");
+	ASSERT_EQ(r.max_tokens, 9);
+	sl_request_free(&r);
+	compare_paths(endpoint("/generate"), NULL, body, true, true);
+	free(body);
+
+	/* An integer past int64 near the end: jansson's refusal, as ever. */
+	body = wide_body("{\"prompt\":\"p\",\"a\":[", "1", NULL,
+	                 ",99999999999999999999]}", size);
+	ASSERT_EQ(check(&r, "/generate", NULL, body), SL_EINVAL);
+	ASSERT_CONTAINS(r.error, "malformed JSON in the request body at line "
+	                         "1, column ");
+	ASSERT_CONTAINS(r.error, "too big integer");
+	ASSERT(!r.read_fast);
+	compare_paths(endpoint("/generate"), NULL, body, true, false);
+	free(body);
 }
 
 /* The output bound a body gives a key's tpm (request.h, max_tokens). */
@@ -974,6 +1169,8 @@ int main(void)
 	RUN(test_body_checks);
 	RUN(test_deep_bodies_are_refused);
 	RUN(test_fast_path_agrees_with_jansson);
+	RUN(test_native_fast_path_agrees_with_jansson);
+	RUN(test_native_wide_bodies_map_exactly);
 	RUN(test_model_must_be_a_string);
 	RUN(test_upstream_bodies);
 	RUN(test_nul_in_strings_survives);

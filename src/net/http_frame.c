@@ -43,10 +43,13 @@ static size_t scan_refuse(struct sl_http_frame *f, unsigned status,
  * One byte of the request line, which must be method SP target SP version
  * with single spaces (RFC 9112, 3). The target may hold no control bytes,
  * no '#' and nothing from 0x80 up; the version's major digit is judged here,
- * before llhttp sees it: 0 is HTTP/0.9 (closed without an answer, as there is
- * no way to answer it that its client would read as an error), 2 to 9 are
- * versions sluice does not speak (505). A minor digit from 2 to 9 after
- * "HTTP/1." sets fold_minor. Returns false when refused.
+ * at the '.' after it, before llhttp sees that: 0 is HTTP/0.9 (closed without
+ * an answer, as there is no way to answer it that its client would read as
+ * an error), 2 to 9 are versions sluice does not speak (505). A version whose
+ * major is not one digit and a '.' ("HTTP/01.1", "HTTP/11.1") is malformed,
+ * left to llhttp, which refuses it: 400, as for any version it cannot read.
+ * A minor digit from 2 to 9 after "HTTP/1." sets fold_minor. Returns false
+ * when refused.
  */
 static bool scan_request_line_byte(struct sl_http_frame *f, unsigned char ch)
 {
@@ -91,22 +94,23 @@ static bool scan_request_line_byte(struct sl_http_frame *f, unsigned char ch)
 	    ch != (unsigned char)prefix[f->part_len])
 		f->version_prefix_ok = false; /* llhttp refuses it */
 	if (f->spaces == 2 && f->part_len == sizeof(prefix) - 1 &&
-	    f->version_prefix_ok) {
-		if (ch == '0') {
+	    f->version_prefix_ok && ch >= '0' && ch <= '9')
+		f->version_major = ch;
+	if (f->spaces == 2 && f->part_len == sizeof(prefix) &&
+	    f->version_major && ch == '.') {
+		if (f->version_major == '0') {
 			f->status = SL_HTTP_FRAME_CLOSE_SILENTLY;
 			f->message = "an HTTP/0.9 request";
 			return false;
 		}
-		if (ch >= '2' && ch <= '9') {
+		if (f->version_major >= '2') {
 			f->status = 505;
 			f->message = "only HTTP/1.0 and HTTP/1.1 are "
 			             "supported";
 			return false;
 		}
-		f->version_one = ch == '1';
+		f->version_one = true;
 	}
-	if (f->spaces == 2 && f->part_len == sizeof(prefix) && ch != '.')
-		f->version_one = false;
 	if (f->spaces == 2 && f->part_len == sizeof(prefix) + 1 &&
 	    f->version_one && ch >= '2' && ch <= '9')
 		f->fold_minor = true;

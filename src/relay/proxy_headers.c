@@ -93,8 +93,14 @@ char *exchange_passed_request_headers(const struct sl_endpoint *ep,
 /*
  * Whether a field is not passed on: hop-by-hop (RFC 9110, 7.6.1: they
  * describe the upstream connection, not the answer), or one sluice writes
- * itself (its own framing, Server, Date, CORS and scheduling headers; and
- * for a stream the cache headers it adds).
+ * itself, on this answer or on others, so that a client never reads two of
+ * one: its own framing, Server, Date, X-Request-Id, CORS, the queue's
+ * (X-Priority, X-Queue-Ms, X-Batch-Size, Server-Timing), refusals'
+ * (Retry-After, retry-after-ms) and a key's limits (keys.c); for a stream,
+ * the cache headers it adds (header_withheld). Names compare without case,
+ * as HTTP's do. Vary is a list that sluice's "Vary: Origin" adds to: the
+ * upstream's goes beside it (the web UI's assets vary on the
+ * Accept-Encoding passed on).
  */
 static bool header_always_withheld(const char *name, size_t len)
 {
@@ -118,11 +124,18 @@ static bool header_always_withheld(const char *name, size_t len)
 	    NAME("Content-Length"),
 	    NAME("Content-Type"),
 	    NAME("X-Request-Id"),
+	    NAME("X-Priority"),
 	    NAME("X-Queue-Ms"),
 	    NAME("X-Batch-Size"),
 	    NAME("Server-Timing"),
 	    NAME("Retry-After"),
 	    NAME("retry-after-ms"),
+	    NAME("x-ratelimit-limit-requests"),
+	    NAME("x-ratelimit-remaining-requests"),
+	    NAME("x-ratelimit-reset-requests"),
+	    NAME("x-ratelimit-limit-tokens"),
+	    NAME("x-ratelimit-remaining-tokens"),
+	    NAME("x-ratelimit-reset-tokens"),
 	};
 #undef NAME
 	for (size_t i = 0; i < SL_ARRAY_SIZE(withheld); i++)

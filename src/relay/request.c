@@ -182,26 +182,14 @@ static const char *json_kind(const json_t *v)
 }
 
 /*
- * Parses the JSON body and checks the fields sluice itself relies on. A
- * string may hold \u0000 (JSON allows it), so the parser is told to accept
- * NUL. `scan` is given for relayed bodies, which may hold numbers beyond
- * jansson's range (load_with_stand_ins); it may come back filled.
+ * Checks the fields sluice itself relies on in a parsed body: "stream",
+ * "n_discard" and "model", which it copies to r->model. Returns doc, or
+ * NULL with the refusal in r (doc released). The native fast path
+ * (native_members) hands it a document of a few members only: what it
+ * reads is listed there.
  */
-static json_t *parse_body(struct sl_request *r, const char *body, size_t len,
-                          struct sl_jscan *scan)
+static json_t *check_fields(struct sl_request *r, json_t *doc)
 {
-	json_error_t jerr;
-	json_t *doc = json_loadb(body, len, JSON_ALLOW_NUL, &jerr);
-	if (!doc && scan &&
-	    json_error_code(&jerr) == json_error_numeric_overflow)
-		doc = load_with_stand_ins(body, len, scan, &jerr);
-	if (!doc) {
-		refuse(r,
-		       "malformed JSON in the request body at line %d, column "
-		       "%d (byte %d): %s",
-		       jerr.line, jerr.column, jerr.position, jerr.text);
-		return NULL;
-	}
 	/* NULL when absent, and when the body is no object. */
 	json_t *v, *model = json_object_get(doc, "model");
 	int rc = 0;
@@ -238,6 +226,31 @@ static json_t *parse_body(struct sl_request *r, const char *body, size_t len,
 	if (json_is_string(model))
 		r->model = sl_xstrdup(json_string_value(model));
 	return doc;
+}
+
+/*
+ * Parses the JSON body and checks the fields sluice itself relies on
+ * (check_fields). A string may hold \u0000 (JSON allows it), so the parser
+ * is told to accept NUL. `scan` is given for relayed bodies, which may hold
+ * numbers beyond jansson's range (load_with_stand_ins); it may come back
+ * filled.
+ */
+static json_t *parse_body(struct sl_request *r, const char *body, size_t len,
+                          struct sl_jscan *scan)
+{
+	json_error_t jerr;
+	json_t *doc = json_loadb(body, len, JSON_ALLOW_NUL, &jerr);
+	if (!doc && scan &&
+	    json_error_code(&jerr) == json_error_numeric_overflow)
+		doc = load_with_stand_ins(body, len, scan, &jerr);
+	if (!doc) {
+		refuse(r,
+		       "malformed JSON in the request body at line %d, column "
+		       "%d (byte %d): %s",
+		       jerr.line, jerr.column, jerr.position, jerr.text);
+		return NULL;
+	}
+	return check_fields(r, doc);
 }
 
 /* Refuses a priority text, quoting at most SL_REQUEST_QUOTE_MAX bytes. */
@@ -717,28 +730,83 @@ static void *arena_realloc(void *ctx, void *p, size_t n)
 }
 
 /*
- * The fast path for relayed bodies. jansson reads a 200-byte chat request
- * in about 2.7 us, yajl validates it in 0.4 (measured on the benchmark
- * machine), and a relayed body needs no document: the scan of its
- * top-level members that the splice uses (scan_members) finds the few
- * that sluice reads. So a body yajl finds valid skips jansson, unless it
- * holds something on which the two judge differently or that sluice must
- * decode to check:
- *   - a \u escape of half a surrogate pair or of NUL, UTF-8 that is not
- *     well-formed, or a form feed or vertical tab, which yajl takes for
- *     spacing (jansson refuses them; yajl takes them);
- *   - a top-level value that is no object (refused, by jansson's path);
- *   - an escaped member name, or a member whose value sluice checks or
- *     reads closely: "priority", "n_discard", "stream" other than true or
- *     false, "model" with an escape or other than a string or null, and
- *     what sl_assemble_member_matters() names.
- * Such bodies take jansson's path, whose refusals name line and column.
- * Either path gives the same result: fuzz_request compares them.
- * Returns true with `facts` and r->model filled, and `scan` holding the
- * body's top-level tokens; false with both left empty.
+ * How large a number may look before valid_fast() converts it to see
+ * whether jansson holds it: an integer of 18 digits at most is below
+ * 10^18, and int64 reaches past 9.2 * 10^18; a real whose digits before
+ * the point and exponent add up to 300 at most is below 10^300, and a
+ * double reaches past 10^308 (and one too small for a double is no
+ * error: jansson takes it as 0). Almost every number is far smaller, so
+ * the cost is a look at its characters.
  */
-static bool read_fast(struct sl_request *r, const char *body, size_t len,
-                      struct sl_jscan *scan, struct relay_facts *facts)
+#define SL_INTEGER_SURE_DIGITS 18
+#define SL_REAL_SURE_DIGITS 300
+/* Where the exponent read stops: past any bound above. */
+#define SL_EXPONENT_READ_MAX 100000
+
+/*
+ * yajl's number callback for valid_fast(): whether the number of n bytes
+ * at p (in JSON's grammar: yajl's lexer checked it) is one jansson holds,
+ * converted as jansson converts it (strtoll, strtod) where its size
+ * leaves any doubt. Returning 0 stops the parse.
+ */
+static int number_in_range(void *ctx, const char *p, size_t n)
+{
+	(void)ctx;
+	/* Most numbers: few characters, no exponent. It is asked of each. */
+	size_t i = 0;
+	if (n <= SL_INTEGER_SURE_DIGITS) {
+		while (i < n && p[i] != 'e' && p[i] != 'E')
+			i++;
+		if (i == n)
+			return 1;
+	}
+	i = p[0] == '-';
+	size_t digits = 0;
+	for (; i < n && p[i] >= '0' && p[i] <= '9'; i++)
+		digits++;
+	bool real = i < n; /* a fraction or an exponent follows */
+	while (i < n && p[i] != 'e' && p[i] != 'E')
+		i++;
+	long exponent = 0;
+	if (i < n) {
+		bool negative = p[++i] == '-';
+		if (p[i] == '-' || p[i] == '+')
+			i++;
+		for (; i < n && exponent < SL_EXPONENT_READ_MAX; i++)
+			exponent = exponent * 10 + (p[i] - '0');
+		if (negative)
+			exponent = -exponent;
+	}
+	if (real ? (long)digits + exponent <= SL_REAL_SURE_DIGITS
+	         : digits <= SL_INTEGER_SURE_DIGITS)
+		return 1;
+	/* NUL-terminated for the conversion: yajl's text need not be. */
+	char *copy = memcpy(sl_xmalloc(n + 1), p, n);
+	copy[n] = '\0';
+	errno = 0;
+	bool in_range;
+	if (real) {
+		double d = strtod(copy, NULL);
+		in_range =
+		    !((d == HUGE_VAL || d == -HUGE_VAL) && errno == ERANGE);
+	} else {
+		(void)strtoll(copy, NULL, 10);
+		in_range = errno != ERANGE;
+	}
+	free(copy);
+	return in_range;
+}
+
+/*
+ * Whether jansson would take the body, judged by yajl, which validates it
+ * without building anything, and by what yajl does not check as jansson
+ * does: a \u escape of half a surrogate pair or of NUL, UTF-8 that is not
+ * well-formed, or a form feed or vertical tab, which yajl takes for
+ * spacing, all make it false (jansson refuses them, or takes them where
+ * the scans after this cannot tell). Numbers of any size pass, as relayed
+ * bodies' do; with `in_range` only those jansson holds (number_in_range).
+ */
+static bool valid_fast(const char *body, size_t len, bool in_range)
 {
 	/* ASCII: every byte's high bit clear, read eight bytes at a time. */
 	uint64_t high = 0;
@@ -759,23 +827,47 @@ static bool read_fast(struct sl_request *r, const char *body, size_t len,
 		return false;
 	/*
 	 * In a string yajl refuses them, as JSON does: anywhere else it reads
-	 * them as spacing. The scan below, which skips values sluice does
-	 * not read, would not see them.
+	 * them as spacing. The scans that follow, which skip values sluice
+	 * does not read, would not see them.
 	 */
 	if (memchr(body, '\f', len) || memchr(body, '\v', len))
 		return false;
+	static const yajl_callbacks numbers = {.yajl_number = number_in_range};
 	struct yajl_arena arena;
 	arena.used = 0;
 	yajl_alloc_funcs funcs = {arena_malloc, arena_realloc, arena_free,
 	                          &arena};
-	yajl_handle h = yajl_alloc(NULL, &funcs, NULL);
+	yajl_handle h = yajl_alloc(in_range ? &numbers : NULL, &funcs, NULL);
 	if (!h)
 		return false;
 	bool valid =
 	    yajl_parse(h, (const unsigned char *)body, len) == yajl_status_ok &&
 	    yajl_complete_parse(h) == yajl_status_ok;
 	yajl_free(h);
-	if (!valid || scan_members(scan, body, len) != 0)
+	return valid;
+}
+
+/*
+ * The fast path for relayed bodies. jansson reads a 200-byte chat request
+ * in about 2.7 us, yajl validates it in 0.4 (measured on the benchmark
+ * machine), and a relayed body needs no document: the scan of its
+ * top-level members that the splice uses (scan_members) finds the few
+ * that sluice reads. So a body valid_fast() takes skips jansson, unless
+ * it holds something that sluice must decode to check:
+ *   - a top-level value that is no object (refused, by jansson's path);
+ *   - an escaped member name, or a member whose value sluice checks or
+ *     reads closely: "priority", "n_discard", "stream" other than true or
+ *     false, "model" with an escape or other than a string or null, and
+ *     what sl_assemble_member_matters() names.
+ * Such bodies take jansson's path, whose refusals name line and column.
+ * Either path gives the same result: fuzz_request compares them.
+ * Returns true with `facts` and r->model filled, and `scan` holding the
+ * body's top-level tokens; false with both left empty.
+ */
+static bool read_fast(struct sl_request *r, const char *body, size_t len,
+                      struct sl_jscan *scan, struct relay_facts *facts)
+{
+	if (!valid_fast(body, len, false) || scan_members(scan, body, len) != 0)
 		goto slow;
 	/* Names without escapes (checked first) compare as written. */
 	int stream = -1, model = -1;
@@ -822,6 +914,110 @@ slow:
 	return false;
 }
 
+/*
+ * The members of a native request that anything reads: the mapping's
+ * (native_api.h; "stream" among them, which check_fields reads too) and
+ * those of check_fields and take_priority.
+ */
+#define NATIVE_KEY(name) SL_JSCAN_KEY(name),
+static const struct sl_jscan_key native_read[] = {
+    SL_NATIVE_MEMBERS(NATIVE_KEY) NATIVE_KEY("model") NATIVE_KEY("n_discard")
+        NATIVE_KEY("priority")};
+#undef NATIVE_KEY
+
+/*
+ * Value token v of a native body as native_members() puts it in its
+ * document: what jansson reads from the value's text, except containers
+ * whose contents nothing reads (native_api.h), which stand in as empty
+ * ones of their kind, and a "stop" array (`stop`: opened by the scan) with
+ * an element that is no string, which is refused alike as [null]. NULL
+ * when jansson cannot read the text (the body was valid: not expected).
+ */
+static json_t *native_value(const struct sl_jscan *s, int v, bool stop)
+{
+	switch (sl_jscan_type(s, v)) {
+	case JSMN_OBJECT: return json_object();
+	case JSMN_ARRAY:
+		if (!stop)
+			return json_array();
+		for (int i = 0, e = v + 1; i < s->tok[v].size;
+		     i++, e = sl_jscan_skip(s, e))
+			if (sl_jscan_type(s, e) != JSMN_STRING)
+				return json_pack("[n]");
+		break;
+	default: break;
+	}
+	size_t start, end;
+	sl_jscan_extent(s, v, &start, &end);
+	return json_loadb(s->text + start, end - start,
+	                  JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+}
+
+/*
+ * The fast path for the native APIs. /generate and /infer read a few
+ * members and ignore the rest, and jansson's whole document of a wide
+ * body cost the loop 40 to 90 ms a MiB (bench/json-bench.c). So a body
+ * valid_fast() takes, with every number in jansson's range (a member
+ * ignored must still be one jansson reads), is scanned for its top-level
+ * members, each value one token (but "stop"'s elements), and the members
+ * read (native_read) make a small document, each value parsed by jansson
+ * from its own text (native_value): the last of each name, as jansson
+ * keeps duplicates, names compared with their escapes decoded. The checks
+ * and the mapping then read it as they read the whole body, with the same
+ * result: fuzz_request compares the two paths. Returns the document, or
+ * NULL to take jansson's path, which names line and column of a refusal:
+ * for a body valid_fast() refuses, no object, or an escaped name that
+ * means "stop" (the scan opens "stop" as written only).
+ */
+static json_t *native_members(const char *body, size_t len)
+{
+	static const struct sl_jscan_key open = SL_JSCAN_KEY("stop");
+	if (!valid_fast(body, len, true))
+		return NULL;
+	struct sl_jscan scan;
+	json_t *doc = NULL;
+	if (sl_jscan_parse_shallow(&scan, body, len, &open, 1,
+	                           max_tokens_for(len)) != 0)
+		goto free_scan;
+	int value[SL_ARRAY_SIZE(native_read)];
+	for (size_t i = 0; i < SL_ARRAY_SIZE(native_read); i++)
+		value[i] = -1;
+	FOR_EACH_MEMBER(&scan, m, k)
+	{
+		const char *name = sl_jscan_text(&scan, k);
+		size_t n = sl_jscan_len(&scan, k);
+		bool escaped = memchr(name, '\\', n) != NULL;
+		if (escaped && key_is(&scan, k, "stop"))
+			goto free_scan;
+		for (size_t i = 0; i < SL_ARRAY_SIZE(native_read); i++) {
+			const struct sl_jscan_key *want = &native_read[i];
+			if (escaped ? key_is(&scan, k, want->name)
+			            : n == want->len &&
+			                  memcmp(name, want->name, n) == 0) {
+				value[i] = k + 1;
+				break;
+			}
+		}
+	}
+	doc = json_object();
+	for (size_t i = 0; i < SL_ARRAY_SIZE(native_read); i++) {
+		if (value[i] < 0)
+			continue;
+		/* Written so, since an escaped "stop" went the slow way. */
+		bool stop = strcmp(native_read[i].name, "stop") == 0;
+		json_t *v = native_value(&scan, value[i], stop);
+		if (!v) {
+			json_decref(doc);
+			doc = NULL;
+			break;
+		}
+		json_object_set_new(doc, native_read[i].name, v);
+	}
+free_scan:
+	sl_jscan_free(&scan);
+	return doc;
+}
+
 static int validate(struct sl_request *r, const struct sl_endpoint *ep,
                     const char *priority_header, const char *body, size_t len,
                     const struct sl_request_options *opts)
@@ -845,7 +1041,11 @@ static int validate(struct sl_request *r, const struct sl_endpoint *ep,
 		              "deeper than %d levels",
 		              SL_JSCAN_DEPTH_MAX);
 	if (ep->api != SL_API_RELAY) {
-		json_t *doc = parse_body(r, body, len, NULL);
+		json_t *doc =
+		    opts->jansson_only ? NULL : native_members(body, len);
+		r->read_fast = doc != NULL;
+		doc =
+		    doc ? check_fields(r, doc) : parse_body(r, body, len, NULL);
 		if (!doc)
 			return SL_EINVAL;
 		int rc = take_priority(r, doc, priority_header, NULL, 0);

@@ -12,9 +12,10 @@
  * exchange will expect; a body nested deeper than SL_JSCAN_DEPTH_MAX is
  * refused, saying so; a relayed body is the client's document less
  * "priority" (plus the stream fields when assembled), and the client's
- * bytes exactly when nothing had to change. And the fast path (yajl and
- * jsmn, request.c's read_fast) agrees with jansson's path in everything:
- * the refusal and its message, or every field of the result.
+ * bytes exactly when nothing had to change. And the fast paths (yajl and
+ * jsmn, request.c's read_fast and, for /generate and /infer,
+ * native_members) agree with jansson's path in everything: the refusal
+ * and its message, or every field of the result.
  */
 #include "sluice/relay/request.h"
 

@@ -26,9 +26,29 @@
 #define SL_INFER_TOKENS 256
 
 /*
+ * Every member of a request that sl_generate_body() and sl_infer_body()
+ * read, as an X-macro: X("name") for each. A caller may hand them a
+ * document of only these members, read from the body's text, rather than
+ * the whole body parsed (request.c does, to skip the rest of a wide one),
+ * so a member read here must be listed here.
+ */
+#define SL_NATIVE_MEMBERS(X)                                                   \
+	X("prompt")                                                            \
+	X("max_tokens")                                                        \
+	X("stream")                                                            \
+	X("stop")                                                              \
+	X("temperature")                                                       \
+	X("top_p")                                                             \
+	X("top_k")                                                             \
+	X("seed")                                                              \
+	X("query")
+
+/*
  * The /completion body for a /generate or /infer request, a new object, or
  * NULL with the reason (naming the field) in err. max_tokens is capped at
  * `cap`. The body asks for a stream: sluice always streams from upstream.
+ * Only "stop" is read inside: of any other member that is an object or an
+ * array, only its kind counts.
  */
 json_t *sl_generate_body(json_t *in, unsigned cap, char *err, size_t size);
 json_t *sl_infer_body(json_t *in, unsigned cap, char *err, size_t size);

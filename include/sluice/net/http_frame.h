@@ -95,7 +95,8 @@ struct sl_http_frame {
 	enum sl_http_frame_state state;
 	bool past_request_line; /* HEAD: in the header fields */
 	bool version_prefix_ok; /* the version begins "HTTP/" so far */
-	bool version_one;       /* ...and goes on "1." so far */
+	char version_major;     /* ...then this digit, or 0 for none yet */
+	bool version_one;       /* ...which was "1." */
 	unsigned empty_lines;   /* CRLFs before the request line */
 	unsigned spaces;        /* SPs in the request line so far */
 	size_t part_len;        /* bytes of the request line's current part */

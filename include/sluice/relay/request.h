@@ -16,7 +16,9 @@
  * the members), so numbers, spacing and key order are kept. Numbers beyond
  * jansson's range (integers past int64, 1e400) are accepted and relayed:
  * llama-server takes the integers and refuses the reals itself. The native
- * APIs (/generate, /infer) get a new body, mapped onto /completion.
+ * APIs (/generate, /infer) get a new body, mapped onto /completion from
+ * the few members they read, which are all that jansson parses of a body
+ * that yajl validates.
  *
  * Glossary:
  *   priority   X-Priority if present, else the body's "priority" field
@@ -121,7 +123,11 @@ struct sl_request {
 	 */
 	uint32_t choices;
 	uint32_t outputs;
-	/* The body was read by the fast path, without jansson (request.c). */
+	/*
+	 * The body was read by the fast path (request.c): a relayed one
+	 * without jansson, a native one with jansson reading only the
+	 * members mapped.
+	 */
 	bool read_fast;
 	/*
 	 * A relayed body's prefix-affinity key (affinity.h): its messages or
