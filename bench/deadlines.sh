@@ -7,7 +7,8 @@
 #   plain:  through sluice, the SLO not sent (the queue does not know it);
 #   slo:    through sluice with X-SLO-TTFT-Ms (--slo-headers on).
 # On two workloads: the ShareGPT sample (--max-tokens 64) and a synthetic
-# one of mixed lengths (prompts of 16 to 1,024 tokens, answers of 8 to
+# one of mixed lengths (prompts of 16 to 600 words, about 60 to 2,300 of
+# the demo model's tokens, within its 4,096 a slot; answers of 8 to
 # 256). Before them, on each: the unloaded TTFT (one at a time, 60
 # requests) and the capacity C (16 at once for $DEADLINE_S seconds).
 # The SLO is $DEADLINE_SLO_MS when set, else 4 times the unloaded p99,
@@ -77,7 +78,7 @@ field() { # field FILE KEY
 
 declare -A WORKLOAD=(
 	[sharegpt]="--dataset sharegpt --dataset-path bench/data/sharegpt-sample.json --max-tokens 64"
-	[mixed]="--dataset synthetic --input-len uniform:16-1024 --output-len uniform:8-256"
+	[mixed]="--dataset synthetic --input-len uniform:16-600 --output-len uniform:8-256"
 )
 
 for w in sharegpt mixed; do

@@ -333,6 +333,7 @@ const struct sl_pool_slo *exchange_slo_pick(const struct exchange *x,
                                             struct sl_pool_slo *out);
 void exchange_slo_taken(struct exchange *x, struct sl_upstream *u);
 void exchange_slo_first_token(struct exchange *x, double ttft_s);
+void exchange_slo_progress(struct exchange *x);
 void exchange_slo_let_go(struct exchange *x);
 void exchange_slo_busy(struct exchange *x, struct sl_upstream *u);
 void exchange_slo_note(struct exchange *x);

@@ -145,6 +145,10 @@ bool exchange_slo_admit(struct exchange *x, uint64_t now_ms)
 	x->item.service_ms = l->service_ms;
 	x->item.slo_start_ms = l->slo_start_ms;
 	x->req->info.predicted_ttft_ms = (int64_t)llround(l->ttft_ms);
+	sl_debug("%s: predicted TTFT %.0f ms (wait %.0f behind %u, first "
+	         "%.0f), hold %.0f ms for %.0f tokens at %.2f ms",
+	         x->id, l->ttft_ms, l->wait_ms, l->ahead, l->first_ms,
+	         l->hold_ms, l->out_tokens, l->tpot_ms);
 	/* Nothing is refused on a guess: only on what answers taught. */
 	if (!l->known)
 		return true;
@@ -183,6 +187,13 @@ void sl_proxy_late(void *ctx, struct sl_sched_item *item, uint64_t now_ms)
 	uint64_t waited = now_ms - x->arrived_ms;
 	exchange_refused_from_queue(x, now_ms);
 	sl_stats_queued(x->relay->stats, x->priority, -1);
+	/*
+	 * Its TTFT would have been past its level: an admission on a
+	 * prediction too low, which the calibration must learn of too, or
+	 * it would learn only from the requests that made it.
+	 */
+	sl_predict_calib_observe(&m->calib, x->predicted.ttft_ms,
+	                         (double)x->slo.ttft_ms + 1);
 	struct sl_latency now;
 	predict_now(x, now_ms, &now);
 	double late = now.ttft_admit_ms - (double)x->slo.ttft_ms;
@@ -268,6 +279,25 @@ void exchange_slo_first_token(struct exchange *x, double ttft_s)
 	double left = x->predicted.out_tokens *
 	              sl_predict_tpot_ms(&u->predict, (double)busy_on(u));
 	sl_predict_run_first(&u->predict, &x->run, (double)now + left, now);
+}
+
+/*
+ * Tokens came: its end predicted anew at the pace it has gone since its
+ * first token, so that a machine that slowed down (or sped up) is seen in
+ * the waits predicted behind it without waiting for an answer to end.
+ * O(1) a read of tokens.
+ */
+void exchange_slo_progress(struct exchange *x)
+{
+	struct sl_upstream *u = x->upstream;
+	if (!u || !x->run.running || x->tokens_seen < 2 ||
+	    x->last_token_ns <= x->first_token_ns)
+		return;
+	double per_token = (double)(x->last_token_ns - x->first_token_ns) /
+	                   1e6 / (double)(x->tokens_seen - 1);
+	double out = x->predicted.out_tokens * SL_MAX(x->ask.outputs, 1.0);
+	double left = SL_MAX(out - (double)x->tokens_seen, 0.0) * per_token;
+	x->run.end_ms = (double)uv_now(x->relay->loop) + left;
 }
 
 void exchange_slo_let_go(struct exchange *x)

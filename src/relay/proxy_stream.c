@@ -55,6 +55,7 @@ static void token_arrived(struct exchange *x, uint64_t n)
 	}
 	x->last_token_ns = now;
 	x->tokens_seen += n;
+	exchange_slo_progress(x);
 	sl_stats_tokens(st, n, uv_now(x->relay->loop));
 }
 
