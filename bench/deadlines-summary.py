@@ -16,6 +16,21 @@ def run(out, name):
     return json.load(open(path))["runs"][0]
 
 
+def threads(out, name):
+    """(most threads, CPU share) llama-server had in a run: its CPU is
+    in clock ticks (100 a second), one sample a second."""
+    path = os.path.join(out, name + ".threads")
+    try:
+        rows = [l.split() for l in open(path) if len(l.split()) == 2]
+    except OSError:
+        return None
+    if len(rows) < 2:
+        return None
+    most = max(int(t) for t, _ in rows)
+    cpu = (int(rows[-1][1]) - int(rows[0][1])) / 100 / (len(rows) - 1)
+    return most, cpu
+
+
 def pct(x):
     return "-" if x is None else "%.0f%%" % (100 * x)
 
@@ -37,9 +52,10 @@ def main(out):
               (w, c, unloaded["p99_ttft_ms"], rates.split(", ")[-1]))
         print("| offered | | served req/s | TTFT p50 ms | goodput req/s "
               "| goodput / C | admitted within SLO | refused | refusal p50 "
-              "ms | with Retry-After | predicted TTFT error p50 / p90 |")
+              "ms | with Retry-After | predicted TTFT error p50 / p90 "
+              "| llama-server threads, CPU |")
         print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-              "| ---: | ---: |")
+              "| ---: | ---: | ---: |")
         for m in (1, 2, 4):
             for kind, label in (("alone", "llama-server alone"),
                                 ("plain", "sluice, no SLO"),
@@ -48,10 +64,11 @@ def main(out):
                 if not r:
                     continue
                 ref = r.get("refusals") or {}
+                t = threads(out, "%s-%dx-%s" % (w, m, kind))
                 served = r["request_throughput"]
                 good = r["request_goodput"]
                 print("| %dx (%.0f/s) | %s | %.1f | %s | %.1f | %.2f | %s "
-                      "| %d | %s | %s | %s |" % (
+                      "| %d | %s | %s | %s | %s |" % (
                           m, m * c, label, served,
                           num(r.get("median_ttft_ms"), "%.0f"), good,
                           good / c, pct(r.get("admitted_attainment")),
@@ -61,7 +78,8 @@ def main(out):
                           "%s / %s" % (pct(r.get("median_predictor_error")),
                                        pct(r.get("p90_predictor_error")))
                           if r.get("median_predictor_error") is not None
-                          else "-"))
+                          else "-",
+                          "%d, %.0f%%" % (t[0], 100 * t[1]) if t else "-"))
     for headers in ("off", "on"):
         r = run(out, "classes-" + headers)
         if not r:

@@ -51,7 +51,8 @@ start() {
 	lport=$(free_port)
 	"$LLAMA" -m "$MODEL" --host 127.0.0.1 --port "$lport" -np 4 -c 16384 \
 		--threads 1 --metrics --no-webui >"$OUT/$name.llama.log" 2>&1 &
-	pids+=($!)
+	llama_pid=$!
+	pids+=($llama_pid)
 	llama=http://127.0.0.1:$lport
 	until curl -sf "$llama/health" >/dev/null; do sleep 0.1; done
 	sport=$(free_port)
@@ -62,14 +63,34 @@ start() {
 	until build/sluice --probe "$url/ready" 2>/dev/null; do sleep 0.1; done
 }
 
+# watch_llama NAME: while it runs, llama-server's threads (most seen)
+# and its CPU over the run, one line a second into NAME.threads: why it
+# serves less alone (LLAMA-SERVER.md: a polling HTTP thread per waiting
+# connection takes the CPU its compute thread needs).
+watch_llama() {
+	local name=$1
+	(
+		while kill -0 "$llama_pid" 2>/dev/null; do
+			awk '/^Threads:/ { t = $2 } END { printf "%s ", t }' \
+				"/proc/$llama_pid/status"
+			awk '{ print $14 + $15 }' "/proc/$llama_pid/stat"
+			sleep 1
+		done
+	) >"$OUT/$name.threads" 2>/dev/null &
+	watcher=$!
+}
+
 # bench NAME TARGET ARGS...: one sluice-bench run.
 bench() {
 	local name=$1 target=$2
 	shift 2
 	echo "sluice-bench --url $target $*" >"$OUT/$name.cmd"
+	watch_llama "$name"
 	"$BENCH" --url "$target" --quiet on --json "$OUT/$name.json" \
 		--jsonl "$OUT/$name.jsonl" --retry off --timeout 60 "$@" \
 		>"$OUT/$name.md" || true
+	kill "$watcher" 2>/dev/null || true
+	wait "$watcher" 2>/dev/null || true
 }
 
 field() { # field FILE KEY

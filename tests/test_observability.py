@@ -191,8 +191,8 @@ class Metrics(st.TestCase):
         first = mine[0]
         self.assertEqual(list(first)[3:], [
             "id", "client", "method", "path", "status", "priority",
-            "queue_ms", "ttft_ms", "total_ms", "tokens", "bytes", "upstream",
-            "outcome"])
+            "queue_ms", "ttft_ms", "predicted_ttft_ms", "total_ms", "tokens",
+            "bytes", "upstream", "outcome", "reason"])
         self.assertEqual(first["client"], "127.0.0.1")
         self.assertEqual(first["status"], 200)
         self.assertEqual(first["tokens"], 4)
@@ -653,8 +653,10 @@ class StartupLog(st.TestCase):
 
 # sluice's Server-Timing (src/relay/README.md, Headers): its metrics in
 # this order, the queue's in whole milliseconds (X-Queue-Ms's), the others
-# with one decimal.
-TIMING_METRICS = {"queue": r"\d+", "upstream": r"\d+\.\d", "ttft": r"\d+\.\d"}
+# with one decimal; every queued request's carries the TTFT predicted for
+# it as it arrived.
+TIMING_METRICS = {"queue": r"\d+", "upstream": r"\d+\.\d", "ttft": r"\d+\.\d",
+                  "predicted": r"\d+\.\d"}
 SAFETY_NET_S = 60
 
 
@@ -706,14 +708,14 @@ class ServerTiming(st.TestCase):
         r = relayed.post("/v1/chat/completions", chat(4))
         self.assertEqual(r.status, 200)
         t = server_timing(r.headers)
-        self.assertEqual(list(t), ["queue", "upstream"])
+        self.assertEqual(list(t), ["queue", "upstream", "predicted"])
         self.assertEqual(t["queue"], int(r.header("X-Queue-Ms")))
         # One built from a stream is answered at the stream's end, its
         # first token long read.
         r = built.post("/v1/chat/completions", chat(4))
         self.assertEqual(r.status, 200)
         t = server_timing(r.headers)
-        self.assertEqual(list(t), ["queue", "upstream", "ttft"])
+        self.assertEqual(list(t), ["queue", "upstream", "ttft", "predicted"])
         self.assertEqual(t["queue"], int(r.header("X-Queue-Ms")))
         self.assertLessEqual(t["ttft"], t["upstream"])
         # A stream's head goes with its first event, before sluice reads
@@ -721,7 +723,7 @@ class ServerTiming(st.TestCase):
         for s in (relayed, built):
             head = self.stream_head(s, chat(4))
             t = server_timing(head)
-            self.assertEqual(list(t), ["queue", "upstream"])
+            self.assertEqual(list(t), ["queue", "upstream", "predicted"])
             self.assertEqual(t["queue"], int(head["x-queue-ms"]))
         for s in (relayed, built):
             self.assertEqual(s.stop(), 0)
@@ -739,11 +741,11 @@ class ServerTiming(st.TestCase):
         whole_ms = prompt_ms + (n - 1) * token_ms
         r = relayed.post("/v1/chat/completions", chat(n))
         t = server_timing(r.headers)
-        self.assertEqual(list(t), ["queue", "upstream"])
+        self.assertEqual(list(t), ["queue", "upstream", "predicted"])
         self.assertGreaterEqual(t["upstream"], whole_ms - 1)
         r = built.post("/v1/chat/completions", chat(n))
         t = server_timing(r.headers)
-        self.assertEqual(list(t), ["queue", "upstream", "ttft"])
+        self.assertEqual(list(t), ["queue", "upstream", "ttft", "predicted"])
         self.assertGreaterEqual(t["ttft"], prompt_ms - 1)
         self.assertGreaterEqual(t["upstream"], whole_ms - 1)
         self.assertLessEqual(t["ttft"], t["upstream"])
@@ -770,12 +772,13 @@ class ServerTiming(st.TestCase):
         # The queue is full: refused on arrival, having waited nothing.
         r = s.post("/v1/chat/completions", chat(4), timeout=SAFETY_NET_S)
         self.assertEqual(r.status, 429)
-        self.assertEqual(r.headers_named("Server-Timing"), ["queue;dur=0"])
+        self.assertRegex(r.headers_named("Server-Timing")[0],
+                         r"^queue;dur=0, predicted;dur=\d+\.\d$")
         # The one waiting runs out of --queue-timeout.
         status, head, _ = waiting.read_response()
         self.assertEqual(status, 503)
         t = server_timing(head)
-        self.assertEqual(list(t), ["queue"])
+        self.assertEqual(list(t), ["queue", "predicted"])
         self.assertEqual(t["queue"], int(head["x-queue-ms"]))
         self.assertGreaterEqual(t["queue"], 1000)
         for c in (holder, waiting):
