@@ -10,7 +10,8 @@
  * met), and one whose level goes out of reach while it waits leaves the
  * queue then (503). Neither is charged to its key. Here also: the run each
  * dispatched request keeps in its upstream's latency model, the sample its
- * answer teaches the model, and the outcome counted for the metrics.
+ * answer teaches the model and the calibration, and what its outcome is
+ * judged on (counted as the request finishes: sl_stats_finished).
  */
 #include "proxy_impl.h"
 
