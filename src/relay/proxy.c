@@ -725,10 +725,12 @@ void sl_proxy_handle(struct sl_relay *relay, struct sl_http_request *req,
 	}
 
 	/*
-	 * With no upstream ready, waiting helps nobody, so say so now: while
-	 * the first start is under way, or when every upstream is down. One
-	 * that is restarting or being checked after a failure is expected
-	 * back: what needs a slot waits for it in the queue.
+	 * With no upstream ready, what needs a slot waits for one that is
+	 * expected (sl_app_upstream_expected: starting, restarting, being
+	 * checked after a failure) in the queue, within --queue-timeout.
+	 * When every upstream is down, waiting helps nobody, so say so now.
+	 * What skips the queue (/tokenize, /props) is not held either: it
+	 * gets 503 with Retry-After, which says when to ask again.
 	 */
 	char why[SL_MODEL_NAME_MAX + 96];
 	struct sl_upstream *u = relay->hooks->pick_upstream(
