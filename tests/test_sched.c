@@ -560,6 +560,35 @@ static void test_window_deadline_and_early_close(void)
 	sl_sched_free(&s);
 }
 
+/*
+ * A window closes once the queue is full, free slots or not: it would
+ * refuse the next arrival (429) while the slots it gathers for are free.
+ */
+static void test_window_closes_when_the_queue_is_full(void)
+{
+	uint64_t windows[] = {50, SL_SCHED_WINDOW_AUTO};
+	for (unsigned w = 0; w < 2; w++) {
+		struct sl_sched s;
+		struct fake f;
+		struct sl_sched_config cfg = config();
+		cfg.window_ms = windows[w];
+		cfg.max_queue = 2;
+		start(&s, &f, &cfg);
+		/* The auto window gathers only for contested slots. */
+		f.free = w == 0 ? 4 : 1;
+		push(&s, &f, 0, SL_PRIORITY_NORMAL, 1000);
+		if (w == 0)
+			sl_sched_run(&s, 1000); /* gathers: 1 of 4 */
+		push(&s, &f, 1, SL_PRIORITY_BATCH, 1001);
+		sl_sched_run(&s, 1001); /* full: they leave */
+		ASSERT_EQ(f.n_dispatched, w == 0 ? 2 : 1);
+		ASSERT_EQ(f.at[0], 1001);
+		/* So the next arrival finds room. */
+		push(&s, &f, 2, SL_PRIORITY_NORMAL, 1002);
+		sl_sched_free(&s);
+	}
+}
+
 static void test_urgent_bypass(void)
 {
 	for (int bypass = 0; bypass < 2; bypass++) {
@@ -1979,6 +2008,7 @@ int main(void)
 	RUN(test_fair_keeps_the_order_of_bands);
 	RUN(test_fair_reserve);
 	RUN(test_window_deadline_and_early_close);
+	RUN(test_window_closes_when_the_queue_is_full);
 	RUN(test_urgent_bypass);
 	RUN(test_auto_window_never_holds_an_uncontested_request);
 	RUN(test_auto_window_gathers_when_slots_are_contested);

@@ -272,6 +272,34 @@ class Admission(st.TestCase):
             self.assertEqual(len(json.loads(body)["content"]) > 0, True)
         self.assertEqual(s.stop(), 0)
 
+    # The access log's lines of the burst's answers, and of its refusals.
+    ANSWERED = r" access .* path=/completion status=(200|429) "
+    REFUSED = r" access .* path=/completion status=429 "
+
+    def burst(self, s, n):
+        """Sends n requests at once, each on its own connection; returns the
+        clients."""
+        clients = [client(s.port) for _ in range(n)]
+        for i, c in enumerate(clients):
+            c.request("POST", "/completion", completion("burst %d" % i, n=4))
+        return clients
+
+    def test_a_burst_the_free_slots_take_is_not_refused_by_a_window(self):
+        # A fixed window gathers until the pending requests fill the free
+        # slots; a queue of 2 would be full before 4 slots were, and the
+        # rest of the burst refused while they stay free.
+        s = self.sluice("--model", st.MODEL_TINY, "--slots", "4",
+                        "--max-queue", "2", "--batch-window", "10")
+        clients = self.burst(s, 6)
+        st.wait_until(lambda: s.count_lines(self.ANSWERED) == 6
+                      or s.count_lines(self.REFUSED),
+                      SAFETY_NET_S, "the burst's answers or a refusal")
+        self.assertEqual(s.count_lines(self.REFUSED), 0)
+        for c in clients:
+            self.assertEqual(c.read_response()[0], 200)
+            c.close()
+        self.assertEqual(s.stop(), 0)
+
     def test_queue_timeout_gives_503_and_nothing_is_forwarded(self):
         ls = self.llama_server(st.MODEL_SLOW, slots=1, ctx=8192)
         s = self.sluice("--upstream", ls.url, "--queue-timeout", "1")

@@ -899,10 +899,13 @@ static bool contested(const struct sl_sched *s, unsigned free)
 /*
  * Whether the window, open with `free` slots free, still gathers: a fixed
  * one until the pending requests fill every free slot, an auto one while
- * the slots are contested.
+ * the slots are contested; neither once the queue is full, which would
+ * refuse the next arrival while the slots the window holds are free.
  */
 static bool window_gathers(const struct sl_sched *s, unsigned free)
 {
+	if (s->n >= s->cfg.max_queue)
+		return false;
 	return window_auto(s) ? contested(s, free) : s->n < free;
 }
 

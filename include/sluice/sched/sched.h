@@ -72,8 +72,8 @@
  * take them all, or while everyone waiting is of one class; when a slot
  * is free and contested, a window opens (its length: see
  * SL_SCHED_AUTO_WINDOW_SHARE below), and at its deadline (or as soon as
- * the contest ends: enough slots freed, or waiting requests left) the free
- * slots' worth leave the top as one batch.
+ * the contest ends: enough slots freed, or waiting requests left; or the
+ * queue fills) the free slots' worth leave the top as one batch.
  * Urgent requests still skip it when a slot is free. A slot that frees
  * while the queue is contested opens the next window, so under mixed
  * overload freed slots are gathered into batches; under uniform overload
