@@ -86,14 +86,19 @@ static void on_upstream_change(struct sl_upstream *u,
 /*
  * Free slots across the model's usable upstreams: its capacity. While
  * requests wait, its remote upstreams are asked how busy they are
- * (upstream.h, "Occupancy"): others may hold slots there that sluice counts free.
+ * (upstream.h, "Occupancy"): others may hold slots there that sluice counts
+ * free. A full queue would refuse the next arrival: then no slot is held
+ * back only because the last reading is old.
  */
 static unsigned free_slots(void *ctx)
 {
 	const struct sl_model *m = ctx;
-	if (sl_sched_depth(&m->sched) > 0)
-		for (unsigned i = 0; i < m->pool.n; i++)
-			sl_occupancy_want(m->pool.members[i]);
+	unsigned depth = sl_sched_depth(&m->sched);
+	for (unsigned i = 0; depth > 0 && i < m->pool.n; i++) {
+		sl_occupancy_want(m->pool.members[i]);
+		if (depth >= m->sched.cfg.max_queue)
+			sl_occupancy_press(m->pool.members[i]);
+	}
 	return sl_pool_free_slots(&m->pool);
 }
 

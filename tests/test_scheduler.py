@@ -300,6 +300,27 @@ class Admission(st.TestCase):
             c.close()
         self.assertEqual(s.stop(), 0)
 
+    def test_a_burst_after_a_quiet_spell_is_not_refused_for_a_poll(self):
+        # A remote upstream's occupancy was never polled (or not lately):
+        # one request goes, and the rest wait for the poll their waiting
+        # starts. A queue of 2 fills meanwhile: the rest of a burst that
+        # 4 free slots take would be refused. The mock's requests hang, so
+        # that what each slot holds stays put until the test looks.
+        m = self.mock_llama_server("--slots", "4", "--hang-rate", "1")
+        s = self.sluice("--upstream", m.url, "--max-queue", "2")
+        clients = self.burst(s, 6)
+        st.wait_until(lambda: (m.busy_slots() == 4 and queued(s) == 2)
+                      or s.count_lines(self.REFUSED),
+                      SAFETY_NET_S, "4 requests upstream and 2 queued")
+        self.assertEqual(s.count_lines(self.REFUSED), 0)
+        # What the poll then reads is sluice's own: nothing more goes.
+        st.wait_until(lambda: s.upstream()["occupancy"]["processing"] == 4,
+                      SAFETY_NET_S, "a poll that reads the 4")
+        self.assertEqual((m.busy_slots(), queued(s)), (4, 2))
+        for c in clients:
+            c.close()
+        self.assertEqual(s.stop(), 0)
+
     def test_queue_timeout_gives_503_and_nothing_is_forwarded(self):
         ls = self.llama_server(st.MODEL_SLOW, slots=1, ctx=8192)
         s = self.sluice("--upstream", ls.url, "--queue-timeout", "1")
