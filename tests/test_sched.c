@@ -1617,6 +1617,55 @@ static void test_requeue_keeps_place_and_deadline(void)
 }
 
 /* A full queue: a requeued request competes as an arrival would. */
+/* A dispatch that puts its batch back, as the relay does with no upstream. */
+static struct sl_sched *bouncing;
+static unsigned bounces;
+
+static void bounce_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
+                            uint64_t now)
+{
+	(void)ctx;
+	/* A run that sent them round again would never end: stop it. */
+	if (++bounces > 100)
+		TEST_FAIL("the batch went round %u times in one run", bounces);
+	for (unsigned i = 0; i < n; i++)
+		ASSERT_EQ(sl_sched_requeue(bouncing, items[i], now), 0);
+}
+
+/*
+ * Requeued from inside the dispatch (the owner's free count promised a
+ * slot its pick did not find): that run dispatches no more, the items keep
+ * their places, and the next run tries again.
+ */
+static void test_requeue_from_a_dispatch_ends_the_run(void)
+{
+	static const struct sl_sched_ops bounce_ops = {
+	    .free_slots = fake_free,
+	    .dispatch = bounce_dispatch,
+	    .expire = fake_expire,
+	    .shed = fake_shed,
+	};
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	memset(&f, 0, sizeof(f));
+	ASSERT_EQ(sl_sched_init(&s, &cfg, &bounce_ops, &f, 0), 0);
+	bouncing = &s;
+	bounces = 0;
+	push(&s, &f, 0, SL_PRIORITY_NORMAL, 0);
+	push(&s, &f, 1, SL_PRIORITY_NORMAL, 10);
+	f.free = 2;
+	ASSERT_EQ(sl_sched_run(&s, 20), cfg.queue_timeout_ms + 1);
+	ASSERT_EQ(bounces, 1);
+	ASSERT_EQ(sl_sched_depth(&s), 2);
+	ASSERT(s.heap[0] == &f.items[0]);
+	check_heap(&s);
+	sl_sched_run(&s, 30);
+	ASSERT_EQ(bounces, 2);
+	sl_sched_free(&s);
+}
+
 static void test_requeue_into_a_full_queue(void)
 {
 	struct sl_sched s;
@@ -2031,6 +2080,7 @@ int main(void)
 	RUN(test_queue_timeout);
 	RUN(test_requeue_keeps_place_and_deadline);
 	RUN(test_requeue_into_a_full_queue);
+	RUN(test_requeue_from_a_dispatch_ends_the_run);
 	RUN(test_retry_after);
 	RUN(test_priority_parsing);
 	RUN(test_late_leaves_at_its_start);
