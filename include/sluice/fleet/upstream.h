@@ -8,7 +8,9 @@
  * remote upstream is one given by --upstream; sluice only checks on it.
  *
  * States:
- *   starting    first launch (managed) or first check (remote) under way
+ *   starting    first launch (managed) or first check (remote) under way,
+ *               or a remote one loading its model (/health: 503 "Loading
+ *               model")
  *   ready       /health answered 200 and /props gave the slot count
  *   restarting  managed: exited after having been ready; relaunch pending
  *               or under way
