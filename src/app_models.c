@@ -86,14 +86,19 @@ static void on_upstream_change(struct sl_upstream *u,
 /*
  * Free slots across the model's usable upstreams: its capacity. While
  * requests wait, its remote upstreams are asked how busy they are
- * (upstream.h, "Occupancy"): others may hold slots there that sluice counts free.
+ * (upstream.h, "Occupancy"): others may hold slots there that sluice counts
+ * free. A full queue would refuse the next arrival: then no slot is held
+ * back only because the last reading is old.
  */
 static unsigned free_slots(void *ctx)
 {
 	const struct sl_model *m = ctx;
-	if (sl_sched_depth(&m->sched) > 0)
-		for (unsigned i = 0; i < m->pool.n; i++)
-			sl_occupancy_want(m->pool.members[i]);
+	unsigned depth = sl_sched_depth(&m->sched);
+	for (unsigned i = 0; depth > 0 && i < m->pool.n; i++) {
+		sl_occupancy_want(m->pool.members[i]);
+		if (depth >= m->sched.cfg.max_queue)
+			sl_occupancy_press(m->pool.members[i]);
+	}
 	return sl_pool_free_slots(&m->pool);
 }
 
@@ -188,15 +193,14 @@ bool sl_app_upstream_expected(const struct sl_app *app,
                               const struct sl_model *m)
 {
 	/*
-	 * Started on demand: its start is awaited, not refused (at start-up
-	 * a first start is refused as ever: sluice is not ready yet).
+	 * Started on demand: its start is awaited, not refused. So is a
+	 * first start at start-up (sl_pool_expected): a client that sends
+	 * as soon as sluice listens waits for it in the queue, within
+	 * --queue-timeout, and hears at once if it fails (on_upstream_fatal).
 	 */
 	if (app->registry.model_section && m->managed &&
 	    (m->wanted || m->unloading || !m->loaded))
 		return true;
-	for (unsigned i = 0; m->late && i < m->pool.n; i++)
-		if (m->pool.members[i]->state == SL_UPSTREAM_STARTING)
-			return true;
 	return sl_pool_expected(&m->pool);
 }
 
@@ -448,7 +452,20 @@ static void on_upstream_fatal(struct sl_upstream *u, const char *why)
 		sl_proxy_fail_queued(&m->app->relay, m, message);
 		return;
 	}
+	/*
+	 * A first start at start-up: sluice exits. The requests that waited
+	 * for it (and any queued for other models, which would be cut) hear
+	 * why now rather than find their connection closed.
+	 */
 	sl_error("%s", why);
+	char message[SL_MODEL_NAME_MAX + 96];
+	snprintf(message, sizeof(message),
+	         "%s%s could not start, and sluice is shutting down; "
+	         "sluice's log says why",
+	         m ? "model " : "llama-server", m ? m->name : "");
+	for (unsigned i = 0; i < app->registry.n_models; i++)
+		sl_proxy_fail_queued(&app->relay, app->registry.models[i],
+		                     message);
 	sl_app_stop(app, EXIT_FAILURE);
 }
 

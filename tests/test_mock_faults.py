@@ -562,13 +562,33 @@ class ThroughSluice(MockTestCase):
         s = self.sluice("--upstream", m.url, "--health-interval", "0.2",
                         wait_ready=False)
         self.assertEqual(s.ready_status(), 503)
+        # Loading, not down, once sluice has asked.
+        said = s.wait_line(r"upstream %s is (loading its model|down)"
+                           % re.escape(m.url), SAFETY_NET_S)
+        self.assertEqual(said.group(1), "loading its model")
+        self.assertEqual(s.upstream()["state"], "starting")
+        # What needs a slot waits for it, rather than get 503.
+        got = {}
+        early = threading.Thread(target=lambda: got.update(r=s.post(
+            "/completion", body_for("/completion", 2, False),
+            timeout=SAFETY_NET_S)))
+        early.start()
+        st.wait_until(lambda: "r" in got or s.health().json()["queued"] == 1,
+                      SAFETY_NET_S, "the request to be queued")
+        self.assertNotIn("r", got)
+        self.assertEqual(s.ready_status(), 503)
         # Still loading after sluice said 503: it said so for that reason.
         self.assertEqual(m.get("/health").status, 503)
         s.wait_ready(SAFETY_NET_S)
         self.assertGreaterEqual(time.monotonic() - m.started, 5.0)
         self.assertEqual(m.get("/health").json(), {"status": "ok"})
+        early.join(SAFETY_NET_S)
+        self.assertEqual(got["r"].status, 200)
+        self.assertEqual(st.text_of("/completion", got["r"].json()),
+                         expected_text(2))
         r = s.post("/completion", body_for("/completion", 3, False))
         self.assertEqual(st.text_of("/completion", r.json()), expected_text(3))
+        self.assertEqual(s.count_lines(r"is loading its model"), 1)
 
 
     def test_fast_tokens_come_together_whole(self):

@@ -8,6 +8,7 @@
 #include "test.h"
 
 #include <stdio.h>
+#include <uv.h>
 
 /* A /metrics answer as llama-server writes it, with these two values. */
 static const char *metrics(const char *processing, const char *deferred)
@@ -113,6 +114,47 @@ static void test_slots_count_their_busy_ones(void)
 	ASSERT_EQ(p, 1);
 }
 
+static void on_tick(uv_timer_t *t)
+{
+	(void)t;
+}
+
+/*
+ * A reading gone by (none yet, here) lets one request go while none of
+ * sluice's is there, and holds the rest for a poll; a full queue
+ * (sl_occupancy_press) lets sluice's own count stand instead, for that
+ * turn of the loop only (upstream.h, "Occupancy").
+ */
+static void test_a_full_queue_takes_the_slots_an_old_reading_holds(void)
+{
+	uv_loop_t loop;
+	ASSERT_EQ(uv_loop_init(&loop), 0);
+	struct sl_config cfg = {.occupancy_poll_ms = 200};
+	struct sl_upstream u = {.loop = &loop,
+	                        .cfg = &cfg,
+	                        .state = SL_UPSTREAM_READY,
+	                        .server_slots = 4,
+	                        .total_slots = 4};
+	ASSERT(sl_occupancy_polled(&u));
+	ASSERT_EQ(sl_occupancy_free(&u, 4, 0), 1);
+	ASSERT_EQ(sl_occupancy_free(&u, 4, 1), 0);
+	sl_occupancy_press(&u);
+	ASSERT_EQ(sl_occupancy_free(&u, 4, 1), 3);
+	ASSERT_EQ(sl_occupancy_free(&u, 4, 4), 0);
+	/* The next turn of the loop: the reading holds them back again. */
+	uv_timer_t tick;
+	uv_timer_init(&loop, &tick);
+	uint64_t pressed = uv_now(&loop);
+	while (uv_now(&loop) == pressed) {
+		uv_timer_start(&tick, on_tick, 1, 0);
+		uv_run(&loop, UV_RUN_ONCE);
+	}
+	ASSERT_EQ(sl_occupancy_free(&u, 4, 1), 0);
+	uv_close((uv_handle_t *)&tick, NULL);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	ASSERT_EQ(uv_loop_close(&loop), 0);
+}
+
 int main(void)
 {
 	test_whole_numbers_in_decimal_are_read();
@@ -120,5 +162,6 @@ int main(void)
 	test_more_busy_slots_than_slots_is_refused();
 	test_a_gauge_missing_or_labelled_is_no_reading();
 	test_slots_count_their_busy_ones();
+	test_a_full_queue_takes_the_slots_an_old_reading_holds();
 	return 0;
 }

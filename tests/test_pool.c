@@ -126,12 +126,8 @@ static void test_why_nothing_qualifies(void)
 	ASSERT(!sl_pool_pick(&p, false, NULL, 0, NULL, NULL, why, sizeof(why)));
 	ASSERT_STR_EQ(why, "llama-server is starting and not ready yet; "
 	                   "retry shortly");
-	/* Under its first check: expected only when DNS found it. */
-	ASSERT(!sl_pool_expected(&p));
-	char origin[] = "dns:llama:8080";
-	a.origin = origin;
+	/* Its first start or check under way: requests wait for it. */
 	ASSERT(sl_pool_expected(&p));
-	a.origin = NULL;
 	a.state = SL_UPSTREAM_RESTARTING;
 	ASSERT(!sl_pool_pick(&p, false, NULL, 0, NULL, NULL, why, sizeof(why)));
 	ASSERT_STR_EQ(why, "llama-server is restarting after it exited; "

@@ -824,18 +824,24 @@ class Faults(st.TestCase):
         self.assertEqual(r.json()["error"]["type"], "unavailable_error")
         self.assertIn("no upstream is ready", r.json()["error"]["message"])
 
-    def test_upstream_starting_gives_503(self):
+    def test_upstream_starting_queues_what_needs_a_slot(self):
         fake = os.path.join(self.tmp, "fake-llama-server")
         with open(fake, "w") as f:
             f.write("#!/bin/sh\nexec sleep 600\n")
         os.chmod(fake, 0o755)
         s = self.sluice("--model", st.MODEL_TINY, "--llama-server", fake,
-                        wait_ready=False)
-        r = s.post("/v1/chat/completions",
-                   {"messages": [{"role": "user", "content": "x"}]})
+                        "--queue-timeout", "1", wait_ready=False)
+        # What skips the queue is told to come back.
+        r = s.post("/tokenize", {"content": "x"})
         self.assertEqual(r.status, 503)
         self.assertIn("llama-server is starting", r.json()["error"]["message"])
         self.assertEqual(r.header("Retry-After"), "1")
+        # What needs a slot waits for the start, here in vain.
+        r = s.post("/v1/chat/completions",
+                   {"messages": [{"role": "user", "content": "x"}]})
+        self.assertEqual(r.status, 503)
+        self.assertIn("--queue-timeout", r.json()["error"]["message"])
+        self.assertGreaterEqual(int(r.header("X-Queue-Ms")), 1000)
 
     def test_llama_server_killed_mid_stream(self):
         s = self.sluice("--model", st.MODEL_SLOW, "--slots", "1")

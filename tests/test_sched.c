@@ -560,6 +560,35 @@ static void test_window_deadline_and_early_close(void)
 	sl_sched_free(&s);
 }
 
+/*
+ * A window closes once the queue is full, free slots or not: it would
+ * refuse the next arrival (429) while the slots it gathers for are free.
+ */
+static void test_window_closes_when_the_queue_is_full(void)
+{
+	uint64_t windows[] = {50, SL_SCHED_WINDOW_AUTO};
+	for (unsigned w = 0; w < 2; w++) {
+		struct sl_sched s;
+		struct fake f;
+		struct sl_sched_config cfg = config();
+		cfg.window_ms = windows[w];
+		cfg.max_queue = 2;
+		start(&s, &f, &cfg);
+		/* The auto window gathers only for contested slots. */
+		f.free = w == 0 ? 4 : 1;
+		push(&s, &f, 0, SL_PRIORITY_NORMAL, 1000);
+		if (w == 0)
+			sl_sched_run(&s, 1000); /* gathers: 1 of 4 */
+		push(&s, &f, 1, SL_PRIORITY_BATCH, 1001);
+		sl_sched_run(&s, 1001); /* full: they leave */
+		ASSERT_EQ(f.n_dispatched, w == 0 ? 2 : 1);
+		ASSERT_EQ(f.at[0], 1001);
+		/* So the next arrival finds room. */
+		push(&s, &f, 2, SL_PRIORITY_NORMAL, 1002);
+		sl_sched_free(&s);
+	}
+}
+
 static void test_urgent_bypass(void)
 {
 	for (int bypass = 0; bypass < 2; bypass++) {
@@ -1588,6 +1617,55 @@ static void test_requeue_keeps_place_and_deadline(void)
 }
 
 /* A full queue: a requeued request competes as an arrival would. */
+/* A dispatch that puts its batch back, as the relay does with no upstream. */
+static struct sl_sched *bouncing;
+static unsigned bounces;
+
+static void bounce_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
+                            uint64_t now)
+{
+	(void)ctx;
+	/* A run that sent them round again would never end: stop it. */
+	if (++bounces > 100)
+		TEST_FAIL("the batch went round %u times in one run", bounces);
+	for (unsigned i = 0; i < n; i++)
+		ASSERT_EQ(sl_sched_requeue(bouncing, items[i], now), 0);
+}
+
+/*
+ * Requeued from inside the dispatch (the owner's free count promised a
+ * slot its pick did not find): that run dispatches no more, the items keep
+ * their places, and the next run tries again.
+ */
+static void test_requeue_from_a_dispatch_ends_the_run(void)
+{
+	static const struct sl_sched_ops bounce_ops = {
+	    .free_slots = fake_free,
+	    .dispatch = bounce_dispatch,
+	    .expire = fake_expire,
+	    .shed = fake_shed,
+	};
+	struct sl_sched s;
+	struct fake f;
+	struct sl_sched_config cfg = config();
+	cfg.window_ms = 0;
+	memset(&f, 0, sizeof(f));
+	ASSERT_EQ(sl_sched_init(&s, &cfg, &bounce_ops, &f, 0), 0);
+	bouncing = &s;
+	bounces = 0;
+	push(&s, &f, 0, SL_PRIORITY_NORMAL, 0);
+	push(&s, &f, 1, SL_PRIORITY_NORMAL, 10);
+	f.free = 2;
+	ASSERT_EQ(sl_sched_run(&s, 20), cfg.queue_timeout_ms + 1);
+	ASSERT_EQ(bounces, 1);
+	ASSERT_EQ(sl_sched_depth(&s), 2);
+	ASSERT(s.heap[0] == &f.items[0]);
+	check_heap(&s);
+	sl_sched_run(&s, 30);
+	ASSERT_EQ(bounces, 2);
+	sl_sched_free(&s);
+}
+
 static void test_requeue_into_a_full_queue(void)
 {
 	struct sl_sched s;
@@ -1979,6 +2057,7 @@ int main(void)
 	RUN(test_fair_keeps_the_order_of_bands);
 	RUN(test_fair_reserve);
 	RUN(test_window_deadline_and_early_close);
+	RUN(test_window_closes_when_the_queue_is_full);
 	RUN(test_urgent_bypass);
 	RUN(test_auto_window_never_holds_an_uncontested_request);
 	RUN(test_auto_window_gathers_when_slots_are_contested);
@@ -2001,6 +2080,7 @@ int main(void)
 	RUN(test_queue_timeout);
 	RUN(test_requeue_keeps_place_and_deadline);
 	RUN(test_requeue_into_a_full_queue);
+	RUN(test_requeue_from_a_dispatch_ends_the_run);
 	RUN(test_retry_after);
 	RUN(test_priority_parsing);
 	RUN(test_late_leaves_at_its_start);

@@ -272,6 +272,55 @@ class Admission(st.TestCase):
             self.assertEqual(len(json.loads(body)["content"]) > 0, True)
         self.assertEqual(s.stop(), 0)
 
+    # The access log's lines of the burst's answers, and of its refusals.
+    ANSWERED = r" access .* path=/completion status=(200|429) "
+    REFUSED = r" access .* path=/completion status=429 "
+
+    def burst(self, s, n):
+        """Sends n requests at once, each on its own connection; returns the
+        clients."""
+        clients = [client(s.port) for _ in range(n)]
+        for i, c in enumerate(clients):
+            c.request("POST", "/completion", completion("burst %d" % i, n=4))
+        return clients
+
+    def test_a_burst_the_free_slots_take_is_not_refused_by_a_window(self):
+        # A fixed window gathers until the pending requests fill the free
+        # slots; a queue of 2 would be full before 4 slots were, and the
+        # rest of the burst refused while they stay free.
+        s = self.sluice("--model", st.MODEL_TINY, "--slots", "4",
+                        "--max-queue", "2", "--batch-window", "10")
+        clients = self.burst(s, 6)
+        st.wait_until(lambda: s.count_lines(self.ANSWERED) == 6
+                      or s.count_lines(self.REFUSED),
+                      SAFETY_NET_S, "the burst's answers or a refusal")
+        self.assertEqual(s.count_lines(self.REFUSED), 0)
+        for c in clients:
+            self.assertEqual(c.read_response()[0], 200)
+            c.close()
+        self.assertEqual(s.stop(), 0)
+
+    def test_a_burst_after_a_quiet_spell_is_not_refused_for_a_poll(self):
+        # A remote upstream's occupancy was never polled (or not lately):
+        # one request goes, and the rest wait for the poll their waiting
+        # starts. A queue of 2 fills meanwhile: the rest of a burst that
+        # 4 free slots take would be refused. The mock's requests hang, so
+        # that what each slot holds stays put until the test looks.
+        m = self.mock_llama_server("--slots", "4", "--hang-rate", "1")
+        s = self.sluice("--upstream", m.url, "--max-queue", "2")
+        clients = self.burst(s, 6)
+        st.wait_until(lambda: (m.busy_slots() == 4 and queued(s) == 2)
+                      or s.count_lines(self.REFUSED),
+                      SAFETY_NET_S, "4 requests upstream and 2 queued")
+        self.assertEqual(s.count_lines(self.REFUSED), 0)
+        # What the poll then reads is sluice's own: nothing more goes.
+        st.wait_until(lambda: s.upstream()["occupancy"]["processing"] == 4,
+                      SAFETY_NET_S, "a poll that reads the 4")
+        self.assertEqual((m.busy_slots(), queued(s)), (4, 2))
+        for c in clients:
+            c.close()
+        self.assertEqual(s.stop(), 0)
+
     def test_queue_timeout_gives_503_and_nothing_is_forwarded(self):
         ls = self.llama_server(st.MODEL_SLOW, slots=1, ctx=8192)
         s = self.sluice("--upstream", ls.url, "--queue-timeout", "1")

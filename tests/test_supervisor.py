@@ -1,7 +1,10 @@
 """sluice spawns, watches, restarts and stops a real llama-server."""
 
 import os
+import re
+import shlex
 import signal
+import threading
 
 import sluice_test as st
 
@@ -141,6 +144,87 @@ class Supervisor(st.TestCase):
         self.assertEqual(b.wait_exit(SAFETY_NET_S), 1)
         self.assertIn("--listen 127.0.0.1:%d: address already in use"
                       % a.port, b.output())
+
+
+class FirstStart(st.TestCase):
+    """A request sent as soon as sluice listens, while llama-server starts:
+    it waits in the queue for the start, and hears at once when the start
+    fails (llama.cpp's own suite polls /health, which is sluice's liveness
+    and 200 at once, and then sends)."""
+
+    def gated_llama_server(self):
+        """A llama-server that starts once the test makes the file `gate`:
+        a start as long as the test needs. Returns its path and the gate."""
+        gate = os.path.join(self.tmp, "gate")
+        path = os.path.join(self.tmp, "gated-llama-server")
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\nwhile [ ! -e %s ]; do sleep 0.05; done\n"
+                    "exec %s \"$@\"\n" % (shlex.quote(gate),
+                                          shlex.quote(st.llama_server_path())))
+        os.chmod(path, 0o755)
+        return path, gate
+
+    def send_while_starting(self, s, body):
+        """Sends `body` to /completion, in a thread, once sluice listens;
+        returns the thread and a dict that gets its answer as "r" once it
+        is queued (an answer before that fails the test)."""
+        got = {}
+        t = threading.Thread(target=lambda: got.update(r=s.post(
+            "/completion", body, timeout=SAFETY_NET_S)))
+        t.start()
+        st.wait_until(lambda: "r" in got or s.health().json()["queued"] == 1,
+                      SAFETY_NET_S, "the request to be queued")
+        self.assertNotIn("r", got, "answered while llama-server started: %r"
+                         % (got.get("r") and got["r"].body))
+        # Not ready meanwhile: /ready says so, and /health says why.
+        ready = s.ready()
+        self.assertEqual(ready.status, 503)
+        self.assertEqual(ready.json()["upstreams"][0]["state"], "starting")
+        return t, got
+
+    def test_a_request_sent_while_llama_server_starts_waits_for_it(self):
+        exe, gate = self.gated_llama_server()
+        s = self.sluice("--model", st.MODEL_TINY, "--llama-server", exe,
+                        wait_ready=False)
+        body = {"prompt": "Once upon a time", "n_predict": 16,
+                "temperature": 0}
+        t, got = self.send_while_starting(s, body)
+        open(gate, "w").close()
+        t.join(SAFETY_NET_S)
+        r = got["r"]
+        self.assertEqual(r.status, 200, r.body)
+        self.assertEqual(r.json()["tokens_predicted"], 16)
+        # The answer llama-server gives once it is ready.
+        s.wait_ready(SAFETY_NET_S)
+        again = s.post("/completion", body, timeout=SAFETY_NET_S)
+        self.assertEqual(again.status, 200)
+        self.assertEqual(r.json()["content"], again.json()["content"])
+        self.assertEqual(s.stop(), 0)
+
+    def test_a_request_waiting_for_a_start_that_fails_gets_503_at_once(self):
+        # Valid magic, truncated body: llama-server exits on loading it.
+        bad = os.path.join(self.tmp, "truncated.gguf")
+        with open(st.MODEL_TINY, "rb") as src, open(bad, "wb") as dst:
+            dst.write(src.read(3000))
+        exe, gate = self.gated_llama_server()
+        s = self.sluice("--model", bad, "--llama-server", exe,
+                        "--queue-timeout", "600", wait_ready=False)
+        t, got = self.send_while_starting(s, {"prompt": "x"})
+        open(gate, "w").close()
+        t.join(SAFETY_NET_S)
+        r = got["r"]
+        self.assertEqual(r.status, 503, r.body)
+        err = r.json()["error"]
+        self.assertEqual(err["type"], "unavailable_error")
+        self.assertEqual(err["message"], "model truncated could not start, "
+                         "and sluice is shutting down; sluice's log says why")
+        self.assertEqual(r.header("Retry-After"), "1")
+        # Not at --queue-timeout: when the start failed.
+        queue = re.match(r"queue;dur=(\d+)", r.header("Server-Timing"))
+        self.assertLess(int(queue.group(1)), 600 * 1000)
+        self.assertEqual(s.wait_exit(SAFETY_NET_S), 1)
+        s.wait_line(r"llama-server exited with status \d+ before it became "
+                    r"ready")
 
 
 class DemoModel(st.TestCase):

@@ -150,13 +150,15 @@ sl_app_pick_upstream(struct sl_app *app, const struct sl_model *m,
                      const struct sl_pool_slo *slo, char *why, size_t size);
 
 /*
- * Whether an upstream of `m` that cannot take work now is expected back
- * soon: a managed llama-server restarting after it exited, or a ready one
- * marked suspect and being checked, or ejected for a while after failures,
- * or one DNS discovery just found and is checking for the first time (when
- * a name's answer moves from one address to another, the old one drains
- * while the new one is checked). New requests then wait in the queue
- * rather than get 503.
+ * Whether an upstream of `m` that cannot take work now is expected soon:
+ * one starting (a managed llama-server loading its model, at start-up or
+ * later; a remote one under its first check, also one DNS discovery just
+ * found: when a name's answer moves from one address to another, the old
+ * one drains while the new one is checked), a managed llama-server
+ * restarting after it exited, or a ready one marked suspect and being
+ * checked, or ejected for a while after failures; or a managed model of a
+ * models: section that loads on demand. New requests that need a slot
+ * then wait in the queue rather than get 503.
  */
 bool sl_app_upstream_expected(const struct sl_app *app,
                               const struct sl_model *m);

@@ -60,6 +60,17 @@ static bool fresh(const struct sl_upstream *u)
 }
 
 /*
+ * Whether sluice's queue for it was found full at this turn of the loop
+ * (sl_occupancy_press): the loop's time changes only between turns, and a
+ * dispatch follows its free count within one.
+ */
+static bool pressed(const struct sl_upstream *u)
+{
+	const struct sl_occupancy *o = &u->occupancy;
+	return o->pressed_ms > 0 && o->pressed_ms == uv_now(u->loop);
+}
+
+/*
  * Slots llama-server has room for beyond the others' and `own`, and the
  * extra place: see upstream.h, "Occupancy".
  */
@@ -92,10 +103,11 @@ unsigned sl_occupancy_free(const struct sl_upstream *u, unsigned cap,
 	 * Nothing waited, so nothing was polled lately: others may have
 	 * come meanwhile. One request goes (at worst it waits in
 	 * llama-server's queue); the rest wait for the poll that their
-	 * waiting starts.
+	 * waiting starts, unless the queue is full: then they would be
+	 * refused instead, and sluice's own count stands.
 	 */
 	if (!fresh(u))
-		return SL_MIN(free, own == 0 ? 1u : 0u);
+		return pressed(u) ? free : SL_MIN(free, own == 0 ? 1u : 0u);
 	const struct sl_occupancy *o = &u->occupancy;
 	if (o->others == 0)
 		return free;
@@ -160,6 +172,11 @@ void sl_occupancy_want(struct sl_upstream *u)
 	uint64_t now = uv_now(u->loop);
 	uint64_t next = next_poll_ms(u);
 	arm(u, next <= now ? 0 : next - now);
+}
+
+void sl_occupancy_press(struct sl_upstream *u)
+{
+	u->occupancy.pressed_ms = uv_now(u->loop);
 }
 
 void sl_occupancy_taken(struct sl_upstream *u)

@@ -200,9 +200,12 @@ bool sl_pool_expected(const struct sl_pool *p)
 {
 	for (unsigned i = 0; i < p->n; i++) {
 		const struct sl_upstream *u = p->members[i];
-		/* A discovered one under its first check: see app.h. */
-		if (u->state == SL_UPSTREAM_RESTARTING ||
-		    (u->state == SL_UPSTREAM_STARTING && u->origin) ||
+		/*
+		 * Its first start or check under way: a request waits for
+		 * it, as for a restart (app.h).
+		 */
+		if (u->state == SL_UPSTREAM_STARTING ||
+		    u->state == SL_UPSTREAM_RESTARTING ||
 		    (u->state == SL_UPSTREAM_READY &&
 		     (u->suspect || u->outlier.ejected)))
 			return true;

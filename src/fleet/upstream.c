@@ -246,9 +246,39 @@ static void on_props(struct sl_get *g, long status, const char *err)
 	became_ready(u, slots);
 }
 
+/*
+ * What llama-server's /health says, with 503, until its model has loaded
+ * (LLAMA-SERVER.md): one that says so is starting, not down.
+ */
+#define SL_UPSTREAM_LOADING "Loading model"
+
+/*
+ * A remote llama-server loading its model: starting, so that requests wait
+ * for it as for a managed one (pool.h, sl_pool_expected), and asked again
+ * as often; said once a load. Returns false for any other failed check.
+ */
+static bool remote_loading(struct sl_upstream *u, long status, const char *body)
+{
+	if (u->managed || status != 503 || !body ||
+	    !strstr(body, SL_UPSTREAM_LOADING) ||
+	    (u->state != SL_UPSTREAM_STARTING && u->state != SL_UPSTREAM_DOWN))
+		return false;
+	if (strcmp(u->last_probe, SL_UPSTREAM_LOADING) != 0)
+		sl_info("upstream %s is loading its model (its /health answers "
+		        "503); requests wait for it",
+		        u->url);
+	snprintf(u->last_probe, sizeof(u->last_probe), "%s",
+	         SL_UPSTREAM_LOADING);
+	set_state(u, SL_UPSTREAM_STARTING);
+	schedule_probe(u, SL_STARTUP_POLL_MS);
+	return true;
+}
+
 static void on_health(struct sl_get *g, long status, const char *err)
 {
 	struct sl_upstream *u = sl_container_of(g, struct sl_upstream, probe);
+	if (remote_loading(u, status, g->body))
+		return;
 	if (status != 200) {
 		char what[160];
 		if (err)

@@ -293,6 +293,43 @@ static struct exchange *exchange_of(struct sl_sched_item *item)
 	return sl_container_of(item, struct exchange, item);
 }
 
+/*
+ * The queue counted a free slot for the exchange, and the pick found none
+ * (the two should agree, but a count and a pick apart may not: an upstream
+ * that turned suspect or ejected between them, say). Rather than fail, it
+ * goes back to its place, as a failed attempt does (exchange_try_again);
+ * the scheduler then dispatches no more in this run (sched.h,
+ * sl_sched_requeue), and its --queue-timeout still holds. Said once a
+ * request, at the warning level: each later run may try it again.
+ */
+static void back_in_line(struct exchange *x, uint64_t now_ms, const char *why)
+{
+	struct sl_relay *relay = x->relay;
+	if (x->sent_back)
+		sl_debug("%s: no upstream took it from the queue, again: %s",
+		         x->id, why);
+	else
+		sl_warn("%s: no upstream took it from the queue (%s); it waits "
+		        "in its place",
+		        x->id, why);
+	x->sent_back = true;
+	if (sl_sched_requeue(&x->model->sched, &x->item, now_ms) == 0)
+		return;
+	/* Its place was taken by a more urgent arrival meanwhile. */
+	sl_stats_queued(relay->stats, x->priority, -1);
+	uint64_t retry = sl_sched_retry_after_ms(&x->model->sched, now_ms);
+	exchange_refused_from_queue(x, now_ms);
+	snprintf(x->sched_headers, sizeof(x->sched_headers),
+	         "Retry-After: %u\r\nretry-after-ms: %llu\r\n",
+	         sl_sched_retry_after_s(retry), (unsigned long long)retry);
+	x->req->info.reject_reason = "queue_full";
+	exchange_respond_error(
+	    x, 503, "unavailable_error",
+	    "no upstream could take the request and sluice's "
+	    "queue is full of more urgent requests");
+	exchange_release(x);
+}
+
 void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
                        uint64_t now_ms)
 {
@@ -302,6 +339,15 @@ void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
 	sl_stats_batch(relay->stats, n);
 	for (unsigned i = 0; i < n; i++) {
 		struct exchange *x = exchange_of(items[i]);
+		char why[160];
+		struct sl_pool_slo slo;
+		struct sl_upstream *u = relay->hooks->pick_upstream(
+		    relay->owner, m, true, x->failed_on, &x->affinity,
+		    exchange_slo_pick(x, now_ms, &slo), why, sizeof(why));
+		if (!u) {
+			back_in_line(x, now_ms, why);
+			continue;
+		}
 		x->queue_ms = (int64_t)(now_ms - x->arrived_ms);
 		x->attempt_charged = x->item.cost; /* charged as it left */
 		x->batch_size = n;
@@ -316,15 +362,6 @@ void sl_proxy_dispatch(void *ctx, struct sl_sched_item **items, unsigned n,
 		sl_join_str(&h, "\r\nX-Batch-Size: ");
 		sl_join_u64(&h, n);
 		sl_join_str(&h, "\r\n");
-		char why[160];
-		struct sl_pool_slo slo;
-		struct sl_upstream *u = relay->hooks->pick_upstream(
-		    relay->owner, m, true, x->failed_on, &x->affinity,
-		    exchange_slo_pick(x, now_ms, &slo), why, sizeof(why));
-		/* The queue counted a free slot for it: none should lack. */
-		if (!u)
-			sl_warn("%s: no upstream took it from the queue: %s",
-			        x->id, why);
 		exchange_start_or_fail(x, u);
 	}
 	relay->hooks->model_used(m);
@@ -725,10 +762,12 @@ void sl_proxy_handle(struct sl_relay *relay, struct sl_http_request *req,
 	}
 
 	/*
-	 * With no upstream ready, waiting helps nobody, so say so now: while
-	 * the first start is under way, or when every upstream is down. One
-	 * that is restarting or being checked after a failure is expected
-	 * back: what needs a slot waits for it in the queue.
+	 * With no upstream ready, what needs a slot waits for one that is
+	 * expected (sl_app_upstream_expected: starting, restarting, being
+	 * checked after a failure) in the queue, within --queue-timeout.
+	 * When every upstream is down, waiting helps nobody, so say so now.
+	 * What skips the queue (/tokenize, /props) is not held either: it
+	 * gets 503 with Retry-After, which says when to ask again.
 	 */
 	char why[SL_MODEL_NAME_MAX + 96];
 	struct sl_upstream *u = relay->hooks->pick_upstream(

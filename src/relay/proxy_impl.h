@@ -207,6 +207,7 @@ struct exchange {
 	 */
 	const struct sl_upstream *failed_on;
 	long failed_status; /* its 5xx, kept from the client to resend */
+	bool sent_back;     /* a dispatch found no upstream for it */
 	bool pinned;        /* for the upstream the client named (?upstream=) */
 
 	enum relay_mode mode;

@@ -737,6 +737,7 @@ int sl_sched_requeue(struct sl_sched *s, struct sl_sched_item *it,
 	}
 	list_insert_in_order(s, it);
 	heaps_insert(s, it);
+	s->came_back |= s->running; /* see sl_sched_run */
 	if (s->cfg.fair) {
 		/* It was charged its cost when it left; it is charged again
 		 * when it leaves anew. */
@@ -931,10 +932,13 @@ static bool contested(const struct sl_sched *s, unsigned free)
 /*
  * Whether the window, open with `free` slots free, still gathers: a fixed
  * one until the pending requests fill every free slot, an auto one while
- * the slots are contested.
+ * the slots are contested; neither once the queue is full, which would
+ * refuse the next arrival while the slots the window holds are free.
  */
 static bool window_gathers(const struct sl_sched *s, unsigned free)
 {
+	if (s->n >= s->cfg.max_queue)
+		return false;
 	return window_auto(s) ? contested(s, free) : s->n < free;
 }
 
@@ -943,6 +947,7 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 	if (s->running)
 		return UINT64_MAX; /* the running call picks the change up */
 	s->running = true;
+	s->came_back = false;
 	if (load_tracked(s))
 		load_advance(&s->load, now_ms);
 	if (reserve_auto(s)) {
@@ -984,7 +989,13 @@ uint64_t sl_sched_run(struct sl_sched *s, uint64_t now_ms)
 		s->window_open = false;
 
 	for (;;) {
-		if (s->n == 0)
+		/*
+		 * An item the owner put back: the free count promised a slot
+		 * it could not give, and counting again now would promise it
+		 * again. The next run (a slot freed, an arrival, a timer)
+		 * tries anew.
+		 */
+		if (s->n == 0 || s->came_back)
 			break;
 		unsigned free = s->ops->free_slots(s->ctx);
 		if (free == 0)

@@ -65,10 +65,9 @@ struct sl_model {
 	 * Loading on demand (managed models of a models: section; see
 	 * sl_app_model_demand): whether its llama-servers are wanted (loaded),
 	 * being stopped (unloading), wanted by a waiting request (wanted), and
-	 * started after start-up (late: a failed start then fails its queue,
-	 * not sluice). A remote model is late once a reload added it or one
-	 * of its upstreams: a request then waits for their first check, as
-	 * for one that DNS discovery found, rather than get 503.
+	 * started after start-up (late: a failed start then fails its queue
+	 * and stops the model, not sluice). A remote model is late once a
+	 * reload added it or one of its upstreams.
 	 */
 	bool loaded, unloading, wanted, late;
 	/*

@@ -102,8 +102,9 @@ unsigned sl_pool_free_slots(const struct sl_pool *p);
 unsigned sl_pool_total_slots(const struct sl_pool *p);
 
 /*
- * Whether a member that cannot take work now is expected back soon:
- * restarting after an exit, or ready but suspect or ejected.
+ * Whether a member that cannot take work now is expected soon: starting
+ * (a managed llama-server loading its model, a remote one under its first
+ * check), restarting after an exit, or ready but suspect or ejected.
  */
 bool sl_pool_expected(const struct sl_pool *p);
 

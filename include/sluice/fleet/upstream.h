@@ -8,7 +8,9 @@
  * remote upstream is one given by --upstream; sluice only checks on it.
  *
  * States:
- *   starting    first launch (managed) or first check (remote) under way
+ *   starting    first launch (managed) or first check (remote) under way,
+ *               or a remote one loading its model (/health: 503 "Loading
+ *               model")
  *   ready       /health answered 200 and /props gave the slot count
  *   restarting  managed: exited after having been ready; relaunch pending
  *               or under way
@@ -167,7 +169,11 @@ const char *sl_retry_reason_name(enum sl_retry_reason r);
  * of sluice's is there, and the rest wait for the poll their waiting
  * starts (a millisecond or two, and never longer than that poll's
  * timeout: a poll that fails turns to sluice's own count), since others
- * may have filled its slots meanwhile.
+ * may have filled its slots meanwhile. Unless sluice's queue is full
+ * (sl_occupancy_press): a burst after a quiet spell would then be refused
+ * (429) for slots that are free for all sluice can tell, so its own count
+ * stands, and what goes beyond others' slots waits in llama-server's queue
+ * until the poll shows them.
  *
  * Not polled: a managed llama-server (private to its sluice), a router
  * (no slots of its own), and one given more slots by --slots-per-upstream
@@ -237,6 +243,7 @@ struct sl_occupancy {
 	uint64_t last_ms; /* when the last poll started; 0: never */
 	uint64_t read_ms; /* when the last poll ended; 0: never */
 	uint64_t take_ms; /* when the last request was sent there */
+	uint64_t pressed_ms; /* when sluice's queue for it was last full */
 	uint64_t held_ms; /* when a due poll was first held; 0: none is */
 	bool again;       /* an answer ended while a poll was out */
 	/*
@@ -493,6 +500,14 @@ bool sl_occupancy_polling(const struct sl_upstream *u);
  * last poll allows (and on at the interval while they wait).
  */
 void sl_occupancy_want(struct sl_upstream *u);
+
+/*
+ * sluice's queue for `u`'s model is full now: a reading gone by holds no
+ * slot back (see above) for the rest of this turn of the loop, so that
+ * the dispatch the free count leads to finds the slots it counted. Asked
+ * with the free count, before every dispatch.
+ */
+void sl_occupancy_press(struct sl_upstream *u);
 
 /* A request was sent to `u` (it counts in u->inflight). */
 void sl_occupancy_taken(struct sl_upstream *u);

@@ -72,8 +72,8 @@
  * take them all, or while everyone waiting is of one class; when a slot
  * is free and contested, a window opens (its length: see
  * SL_SCHED_AUTO_WINDOW_SHARE below), and at its deadline (or as soon as
- * the contest ends: enough slots freed, or waiting requests left) the free
- * slots' worth leave the top as one batch.
+ * the contest ends: enough slots freed, or waiting requests left; or the
+ * queue fills) the free slots' worth leave the top as one batch.
  * Urgent requests still skip it when a slot is free. A slot that frees
  * while the queue is contested opens the next window, so under mixed
  * overload freed slots are gathered into batches; under uniform overload
@@ -146,7 +146,8 @@
  * The module is pure logic: time comes in as arguments and the owner
  * supplies the free-slot count and what to do with a batch or an expired
  * request. It never calls back into itself: work that a callback causes (a
- * slot freed by a failed dispatch) is picked up by the same sl_sched_run().
+ * slot freed by a failed dispatch) is picked up by the same sl_sched_run(),
+ * but for an item the dispatch puts back (sl_sched_requeue).
  *
  * Glossary:
  *   item     one queued request, embedded in its owner's struct
@@ -398,6 +399,7 @@ struct sl_sched {
 	/* Waiting requests per priority class (sl_priority_class order). */
 	unsigned class_count[SL_SCHED_CLASSES];
 	bool running;     /* inside sl_sched_run: no re-entry */
+	bool came_back;   /* a dispatch of this run requeued an item */
 	unsigned reserve; /* the urgent reserve now (auto: as last sized) */
 	struct sl_sched_load load;    /* for the auto reserve */
 	struct sl_sched_item **batch; /* scratch for dispatch */
@@ -434,7 +436,10 @@ int sl_sched_push(struct sl_sched *s, struct sl_sched_item *item,
  * deadline has passed expires at the next sl_sched_run(). Does not open a
  * batching window. O(log n), plus a walk of the arrival-order list from its
  * newest end to the item's place (requeues are rare). Call sl_sched_run()
- * after.
+ * after; called from inside ops->dispatch (the owner found no slot for the
+ * item after all), it ends that run's dispatching instead, so that a free
+ * count the owner cannot fill does not send the item round and round: it
+ * waits for the next run (a slot freed, an arrival, a timer).
  */
 int sl_sched_requeue(struct sl_sched *s, struct sl_sched_item *item,
                      uint64_t now_ms);
