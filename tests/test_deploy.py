@@ -526,6 +526,11 @@ class Deploy(unittest.TestCase):
             problems.append("%s could not be removed" % cls.tmp)
         assert not problems, "; ".join(problems)
 
+    def run(self, result=None):
+        # A failure's report ends with what the containers logged.
+        with st.failure_notes(result, self.all_logs):
+            return super().run(result)
+
     # ---- helpers ----
 
     def container(self, service):
