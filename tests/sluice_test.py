@@ -673,9 +673,10 @@ def mock_text(n):
 
 @contextlib.contextmanager
 def failure_notes(result, notes):
-    """Appends what notes() returns (once, and only if needed) to each
-    failure or error that a unittest result receives inside the block: a
-    report then says what the processes were doing when it failed."""
+    """Appends what notes() returns (once, and only if needed; nothing
+    when it is empty) to each failure or error that a unittest result
+    receives inside the block: a report then says what the processes were
+    doing when it failed."""
     reports = (result.failures, result.errors) if result else ()
     before = [len(r) for r in reports]
     try:
@@ -685,10 +686,11 @@ def failure_notes(result, notes):
         for r, n in zip(reports, before):
             for i in range(n, len(r)):
                 if text is None:
-                    text = notes() or "(none)"
-                test, report = r[i]
-                r[i] = (test, "%s\nThe logs' tails:\n%s\n"
-                        % (report, text))
+                    text = notes()
+                if text:
+                    test, report = r[i]
+                    r[i] = (test, "%s\nThe logs' tails:\n%s\n"
+                            % (report, text))
 
 
 class TestCase(unittest.TestCase):

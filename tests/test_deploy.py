@@ -721,7 +721,7 @@ class Deploy(unittest.TestCase):
                 try:
                     m = st.wait_until(lambda: re.search(
                         r"draining: waiting up to ([\d.]+) s for 1 "
-                        r"requests in flight", self.logs(sluice)), 60,
+                        r"requests? in flight", self.logs(sluice)), 60,
                         "sluice to drain", interval=0.2)
                 except AssertionError as e:
                     # Seen once in CI (a rerun passed): say what docker
