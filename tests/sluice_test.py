@@ -7,6 +7,7 @@ bare sleep.
 """
 
 import collections
+import contextlib
 import http.client
 import http.server
 import json
@@ -317,16 +318,28 @@ def vm_hwm_kib(pid):
     raise AssertionError("no VmHWM for %d" % pid)
 
 
+# Lines of each process's log that a failed test shows after its traceback:
+# the events that led up to the failure, short enough to read there.
+LOG_TAIL_LINES = 40
+
+# Every Process started that may still matter to a test: those a test
+# started, and those its class started for all its tests (TestCase.run
+# prints their logs' tails when it fails, and forgets the ones that ended).
+_started = []
+
+
 class Process:
     """A child process whose stderr is collected line by line."""
 
     def __init__(self, argv, env=None, name="process", cwd=None):
         self.name = name
         self.lines = []
+        self.killed = False  # by kill(), while it ran
         self._cond = threading.Condition()
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, env=env, cwd=cwd)
+        _started.append(self)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -376,6 +389,23 @@ class Process:
         with self._cond:
             return "\n".join(self.lines)
 
+    def tail(self, n=LOG_TAIL_LINES):
+        """The last n lines of its log, under a line that says whose they
+        are and how the process stands."""
+        with self._cond:
+            lines, total = self.lines[-n:], len(self.lines)
+        code = self.proc.poll()
+        state = ("running" if code is None
+                 else "killed by the test" if self.killed
+                 else "killed by signal %d" % -code if code < 0
+                 else "exited with status %d" % code)
+        head = "---- %s (pid %d, %s): %s ----" % (
+            self.name, self.proc.pid, state,
+            "the last %d of %d lines" % (len(lines), total)
+            if total > len(lines) else
+            "%d line%s" % (total, "" if total == 1 else "s"))
+        return "\n".join([head] + lines)
+
     def wait_exit(self, timeout=30):
         try:
             code = self.proc.wait(timeout)
@@ -388,6 +418,7 @@ class Process:
 
     def kill(self):
         if self.proc.poll() is None:
+            self.killed = True
             self.proc.kill()
             self.proc.wait()
         self._reader.join(5)
@@ -642,8 +673,44 @@ def mock_text(n):
     return "".join(" tok%d" % k for k in range(n))
 
 
+@contextlib.contextmanager
+def failure_notes(result, notes):
+    """Appends what notes() returns (once, and only if needed; nothing
+    when it is empty) to each failure or error that a unittest result
+    receives inside the block: a report then says what the processes were
+    doing when it failed."""
+    reports = (result.failures, result.errors) if result else ()
+    before = [len(r) for r in reports]
+    try:
+        yield
+    finally:
+        text = None
+        for r, n in zip(reports, before):
+            for i in range(n, len(r)):
+                if text is None:
+                    text = notes()
+                if text:
+                    test, report = r[i]
+                    r[i] = (test, "%s\nThe logs' tails:\n%s\n"
+                            % (report, text))
+
+
 class TestCase(unittest.TestCase):
-    """Cleans up every process and temporary directory a test made."""
+    """Cleans up every process and temporary directory a test made. When
+    a test fails, its report ends with the tail of the log of every
+    process it ran with (sluice, llama-server, the mock...): those it
+    started and those its class had started for it."""
+
+    def run(self, result=None):
+        with_it = [p for p in _started if p.proc.poll() is None]
+        mark = len(_started)
+        try:
+            with failure_notes(result, lambda: "\n".join(
+                    p.tail() for p in with_it + _started[mark:])):
+                return super().run(result)
+        finally:
+            # What ended has nothing more to say to the next tests.
+            _started[:] = [p for p in _started if p.proc.poll() is None]
 
     def setUp(self):
         self._processes = []

@@ -47,24 +47,45 @@ class CrashSurvival(st.TestCase):
         except Exception as e:  # reported by the assertions below
             out["exception"] = repr(e)
 
-    def stream(self, port, path, out):
+    def stream(self, port, path, out, on_event=None):
+        """A streamed request; on_event() is called at each event."""
         c = st.RawClient(port, timeout=SAFETY_NET_S)
         try:
             c.request("POST", path, crash_body(path, True))
             out["status"], _ = c.read_head()
             # events() ends only at the terminating chunk: a cut stream
             # raises EOFError instead.
-            out["events"] = [st.sse_data(e) for _, e in c.events()]
+            events = []
+            for _, e in c.events():
+                events.append(st.sse_data(e))
+                if on_event:
+                    on_event()
+            out["events"] = events
         except Exception as e:
             out["exception"] = repr(e)
         finally:
             c.close()
 
+    def gated_llama_server(self):
+        """(a stand-in for llama-server, its gate): a script that runs the
+        real one, except that while the gate (a FIFO) exists a launch
+        first waits for the test to open it, so that a restart lasts as
+        long as the test needs."""
+        gate = os.path.join(self.tmp, "gate")
+        script = os.path.join(self.tmp, "llama-server")
+        with open(script, "w") as f:
+            f.write('#!/bin/sh\nif [ -p "%s" ]; then read _ < "%s"; fi\n'
+                    'exec "%s" "$@"\n' % (gate, gate,
+                                           st.llama_server_path()))
+        os.chmod(script, 0o755)
+        return script, gate
+
     def test_queued_requests_survive_a_crash(self):
         # A long queue timeout: on a loaded machine the 33 requests after
         # the restart may take a while, and none should expire.
+        script, gate = self.gated_llama_server()
         s = self.sluice("--model", st.MODEL_TINY, "--slots", "8",
-                        "--queue-timeout", "300")
+                        "--queue-timeout", "300", "--llama-server", script)
         # The text each endpoint gives, for the exactness checks.
         want = {}
         for path in PATHS:
@@ -72,30 +93,67 @@ class CrashSurvival(st.TestCase):
             self.assertEqual(r.status, 200, r.body[:300])
             want[path] = st.text_of(path, r.json())
         pid = s.upstream()["pid"]
+        os.mkfifo(gate)  # the restart waits for the test
 
+        # Kill llama-server while its 8 slots are busy and the rest wait
+        # in sluice's queue. Left to run, it may answer them all before a
+        # busy test sees that moment (8 answers take about a second), so
+        # it is stopped while the requests come, and killed by the first
+        # stream's first event once it runs again: mid-generation, with
+        # the queue still full.
+        crashed = threading.Event()
+        crashing = threading.Lock()
+
+        def crash():
+            with crashing:
+                if not crashed.is_set():
+                    os.kill(pid, signal.SIGKILL)
+                    crashed.set()
+
+        os.kill(pid, signal.SIGSTOP)
         jobs = []
         for i in range(32):
             path = PATHS[i % len(PATHS)]
             out = {"path": path, "stream": i % 2 == 1}
-            target = self.stream if out["stream"] else self.plain
-            jobs.append((out, threading.Thread(
-                target=target, args=(s.port, path, out), daemon=True)))
+            if out["stream"]:
+                target, args = self.stream, (s.port, path, out, crash)
+            else:
+                target, args = self.plain, (s.port, path, out)
+            jobs.append((out, threading.Thread(target=target, args=args,
+                                               daemon=True)))
         for _, t in jobs:
             t.start()
-        # Kill llama-server while its 8 slots are busy and the rest wait
-        # in sluice's queue.
-        st.wait_until(lambda: (lambda h: h["inflight"] >= 8
-                               and h["queued"] >= 8)(s.health().json()),
-                      SAFETY_NET_S, "8 requests in flight and more queued")
-        os.kill(pid, signal.SIGKILL)
-        st.wait_until(lambda: s.upstream()["state"] == "restarting",
+        st.wait_until(lambda: (lambda h: h["inflight"] == 8
+                               and h["queued"] == 24)(s.health().json()),
+                      SAFETY_NET_S, "8 requests in flight and 24 queued")
+        os.kill(pid, signal.SIGCONT)
+        self.assertTrue(crashed.wait(SAFETY_NET_S), "no stream began")
+        # The restart waits at the gate: what was in flight has failed
+        # (cut, or back in the queue), and the queue holds still.
+        st.wait_until(lambda: (lambda u: u["state"] == "restarting"
+                               and u["inflight"] == 0)(s.upstream()),
                       SAFETY_NET_S, "the restart")
+        queued = s.health().json()["queued"]
         # Meanwhile a new request waits for the restart instead of 503.
         late = {}
         late_thread = threading.Thread(
             target=self.plain, args=(s.port, "/completion", late),
             daemon=True)
         late_thread.start()
+        st.wait_until(lambda: s.health().json()["queued"] == queued + 1,
+                      SAFETY_NET_S, "the new request in the queue")
+        self.assertNotIn("status", late)
+        self.assertEqual(s.upstream()["state"], "restarting")
+
+        def open_gate():
+            try:
+                fd = os.open(gate, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: the relaunch is not at the gate yet
+                return False
+            os.write(fd, b"go\n")
+            os.close(fd)
+            return True
+        st.wait_until(open_gate, SAFETY_NET_S, "the relaunch at the gate")
 
         deadline = time.monotonic() + SAFETY_NET_S
         late_thread.join(deadline - time.monotonic())

@@ -3,6 +3,7 @@ same exchanges to the same answers, against a real llama-server; the native
 client keeps one connection for requests that come in turn."""
 
 import os
+import socket
 
 import sluice_test as st
 from test_proxy import PROMPTS, body_for, plain_text, stream_text
@@ -29,6 +30,26 @@ def upstream_local_ports(pid, upstream_port):
             if remote_port == upstream_port and fields[9] in inodes:
                 ports.add(local_port)
     return ports
+
+
+# The largest segment sluice lets an upstream send it (SL_UPSTREAM_MSS,
+# include/sluice/net/h1_client.h).
+UPSTREAM_MSS = 8192
+
+
+class SegmentSizes(st.RecordingUpstream):
+    """A RecordingUpstream that notes, for each connection sluice opens to
+    it, the largest segment the connection carries (TCP_MAXSEG: the least
+    of what the two ends announced)."""
+
+    def __init__(self, **kw):
+        self.mss = []
+        super().__init__(**kw)
+
+    def process_request(self, request, client_address):
+        self.mss.append(request.getsockopt(socket.IPPROTO_TCP,
+                                           socket.TCP_MAXSEG))
+        super().process_request(request, client_address)
 
 
 class BothClients(st.TestCase):
@@ -103,6 +124,29 @@ class BothClients(st.TestCase):
                 r = s.post("/tokenize", body, timeout=120)
                 self.assertEqual(r.status, 200, r.body[:300])
                 self.assertEqual(r.json(), want)
+
+    def test_upstream_segments_fit_a_small_window(self):
+        # Over loopback a segment may be 64 KB. A stream held back by a
+        # slow client closes the upstream's window, and when sluice reads
+        # again the window may reopen smaller than that: Linux then sends
+        # nothing until its next probe of the window, tens of seconds
+        # later. So sluice announces smaller segments, both clients, for
+        # its health checks as for what it relays.
+        for client in ("native", "curl"):
+            with self.subTest(client=client):
+                up = SegmentSizes()
+                self.addCleanup(up.stop)
+                s = self.sluice("--upstream", up.url, "--upstream-client",
+                                client)
+                r = s.post("/tokenize", {"content": "x"})
+                self.assertEqual(r.status, 200, r.body)
+                self.assertEqual(up.targets("/tokenize"), ["/tokenize"])
+                # The health check's connection (libcurl's), and the
+                # native client's own (libcurl may relay on the check's).
+                self.assertGreaterEqual(len(up.mss),
+                                        2 if client == "native" else 1)
+                for mss in up.mss:
+                    self.assertLessEqual(mss, UPSTREAM_MSS, up.mss)
 
 
 if __name__ == "__main__":

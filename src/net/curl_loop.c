@@ -5,6 +5,7 @@
 
 #include "sluice/base/common.h"
 #include "sluice/base/log.h"
+#include "sluice/net/h1_client.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +175,15 @@ void sl_curl_close(struct sl_curl *c, void (*on_closed)(struct sl_curl *))
 	uv_close((uv_handle_t *)&c->timer, on_timer_closed);
 }
 
+/* CURLOPT_SOCKOPTFUNCTION: a connection's socket, before it connects. */
+static int on_curl_sockopt(void *data, curl_socket_t fd, curlsocktype purpose)
+{
+	(void)data;
+	if (purpose == CURLSOCKTYPE_IPCXN)
+		sl_upstream_socket(fd);
+	return CURL_SOCKOPT_OK;
+}
+
 void sl_curl_common_options(CURL *e)
 {
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
@@ -184,6 +194,8 @@ void sl_curl_common_options(CURL *e)
 	curl_easy_setopt(e, CURLOPT_PROXY, "");
 	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
 	curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+	/* Segments that fit a window reopened small (SL_UPSTREAM_MSS). */
+	curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, on_curl_sockopt);
 }
 
 CURL *sl_curl_easy(struct sl_curl *c)

@@ -16,6 +16,9 @@
 
 #include "h1_client_impl.h"
 
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -393,17 +396,26 @@ static void conn_open(struct sl_h1_pool *p, struct sl_h1_request *r)
 	p->conns++;
 	sl_debug("upstream %s: opening connection %u of at most %u", p->url,
 	         p->conns, p->max_conns);
-	uv_tcp_init(loop, &c->tcp);
+	c->addr = p->addr_at;
+	const struct sockaddr_storage *to = &p->addrs[c->addr];
+	/* The socket now, to set it up before it connects. */
+	if (uv_tcp_init_ex(loop, &c->tcp, to->ss_family) == 0) {
+		uv_os_fd_t fd;
+		if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+			sl_upstream_socket(fd);
+	} else {
+		/* None (out of descriptors, say): connecting makes one, or
+		 * fails and says why. */
+		uv_tcp_init(loop, &c->tcp);
+	}
 	uv_timer_init(loop, &c->timer);
 	c->tcp.data = c;
 	c->timer.data = c;
 	c->open_handles = 2;
 	/* Tokens go out in small writes: Nagle would hold each one back. */
 	uv_tcp_nodelay(&c->tcp, 1);
-	c->addr = p->addr_at;
 	int rc = uv_tcp_connect(&c->connect, &c->tcp,
-	                        (const struct sockaddr *)&p->addrs[c->addr],
-	                        on_connect);
+	                        (const struct sockaddr *)to, on_connect);
 	if (rc != 0) {
 		/* Reported from the loop: sl_h1_start never calls on_done. */
 		c->deferred_error = rc;
@@ -411,6 +423,14 @@ static void conn_open(struct sl_h1_pool *p, struct sl_h1_request *r)
 		return;
 	}
 	uv_timer_start(&c->timer, on_connect_timer, r->connect_timeout_ms, 0);
+}
+
+void sl_upstream_socket(uv_os_sock_t fd)
+{
+	int mss = SL_UPSTREAM_MSS;
+	if (setsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof(mss)) != 0)
+		sl_debug("upstream socket: cannot set TCP_MAXSEG to %d: %s",
+		         mss, strerror(errno));
 }
 
 /* ---- pools ---- */

@@ -73,7 +73,8 @@ void sl_curl_close(struct sl_curl *c, void (*on_closed)(struct sl_curl *));
 
 /*
  * Options every upstream transfer gets: no signals, no proxy (upstreams are
- * reached directly, whatever http_proxy says), HTTP/1.1, TCP_NODELAY.
+ * reached directly, whatever http_proxy says), HTTP/1.1, TCP_NODELAY, and
+ * the segment size of sl_upstream_socket (net/h1_client.h).
  */
 void sl_curl_common_options(CURL *easy);
 

@@ -107,6 +107,33 @@
 #define SL_H1_ADDRS_MAX 8
 
 /*
+ * The largest TCP segment sluice takes from an upstream (TCP_MAXSEG, set
+ * before connecting, so that its SYN announces it), for every upstream
+ * connection, libcurl's too (sl_upstream_socket).
+ *
+ * Why: over loopback, where llama-server usually is, a segment may be
+ * 64 KB. While a slow client holds a stream back, sluice stops reading,
+ * the upstream's window closes, and its kernel probes the closed window
+ * at intervals that double up to two minutes. When sluice reads again,
+ * its receive buffer, sized by the kernel for the small events that came
+ * last, may reopen the window smaller than one such segment, and Linux
+ * then sends nothing until its next probe (measured: a stream held back
+ * for 40 s stood still for 29 s once its client caught up, two runs in
+ * three; the same after its client left, so that llama-server generated
+ * on, unheard, and a drain waited for it). The window reopens by what
+ * sluice then reads, most of a receive buffer (45 KB in those runs): 8 KB
+ * segments fit in it.
+ */
+#define SL_UPSTREAM_MSS 8192
+
+/*
+ * Prepares a socket for an upstream connection before it connects: the
+ * segment size above. A failure is only logged at debug level: the
+ * connection works without it.
+ */
+void sl_upstream_socket(uv_os_sock_t fd);
+
+/*
  * Chunked answers after which an upstream whose connections were still
  * open at each one's end is taken to keep them: from then on the peek for
  * its close (h1_exchange.c, peer_closing) is spared, a system call per
