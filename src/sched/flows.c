@@ -1,5 +1,5 @@
 /* flows.c: flows, bands and their heaps, for fair queuing (flows.h). */
-#include "flows.h"
+#include "sched_impl.h"
 
 #include "sluice/base/common.h"
 

@@ -1,7 +1,7 @@
 /* sched.c: the priority queue with aging, and the batching window. */
 #include "sluice/sched/sched.h"
 
-#include "flows.h"
+#include "sched_impl.h"
 #include "sluice/base/common.h"
 
 #include <math.h>

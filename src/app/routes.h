@@ -7,7 +7,7 @@
 #ifndef SLUICE_ROUTES_H
 #define SLUICE_ROUTES_H
 
-#include "sluice/app.h"
+#include "app.h"
 #include "sluice/net/http.h"
 
 #include <stdbool.h>

@@ -1,5 +1,5 @@
 /* models_api.c: llama-server's router endpoints, sluice's own (see .h). */
-#include "sluice/models_api.h"
+#include "models_api.h"
 
 #include "sluice/base/common.h"
 #include "sluice/base/log.h"

@@ -1,5 +1,5 @@
 /* main.c: sluice's entry point: options, the one-shot actions, the app. */
-#include "sluice/app.h"
+#include "app.h"
 #include "sluice/fleet/child.h"
 #include "sluice/base/common.h"
 #include "sluice/config/config.h"

@@ -1,10 +1,10 @@
 /* routes.c: the route table and the small handlers that live with it. */
-#include "sluice/routes.h"
+#include "routes.h"
 
 #include "sluice/relay/access.h"
 #include "sluice/base/common.h"
 #include "sluice/ops/exposition.h"
-#include "sluice/models_api.h"
+#include "models_api.h"
 #include "sluice/relay/proxy.h"
 
 #include <stdlib.h>

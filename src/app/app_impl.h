@@ -10,7 +10,7 @@
 #ifndef SLUICE_APP_IMPL_H
 #define SLUICE_APP_IMPL_H
 
-#include "sluice/app.h"
+#include "app.h"
 
 /*
  * Launch settings that llama-servers started before a reload still point

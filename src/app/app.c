@@ -8,7 +8,7 @@
 #include "sluice/net/client_addr.h"
 #include "sluice/ops/exposition.h"
 #include "sluice/relay/proxy.h"
-#include "sluice/routes.h"
+#include "routes.h"
 
 #include <jansson.h>
 #include <signal.h>

@@ -27,7 +27,7 @@
 #ifndef SLUICE_MODELS_API_H
 #define SLUICE_MODELS_API_H
 
-#include "sluice/app.h"
+#include "app.h"
 #include "sluice/net/http.h"
 #include "sluice/relay/proxy.h"
 
