@@ -1,5 +1,16 @@
-/* app.c: start-up, shutdown, and the glue between the modules. */
-#include "app_impl.h"
+/*
+ * app.c: start-up, shutdown, and the glue between the modules: the hooks
+ * through which the relay and the upstreams reach the pieces of the
+ * wiring below this one (app_state.h has the order).
+ */
+#include "app.h"
+
+#include "app_discovery.h"
+#include "app_models.h"
+#include "app_reload.h"
+#include "app_state.h"
+#include "app_upstreams.h"
+#include "routes.h"
 
 #include "sluice/base/common.h"
 #include "sluice/base/log.h"
@@ -8,7 +19,6 @@
 #include "sluice/net/client_addr.h"
 #include "sluice/ops/exposition.h"
 #include "sluice/relay/proxy.h"
-#include "routes.h"
 
 #include <jansson.h>
 #include <signal.h>
@@ -20,6 +30,7 @@
 #include "sl_build_config.h"
 
 static void stop_upstreams(struct sl_app *app, bool force);
+static void maybe_done(struct sl_app *app);
 
 /*
  * Once a drain has nothing left in flight, the last responses may still be
@@ -45,7 +56,7 @@ static void on_http_closed(struct sl_http_server *s)
 	sl_proxy_abort_all(&app->relay);
 	sl_exposition_close(&app->exposition);
 	stop_upstreams(app, app->force_stop);
-	app_maybe_done(app);
+	maybe_done(app);
 }
 
 static void on_curl_closed(struct sl_curl *c)
@@ -53,7 +64,11 @@ static void on_curl_closed(struct sl_curl *c)
 	(void)c; /* nothing else is open: uv_run returns */
 }
 
-void app_maybe_done(struct sl_app *app)
+/*
+ * The end of a stop: once the front has closed and the last upstream has
+ * stopped, the clients close, and with them the last handles of the loop.
+ */
+static void maybe_done(struct sl_app *app)
 {
 	if (!app->stopping || app->n_upstreams > 0 || app->http.loop)
 		return;
@@ -267,85 +282,7 @@ static void on_request_finished(struct sl_http_request *req, bool completed,
 	sl_app_maybe_drained(app);
 }
 
-/* ---- /health ---- */
-
-/* A model for /health: its state, names, queue and upstreams. */
-static json_t *model_json(const struct sl_model *m)
-{
-	json_t *aliases = json_array(), *ups = json_array();
-	for (unsigned k = 0; m->aliases && k < m->aliases->count; k++)
-		json_array_append_new(aliases,
-		                      json_string(m->aliases->items[k]));
-	unsigned inflight = 0;
-	for (unsigned i = 0; i < m->pool.n; i++) {
-		json_array_append_new(ups,
-		                      json_string(m->pool.members[i]->name));
-		inflight += m->pool.members[i]->inflight;
-	}
-	/*
-	 * Deadlines (sched/README.md): the factor its TTFT predictions are
-	 * admitted on, the answers it was learned from, and the requests
-	 * waiting with a service level.
-	 */
-	json_t *slo =
-	    json_pack("{s:f, s:I, s:i}", "calibration",
-	              sl_predict_calib_factor(&m->calib), "calibration_samples",
-	              (json_int_t)m->calib.samples, "queued",
-	              (json_int_t)sl_sched_slo_depth(&m->sched));
-	return json_pack("{s:s, s:s, s:o, s:i, s:i, s:o, s:o}", "name", m->name,
-	                 "state", sl_model_state(m), "aliases", aliases,
-	                 "queued", (json_int_t)sl_sched_depth(&m->sched),
-	                 "inflight", (json_int_t)inflight, "upstreams", ups,
-	                 "slo", slo);
-}
-
-json_t *sl_app_health_json(const struct sl_app *app, bool *any_ready)
-{
-	json_t *ups = json_array(), *models = json_array();
-	*any_ready = false;
-	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
-		const struct sl_upstream *u = app->upstreams[i];
-		if (!u)
-			continue;
-		*any_ready |= sl_upstream_is_ready(u);
-		json_array_append_new(ups, sl_upstream_json(u));
-	}
-	/* A model that starts on demand can serve: sluice is ready. */
-	for (unsigned i = 0;
-	     app->registry.model_section && i < app->registry.n_models; i++) {
-		const struct sl_model *m = app->registry.models[i];
-		*any_ready |= m->managed && !m->loaded && !m->unloading;
-	}
-	for (unsigned i = 0; i < app->registry.n_models; i++)
-		json_array_append_new(models,
-		                      model_json(app->registry.models[i]));
-	uint64_t uptime =
-	    (uv_now((uv_loop_t *)&app->loop) - app->start_ms) / 1000;
-	unsigned queued = sl_registry_queue_depth(&app->registry);
-	return json_pack(
-	    "{s:s, s:s, s:s, s:i, s:i, s:i, s:b, s:s, s:o, s:o}", "status",
-	    *any_ready ? "ok" : "unavailable", "state",
-	    app->stopping ? "draining" : "running", "version", SL_VERSION,
-	    "uptime_s", (json_int_t)uptime, "queued", (json_int_t)queued,
-	    "inflight", (json_int_t)(app->relay.exchanges - queued),
-	    "demo_model", app->demo, "default_model",
-	    app->registry.default_model ? app->registry.default_model->name
-	                                : "",
-	    "models", models, "upstreams", ups);
-}
-
 /* ---- start-up ---- */
-
-/* Whether `args` already give llama-server its model's alias. */
-static bool args_name_model(const struct sl_strlist *args)
-{
-	for (unsigned i = 0; i < args->count; i++)
-		if (strcmp(args->items[i], "--alias") == 0 ||
-		    strcmp(args->items[i], "-a") == 0 ||
-		    strncmp(args->items[i], "--alias=", 8) == 0)
-			return true;
-	return false;
-}
 
 /*
  * The one model's name without a models: section: --model-name, else the
@@ -367,50 +304,6 @@ static char *one_model_name(const struct sl_app *app, const char *file)
 	if (n > 5 && strcmp(base + n - 5, ".gguf") == 0)
 		n -= 5;
 	return n ? sl_xasprintf("%.*s", (int)n, base) : sl_xstrdup("default");
-}
-
-/*
- * What a managed model's llama-servers are started with: the global
- * options, with the model's slots, ctx-size and args, its hf-repo, and
- * its name as llama-server's alias, so that llama-server's own /v1/models
- * and /props name it as clients do.
- */
-void app_plan_upstream_cfg(struct sl_model *m)
-{
-	const struct sl_config *cfg = m->app->cfg;
-	const struct sl_model_config *conf = m->conf;
-	struct sl_config *c = sl_xmalloc(sizeof(*c));
-	*c = *cfg;
-	/*
-	 * The demo model's text is random: capped, a first request without a
-	 * max_tokens ends in about a second rather than running to the end of
-	 * its context. First, so that a --llama-arg's own --n-predict wins
-	 * (llama-server takes a flag's last value).
-	 */
-	if (m->app->demo) {
-		char n[16];
-		snprintf(n, sizeof(n), "%d", SL_DEMO_N_PREDICT);
-		sl_strlist_push(&m->llama_args, "--n-predict");
-		sl_strlist_push(&m->llama_args, n);
-	}
-	for (unsigned i = 0; i < cfg->llama_args.count; i++)
-		sl_strlist_push(&m->llama_args, cfg->llama_args.items[i]);
-	if (conf) {
-		c->slots = conf->slots ? conf->slots : cfg->slots;
-		c->ctx_size = conf->ctx_size ? conf->ctx_size : cfg->ctx_size;
-		for (unsigned i = 0; i < conf->args.count; i++)
-			sl_strlist_push(&m->llama_args, conf->args.items[i]);
-		if (conf->hf_repo) {
-			sl_strlist_push(&m->llama_args, "--hf-repo");
-			sl_strlist_push(&m->llama_args, conf->hf_repo);
-		}
-	}
-	if (!args_name_model(&m->llama_args)) {
-		sl_strlist_push(&m->llama_args, "--alias");
-		sl_strlist_push(&m->llama_args, m->name);
-	}
-	c->llama_args = m->llama_args;
-	m->upstream_cfg = c;
 }
 
 /*
@@ -502,11 +395,15 @@ static int plan(struct sl_app *app)
 	return rc;
 }
 
-/* Every model's upstreams, in the order of the configuration. */
-int app_start_models(struct sl_app *app)
+/*
+ * Every model's upstreams, in the order of the configuration. A managed
+ * model that cannot start here fails the start-up, which the caller ends.
+ */
+static int start_models(struct sl_app *app)
 {
 	const struct sl_config *cfg = app->cfg;
 	int rc = 0;
+	bool failed = false;
 	if (!app->registry.model_section) {
 		struct sl_model *m = app->registry.models[0];
 		if (m->managed)
@@ -519,12 +416,13 @@ int app_start_models(struct sl_app *app)
 	for (unsigned i = 0; rc == 0 && i < app->registry.n_models; i++) {
 		struct sl_model *m = app->registry.models[i];
 		const struct sl_model_config *conf = m->conf;
-		app_preload(app, m, "preload");
+		if (app_preload(app, m, "preload") != 0)
+			failed = true;
 		for (unsigned k = 0; rc == 0 && k < conf->upstreams.count; k++)
 			rc = app_add_upstream(app, m, conf->upstreams.items[k],
 			                      NULL);
 	}
-	return app->stopping ? SL_EINVAL : rc;
+	return app->stopping || failed ? SL_EINVAL : rc;
 }
 
 /*
@@ -569,69 +467,6 @@ static void warn_if_exposed(const struct sl_app *app, unsigned port)
 	        "--api-key (or --api-key-file), or listen on loopback only "
 	        "with --listen 127.0.0.1:%u",
 	        app->listen_url, port);
-}
-
-/*
- * A keys: section that lists no key, with no --api-key: authentication is
- * on (keys.h, `required`) and no key opens it, so every client request
- * gets 401. Said at start, or by each reload that leaves it so (`when`
- * prefixes the line), since it looks like an outage.
- */
-void app_warn_if_locked(const struct sl_app *app, const char *when,
-                        const struct sl_keys *keys)
-{
-	if (app->cfg->api_keys.count > 0 ||
-	    !sl_tenants_required(&app->tenants) || (keys && keys->n > 0))
-		return;
-	sl_warn("%skeys: %s and no --api-key is set: every client request is "
-	        "refused (401) until a key is added and sluice reloaded (a "
-	        "reload never turns authentication off; a restart without "
-	        "keys: does)",
-	        when, keys ? "lists no key" : "is gone");
-}
-
-/*
- * A key whose models: list names a model sluice does not serve can never
- * use it (access.h): most likely a typo, or a list written for a models:
- * section that is not there. Said once per key at start and by each reload
- * (`when` prefixes the line); the key still works for the models it names
- * that exist.
- */
-void app_warn_unknown_models(const struct sl_app *app, const char *when)
-{
-	const struct sl_keys *keys = app->tenants.table;
-	for (unsigned k = 0; keys && k < keys->n; k++) {
-		const struct sl_key *key = &keys->v[k];
-		char names[512];
-		struct sl_join j = SL_JOIN(names);
-		for (unsigned i = 0; i < key->n_models; i++) {
-			const char *name = key->models[i];
-			bool served =
-			    app->registry.model_section
-			        ? sl_registry_find(&app->registry, name) != NULL
-			        : strcmp(name,
-			                 app->registry.default_model->name) ==
-			              0;
-			if (served)
-				continue;
-			sl_join_str(&j, j.len ? ", " : "");
-			sl_join_str(&j, name);
-		}
-		if (j.len == 0)
-			continue;
-		if (app->registry.model_section)
-			sl_warn(
-			    "%skeys.%s: models: %s: no such model or alias; "
-			    "the key cannot use it",
-			    when, key->name, names);
-		else
-			sl_warn(
-			    "%skeys.%s: models: %s: sluice serves one model, "
-			    "%s (--model-name), which takes any name in a "
-			    "request; a key's list names it by that name",
-			    when, key->name, names,
-			    app->registry.default_model->name);
-	}
 }
 
 static int open_listener(struct sl_app *app)
@@ -688,7 +523,117 @@ static int open_listener(struct sl_app *app)
 	warn_if_exposed(app, port);
 	return 0;
 }
-/* ---- SIGHUP: reloading the keys and the models ---- */
+
+/* ---- the hooks: what the layers below ask of the wiring ---- */
+
+/*
+ * An upstream failed for good. A model started on demand (or by a
+ * reload) fails its own requests (app_upstream_fatal); a first start at
+ * start-up stops sluice. The requests that waited for it (and any queued
+ * for other models, which would be cut) hear why now rather than find
+ * their connection closed.
+ */
+static void on_upstream_fatal(struct sl_upstream *u, const char *why)
+{
+	struct sl_app *app = u->data;
+	if (app_upstream_fatal(u, why))
+		return;
+	struct sl_model *m = sl_registry_model_of(&app->registry, u);
+	sl_error("%s", why);
+	char message[SL_MODEL_NAME_MAX + 96];
+	snprintf(message, sizeof(message),
+	         "%s%s could not start, and sluice is shutting down; "
+	         "sluice's log says why",
+	         m ? "model " : "llama-server", m ? m->name : "");
+	for (unsigned i = 0; i < app->registry.n_models; i++)
+		sl_proxy_fail_queued(&app->relay, app->registry.models[i],
+		                     message);
+	sl_app_stop(app, EXIT_FAILURE);
+}
+
+/* An upstream stopped: it leaves its model, and may end a shutdown. */
+static void on_upstream_stopped(struct sl_upstream *u)
+{
+	struct sl_app *app = u->data;
+	app_upstream_stopped(u);
+	maybe_done(app);
+}
+
+/* Every upstream's (app_upstreams.c makes them with these). */
+static const struct sl_upstream_hooks upstream_hooks = {
+    .may_eject = app_may_eject,
+    .waiting = app_upstream_waiting,
+    .on_capacity = app_upstream_capacity,
+    .on_change = app_upstream_changed,
+    .on_fatal = on_upstream_fatal,
+    .on_stopped = on_upstream_stopped,
+};
+
+/*
+ * What the relay asks of the app (relay.h): app_models.c's functions, and
+ * the drain above, with the app as an opaque owner.
+ */
+static struct sl_upstream *
+relay_pick_upstream(void *owner, const struct sl_model *m, bool need_slot,
+                    const struct sl_upstream *avoid,
+                    const struct sl_affinity_key *key,
+                    const struct sl_pool_slo *slo, char *why, size_t size)
+{
+	return sl_app_pick_upstream(owner, m, need_slot, avoid, key, slo, why,
+	                            size);
+}
+
+static bool relay_upstream_expected(void *owner, const struct sl_model *m)
+{
+	return sl_app_upstream_expected(owner, m);
+}
+
+static void relay_model_demand(void *owner, struct sl_model *m)
+{
+	sl_app_model_demand(owner, m);
+}
+
+static void relay_kick_scheduler(void *owner)
+{
+	sl_app_kick_scheduler(owner);
+}
+
+static void relay_maybe_drained(void *owner)
+{
+	sl_app_maybe_drained(owner);
+}
+
+static const struct sl_relay_hooks relay_hooks = {
+    .pick_upstream = relay_pick_upstream,
+    .upstream_expected = relay_upstream_expected,
+    .model_demand = relay_model_demand,
+    .kick_scheduler = relay_kick_scheduler,
+    .maybe_drained = relay_maybe_drained,
+    .model_ref = sl_app_model_ref,
+    .model_release = sl_app_model_release,
+    .model_used = sl_app_model_used,
+    .model_left = sl_app_model_left,
+};
+
+/* Points app->exposition at what /metrics reads (exposition.h). */
+static void lend_exposition(struct sl_app *app)
+{
+	app->exposition = (struct sl_exposition){
+	    .loop = &app->loop,
+	    .curl = &app->curl,
+	    .stats = &app->stats,
+	    .tenants = &app->tenants,
+	    .http = &app->http,
+	    .upstreams = app->upstreams,
+	    .registry = &app->registry,
+	    .discoveries = &app->discoveries,
+	    .n_discoveries = &app->n_discoveries,
+	    .affinity = &app->affinity,
+	    .affinity_picks = app->affinity_picks,
+	};
+}
+
+/* ---- the loop ---- */
 
 static void on_log_turn(uv_prepare_t *h)
 {
@@ -728,7 +673,7 @@ int sl_app_run(const struct sl_config *cfg)
 
 	uv_loop_init(&app->loop);
 	app->relay = (struct sl_relay){
-	    .hooks = &app_relay_hooks,
+	    .hooks = &relay_hooks,
 	    .owner = app,
 	    .loop = &app->loop,
 	    .cfg = cfg,
@@ -742,7 +687,8 @@ int sl_app_run(const struct sl_config *cfg)
 	    .registry = &app->registry,
 	    .stopping = &app->stopping,
 	};
-	app_lend_exposition(app);
+	app->upstream_hooks = &upstream_hooks;
+	lend_exposition(app);
 	app->start_ms = uv_now(&app->loop);
 	app->created_s = (uint64_t)time(NULL);
 	if (plan(app) != 0) {
@@ -789,7 +735,7 @@ int sl_app_run(const struct sl_config *cfg)
 	if (rc == 0)
 		rc = open_listener(app);
 	if (rc == 0)
-		rc = app_start_models(app);
+		rc = start_models(app);
 	if (rc == 0)
 		rc = app_start_discoveries(app);
 	app->started = true;

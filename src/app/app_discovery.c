@@ -3,10 +3,14 @@
  *
  * A model whose upstreams are a DNS name (--upstream-dns, a models:
  * upstream_dns) follows its addresses: one added becomes an upstream, one
- * removed is drained and then stopped once nothing runs on it. Here too
- * the reap timer that stops drained upstreams.
+ * removed is drained and then stopped once nothing runs on it
+ * (app_upstreams.c).
  */
-#include "app_impl.h"
+#include "app_discovery.h"
+
+#include "app_models.h"
+#include "app_state.h"
+#include "app_upstreams.h"
 
 #include "sluice/base/common.h"
 #include "sluice/base/log.h"
@@ -15,82 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- upstreams that come and go (DNS discovery) ---- */
-
-struct sl_upstream *sl_app_add_upstream(struct sl_app *app, struct sl_model *m,
-                                        const char *url, const char *origin)
-{
-	if (app->n_upstreams >= SL_MAX_UPSTREAMS) {
-		char *shown = sl_url_shown(url);
-		if (!app->upstreams_full)
-			sl_warn("upstream %s (from %s) left out: sluice holds "
-			        "at most %d upstreams",
-			        shown, origin ? origin : "the configuration",
-			        SL_MAX_UPSTREAMS);
-		free(shown);
-		app->upstreams_full = true;
-		return NULL;
-	}
-	struct sl_upstream *u =
-	    sl_upstream_new(&app->loop, &app->curl, app->cfg, NULL, url,
-	                    &app_upstream_hooks, app);
-	u->origin = origin ? sl_xstrdup(origin) : NULL;
-	u->index = app->n_upstreams;
-	app->upstreams[app->n_upstreams++] = u;
-	sl_pool_add(&m->pool, u);
-	sl_info("upstream %s added (from %s); checking it", u->url,
-	        origin ? origin : "the configuration");
-	/* A remote upstream's start only schedules its first check. */
-	sl_upstream_start(u);
-	return u;
-}
-
-static void on_reap_timer(uv_timer_t *t)
-{
-	struct sl_app *app = t->data;
-	for (unsigned i = 0; i < app->n_upstreams; i++) {
-		struct sl_upstream *u = app->upstreams[i];
-		if (u->draining && u->inflight == 0 && !u->stopping) {
-			sl_info("upstream %s drained; removing it", u->url);
-			sl_proxy_end_watches(&app->relay, u,
-			                     "its upstream is going");
-			/* app_on_upstream_stopped takes it out of the array. */
-			sl_upstream_stop(u, false);
-		}
-	}
-}
-
-/*
- * Draining upstreams with nothing left in flight are stopped, from a timer
- * of their own: this runs whenever a request lets go of its upstream, and
- * that may be inside the upstream's own callbacks, where stopping it would
- * pull its handles from under it. At shutdown every upstream stops anyway.
- */
-void app_stop_drained(struct sl_app *app)
-{
-	if (app->front_closing)
-		return;
-	for (unsigned i = 0; i < app->n_upstreams; i++) {
-		const struct sl_upstream *u = app->upstreams[i];
-		if (u->draining && u->inflight == 0 && !u->stopping) {
-			uv_timer_start(&app->reap_timer, on_reap_timer, 0, 0);
-			return;
-		}
-	}
-}
-
-void sl_app_retire_upstream(struct sl_app *app, struct sl_upstream *u)
-{
-	if (u->draining || u->stopping)
-		return;
-	u->draining = true;
-	sl_info("upstream %s (from %s) is going: no new work for it, %u "
-	        "requests in flight there finish first",
-	        u->url, u->origin ? u->origin : "the configuration",
-	        u->inflight);
-	app_stop_drained(app);
-}
 
 /* The upstream at `url` that `origin` added and still holds, or NULL. */
 static struct sl_upstream *find_discovered(struct sl_app *app, const char *url,

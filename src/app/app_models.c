@@ -5,13 +5,18 @@
  * upstreams and its state. A model with a managed llama-server may be
  * loaded on demand and unloaded when idle or when another needs the room
  * (--max-loaded, --memory-budget: the least recently used idle one goes).
- * The upstreams' events (ready, changed, fatal, stopped) come here, and
- * kick the model's scheduler when slots free up.
+ * The upstreams' events (ready, changed, fatal, stopped) come here, through
+ * the hooks app.c composes, and kick the model's scheduler when slots free
+ * up. Below it only the table of upstreams (app_upstreams.c).
  */
-#include "app_impl.h"
+#include "app_models.h"
+
+#include "app_state.h"
+#include "app_upstreams.h"
 
 #include "sluice/base/common.h"
 #include "sluice/base/log.h"
+#include "sluice/fleet/demo_model.h"
 #include "sluice/fleet/startup.h"
 #include "sluice/relay/proxy.h"
 
@@ -67,8 +72,7 @@ static void size_connection_pool(struct sl_app *app)
 	curl_multi_setopt(app->curl.multi, CURLMOPT_MAXCONNECTS, total);
 }
 
-static void on_upstream_change(struct sl_upstream *u,
-                               enum sl_upstream_state old)
+void app_upstream_changed(struct sl_upstream *u, enum sl_upstream_state old)
 {
 	struct sl_app *app = u->data;
 	sl_debug("upstream %s: %s -> %s", u->url, sl_upstream_state_name(old),
@@ -196,7 +200,7 @@ bool sl_app_upstream_expected(const struct sl_app *app,
 	 * Started on demand: its start is awaited, not refused. So is a
 	 * first start at start-up (sl_pool_expected): a client that sends
 	 * as soon as sluice listens waits for it in the queue, within
-	 * --queue-timeout, and hears at once if it fails (on_upstream_fatal).
+	 * --queue-timeout, and hears at once if it fails (app_upstream_fatal).
 	 */
 	if (app->registry.model_section && m->managed &&
 	    (m->wanted || m->unloading || !m->loaded))
@@ -212,8 +216,8 @@ void app_on_idle_timer(uv_timer_t *t)
 		unload(m, "idle-timeout passed");
 }
 
-/* Starts the model's llama-servers: its replicas. */
-void app_load(struct sl_app *app, struct sl_model *m, const char *why)
+/* Starts the model's llama-servers: its replicas (app_models.h). */
+int app_load(struct sl_app *app, struct sl_model *m, const char *why)
 {
 	const struct sl_model_config *conf = m->conf;
 	m->loaded = true;
@@ -235,14 +239,13 @@ void app_load(struct sl_app *app, struct sl_model *m, const char *why)
 	}
 	if (rc != 0 && app->started)
 		unload(m, "it could not start");
-	else if (rc != 0)
-		sl_app_stop(app, EXIT_FAILURE);
-	else if (conf->idle_timeout_ms)
+	else if (rc == 0 && conf->idle_timeout_ms)
 		uv_timer_start(&m->idle_timer, app_on_idle_timer,
 		               conf->idle_timeout_ms, 0);
+	return rc;
 }
 
-/* Stops the model's llama-servers; app_on_upstream_stopped sees the end. */
+/* Stops the model's llama-servers; app_upstream_stopped sees the end. */
 static void unload(struct sl_model *m, const char *why)
 {
 	m->loaded = false;
@@ -437,55 +440,29 @@ void sl_app_model_used(struct sl_model *m)
 		app_start_wanted(app);
 }
 
-static void on_upstream_fatal(struct sl_upstream *u, const char *why)
+bool app_upstream_fatal(struct sl_upstream *u, const char *why)
 {
 	struct sl_app *app = u->data;
 	struct sl_model *m = sl_registry_model_of(&app->registry, u);
 	/* One started on demand fails its requests, not the whole of sluice. */
-	if (m && m->late) {
-		sl_error("model %s: %s", m->name, why);
-		char message[SL_MODEL_NAME_MAX + 64];
-		snprintf(message, sizeof(message),
-		         "model %s could not start; sluice's log says why",
-		         m->name);
-		unload(m, "it could not start");
-		sl_proxy_fail_queued(&m->app->relay, m, message);
-		return;
-	}
-	/*
-	 * A first start at start-up: sluice exits. The requests that waited
-	 * for it (and any queued for other models, which would be cut) hear
-	 * why now rather than find their connection closed.
-	 */
-	sl_error("%s", why);
-	char message[SL_MODEL_NAME_MAX + 96];
+	if (!m || !m->late)
+		return false;
+	sl_error("model %s: %s", m->name, why);
+	char message[SL_MODEL_NAME_MAX + 64];
 	snprintf(message, sizeof(message),
-	         "%s%s could not start, and sluice is shutting down; "
-	         "sluice's log says why",
-	         m ? "model " : "llama-server", m ? m->name : "");
-	for (unsigned i = 0; i < app->registry.n_models; i++)
-		sl_proxy_fail_queued(&app->relay, app->registry.models[i],
-		                     message);
-	sl_app_stop(app, EXIT_FAILURE);
+	         "model %s could not start; sluice's log says why", m->name);
+	unload(m, "it could not start");
+	sl_proxy_fail_queued(&m->app->relay, m, message);
+	return true;
 }
 
-/*
- * The array stays dense, so that an upstream added later (DNS discovery)
- * goes at n_upstreams: the later ones move down and learn their new index.
- */
-void app_on_upstream_stopped(struct sl_upstream *u)
+void app_upstream_stopped(struct sl_upstream *u)
 {
 	struct sl_app *app = u->data;
 	struct sl_model *m = sl_registry_model_of(&app->registry, u);
 	if (m)
 		sl_pool_remove(&m->pool, u);
-	/* Later entries move down, in order: each pool stays in index order. */
-	for (unsigned i = u->index; i + 1 < app->n_upstreams; i++) {
-		app->upstreams[i] = app->upstreams[i + 1];
-		app->upstreams[i]->index = i;
-	}
-	app->upstreams[--app->n_upstreams] = NULL;
-	app->upstreams_full = false;
+	app_drop_upstream(app, u);
 	if (m && m->unloading && m->pool.n == 0) {
 		m->unloading = false;
 		sl_info("model %s: stopped", m->name);
@@ -494,14 +471,13 @@ void app_on_upstream_stopped(struct sl_upstream *u)
 	app_free_old_launches(app);
 	if (m)
 		app_maybe_free_model(m);
-	app_maybe_done(app);
 }
 
 /*
  * Ejecting the last usable upstream of a model would serve nobody: see
  * upstream.h. Another model's upstreams cannot take its requests.
  */
-static bool may_eject(const struct sl_upstream *u)
+bool app_may_eject(const struct sl_upstream *u)
 {
 	const struct sl_app *app = u->data;
 	const struct sl_model *m = sl_registry_model_of(&app->registry, u);
@@ -509,7 +485,7 @@ static bool may_eject(const struct sl_upstream *u)
 }
 
 /* Requests of u's model wait in its queue: its occupancy is polled. */
-static bool upstream_waiting(const struct sl_upstream *u)
+bool app_upstream_waiting(const struct sl_upstream *u)
 {
 	const struct sl_app *app = u->data;
 	const struct sl_model *m = sl_registry_model_of(&app->registry, u);
@@ -517,19 +493,10 @@ static bool upstream_waiting(const struct sl_upstream *u)
 }
 
 /* A poll found slots that others let go: the queue may move. */
-static void upstream_capacity(struct sl_upstream *u)
+void app_upstream_capacity(struct sl_upstream *u)
 {
 	sl_app_kick_scheduler(u->data);
 }
-
-const struct sl_upstream_hooks app_upstream_hooks = {
-    .may_eject = may_eject,
-    .waiting = upstream_waiting,
-    .on_capacity = upstream_capacity,
-    .on_change = on_upstream_change,
-    .on_fatal = on_upstream_fatal,
-    .on_stopped = app_on_upstream_stopped,
-};
 
 struct sl_model *app_model_new(struct sl_app *app, char *name,
                                const struct sl_model_config *conf)
@@ -583,40 +550,59 @@ void app_model_free(struct sl_model *m)
 	free(m);
 }
 
-/*
- * Starts one upstream of `m`: a managed llama-server when url is NULL.
- * `name`, when given, replaces the upstream's own ("managed" or its URL)
- * in /health, the metrics and ?upstream=.
- */
-int app_add_upstream(struct sl_app *app, struct sl_model *m, const char *url,
-                     const char *name)
+/* Whether `args` already give llama-server its model's alias. */
+static bool args_name_model(const struct sl_strlist *args)
 {
-	unsigned index = app->n_upstreams; /* dense: see app.h */
-	if (index == SL_MAX_UPSTREAMS) {
-		sl_error("too many upstreams: at most %d", SL_MAX_UPSTREAMS);
-		return SL_EINVAL;
+	for (unsigned i = 0; i < args->count; i++)
+		if (strcmp(args->items[i], "--alias") == 0 ||
+		    strcmp(args->items[i], "-a") == 0 ||
+		    strncmp(args->items[i], "--alias=", 8) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * What a managed model's llama-servers are started with: the global
+ * options, with the model's slots, ctx-size and args, its hf-repo, and
+ * its name as llama-server's alias, so that llama-server's own /v1/models
+ * and /props name it as clients do.
+ */
+void app_plan_upstream_cfg(struct sl_model *m)
+{
+	const struct sl_config *cfg = m->app->cfg;
+	const struct sl_model_config *conf = m->conf;
+	struct sl_config *c = sl_xmalloc(sizeof(*c));
+	*c = *cfg;
+	/*
+	 * The demo model's text is random: capped, a first request without a
+	 * max_tokens ends in about a second rather than running to the end of
+	 * its context. First, so that a --llama-arg's own --n-predict wins
+	 * (llama-server takes a flag's last value).
+	 */
+	if (m->app->demo) {
+		char n[16];
+		snprintf(n, sizeof(n), "%d", SL_DEMO_N_PREDICT);
+		sl_strlist_push(&m->llama_args, "--n-predict");
+		sl_strlist_push(&m->llama_args, n);
 	}
-	struct sl_managed_spec spec = {.exe = m->exe, .model = m->file};
-	struct sl_upstream *u = sl_upstream_new(
-	    &app->loop, &app->curl, url ? app->cfg : m->upstream_cfg,
-	    url ? NULL : &spec, url, &app_upstream_hooks, app);
-	if (name) {
-		free(u->name);
-		u->name = sl_xstrdup(name);
+	for (unsigned i = 0; i < cfg->llama_args.count; i++)
+		sl_strlist_push(&m->llama_args, cfg->llama_args.items[i]);
+	if (conf) {
+		c->slots = conf->slots ? conf->slots : cfg->slots;
+		c->ctx_size = conf->ctx_size ? conf->ctx_size : cfg->ctx_size;
+		for (unsigned i = 0; i < conf->args.count; i++)
+			sl_strlist_push(&m->llama_args, conf->args.items[i]);
+		if (conf->hf_repo) {
+			sl_strlist_push(&m->llama_args, "--hf-repo");
+			sl_strlist_push(&m->llama_args, conf->hf_repo);
+		}
 	}
-	u->index = index;
-	app->upstreams[index] = u;
-	app->n_upstreams++;
-	if (sl_pool_add(&m->pool, u) != 0) {
-		sl_error("model %s: too many upstreams: at most %d", m->name,
-		         SL_POOL_MAX);
-		return SL_EINVAL;
+	if (!args_name_model(&m->llama_args)) {
+		sl_strlist_push(&m->llama_args, "--alias");
+		sl_strlist_push(&m->llama_args, m->name);
 	}
-	int rc = sl_upstream_start(u);
-	if (rc != 0)
-		sl_error("cannot start %s: %s", url ? u->url : m->exe,
-		         sl_strerror(rc));
-	return rc;
+	c->llama_args = m->llama_args;
+	m->upstream_cfg = c;
 }
 
 /*
@@ -624,11 +610,11 @@ int app_add_upstream(struct sl_app *app, struct sl_model *m, const char *url,
  * log), unless it waits for its first request: preload: false, or no room
  * within --max-loaded and --memory-budget.
  */
-void app_preload(struct sl_app *app, struct sl_model *m, const char *why)
+int app_preload(struct sl_app *app, struct sl_model *m, const char *why)
 {
 	char limit[64];
 	if (!m->managed)
-		return;
+		return 0;
 	if (!m->conf->preload)
 		sl_info("model %s: stopped until a request needs it "
 		        "(preload: false)",
@@ -639,7 +625,8 @@ void app_preload(struct sl_app *app, struct sl_model *m, const char *why)
 		sl_info("model %s: stopped until a request needs it (%s)",
 		        m->name, limit);
 	else
-		app_load(app, m, why);
+		return app_load(app, m, why);
+	return 0;
 }
 
 static void on_model_handle_closed(uv_handle_t *h)
@@ -738,67 +725,4 @@ void app_remove_model(struct sl_app *app, struct sl_model *m)
 	m->next_retired = app->registry.retired;
 	app->registry.retired = m;
 	app_maybe_free_model(m);
-}
-
-/*
- * What the relay asks of the app (relay.h): the functions above, with the
- * app as an opaque owner.
- */
-static struct sl_upstream *
-relay_pick_upstream(void *owner, const struct sl_model *m, bool need_slot,
-                    const struct sl_upstream *avoid,
-                    const struct sl_affinity_key *key,
-                    const struct sl_pool_slo *slo, char *why, size_t size)
-{
-	return sl_app_pick_upstream(owner, m, need_slot, avoid, key, slo, why,
-	                            size);
-}
-
-static bool relay_upstream_expected(void *owner, const struct sl_model *m)
-{
-	return sl_app_upstream_expected(owner, m);
-}
-
-static void relay_model_demand(void *owner, struct sl_model *m)
-{
-	sl_app_model_demand(owner, m);
-}
-
-static void relay_kick_scheduler(void *owner)
-{
-	sl_app_kick_scheduler(owner);
-}
-
-static void relay_maybe_drained(void *owner)
-{
-	sl_app_maybe_drained(owner);
-}
-
-const struct sl_relay_hooks app_relay_hooks = {
-    .pick_upstream = relay_pick_upstream,
-    .upstream_expected = relay_upstream_expected,
-    .model_demand = relay_model_demand,
-    .kick_scheduler = relay_kick_scheduler,
-    .maybe_drained = relay_maybe_drained,
-    .model_ref = sl_app_model_ref,
-    .model_release = sl_app_model_release,
-    .model_used = sl_app_model_used,
-    .model_left = sl_app_model_left,
-};
-
-void app_lend_exposition(struct sl_app *app)
-{
-	app->exposition = (struct sl_exposition){
-	    .loop = &app->loop,
-	    .curl = &app->curl,
-	    .stats = &app->stats,
-	    .tenants = &app->tenants,
-	    .http = &app->http,
-	    .upstreams = app->upstreams,
-	    .registry = &app->registry,
-	    .discoveries = &app->discoveries,
-	    .n_discoveries = &app->n_discoveries,
-	    .affinity = &app->affinity,
-	    .affinity_picks = app->affinity_picks,
-	};
 }

@@ -6,8 +6,15 @@
  * never so that authentication is switched off), models added, changed or
  * removed, their llama-servers restarted only where their launch changed.
  * Options that need a restart are named in the log and left as they were.
+ * Here too the warnings a configuration's keys get, at start and at each
+ * reload.
  */
-#include "app_impl.h"
+#include "app_reload.h"
+
+#include "app_discovery.h"
+#include "app_models.h"
+#include "app_state.h"
+#include "app_upstreams.h"
 
 #include "sluice/base/common.h"
 #include "sluice/base/log.h"
@@ -20,24 +27,72 @@
 
 static void start_reload(struct sl_app *app);
 
-void app_free_old_launches(struct sl_app *app)
+/* ---- what a configuration is warned of ---- */
+
+/*
+ * A keys: section that lists no key, with no --api-key: authentication is
+ * on (keys.h, `required`) and no key opens it, so every client request
+ * gets 401. Said at start, or by each reload that leaves it so (`when`
+ * prefixes the line), since it looks like an outage.
+ */
+void app_warn_if_locked(const struct sl_app *app, const char *when,
+                        const struct sl_keys *keys)
 {
-	struct sl_old_launch **p = &app->old_launches;
-	while (*p) {
-		struct sl_old_launch *l = *p;
-		bool used = false;
-		for (unsigned i = 0; !used && i < app->n_upstreams; i++)
-			used = app->upstreams[i]->cfg == l->cfg;
-		if (used) {
-			p = &l->next;
-			continue;
+	if (app->cfg->api_keys.count > 0 ||
+	    !sl_tenants_required(&app->tenants) || (keys && keys->n > 0))
+		return;
+	sl_warn("%skeys: %s and no --api-key is set: every client request is "
+	        "refused (401) until a key is added and sluice reloaded (a "
+	        "reload never turns authentication off; a restart without "
+	        "keys: does)",
+	        when, keys ? "lists no key" : "is gone");
+}
+
+/*
+ * A key whose models: list names a model sluice does not serve can never
+ * use it (access.h): most likely a typo, or a list written for a models:
+ * section that is not there. Said once per key at start and by each reload
+ * (`when` prefixes the line); the key still works for the models it names
+ * that exist.
+ */
+void app_warn_unknown_models(const struct sl_app *app, const char *when)
+{
+	const struct sl_keys *keys = app->tenants.table;
+	for (unsigned k = 0; keys && k < keys->n; k++) {
+		const struct sl_key *key = &keys->v[k];
+		char names[512];
+		struct sl_join j = SL_JOIN(names);
+		for (unsigned i = 0; i < key->n_models; i++) {
+			const char *name = key->models[i];
+			bool served =
+			    app->registry.model_section
+			        ? sl_registry_find(&app->registry, name) != NULL
+			        : strcmp(name,
+			                 app->registry.default_model->name) ==
+			              0;
+			if (served)
+				continue;
+			sl_join_str(&j, j.len ? ", " : "");
+			sl_join_str(&j, name);
 		}
-		*p = l->next;
-		sl_strlist_clear(&l->args);
-		free(l->cfg);
-		free(l);
+		if (j.len == 0)
+			continue;
+		if (app->registry.model_section)
+			sl_warn(
+			    "%skeys.%s: models: %s: no such model or alias; "
+			    "the key cannot use it",
+			    when, key->name, names);
+		else
+			sl_warn(
+			    "%skeys.%s: models: %s: sluice serves one model, "
+			    "%s (--model-name), which takes any name in a "
+			    "request; a key's list names it by that name",
+			    when, key->name, names,
+			    app->registry.default_model->name);
 	}
 }
+
+/* ---- a reload ---- */
 
 /*
  * New queue limits for a model's scheduler. Its arrays hold max_queue
@@ -226,7 +281,7 @@ static void update_model(struct sl_app *app, struct sl_model *m,
 	free(old);
 }
 
-/* Starts a model a reload added, as app_start_models does at start-up. */
+/* Starts a model a reload added, as start_models (app.c) does at start-up. */
 static void start_added(struct sl_app *app, struct sl_model *m)
 {
 	const struct sl_model_config *conf = m->conf;

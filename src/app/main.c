@@ -1,5 +1,6 @@
 /* main.c: sluice's entry point: options, the one-shot actions, the app. */
 #include "app.h"
+
 #include "sluice/fleet/child.h"
 #include "sluice/base/common.h"
 #include "sluice/config/config.h"
@@ -11,6 +12,7 @@
 #include "sluice/fleet/startup.h"
 
 #include <curl/curl.h>
+#include <llhttp.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <stdio.h>

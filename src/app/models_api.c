@@ -1,6 +1,8 @@
 /* models_api.c: llama-server's router endpoints, sluice's own (see .h). */
 #include "models_api.h"
 
+#include "app_models.h"
+
 #include "sluice/base/common.h"
 #include "sluice/base/log.h"
 #include "sluice/config/models_config.h"

@@ -27,7 +27,7 @@
 #ifndef SLUICE_MODELS_API_H
 #define SLUICE_MODELS_API_H
 
-#include "app.h"
+#include "app_state.h"
 #include "sluice/net/http.h"
 #include "sluice/relay/proxy.h"
 

@@ -1,14 +1,19 @@
 /* routes.c: the route table and the small handlers that live with it. */
 #include "routes.h"
 
+#include "app_state.h"
+#include "models_api.h"
+
 #include "sluice/relay/access.h"
 #include "sluice/base/common.h"
 #include "sluice/ops/exposition.h"
-#include "models_api.h"
 #include "sluice/relay/proxy.h"
 
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "sl_build_config.h"
 
 typedef void (*route_handler)(struct sl_app *app, struct sl_http_request *req);
 
@@ -19,11 +24,79 @@ struct route {
 	enum sl_access access; /* who may call it */
 };
 
+/* ---- /health ---- */
+
+/* A model for /health: its state, names, queue and upstreams. */
+static json_t *model_json(const struct sl_model *m)
+{
+	json_t *aliases = json_array(), *ups = json_array();
+	for (unsigned k = 0; m->aliases && k < m->aliases->count; k++)
+		json_array_append_new(aliases,
+		                      json_string(m->aliases->items[k]));
+	unsigned inflight = 0;
+	for (unsigned i = 0; i < m->pool.n; i++) {
+		json_array_append_new(ups,
+		                      json_string(m->pool.members[i]->name));
+		inflight += m->pool.members[i]->inflight;
+	}
+	/*
+	 * Deadlines (sched/README.md): the factor its TTFT predictions are
+	 * admitted on, the answers it was learned from, and the requests
+	 * waiting with a service level.
+	 */
+	json_t *slo =
+	    json_pack("{s:f, s:I, s:i}", "calibration",
+	              sl_predict_calib_factor(&m->calib), "calibration_samples",
+	              (json_int_t)m->calib.samples, "queued",
+	              (json_int_t)sl_sched_slo_depth(&m->sched));
+	return json_pack("{s:s, s:s, s:o, s:i, s:i, s:o, s:o}", "name", m->name,
+	                 "state", sl_model_state(m), "aliases", aliases,
+	                 "queued", (json_int_t)sl_sched_depth(&m->sched),
+	                 "inflight", (json_int_t)inflight, "upstreams", ups,
+	                 "slo", slo);
+}
+
+/* The /health document: a new JSON object. */
+static json_t *health_json(const struct sl_app *app, bool *any_ready)
+{
+	json_t *ups = json_array(), *models = json_array();
+	*any_ready = false;
+	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++) {
+		const struct sl_upstream *u = app->upstreams[i];
+		if (!u)
+			continue;
+		*any_ready |= sl_upstream_is_ready(u);
+		json_array_append_new(ups, sl_upstream_json(u));
+	}
+	/* A model that starts on demand can serve: sluice is ready. */
+	for (unsigned i = 0;
+	     app->registry.model_section && i < app->registry.n_models; i++) {
+		const struct sl_model *m = app->registry.models[i];
+		*any_ready |= m->managed && !m->loaded && !m->unloading;
+	}
+	for (unsigned i = 0; i < app->registry.n_models; i++)
+		json_array_append_new(models,
+		                      model_json(app->registry.models[i]));
+	uint64_t uptime =
+	    (uv_now((uv_loop_t *)&app->loop) - app->start_ms) / 1000;
+	unsigned queued = sl_registry_queue_depth(&app->registry);
+	return json_pack(
+	    "{s:s, s:s, s:s, s:i, s:i, s:i, s:b, s:s, s:o, s:o}", "status",
+	    *any_ready ? "ok" : "unavailable", "state",
+	    app->stopping ? "draining" : "running", "version", SL_VERSION,
+	    "uptime_s", (json_int_t)uptime, "queued", (json_int_t)queued,
+	    "inflight", (json_int_t)(app->relay.exchanges - queued),
+	    "demo_model", app->demo, "default_model",
+	    app->registry.default_model ? app->registry.default_model->name
+	                                : "",
+	    "models", models, "upstreams", ups);
+}
+
 static void respond_health(struct sl_app *app, struct sl_http_request *req,
                            bool readiness)
 {
 	bool ready;
-	json_t *doc = sl_app_health_json(app, &ready);
+	json_t *doc = health_json(app, &ready);
 	char *body = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
 	int status = !readiness || (ready && !app->stopping) ? 200 : 503;
@@ -58,8 +131,7 @@ static void respond_models(struct sl_app *app, struct sl_http_request *req)
 	json_t *data = json_array();
 	for (unsigned i = 0; i < app->registry.n_models; i++) {
 		const struct sl_model *m = app->registry.models[i];
-		if (key &&
-		    !sl_access_model_allowed(&app->relay, key, m))
+		if (key && !sl_access_model_allowed(&app->relay, key, m))
 			continue;
 		json_t *aliases = json_array();
 		for (unsigned k = 0; m->aliases && k < m->aliases->count; k++)
@@ -290,8 +362,8 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 			    "relayed here only with --ui on, and the API is "
 			    "under /v1/ (e.g. POST /v1/chat/completions)");
 		else
-			sl_http_respond_error(req, 404, "not_found_error",
-			                      NULL, "no such endpoint: %s",
+			sl_http_respond_error(req, 404, "not_found_error", NULL,
+			                      "no such endpoint: %s",
 			                      req->path);
 		return;
 	}

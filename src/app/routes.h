@@ -7,7 +7,6 @@
 #ifndef SLUICE_ROUTES_H
 #define SLUICE_ROUTES_H
 
-#include "app.h"
 #include "sluice/net/http.h"
 
 #include <stdbool.h>

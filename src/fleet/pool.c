@@ -202,7 +202,7 @@ bool sl_pool_expected(const struct sl_pool *p)
 		const struct sl_upstream *u = p->members[i];
 		/*
 		 * Its first start or check under way: a request waits for
-		 * it, as for a restart (app.h).
+		 * it, as for a restart (sl_app_upstream_expected).
 		 */
 		if (u->state == SL_UPSTREAM_STARTING ||
 		    u->state == SL_UPSTREAM_RESTARTING ||

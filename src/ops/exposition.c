@@ -471,7 +471,7 @@ void sl_exposition_prometheus(struct sl_exposition *ex, struct sl_text *t)
 	expose_dns(ex, t);
 	expose_affinity(ex, t);
 
-	/* Each model has its own queue (app.h). */
+	/* Each model has its own queue (app/app_models.c). */
 	sl_expose_family(t, "sluice_queue_depth", "gauge",
 	                 "Requests waiting in sluice's queue, by priority and "
 	                 "model.");
@@ -494,7 +494,7 @@ void sl_exposition_prometheus(struct sl_exposition *ex, struct sl_text *t)
 	for (unsigned i = 0; i < SL_MAX_UPSTREAMS; i++)
 		if (ex->upstreams[i])
 			inflight += ex->upstreams[i]->inflight;
-	/* One series per state, 1 for the one the model is in (app.h). */
+	/* One series per state, 1 for the one the model is in (model.h). */
 	sl_expose_family(t, "sluice_model_state", "gauge",
 	                 "1 for the state each model is in: stopped, starting, "
 	                 "ready, stopping or down.");

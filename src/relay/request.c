@@ -222,7 +222,7 @@ static json_t *check_fields(struct sl_request *r, json_t *doc)
 		json_decref(doc);
 		return NULL;
 	}
-	/* Which model: read here, once, for the router (app.h). */
+	/* Which model: read here, once, for the router (registry.h). */
 	if (json_is_string(model))
 		r->model = sl_xstrdup(json_string_value(model));
 	return doc;

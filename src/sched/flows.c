@@ -1,4 +1,4 @@
-/* flows.c: flows, bands and their heaps, for fair queuing (flows.h). */
+/* flows.c: flows, bands and their heaps, for fair queuing (sched_impl.h). */
 #include "sched_impl.h"
 
 #include "sluice/base/common.h"

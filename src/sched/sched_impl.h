@@ -1,6 +1,9 @@
 /*
- * flows.h: the flows and bands of fair queuing, inside the scheduler
- * (sched.h, "Fair queuing"). Private to src/sched.
+ * sched_impl.h: what the pieces of the scheduler share (sched.h is what
+ * the rest of sluice sees): the flows and bands of fair queuing (flows.c,
+ * sched.h "Fair queuing"), which sched.c drives. Flows are the
+ * scheduler's own: they live in its struct sl_sched and its items, and
+ * only its pieces include this header.
  *
  * A flow is one owner's tenant, with its weighted service; a band is one
  * initial priority; a flow queue (flowq) is a flow's waiting requests in
@@ -9,8 +12,8 @@
  * first (who may take the fair reserve) and longest queue per unit of
  * weight first (who gives up a request when the queue is full).
  */
-#ifndef SLUICE_SCHED_FLOWS_H
-#define SLUICE_SCHED_FLOWS_H
+#ifndef SLUICE_SCHED_IMPL_H
+#define SLUICE_SCHED_IMPL_H
 
 #include "sluice/sched/sched.h"
 

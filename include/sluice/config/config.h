@@ -181,7 +181,7 @@ struct sl_config {
 	/* Upstreams */
 	struct sl_strlist upstreams; /* base URLs of unmanaged llama-servers */
 	char *model; /* GGUF for a managed llama-server, or "" */
-	/* Models (models_config.h, app.h). */
+	/* Models (models_config.h, app_models.c). */
 	char *model_name;    /* the one model's name without models:, or "" */
 	char *default_model; /* for a request naming none, or "" */
 	unsigned max_loaded; /* managed models running at once; 0: any */

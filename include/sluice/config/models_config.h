@@ -13,13 +13,13 @@
  * DURATION}`, the service level of its requests that name none (their
  * key's comes first; sched/README.md). A managed one also takes `preload: false`
  * (started on its first request) and `idle-timeout: DURATION` (stopped after
- * that long unused); --max-loaded bounds how many run at once (app.h).
+ * that long unused); --max-loaded bounds how many run at once (app_models.c).
  *
  * Every bad value is refused with one line naming FILE:LINE and the node
  * ("models.tiny.slots"); names and aliases are unique across all models.
  *
  * Without a models: section sluice serves one model, made from --model or
- * --upstream as before (see app.h): this module is not involved.
+ * --upstream as before (see app.c): this module is not involved.
  */
 #ifndef SLUICE_MODELS_CONFIG_H
 #define SLUICE_MODELS_CONFIG_H

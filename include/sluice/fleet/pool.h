@@ -1,7 +1,7 @@
 /*
  * pool.h: the upstreams of one model, and the choice among them.
  *
- * A pool holds pointers to upstreams the app owns (app.h); it never starts,
+ * A pool holds pointers to upstreams the app owns (app_state.h); it never starts,
  * stops or frees one. Requests of the model go to the usable member with
  * the most room: the fewest requests in flight per slot, ties in turn.
  * Upstreams of other models are never considered, so a model without free

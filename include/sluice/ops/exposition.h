@@ -32,7 +32,7 @@ struct sl_metrics_waiter;
 /*
  * What /metrics reads of the app, lent once at start-up (the pointers),
  * and its own state. So ops reads the app's tables without including
- * app.h, which sits above it.
+ * the wiring's app_state.h, which sits above it.
  */
 struct sl_exposition {
 	uv_loop_t *loop;
@@ -40,7 +40,7 @@ struct sl_exposition {
 	struct sl_stats *stats;
 	struct sl_tenants *tenants;
 	const struct sl_http_server *http;
-	/* SL_MAX_UPSTREAMS slots, dense from the first (app.h). */
+	/* SL_MAX_UPSTREAMS slots, dense from the first (app_state.h). */
 	struct sl_upstream *const *upstreams;
 	const struct sl_registry *registry; /* the models */
 	struct sl_discovery **const *discoveries;

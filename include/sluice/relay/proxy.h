@@ -117,7 +117,7 @@ void sl_proxy_end_watches(struct sl_relay *relay, const struct sl_upstream *u,
 
 /*
  * The requests waiting in model m's queue get 503 with `message`: its
- * llama-server could not start (loading on demand, app.h).
+ * llama-server could not start (loading on demand, app_models.h).
  */
 void sl_proxy_fail_queued(struct sl_relay *relay, struct sl_model *m,
                           const char *message);

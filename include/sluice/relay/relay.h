@@ -7,8 +7,9 @@
  * once at start-up, reads the models in the registry below it, and asks
  * the app for what only the app decides (which upstream takes a request,
  * whether a model should load, when the schedulers run, whether a drain
- * is over) through `hooks`, never by including app.h. The exchanges
- * themselves, and the coalescing of fast streams, are the relay's own.
+ * is over) through `hooks`, never by including the wiring's headers
+ * (src/app/). The exchanges themselves, and the coalescing of fast
+ * streams, are the relay's own.
  */
 #ifndef SLUICE_RELAY_H
 #define SLUICE_RELAY_H
@@ -31,7 +32,7 @@ struct sl_pool_slo;
 struct sl_model;
 struct sl_upstream;
 
-/* The app's answers, each with the app as `owner` (app.h has them all). */
+/* The app's answers, each with the app as `owner` (app_models.h, app.h). */
 struct sl_relay_hooks {
 	/* The upstream that takes a request of `m` (sl_app_pick_upstream). */
 	struct sl_upstream *(*pick_upstream)(void *owner,
@@ -69,7 +70,7 @@ struct sl_relay {
 	struct sl_h1 *h1; /* exchanges with http:// upstreams */
 	struct sl_stats *stats;
 	struct sl_tenants *tenants;
-	/* Its upstreams, dense (app.h), and where a round-robin starts. */
+	/* Its upstreams, dense (app_state.h), and where a round-robin starts. */
 	struct sl_upstream *const *upstreams;
 	const unsigned *n_upstreams;
 	unsigned *next_upstream;
