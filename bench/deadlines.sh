@@ -32,14 +32,25 @@ LLAMA=${SLUICE_LLAMA_SERVER:-$(command -v llama-server ||
 	echo "${XDG_CACHE_HOME:-$HOME/.cache}/sluice/llama.cpp/bin/llama-server")}
 mkdir -p "$OUT"
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true' EXIT
+trap stop_all EXIT
 
 free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
+# llama-server, asked to stop with a thousand connections waiting in its
+# own queue (alone at 4x), may not exit: after STOP_GRACE_S it is killed.
+STOP_GRACE_S=5
 stop_all() {
+	local i p alive
 	kill "${pids[@]}" 2>/dev/null || true
+	for ((i = 0; i < STOP_GRACE_S * 10; i++)); do
+		alive=0
+		for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+		[ "$alive" = 1 ] || break
+		sleep 0.1
+	done
+	kill -9 "${pids[@]}" 2>/dev/null || true
 	wait 2>/dev/null || true
 	pids=()
 }
