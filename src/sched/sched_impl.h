@@ -17,6 +17,19 @@
 
 #include "sluice/sched/sched.h"
 
+/* Whether a is due before b: the earlier due, then the earlier push. */
+static inline bool sl_sched_due_before(const struct sl_sched_item *a,
+                                       const struct sl_sched_item *b)
+{
+	if (a->due_ms != b->due_ms)
+		return a->due_ms < b->due_ms;
+	return a->order < b->order;
+}
+
+/* A queued item enters, or leaves, the work-ahead treap. */
+void sl_ahead_insert(struct sl_sched *s, struct sl_sched_item *it);
+void sl_ahead_remove(struct sl_sched *s, struct sl_sched_item *it);
+
 void sl_flows_init(struct sl_sched_flows *fl, unsigned max_queue);
 void sl_flows_free(struct sl_sched_flows *fl);
 
