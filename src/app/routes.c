@@ -41,14 +41,18 @@ static json_t *model_json(const struct sl_model *m)
 	}
 	/*
 	 * Deadlines (sched/README.md): the factor its TTFT predictions are
-	 * admitted on, the answers it was learned from, and the requests
-	 * waiting with a service level.
+	 * admitted on, the answers it was learned from, the bias each part
+	 * of a prediction is corrected by, and the requests waiting with a
+	 * service level.
 	 */
-	json_t *slo =
-	    json_pack("{s:f, s:I, s:i}", "calibration",
-	              sl_predict_calib_factor(&m->calib), "calibration_samples",
-	              (json_int_t)m->calib.samples, "queued",
-	              (json_int_t)sl_sched_slo_depth(&m->sched));
+	json_t *slo = json_pack(
+	    "{s:f, s:I, s:f, s:f, s:I, s:i}", "calibration",
+	    sl_predict_calib_factor(&m->calib), "calibration_samples",
+	    (json_int_t)m->calib.samples, "wait_bias",
+	    sl_predict_bias_wait(&m->bias), "first_bias",
+	    sl_predict_bias_first(&m->bias), "bias_samples",
+	    (json_int_t)m->bias.samples, "queued",
+	    (json_int_t)sl_sched_slo_depth(&m->sched));
 	return json_pack("{s:s, s:s, s:o, s:i, s:i, s:o, s:o}", "name", m->name,
 	                 "state", sl_model_state(m), "aliases", aliases,
 	                 "queued", (json_int_t)sl_sched_depth(&m->sched),

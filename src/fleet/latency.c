@@ -113,7 +113,8 @@ void sl_latency_predict(const struct sl_model *m,
 	double outputs = SL_MAX(a->outputs, 1.0);
 	out->known = u && sl_predict_known(p);
 	out->out_tokens = sl_predict_output_tokens(&m->output, a->max_tokens);
-	out->first_ms = sl_predict_first_ms(p, a->prompt_bytes);
+	out->raw_first_ms = sl_predict_first_ms(p, a->prompt_bytes);
+	out->first_ms = out->raw_first_ms * sl_predict_bias_first(&m->bias);
 	/*
 	 * The concurrency it will meet: what runs now, and what is ahead of
 	 * it, up to the slots.
@@ -142,8 +143,9 @@ void sl_latency_predict(const struct sl_model *m,
 	}
 	double work;
 	sl_sched_ahead(&m->sched, a->priority, due, &out->ahead, &work);
-	out->wait_ms =
+	out->raw_wait_ms =
 	    wait_ms(m, a, due, out->ahead, work, out->hold_ms, now_ms);
+	out->wait_ms = out->raw_wait_ms * sl_predict_bias_wait(&m->bias);
 	out->ttft_ms = out->wait_ms + out->first_ms;
 	out->ttft_admit_ms = out->ttft_ms * sl_predict_calib_factor(&m->calib);
 }

@@ -258,8 +258,15 @@ void exchange_slo_first_token(struct exchange *x, double ttft_s)
 {
 	if (!x->has_prediction || !(ttft_s > 0))
 		return;
-	sl_stats_prediction(x->relay->stats,
-	                    x->predicted.ttft_ms / (ttft_s * 1000));
+	double ttft_ms = ttft_s * 1000;
+	sl_stats_prediction(x->relay->stats, x->predicted.ttft_ms / ttft_ms);
+	/* Each part of it teaches the model's bias (predict.h). */
+	double waited = x->dispatched_ms > x->arrived_ms
+	                    ? (double)(x->dispatched_ms - x->arrived_ms)
+	                    : 0;
+	sl_predict_bias_observe(&x->model->bias, x->predicted.raw_wait_ms,
+	                        waited, x->predicted.raw_first_ms,
+	                        ttft_ms - waited);
 	/*
 	 * The calibration learns from the predictions admission turns on:
 	 * those of requests with a TTFT level, at least half of it. Far
@@ -271,7 +278,7 @@ void exchange_slo_first_token(struct exchange *x, double ttft_s)
 	    x->predicted.ttft_ms >=
 	        SL_PREDICT_CALIB_RELEVANT * (double)x->slo.ttft_ms)
 		sl_predict_calib_observe(&x->model->calib, x->predicted.ttft_ms,
-		                         ttft_s * 1000);
+		                         ttft_ms);
 	struct sl_upstream *u = x->upstream;
 	if (!u || !x->run.running)
 		return;

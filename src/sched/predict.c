@@ -253,33 +253,68 @@ double sl_predict_run_end(struct sl_predictor *p, struct sl_predict_run *r,
 	return SL_MAX(k, 1.0);
 }
 
-/* ---- calibration ---- */
+/* ---- calibration and bias ---- */
 
 /*
  * A stochastic estimate of a quantile q of log(actual / predicted): each
- * ratio above the estimate moves it up by STEP, each below down by STEP
- * q' / q (q' = 1 - q), so it rests where q of the ratios lie below it.
- * Predictions under a millisecond are timer noise and teach nothing.
+ * ratio above the estimate moves it up by `step`, each below down by step
+ * q' / q (q' = 1 - q), so it rests where q of the ratios lie below it,
+ * within [lo, hi]. Predictions under a millisecond are timer noise and
+ * teach nothing. Returns whether it learned.
  */
+static bool quantile_observe(double *log_est, double q, double step,
+                             double lo, double hi, double predicted,
+                             double actual)
+{
+	if (!(predicted >= 1) || !(actual > 0) || !isfinite(actual))
+		return false;
+	if (log(actual / predicted) > *log_est)
+		*log_est += step;
+	else
+		*log_est -= step * (1 - q) / q;
+	*log_est = SL_MIN(SL_MAX(*log_est, log(lo)), log(hi));
+	return true;
+}
+
 void sl_predict_calib_observe(struct sl_predict_calib *c, double predicted,
                               double actual)
 {
-	if (!(predicted >= 1) || !(actual > 0) || !isfinite(actual))
-		return;
-	double r = log(actual / predicted);
-	double q = SL_PREDICT_CALIB_QUANTILE;
-	if (r > c->log_factor)
-		c->log_factor += SL_PREDICT_CALIB_STEP;
-	else
-		c->log_factor -= SL_PREDICT_CALIB_STEP * (1 - q) / q;
-	c->log_factor = SL_MAX(c->log_factor, log(SL_PREDICT_CALIB_MIN));
-	c->log_factor = SL_MIN(c->log_factor, log(SL_PREDICT_CALIB_MAX));
-	c->samples++;
+	if (quantile_observe(&c->log_factor, SL_PREDICT_CALIB_QUANTILE,
+	                     SL_PREDICT_CALIB_STEP, SL_PREDICT_CALIB_MIN,
+	                     SL_PREDICT_CALIB_MAX, predicted, actual))
+		c->samples++;
 }
 
 double sl_predict_calib_factor(const struct sl_predict_calib *c)
 {
 	return exp(c->log_factor);
+}
+
+/*
+ * A wait of 0 (a slot was free after all) is a tenth of a millisecond:
+ * below any prediction that teaches, so it says "lower" as it should.
+ */
+void sl_predict_bias_observe(struct sl_predict_bias *b, double pred_wait,
+                             double wait, double pred_first, double first)
+{
+	bool learned = quantile_observe(
+	    &b->log_wait, 0.5, SL_PREDICT_BIAS_STEP, SL_PREDICT_BIAS_MIN,
+	    SL_PREDICT_BIAS_MAX, pred_wait, SL_MAX(wait, SL_PREDICT_FLOOR_MS));
+	learned |= quantile_observe(
+	    &b->log_first, 0.5, SL_PREDICT_BIAS_STEP, SL_PREDICT_BIAS_MIN,
+	    SL_PREDICT_BIAS_MAX, pred_first, SL_MAX(first, SL_PREDICT_FLOOR_MS));
+	if (learned)
+		b->samples++;
+}
+
+double sl_predict_bias_wait(const struct sl_predict_bias *b)
+{
+	return exp(b->log_wait);
+}
+
+double sl_predict_bias_first(const struct sl_predict_bias *b)
+{
+	return exp(b->log_first);
 }
 
 /* ---- output lengths ---- */

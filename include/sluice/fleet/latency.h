@@ -20,6 +20,9 @@
  * more is spread over the slots as a fluid (their mean free time once it
  * is poured in), close once that many are ahead.
  *
+ * Each part is multiplied by the model's bias for it (predict.h): the
+ * median of its actual over predicted time.
+ *
  * Admission compares ttft_admit_ms: the TTFT times the model's
  * calibration (predict.h), a prediction seldom too low.
  *
@@ -60,6 +63,8 @@ struct sl_latency_ask {
 struct sl_latency {
 	double out_tokens; /* tokens each output will generate */
 	double first_ms;   /* the upstream's part of its TTFT */
+	/* first_ms and wait_ms before the bias: what the bias learns on. */
+	double raw_first_ms, raw_wait_ms;
 	double hold_ms;    /* the slot it will hold */
 	double service_ms; /* hold_ms times its outputs: its work */
 	double tpot_ms;    /* per token, at the concurrency it will meet */

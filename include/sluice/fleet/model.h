@@ -51,6 +51,7 @@ struct sl_model {
 	 */
 	struct sl_predict_output output;
 	struct sl_predict_calib calib;
+	struct sl_predict_bias bias;
 	uv_timer_t sched_timer; /* its scheduler's next deadline */
 	/*
 	 * What its managed llama-servers are started with: the global

@@ -55,6 +55,18 @@
  * request is admitted on. Predictions that err low on a busy machine thus
  * admit fewer; ones that err high, more.
  *
+ * Bias (struct sl_predict_bias, one per model): each fit is right on the
+ * mean of its own samples, yet the two parts of a TTFT err each its own
+ * way. The wait for a slot leans on ends predicted from mean costs, while
+ * a long prompt dispatched meanwhile stalls every step (measured on the
+ * mixed workload under overload: the wait predicted low by 15% at the
+ * median); the upstream's part adds first_extra's mean, which its few
+ * long waits for a step under way raise above what most requests meet
+ * (predicted 38% high there). So each part is multiplied by the median
+ * of its actual over predicted time, learned online as the calibration's
+ * quantile is: the prediction a request is queued on and told of is then
+ * as often above as below, and the calibration learns what is left.
+ *
  * Glossary:
  *   first   the upstream's part of a request's TTFT: from its dispatch to
  *           its first token
@@ -117,6 +129,15 @@
 #define SL_PREDICT_CALIB_RELEVANT 0.5
 #define SL_PREDICT_CALIB_MAX 4.0
 
+/*
+ * Bias (see the top): the step of each part's median estimate, in log
+ * space (2% either way: it settles within a few hundred answers and then
+ * wanders about 2%), and the factor's bounds.
+ */
+#define SL_PREDICT_BIAS_STEP 0.02
+#define SL_PREDICT_BIAS_MIN 0.25
+#define SL_PREDICT_BIAS_MAX 4.0
+
 /* One finished answer, as sl_predict_observe() takes it. */
 struct sl_predict_sample {
 	double prompt_n;     /* prompt tokens evaluated (timings) */
@@ -168,6 +189,12 @@ struct sl_predictor {
 /* The calibration of one model's predictions (see the top). */
 struct sl_predict_calib {
 	double log_factor; /* 0: the factor 1, the start */
+	unsigned long long samples;
+};
+
+/* The bias of one model's two parts of a TTFT (see the top). */
+struct sl_predict_bias {
+	double log_wait, log_first; /* 0: the factor 1, the start */
 	unsigned long long samples;
 };
 
@@ -238,6 +265,19 @@ void sl_predict_calib_observe(struct sl_predict_calib *c, double predicted,
 
 /* What a prediction is multiplied by for admission. */
 double sl_predict_calib_factor(const struct sl_predict_calib *c);
+
+/*
+ * A request predicted to wait `pred_wait` ms for a slot and then
+ * `pred_first` ms for its first token (both before the bias) waited
+ * `wait` and then took `first`. A part predicted under a millisecond
+ * teaches nothing of its own bias.
+ */
+void sl_predict_bias_observe(struct sl_predict_bias *b, double pred_wait,
+                             double wait, double pred_first, double first);
+
+/* What the wait and the upstream's part are multiplied by. */
+double sl_predict_bias_wait(const struct sl_predict_bias *b);
+double sl_predict_bias_first(const struct sl_predict_bias *b);
 
 void sl_predict_output_init(struct sl_predict_output *o);
 
