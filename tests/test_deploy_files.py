@@ -369,7 +369,8 @@ class Monitoring(st.TestCase):
                                      known)
                 # Published on loopback unless the user says otherwise.
                 for port in service["ports"]:
-                    self.assertRegex(port, r"^\$\{\w+:-127\.0\.0\.1:\d+\}:\d+$")
+                    self.assertRegex(port, r"^\$\{\w+:-127\.0\.0\.1:\d+\}"
+                                     r":\d+$")
                 for volume in service["volumes"]:
                     source = volume.split(":")[0]
                     if source.startswith("."):

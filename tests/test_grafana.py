@@ -700,8 +700,9 @@ class DashboardFile(st.TestCase):
         prometheus = mounts(monitoring["prometheus"])
 
         # Grafana reads its provisioning folder from the repository's.
-        self.assertEqual(os.path.realpath(grafana["/etc/grafana/provisioning"]),
-                         os.path.realpath(PROVISIONING))
+        self.assertEqual(
+            os.path.realpath(grafana["/etc/grafana/provisioning"]),
+            os.path.realpath(PROVISIONING))
         # The data source: the prometheus service, on the port Prometheus
         # listens on (its default, 9090, unless the command says).
         with open(os.path.join(PROVISIONING, "datasources",
