@@ -44,6 +44,8 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(
     os.path.abspath(__file__)), ".."))
 COMPOSE_FILE = os.path.join(ROOT, "deploy", "docker-compose.yml")
 HOST_OVERRIDE = os.path.join(ROOT, "tests", "deploy", "compose.host.yml")
+MONITORING_FILE = os.path.join(ROOT, "deploy",
+                               "docker-compose.monitoring.yml")
 STANDIN_DOCKERFILE = os.path.join(ROOT, "tests", "deploy",
                                   "llama-server.Dockerfile")
 
@@ -611,6 +613,25 @@ class Deploy(unittest.TestCase):
                          "-f", COMPOSE_FILE, "config"], env, check=False)
         self.assertNotEqual(code, 0)
         self.assertIn("LLAMA_API_KEY", out)
+        # The monitoring override (deploy/README.md, "Prometheus and
+        # Grafana") merges with it: two services more, on loopback only,
+        # their files found from deploy/. (Their images cannot be pulled
+        # here: tests/test_grafana.py checks what the files say.)
+        merged = run([self.compose, "--env-file", self.env_file,
+                      "-f", COMPOSE_FILE, "-f", MONITORING_FILE, "config"],
+                     self.env, what="docker-compose config (monitoring)")
+        blocks = service_blocks(merged)
+        self.assertEqual(sorted(blocks), ["grafana", "llama-server",
+                                          "prometheus", "sluice"])
+        self.assertEqual(list_field(blocks["grafana"], "ports"),
+                         ["127.0.0.1:3000:3000/tcp"])
+        self.assertEqual(list_field(blocks["prometheus"], "ports"),
+                         ["127.0.0.1:9090:9090/tcp"])
+        for name in ("grafana", "prometheus"):
+            for volume in list_field(blocks[name], "volumes"):
+                source = volume.split(":")[0]
+                if source.startswith("/"):
+                    self.assertTrue(os.path.exists(source), volume)
 
     def test_2_both_healthy(self):
         """Both health checks pass (llama-server's curl, sluice's --probe);

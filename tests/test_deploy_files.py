@@ -9,7 +9,9 @@ and those defaults must start a real sluice. The manifests are parsed
 (YAML, each object named, the kustomization complete), their programs are
 run here with the manifests' own arguments (a real llama-server and a real
 sluice), their probes are requested from them, the HPA's metric must be on
-sluice's /metrics, and the numbers that must agree across files do.
+sluice's /metrics, and the numbers that must agree across files do. The
+monitoring override of the compose file is parsed and its files must exist
+(tests/test_grafana.py checks what they say).
 """
 
 import os
@@ -26,6 +28,8 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 UNIT = os.path.join(ROOT, "deploy", "systemd", "sluice.service")
 ENV_FILE = os.path.join(ROOT, "deploy", "systemd", "sluice.env")
 K8S = os.path.join(ROOT, "deploy", "kubernetes")
+COMPOSE = os.path.join(ROOT, "deploy", "docker-compose.yml")
+MONITORING = os.path.join(ROOT, "deploy", "docker-compose.monitoring.yml")
 
 # Where `meson install` puts sluice with meson's default prefix (/usr/local)
 # and bindir (bin).
@@ -338,6 +342,42 @@ class Kubernetes(st.TestCase):
             return st.request(port, "GET", path, timeout=5).status
         except OSError:
             return None
+
+
+class Monitoring(st.TestCase):
+    """deploy/docker-compose.monitoring.yml, added to the compose file with
+    a second -f: compose resolves its paths from deploy/ as the first
+    file's."""
+
+    def test_override_adds_pinned_services_whose_files_exist(self):
+        with open(COMPOSE) as f:
+            base = yaml.safe_load(f)
+        with open(MONITORING) as f:
+            override = yaml.safe_load(f)
+        services = override["services"]
+        self.assertEqual(sorted(services), ["grafana", "prometheus"])
+        # It adds services and changes none of the main file's.
+        self.assertFalse(set(services) & set(base["services"]))
+        known = set(services) | set(base["services"])
+        for name, service in services.items():
+            with self.subTest(service=name):
+                # Pinned by a version tag, never latest.
+                image, tag = service["image"].rsplit(":", 1)
+                self.assertIn(image, ("grafana/grafana", "prom/prometheus"))
+                self.assertRegex(tag, r"^v?\d+\.\d+\.\d+$")
+                self.assertLessEqual(set(service.get("depends_on", [])),
+                                     known)
+                # Published on loopback unless the user says otherwise.
+                for port in service["ports"]:
+                    self.assertRegex(port, r"^\$\{\w+:-127\.0\.0\.1:\d+\}"
+                                     r":\d+$")
+                for volume in service["volumes"]:
+                    source = volume.split(":")[0]
+                    if source.startswith("."):
+                        self.assertTrue(os.path.exists(os.path.join(
+                            ROOT, "deploy", source)), volume)
+                    else:
+                        self.assertIn(source, override["volumes"])
 
 
 if __name__ == "__main__":
