@@ -256,6 +256,41 @@ static void test_calibration_finds_the_quantile(void)
 	ASSERT(sl_predict_calib_factor(&c) <= SL_PREDICT_CALIB_MAX * 1.0001);
 }
 
+/*
+ * Each part's bias settles at the median of its actual over predicted
+ * time, on its own: waits 1.3 times their prediction at the median (0.9
+ * to 3.3, skewed: their mean is 1.45), the upstream's part 0.7. The
+ * estimate wanders a few percent about it (SL_PREDICT_BIAS_STEP).
+ */
+static void test_bias_finds_each_median(void)
+{
+	struct sl_predict_bias b = {0};
+	ASSERT(sl_predict_bias_wait(&b) == 1 && sl_predict_bias_first(&b) == 1);
+	unsigned seed = 5, other = 9;
+	for (int i = 0; i < 20000; i++) {
+		double r = spread(&seed); /* -1 to 1 */
+		double wait = r < 0 ? 1.3 + 0.4 * r : 1.3 + 2 * r * r * r;
+		sl_predict_bias_observe(&b, 200, 200 * wait, 20,
+		                        20 * (0.7 + 0.1 * spread(&other)));
+	}
+	ASSERT_NEAR(sl_predict_bias_wait(&b), 1.3, 0.05);
+	ASSERT_NEAR(sl_predict_bias_first(&b), 0.7, 0.07);
+	/*
+	 * No wait predicted (a free slot): the wait's bias learns nothing,
+	 * the upstream's part still does; a wait of 0 says "lower".
+	 */
+	double w = sl_predict_bias_wait(&b);
+	for (int i = 0; i < 100; i++)
+		sl_predict_bias_observe(&b, 0, 50, 20, 14);
+	ASSERT(sl_predict_bias_wait(&b) == w);
+	sl_predict_bias_observe(&b, 200, 0, 0.5, 10);
+	ASSERT(sl_predict_bias_wait(&b) < w);
+	for (int i = 0; i < 1000; i++)
+		sl_predict_bias_observe(&b, 1, 1e6, 1, 1e-9);
+	ASSERT(sl_predict_bias_wait(&b) <= SL_PREDICT_BIAS_MAX * 1.0001);
+	ASSERT(sl_predict_bias_first(&b) >= SL_PREDICT_BIAS_MIN * 0.9999);
+}
+
 int main(void)
 {
 	RUN(test_prior_refuses_nothing);
@@ -268,5 +303,6 @@ int main(void)
 	RUN(test_busy_integral);
 	RUN(test_output_lengths);
 	RUN(test_calibration_finds_the_quantile);
+	RUN(test_bias_finds_each_median);
 	return 0;
 }
