@@ -292,8 +292,11 @@ void exchange_slo_first_token(struct exchange *x, double ttft_s)
 /*
  * Tokens came: its end predicted anew at the pace it has gone since its
  * first token, so that a machine that slowed down (or sped up) is seen in
- * the waits predicted behind it without waiting for an answer to end.
- * O(1) a read of tokens.
+ * the waits predicted behind it without waiting for an answer to end. The
+ * pace seen is weighed against the model's as SL_PREDICT_PACE_PRIOR
+ * tokens at it: the first tokens often come in one burst (a busy machine
+ * coalesces them into one read), whose pace alone would say the answer is
+ * nearly done. O(1) a read of tokens.
  */
 void exchange_slo_progress(struct exchange *x)
 {
@@ -301,8 +304,11 @@ void exchange_slo_progress(struct exchange *x)
 	if (!u || !x->run.running || x->tokens_seen < 2 ||
 	    x->last_token_ns <= x->first_token_ns)
 		return;
-	double per_token = (double)(x->last_token_ns - x->first_token_ns) /
-	                   1e6 / (double)(x->tokens_seen - 1);
+	double seen = (double)(x->tokens_seen - 1);
+	double took = (double)(x->last_token_ns - x->first_token_ns) / 1e6;
+	double model = sl_predict_tpot_ms(&u->predict, (double)busy_on(u));
+	double per_token = (took + SL_PREDICT_PACE_PRIOR * model) /
+	                   (seen + SL_PREDICT_PACE_PRIOR);
 	double out = x->predicted.out_tokens * SL_MAX(x->ask.outputs, 1.0);
 	double left = SL_MAX(out - (double)x->tokens_seen, 0.0) * per_token;
 	x->run.end_ms = (double)uv_now(x->relay->loop) + left;

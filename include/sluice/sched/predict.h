@@ -138,6 +138,13 @@
 #define SL_PREDICT_BIAS_MIN 0.25
 #define SL_PREDICT_BIAS_MAX 4.0
 
+/*
+ * A running answer's pace, as its tokens come, is weighed against the
+ * model's time per token as this many tokens at it (proxy_slo.c): past a
+ * few dozen tokens its own pace rules, before them one burst cannot.
+ */
+#define SL_PREDICT_PACE_PRIOR 32.0
+
 /* One finished answer, as sl_predict_observe() takes it. */
 struct sl_predict_sample {
 	double prompt_n;     /* prompt tokens evaluated (timings) */
