@@ -45,14 +45,14 @@ static json_t *model_json(const struct sl_model *m)
 	 * of a prediction is corrected by, and the requests waiting with a
 	 * service level.
 	 */
-	json_t *slo = json_pack(
-	    "{s:f, s:I, s:f, s:f, s:I, s:i}", "calibration",
-	    sl_predict_calib_factor(&m->calib), "calibration_samples",
-	    (json_int_t)m->calib.samples, "wait_bias",
-	    sl_predict_bias_wait(&m->bias), "first_bias",
-	    sl_predict_bias_first(&m->bias), "bias_samples",
-	    (json_int_t)m->bias.samples, "queued",
-	    (json_int_t)sl_sched_slo_depth(&m->sched));
+	json_t *slo =
+	    json_pack("{s:f, s:I, s:f, s:f, s:I, s:i}", "calibration",
+	              sl_predict_calib_factor(&m->calib), "calibration_samples",
+	              (json_int_t)m->calib.samples, "wait_bias",
+	              sl_predict_bias_wait(&m->bias), "first_bias",
+	              sl_predict_bias_first(&m->bias), "bias_samples",
+	              (json_int_t)m->bias.samples, "queued",
+	              (json_int_t)sl_sched_slo_depth(&m->sched));
 	return json_pack("{s:s, s:s, s:o, s:i, s:i, s:o, s:o}", "name", m->name,
 	                 "state", sl_model_state(m), "aliases", aliases,
 	                 "queued", (json_int_t)sl_sched_depth(&m->sched),

@@ -262,9 +262,8 @@ double sl_predict_run_end(struct sl_predictor *p, struct sl_predict_run *r,
  * within [lo, hi]. Predictions under a millisecond are timer noise and
  * teach nothing. Returns whether it learned.
  */
-static bool quantile_observe(double *log_est, double q, double step,
-                             double lo, double hi, double predicted,
-                             double actual)
+static bool quantile_observe(double *log_est, double q, double step, double lo,
+                             double hi, double predicted, double actual)
 {
 	if (!(predicted >= 1) || !(actual > 0) || !isfinite(actual))
 		return false;
@@ -300,9 +299,10 @@ void sl_predict_bias_observe(struct sl_predict_bias *b, double pred_wait,
 	bool learned = quantile_observe(
 	    &b->log_wait, 0.5, SL_PREDICT_BIAS_STEP, SL_PREDICT_BIAS_MIN,
 	    SL_PREDICT_BIAS_MAX, pred_wait, SL_MAX(wait, SL_PREDICT_FLOOR_MS));
-	learned |= quantile_observe(
-	    &b->log_first, 0.5, SL_PREDICT_BIAS_STEP, SL_PREDICT_BIAS_MIN,
-	    SL_PREDICT_BIAS_MAX, pred_first, SL_MAX(first, SL_PREDICT_FLOOR_MS));
+	learned |=
+	    quantile_observe(&b->log_first, 0.5, SL_PREDICT_BIAS_STEP,
+	                     SL_PREDICT_BIAS_MIN, SL_PREDICT_BIAS_MAX,
+	                     pred_first, SL_MAX(first, SL_PREDICT_FLOOR_MS));
 	if (learned)
 		b->samples++;
 }
