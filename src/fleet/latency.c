@@ -157,9 +157,3 @@ double sl_latency_hold_on(const struct sl_upstream *u,
 	return sl_predict_hold_ms(&u->predict, a->prompt_bytes, l->out_tokens,
 	                          (double)SL_MAX(running, 1u));
 }
-
-double sl_latency_first_on(const struct sl_upstream *u,
-                           const struct sl_latency_ask *a)
-{
-	return sl_predict_first_ms(&u->predict, a->prompt_bytes);
-}

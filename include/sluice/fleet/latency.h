@@ -96,8 +96,4 @@ double sl_latency_hold_on(const struct sl_upstream *u,
                           const struct sl_latency_ask *a,
                           const struct sl_latency *l, unsigned running);
 
-/* The TTFT a request predicted as `l` would have on u with a slot now. */
-double sl_latency_first_on(const struct sl_upstream *u,
-                           const struct sl_latency_ask *a);
-
 #endif
