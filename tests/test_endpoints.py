@@ -548,8 +548,10 @@ class Relaying(st.TestCase):
         rec = self.recording_upstream(answer=st.models_or_completion)
         s = self.sluice("--upstream", rec.url, "--admin-key", ADMIN)
         admin = {"Authorization": "Bearer " + ADMIN}
+        # TE (a stream's trailers, hop-by-hop) is sluice's alone too.
         mine = {"Cookie": "session=secret", "X-Custom": "mine",
-                "X-Conversation-Id": "c1", "X-Tool-Cwd": "/tmp"}
+                "X-Conversation-Id": "c1", "X-Tool-Cwd": "/tmp",
+                "TE": "trailers"}
         target = "/cors-proxy?url=http://127.0.0.1:1/x"
         r = s.get(target, headers=dict(
             admin, **mine, **{

@@ -94,12 +94,21 @@ static const struct {
 /* The body /big?N answers: BIG_BODY bytes, "N:" and then 'b's. */
 #define BIG_BODY (32u * 1024)
 
+/* /streamtrailers' trailer: its path, so the request is the one asked. */
+static size_t test_trailers(struct sl_http_request *req, char *out, size_t size)
+{
+	int n = snprintf(out, size, "X-Done: %s\r\n", req->path);
+	return n > 0 ? (size_t)n : 0;
+}
+
 /*
  * /header?NAME answers "[value]" of header NAME, or "none";
  * /echo answers "<method> <target> <body length>:<body>" at once;
  * /slow?NAME answers NAME after 50 ms; /id answers the request id;
- * /stream answers three chunks; /path and / answer "path=P query=Q";
- * /big?N answers BIG_BODY bytes; /ctype?N answers "ok" with ctypes[N].
+ * /stream answers three chunks; /streamtrailers one, then an X-Done
+ * trailer where the client accepts trailers; /path and / answer "path=P
+ * query=Q"; /big?N answers BIG_BODY bytes; /ctype?N answers "ok" with
+ * ctypes[N].
  */
 static void handler(struct sl_http_request *req, void *data)
 {
@@ -185,6 +194,15 @@ static void handler(struct sl_http_request *req, void *data)
 		uv_buf_t empty = uv_buf_init("", 0);
 		sl_http_stream_start(req, 200, "text/plain", NULL, -1);
 		sl_http_stream_end_with(req, &empty, 1);
+		return;
+	}
+	if (strcmp(req->path, "/streamtrailers") == 0) {
+		/* Trailers for a client that accepts them, as the relay's. */
+		req->trailer = "X-Done";
+		req->on_trailers = test_trailers;
+		sl_http_stream_start(req, 200, "text/plain", NULL, -1);
+		sl_http_stream_write(req, "one", 3);
+		sl_http_stream_end(req);
 		return;
 	}
 	if (strcmp(req->path, "/stream") == 0) {
@@ -541,8 +559,10 @@ static const char *raw_body(const struct server *s, const char *request,
 {
 	int fd = client(s->port);
 	send_str(fd, request);
-	read_raw(fd, buf, size,
-	         strstr(request, "HTTP/1.1") ? "\r\n0\r\n\r\n" : NULL);
+	/* A request that asks for the close is read to it. */
+	bool to_close = !strstr(request, "HTTP/1.1") ||
+	                strstr(request, "Connection: close");
+	read_raw(fd, buf, size, to_close ? NULL : "\r\n0\r\n\r\n");
 	close(fd);
 	const char *body = strstr(buf, "\r\n\r\n");
 	ASSERT(body);
@@ -576,6 +596,106 @@ static void test_stream_writev(void)
 	    raw_body(s, "HEAD /streamend HTTP/1.0\r\n\r\n", buf, sizeof(buf)),
 	    "");
 	ASSERT(strstr(buf, "HTTP/1.1 200 OK\r\n") == buf);
+	server_stop(s);
+}
+
+/* sl_http_te_trailers: which TE fields accept trailers. */
+static void test_te_trailers_parsing(void)
+{
+	static const struct {
+		const char *value;
+		bool accepts;
+	} cases[] = {
+	    {"trailers", true},
+	    {"Trailers", true},
+	    {"TRAILERS", true},
+	    {"  trailers  ", true},
+	    {"trailers, deflate;q=0.5", true},
+	    {"deflate;q=0.5, trailers", true},
+	    {"gzip,trailers", true},
+	    {",,trailers,", true},
+	    {"deflate ; q=0.5 ,\ttrailers", true},
+	    {"x;a=\"q\\\"\", trailers", true}, /* an escaped quote */
+	    {"", false},
+	    {"deflate;q=0.5", false},
+	    {"trailer", false},
+	    {"trailerss", false},
+	    {"xtrailers", false},
+	    {"trailers;q=0.5", false}, /* "trailers" takes no weight */
+	    {"trailers x", false},
+	    {"deflate;x=\"a, trailers, b\"", false}, /* inside quotes */
+	    {"deflate;x=\"a,\\\" trailers\"", false},
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(cases); i++) {
+		struct sl_http_header h = {"TE", cases[i].value,
+		                           strlen(cases[i].value)};
+		if (sl_http_te_trailers(&h, 1) != cases[i].accepts)
+			TEST_FAIL("TE: %s: expected %s", cases[i].value,
+			          cases[i].accepts ? "trailers" : "none");
+	}
+	/* Any of several TE fields; the name in any case; no other field. */
+	struct sl_http_header several[] = {{"te", "gzip", 4},
+	                                   {"Accept", "trailers", 8},
+	                                   {"Te", "trailers", 8}};
+	ASSERT(sl_http_te_trailers(several, 3));
+	ASSERT(!sl_http_te_trailers(several, 2));
+	/* A value is read to its length, not to a NUL. */
+	struct sl_http_header cut = {"TE", "trailersX", 8};
+	ASSERT(sl_http_te_trailers(&cut, 1));
+}
+
+/*
+ * A chunked answer's trailers: announced and written only for a client
+ * that sent "TE: trailers", on HTTP/1.1 and with a body; without it, the
+ * bytes of an answer without trailers.
+ */
+static void test_trailers_only_when_asked(void)
+{
+	struct sl_http_limits l;
+	small_limits(&l);
+	struct server *s = server_start(&l);
+	char buf[4096];
+	const char *body;
+	body = raw_body(s,
+	                "GET /streamtrailers HTTP/1.1\r\nHost: x\r\n"
+	                "TE: deflate;q=0.5, trailers\r\nConnection: close\r\n"
+	                "\r\n",
+	                buf, sizeof(buf));
+	ASSERT_STR_EQ(body, "3\r\none\r\n0\r\nX-Done: /streamtrailers\r\n\r\n");
+	ASSERT(strstr(buf, "\r\nTransfer-Encoding: chunked\r\n"));
+	ASSERT(strstr(buf, "\r\nTrailer: X-Done\r\n"));
+	/* Without TE, or a TE without trailers: no Trailer, the plain end. */
+	static const char *const unasked[] = {
+	    "GET /streamtrailers HTTP/1.1\r\nHost: x\r\n"
+	    "Connection: close\r\n\r\n",
+	    "GET /streamtrailers HTTP/1.1\r\nHost: x\r\nTE: deflate\r\n"
+	    "Connection: close\r\n\r\n",
+	};
+	for (size_t i = 0; i < SL_ARRAY_SIZE(unasked); i++) {
+		body = raw_body(s, unasked[i], buf, sizeof(buf));
+		ASSERT_STR_EQ(body, "3\r\none\r\n0\r\n\r\n");
+		ASSERT(!strstr(buf, "Trailer"));
+	}
+	/* HTTP/1.0 has no chunks to carry them; HEAD no body. */
+	body =
+	    raw_body(s, "GET /streamtrailers HTTP/1.0\r\nTE: trailers\r\n\r\n",
+	             buf, sizeof(buf));
+	ASSERT_STR_EQ(body, "one");
+	ASSERT(!strstr(buf, "Trailer"));
+	body = raw_body(s,
+	                "HEAD /streamtrailers HTTP/1.1\r\nHost: x\r\n"
+	                "TE: trailers\r\nConnection: close\r\n\r\n",
+	                buf, sizeof(buf));
+	ASSERT_STR_EQ(body, "");
+	ASSERT(!strstr(buf, "Trailer"));
+	/* A chunked answer whose handler has none: as ever. */
+	body = raw_body(s,
+	                "GET /stream HTTP/1.1\r\nHost: x\r\nTE: trailers\r\n"
+	                "Connection: close\r\n\r\n",
+	                buf, sizeof(buf));
+	ASSERT_STR_EQ(body,
+	              "4\r\none,\r\n4\r\ntwo,\r\n5\r\nthree\r\n0\r\n\r\n");
+	ASSERT(!strstr(buf, "Trailer"));
 	server_stop(s);
 }
 
@@ -1796,6 +1916,8 @@ int main(void)
 	RUN(test_keep_alive_and_pipelining);
 	RUN(test_chunked_body_and_trailers);
 	RUN(test_stream_writev);
+	RUN(test_te_trailers_parsing);
+	RUN(test_trailers_only_when_asked);
 	RUN(test_size_limits);
 	RUN(test_smuggling_is_refused);
 	RUN(test_expect_continue);

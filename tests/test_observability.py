@@ -7,6 +7,7 @@ import os
 import re
 import resource
 import signal
+import socket
 import subprocess
 import time
 import urllib.parse
@@ -792,6 +793,180 @@ class ServerTiming(st.TestCase):
         r = s.post("/tokenize", {"content": "x"})
         self.assertEqual(r.status, 200)
         self.assertEqual(list(server_timing(r.headers)), ["upstream"])
+        self.assertEqual(s.stop(), 0)
+
+
+def raw_exchange(port, path, body, headers=()):
+    """One request on a connection of its own, asking for the close, and
+    every byte of its answer: (answer, milliseconds from before the
+    request was sent to the close that ended the answer)."""
+    payload = json.dumps(body).encode()
+    lines = ["POST %s HTTP/1.1" % path, "Host: test",
+             "Content-Type: application/json",
+             "Content-Length: %d" % len(payload), "Connection: close",
+             *("%s: %s" % h for h in headers)]
+    sock = socket.create_connection(("127.0.0.1", port),
+                                    timeout=SAFETY_NET_S)
+    start = time.monotonic()
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
+    raw = b""
+    while True:
+        data = sock.recv(65536)
+        if not data:
+            break
+        raw += data
+    elapsed_ms = (time.monotonic() - start) * 1000
+    sock.close()
+    return raw, elapsed_ms
+
+
+def parse_chunked(raw):
+    """A chunked answer read exactly (RFC 9112, 7.1): (status, [(name,
+    value)] of its head, [chunk], [trailer line]). Fails on a size line that
+    is not bare hex, a chunk without its CRLF, or a byte after the end."""
+    head, sep, rest = raw.partition(b"\r\n\r\n")
+    assert sep, raw[:200]
+    lines = head.decode().split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = [(k, v.strip()) for k, _, v in
+               (line.partition(":") for line in lines[1:])]
+    chunks, pos = [], 0
+    while True:
+        eol = rest.index(b"\r\n", pos)
+        size_line = rest[pos:eol]
+        assert re.fullmatch(rb"[0-9a-f]+", size_line), size_line
+        size, pos = int(size_line, 16), eol + 2
+        if size == 0:
+            break
+        chunks.append(rest[pos:pos + size])
+        assert rest[pos + size:pos + size + 2] == b"\r\n", rest[pos:][:200]
+        pos += size + 2
+    trailers = []
+    while True:
+        eol = rest.index(b"\r\n", pos)
+        line, pos = rest[pos:eol], eol + 2
+        if not line:
+            break
+        trailers.append(line.decode())
+    assert pos == len(rest), "bytes after the end: %r" % rest[pos:]
+    return status, headers, chunks, trailers
+
+
+def named(headers, name):
+    return [v for k, v in headers if k.lower() == name.lower()]
+
+
+# The trailer a stream asked with "TE: trailers" ends with (src/relay/
+# README.md, Headers): ttft where a token was relayed, then total.
+TRAILER = re.compile(r"Server-Timing: (?:ttft;dur=(\d+\.\d), )?"
+                     r"total;dur=(\d+\.\d)")
+
+
+class ServerTimingTrailer(st.TestCase):
+    """A stream whose client sent "TE: trailers" ends with the
+    Server-Timing its head could not carry: the first token's time and the
+    whole stream's. Without it, nothing changes."""
+
+    def events(self, chunks):
+        """The SSE events of a stream's chunks, each chunk whole events."""
+        out = []
+        for chunk in chunks:
+            self.assertTrue(chunk.endswith(b"\n\n"), chunk[-200:])
+            out += [st.sse_data(e + b"\n\n")
+                    for e in chunk[:-2].split(b"\n\n")]
+        return out
+
+    def stream(self, s, path, body, te):
+        """(events, head, trailers, client's ms) of one stream."""
+        raw, elapsed_ms = raw_exchange(
+            s.port, path, dict(body, stream=True),
+            [("TE", te)] if te else [])
+        status, head, chunks, trailers = parse_chunked(raw)
+        self.assertEqual(status, 200, raw[:300])
+        self.assertEqual(named(head, "Transfer-Encoding"), ["chunked"])
+        return self.events(chunks), head, trailers, elapsed_ms
+
+    def test_streams_end_with_their_timings_when_asked(self):
+        s = self.sluice("--model", st.MODEL_TINY)
+        asks = [("/v1/chat/completions", chat(6)),
+                ("/completion", completion("Once upon a time", n=6))]
+        for path, body in asks:
+            with self.subTest(path=path):
+                plain, head, trailers, _ = self.stream(s, path, body, None)
+                # Without TE: no Trailer, and the body ends "0\r\n\r\n".
+                self.assertEqual(named(head, "Trailer"), [])
+                self.assertEqual(trailers, [])
+                for te in ("trailers", "deflate;q=0.5, Trailers"):
+                    events, head, trailers, elapsed_ms = self.stream(
+                        s, path, body, te)
+                    self.assertEqual(named(head, "Trailer"),
+                                     ["Server-Timing"])
+                    self.assertEqual(len(trailers), 1, trailers)
+                    m = TRAILER.fullmatch(trailers[0])
+                    self.assertTrue(m and m.group(1), trailers)
+                    ttft, total = float(m.group(1)), float(m.group(2))
+                    self.assertGreater(ttft, 0)
+                    self.assertLessEqual(ttft, total)
+                    self.assertLessEqual(total, elapsed_ms)
+                    # The head's timings are as ever; its upstream time
+                    # (dispatch to the head, which goes with the first
+                    # event) lies within the trailer's ttft (arrival to
+                    # the first token).
+                    t = server_timing(head)
+                    self.assertEqual(list(t),
+                                     ["queue", "upstream", "predicted"])
+                    self.assertLessEqual(t["upstream"], ttft)
+                    # The events are those of a stream asked without TE:
+                    # the same pieces of text (temperature 0), the same
+                    # end. (How many events carry none, llama-server
+                    # decides from run to run: the chat role's may come
+                    # apart or not.)
+                    for got in (events, plain):
+                        if path == "/completion":
+                            self.assertTrue(got[-1]["stop"])
+                        else:
+                            self.assertEqual(got[-1], "[DONE]")
+                    ends = 0 if path == "/completion" else 1
+                    pieces = [[st.delta_of(path, e)
+                               for e in got[:len(got) - ends]
+                               if st.delta_of(path, e)]
+                              for got in (events, plain)]
+                    self.assertTrue(pieces[0])
+                    self.assertEqual(pieces[0], pieces[1])
+        self.assertEqual(s.stop(), 0)
+
+    def test_a_stream_cut_short_says_its_total(self):
+        # The upstream dies after a role event and one token (then after the
+        # role event alone): the stream ends with sluice's error event, and
+        # its trailer says ttft only where a token was relayed.
+        role = b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n'
+        token = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+        for events, has_ttft in ((role + token, True), (role, False)):
+            with self.subTest(has_ttft=has_ttft):
+                rec = self.recording_upstream(
+                    body=events, content_type="text/event-stream", cut=True)
+                s = self.sluice("--upstream", rec.url)
+                got, head, trailers, elapsed_ms = self.stream(
+                    s, "/v1/chat/completions", chat(4), "trailers")
+                self.assertIn("error", got[-1], got)
+                self.assertEqual(named(head, "Trailer"), ["Server-Timing"])
+                self.assertEqual(len(trailers), 1, trailers)
+                m = TRAILER.fullmatch(trailers[0])
+                self.assertTrue(m, trailers)
+                self.assertEqual(m.group(1) is not None, has_ttft, trailers)
+                self.assertLessEqual(float(m.group(2)), elapsed_ms)
+                self.assertEqual(s.stop(), 0)
+
+    def test_plain_answers_carry_none(self):
+        # An answer with a length, relayed or built from a stream, has no
+        # chunks to end with trailers: its head is as ever.
+        s = self.sluice("--model", st.MODEL_TINY, "--stream-upstream", "on")
+        raw, _ = raw_exchange(s.port, "/v1/chat/completions", chat(4),
+                              [("TE", "trailers")])
+        head = raw.partition(b"\r\n\r\n")[0].decode().lower()
+        self.assertIn("\r\ncontent-length: ", head)
+        self.assertNotIn("trailer", head)
+        self.assertNotIn("transfer-encoding", head)
         self.assertEqual(s.stop(), 0)
 
 

@@ -50,6 +50,8 @@ struct request_state {
 	bool keep_alive; /* decided when the message completed */
 	bool http10;     /* HTTP/1.0 client: no chunked responses */
 	bool chunked;    /* the streamed response is chunked */
+	/* ... and ends with trailers: its head says which (Trailer). */
+	bool trailers;
 	bool dispatched;
 	bool finished; /* sl_http_request_finished() ran */
 	/*

@@ -144,6 +144,42 @@ unsigned sl_http_rule_transfer_coding(const struct sl_http_header *headers,
 	return other ? 501 : 0;
 }
 
+bool sl_http_te_trailers(const struct sl_http_header *headers, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		const struct sl_http_header *h = &headers[i];
+		if (strcasecmp(h->name, "TE") != 0)
+			continue;
+		const char *p = h->value, *end = h->value + h->value_len;
+		while (p < end) {
+			while (p < end &&
+			       (*p == ' ' || *p == '\t' || *p == ','))
+				p++;
+			const char *word = p;
+			while (p < end && *p != ',' && *p != ';' && *p != ' ' &&
+			       *p != '\t')
+				p++;
+			size_t word_len = (size_t)(p - word);
+			/*
+			 * The rest of the element, to a comma outside a quoted
+			 * string: anything but whitespace is a parameter.
+			 */
+			bool params = false, quoted = false;
+			for (; p < end && (quoted || *p != ','); p++) {
+				if (*p != ' ' && *p != '\t')
+					params = true;
+				if (quoted && *p == '\\' && p + 1 < end)
+					p++;
+				else if (*p == '"')
+					quoted = !quoted;
+			}
+			if (!params && span_is(word, word_len, "trailers"))
+				return true;
+		}
+	}
+	return false;
+}
+
 const char *sl_http_rule_absolute_form_path(const char *target)
 {
 	const char *p = target;

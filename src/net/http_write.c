@@ -335,6 +335,9 @@ static char *format_head(struct sl_http_conn *c, int status,
 	 * checked in request_origin() before it is echoed.
 	 */
 	bool cors_on = c->server->limits.n_cors_origins > 0;
+	/* Announced on the chunked head whose end carries them. */
+	bool trailers =
+	    st && st->trailers && status_has_body(status) && body_len < 0;
 	const char *acao =
 	    cors_allowed(&c->server->limits, st ? &st->pub : NULL);
 	/*
@@ -362,6 +365,9 @@ static char *format_head(struct sl_http_conn *c, int status,
 	    content_type ? "\r\n" : "",
 	    length,
 	    keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n",
+	    trailers ? "Trailer: " : "",
+	    trailers ? st->pub.trailer : "",
+	    trailers ? "\r\n" : "",
 	    has_id ? "X-Request-Id: " : "",
 	    has_id ? st->pub.id : "",
 	    has_id ? "\r\n" : "",
@@ -513,6 +519,8 @@ int sl_http_stream_start(struct sl_http_request *req, int status,
 	if (!status_has_body(status))
 		st->head_only = true; /* and content_length means nothing */
 	st->chunked = content_length < 0 && !st->http10 && !st->head_only;
+	st->trailers = st->chunked && req->trailer && req->on_trailers &&
+	               sl_http_te_trailers(req->headers, req->n_headers);
 	if (content_length < 0 && st->http10 && !st->head_only)
 		st->keep_alive = false; /* the body ends with the connection */
 	size_t len;
@@ -584,8 +592,20 @@ static int write_chunk(struct sl_http_request *req, const uv_buf_t *pieces,
 		bufs[0] = uv_buf_init(size, chunk_size_line(size, total));
 		bufs[k++] = uv_buf_init("\r\n", 2);
 	}
-	if (last && st->chunked && !st->head_only)
+	/* The last chunk, its trailer fields and the blank line. */
+	char end[3 + SL_HTTP_TRAILERS_MAX + 2];
+	if (last && st->chunked && !st->head_only && st->trailers) {
+		size_t n_fields =
+		    req->on_trailers(req, end + 3, SL_HTTP_TRAILERS_MAX);
+		/* A handler's bug: no trailers, but the framing kept. */
+		if (n_fields > SL_HTTP_TRAILERS_MAX)
+			n_fields = 0;
+		memcpy(end, "0\r\n", 3);
+		memcpy(end + 3 + n_fields, "\r\n", 2);
+		bufs[k++] = uv_buf_init(end, (unsigned)(3 + n_fields + 2));
+	} else if (last && st->chunked && !st->head_only) {
 		bufs[k++] = uv_buf_init("0\r\n\r\n", 5);
+	}
 	/* Nothing to write but a held head: it goes only with the end. */
 	if (k == 0 && !last && !st->head_only)
 		return 0;

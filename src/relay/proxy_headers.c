@@ -327,6 +327,33 @@ const char *exchange_own_headers(struct exchange *x)
 }
 
 /*
+ * sl_http_trailers_cb of a stream relayed event by event, for a client that
+ * sent "TE: trailers": the Server-Timing its head could not carry
+ * (src/relay/README.md, Headers). ttft: from the request's first byte at
+ * sluice to its first token event, which sluice writes to the client in
+ * the loop turn that reads it; total: from the same first byte to now,
+ * when the body's end is written. A stream that ended before any token
+ * (an error event) says total alone. Once per stream, at its end.
+ */
+static size_t exchange_trailers(struct sl_http_request *req, char *out,
+                                size_t size)
+{
+	const struct exchange *x = req->handler_data;
+	struct sl_join j = {.p = out, .cap = size};
+	uint64_t now = sl_now_ns();
+	sl_join_str(&j, "Server-Timing: ");
+	if (x && x->first_token_ns && x->first_token_ns >= req->start_ns) {
+		sl_join_str(&j, "ttft;dur=");
+		join_ms(&j, x->first_token_ns - req->start_ns);
+		sl_join_str(&j, ", ");
+	}
+	sl_join_str(&j, "total;dur=");
+	join_ms(&j, now >= req->start_ns ? now - req->start_ns : 0);
+	sl_join_str(&j, "\r\n");
+	return j.len;
+}
+
+/*
  * The first byte: answer the client's head in the right mode. Returns
  * false when the upstream's head cannot be relayed (the client got 502).
  */
@@ -375,6 +402,9 @@ bool exchange_start_response(struct exchange *x)
 		         "%s",
 		         exchange_own_headers(x));
 		char *extra = response_extras(x, own);
+		/* Used only where the client sent "TE: trailers" (http.h). */
+		x->req->trailer = "Server-Timing";
+		x->req->on_trailers = exchange_trailers;
 		sl_http_stream_start(x->req, 200, "text/event-stream", extra,
 		                     -1);
 		free(extra);

@@ -126,6 +126,12 @@
  * take under 400 bytes.
  */
 #define SL_HTTP_OWN_HEADERS_MAX 512u
+/*
+ * The most a chunked answer's trailer fields take (sl_http_trailers_cb):
+ * sluice's Server-Timing trailer, two metrics of at most 20 digits each,
+ * takes under 80 bytes.
+ */
+#define SL_HTTP_TRAILERS_MAX 256u
 
 struct sl_http_limits {
 	size_t max_header_bytes;
@@ -210,6 +216,14 @@ struct sl_request_info {
 
 typedef void (*sl_http_abort_cb)(struct sl_http_request *req);
 typedef void (*sl_http_drain_cb)(struct sl_http_request *req);
+/*
+ * Writes a chunked answer's trailer fields ("Name: value\r\n" each, only
+ * the names sl_http_request.trailer announced) into `out`, at most `size`
+ * bytes; returns how many it wrote (0: none). Called once, as the body
+ * ends (sl_http_stream_end*), with `req` still the handler's.
+ */
+typedef size_t (*sl_http_trailers_cb)(struct sl_http_request *req, char *out,
+                                      size_t size);
 
 struct sl_http_request {
 	struct sl_http_conn *conn;
@@ -246,6 +260,17 @@ struct sl_http_request {
 	sl_http_abort_cb on_abort; /* the client went away first */
 	sl_http_drain_cb on_drain; /* backlog fell below the low-water mark */
 	void *handler_data;
+	/*
+	 * Trailers (RFC 9110, 6.5), set before sl_http_stream_start() by a
+	 * handler that can end a chunked answer with fields of its own:
+	 * `trailer` names them for the head's Trailer field ("Server-Timing")
+	 * and on_trailers writes them at the end. Used only where the client
+	 * accepts trailers (TE: trailers, sl_http_te_trailers) and the answer
+	 * is chunked (HTTP/1.1, with a body); elsewhere the answer's bytes
+	 * are what they would be without them. NULL: none.
+	 */
+	const char *trailer;
+	sl_http_trailers_cb on_trailers;
 };
 
 typedef void (*sl_http_handler)(struct sl_http_request *req, void *data);
@@ -378,6 +403,9 @@ void sl_http_respond_error(struct sl_http_request *req, int status,
  * exactly content_length bytes must follow. Writes return 0, or a negative
  * code when the client is gone (the handler then also gets on_abort). After
  * sl_http_stream_end() `req` belongs to the server again.
+ *
+ * A chunked answer ends with the trailers the request's on_trailers
+ * writes, where the client accepts them (see sl_http_request.trailer).
  *
  * The head is held until the first body bytes, the end or
  * sl_http_flush(), and leaves with them in one write: a handler that

@@ -14,6 +14,8 @@
  *              value as the parser delivered it (leading whitespace
  *              dropped, trailing whitespace possibly kept)
  *   coding     one element of a Transfer-Encoding list ("chunked", "gzip")
+ *   trailers   fields after a chunked body's last chunk (RFC 9112, 7.1.2),
+ *              which a client asks for with "TE: trailers"
  *   absolute   the request target form "http://host:port/path?query",
  *   form       which a server must accept (RFC 9112, 3.2.2)
  *
@@ -59,6 +61,16 @@ unsigned sl_http_rule_transfer_coding(const struct sl_http_header *headers,
  * other form.
  */
 const char *sl_http_rule_absolute_form_path(const char *target);
+
+/*
+ * RFC 9110, 10.1.4: whether the client accepts trailer fields in a chunked
+ * answer, that is whether a TE field (over every one, in order) lists the
+ * element "trailers", in any case and with no parameters. The other
+ * elements are transfer codings with parameters ("deflate;q=0.5"), whose
+ * quoted values may hold commas; they are skipped. sluice writes no coding
+ * but chunked, so it reads nothing else from TE.
+ */
+bool sl_http_te_trailers(const struct sl_http_header *headers, unsigned n);
 
 /*
  * Whether `v` (NUL-terminated) may be copied into a response head as a
