@@ -248,6 +248,12 @@ bool sl_access_admit(struct sl_relay *relay, struct sl_http_request *req,
                      const char *named)
 {
 	struct sl_tenant *t = req->info.tenant;
+	/*
+	 * The model's own name, for the usage labels (a bounded set) and the
+	 * status page's last requests.
+	 */
+	struct sl_join model = SL_JOIN(req->info.model);
+	sl_join_str(&model, m->name);
 	if (!t || !t->key) {
 		/* Every queued request's answer says the priority it got. */
 		if (limited)
@@ -268,9 +274,6 @@ bool sl_access_admit(struct sl_relay *relay, struct sl_http_request *req,
 	enum sl_admit verdict = SL_ADMIT_MODEL;
 	if (sl_access_model_allowed(relay, t->key, m))
 		verdict = sl_tenant_admit(t->key, &a, uv_now(relay->loop));
-	/* Usage counts under the model's own name: a bounded set. */
-	struct sl_join model = SL_JOIN(req->info.model);
-	sl_join_str(&model, m->name);
 	struct sl_join own = SL_JOIN(req->own_headers);
 	sl_join_str(&own, a.headers);
 	if (limited)
