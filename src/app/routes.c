@@ -175,8 +175,9 @@ static void handle_usage(struct sl_app *app, struct sl_http_request *req)
 }
 
 /*
- * The status page and its document (status.h), guarded as /metrics is;
- * the document carries /health's whole.
+ * The status page and its document (status.h), guarded as /metrics is,
+ * with Basic credentials for a browser (access.h); the document carries
+ * /health's whole.
  */
 static void handle_status(struct sl_app *app, struct sl_http_request *req)
 {
@@ -196,8 +197,8 @@ static const struct route routes[] = {
     {"/v1/health", HTTP_GET, handle_health, SL_ACCESS_PUBLIC},
     {"/ready", HTTP_GET, handle_ready, SL_ACCESS_PUBLIC},
     {"/metrics", HTTP_GET, metrics, SL_ACCESS_METRICS},
-    {"/status", HTTP_GET, handle_status, SL_ACCESS_METRICS},
-    {"/status.json", HTTP_GET, handle_status_json, SL_ACCESS_METRICS},
+    {"/status", HTTP_GET, handle_status, SL_ACCESS_STATUS},
+    {"/status.json", HTTP_GET, handle_status_json, SL_ACCESS_STATUS},
     {"/v1/usage", HTTP_GET, handle_usage, SL_ACCESS_ADMIN},
 };
 
