@@ -344,7 +344,8 @@ void sl_status_respond_json(struct sl_status *st, struct sl_http_request *req,
                             json_t *health)
 {
 	json_t *doc = sl_status_json(st, health);
-	char *body = json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(6));
+	/* Numbers as /health writes them, so that its part reads the same. */
+	char *body = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
 	if (!body)
 		abort(); /* only when memory is gone: sl_xmalloc's rule */
