@@ -13,6 +13,7 @@ import http.server
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -693,6 +694,92 @@ def failure_notes(result, notes):
                     test, report = r[i]
                     r[i] = (test, "%s\nThe logs' tails:\n%s\n"
                             % (report, text))
+
+
+class DevTools:
+    """Chromium driven over its DevTools pipe (--remote-debugging-pipe:
+    NUL-separated JSON on fds 3 and 4), to use a page as a person would."""
+
+    def __init__(self, browser, profile):
+        to_r, self.to_w = os.pipe()
+        self.from_r, from_w = os.pipe()
+
+        def wire():
+            # Through fresh copies: a pipe end may already be fd 3 or 4,
+            # and dup2 onto itself would leave it close-on-exec.
+            a, b = os.dup(to_r), os.dup(from_w)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+        self.proc = subprocess.Popen(
+            [browser, "--headless", "--no-sandbox", "--disable-gpu",
+             "--remote-debugging-pipe", "--user-data-dir=" + profile,
+             "--window-size=1200,800", "about:blank"],
+            preexec_fn=wire, close_fds=False, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        os.close(to_r)
+        os.close(from_w)
+        self.buf, self.next_id, self.session = b"", 0, None
+
+    def call(self, method, params=None, timeout=60):
+        self.next_id += 1
+        msg = {"id": self.next_id, "method": method, "params": params or {}}
+        if self.session:
+            msg["sessionId"] = self.session
+        os.write(self.to_w, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\0" in self.buf:
+                raw, self.buf = self.buf.split(b"\0", 1)
+                reply = json.loads(raw)
+                if reply.get("method") == "Page.javascriptDialogOpening":
+                    # An alert blocks the page: say what it said.
+                    raise AssertionError("the page alerted: %s"
+                                         % reply["params"]["message"])
+                if reply.get("id") == self.next_id:
+                    if "error" in reply:
+                        raise AssertionError(reply["error"])
+                    return reply["result"]
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.from_r], [], [], left)[0]:
+                raise AssertionError("no DevTools answer to " + method)
+            data = os.read(self.from_r, 1 << 16)
+            if not data:
+                raise AssertionError("chromium closed its DevTools pipe")
+            self.buf += data
+
+    def open(self, url, headers=None):
+        """Opens url in a new tab; `headers` go with every request of
+        the tab (its page's fetches too), as an extension would add
+        them."""
+        target = self.call("Target.createTarget",
+                           {"url": "about:blank"})["targetId"]
+        self.session = self.call("Target.attachToTarget",
+                                 {"targetId": target,
+                                  "flatten": True})["sessionId"]
+        self.call("Page.enable")  # to hear of alerts
+        if headers:
+            self.call("Network.enable")
+            self.call("Network.setExtraHTTPHeaders", {"headers": headers})
+        self.call("Page.navigate", {"url": url})
+
+    def eval(self, expression):
+        r = self.call("Runtime.evaluate",
+                      {"expression": expression, "returnByValue": True})
+        return r["result"].get("value")
+
+    def close(self):
+        self.session = None
+        try:
+            self.call("Browser.close", timeout=10)
+        except AssertionError:
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.to_w)
+        os.close(self.from_r)
 
 
 class TestCase(unittest.TestCase):

@@ -11,7 +11,6 @@ import http.server
 import json
 import os
 import re
-import select
 import shutil
 import struct
 import subprocess
@@ -913,84 +912,6 @@ def png_colours(path):
     return colours
 
 
-class DevTools:
-    """Chromium driven over its DevTools pipe (--remote-debugging-pipe:
-    NUL-separated JSON on fds 3 and 4), to use a page as a person would."""
-
-    def __init__(self, browser, profile):
-        to_r, self.to_w = os.pipe()
-        self.from_r, from_w = os.pipe()
-
-        def wire():
-            # Through fresh copies: a pipe end may already be fd 3 or 4,
-            # and dup2 onto itself would leave it close-on-exec.
-            a, b = os.dup(to_r), os.dup(from_w)
-            os.dup2(a, 3)
-            os.dup2(b, 4)
-        self.proc = subprocess.Popen(
-            [browser, "--headless", "--no-sandbox", "--disable-gpu",
-             "--remote-debugging-pipe", "--user-data-dir=" + profile,
-             "--window-size=1200,800", "about:blank"],
-            preexec_fn=wire, close_fds=False, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL)
-        os.close(to_r)
-        os.close(from_w)
-        self.buf, self.next_id, self.session = b"", 0, None
-
-    def call(self, method, params=None, timeout=60):
-        self.next_id += 1
-        msg = {"id": self.next_id, "method": method, "params": params or {}}
-        if self.session:
-            msg["sessionId"] = self.session
-        os.write(self.to_w, json.dumps(msg).encode() + b"\0")
-        deadline = time.monotonic() + timeout
-        while True:
-            while b"\0" in self.buf:
-                raw, self.buf = self.buf.split(b"\0", 1)
-                reply = json.loads(raw)
-                if reply.get("method") == "Page.javascriptDialogOpening":
-                    # An alert blocks the page: say what it said.
-                    raise AssertionError("the page alerted: %s"
-                                         % reply["params"]["message"])
-                if reply.get("id") == self.next_id:
-                    if "error" in reply:
-                        raise AssertionError(reply["error"])
-                    return reply["result"]
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.from_r], [], [], left)[0]:
-                raise AssertionError("no DevTools answer to " + method)
-            data = os.read(self.from_r, 1 << 16)
-            if not data:
-                raise AssertionError("chromium closed its DevTools pipe")
-            self.buf += data
-
-    def open(self, url):
-        target = self.call("Target.createTarget", {"url": url})["targetId"]
-        self.session = self.call("Target.attachToTarget",
-                                 {"targetId": target,
-                                  "flatten": True})["sessionId"]
-        self.call("Page.enable")  # to hear of alerts
-
-    def eval(self, expression):
-        r = self.call("Runtime.evaluate",
-                      {"expression": expression, "returnByValue": True})
-        return r["result"].get("value")
-
-    def close(self):
-        self.session = None
-        try:
-            self.call("Browser.close", timeout=10)
-        except AssertionError:
-            pass
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        os.close(self.to_w)
-        os.close(self.from_r)
-
-
 class WebUI(st.TestCase):
 
     def test_a_person_can_chat_through_the_ui(self):
@@ -999,7 +920,7 @@ class WebUI(st.TestCase):
         self.assertTrue(ui and browser, "needs chromium (deploy/setup.sh "
                         "--tests installs it) and llama-server's web UI")
         s = self.sluice("--model", st.MODEL_TINY, "--ui", "on")
-        b = DevTools(browser, os.path.join(self.tmp, "profile"))
+        b = st.DevTools(browser, os.path.join(self.tmp, "profile"))
         self.addCleanup(b.close)
         b.open("http://127.0.0.1:%d/" % s.port)
         st.wait_until(lambda: b.eval(

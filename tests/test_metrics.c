@@ -347,9 +347,37 @@ static void test_build_info(void)
 	sl_text_free(&t);
 }
 
+/*
+ * A count over the last minute: what was added in the slice now and the
+ * 11 before it, nothing older; a long silence forgets everything.
+ */
+static void test_minute_window(void)
+{
+	struct sl_minute m;
+	memset(&m, 0, sizeof(m));
+	uint64_t t0 = 1000000; /* a slice's start */
+	ASSERT_EQ(sl_minute_sum(&m, t0), 0);
+	sl_minute_add(&m, 3, t0);
+	sl_minute_add(&m, 4, t0 + SL_MINUTE_SLICE_MS - 1); /* same slice */
+	sl_minute_add(&m, 5, t0 + 30000);
+	ASSERT_EQ(sl_minute_sum(&m, t0 + 30000), 12);
+	/* The first slice is still in the last minute at t0 + 59.999 s... */
+	ASSERT_EQ(sl_minute_sum(&m, t0 + 59999), 12);
+	/* ...and out of it from t0 + 60 s, read or written. */
+	ASSERT_EQ(sl_minute_sum(&m, t0 + 60000), 5);
+	sl_minute_add(&m, 1, t0 + 60000);
+	ASSERT_EQ(sl_minute_sum(&m, t0 + 60000), 6);
+	ASSERT_EQ(sl_minute_sum(&m, t0 + 90000), 1);
+	/* Long after, a slot reused by the ring holds only the new count. */
+	sl_minute_add(&m, 2, t0 + 3600000);
+	ASSERT_EQ(sl_minute_sum(&m, t0 + 3600000), 2);
+	ASSERT_EQ(sl_minute_sum(&m, t0 + 7200000), 0);
+}
+
 int main(void)
 {
 	RUN(test_quantiles_within_bound);
+	RUN(test_minute_window);
 	RUN(test_edges);
 	RUN(test_histogram_exposition);
 	RUN(test_relabelled_families);

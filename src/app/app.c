@@ -18,6 +18,7 @@
 #include "sluice/fleet/startup.h"
 #include "sluice/net/client_addr.h"
 #include "sluice/ops/exposition.h"
+#include "sluice/ops/status.h"
 #include "sluice/relay/proxy.h"
 
 #include <jansson.h>
@@ -107,6 +108,7 @@ static void close_front(struct sl_app *app)
 	uv_close((uv_handle_t *)&app->flush_timer, NULL);
 	uv_close((uv_handle_t *)&app->reap_timer, NULL);
 	uv_close((uv_handle_t *)&app->relay.coalesce_timer, NULL);
+	sl_status_close(&app->status);
 	if (app->http.loop)
 		sl_http_server_close(&app->http, on_http_closed);
 	else
@@ -231,6 +233,7 @@ static void on_request_finished(struct sl_http_request *req, bool completed,
 	double seconds = (double)(sl_now_ns() - req->start_ns) / 1e9;
 	const char *outcome =
 	    sl_stats_finished(&app->stats, req, completed, seconds);
+	sl_status_record(&app->status, req, outcome, seconds);
 	const struct sl_request_info *in = &req->info;
 	/* A tenant's request is over: its place, its tokens, its usage. */
 	if (in->tenant) {
@@ -726,6 +729,8 @@ int sl_app_run(const struct sl_config *cfg)
 	app->relay.coalesce_timer.data = &app->relay;
 
 	sl_stats_init(&app->stats);
+	/* Closed with the front (close_front); it never holds the loop. */
+	sl_status_start(&app->status, &app->exposition, app->start_ms);
 	sl_h1_init(&app->h1, &app->loop);
 	if (cfg->affinity) {
 		app->affinity = sl_xmalloc(sizeof(*app->affinity));

@@ -31,6 +31,7 @@
 #include "sluice/fleet/model.h"
 #include "sluice/fleet/registry.h"
 #include "sluice/ops/exposition.h"
+#include "sluice/ops/status.h"
 #include "sluice/relay/relay.h"
 #include "sluice/net/curl_loop.h"
 #include "sluice/fleet/discovery.h"
@@ -113,6 +114,8 @@ struct sl_app {
 	unsigned n_trusted_proxies;
 	/* /metrics (exposition.h): what it reads of the above, and its own. */
 	struct sl_exposition exposition;
+	/* /status (status.h): the last requests and minutes, for the page. */
+	struct sl_status status;
 	bool force_stop; /* a second signal: SIGKILL llama-server */
 	uv_timer_t drain_timer;
 	uv_timer_t flush_timer; /* the grace for the last responses */

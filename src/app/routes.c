@@ -7,6 +7,7 @@
 #include "sluice/relay/access.h"
 #include "sluice/base/common.h"
 #include "sluice/ops/exposition.h"
+#include "sluice/ops/status.h"
 #include "sluice/relay/proxy.h"
 
 #include <jansson.h>
@@ -177,12 +178,31 @@ static void handle_usage(struct sl_app *app, struct sl_http_request *req)
 	free(body);
 }
 
+/*
+ * The status page and its document (status.h), guarded as /metrics is,
+ * with Basic credentials for a browser (access.h); the document carries
+ * /health's whole.
+ */
+static void handle_status(struct sl_app *app, struct sl_http_request *req)
+{
+	(void)app;
+	sl_status_respond_page(req);
+}
+
+static void handle_status_json(struct sl_app *app, struct sl_http_request *req)
+{
+	bool ready;
+	sl_status_respond_json(&app->status, req, health_json(app, &ready));
+}
+
 /* /v1/health is llama-server's alias of /health, public like it. */
 static const struct route routes[] = {
     {"/health", HTTP_GET, handle_health, SL_ACCESS_PUBLIC},
     {"/v1/health", HTTP_GET, handle_health, SL_ACCESS_PUBLIC},
     {"/ready", HTTP_GET, handle_ready, SL_ACCESS_PUBLIC},
     {"/metrics", HTTP_GET, metrics, SL_ACCESS_METRICS},
+    {"/status", HTTP_GET, handle_status, SL_ACCESS_STATUS},
+    {"/status.json", HTTP_GET, handle_status_json, SL_ACCESS_STATUS},
     {"/v1/usage", HTTP_GET, handle_usage, SL_ACCESS_ADMIN},
 };
 

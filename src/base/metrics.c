@@ -104,6 +104,33 @@ void sl_text_printf(struct sl_text *t, const char *fmt, ...)
 	}
 }
 
+/* Clears the slices after m->slice up to `slice`, and moves there. */
+static void minute_advance(struct sl_minute *m, uint64_t slice)
+{
+	if (slice <= m->slice)
+		return;
+	uint64_t steps = SL_MIN(slice - m->slice, (uint64_t)SL_MINUTE_SLICES);
+	for (uint64_t i = 1; i <= steps; i++)
+		m->n[(m->slice + i) % SL_MINUTE_SLICES] = 0;
+	m->slice = slice;
+}
+
+void sl_minute_add(struct sl_minute *m, uint64_t v, uint64_t now_ms)
+{
+	minute_advance(m, now_ms / SL_MINUTE_SLICE_MS);
+	m->n[m->slice % SL_MINUTE_SLICES] += v;
+}
+
+uint64_t sl_minute_sum(const struct sl_minute *m, uint64_t now_ms)
+{
+	uint64_t slice = now_ms / SL_MINUTE_SLICE_MS, sum = 0;
+	/* Slices older than a minute are stale: not summed. */
+	for (uint64_t i = 0; i < SL_MINUTE_SLICES; i++)
+		if (m->slice >= i && m->slice - i + SL_MINUTE_SLICES > slice)
+			sum += m->n[(m->slice - i) % SL_MINUTE_SLICES];
+	return sum;
+}
+
 void sl_text_free(struct sl_text *t)
 {
 	free(t->data);

@@ -54,14 +54,83 @@ enum key_kind {
 /* llama-server's message for a missing or wrong key, word for word. */
 #define SL_ACCESS_BAD_KEY_MESSAGE "Invalid API Key"
 
-/* The key the request carries, or NULL; *len is its length. */
-static const char *presented_key(const struct sl_http_request *req, size_t *len)
+/*
+ * The challenge a refusal of the status page carries, so that a browser
+ * asks a person for the key (RFC 7617): any user name, the key as the
+ * password.
+ */
+#define SL_ACCESS_BASIC_CHALLENGE                                              \
+	"WWW-Authenticate: Basic realm=\"sluice\", charset=\"UTF-8\"\r\n"
+
+/* A base64 character's value, or -1. */
+static int base64_value(char c)
+{
+	static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	                               "abcdefghijklmnopqrstuvwxyz0123456789+/";
+	const char *p = c ? strchr(alphabet, c) : NULL;
+	return p ? (int)(p - alphabet) : -1;
+}
+
+/*
+ * The password of Basic credentials ("Basic BASE64(user:password)") into
+ * out (`size` bytes, NUL-terminated); returns its length, or -1 when the
+ * credentials are not well formed or do not fit. The whole decoded text
+ * goes through `out` and is cleared but for the password.
+ */
+static long basic_password(const char *creds, char *out, size_t size)
+{
+	size_t n = 0;
+	unsigned bits = 0, acc = 0;
+	const char *p = creds;
+	for (; *p && *p != '='; p++) {
+		int v = base64_value(*p);
+		if (v < 0)
+			return -1;
+		acc = (acc << 6) | (unsigned)v;
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			if (n + 1 >= size)
+				return -1;
+			out[n++] = (char)((acc >> bits) & 0xff);
+		}
+	}
+	while (*p == '=')
+		p++;
+	out[n] = '\0';
+	char *colon = memchr(out, ':', n);
+	if (*p || !colon || memchr(out, '\0', n)) {
+		memset(out, 0, size);
+		return -1;
+	}
+	size_t len = n - (size_t)(colon + 1 - out);
+	memmove(out, colon + 1, len + 1);
+	memset(out + len, 0, size - len);
+	return (long)len;
+}
+
+/*
+ * The key the request carries, or NULL; *len is its length. With `basic`
+ * (SL_ACCESS_STATUS), Basic credentials' password counts too, decoded
+ * into `buf` (SL_API_KEY_MAX + 2 bytes: a longer one is no key).
+ */
+static const char *presented_key(const struct sl_http_request *req, size_t *len,
+                                 bool basic, char *buf)
 {
 	const char *key = sl_http_header(req, "Authorization");
 	if (!key || !key[0])
 		key = sl_http_header(req, "X-Api-Key");
 	if (!key)
 		return NULL;
+	static const char scheme[] = "Basic ";
+	if (basic && strncmp(key, scheme, sizeof(scheme) - 1) == 0) {
+		long n = basic_password(key + sizeof(scheme) - 1, buf,
+		                        SL_API_KEY_MAX + 2);
+		if (n < 0)
+			return NULL;
+		*len = (size_t)n;
+		return buf;
+	}
 	/* Exactly this prefix: "Bearer  KEY" (two spaces) fails there too. */
 	static const char bearer[] = "Bearer ";
 	if (strncmp(key, bearer, sizeof(bearer) - 1) == 0)
@@ -92,20 +161,12 @@ static bool same_key(const unsigned char *a, size_t a_len,
 	return diff == 0;
 }
 
-/*
- * Which of the configured keys the request carries, checking them all.
- * A key of keys: is found by its digest (keys.h); its tenant goes on the
- * request, for the limits, the usage and the access log.
- */
-static enum key_kind key_kind(const struct sl_relay *relay,
-                              struct sl_http_request *req)
+/* Which configured key `key` (len bytes) is: see key_kind(). */
+static enum key_kind match_key(const struct sl_relay *relay,
+                               struct sl_http_request *req, const char *key,
+                               size_t len)
 {
 	const struct sl_config *cfg = relay->cfg;
-	size_t len = 0;
-	const char *key = presented_key(req, &len);
-	/* Too long for any key: a mismatch, whatever the keys are. */
-	if (!key || len == 0 || len > SL_API_KEY_MAX)
-		return KEY_NONE;
 	unsigned char given[SL_API_KEY_MAX], known[SL_API_KEY_MAX];
 	pad(given, key, len);
 	bool client = false, admin = false;
@@ -135,11 +196,33 @@ static enum key_kind key_kind(const struct sl_relay *relay,
 	                : KEY_NONE;
 }
 
-static void refuse_unauthenticated(struct sl_http_request *req)
+/*
+ * Which of the configured keys the request carries, checking them all.
+ * A key of keys: is found by its digest (keys.h); its tenant goes on the
+ * request, for the limits, the usage and the access log.
+ */
+static enum key_kind key_kind(const struct sl_relay *relay,
+                              struct sl_http_request *req, bool basic)
+{
+	size_t len = 0;
+	char decoded[SL_API_KEY_MAX + 2];
+	const char *key = presented_key(req, &len, basic, decoded);
+	enum key_kind kind = KEY_NONE;
+	/* Too long for any key: a mismatch, whatever the keys are. */
+	if (key && len > 0 && len <= SL_API_KEY_MAX)
+		kind = match_key(relay, req, key, len);
+	if (key == decoded)
+		memset(decoded, 0, sizeof(decoded));
+	return kind;
+}
+
+/* `challenge`: Basic credentials would do (SL_ACCESS_STATUS). */
+static void refuse_unauthenticated(struct sl_http_request *req, bool challenge)
 {
 	sl_debug("access: %s %s refused: no valid key",
 	         llhttp_method_name(req->method), req->path);
-	sl_http_respond_error(req, 401, "authentication_error", NULL,
+	sl_http_respond_error(req, 401, "authentication_error",
+	                      challenge ? SL_ACCESS_BASIC_CHALLENGE : NULL,
 	                      SL_ACCESS_BAD_KEY_MESSAGE);
 }
 
@@ -152,25 +235,31 @@ bool sl_access_allow(struct sl_relay *relay, struct sl_http_request *req,
 	    cfg->api_keys.count > 0 || sl_tenants_required(relay->tenants);
 	bool admin_key = cfg->admin_key[0] != '\0';
 
+	/*
+	 * The status page is guarded as /metrics is, but a request without
+	 * any key is asked for one (401 with the Basic challenge), also where
+	 * /metrics would say 403, so that a browser asks its person.
+	 */
+	bool basic = level == SL_ACCESS_STATUS;
 	/* Without an admin key, /metrics is one more client endpoint. */
-	if (level == SL_ACCESS_METRICS)
+	if (level == SL_ACCESS_METRICS || level == SL_ACCESS_STATUS)
 		level = admin_key ? SL_ACCESS_ADMIN : SL_ACCESS_CLIENT;
 	if (level == SL_ACCESS_PUBLIC ||
 	    (level == SL_ACCESS_CLIENT && !client_keys))
 		return true;
 
-	enum key_kind kind = key_kind(relay, req);
+	enum key_kind kind = key_kind(relay, req, basic);
 	if (level == SL_ACCESS_CLIENT) {
 		if (kind != KEY_NONE)
 			return true;
-		refuse_unauthenticated(req);
+		refuse_unauthenticated(req, basic);
 		return false;
 	}
 	/* SL_ACCESS_ADMIN */
 	if (kind == KEY_ADMIN)
 		return true;
-	if (client_keys && kind == KEY_NONE) {
-		refuse_unauthenticated(req);
+	if ((client_keys || basic) && kind == KEY_NONE) {
+		refuse_unauthenticated(req, basic);
 		return false;
 	}
 	sl_debug("access: %s %s refused: %s", llhttp_method_name(req->method),
@@ -248,6 +337,12 @@ bool sl_access_admit(struct sl_relay *relay, struct sl_http_request *req,
                      const char *named)
 {
 	struct sl_tenant *t = req->info.tenant;
+	/*
+	 * The model's own name, for the usage labels (a bounded set) and the
+	 * status page's last requests.
+	 */
+	struct sl_join model = SL_JOIN(req->info.model);
+	sl_join_str(&model, m->name);
 	if (!t || !t->key) {
 		/* Every queued request's answer says the priority it got. */
 		if (limited)
@@ -268,9 +363,6 @@ bool sl_access_admit(struct sl_relay *relay, struct sl_http_request *req,
 	enum sl_admit verdict = SL_ADMIT_MODEL;
 	if (sl_access_model_allowed(relay, t->key, m))
 		verdict = sl_tenant_admit(t->key, &a, uv_now(relay->loop));
-	/* Usage counts under the model's own name: a bounded set. */
-	struct sl_join model = SL_JOIN(req->info.model);
-	sl_join_str(&model, m->name);
 	struct sl_join own = SL_JOIN(req->own_headers);
 	sl_join_str(&own, a.headers);
 	if (limited)

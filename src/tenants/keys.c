@@ -499,6 +499,9 @@ void sl_tenant_end(struct sl_tenant *tenant, const struct sl_ending *e,
 	u->requests++;
 	u->prompt_tokens += e->prompt_tokens;
 	u->completion_tokens += e->completion_tokens;
+	sl_minute_add(&tenant->minute_requests, 1, now_ms);
+	sl_minute_add(&tenant->minute_tokens,
+	              e->prompt_tokens + e->completion_tokens, now_ms);
 }
 
 json_t *sl_tenants_usage_json(const struct sl_tenants *t)

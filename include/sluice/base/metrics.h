@@ -48,6 +48,26 @@ double sl_hist_quantile(const struct sl_histogram *h, double q);
 /* Adds b's counts into a (same range). */
 void sl_hist_merge(struct sl_histogram *a, const struct sl_histogram *b);
 
+/*
+ * A count over the last minute, sliding in steps: SL_MINUTE_SLICES slices
+ * of SL_MINUTE_SLICE_MS each, a ring. Adding and reading are O(1) in the
+ * slices (a read sums them), in 100 bytes. The sum covers the current
+ * slice and the SL_MINUTE_SLICES - 1 before it: between 55 and 60 s.
+ * What the status page shows as a tenant's requests and tokens a minute.
+ */
+#define SL_MINUTE_SLICES 12
+#define SL_MINUTE_SLICE_MS 5000
+
+struct sl_minute {
+	uint64_t n[SL_MINUTE_SLICES];
+	/* The slice of the last add: its now_ms / SL_MINUTE_SLICE_MS. */
+	uint64_t slice;
+};
+
+void sl_minute_add(struct sl_minute *m, uint64_t v, uint64_t now_ms);
+/* What was added over the last minute, as of now_ms. */
+uint64_t sl_minute_sum(const struct sl_minute *m, uint64_t now_ms);
+
 /* A growable text buffer for the exposition. */
 struct sl_text {
 	char *data;

@@ -199,8 +199,9 @@ struct sl_request_info {
 	 * The tenant (keys.h) whose key the request carries, or NULL; its
 	 * name lives as long as sluice. `counted`: it holds one of the
 	 * tenant's concurrent places until it ends. `prompt_tokens`: as the
-	 * upstream counted them. `model`: its body's model, "" when none, for
-	 * the usage labels. `tokens_reserved`: what it took from the tenant's
+	 * upstream counted them. `model`: the name of the model that serves it
+	 * ("" until admitted: sl_access_admit), for the usage labels and the
+	 * status page. `tokens_reserved`: what it took from the tenant's
 	 * tokens bucket when admitted; `ran_on`: its client left a plain
 	 * answer that llama-server goes on with (keys.h, sl_ending).
 	 */

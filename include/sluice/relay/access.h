@@ -25,6 +25,13 @@ enum sl_access {
 	SL_ACCESS_CLIENT,  /* a client key, when any is set */
 	SL_ACCESS_METRICS, /* /metrics: the admin key when set, else CLIENT */
 	SL_ACCESS_ADMIN,   /* changes llama-server's state: the admin key */
+	/*
+	 * /status and its document: as METRICS, and the key may also come
+	 * as the password of HTTP Basic credentials (any user name), which
+	 * a refusal asks for (401 with WWW-Authenticate): a browser cannot
+	 * send a bearer key when a person opens a page, but asks for those.
+	 */
+	SL_ACCESS_STATUS,
 };
 
 /*

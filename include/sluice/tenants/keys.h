@@ -154,6 +154,11 @@ struct sl_tenant {
 	 * shed): sluice_slo_requests_total.
 	 */
 	uint64_t slo[3][3];
+	/*
+	 * The requests and tokens (prompt and generated) its usage counted
+	 * over the last minute, for the status page beside rpm and tpm.
+	 */
+	struct sl_minute minute_requests, minute_tokens;
 };
 
 struct sl_key {
