@@ -43,6 +43,9 @@ class Cli(st.TestCase):
                         "--probe", "--check-config", "--hash-key"):
                 continue
             var = "SLUICE_" + flag[2:].upper().replace("-", "_")
+            # OpenTelemetry's own variables are the --otel-* twins.
+            if flag.startswith("--otel-"):
+                var = var[len("SLUICE_"):]
             if flag == "--llama-arg":
                 var = "SLUICE_LLAMA_ARGS"
             self.assertRegex(text, r"\[%s; default: [^\]]+\]" % var,

@@ -515,11 +515,12 @@ int sl_config_apply(struct sl_config *cfg, const struct option_def *o,
 	case OPT_HEADER_PAIRS: {
 		char why[SL_OTEL_KEY_MAX + 128];
 		struct sl_otel_pair *pairs;
-		unsigned n;
+		unsigned n_pairs;
 		if (sl_otel_pairs_parse(value, o->type == OPT_HEADER_PAIRS,
-		                        &pairs, &n, why, sizeof(why)) != 0)
+		                        &pairs, &n_pairs, why,
+		                        sizeof(why)) != 0)
 			return sl_config_fail(err, size, where, "%s", why);
-		sl_otel_pairs_free(pairs, n);
+		sl_otel_pairs_free(pairs, n_pairs);
 		sl_config_set_string(field, value);
 		return 0;
 	}
