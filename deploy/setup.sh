@@ -20,7 +20,8 @@ makes sure a llama-server is available (provisioning one into the cache
 directory when there is none), and builds into build/. Then: ./build/sluice
 
   --tests   also install what the test suite uses (chromium, nginx,
-            python3-yaml, systemd for systemd-analyze, curl). Then:
+            python3-yaml, systemd for systemd-analyze, curl, nodejs and
+            npm, and with npm ci the npm package in tests/otlp). Then:
             meson test -C build --print-errorlogs
   --help    this text
 
