@@ -303,7 +303,7 @@ void sl_trace_finish(struct sl_tracer *t, struct sl_http_request *req,
 	/* A full batch goes at the loop's next turn, not in this callback. */
 	if (t->spans >= t->max_batch && !t->exporting && !t->draining)
 		arm(t, 0);
-	else if (!uv_is_active((uv_handle_t *)&t->timer))
+	else if (!t->draining && !uv_is_active((uv_handle_t *)&t->timer))
 		arm(t, t->schedule_ms);
 }
 
