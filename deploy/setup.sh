@@ -20,7 +20,8 @@ makes sure a llama-server is available (provisioning one into the cache
 directory when there is none), and builds into build/. Then: ./build/sluice
 
   --tests   also install what the test suite uses (chromium, nginx,
-            python3-yaml, systemd for systemd-analyze, curl). Then:
+            python3-yaml, systemd for systemd-analyze, curl, nodejs and
+            npm, and with npm ci the npm package in tests/otlp). Then:
             meson test -C build --print-errorlogs
   --help    this text
 
@@ -98,7 +99,10 @@ packages=(gcc libc6-dev pkgconf meson ninja-build python3 ca-certificates
 # systemd: its systemd-analyze checks the unit file (nothing is started;
 #   containers often lack it).
 # curl: tests/test_readme.py runs the README's curl examples as written.
-test_packages=(chromium nginx python3-yaml systemd curl)
+# nodejs, npm: tests/test_trace.py decodes sluice's OTLP exports with
+#   OpenTelemetry's own OTLP definitions, an npm package (tests/otlp/,
+#   installed below with npm ci from its lock file).
+test_packages=(chromium nginx python3-yaml systemd curl nodejs npm)
 [ -z "$tests" ] || packages+=("${test_packages[@]}")
 read -r -a extra <<<"${SLUICE_EXTRA_PACKAGES:-}"
 
@@ -453,6 +457,18 @@ else
 	ninja -C build >"$log" 2>&1 || build_failed
 fi
 [ "$steps" -eq 0 ] || say "build: done in $(duration $((SECONDS - started)))"
+# ---- the tests' npm packages ----
+# tests/otlp/'s, from its lock file, into tests/otlp/node_modules (ignored
+# by git); again only when the lock file changed since.
+if [ -n "$tests" ]; then
+	otlp=tests/otlp
+	if ! cmp -s "$otlp/package-lock.json" "$otlp/node_modules/.sluice-lock"; then
+		say "tests: installing $otlp's npm packages (npm ci)"
+		(cd "$otlp" && npm ci --ignore-scripts --no-audit --no-fund) >"$log" 2>&1 ||
+			{ cat "$log" >&2; die "npm ci in $otlp failed"; }
+		cp "$otlp/package-lock.json" "$otlp/node_modules/.sluice-lock"
+	fi
+fi
 if [ -n "$tests" ]; then
 	say "ready: run sluice with ./build/sluice, the tests with: meson test -C build --print-errorlogs"
 else

@@ -438,6 +438,9 @@ class Sluice(Process):
         for k in list(full_env):
             if k.startswith("SLUICE_") and k not in ("SLUICE_BIN",):
                 full_env.pop(k)
+            # OpenTelemetry's variables are sluice's options too.
+            if k.startswith("OTEL_"):
+                full_env.pop(k)
         full_env.update(env or {})
         argv = [SLUICE, "--listen", "127.0.0.1:0"]
         if "--llama-server" not in args:

@@ -43,6 +43,9 @@ class Cli(st.TestCase):
                         "--probe", "--check-config", "--hash-key"):
                 continue
             var = "SLUICE_" + flag[2:].upper().replace("-", "_")
+            # OpenTelemetry's own variables are the --otel-* twins.
+            if flag.startswith("--otel-"):
+                var = var[len("SLUICE_"):]
             if flag == "--llama-arg":
                 var = "SLUICE_LLAMA_ARGS"
             self.assertRegex(text, r"\[%s; default: [^\]]+\]" % var,
@@ -295,7 +298,7 @@ def help_options():
     """[(name, default)] of every option --help lists, in its order."""
     text = run("--help").stdout.split("\nActions:")[0]
     text = re.sub(r"\n {6}", " ", text)
-    return re.findall(r"^  --([a-z-]+) \S+ .*?\[SLUICE_\w+; default: "
+    return re.findall(r"^  --([a-z-]+) \S+ .*?\[(?:SLUICE|OTEL)_\w+; default: "
                       r"([^\]]*)\]", text, re.MULTILINE)
 
 
@@ -402,7 +405,9 @@ class ConfigFile(st.TestCase):
                           "\"https://b.example:8443\"]\n")
         r, found = check_config(path, "--max-queue", "6",
                                 env={"SLUICE_BATCH_WINDOW": "auto",
-                                     "SLUICE_SLOTS": "7"})
+                                     "SLUICE_SLOTS": "7",
+                                     "OTEL_EXPORTER_OTLP_HEADERS":
+                                         "Authorization=Bearer%20s3cr3t"})
         self.assertEqual((r.returncode, r.stderr), (0, ""))
         # Every option, once, in --help's order.
         self.assertEqual(list(found), [n for n, _ in help_options()])
@@ -418,6 +423,10 @@ class ConfigFile(st.TestCase):
         self.assertEqual(found["max-body"], ("1M", "default"))
         self.assertEqual(found["port"], (None, "default"))
         self.assertEqual(found["keepalive-timeout"], ("1.5", "file"))
+        # A collector's token is a secret too.
+        self.assertEqual(found["otel-exporter-otlp-headers"],
+                         ('"********"', "env"))
+        self.assertNotIn("s3cr3t", r.stdout)
         # The output is YAML that says the same.
         loaded = yaml.load(r.stdout, Loader=yaml.BaseLoader)
         self.assertEqual(loaded["cors-origin"],

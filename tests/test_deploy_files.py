@@ -52,7 +52,8 @@ def sluice_options():
     text = subprocess.run([st.SLUICE, "--help"], check=True,
                           capture_output=True, text=True).stdout
     text = re.sub(r"\n\s+", " ", text)
-    return dict(re.findall(r"\[(SLUICE_\w+); default: ([^\]]*)\]", text))
+    return dict(re.findall(r"\[((?:SLUICE|OTEL)_\w+); default: ([^\]]*)\]",
+                           text))
 
 
 def seconds(value):
@@ -76,9 +77,11 @@ def unit_settings():
 
 
 def env_file_lines():
-    """[(name, value)] of the file's commented-out SLUICE_ settings."""
+    """[(name, value)] of the file's commented-out SLUICE_ (and
+    OpenTelemetry's OTEL_) settings."""
     with open(ENV_FILE) as f:
-        return re.findall(r"^#(SLUICE_\w+)=(.*)$", f.read(), re.MULTILINE)
+        return re.findall(r"^#((?:SLUICE|OTEL)_\w+)=(.*)$", f.read(),
+                          re.MULTILINE)
 
 
 def systemd_analyze(*args):

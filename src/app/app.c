@@ -32,6 +32,7 @@
 
 static void stop_upstreams(struct sl_app *app, bool force);
 static void maybe_done(struct sl_app *app);
+static void flush_traces(struct sl_app *app);
 
 /*
  * Once a drain has nothing left in flight, the last responses may still be
@@ -56,8 +57,39 @@ static void on_http_closed(struct sl_http_server *s)
 	app->http.loop = NULL; /* marks it closed */
 	sl_proxy_abort_all(&app->relay);
 	sl_exposition_close(&app->exposition);
+	flush_traces(app);
 	stop_upstreams(app, app->force_stop);
 	maybe_done(app);
+}
+
+/* The spans' flush is over (sl_tracer_drain): the tracer may close. */
+static void on_tracer_drained(void *data)
+{
+	struct sl_app *app = data;
+	app->tracer_flushing = false;
+	sl_tracer_close(app->tracer);
+	app->tracer = NULL;
+	app->relay.tracer = NULL;
+	app->exposition.tracer = NULL;
+	maybe_done(app);
+}
+
+/*
+ * Every request has ended: the spans waiting go to the collector, within
+ * the drain's deadline (--drain-timeout from the stop), and at least
+ * SL_TRACE_FLUSH_MIN_MS; at once when the stop is forced.
+ */
+static void flush_traces(struct sl_app *app)
+{
+	if (!app->tracer || app->tracer_flushing)
+		return;
+	uint64_t now = uv_now(&app->loop);
+	uint64_t deadline = app->stop_ms + app->cfg->drain_timeout_ms;
+	deadline = SL_MAX(deadline, now + SL_TRACE_FLUSH_MIN_MS);
+	if (app->force_stop)
+		deadline = now;
+	app->tracer_flushing = true;
+	sl_tracer_drain(app->tracer, deadline, on_tracer_drained, app);
 }
 
 static void on_curl_closed(struct sl_curl *c)
@@ -71,7 +103,8 @@ static void on_curl_closed(struct sl_curl *c)
  */
 static void maybe_done(struct sl_app *app)
 {
-	if (!app->stopping || app->n_upstreams > 0 || app->http.loop)
+	if (!app->stopping || app->n_upstreams > 0 || app->http.loop ||
+	    app->tracer_flushing)
 		return;
 	sl_h1_close(&app->h1);
 	if (app->curl.multi)
@@ -109,10 +142,12 @@ static void close_front(struct sl_app *app)
 	uv_close((uv_handle_t *)&app->reap_timer, NULL);
 	uv_close((uv_handle_t *)&app->relay.coalesce_timer, NULL);
 	sl_status_close(&app->status);
-	if (app->http.loop)
+	if (app->http.loop) {
 		sl_http_server_close(&app->http, on_http_closed);
-	else
+	} else {
+		flush_traces(app);
 		stop_upstreams(app, app->force_stop);
+	}
 }
 
 /* The last connection closed, or the grace for the last responses ran out. */
@@ -186,6 +221,9 @@ static void on_signal(uv_signal_t *h, int signum)
 	}
 	sl_warn("received %s again; stopping now", strsignal(signum));
 	app->force_stop = true;
+	if (app->tracer_flushing) /* its spans are dropped */
+		sl_tracer_drain(app->tracer, uv_now(&app->loop),
+		                on_tracer_drained, app);
 	if (app->front_closing && !app->http.loop)
 		stop_upstreams(app, true); /* already stopping: hurry it */
 	else
@@ -197,6 +235,7 @@ void sl_app_stop(struct sl_app *app, int exit_code)
 	if (app->stopping)
 		return;
 	app->stopping = true;
+	app->stop_ms = uv_now(&app->loop);
 	app->exit_code = exit_code;
 	app_close_discoveries(app);
 	/* Signals stay watched (unref'd) so a second one can hurry us. */
@@ -235,6 +274,7 @@ static void on_request_finished(struct sl_http_request *req, bool completed,
 	    sl_stats_finished(&app->stats, req, completed, seconds);
 	sl_status_record(&app->status, req, outcome, seconds);
 	const struct sl_request_info *in = &req->info;
+	sl_trace_finish(app->tracer, req, outcome);
 	/* A tenant's request is over: its place, its tokens, its usage. */
 	if (in->tenant) {
 		struct sl_ending e = {
@@ -636,6 +676,27 @@ static void lend_exposition(struct sl_app *app)
 	};
 }
 
+/* Traces, when an endpoint is set (trace.h): lent to the relay and /metrics. */
+static int start_tracer(struct sl_app *app)
+{
+	char err[512];
+	int rc = sl_tracer_new(&app->loop, &app->curl, app->cfg, &app->tracer,
+	                       err, sizeof(err));
+	if (rc != 0) {
+		sl_error("%s", err);
+		return rc;
+	}
+	if (!app->tracer)
+		return 0;
+	app->relay.tracer = app->tracer;
+	app->exposition.tracer = app->tracer;
+	sl_info("traces: spans go to %s as %s",
+	        sl_tracer_url_shown(app->tracer),
+	        app->cfg->otel_protocol == SL_OTEL_HTTP_JSON ? "http/json"
+	                                                     : "http/protobuf");
+	return 0;
+}
+
 /* ---- the loop ---- */
 
 static void on_log_turn(uv_prepare_t *h)
@@ -737,6 +798,8 @@ int sl_app_run(const struct sl_config *cfg)
 		sl_affinity_init(app->affinity);
 	}
 	rc = sl_curl_init(&app->curl, &app->loop);
+	if (rc == 0)
+		rc = start_tracer(app);
 	if (rc == 0)
 		rc = open_listener(app);
 	if (rc == 0)

@@ -42,6 +42,7 @@
 #include "sluice/fleet/pool.h"
 #include "sluice/sched/sched.h"
 #include "sluice/ops/stats.h"
+#include "sluice/ops/trace.h"
 #include "sluice/fleet/upstream.h"
 
 #include <stdbool.h>
@@ -129,6 +130,13 @@ struct sl_app {
 	int exit_code;
 	uint64_t start_ms;
 	char listen_url[96];
+	/*
+	 * Traces (trace.h), or NULL when off; at shutdown its spans are
+	 * flushed (`tracer_flushing`) before libcurl closes.
+	 */
+	struct sl_tracer *tracer;
+	bool tracer_flushing;
+	uint64_t stop_ms; /* when the stop began: the flush's deadline */
 };
 
 /*

@@ -349,6 +349,9 @@ void sl_routes_dispatch(struct sl_http_request *req, void *data)
 	struct sl_app *app = data;
 	struct target t;
 	find_target(app, req, &t);
+	/* A relayed endpoint's request is traced, refused or not. */
+	if (t.kind == TARGET_ENDPOINT)
+		sl_trace_begin(app->tracer, req, t.ep->path);
 	if (t.kind == TARGET_PREFLIGHT) {
 		sl_access_preflight(&app->relay, req);
 		return;
@@ -398,6 +401,8 @@ bool sl_routes_head(struct sl_http_request *req, void *data)
 	struct sl_app *app = data;
 	struct target t;
 	find_target(app, req, &t);
+	if (t.kind == TARGET_ENDPOINT)
+		sl_trace_begin(app->tracer, req, t.ep->path);
 	/* The same check dispatch makes first, with the same answers. */
 	return t.kind == TARGET_PREFLIGHT ||
 	       sl_access_allow(&app->relay, req, t.access);

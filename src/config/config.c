@@ -626,6 +626,21 @@ static int check_dns(const struct parse_state *st)
 	return 0;
 }
 
+/* Across options: a batch cannot hold more spans than may wait. */
+static int check_otel(const struct parse_state *st)
+{
+	const struct sl_config *cfg = st->cfg;
+	char where[PATH_MAX + 64];
+	if (cfg->otel_bsp_max_export_batch_size <= cfg->otel_bsp_max_queue_size)
+		return 0;
+	return sl_config_fail(
+	    st->err, st->size,
+	    source_name(st, "otel-bsp-max-export-batch-size", true, where,
+	                sizeof(where)),
+	    "%u is more than --otel-bsp-max-queue-size (%u)",
+	    cfg->otel_bsp_max_export_batch_size, cfg->otel_bsp_max_queue_size);
+}
+
 /*
  * The sources in rising precedence: defaults, the file, the environment,
  * the flags. Argv is read first all the same, since it may name the file.
@@ -675,6 +690,8 @@ int sl_config_parse(struct sl_config *cfg,
 		rc = check_body_memory(&st);
 	if (rc == 0)
 		rc = check_occupancy_poll(&st);
+	if (rc == 0)
+		rc = check_otel(&st);
 	for (const struct sl_config_section *d = sections;
 	     rc == 0 && d && d->name; d++)
 		if (d->check)
@@ -690,7 +707,10 @@ void sl_config_free(struct sl_config *cfg)
 		void *field = (char *)cfg + sl_config_options[i].offset;
 		switch (sl_config_options[i].type) {
 		case OPT_STRING:
+		case OPT_URL:
+		case OPT_PAIRS:
 		case OPT_ADDR: free(*(char **)field); break;
+		case OPT_HEADER_PAIRS:
 		case OPT_SECRET:
 			if (*(char **)field)
 				explicit_bzero(*(char **)field,

@@ -41,6 +41,12 @@ enum opt_type {
 	OPT_CIDR_LIST,   /* repeatable address range (client_addr.h); commas */
 	/* A service level per priority class (struct sl_slo_classes). */
 	OPT_SLO,
+	/* An http(s) URL with a host, as given (otel_syntax.h). */
+	OPT_URL,
+	/* key=value,... (otel_syntax.h), checked and kept as written */
+	OPT_PAIRS,
+	/* the same as header lines, which may hold secrets: masked */
+	OPT_HEADER_PAIRS,
 };
 
 struct option_def {

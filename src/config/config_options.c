@@ -22,6 +22,15 @@ static const char *const demo_sizes[] = {"tiny", "slow", NULL};
 static const char *const upstream_clients[] = {"native", "curl", NULL};
 static const char *const stream_upstreams[] = {"auto", "on", "off", NULL};
 static const char *const fairnesses[] = {"key", "address", "off", NULL};
+static const char *const otel_protocols[] = {"http/protobuf", "http/json",
+                                             NULL};
+static const char *const otel_samplers[] = {"always_on",
+                                            "always_off",
+                                            "traceidratio",
+                                            "parentbased_always_on",
+                                            "parentbased_always_off",
+                                            "parentbased_traceidratio",
+                                            NULL};
 
 /* A number macro as text, for help lines that quote a constant. */
 #define STR_(x) #x
@@ -394,6 +403,77 @@ const struct option_def sl_config_options[] = {
 	{"log-format", "SLUICE_LOG_FORMAT", "FORMAT", OPT_CHOICE,
 	 FIELD(log_format), "text", 0, 0, log_formats,
 	 "log as text lines or as JSON lines", NULL},
+	{"otel-exporter-otlp-endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT", "URL",
+	 OPT_URL, FIELD(otel_endpoint), "", 0, 0, NULL,
+	 "OpenTelemetry collector to send traces to (OTLP over HTTP), at "
+	 "URL/v1/traces: a span for each relayed request, with its wait in "
+	 "the queue and its upstream call (src/ops/README.md, Traces)",
+	 "none: no traces"},
+	{"otel-exporter-otlp-traces-endpoint",
+	 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "URL", OPT_URL,
+	 FIELD(otel_traces_endpoint), "", 0, 0, NULL,
+	 "the full URL traces are sent to, as given; wins over "
+	 "--otel-exporter-otlp-endpoint",
+	 "none"},
+	{"otel-exporter-otlp-protocol", "OTEL_EXPORTER_OTLP_PROTOCOL",
+	 "http/protobuf|http/json", OPT_CHOICE, FIELD(otel_protocol),
+	 "http/protobuf", 0, 0, otel_protocols,
+	 "how spans are encoded: OTLP's protobuf or its JSON", NULL},
+	{"otel-exporter-otlp-headers", "OTEL_EXPORTER_OTLP_HEADERS",
+	 "KEY=VALUE,...", OPT_HEADER_PAIRS, FIELD(otel_headers), "", 0, 0, NULL,
+	 "header lines sent with each export (a collector's token, say); "
+	 "values %XX-decoded; shown masked",
+	 "none"},
+	{"otel-exporter-otlp-timeout", "OTEL_EXPORTER_OTLP_TIMEOUT", "MS",
+	 OPT_UINT, FIELD(otel_timeout_ms), "10000", 1, 3600000, NULL,
+	 "milliseconds one export may take; the spans of one that fails or "
+	 "takes longer are dropped and counted",
+	 NULL},
+	{"otel-service-name", "OTEL_SERVICE_NAME", "NAME", OPT_STRING,
+	 FIELD(otel_service_name), "", 0, 0, NULL,
+	 "the traces' service.name",
+	 "service.name of --otel-resource-attributes, else sluice"},
+	{"otel-resource-attributes", "OTEL_RESOURCE_ATTRIBUTES",
+	 "KEY=VALUE,...", OPT_PAIRS, FIELD(otel_resource_attributes), "", 0, 0,
+	 NULL,
+	 "attributes of the resource every span belongs to "
+	 "(deployment.environment.name=prod,...); values %XX-decoded",
+	 "none"},
+	{"otel-traces-sampler", "OTEL_TRACES_SAMPLER", "SAMPLER", OPT_CHOICE,
+	 FIELD(otel_sampler), "parentbased_always_on", 0, 0, otel_samplers,
+	 "which requests are traced: always_on, always_off, traceidratio "
+	 "(a share of them, --otel-traces-sampler-arg, by trace id), or the "
+	 "parentbased_ forms, which follow the client's traceparent's "
+	 "sampled flag when it sends one",
+	 NULL},
+	{"otel-traces-sampler-arg", "OTEL_TRACES_SAMPLER_ARG", "RATIO",
+	 OPT_NUMBER, FIELD(otel_sampler_arg), "1.0", 0, 1, NULL,
+	 "the share of requests traced by the traceidratio samplers, from 0 "
+	 "to 1",
+	 NULL},
+	{"otel-sdk-disabled", "OTEL_SDK_DISABLED", "true|false", OPT_SWITCH,
+	 FIELD(otel_sdk_disabled), "false", 0, 0, NULL,
+	 "true turns traces off whatever else is set", NULL},
+	{"otel-bsp-schedule-delay", "OTEL_BSP_SCHEDULE_DELAY", "MS", OPT_UINT,
+	 FIELD(otel_bsp_schedule_delay_ms), "5000", 1, 3600000, NULL,
+	 "milliseconds between two exports of the spans waiting (a full "
+	 "batch goes at once)",
+	 NULL},
+	{"otel-bsp-max-queue-size", "OTEL_BSP_MAX_QUEUE_SIZE", "N", OPT_UINT,
+	 FIELD(otel_bsp_max_queue_size), "2048", 1, SL_OTEL_QUEUE_MAX, NULL,
+	 "spans waiting for an export at most; while the collector is slow "
+	 "or down, those past it are dropped and counted",
+	 NULL},
+	{"otel-bsp-max-export-batch-size", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+	 "N", OPT_UINT, FIELD(otel_bsp_max_export_batch_size), "512", 1,
+	 SL_OTEL_QUEUE_MAX, NULL,
+	 "spans in one export at most; no more than --otel-bsp-max-queue-size",
+	 NULL},
+	{"otel-bsp-export-timeout", "OTEL_BSP_EXPORT_TIMEOUT", "MS", OPT_UINT,
+	 FIELD(otel_bsp_export_timeout_ms), "30000", 1, 3600000, NULL,
+	 "milliseconds one export may take at most, with "
+	 "--otel-exporter-otlp-timeout (the shorter holds)",
+	 NULL},
 };
 /* clang-format on */
 

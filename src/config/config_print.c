@@ -150,8 +150,16 @@ static void print_value(FILE *out, const struct sl_config *cfg,
 	switch (o->type) {
 	case OPT_STRING:
 	case OPT_ADDR:
+	case OPT_PAIRS:
 		sl_config_file_write_scalar(out, *(char *const *)field);
 		return;
+	case OPT_URL: {
+		char *shown = sl_url_shown(*(char *const *)field);
+		sl_config_file_write_scalar(out, shown);
+		free(shown);
+		return;
+	}
+	case OPT_HEADER_PAIRS:
 	case OPT_SECRET:
 		sl_config_file_write_scalar(out, **(char *const *)field ? MASKED
 		                                                        : "");

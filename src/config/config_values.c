@@ -10,6 +10,7 @@
  * time.
  */
 #include "config_impl.h"
+#include "sluice/config/otel_syntax.h"
 
 #include "sluice/base/common.h"
 #include "sluice/net/client_addr.h"
@@ -491,6 +492,36 @@ int sl_config_apply(struct sl_config *cfg, const struct option_def *o,
 		char why[200];
 		if (sl_slo_classes_parse(value, field, why, sizeof(why)) != 0)
 			return sl_config_fail(err, size, where, "%s", why);
+		return 0;
+	}
+	case OPT_URL: {
+		char *url;
+		if (*value && check_url(value, &url) != 0) {
+			char *shown = sl_url_shown(value);
+			sl_config_fail(
+			    err, size, where,
+			    "expected an http:// or https:// URL, got \"%s\"",
+			    shown);
+			free(shown);
+			return SL_EINVAL;
+		}
+		if (*value)
+			free(url);
+		/* As given: a path in it is the user's (otel_syntax.h). */
+		sl_config_set_string(field, value);
+		return 0;
+	}
+	case OPT_PAIRS:
+	case OPT_HEADER_PAIRS: {
+		char why[SL_OTEL_KEY_MAX + 128];
+		struct sl_otel_pair *pairs;
+		unsigned n_pairs;
+		if (sl_otel_pairs_parse(value, o->type == OPT_HEADER_PAIRS,
+		                        &pairs, &n_pairs, why,
+		                        sizeof(why)) != 0)
+			return sl_config_fail(err, size, where, "%s", why);
+		sl_otel_pairs_free(pairs, n_pairs);
+		sl_config_set_string(field, value);
 		return 0;
 	}
 	}

@@ -73,6 +73,7 @@ void sl_http_request_free(struct request_state *st)
 	body_release(st);
 	free(st->arena);
 	free(st->pub.body);
+	free(st->pub.info.trace);
 	free(st->held_head);
 	free(st);
 }

@@ -470,6 +470,7 @@ void sl_exposition_prometheus(struct sl_exposition *ex, struct sl_text *t)
 	expose_upstreams(ex, t);
 	expose_dns(ex, t);
 	expose_affinity(ex, t);
+	sl_trace_write_metrics(ex->tracer, t);
 
 	/* Each model has its own queue (app/app_models.c). */
 	sl_expose_family(t, "sluice_queue_depth", "gauge",

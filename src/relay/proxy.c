@@ -508,6 +508,7 @@ static void enqueue(struct sl_relay *relay, struct exchange *x,
 	if (sl_sched_push(&x->model->sched, &x->item, x->priority,
 	                  x->arrived_ms) == 0) {
 		sl_stats_queued(relay->stats, x->priority, +1);
+		exchange_trace_queued(x);
 		sl_relay_kick_scheduler(relay);
 		return;
 	}
@@ -749,6 +750,7 @@ void sl_proxy_handle(struct sl_relay *relay, struct sl_http_request *req,
 	if (ep->per_upstream && ep->method == HTTP_GET && !named && n_ups > 1 &&
 	    !*relay->stopping) {
 		struct exchange *x = exchange_new(relay, m, req, ep, priority);
+		exchange_trace_start(x, &checked, m);
 		char *target = upstream_target(ep, req, query);
 		x->fanout = sl_fanout_start(relay->curl, ups, n_ups, target,
 		                            SL_PROXY_FANOUT_TIMEOUT_MS,
@@ -804,6 +806,7 @@ void sl_proxy_handle(struct sl_relay *relay, struct sl_http_request *req,
 	}
 
 	struct exchange *x = exchange_new(relay, m, req, ep, priority);
+	exchange_trace_start(x, &checked, m);
 	x->pinned = pinned != NULL;
 	if (ep->scheduled) {
 		req->info.has_priority = true;

@@ -31,6 +31,7 @@ void exchange_note_totals(struct exchange *x)
 	info->tokens = (unsigned)x->tokens_seen;
 	exchange_slo_note(x);
 	info->prompt_tokens = (unsigned)exchange_prompt_tokens(x);
+	exchange_trace_totals(x);
 }
 
 /* The client side is over: no more calls to the HTTP server about it. */
@@ -359,6 +360,7 @@ void exchange_count_answer(struct exchange *x)
 {
 	if (!x->keep || x->kept.over)
 		return;
+	exchange_trace_answer(x);
 	if (x->kept.prefix) {
 		count_leading_usage(x);
 		return;

@@ -339,6 +339,23 @@ void exchange_slo_let_go(struct exchange *x);
 void exchange_slo_busy(struct exchange *x, struct sl_upstream *u);
 void exchange_slo_note(struct exchange *x);
 
+/* proxy_trace.c */
+struct sl_request;
+void exchange_trace_start(struct exchange *x, const struct sl_request *checked,
+                          const struct sl_model *m);
+void exchange_trace_queued(struct exchange *x);
+void exchange_trace_dispatched(struct exchange *x, const char *method);
+void exchange_trace_transfer_done(struct exchange *x);
+void exchange_trace_totals(struct exchange *x);
+void exchange_trace_event(struct exchange *x, const struct sl_jscan *s);
+void exchange_trace_answer(struct exchange *x);
+
+/* Its request's trace (ops/otlp.h), or NULL: not traced, or no client. */
+static inline struct sl_trace_span *exchange_trace(const struct exchange *x)
+{
+	return x->req ? x->req->info.trace : NULL;
+}
+
 /* proxy_leaving.c */
 bool exchange_upstream_streams(const struct exchange *x);
 bool exchange_plain_as_stream(const struct sl_relay *relay,

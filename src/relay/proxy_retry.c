@@ -259,6 +259,7 @@ void exchange_on_transfer_done(struct sl_transfer *t, CURLcode result)
 	if (x->req && result == CURLE_OK && x->mode == MODE_WAITING)
 		exchange_hold_5xx(x);
 	note_outcome(x, result);
+	exchange_trace_transfer_done(x);
 	if (exchange_try_again(x, result))
 		return;
 	if (result != CURLE_OK && !x->ended && !x->gave_up && !x->left)

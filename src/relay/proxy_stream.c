@@ -257,6 +257,10 @@ int exchange_on_event(const char *event, size_t len, void *arg)
 	if (data)
 		sl_event_read(&x->shape, &scan, data, n, exchange_dialect_of(x),
 		              &facts, &match);
+	/* A scanned event other than a plain token: what a trace reads. */
+	if (facts.object && !match.piece && facts.piece < 0 &&
+	    exchange_trace(x))
+		exchange_trace_event(x, &scan);
 	if (facts.error) {
 		exchange_relay_flush(x);
 		upstream_error_event(x, event, len);

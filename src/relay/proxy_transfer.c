@@ -11,6 +11,8 @@
  */
 #include "proxy_impl.h"
 
+#include "sluice/ops/trace.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,7 +149,12 @@ static int start_native(struct exchange *x, struct sl_upstream *u)
 	static const char id_name[] = "X-Request-Id: ";
 	static const char encoding[] = "Accept-Encoding: ";
 	static const char bearer[] = "Authorization: Bearer ";
+	static const char parent_name[] = "traceparent: ";
+	static const char state_name[] = "tracestate: ";
 	const char *type = upstream_content_type(x);
+	char parent[SL_TRACEPARENT_LEN + 1];
+	bool traced = sl_trace_traceparent(x->req, parent);
+	const char *state = traced ? sl_trace_tracestate(x->req) : NULL;
 	size_t size = sizeof(type_name) + strlen(type) + 2 + sizeof(id_name) +
 	              strlen(x->id) + 2;
 	if (x->accept_encoding)
@@ -156,6 +163,10 @@ static int start_native(struct exchange *x, struct sl_upstream *u)
 		size += sizeof(bearer) + strlen(u->api_key) + 2;
 	if (x->passed_request)
 		size += strlen(x->passed_request);
+	if (traced)
+		size += sizeof(parent_name) + SL_TRACEPARENT_LEN + 2;
+	if (state)
+		size += sizeof(state_name) + strlen(state) + 2;
 	struct sl_join j = {.p = sl_xmalloc(size), .cap = size};
 	sl_join_str(&j, type_name);
 	sl_join_str(&j, type);
@@ -171,6 +182,16 @@ static int start_native(struct exchange *x, struct sl_upstream *u)
 	if (u->api_key) {
 		sl_join_str(&j, bearer);
 		sl_join_str(&j, u->api_key);
+		sl_join_str(&j, "\r\n");
+	}
+	if (traced) {
+		sl_join_str(&j, parent_name);
+		sl_join_str(&j, parent);
+		sl_join_str(&j, "\r\n");
+	}
+	if (state) {
+		sl_join_str(&j, state_name);
+		sl_join_str(&j, state);
 		sl_join_str(&j, "\r\n");
 	}
 	if (x->passed_request)
@@ -213,6 +234,7 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 	x->transfer.on_done = exchange_on_transfer_done;
 	x->transfer.data = x;
 	exchange_upstream_take(x, u);
+	exchange_trace_dispatched(x, upstream_method(x));
 	struct sl_join upstream = SL_JOIN(x->req->info.upstream);
 	sl_join_str(&upstream, u->url);
 	/* A URL the native client cannot take (https) goes to libcurl. */
@@ -249,6 +271,20 @@ static int start_transfer(struct exchange *x, struct sl_upstream *u)
 		char *auth = sl_xconcat("Authorization: Bearer ", u->api_key);
 		x->headers = curl_slist_append(x->headers, auth);
 		free(auth);
+	}
+	/* The trace (ops/trace.h): this call's span is llama-server's parent.
+	 */
+	char parent[SL_TRACEPARENT_LEN + 1];
+	if (sl_trace_traceparent(x->req, parent)) {
+		char *line = sl_xconcat("traceparent: ", parent);
+		x->headers = curl_slist_append(x->headers, line);
+		free(line);
+		const char *state = sl_trace_tracestate(x->req);
+		if (state) {
+			line = sl_xconcat("tracestate: ", state);
+			x->headers = curl_slist_append(x->headers, line);
+			free(line);
+		}
 	}
 	/* The passed lines, one list entry each, without their CRLF. */
 	for (const char *p = x->passed_request; p && *p;) {

@@ -56,7 +56,7 @@ enum sl_config_source {
  * Room for the options in sl_config.source; config_options.c asserts it is
  * enough.
  */
-#define SL_CONFIG_OPTIONS_MAX 80
+#define SL_CONFIG_OPTIONS_MAX 96
 /* --retries: more than a few resends only multiplies a failure's load. */
 #define SL_RETRIES_MAX 5
 /* --memory-budget at most: 1 PiB, beyond any machine's memory. */
@@ -157,6 +157,25 @@ int sl_slo_read(const struct sl_config_node *n, struct sl_slo *out, char *err,
 
 /* Writes a slo: line at `indent` spaces, for --check-config; none: nothing. */
 void sl_slo_print(FILE *out, const struct sl_slo *slo, unsigned indent);
+
+/*
+ * Traces (ops/trace.h): OpenTelemetry's exporter protocols and samplers,
+ * in the order of their options' choices.
+ */
+enum sl_otel_protocol { SL_OTEL_HTTP_PROTOBUF, SL_OTEL_HTTP_JSON };
+enum sl_otel_sampler {
+	SL_OTEL_ALWAYS_ON,
+	SL_OTEL_ALWAYS_OFF,
+	SL_OTEL_TRACEIDRATIO,
+	SL_OTEL_PARENTBASED_ALWAYS_ON,
+	SL_OTEL_PARENTBASED_ALWAYS_OFF,
+	SL_OTEL_PARENTBASED_TRACEIDRATIO,
+};
+/*
+ * OTEL_BSP_MAX_QUEUE_SIZE at most: each span waiting for its export holds
+ * about 700 bytes, so this bounds them to about 45 MB.
+ */
+#define SL_OTEL_QUEUE_MAX 65536u
 
 /* --fairness: the choices, in their order there (sched.h, fair queuing). */
 enum sl_fairness {
@@ -281,6 +300,27 @@ struct sl_config {
 	char *write_demo_model; /* write the demo model here and exit */
 	char *probe;            /* GET this URL, exit 0 on 2xx (probe.h) */
 	char *check_config;     /* print the configuration with this file */
+
+	/*
+	 * Traces (ops/trace.h), as OpenTelemetry's variables name them: off
+	 * while neither endpoint is set, or sdk_disabled. The headers and
+	 * resource attributes are "key=value,..." lists (otel_syntax.h),
+	 * checked as they are read.
+	 */
+	char *otel_endpoint;        /* its /v1/traces, or "" */
+	char *otel_traces_endpoint; /* as given, or "": wins over the above */
+	int otel_protocol;          /* enum sl_otel_protocol */
+	char *otel_headers;         /* secrets: masked when printed */
+	unsigned otel_timeout_ms;   /* one export */
+	char *otel_service_name;    /* "" = resource's, else "sluice" */
+	char *otel_resource_attributes;
+	int otel_sampler; /* enum sl_otel_sampler */
+	double otel_sampler_arg;
+	bool otel_sdk_disabled;
+	unsigned otel_bsp_schedule_delay_ms; /* between exports */
+	unsigned otel_bsp_max_queue_size;    /* spans waiting, at most */
+	unsigned otel_bsp_max_export_batch_size;
+	unsigned otel_bsp_export_timeout_ms;
 
 	/* Logging */
 	int log_level;  /* enum sl_log_level */

@@ -177,6 +177,7 @@ struct sl_http_request;
  * metrics: read when the request finishes. Fields left alone keep their
  * "unknown" values.
  */
+struct sl_trace_span;
 struct sl_request_info {
 	bool has_priority;
 	double priority;
@@ -213,6 +214,12 @@ struct sl_request_info {
 	double tokens_reserved;
 	unsigned prompt_tokens;
 	char model[128];
+	/*
+	 * Its trace (ops/otlp.h), while tracing is on and it goes to a
+	 * relayed endpoint; NULL otherwise. Malloc'd by the tracer, freed
+	 * with the request.
+	 */
+	struct sl_trace_span *trace;
 };
 
 typedef void (*sl_http_abort_cb)(struct sl_http_request *req);

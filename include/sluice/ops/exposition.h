@@ -20,6 +20,7 @@
 #include "sluice/net/curl_loop.h"
 #include "sluice/net/http.h"
 #include "sluice/ops/stats.h"
+#include "sluice/ops/trace.h"
 #include "sluice/tenants/keys.h"
 
 #include <jansson.h>
@@ -47,6 +48,7 @@ struct sl_exposition {
 	const unsigned *n_discoveries;
 	struct sl_affinity *const *affinity;      /* NULL with --affinity off */
 	const unsigned long long *affinity_picks; /* SL_AFFINITY_RESULTS */
+	const struct sl_tracer *tracer;           /* NULL: traces off */
 	/* /metrics requests waiting for llama-server's, and fetches running. */
 	struct sl_metrics_waiter *waiters;
 	unsigned fetching;

@@ -31,6 +31,7 @@ struct sl_affinity_key;
 struct sl_pool_slo;
 struct sl_model;
 struct sl_upstream;
+struct sl_tracer;
 
 /* The app's answers, each with the app as `owner` (app_models.h, app.h). */
 struct sl_relay_hooks {
@@ -76,6 +77,7 @@ struct sl_relay {
 	unsigned *next_upstream;
 	const struct sl_registry *registry; /* the models (registry.h) */
 	const bool *stopping;               /* draining, then closing */
+	struct sl_tracer *tracer;           /* NULL: traces off (trace.h) */
 
 	/* The relay's own. */
 	unsigned exchanges; /* relayed requests not yet finished */
