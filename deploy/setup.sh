@@ -101,9 +101,15 @@ packages=(gcc libc6-dev pkgconf meson ninja-build python3 ca-certificates
 # curl: tests/test_readme.py runs the README's curl examples as written.
 # nodejs, npm: tests/test_trace.py decodes sluice's OTLP exports with
 #   OpenTelemetry's own OTLP definitions, an npm package (tests/otlp/,
-#   installed below with npm ci from its lock file).
-test_packages=(chromium nginx python3-yaml systemd curl nodejs npm)
-[ -z "$tests" ] || packages+=("${test_packages[@]}")
+#   installed below with npm ci from its lock file). Only where node and
+#   npm are not on the PATH already: NodeSource's nodejs bundles npm and
+#   conflicts with Debian's npm package.
+test_packages=(chromium nginx python3-yaml systemd curl)
+if [ -n "$tests" ]; then
+	packages+=("${test_packages[@]}")
+	command -v node >/dev/null || packages+=(nodejs)
+	command -v npm >/dev/null || packages+=(npm)
+fi
 read -r -a extra <<<"${SLUICE_EXTRA_PACKAGES:-}"
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
