@@ -3,7 +3,8 @@
  * constructed queues: no wait while a slot is free for it, the running
  * request that ends first while few are ahead, the work ahead over the
  * slots when many are, only what the queue serves before it (a looser
- * deadline waits behind), and its latest start.
+ * deadline waits behind), the stalls of prompts evaluated meanwhile, and
+ * its latest start.
  */
 #include "sluice/fleet/latency.h"
 
@@ -179,6 +180,55 @@ static void test_wait_for_a_slot(void)
 }
 
 /*
+ * A prompt's evaluation stalls the sequences decoding beside it: a prompt
+ * in flight not yet evaluated delays every other running request's end,
+ * and a request placed ahead delays the slots it does not take.
+ */
+static void test_prompts_stall_the_others(void)
+{
+	struct world w;
+	start(&w, 2);
+	running(&w, 0, 1100);
+	running(&w, 1, 1300);
+	struct sl_latency l;
+	sl_latency_predict(&w.m, &ask_1k, 1000, &l);
+	ASSERT_NEAR(l.wait_ms, 100, 1e-9);
+	ASSERT_NEAR(l.prefill_ms, 10, 0.5);
+	/* The second's prompt (40 ms) is still being evaluated. */
+	sl_predict_run_prefill(&w.u.predict, &w.runs[1], 40);
+	sl_latency_predict(&w.m, &ask_1k, 1000, &l);
+	ASSERT_NEAR(l.wait_ms, 140, 1e-9);
+	/* Its first token came: evaluated, no stall left. */
+	sl_predict_run_first(&w.u.predict, &w.runs[1], 1300, 1000);
+	ASSERT(w.u.predict.pending_prefill_ms == 0);
+	sl_latency_predict(&w.m, &ask_1k, 1000, &l);
+	ASSERT_NEAR(l.wait_ms, 100, 1e-9);
+	/*
+	 * One ahead of 150 ms whose prompt takes 30: it takes the slot of
+	 * 1100 (to 1250) and stalls the other to 1330, so this one's slot
+	 * frees at 1250.
+	 */
+	w.items[0].stall_ms = 30;
+	queue(&w, 0, 1, 0, 150, 1000);
+	sl_latency_predict(&w.m, &ask_1k, 1000, &l);
+	ASSERT_NEAR(l.wait_ms, 250, 1e-9);
+	/*
+	 * With one of 100 ms more (stall 60): it takes the slot of 1250 (to
+	 * 1350) and stalls the other to 1390; this one's frees at 1350.
+	 */
+	w.items[1].stall_ms = 60;
+	queue(&w, 1, 1, 0, 100, 1000);
+	sl_latency_predict(&w.m, &ask_1k, 1000, &l);
+	ASSERT_NEAR(l.wait_ms, 350, 1e-9);
+	/* Ended, a run's pending evaluation goes with it. */
+	sl_predict_run_prefill(&w.u.predict, &w.runs[0], 25);
+	ASSERT_NEAR(w.u.predict.pending_prefill_ms, 25, 1e-9);
+	sl_predict_run_end(&w.u.predict, &w.runs[0], 1050);
+	ASSERT(w.u.predict.pending_prefill_ms == 0);
+	sl_sched_free(&w.m.sched);
+}
+
+/*
  * What waits ahead is what the queue serves first: higher priorities, and
  * in its own band what is due no later than it (sched.h, "Deadlines").
  */
@@ -296,6 +346,7 @@ int main(void)
 {
 	RUN(test_what_is_predicted);
 	RUN(test_wait_for_a_slot);
+	RUN(test_prompts_stall_the_others);
 	RUN(test_only_what_goes_first_is_ahead);
 	RUN(test_matches_list_scheduling);
 	RUN(test_unknown_at_first);

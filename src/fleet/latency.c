@@ -48,6 +48,14 @@ static void sift_down(double *h, unsigned n, unsigned i)
  * times in a heap, each of the first SL_LATENCY_EXACT requests ahead
  * taking the first to free, in the order the queue serves them; the work
  * of any more poured over the slots.
+ *
+ * A prompt's evaluation stalls every sequence decoding beside it
+ * (predict.h, pending_prefill_ms): a running request's end comes later
+ * by the prompts in flight not yet evaluated but its own, and each
+ * request placed delays the other slots by its own evaluation (its
+ * stall_ms). That delay is kept as an offset added to every slot's time,
+ * so that placing one stays O(log n); with several upstreams a prompt
+ * stalls only its own, and the offset grows by its share.
  */
 static double wait_ms(const struct sl_model *m, const struct sl_latency_ask *a,
                       uint64_t due, unsigned ahead, double work_ms,
@@ -61,15 +69,18 @@ static double wait_ms(const struct sl_model *m, const struct sl_latency_ask *a,
 	if (total == 0)
 		return 0; /* nothing to say until an upstream is ready */
 	double slot[SL_LATENCY_RUNS_MAX];
-	unsigned n = 0, runs = 0;
+	unsigned n = 0, runs = 0, upstreams = 0;
 	for (unsigned i = 0; i < p->n; i++) {
 		const struct sl_upstream *u = p->members[i];
 		if (!sl_upstream_usable(u))
 			continue;
+		upstreams++;
+		double pending = u->predict.pending_prefill_ms;
 		for (const struct sl_predict_run *r = u->predict.runs;
 		     r && n < SL_LATENCY_RUNS_MAX; r = r->next, runs++) {
 			double left = r->end_ms - (double)now_ms;
-			slot[n++] = left > 0 ? left : 0;
+			left = left > 0 ? left : 0;
+			slot[n++] = left + pending - r->prefill_ms;
 		}
 	}
 	/* The free slots, and those held by others: half a hold each. */
@@ -80,17 +91,21 @@ static double wait_ms(const struct sl_model *m, const struct sl_latency_ask *a,
 		slot[n++] = hold_ms / 2;
 	for (unsigned i = n / 2; i-- > 0;)
 		sift_down(slot, n, i);
-	double services[SL_LATENCY_EXACT];
-	unsigned exact = sl_sched_ahead_services(&m->sched, a->priority, due,
-	                                         services, SL_LATENCY_EXACT);
-	double rest = work_ms;
+	const struct sl_sched_item *items[SL_LATENCY_EXACT];
+	unsigned exact = sl_sched_ahead_items(&m->sched, a->priority, due,
+	                                      items, SL_LATENCY_EXACT);
+	double rest = work_ms, offset = 0;
+	double share = 1.0 / (double)SL_MAX(upstreams, 1u);
 	for (unsigned i = 0; i < exact; i++) {
-		slot[0] += services[i]; /* the first to free takes it */
+		/* The first to free takes it; the others wait its stall. */
+		double stall = items[i]->stall_ms * share;
+		slot[0] += items[i]->service_ms - stall;
+		offset += stall;
 		sift_down(slot, n, 0);
-		rest -= services[i];
+		rest -= items[i]->service_ms;
 	}
 	if (exact == ahead || !(rest > 0))
-		return slot[0];
+		return slot[0] + offset;
 	/*
 	 * Beyond those, the work left over all the slots: by then they free
 	 * within a request's hold of one another, so the level it fills
@@ -99,7 +114,7 @@ static double wait_ms(const struct sl_model *m, const struct sl_latency_ask *a,
 	double sum = 0;
 	for (unsigned i = 0; i < n; i++)
 		sum += slot[i];
-	return SL_MAX((sum + rest) / (double)n, slot[0]);
+	return SL_MAX((sum + rest) / (double)n, slot[0]) + offset;
 }
 
 void sl_latency_predict(const struct sl_model *m,
@@ -114,6 +129,8 @@ void sl_latency_predict(const struct sl_model *m,
 	out->known = u && sl_predict_known(p);
 	out->out_tokens = sl_predict_output_tokens(&m->output, a->max_tokens);
 	out->raw_first_ms = sl_predict_first_ms(p, a->prompt_bytes);
+	out->prefill_ms = sl_predict_prefill_ms(
+	    p, sl_predict_prompt_tokens(p, a->prompt_bytes));
 	out->first_ms = out->raw_first_ms * sl_predict_bias_first(&m->bias);
 	/*
 	 * The concurrency it will meet: what runs now, and what is ahead of

@@ -144,6 +144,7 @@ bool exchange_slo_admit(struct exchange *x, uint64_t now_ms)
 	predict_now(x, now_ms, l);
 	x->has_prediction = true;
 	x->item.service_ms = l->service_ms;
+	x->item.stall_ms = l->prefill_ms * SL_MAX(x->ask.outputs, 1.0);
 	x->item.slo_start_ms = l->slo_start_ms;
 	x->req->info.predicted_ttft_ms = (int64_t)llround(l->ttft_ms);
 	sl_debug("%s: predicted TTFT %.0f ms (wait %.0f behind %u, first "
@@ -252,6 +253,9 @@ void exchange_slo_taken(struct exchange *x, struct sl_upstream *u)
 		return;
 	double hold = sl_latency_hold_on(u, &x->ask, &x->predicted, busy_on(u));
 	sl_predict_run_start(&u->predict, &x->run, (double)now + hold, now);
+	sl_predict_run_prefill(&u->predict, &x->run,
+	                       x->predicted.prefill_ms *
+	                           SL_MAX(x->ask.outputs, 1.0));
 }
 
 void exchange_slo_first_token(struct exchange *x, double ttft_s)

@@ -213,6 +213,7 @@ void sl_predict_run_start(struct sl_predictor *p, struct sl_predict_run *r,
 	r->end_ms = end_ms;
 	r->start_area = area_at(p, now_ms);
 	r->start_ms = now_ms;
+	r->prefill_ms = 0;
 	r->running = true;
 	r->prev = NULL;
 	r->next = p->runs;
@@ -222,11 +223,32 @@ void sl_predict_run_start(struct sl_predictor *p, struct sl_predict_run *r,
 	p->n_runs++;
 }
 
+/* Its prompt evaluated (or gone): no longer pending. */
+static void prefill_done(struct sl_predictor *p, struct sl_predict_run *r)
+{
+	p->pending_prefill_ms -= r->prefill_ms;
+	r->prefill_ms = 0;
+	/* Sums of doubles drift: nothing pending is exactly nothing. */
+	if (!p->runs || p->pending_prefill_ms < 0)
+		p->pending_prefill_ms = 0;
+}
+
+void sl_predict_run_prefill(struct sl_predictor *p, struct sl_predict_run *r,
+                            double prefill_ms)
+{
+	if (!r->running || !(prefill_ms > 0) || !isfinite(prefill_ms))
+		return;
+	prefill_done(p, r);
+	r->prefill_ms = prefill_ms;
+	p->pending_prefill_ms += prefill_ms;
+}
+
 void sl_predict_run_first(struct sl_predictor *p, struct sl_predict_run *r,
                           double end_ms, uint64_t now_ms)
 {
 	if (!r->running)
 		return;
+	prefill_done(p, r);
 	r->end_ms = end_ms;
 	r->start_area = area_at(p, now_ms);
 	r->start_ms = now_ms;
@@ -246,6 +268,7 @@ double sl_predict_run_end(struct sl_predictor *p, struct sl_predict_run *r,
 		r->next->prev = r->prev;
 	r->prev = r->next = NULL;
 	p->n_runs--;
+	prefill_done(p, r);
 	double k = (double)p->busy;
 	if (now_ms > r->start_ms)
 		k = (area_at(p, now_ms) - r->start_area) /

@@ -153,12 +153,13 @@ void sl_sched_ahead(const struct sl_sched *s, double priority, uint64_t due_ms,
 }
 
 /*
- * In-order walk of the treap under t, appending the service of each item
- * ahead to out[] until `max` are there; returns false once an item is not
+ * In-order walk of the treap under t, appending each item ahead to
+ * out[] until `max` are there; returns false once an item is not
  * ahead (the rest are not either) or out[] is full.
  */
 static bool walk_ahead(const struct sl_sched_item *t, double priority,
-                       uint64_t due_ms, double *out, unsigned *n, unsigned max)
+                       uint64_t due_ms, const struct sl_sched_item **out,
+                       unsigned *n, unsigned max)
 {
 	if (!t)
 		return true;
@@ -166,12 +167,13 @@ static bool walk_ahead(const struct sl_sched_item *t, double priority,
 		return false;
 	if (*n >= max || !is_ahead(t, priority, due_ms))
 		return false;
-	out[(*n)++] = t->service_ms;
+	out[(*n)++] = t;
 	return walk_ahead(t->tr, priority, due_ms, out, n, max);
 }
 
-unsigned sl_sched_ahead_services(const struct sl_sched *s, double priority,
-                                 uint64_t due_ms, double *out, unsigned max)
+unsigned sl_sched_ahead_items(const struct sl_sched *s, double priority,
+                              uint64_t due_ms, const struct sl_sched_item **out,
+                              unsigned max)
 {
 	unsigned n = 0;
 	walk_ahead(s->treap, priority, due_ms, out, &n, max);

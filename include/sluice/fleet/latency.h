@@ -15,7 +15,9 @@
  * running request's predicted end (now, for one that ran past it; half a
  * request's hold for a slot others hold on a remote upstream, upstream.h
  * "Occupancy"), each request ahead taking the first slot to free for its
- * predicted hold, and this one the first to free after them all. The
+ * predicted hold, and this one the first to free after them all. Every
+ * prompt evaluated meanwhile (in flight, or of a request placed ahead)
+ * stalls the other slots by its evaluation. The
  * first SL_LATENCY_EXACT ahead are placed one by one; the work of any
  * more is spread over the slots as a fluid (their mean free time once it
  * is poured in), close once that many are ahead.
@@ -65,7 +67,9 @@ struct sl_latency {
 	double first_ms;   /* the upstream's part of its TTFT */
 	/* first_ms and wait_ms before the bias: what the bias learns on. */
 	double raw_first_ms, raw_wait_ms;
-	double hold_ms;    /* the slot it will hold */
+	double hold_ms; /* the slot it will hold */
+	/* Its prompt's evaluation: what its start stalls the others by. */
+	double prefill_ms;
 	double service_ms; /* hold_ms times its outputs: its work */
 	double tpot_ms;    /* per token, at the concurrency it will meet */
 	double wait_ms;    /* until a slot frees for it */

@@ -176,6 +176,7 @@ struct sl_predict_run {
 	double end_ms;     /* when its answer is predicted to end */
 	double start_area; /* the busy integral when it began decoding */
 	uint64_t start_ms; /* when it began decoding */
+	double prefill_ms; /* its prompt's evaluation, until its first token */
 	bool running;
 };
 
@@ -188,6 +189,13 @@ struct sl_predictor {
 	/* Requests in flight, and the busy integral (sequences x ms). */
 	struct sl_predict_run *runs;
 	unsigned n_runs;
+	/*
+	 * The prompts in flight not yet evaluated (their first token not
+	 * come): their predicted evaluation, summed. llama-server evaluates
+	 * a new prompt in the same batches as the sequences decoding, so
+	 * every other request there waits that long more for its end.
+	 */
+	double pending_prefill_ms;
 	unsigned busy;
 	uint64_t busy_at_ms;
 	double busy_area;
@@ -253,6 +261,13 @@ void sl_predict_busy(struct sl_predictor *p, unsigned busy, uint64_t now_ms);
  */
 void sl_predict_run_start(struct sl_predictor *p, struct sl_predict_run *r,
                           double end_ms, uint64_t now_ms);
+
+/*
+ * Its prompt's evaluation is predicted to take prefill_ms: pending (above)
+ * until its first token comes or it ends.
+ */
+void sl_predict_run_prefill(struct sl_predictor *p, struct sl_predict_run *r,
+                            double prefill_ms);
 
 /* Its first token came: its end is predicted anew, and its decoding starts. */
 void sl_predict_run_first(struct sl_predictor *p, struct sl_predict_run *r,

@@ -293,10 +293,12 @@ struct sl_sched_item {
 	 * is the latest moment the item may leave the queue and still meet
 	 * its service level, 0 for none; service_ms is the time it is
 	 * predicted to hold a slot (0 when unknown), summed by
-	 * sl_sched_ahead().
+	 * sl_sched_ahead(); stall_ms what its start costs the requests
+	 * running beside it (its prompt's evaluation).
 	 */
 	uint64_t slo_start_ms;
 	double service_ms;
+	double stall_ms;
 	/* Kept by the scheduler: see the glossary; its place among those
 	 * with slo_start_ms; its node in the work-ahead treap. */
 	uint64_t due_ms;
@@ -488,12 +490,13 @@ void sl_sched_ahead(const struct sl_sched *s, double priority, uint64_t due_ms,
                     unsigned *count, double *work_ms);
 
 /*
- * The service_ms of the first `max` (at most) requests sl_sched_ahead()
- * counts, in the order the queue serves them, into out[]; returns how
- * many. O(max + log n).
+ * The first `max` (at most) requests sl_sched_ahead() counts, in the
+ * order the queue serves them, into out[]; returns how many. O(max + log
+ * n).
  */
-unsigned sl_sched_ahead_services(const struct sl_sched *s, double priority,
-                                 uint64_t due_ms, double *out, unsigned max);
+unsigned sl_sched_ahead_items(const struct sl_sched *s, double priority,
+                              uint64_t due_ms, const struct sl_sched_item **out,
+                              unsigned max);
 
 /*
  * How long a request without a service level waits before it counts as
