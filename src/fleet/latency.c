@@ -94,7 +94,7 @@ static double wait_ms(const struct sl_model *m, const struct sl_latency_ask *a,
 	const struct sl_sched_item *items[SL_LATENCY_EXACT];
 	unsigned exact = sl_sched_ahead_items(&m->sched, a->priority, due,
 	                                      items, SL_LATENCY_EXACT);
-	double rest = work_ms, offset = 0;
+	double rest = work_ms, offset = 0, stalls = 0, services = 0;
 	double share = 1.0 / (double)SL_MAX(upstreams, 1u);
 	for (unsigned i = 0; i < exact; i++) {
 		/* The first to free takes it; the others wait its stall. */
@@ -103,18 +103,24 @@ static double wait_ms(const struct sl_model *m, const struct sl_latency_ask *a,
 		offset += stall;
 		sift_down(slot, n, 0);
 		rest -= items[i]->service_ms;
+		stalls += items[i]->stall_ms;
+		services += items[i]->service_ms;
 	}
 	if (exact == ahead || !(rest > 0))
 		return slot[0] + offset;
 	/*
 	 * Beyond those, the work left over all the slots: by then they free
 	 * within a request's hold of one another, so the level it fills
-	 * them to is close to the first to free.
+	 * them to is close to the first to free. Each of them stalls the
+	 * other slots as those placed did: their stalls' share of their
+	 * work, on the n - 1 slots it does not take.
 	 */
 	double sum = 0;
 	for (unsigned i = 0; i < n; i++)
 		sum += slot[i];
-	return SL_MAX((sum + rest) / (double)n, slot[0]) + offset;
+	double ratio = services > 0 ? stalls / services : 0;
+	double spread = rest * (1 + ratio * share * (double)(n - 1));
+	return SL_MAX((sum + spread) / (double)n, slot[0]) + offset;
 }
 
 void sl_latency_predict(const struct sl_model *m,
