@@ -264,13 +264,22 @@ void exchange_slo_first_token(struct exchange *x, double ttft_s)
 		return;
 	double ttft_ms = ttft_s * 1000;
 	sl_stats_prediction(x->relay->stats, x->predicted.ttft_ms / ttft_ms);
-	/* Each part of it teaches the model's bias (predict.h). */
+	/*
+	 * Each part of it teaches the model's bias (predict.h), from the
+	 * requests admission decides on: those with a TTFT level, whose
+	 * waits are short. A wait of tens of seconds in a deep queue is
+	 * learned from that long after it was predicted, and by then the
+	 * bias would have been pushed the same way by all the predictions
+	 * made since, overshooting (measured: predictions at four times
+	 * capacity without levels fell from 50% high to 56% low).
+	 */
 	double waited = x->dispatched_ms > x->arrived_ms
 	                    ? (double)(x->dispatched_ms - x->arrived_ms)
 	                    : 0;
-	sl_predict_bias_observe(&x->model->bias, x->predicted.raw_wait_ms,
-	                        waited, x->predicted.raw_first_ms,
-	                        ttft_ms - waited);
+	if (x->slo.ttft_ms)
+		sl_predict_bias_observe(
+		    &x->model->bias, x->predicted.raw_wait_ms, waited,
+		    x->predicted.raw_first_ms, ttft_ms - waited);
 	/*
 	 * The calibration learns from the predictions admission turns on:
 	 * those of requests with a TTFT level, at least half of it. Far

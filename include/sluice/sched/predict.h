@@ -57,12 +57,12 @@
  *
  * Bias (struct sl_predict_bias, one per model): each fit is right on the
  * mean of its own samples, yet the two parts of a TTFT err each its own
- * way. The wait for a slot leans on ends predicted from mean costs, while
- * a long prompt dispatched meanwhile stalls every step (measured on the
- * mixed workload under overload: the wait predicted low by 15% at the
- * median); the upstream's part adds first_extra's mean, which its few
- * long waits for a step under way raise above what most requests meet
- * (predicted 38% high there). So each part is multiplied by the median
+ * way. The wait for a slot leans on ends predicted from mean costs and
+ * counts a prompt's stall beside the mean one (latency.h); the upstream's
+ * part adds first_extra's mean, which its few long waits for a step under
+ * way raise above what most requests meet (on the mixed workload under
+ * overload, on a busy machine: the wait 15% low at the median, the
+ * upstream's part 38% high). So each part is multiplied by the median
  * of its actual over predicted time, learned online as the calibration's
  * quantile is: the prediction a request is queued on and told of is then
  * as often above as below, and the calibration learns what is left.
