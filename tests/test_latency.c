@@ -182,8 +182,7 @@ static void test_wait_for_a_slot(void)
 /*
  * A prompt's evaluation stalls the sequences decoding beside it: a prompt
  * in flight not yet evaluated delays every other running request's end,
- * and a request placed ahead delays the slots it does not take by as
- * much as its prompt differs from the mean.
+ * and a request placed ahead delays the slots it does not take.
  */
 static void test_prompts_stall_the_others(void)
 {
@@ -205,25 +204,22 @@ static void test_prompts_stall_the_others(void)
 	sl_latency_predict(&w.m, &ask_1k, 1000, &l);
 	ASSERT_NEAR(l.wait_ms, 100, 1e-9);
 	/*
-	 * Requests ahead stall the slots they do not take by their prompt's
-	 * evaluation less the mean of those sent (40 ms so far), which the
-	 * time per token holds already. One of 150 ms whose prompt takes 30
-	 * takes the slot of 1100 (to 1250) and brings the other forward to
-	 * 1290 (10 less than the mean stall), so this one's frees at 1250.
+	 * One ahead of 150 ms whose prompt takes 30: it takes the slot of
+	 * 1100 (to 1250) and stalls the other to 1330, so this one's slot
+	 * frees at 1250.
 	 */
-	ASSERT_NEAR(sl_predict_prefill_sent_ms(&w.u.predict), 40, 1e-9);
 	w.items[0].stall_ms = 30;
 	queue(&w, 0, 1, 0, 150, 1000);
 	sl_latency_predict(&w.m, &ask_1k, 1000, &l);
 	ASSERT_NEAR(l.wait_ms, 250, 1e-9);
 	/*
-	 * With one of 100 ms more whose prompt takes 60: it takes the slot
-	 * of 1250 (to 1350) and stalls the other by 20, to 1310: this one's.
+	 * With one of 100 ms more (stall 60): it takes the slot of 1250 (to
+	 * 1350) and stalls the other to 1390; this one's frees at 1350.
 	 */
 	w.items[1].stall_ms = 60;
 	queue(&w, 1, 1, 0, 100, 1000);
 	sl_latency_predict(&w.m, &ask_1k, 1000, &l);
-	ASSERT_NEAR(l.wait_ms, 310, 1e-9);
+	ASSERT_NEAR(l.wait_ms, 350, 1e-9);
 	/* Ended, a run's pending evaluation goes with it. */
 	sl_predict_run_prefill(&w.u.predict, &w.runs[0], 25);
 	ASSERT_NEAR(w.u.predict.pending_prefill_ms, 25, 1e-9);

@@ -53,11 +53,9 @@ static void sift_down(double *h, unsigned n, unsigned i)
  * (predict.h, pending_prefill_ms): a running request's end comes later
  * by the prompts in flight not yet evaluated but its own, and each
  * request placed delays the other slots by its own evaluation (its
- * stall_ms) less the mean one, which the time per token learned from
- * llama-server's timings holds already. That delay is kept as an offset
- * added to every slot's time, so that placing one stays O(log n); with
- * several upstreams a prompt stalls only its own, and the offset grows
- * by its share.
+ * stall_ms). That delay is kept as an offset added to every slot's time,
+ * so that placing one stays O(log n); with several upstreams a prompt
+ * stalls only its own, and the offset grows by its share.
  */
 static double wait_ms(const struct sl_model *m, const struct sl_latency_ask *a,
                       uint64_t due, unsigned ahead, double work_ms,
@@ -72,13 +70,11 @@ static double wait_ms(const struct sl_model *m, const struct sl_latency_ask *a,
 		return 0; /* nothing to say until an upstream is ready */
 	double slot[SL_LATENCY_RUNS_MAX];
 	unsigned n = 0, runs = 0, upstreams = 0;
-	double mean_stall = 0;
 	for (unsigned i = 0; i < p->n; i++) {
 		const struct sl_upstream *u = p->members[i];
 		if (!sl_upstream_usable(u))
 			continue;
 		upstreams++;
-		mean_stall += sl_predict_prefill_sent_ms(&u->predict);
 		double pending = u->predict.pending_prefill_ms;
 		for (const struct sl_predict_run *r = u->predict.runs;
 		     r && n < SL_LATENCY_RUNS_MAX; r = r->next, runs++) {
@@ -100,19 +96,18 @@ static double wait_ms(const struct sl_model *m, const struct sl_latency_ask *a,
 	                                      items, SL_LATENCY_EXACT);
 	double rest = work_ms, offset = 0, stalls = 0, services = 0;
 	double share = 1.0 / (double)SL_MAX(upstreams, 1u);
-	mean_stall *= share;
 	for (unsigned i = 0; i < exact; i++) {
 		/* The first to free takes it; the others wait its stall. */
-		double stall = (items[i]->stall_ms - mean_stall) * share;
+		double stall = items[i]->stall_ms * share;
 		slot[0] += items[i]->service_ms - stall;
 		offset += stall;
 		sift_down(slot, n, 0);
 		rest -= items[i]->service_ms;
-		stalls += items[i]->stall_ms - mean_stall;
+		stalls += items[i]->stall_ms;
 		services += items[i]->service_ms;
 	}
 	if (exact == ahead || !(rest > 0))
-		return SL_MAX(slot[0] + offset, 0.0);
+		return slot[0] + offset;
 	/*
 	 * Beyond those, the work left over all the slots: by then they free
 	 * within a request's hold of one another, so the level it fills
@@ -125,8 +120,7 @@ static double wait_ms(const struct sl_model *m, const struct sl_latency_ask *a,
 		sum += slot[i];
 	double ratio = services > 0 ? stalls / services : 0;
 	double spread = rest * (1 + ratio * share * (double)(n - 1));
-	return SL_MAX(SL_MAX((sum + spread) / (double)n, slot[0]) + offset,
-	              0.0);
+	return SL_MAX((sum + spread) / (double)n, slot[0]) + offset;
 }
 
 void sl_latency_predict(const struct sl_model *m,

@@ -241,12 +241,6 @@ void sl_predict_run_prefill(struct sl_predictor *p, struct sl_predict_run *r,
 	prefill_done(p, r);
 	r->prefill_ms = prefill_ms;
 	p->pending_prefill_ms += prefill_ms;
-	mean_add(&p->prefill_sent, prefill_ms);
-}
-
-double sl_predict_prefill_sent_ms(const struct sl_predictor *p)
-{
-	return mean_of(&p->prefill_sent, 0);
 }
 
 void sl_predict_run_first(struct sl_predictor *p, struct sl_predict_run *r,

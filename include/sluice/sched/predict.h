@@ -196,12 +196,6 @@ struct sl_predictor {
 	 * every other request there waits that long more for its end.
 	 */
 	double pending_prefill_ms;
-	/*
-	 * The mean evaluation of the prompts sent: the stall the time per
-	 * token learned from llama-server's timings already holds on
-	 * average, so that only a prompt's departure from it is added.
-	 */
-	struct sl_predict_mean prefill_sent;
 	unsigned busy;
 	uint64_t busy_at_ms;
 	double busy_area;
@@ -274,9 +268,6 @@ void sl_predict_run_start(struct sl_predictor *p, struct sl_predict_run *r,
  */
 void sl_predict_run_prefill(struct sl_predictor *p, struct sl_predict_run *r,
                             double prefill_ms);
-
-/* The mean evaluation of the prompts sent (sl_predict_run_prefill). */
-double sl_predict_prefill_sent_ms(const struct sl_predictor *p);
 
 /* Its first token came: its end is predicted anew, and its decoding starts. */
 void sl_predict_run_first(struct sl_predictor *p, struct sl_predict_run *r,
