@@ -58,7 +58,7 @@
  * Bias (struct sl_predict_bias, one per model): each fit is right on the
  * mean of its own samples, yet the two parts of a TTFT err each its own
  * way. The wait for a slot leans on ends predicted from mean costs and
- * counts a prompt's stall beside the mean one (latency.h); the upstream's
+ * counts a prompt's stall twice on average (latency.h); the upstream's
  * part adds first_extra's mean, which its few long waits for a step under
  * way raise above what most requests meet (on the mixed workload under
  * overload, on a busy machine: the wait 15% low at the median, the
