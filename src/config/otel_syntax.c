@@ -21,17 +21,6 @@ static bool is_tchar(unsigned char c)
 	       (c >= '0' && c <= '9') || (c && strchr("!#$%&'*+-.^_`|~", c));
 }
 
-static int hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 static bool is_blank(char c)
 {
 	return c == ' ' || c == '\t';
@@ -56,8 +45,8 @@ static char *decode(const char *p, const char *end, size_t *len)
 			out[n++] = *p++;
 			continue;
 		}
-		int hi = end - p >= 3 ? hex_value(p[1]) : -1;
-		int lo = hi >= 0 ? hex_value(p[2]) : -1;
+		int hi = end - p >= 3 ? sl_hex_value(p[1]) : -1;
+		int lo = hi >= 0 ? sl_hex_value(p[2]) : -1;
 		if (lo < 0) {
 			free(out);
 			return NULL;

@@ -5,22 +5,15 @@
 
 #include <string.h>
 
-static int hex_digit(char c)
-{
-	return c >= '0' && c <= '9'   ? c - '0'
-	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
-	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
-	                              : -1;
-}
-
 size_t sl_query_decode(const char *s, size_t n, char *out, size_t size)
 {
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
 		int hi, lo;
 		char c = s[i];
-		if (c == '%' && i + 2 < n && (hi = hex_digit(s[i + 1])) >= 0 &&
-		    (lo = hex_digit(s[i + 2])) >= 0) {
+		if (c == '%' && i + 2 < n &&
+		    (hi = sl_hex_value(s[i + 1])) >= 0 &&
+		    (lo = sl_hex_value(s[i + 2])) >= 0) {
 			c = (char)(hi * 16 + lo);
 			i += 2;
 		} else if (c == '+') {

@@ -55,17 +55,6 @@ static bool name_ok(const char *s)
 	                "0123456789-_.")] == '\0';
 }
 
-static int hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 static int read_hash(struct sl_key *k, const struct sl_config_node *n,
                      char *err, size_t size)
 {
@@ -74,8 +63,8 @@ static int read_hash(struct sl_key *k, const struct sl_config_node *n,
 	bool ok = strncmp(s, HASH_PREFIX, plen) == 0 &&
 	          strlen(s) == plen + 2 * SL_KEYS_HASH_LEN;
 	for (unsigned i = 0; ok && i < SL_KEYS_HASH_LEN; i++) {
-		int hi = hex_value(s[plen + 2 * i]);
-		int lo = hex_value(s[plen + 2 * i + 1]);
+		int hi = sl_hex_value(s[plen + 2 * i]);
+		int lo = sl_hex_value(s[plen + 2 * i + 1]);
 		ok = hi >= 0 && lo >= 0;
 		if (ok)
 			k->hash[i] = (unsigned char)(hi << 4 | lo);

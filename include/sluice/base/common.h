@@ -140,6 +140,18 @@ char *sl_url_shown(const char *url);
  */
 FILE *sl_fopen_regular(const char *path, const char **why);
 
+/* The value of a hexadecimal digit, either case; -1 for any other char. */
+static inline int sl_hex_value(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
 /*
  * How many bytes from p on (at most n) are printable ASCII, 0x20 to 0x7e:
  * those that the checks of a header pass without a second look. Every
