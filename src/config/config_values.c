@@ -327,6 +327,17 @@ static int apply_origins(struct sl_strlist *origins, const char *value,
 	return for_each_item(value, where, err, size, add_origin, origins);
 }
 
+/* A URL that is not one: its password is no less secret for a typo. */
+static int bad_url(const char *value, const char *where, char *err, size_t size)
+{
+	char *shown = sl_url_shown(value);
+	sl_config_fail(err, size, where,
+	               "expected an http:// or https:// URL, got \"%s\"",
+	               shown);
+	free(shown);
+	return SL_EINVAL;
+}
+
 /* An address range, kept as written; the HTTP server parses it again. */
 static int add_cidr(void *list, const char *cidr, size_t len, const char *where,
                     char *err, size_t size)
@@ -462,16 +473,8 @@ int sl_config_apply(struct sl_config *cfg, const struct option_def *o,
 	}
 	case OPT_URL_LIST: {
 		char *url;
-		if (check_url(value, &url) != 0) {
-			/* Its password is no less secret for a typo. */
-			char *shown = sl_url_shown(value);
-			sl_config_fail(
-			    err, size, where,
-			    "expected an http:// or https:// URL, got \"%s\"",
-			    shown);
-			free(shown);
-			return SL_EINVAL;
-		}
+		if (check_url(value, &url) != 0)
+			return bad_url(value, where, err, size);
 		sl_strlist_push(field, url);
 		free(url);
 		return 0;
@@ -496,15 +499,8 @@ int sl_config_apply(struct sl_config *cfg, const struct option_def *o,
 	}
 	case OPT_URL: {
 		char *url;
-		if (*value && check_url(value, &url) != 0) {
-			char *shown = sl_url_shown(value);
-			sl_config_fail(
-			    err, size, where,
-			    "expected an http:// or https:// URL, got \"%s\"",
-			    shown);
-			free(shown);
-			return SL_EINVAL;
-		}
+		if (*value && check_url(value, &url) != 0)
+			return bad_url(value, where, err, size);
 		if (*value)
 			free(url);
 		/* As given: a path in it is the user's (otel_syntax.h). */
